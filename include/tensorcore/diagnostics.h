@@ -1,0 +1,39 @@
+/* tensorcore: version, names of codes, the last failure's detail, the last backend. */
+#ifndef TENSORCORE_DIAGNOSTICS_H
+#define TENSORCORE_DIAGNOSTICS_H
+
+#include "tensorcore/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "tensorcore X.Y.Z (<build detail>)"; static storage. */
+TC_API const char* tc_version(void);
+
+/* Message for a status code; "unknown status" for codes not in the ABI. */
+TC_API const char* tc_status_string(tc_status status);
+
+/* "f16", "bf16", "f32", "i8", "i32", "f64"; "unknown" otherwise. */
+TC_API const char* tc_dtype_name(tc_dtype dtype);
+
+/* "none", "portable_cpu", "cuda", "hip"; "unknown" otherwise. */
+TC_API const char* tc_backend_name(tc_backend backend);
+
+/* Backend that ran (or was enqueued to run) the calling thread's last kernel;
+ * TC_BACKEND_NONE before any kernel ran on this thread. */
+TC_API tc_backend tc_last_backend(void);
+
+/* Human-readable detail of the calling thread's last failing call (which
+ * argument, which sizes); "" when the last call succeeded. Valid until the
+ * thread's next tensorcore call. */
+TC_API const char* tc_last_error_detail(void);
+
+/* Status of the calling thread's last call. */
+TC_API tc_status tc_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORCORE_DIAGNOSTICS_H */

@@ -1,0 +1,53 @@
+// Helpers shared by every C entry point: exception fences, handle checks and
+// overflow-safe size arithmetic. Validation happens here and nowhere else.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "core/error.h"
+#include "core/objects.h"
+
+namespace tc {
+namespace capi {
+
+// Runs an entry point's body: exceptions become statuses, success clears the
+// thread's last error detail.
+template <class F>
+tc_status guarded(const char* fn_name, F&& body) noexcept {
+  try {
+    tc_status st = body();
+    if (st == TC_OK) ok();
+    return st;
+  } catch (const std::bad_alloc&) {
+    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn_name);
+  } catch (const std::exception& e) {
+    return fail(TC_ERR_INTERNAL, "%s: %s", fn_name, e.what());
+  } catch (...) {
+    return fail(TC_ERR_INTERNAL, "%s: unknown exception", fn_name);
+  }
+}
+
+tc_status check_context(const char* fn, tc_context ctx);
+tc_status check_stream(const char* fn, tc_context ctx, tc_stream s);
+// A live buffer of `ctx` (any context when ctx is null).
+tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b);
+tc_status check_out_ptr(const char* fn, const char* arg, const void* p);
+
+// a * b (and a + b) without wrapping; false on overflow or negative inputs.
+bool mul_ok(int64_t a, int64_t b, int64_t* out);
+bool add_ok(int64_t a, int64_t b, int64_t* out);
+
+// Bytes spanned by `rows` rows of `cols` elements at pitch `ld`, repeated
+// `batch` times at `stride` elements, of `elem` bytes each:
+//   ((batch-1)*stride + (rows-1)*ld + cols) * elem, or 0 when rows/cols is 0.
+// false on overflow.
+bool span_bytes(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, int64_t elem, int64_t* out);
+
+// A readable name for a dtype value in messages ("f16", or "dtype 42").
+std::string dtype_label(int32_t dtype);
+
+}  // namespace capi
+}  // namespace tc

@@ -1,0 +1,120 @@
+#include "tensorcore/buffer.h"
+
+#include "capi/api.h"
+
+using namespace tc;
+using namespace tc::capi;
+
+namespace {
+
+tc_status check_range(const char* fn, tc_buffer buf, size_t offset, size_t nbytes, const void* host) {
+  if (tc_status st = check_buffer(fn, "buf", nullptr, buf)) return st;
+  if (nbytes && !host) return fail(TC_ERR_INVALID_ARG, "%s: host pointer is null", fn);
+  if (offset > buf->size() || nbytes > buf->size() - offset)
+    return fail(TC_ERR_INVALID_ARG, "%s: range [%zu, %zu + %zu) is outside the buffer of %zu bytes", fn, offset,
+                offset, nbytes, buf->size());
+  return TC_OK;
+}
+
+tc_buffer make_buffer(tc_context ctx, StorageRef storage) {
+  auto* b = new tc_buffer_s();
+  b->ctx = ctx;
+  b->storage = std::move(storage);
+  ctx->live_buffers++;
+  register_handle(b, HandleKind::Buffer);
+  return b;
+}
+
+}  // namespace
+
+extern "C" {
+
+tc_status tc_buffer_alloc(tc_context ctx, size_t nbytes, tc_buffer* out) {
+  return guarded("tc_buffer_alloc", [&] {
+    if (tc_status st = check_context("tc_buffer_alloc", ctx)) return st;
+    if (tc_status st = check_out_ptr("tc_buffer_alloc", "out", out)) return st;
+    if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_alloc: nbytes must be > 0");
+    if (nbytes > (size_t(1) << 62)) return fail(TC_ERR_ALLOC, "tc_buffer_alloc: %zu bytes is beyond any device", nbytes);
+    auto storage = std::make_shared<Storage>();
+    storage->backend = ctx->backend.get();
+    storage->data = ctx->backend->alloc(nbytes);
+    if (!storage->data) return fail(TC_ERR_ALLOC, "tc_buffer_alloc: could not allocate %zu bytes", nbytes);
+    storage->size = nbytes;
+    storage->owned = true;
+    *out = make_buffer(ctx, std::move(storage));
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer* out) {
+  return guarded("tc_buffer_from_ptr", [&] {
+    if (tc_status st = check_context("tc_buffer_from_ptr", ctx)) return st;
+    if (tc_status st = check_out_ptr("tc_buffer_from_ptr", "out", out)) return st;
+    if (!ptr) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: ptr is null");
+    if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: nbytes must be > 0");
+    auto storage = std::make_shared<Storage>();
+    storage->backend = ctx->backend.get();
+    storage->data = ptr;
+    storage->size = nbytes;
+    storage->owned = false;
+    *out = make_buffer(ctx, std::move(storage));
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_free(tc_buffer buf) {
+  return guarded("tc_buffer_free", [&] {
+    if (tc_status st = check_buffer("tc_buffer_free", "buf", nullptr, buf)) return st;
+    unregister_handle(buf);
+    buf->ctx->live_buffers--;
+    delete buf;
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_map(tc_buffer buf, void** out) {
+  return guarded("tc_buffer_map", [&] {
+    if (tc_status st = check_buffer("tc_buffer_map", "buf", nullptr, buf)) return st;
+    if (tc_status st = check_out_ptr("tc_buffer_map", "out", out)) return st;
+    if (!buf->ctx->backend->host_accessible())
+      return fail(TC_ERR_UNSUPPORTED, "tc_buffer_map: buffer lives in device memory; use read/write or device_ptr");
+    *out = buf->storage->data;
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_device_ptr(tc_buffer buf, void** out) {
+  return guarded("tc_buffer_device_ptr", [&] {
+    if (tc_status st = check_buffer("tc_buffer_device_ptr", "buf", nullptr, buf)) return st;
+    if (tc_status st = check_out_ptr("tc_buffer_device_ptr", "out", out)) return st;
+    *out = buf->storage->data;
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_size(tc_buffer buf, size_t* out) {
+  return guarded("tc_buffer_size", [&] {
+    if (tc_status st = check_buffer("tc_buffer_size", "buf", nullptr, buf)) return st;
+    if (tc_status st = check_out_ptr("tc_buffer_size", "out", out)) return st;
+    *out = buf->size();
+    return TC_OK;
+  });
+}
+
+tc_status tc_buffer_write(tc_buffer buf, size_t offset, const void* src, size_t nbytes) {
+  return guarded("tc_buffer_write", [&] {
+    if (tc_status st = check_range("tc_buffer_write", buf, offset, nbytes, src)) return st;
+    if (nbytes == 0) return TC_OK;
+    return buf->ctx->backend->copy_in(buf->bytes() + offset, src, nbytes);
+  });
+}
+
+tc_status tc_buffer_read(tc_buffer buf, size_t offset, void* dst, size_t nbytes) {
+  return guarded("tc_buffer_read", [&] {
+    if (tc_status st = check_range("tc_buffer_read", buf, offset, nbytes, dst)) return st;
+    if (nbytes == 0) return TC_OK;
+    return buf->ctx->backend->copy_out(dst, buf->bytes() + offset, nbytes);
+  });
+}
+
+}  // extern "C"

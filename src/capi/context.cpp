@@ -1,0 +1,126 @@
+#include "tensorcore/context.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "capi/api.h"
+
+using namespace tc;
+using namespace tc::capi;
+
+namespace {
+
+constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
+                                        TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
+                                        TC_CAPABILITY_GEMM_TF32;
+
+// Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
+tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {
+  if (spec == "cpu") {
+    *cuda = false;
+    *index = 0;
+    return TC_OK;
+  }
+  if (spec == "cuda") {
+    *cuda = true;
+    *index = 0;
+    return TC_OK;
+  }
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() <= 9 &&
+      spec.find_first_not_of("0123456789", 5) == std::string::npos) {
+    *cuda = true;
+    *index = std::atoi(spec.c_str() + 5);
+    return TC_OK;
+  }
+  return fail(TC_ERR_INVALID_ARG, "%s: unknown device '%s' (expected cpu, cuda or cuda:N)", fn, spec.c_str());
+}
+
+tc_status create(const char* fn, const char* device, tc_context* out) {
+  if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+  std::string spec = device ? device : "";
+  if (spec.empty()) {
+    const char* env = std::getenv("TC_DEVICE");
+    spec = env ? env : "";
+  }
+  std::unique_ptr<Backend> backend;
+  if (spec.empty()) {
+    if (cuda_device_count() > 0) backend = make_cuda_backend(0);
+    if (!backend) backend = make_cpu_backend();
+  } else {
+    bool cuda = false;
+    int index = 0;
+    if (tc_status st = parse_device(fn, spec, &cuda, &index)) return st;
+    if (!cuda) {
+      backend = make_cpu_backend();
+    } else {
+      int count = cuda_device_count();
+      if (index >= count)
+        return fail(TC_ERR_NO_DEVICE, "%s: device '%s' requested but %d CUDA device(s) are usable%s", fn,
+                    spec.c_str(), count, count == 0 ? " (not built with CUDA, or no GPU present)" : "");
+      backend = make_cuda_backend(index);
+      if (!backend) return last_status() != TC_OK ? last_status() : fail(TC_ERR_NO_DEVICE, "%s: CUDA init failed", fn);
+    }
+  }
+  auto* ctx = new tc_context_s();
+  ctx->backend = std::move(backend);
+  register_handle(ctx, HandleKind::Context);
+  *out = ctx;
+  return TC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+tc_status tc_init(tc_context* out) {
+  return guarded("tc_init", [&] { return create("tc_init", nullptr, out); });
+}
+
+tc_status tc_init_device(const char* device, tc_context* out) {
+  return guarded("tc_init_device", [&] { return create("tc_init_device", device, out); });
+}
+
+tc_status tc_shutdown(tc_context ctx) {
+  return guarded("tc_shutdown", [&] {
+    if (tc_status st = check_context("tc_shutdown", ctx)) return st;
+    int64_t nb = ctx->live_buffers.load(), ns = ctx->live_streams.load();
+    if (nb || ns)
+      return fail(TC_ERR_INVALID_ARG, "tc_shutdown: context still has %lld live buffer(s) and %lld stream(s)",
+                  (long long)nb, (long long)ns);
+    unregister_handle(ctx);
+    delete ctx;
+    return TC_OK;
+  });
+}
+
+tc_status tc_device_info(tc_context ctx, struct tc_device_info* out) {
+  return guarded("tc_device_info", [&] {
+    if (tc_status st = check_context("tc_device_info", ctx)) return st;
+    if (tc_status st = check_out_ptr("tc_device_info", "out", out)) return st;
+    ctx->backend->device_info(out);
+    return TC_OK;
+  });
+}
+
+tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities* out) {
+  return guarded("tc_runtime_capabilities", [&] {
+    if (tc_status st = check_context("tc_runtime_capabilities", ctx)) return st;
+    if (tc_status st = check_out_ptr("tc_runtime_capabilities", "out", out)) return st;
+    if (out->struct_size < sizeof(struct tc_runtime_capabilities))
+      return fail(TC_ERR_INVALID_ARG, "tc_runtime_capabilities: struct_size %u is smaller than %zu",
+                  out->struct_size, sizeof(struct tc_runtime_capabilities));
+    out->struct_size = sizeof(struct tc_runtime_capabilities);
+    out->version = TC_CAPABILITIES_VERSION;
+    out->known = kKnownCapabilities;
+    out->available = ctx->backend->available_capabilities() & kKnownCapabilities;
+    return TC_OK;
+  });
+}
+
+int32_t tc_capability_available(const struct tc_runtime_capabilities* caps, uint64_t capability) {
+  if (!caps || capability == 0 || (capability & (capability - 1)) != 0) return 0;
+  return (caps->known & capability) && (caps->available & capability) ? 1 : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,82 @@
+// The Backend interface: what a device must provide for tensorcore to run on
+// it. src/capi validates every argument before calling in, so backends assume
+// valid input. Each op runs on `queue` when one is given (returning at once)
+// or synchronously in the caller's thread when `queue` is null.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorcore/context.h"
+#include "tensorcore/gemm.h"
+
+namespace tc {
+
+class Backend;
+
+// Bytes owned by a buffer. Shared between the buffer handle and every op
+// enqueued on it, so freeing a handle never frees memory that pending work
+// still reads.
+struct Storage {
+  Backend* backend = nullptr;
+  void* data = nullptr;
+  size_t size = 0;
+  bool owned = false;
+  ~Storage();
+};
+using StorageRef = std::shared_ptr<Storage>;
+
+// What every op's arguments carry: the name and shapes for TC_TRACE, and the
+// storage the op touches, kept alive until the op has run.
+struct OpInfo {
+  const char* name = "";
+  std::string shapes;
+  std::vector<StorageRef> keep;
+};
+
+struct GemmArgs {
+  OpInfo info;
+  tc_gemm_desc d;  // normalised: lda/ldb/ldc and strides filled in, batch >= 1
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+};
+
+// The backend side of a stream: an ordered queue of work.
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  // Waits for all enqueued work; returns the first failure since the last
+  // sync and its detail.
+  virtual tc_status sync(std::string* detail) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual tc_backend kind() const = 0;
+  virtual void device_info(struct tc_device_info* out) const = 0;
+  virtual uint64_t available_capabilities() const = 0;
+
+  // Memory. alloc returns null on failure.
+  virtual void* alloc(size_t nbytes) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual bool host_accessible() const = 0;
+  virtual tc_status copy_in(void* dst, const void* src, size_t nbytes) = 0;
+  virtual tc_status copy_out(void* dst, const void* src, size_t nbytes) = 0;
+
+  virtual std::unique_ptr<Queue> create_queue() = 0;
+
+  // Ops.
+  virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
+};
+
+// Backend factories. make_cuda_backend returns null with a detail recorded
+// when CUDA is not built or no GPU is usable.
+std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+int cuda_device_count();  // 0 when not built or no GPU
+
+}  // namespace tc

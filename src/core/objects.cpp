@@ -1,0 +1,46 @@
+#include "core/objects.h"
+
+#include <mutex>
+#include <unordered_map>
+
+namespace tc {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<const void*, HandleKind>& registry() {
+  static auto* map = new std::unordered_map<const void*, HandleKind>();  // outlives static destructors
+  return *map;
+}
+
+thread_local tc_backend t_last_backend = TC_BACKEND_NONE;
+
+}  // namespace
+
+void register_handle(const void* h, HandleKind kind) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[h] = kind;
+}
+
+void unregister_handle(const void* h) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(h);
+}
+
+bool is_live_handle(const void* h, HandleKind kind) {
+  if (!h) return false;
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  auto it = registry().find(h);
+  return it != registry().end() && it->second == kind;
+}
+
+void note_backend(tc_backend backend) { t_last_backend = backend; }
+tc_backend last_backend() { return t_last_backend; }
+
+Storage::~Storage() {
+  if (owned && data && backend) backend->release(data);
+}
+
+}  // namespace tc

@@ -1,0 +1,43 @@
+// The objects behind the C handles, and the registry that tells a live
+// handle from a stale or foreign pointer.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "tensorcore/types.h"
+
+struct tc_context_s {
+  std::unique_ptr<tc::Backend> backend;
+  std::atomic<int64_t> live_buffers{0};
+  std::atomic<int64_t> live_streams{0};
+};
+
+struct tc_buffer_s {
+  tc_context_s* ctx = nullptr;
+  tc::StorageRef storage;
+  size_t size() const { return storage->size; }
+  char* bytes() const { return static_cast<char*>(storage->data); }
+};
+
+struct tc_stream_s {
+  tc_context_s* ctx = nullptr;
+  std::unique_ptr<tc::Queue> queue;
+};
+
+namespace tc {
+
+enum class HandleKind { Context, Buffer, Stream };
+
+// Every handle given out is registered until it is destroyed.
+void register_handle(const void* h, HandleKind kind);
+void unregister_handle(const void* h);
+bool is_live_handle(const void* h, HandleKind kind);
+
+// Thread-local record of the backend that ran the thread's last kernel.
+void note_backend(tc_backend backend);
+tc_backend last_backend();
+
+}  // namespace tc

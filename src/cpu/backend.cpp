@@ -1,0 +1,64 @@
+// The portable CPU backend: host memory, worker-thread streams, and the
+// kernels of src/cpu.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/backend.h"
+#include "cpu/cpu_features.h"
+#include "cpu/ops.h"
+#include "cpu/queue.h"
+#include "cpu/thread_pool.h"
+
+namespace tc {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  tc_backend kind() const override { return TC_BACKEND_PORTABLE_CPU; }
+
+  void device_info(struct tc_device_info* out) const override {
+    std::memset(out, 0, sizeof *out);
+    std::snprintf(out->name, sizeof out->name, "%s", cpu::processor_name().c_str());
+    std::snprintf(out->family, sizeof out->family, "cpu");
+    std::snprintf(out->features, sizeof out->features, "%s", cpu::features_string().c_str());
+    out->backend = TC_BACKEND_PORTABLE_CPU;
+    out->device_index = 0;
+    out->compute_units = cpu::num_threads();
+    out->compute_capability = 0;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  }
+
+  uint64_t available_capabilities() const override {
+    return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS;
+  }
+
+  void* alloc(size_t nbytes) override {
+    size_t rounded = (nbytes + 63) & ~size_t(63);
+    if (rounded < nbytes) return nullptr;
+    return std::aligned_alloc(64, rounded);
+  }
+  void release(void* ptr) override { std::free(ptr); }
+  bool host_accessible() const override { return true; }
+  tc_status copy_in(void* dst, const void* src, size_t n) override {
+    std::memcpy(dst, src, n);
+    return TC_OK;
+  }
+  tc_status copy_out(void* dst, const void* src, size_t n) override {
+    std::memcpy(dst, src, n);
+    return TC_OK;
+  }
+
+  std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
+
+  tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace tc

@@ -1,0 +1,121 @@
+// GEMM on the CPU.
+//
+//   C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]      row-major, b < batch
+//
+// f32 goes to OpenBLAS. f16/bf16 are widened to f32 panel by panel, multiplied
+// by OpenBLAS and rounded back (f32 accumulation, as specified). i8 x i8 -> i32
+// runs our own integer kernel (gemm_i8.cpp).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "cpu/convert.h"
+#include "cpu/gemm_i8.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+
+namespace tc {
+namespace cpu {
+namespace {
+
+// C = beta * C on an M x N matrix with row pitch ldc (beta == 0 writes zeros
+// without reading C, so NaN in C cannot leak).
+template <class T, class ToF, class FromF>
+void scale_c(T* c, int64_t M, int64_t N, int64_t ldc, double beta, ToF to_f, FromF from_f) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = c + i * ldc;
+    if (beta == 0.0) {
+      for (int64_t j = 0; j < N; ++j) row[j] = from_f(0.0);
+    } else {
+      for (int64_t j = 0; j < N; ++j) row[j] = from_f(beta * to_f(row[j]));
+    }
+  }
+}
+
+void scale_c_any(const tc_gemm_desc& d, void* c) {
+  switch (d.dtype) {
+    case TC_DTYPE_F32:
+      scale_c(static_cast<float*>(c), d.M, d.N, d.ldc, d.beta, [](float v) { return double(v); },
+              [](double v) { return float(v); });
+      break;
+    case TC_DTYPE_F16:
+      scale_c(static_cast<uint16_t*>(c), d.M, d.N, d.ldc, d.beta, [](uint16_t v) { return double(f16_to_f32(v)); },
+              [](double v) { return f32_to_f16(float(v)); });
+      break;
+    case TC_DTYPE_BF16:
+      scale_c(static_cast<uint16_t*>(c), d.M, d.N, d.ldc, d.beta,
+              [](uint16_t v) { return double(bf16_to_f32(v)); }, [](double v) { return f32_to_bf16(float(v)); });
+      break;
+    case TC_DTYPE_I8:  // C is i32
+      scale_c(static_cast<int32_t*>(c), d.M, d.N, d.ldc, d.beta, [](int32_t v) { return double(v); },
+              [](double v) { return int32_t(int64_t(v)); });
+      break;
+  }
+}
+
+void sgemm(const tc_gemm_desc& d, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+           float beta) {
+  cblas_sgemm(CblasRowMajor, d.transpose_a ? CblasTrans : CblasNoTrans, d.transpose_b ? CblasTrans : CblasNoTrans,
+              blasint(d.M), blasint(d.N), blasint(d.K), float(d.alpha), a, blasint(lda), b, blasint(ldb), beta, c,
+              blasint(ldc));
+}
+
+void gemm_f32(const tc_gemm_desc& d, const float* a, const float* b, float* c) {
+  if (d.beta == 0.0) scale_c_any(d, c);  // OpenBLAS may read C even when beta == 0
+  sgemm(d, a, d.lda, b, d.ldb, c, d.ldc, float(d.beta));
+}
+
+// f16 / bf16: widen op(A), op(B) (as stored) and C to packed f32, run sgemm,
+// round C back. Widening costs O(MK + KN + MN) against the O(MNK) product.
+void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+  const bool bf = d.dtype == TC_DTYPE_BF16;
+  const int64_t a_rows = d.transpose_a ? d.K : d.M, a_cols = d.transpose_a ? d.M : d.K;
+  const int64_t b_rows = d.transpose_b ? d.N : d.K, b_cols = d.transpose_b ? d.K : d.N;
+  std::vector<float> fa(size_t(a_rows * a_cols)), fb(size_t(b_rows * b_cols)), fc(size_t(d.M * d.N));
+  widen_matrix(bf, a, a_rows, a_cols, d.lda, fa.data());
+  widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb.data());
+  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc.data());
+  else std::fill(fc.begin(), fc.end(), 0.0f);
+  sgemm(d, fa.data(), a_cols, fb.data(), b_cols, fc.data(), d.N, float(d.beta));
+  narrow_matrix(bf, fc.data(), d.M, d.N, c, d.ldc);
+}
+
+}  // namespace
+
+tc_status gemm(const GemmArgs& args) {
+  const tc_gemm_desc& d = args.d;
+  const size_t es = dtype_size(d.dtype);
+  const size_t cs = d.dtype == TC_DTYPE_I8 ? 4 : es;
+  for (int64_t bi = 0; bi < d.batch; ++bi) {
+    const char* a = static_cast<const char*>(args.a) + size_t(bi * d.stride_a) * es;
+    const char* b = static_cast<const char*>(args.b) + size_t(bi * d.stride_b) * es;
+    char* c = static_cast<char*>(args.c) + size_t(bi * d.stride_c) * cs;
+    if (d.K == 0) {
+      scale_c_any(d, c);
+      continue;
+    }
+    switch (d.dtype) {
+      case TC_DTYPE_F32:
+        gemm_f32(d, reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), reinterpret_cast<float*>(c));
+        break;
+      case TC_DTYPE_F16:
+      case TC_DTYPE_BF16:
+        gemm_half(d, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b),
+                  reinterpret_cast<uint16_t*>(c));
+        break;
+      case TC_DTYPE_I8:
+        gemm_i8(d, reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int8_t*>(b), reinterpret_cast<int32_t*>(c));
+        break;
+      default:
+        return fail(TC_ERR_UNSUPPORTED_DTYPE, "gemm: dtype %d has no CPU kernel", d.dtype);
+    }
+  }
+  return TC_OK;
+}
+
+}  // namespace cpu
+}  // namespace tc

@@ -1,0 +1,129 @@
+#include "cpu/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tc {
+namespace cpu {
+namespace {
+
+thread_local bool t_in_pool = false;
+
+class Pool {
+ public:
+  explicit Pool(int n) : nthreads_(n) {
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { loop(i); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  int size() const { return nthreads_; }
+
+  // One job at a time: callers from different threads (streams, user
+  // threads) queue up on run_mu_.
+  void run(const std::function<void(int, int)>& fn) {
+    if (nthreads_ == 1 || t_in_pool) {
+      fn(0, 1);
+      return;
+    }
+    std::lock_guard<std::mutex> run_lock(run_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      pending_ = nthreads_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    t_in_pool = true;
+    fn(0, nthreads_);
+    t_in_pool = false;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int index) {
+    t_in_pool = true;
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int, int)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(index, nthreads_);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  const int nthreads_;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+int configured_threads() {
+  if (const char* v = std::getenv("TC_NUM_THREADS")) {
+    int n = std::atoi(v);
+    if (n >= 1 && n <= 1024) return n;
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw ? int(std::min(hw, 1024u)) : 1;
+}
+
+Pool& pool() {
+  // Never destroyed: worker threads must not be joined from static
+  // destructors while other statics they use are gone.
+  static Pool* p = new Pool(configured_threads());
+  return *p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void parallel_run(const std::function<void(int, int)>& fn) { pool().run(fn); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  int nt = num_threads();
+  if (nt == 1 || n <= grain || t_in_pool) {
+    fn(0, n);
+    return;
+  }
+  // Chunks of at least `grain`, about 4 per thread, taken dynamically.
+  int64_t chunk = std::max(grain, (n + nt * 4 - 1) / (nt * 4));
+  std::atomic<int64_t> next{0};
+  pool().run([&](int, int) {
+    for (;;) {
+      int64_t b = next.fetch_add(chunk);
+      if (b >= n) break;
+      fn(b, std::min(n, b + chunk));
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace tc

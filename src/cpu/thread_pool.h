@@ -1,0 +1,24 @@
+// A persistent pool of worker threads for the CPU kernels. parallel_for splits
+// [0, n) into chunks that the workers and the calling thread take in turn.
+// Size: TC_NUM_THREADS, else the number of hardware threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tc {
+namespace cpu {
+
+int num_threads();
+
+// Calls fn(begin, end) over disjoint chunks covering [0, n), each at least
+// `grain` wide except the last. Runs inline when n is small,
+// when there is one thread, or when called from inside a pool worker.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Calls fn(t, nthreads) once on each of `nthreads` participants (the caller is
+// participant 0); for kernels that partition work themselves.
+void parallel_run(const std::function<void(int, int)>& fn);
+
+}  // namespace cpu
+}  // namespace tc

@@ -29,6 +29,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* Training kernels (tensorcore/training.h): norms, RoPE, SwiGLU, softmax,
+ * AdamW, fused norm + GEMV. */
+#define TC_CAPABILITY_TRAINING_KERNELS (1ull << 9)
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -11,6 +11,7 @@
 
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/training.h"
 
 namespace tc {
 
@@ -44,6 +45,131 @@ struct GemmArgs {
   void* c = nullptr;
 };
 
+// ---- Training kernels (tensorcore/training.h) ------------------------------
+// Pointers are the buffers' data; optional outputs are null when not wanted.
+// `dtype` is the element type of the activations and weights; statistics and
+// weight gradients are f32.
+
+struct RmsNormForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  void* y = nullptr;
+  float* rstd = nullptr;  // optional
+};
+
+struct RmsNormBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* dy = nullptr;
+  const float* rstd = nullptr;
+  void* dx = nullptr;
+  float* dgamma = nullptr;  // optional
+};
+
+struct LayerNormForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;  // optional
+  void* y = nullptr;
+  float* mean = nullptr;  // optional
+  float* rstd = nullptr;  // optional
+};
+
+struct LayerNormBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* dy = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  void* dx = nullptr;
+  float* dgamma = nullptr;  // optional
+  float* dbeta = nullptr;   // optional
+};
+
+struct RopeArgs {
+  OpInfo info;
+  tc_rope_desc d;
+  bool inverse = false;  // backward: rotate by -theta
+  void* x = nullptr;
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+};
+
+struct SwigluForwardArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* out = nullptr;
+};
+
+struct SwigluBackwardArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* dout = nullptr;
+  void* dgate = nullptr;
+  void* dup = nullptr;
+};
+
+struct SoftmaxForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  void* y = nullptr;
+};
+
+struct SoftmaxBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* y = nullptr;
+  const void* dy = nullptr;
+  void* dx = nullptr;
+};
+
+struct AdamwArgs {
+  OpInfo info;
+  tc_adamw_desc d;
+  float* params = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grads = nullptr;
+};
+
+struct FusedNormGemvArgs {
+  OpInfo info;
+  int64_t M = 0, N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  bool layernorm = false;  // else RMSNorm
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;  // LayerNorm only; optional
+  const void* w = nullptr;
+  void* y = nullptr;
+};
+
+// ---- end of training kernels ------------------------------------------------
+
 // The backend side of a stream: an ordered queue of work.
 class Queue {
  public:
@@ -71,6 +197,20 @@ class Backend {
 
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
+
+  // ---- Training kernels
+  virtual tc_status rmsnorm_forward(const RmsNormForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status rmsnorm_backward(const RmsNormBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status layernorm_forward(const LayerNormForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status layernorm_backward(const LayerNormBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status rope(const RopeArgs& args, Queue* queue) = 0;  // forward and backward
+  virtual tc_status swiglu_forward(const SwigluForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status swiglu_backward(const SwigluBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status softmax_forward(const SoftmaxForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status softmax_backward(const SoftmaxBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status adamw_step(const AdamwArgs& args, Queue* queue) = 0;
+  virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue* queue) = 0;  // RMSNorm and LayerNorm
+  // ---- end of training kernels
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

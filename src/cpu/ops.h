@@ -9,5 +9,24 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// ---- Training kernels
+// norms.cpp
+tc_status rmsnorm_forward(const RmsNormForwardArgs& args);
+tc_status rmsnorm_backward(const RmsNormBackwardArgs& args);
+tc_status layernorm_forward(const LayerNormForwardArgs& args);
+tc_status layernorm_backward(const LayerNormBackwardArgs& args);
+// rope.cpp
+tc_status rope(const RopeArgs& args);
+// activations.cpp
+tc_status swiglu_forward(const SwigluForwardArgs& args);
+tc_status swiglu_backward(const SwigluBackwardArgs& args);
+tc_status softmax_forward(const SoftmaxForwardArgs& args);
+tc_status softmax_backward(const SoftmaxBackwardArgs& args);
+// adamw.cpp
+tc_status adamw_step(const AdamwArgs& args);
+// fused_gemv.cpp
+tc_status fused_norm_gemv(const FusedNormGemvArgs& args);
+// ---- end of training kernels
+
 }  // namespace cpu
 }  // namespace tc

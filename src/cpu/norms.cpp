@@ -1,0 +1,260 @@
+// RMSNorm and LayerNorm, forward and backward, over the last dimension D of
+// N rows, on the CPU.
+//
+// RMSNorm forward:
+//   rstd = 1 / sqrt(mean_j x_j^2 + eps),   y_j = x_j * rstd * g_j
+// RMSNorm backward (r = rstd, from the forward pass):
+//   dy/dx: y_j = x_j r g_j with dr/dx_i = -r^3 x_i / D, so
+//   dx_i = r * (g_i dy_i - x_i * r^2 / D * sum_j dy_j g_j x_j)
+//   dg_j = sum over rows of dy_j x_j r
+// LayerNorm forward (biased variance, two passes over the cached row so a
+// large mean cannot cancel the variance):
+//   mu = mean_j x_j,  rstd = 1 / sqrt(mean_j (x_j - mu)^2 + eps)
+//   xhat_j = (x_j - mu) * rstd,  y_j = xhat_j g_j + b_j
+// LayerNorm backward, with dxhat_j = dy_j g_j:
+//   dx_i = rstd * (dxhat_i - mean_j dxhat_j - xhat_i * mean_j dxhat_j xhat_j)
+//   dg_j = sum over rows of dy_j xhat_j,  db_j = sum over rows of dy_j
+//
+// Memory: each row is read from memory once and re-read from cache (a row of
+// D = 4096 f32 is 16 KiB), so the forward passes cost one read of X and one
+// write of Y, the backward passes one read of X and dY and one write of dX.
+// Rows are spread over the thread pool. The weight gradients are summed per
+// thread over a fixed block of rows, then the partial sums are added in
+// thread order, so the result does not depend on scheduling.
+#ifndef TC_SIMD_PASS
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/backend.h"
+#include "cpu/ops.h"
+#include "cpu/simd.h"
+#include "cpu/thread_pool.h"
+
+#define TC_SIMD_SELF "cpu/norms.cpp"
+#include "cpu/simd_foreach.h"
+
+namespace tc {
+namespace cpu {
+namespace {
+
+// Rows per parallel chunk: enough work (~32K elements) to pay for a hand-off.
+int64_t row_grain(int64_t D) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(D, 1)); }
+
+// Runs rows(r0, r1, acc) over [0, N) in fixed per-thread blocks, each with its
+// own zeroed f32 accumulator of `acc_len` floats, then adds the accumulators
+// in thread order into out[0..acc_len) (when acc_len > 0).
+template <class Rows>
+void rows_with_partials(int64_t N, int64_t D, int64_t acc_len, float* out, const Rows& rows) {
+  if (N * D < 32768 || num_threads() == 1) {  // small: one thread, sums straight into out
+    std::fill(out, out + acc_len, 0.0f);
+    rows(0, N, acc_len ? out : nullptr);
+    return;
+  }
+  if (acc_len == 0) {
+    parallel_for(N, row_grain(D), [&](int64_t r0, int64_t r1) { rows(r0, r1, nullptr); });
+    return;
+  }
+  std::vector<float> partial(size_t(num_threads()) * size_t(acc_len), 0.0f);
+  std::atomic<int> used{1};
+  parallel_run([&](int t, int nthreads) {
+    used.store(nthreads, std::memory_order_relaxed);
+    const int64_t r0 = N * t / nthreads, r1 = N * (t + 1) / nthreads;
+    if (r0 < r1) rows(r0, r1, partial.data() + size_t(t) * size_t(acc_len));
+  });
+  const int n = used.load();
+  for (int64_t j = 0; j < acc_len; ++j) {
+    float s = 0.0f;
+    for (int t = 0; t < n; ++t) s += partial[size_t(t) * size_t(acc_len) + size_t(j)];
+    out[j] = s;
+  }
+}
+
+}  // namespace
+
+tc_status rmsnorm_forward(const RmsNormForwardArgs& a) {
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto rows = TC_SIMD_PICK(rms_forward_rows<T>);
+    parallel_for(a.N, row_grain(a.D), [&](int64_t r0, int64_t r1) { rows(a, r0, r1); });
+  });
+  return TC_OK;
+}
+
+tc_status rmsnorm_backward(const RmsNormBackwardArgs& a) {
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto rows = TC_SIMD_PICK(rms_backward_rows<T>);
+    rows_with_partials(a.N, a.D, a.dgamma ? a.D : 0, a.dgamma,
+                       [&](int64_t r0, int64_t r1, float* acc) { rows(a, r0, r1, acc); });
+  });
+  return TC_OK;
+}
+
+tc_status layernorm_forward(const LayerNormForwardArgs& a) {
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto rows = TC_SIMD_PICK(ln_forward_rows<T>);
+    parallel_for(a.N, row_grain(a.D), [&](int64_t r0, int64_t r1) { rows(a, r0, r1); });
+  });
+  return TC_OK;
+}
+
+tc_status layernorm_backward(const LayerNormBackwardArgs& a) {
+  // Accumulator layout: dgamma in [0, D), dbeta in [D, 2D); both are computed
+  // whenever either is wanted (the second costs one add per element).
+  const bool want = a.dgamma || a.dbeta;
+  std::vector<float> sums(want ? size_t(2 * a.D) : 0);
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto rows = TC_SIMD_PICK(ln_backward_rows<T>);
+    rows_with_partials(a.N, a.D, want ? 2 * a.D : 0, sums.data(),
+                       [&](int64_t r0, int64_t r1, float* acc) { rows(a, r0, r1, acc); });
+  });
+  if (a.dgamma) std::copy(sums.begin(), sums.begin() + a.D, a.dgamma);
+  if (a.dbeta) std::copy(sums.begin() + a.D, sums.end(), a.dbeta);
+  return TC_OK;
+}
+
+}  // namespace cpu
+}  // namespace tc
+
+#else  // TC_SIMD_PASS: the kernels, compiled once per instruction set (V).
+
+template <class T>
+void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
+  const int64_t D = a.D;
+  const T* gamma = static_cast<const T*>(a.gamma);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* x = static_cast<const T*>(a.x) + r * D;
+    T* y = static_cast<T*>(a.y) + r * D;
+    V acc = V::zero();
+    auto square = [&](int64_t k, int n) {
+      V xv = V::ld(x + k, n);
+      acc = V::fma(xv, xv, acc);
+    };
+    int64_t k = 0;
+    for (; k + V::W <= D; k += V::W) square(k, V::W);
+    if (k < D) square(k, int(D - k));
+    const float rs = float(1.0 / std::sqrt(double(V::sum(acc)) / double(D) + double(a.eps)));
+    const V vrs = V::set1(rs);
+    auto scale = [&](int64_t k, int n) { V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n); };
+    for (k = 0; k + V::W <= D; k += V::W) scale(k, V::W);
+    if (k < D) scale(k, int(D - k));
+    if (a.rstd) a.rstd[r] = rs;
+  }
+}
+
+// acc: D floats of dgamma partial sums, or null.
+template <class T>
+void rms_backward_rows(const RmsNormBackwardArgs& a, int64_t r0, int64_t r1, float* acc) {
+  const int64_t D = a.D;
+  const T* gamma = static_cast<const T*>(a.gamma);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* x = static_cast<const T*>(a.x) + r * D;
+    const T* dy = static_cast<const T*>(a.dy) + r * D;
+    T* dx = static_cast<T*>(a.dx) + r * D;
+    const float rs = a.rstd[r];
+    const V vrs = V::set1(rs);
+    // Pass 1: sum_j dy_j g_j x_j, and the dgamma partials (before dx may
+    // overwrite x or dy).
+    V dot = V::zero();
+    auto reduce = [&](int64_t k, int n) {
+      V xv = V::ld(x + k, n), dyv = V::ld(dy + k, n);
+      V dyx = dyv * xv;
+      dot = V::fma(dyx, V::ld(gamma + k, n), dot);
+      if (acc) V::st(acc + k, V::fma(dyx, vrs, V::ld(acc + k, n)), n);
+    };
+    int64_t k = 0;
+    for (; k + V::W <= D; k += V::W) reduce(k, V::W);
+    if (k < D) reduce(k, int(D - k));
+    const V c = V::set1(float(double(rs) * rs * V::sum(dot) / double(D)));
+    // Pass 2: dx = r * (g dy - x c).
+    auto grad = [&](int64_t k, int n) {
+      V xv = V::ld(x + k, n), dyv = V::ld(dy + k, n);
+      V gdy = V::ld(gamma + k, n) * dyv;
+      V::st(dx + k, (gdy - xv * c) * vrs, n);
+    };
+    for (k = 0; k + V::W <= D; k += V::W) grad(k, V::W);
+    if (k < D) grad(k, int(D - k));
+  }
+}
+
+template <class T>
+void ln_forward_rows(const LayerNormForwardArgs& a, int64_t r0, int64_t r1) {
+  const int64_t D = a.D;
+  const T* gamma = static_cast<const T*>(a.gamma);
+  const T* beta = static_cast<const T*>(a.beta);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* x = static_cast<const T*>(a.x) + r * D;
+    T* y = static_cast<T*>(a.y) + r * D;
+    V s = V::zero();
+    auto sum = [&](int64_t k, int n) { s = s + V::ld(x + k, n); };
+    int64_t k = 0;
+    for (; k + V::W <= D; k += V::W) sum(k, V::W);
+    if (k < D) sum(k, int(D - k));
+    const float mu = float(double(V::sum(s)) / double(D));
+    const V vmu = V::set1(mu);
+    V var = V::zero();
+    auto dev = [&](int64_t k, int n) {
+      V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);
+      var = V::fma(d, d, var);
+    };
+    for (k = 0; k + V::W <= D; k += V::W) dev(k, V::W);
+    if (k < D) dev(k, int(D - k));
+    const float rs = float(1.0 / std::sqrt(double(V::sum(var)) / double(D) + double(a.eps)));
+    const V vrs = V::set1(rs);
+    auto norm = [&](int64_t k, int n) {
+      V xhat = (V::ld(x + k, n) - vmu) * vrs;
+      V yv = beta ? V::fma(xhat, V::ld(gamma + k, n), V::ld(beta + k, n)) : xhat * V::ld(gamma + k, n);
+      V::st(y + k, yv, n);
+    };
+    for (k = 0; k + V::W <= D; k += V::W) norm(k, V::W);
+    if (k < D) norm(k, int(D - k));
+    if (a.mean) a.mean[r] = mu;
+    if (a.rstd) a.rstd[r] = rs;
+  }
+}
+
+// acc: 2D floats (dgamma partials, then dbeta partials), or null.
+template <class T>
+void ln_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, float* acc) {
+  const int64_t D = a.D;
+  const T* gamma = static_cast<const T*>(a.gamma);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* x = static_cast<const T*>(a.x) + r * D;
+    const T* dy = static_cast<const T*>(a.dy) + r * D;
+    T* dx = static_cast<T*>(a.dx) + r * D;
+    const V vmu = V::set1(a.mean[r]), vrs = V::set1(a.rstd[r]);
+    // Pass 1: sum_j dxhat_j, sum_j dxhat_j xhat_j, and the weight-gradient
+    // partials. Padded tail lanes load as 0, so they add nothing.
+    V s1 = V::zero(), s2 = V::zero();
+    auto reduce = [&](int64_t k, int n) {
+      V dyv = V::ld(dy + k, n);
+      V xhat = (V::ld(x + k, n) - vmu) * vrs;
+      V dxhat = dyv * V::ld(gamma + k, n);
+      s1 = s1 + dxhat;
+      s2 = V::fma(dxhat, xhat, s2);
+      if (acc) {
+        V::st(acc + k, V::fma(dyv, xhat, V::ld(acc + k, n)), n);
+        V::st(acc + D + k, V::ld(acc + D + k, n) + dyv, n);
+      }
+    };
+    int64_t k = 0;
+    for (; k + V::W <= D; k += V::W) reduce(k, V::W);
+    if (k < D) reduce(k, int(D - k));
+    const V m1 = V::set1(float(V::sum(s1) / double(D))), m2 = V::set1(float(V::sum(s2) / double(D)));
+    // Pass 2: dx = rstd * (dxhat - m1 - xhat m2).
+    auto grad = [&](int64_t k, int n) {
+      V xhat = (V::ld(x + k, n) - vmu) * vrs;
+      V dxhat = V::ld(dy + k, n) * V::ld(gamma + k, n);
+      V::st(dx + k, (dxhat - m1 - xhat * m2) * vrs, n);
+    };
+    for (k = 0; k + V::W <= D; k += V::W) grad(k, V::W);
+    if (k < D) grad(k, int(D - k));
+  }
+}
+
+#endif  // TC_SIMD_PASS

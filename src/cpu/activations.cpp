@@ -84,43 +84,42 @@ tc_status softmax_backward(const SoftmaxBackwardArgs& a) {
 
 #else  // TC_SIMD_PASS: the kernels, compiled once per instruction set (V).
 
-inline V sigmoid(V g) { return V::set1(1.0f) / (V::set1(1.0f) + V::exp(V::zero() - g)); }
+// 1 / (1 + exp(-g)), with exp's argument capped at 87 so the denominator
+// stays finite for the reciprocal (sigmoid(g < -87) < 2e-38 comes out as that
+// bound, an absolute error below 2e-38).
+inline V sigmoid(V g) {
+  return V::rcp(V::set1(1.0f) + V::exp(V::min(V::set1(87.0f), V::zero() - g)));
+}
 
 template <class T>
 void swiglu_forward_range(const SwigluForwardArgs& a, int64_t i0, int64_t i1) {
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* up = static_cast<const T*>(a.up);
-  T* out = static_cast<T*>(a.out);
-  auto f = [&](int64_t i, int n) {
+  const T* gate = static_cast<const T*>(a.gate) + i0;
+  const T* up = static_cast<const T*>(a.up) + i0;
+  T* out = static_cast<T*>(a.out) + i0;
+  V::sweep(i1 - i0, [&](int64_t i, int n) {
     V g = V::ld(gate + i, n), u = V::ld(up + i, n);
     V::st(out + i, g * sigmoid(g) * u, n);
-  };
-  int64_t i = i0;
-  for (; i + V::W <= i1; i += V::W) f(i, V::W);
-  if (i < i1) f(i, int(i1 - i));
+  });
 }
 
 template <class T>
 void swiglu_backward_range(const SwigluBackwardArgs& a, int64_t i0, int64_t i1) {
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* up = static_cast<const T*>(a.up);
-  const T* dout = static_cast<const T*>(a.dout);
-  T* dgate = static_cast<T*>(a.dgate);
-  T* dup = static_cast<T*>(a.dup);
+  const T* gate = static_cast<const T*>(a.gate) + i0;
+  const T* up = static_cast<const T*>(a.up) + i0;
+  const T* dout = static_cast<const T*>(a.dout) + i0;
+  T* dgate = static_cast<T*>(a.dgate) + i0;
+  T* dup = static_cast<T*>(a.dup) + i0;
   const V one = V::set1(1.0f);
   // Everything is loaded before anything is stored, so an output may be the
   // same memory as an input.
-  auto f = [&](int64_t i, int n) {
+  V::sweep(i1 - i0, [&](int64_t i, int n) {
     V g = V::ld(gate + i, n), u = V::ld(up + i, n), d = V::ld(dout + i, n);
     V s = sigmoid(g);
     V silu = g * s;
     V dsilu = s * V::fma(g, one - s, one);
     V::st(dgate + i, d * u * dsilu, n);
     V::st(dup + i, d * silu, n);
-  };
-  int64_t i = i0;
-  for (; i + V::W <= i1; i += V::W) f(i, V::W);
-  if (i < i1) f(i, int(i1 - i));
+  });
 }
 
 // scratch: D floats.
@@ -131,24 +130,17 @@ void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, f
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
-    V mx = V::set1(ninf);
-    auto pmax = [&](int64_t k, int n) { mx = V::max(mx, V::tail(V::ld(x + k, n), n, ninf)); };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) pmax(k, V::W);
-    if (k < D) pmax(k, int(D - k));
-    const V m = V::set1(V::hmax(mx));
-    V sum = V::zero();
-    auto pexp = [&](int64_t k, int n) {
+    V mx[4] = {V::set1(ninf), V::set1(ninf), V::set1(ninf), V::set1(ninf)};
+    V::sweep4(D, [&](int u, int64_t k, int n) { mx[u] = V::max(mx[u], V::tail(V::ld(x + k, n), n, ninf)); });
+    const V m = V::set1(V::hmax(V::max(V::max(mx[0], mx[1]), V::max(mx[2], mx[3]))));
+    V sum[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) {
       V e = V::tail(V::exp(V::ld(x + k, n) - m), n, 0.0f);
-      sum = sum + e;
+      sum[u] = sum[u] + e;
       V::st(scratch + k, e, n);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) pexp(k, V::W);
-    if (k < D) pexp(k, int(D - k));
-    const V inv = V::set1(1.0f / V::sum(sum));
-    auto pscale = [&](int64_t k, int n) { V::st(y + k, V::ld(scratch + k, n) * inv, n); };
-    for (k = 0; k + V::W <= D; k += V::W) pscale(k, V::W);
-    if (k < D) pscale(k, int(D - k));
+    });
+    const V inv = V::set1(1.0f / V::sum((sum[0] + sum[1]) + (sum[2] + sum[3])));
+    V::sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(scratch + k, n) * inv, n); });
   }
 }
 
@@ -159,18 +151,10 @@ void softmax_backward_rows(const SoftmaxBackwardArgs& a, int64_t r0, int64_t r1)
     const T* y = static_cast<const T*>(a.y) + r * D;
     const T* dy = static_cast<const T*>(a.dy) + r * D;
     T* dx = static_cast<T*>(a.dx) + r * D;
-    V dot = V::zero();
-    auto pdot = [&](int64_t k, int n) { dot = V::fma(V::ld(y + k, n), V::ld(dy + k, n), dot); };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) pdot(k, V::W);
-    if (k < D) pdot(k, int(D - k));
-    const V s = V::set1(V::sum(dot));
-    auto pgrad = [&](int64_t k, int n) {
-      V yv = V::ld(y + k, n);
-      V::st(dx + k, yv * (V::ld(dy + k, n) - s), n);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) pgrad(k, V::W);
-    if (k < D) pgrad(k, int(D - k));
+    V dot[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) { dot[u] = V::fma(V::ld(y + k, n), V::ld(dy + k, n), dot[u]); });
+    const V s = V::set1(V::sum((dot[0] + dot[1]) + (dot[2] + dot[3])));
+    V::sweep(D, [&](int64_t k, int n) { V::st(dx + k, V::ld(y + k, n) * (V::ld(dy + k, n) - s), n); });
   }
 }
 

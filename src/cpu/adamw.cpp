@@ -45,7 +45,8 @@ void adamw_range(const AdamwArgs& a, int64_t i0, int64_t i1) {
   const V inv_bc1 = V::set1(float(1.0 / d.bias_correction1));
   const V inv_bc2 = V::set1(float(1.0 / d.bias_correction2));
   const V eps = V::set1(float(d.eps)), wd = V::set1(float(d.weight_decay)), lr = V::set1(float(d.lr));
-  auto step = [&](int64_t i, int n) {
+  V::sweep(i1 - i0, [&](int64_t j, int n) {
+    const int64_t i = i0 + j;
     V g = V::ld(grads + i, n);
     V p = V::ld(a.params + i, n);
     V m = V::fma(b1, V::ld(a.m + i, n), c1 * g);
@@ -54,10 +55,7 @@ void adamw_range(const AdamwArgs& a, int64_t i0, int64_t i1) {
     V::st(a.m + i, m, n);
     V::st(a.v + i, v, n);
     V::st(a.params + i, p - lr * update, n);
-  };
-  int64_t i = i0;
-  for (; i + V::W <= i1; i += V::W) step(i, V::W);
-  if (i < i1) step(i, int(i1 - i));
+  });
 }
 
 #endif  // TC_SIMD_PASS

@@ -66,23 +66,18 @@ void row_stats(const FusedNormGemvArgs& a, int64_t m0, int64_t m1, float* mean, 
     const T* x = static_cast<const T*>(a.x) + m * K;
     float mu = 0.0f;
     if (LN) {
-      V s = V::zero();
-      int64_t k = 0;
-      for (; k + V::W <= K; k += V::W) s = s + V::load(x + k);
-      if (k < K) s = s + V::load(x + k, int(K - k));
-      mu = float(double(V::sum(s)) / double(K));
+      V s[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+      V::sweep4(K, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
+      mu = float(double(V::sum((s[0] + s[1]) + (s[2] + s[3]))) / double(K));
     }
     const V vmu = V::set1(mu);
-    V ss = V::zero();
-    auto sq = [&](int64_t k, int n) {
+    V ss[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(K, [&](int u, int64_t k, int n) {
       V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);
-      ss = V::fma(d, d, ss);
-    };
-    int64_t k = 0;
-    for (; k + V::W <= K; k += V::W) sq(k, V::W);
-    if (k < K) sq(k, int(K - k));
+      ss[u] = V::fma(d, d, ss[u]);
+    });
     mean[m] = mu;
-    rstd[m] = float(1.0 / std::sqrt(double(V::sum(ss)) / double(K) + double(a.eps)));
+    rstd[m] = float(1.0 / std::sqrt(double(V::sum((ss[0] + ss[1]) + (ss[2] + ss[3]))) / double(K) + double(a.eps)));
   }
 }
 
@@ -102,7 +97,7 @@ void tile(const FusedNormGemvArgs& a, const float* mean, const float* rstd, int6
     bacc[i] = V::zero();
     for (int j = 0; j < MB; ++j) acc[i][j] = V::zero();
   }
-  auto body = [&](int64_t k, int cnt) {
+  V::sweep(K, [&](int64_t k, int cnt) {
     const V g = V::ld(gamma + k, cnt);
     V gw[NB];
 #pragma GCC unroll 4
@@ -118,10 +113,7 @@ void tile(const FusedNormGemvArgs& a, const float* mean, const float* rstd, int6
 #pragma GCC unroll 4
       for (int i = 0; i < NB; ++i) acc[i][j] = V::fma(xv, gw[i], acc[i][j]);
     }
-  };
-  int64_t k = 0;
-  for (; k + V::W <= K; k += V::W) body(k, V::W);
-  if (k < K) body(k, int(K - k));
+  });
   T* y = static_cast<T*>(a.y);
   for (int i = 0; i < NB; ++i) {
     if (LN && with_beta) bsum[i] = V::sum(bacc[i]);

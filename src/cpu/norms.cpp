@@ -123,6 +123,8 @@ tc_status layernorm_backward(const LayerNormBackwardArgs& a) {
 
 #else  // TC_SIMD_PASS: the kernels, compiled once per instruction set (V).
 
+inline V sum4(const V* acc) { return (acc[0] + acc[1]) + (acc[2] + acc[3]); }
+
 template <class T>
 void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
   const int64_t D = a.D;
@@ -130,19 +132,14 @@ void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
-    V acc = V::zero();
-    auto square = [&](int64_t k, int n) {
+    V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) {
       V xv = V::ld(x + k, n);
-      acc = V::fma(xv, xv, acc);
-    };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) square(k, V::W);
-    if (k < D) square(k, int(D - k));
-    const float rs = float(1.0 / std::sqrt(double(V::sum(acc)) / double(D) + double(a.eps)));
+      acc[u] = V::fma(xv, xv, acc[u]);
+    });
+    const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(acc))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
-    auto scale = [&](int64_t k, int n) { V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n); };
-    for (k = 0; k + V::W <= D; k += V::W) scale(k, V::W);
-    if (k < D) scale(k, int(D - k));
+    V::sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n); });
     if (a.rstd) a.rstd[r] = rs;
   }
 }
@@ -160,25 +157,18 @@ void rms_backward_rows(const RmsNormBackwardArgs& a, int64_t r0, int64_t r1, flo
     const V vrs = V::set1(rs);
     // Pass 1: sum_j dy_j g_j x_j, and the dgamma partials (before dx may
     // overwrite x or dy).
-    V dot = V::zero();
-    auto reduce = [&](int64_t k, int n) {
-      V xv = V::ld(x + k, n), dyv = V::ld(dy + k, n);
-      V dyx = dyv * xv;
-      dot = V::fma(dyx, V::ld(gamma + k, n), dot);
+    V dot[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) {
+      V dyx = V::ld(dy + k, n) * V::ld(x + k, n);
+      dot[u] = V::fma(dyx, V::ld(gamma + k, n), dot[u]);
       if (acc) V::st(acc + k, V::fma(dyx, vrs, V::ld(acc + k, n)), n);
-    };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) reduce(k, V::W);
-    if (k < D) reduce(k, int(D - k));
-    const V c = V::set1(float(double(rs) * rs * V::sum(dot) / double(D)));
+    });
+    const V c = V::set1(float(double(rs) * rs * V::sum(sum4(dot)) / double(D)));
     // Pass 2: dx = r * (g dy - x c).
-    auto grad = [&](int64_t k, int n) {
-      V xv = V::ld(x + k, n), dyv = V::ld(dy + k, n);
-      V gdy = V::ld(gamma + k, n) * dyv;
-      V::st(dx + k, (gdy - xv * c) * vrs, n);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) grad(k, V::W);
-    if (k < D) grad(k, int(D - k));
+    V::sweep(D, [&](int64_t k, int n) {
+      V gdy = V::ld(gamma + k, n) * V::ld(dy + k, n);
+      V::st(dx + k, (gdy - V::ld(x + k, n) * c) * vrs, n);
+    });
   }
 }
 
@@ -190,29 +180,22 @@ void ln_forward_rows(const LayerNormForwardArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
-    V s = V::zero();
-    auto sum = [&](int64_t k, int n) { s = s + V::ld(x + k, n); };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) sum(k, V::W);
-    if (k < D) sum(k, int(D - k));
-    const float mu = float(double(V::sum(s)) / double(D));
+    V s[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
+    const float mu = float(double(V::sum(sum4(s))) / double(D));
     const V vmu = V::set1(mu);
-    V var = V::zero();
-    auto dev = [&](int64_t k, int n) {
-      V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);
-      var = V::fma(d, d, var);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) dev(k, V::W);
-    if (k < D) dev(k, int(D - k));
-    const float rs = float(1.0 / std::sqrt(double(V::sum(var)) / double(D) + double(a.eps)));
+    V var[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) {
+      V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);  // padded lanes add nothing
+      var[u] = V::fma(d, d, var[u]);
+    });
+    const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(var))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
-    auto norm = [&](int64_t k, int n) {
+    V::sweep(D, [&](int64_t k, int n) {
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V yv = beta ? V::fma(xhat, V::ld(gamma + k, n), V::ld(beta + k, n)) : xhat * V::ld(gamma + k, n);
       V::st(y + k, yv, n);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) norm(k, V::W);
-    if (k < D) norm(k, int(D - k));
+    });
     if (a.mean) a.mean[r] = mu;
     if (a.rstd) a.rstd[r] = rs;
   }
@@ -229,31 +212,28 @@ void ln_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, fl
     T* dx = static_cast<T*>(a.dx) + r * D;
     const V vmu = V::set1(a.mean[r]), vrs = V::set1(a.rstd[r]);
     // Pass 1: sum_j dxhat_j, sum_j dxhat_j xhat_j, and the weight-gradient
-    // partials. Padded tail lanes load as 0, so they add nothing.
-    V s1 = V::zero(), s2 = V::zero();
-    auto reduce = [&](int64_t k, int n) {
+    // partials. Padded tail lanes load dy = 0, so they add nothing.
+    V s1[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V s2[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    V::sweep4(D, [&](int u, int64_t k, int n) {
       V dyv = V::ld(dy + k, n);
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V dxhat = dyv * V::ld(gamma + k, n);
-      s1 = s1 + dxhat;
-      s2 = V::fma(dxhat, xhat, s2);
+      s1[u] = s1[u] + dxhat;
+      s2[u] = V::fma(dxhat, xhat, s2[u]);
       if (acc) {
         V::st(acc + k, V::fma(dyv, xhat, V::ld(acc + k, n)), n);
         V::st(acc + D + k, V::ld(acc + D + k, n) + dyv, n);
       }
-    };
-    int64_t k = 0;
-    for (; k + V::W <= D; k += V::W) reduce(k, V::W);
-    if (k < D) reduce(k, int(D - k));
-    const V m1 = V::set1(float(V::sum(s1) / double(D))), m2 = V::set1(float(V::sum(s2) / double(D)));
+    });
+    const V m1 = V::set1(float(V::sum(sum4(s1)) / double(D)));
+    const V m2 = V::set1(float(V::sum(sum4(s2)) / double(D)));
     // Pass 2: dx = rstd * (dxhat - m1 - xhat m2).
-    auto grad = [&](int64_t k, int n) {
+    V::sweep(D, [&](int64_t k, int n) {
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V dxhat = V::ld(dy + k, n) * V::ld(gamma + k, n);
       V::st(dx + k, (dxhat - m1 - xhat * m2) * vrs, n);
-    };
-    for (k = 0; k + V::W <= D; k += V::W) grad(k, V::W);
-    if (k < D) grad(k, int(D - k));
+    });
   }
 }
 

@@ -59,7 +59,7 @@ void rope_half(const RopeArgs& a, int64_t r0, int64_t r1) {
     T* x = static_cast<T*>(a.x) + r * D;
     const float* c = a.cos_t + (r % S) * H;
     const float* s = a.sin_t + (r % S) * H;
-    auto rotate = [&](int64_t k, int n) {
+    V::sweep(H, [&](int64_t k, int n) {
       V x1 = V::ld(x + k, n), x2 = V::ld(x + H + k, n);
       V cv = V::ld(c + k, n), sv = V::ld(s + k, n);
       if (Inverse) {
@@ -69,10 +69,7 @@ void rope_half(const RopeArgs& a, int64_t r0, int64_t r1) {
         V::st(x + k, x1 * cv - x2 * sv, n);
         V::st(x + H + k, V::fma(x1, sv, x2 * cv), n);
       }
-    };
-    int64_t k = 0;
-    for (; k + V::W <= H; k += V::W) rotate(k, V::W);
-    if (k < H) rotate(k, int(H - k));
+    });
   }
 }
 
@@ -85,21 +82,18 @@ void rope_interleaved(const RopeArgs& a, int64_t r0, int64_t r1) {
     T* x = static_cast<T*>(a.x) + r * D;
     const float* c = a.cos_t + (r % S) * H;
     const float* s = a.sin_t + (r % S) * H;
-    int64_t k = 0;  // element index; pair k/2
     if constexpr (VV::W > 1) {
-      // n is even: D is even and k advances by whole vectors.
-      auto rotate = [&](int64_t k, int n) {
+      // k is an element index (pair k / 2); n is even as D is.
+      VV::sweep(D, [&](int64_t k, int n) {
         VV xv = VV::ld(x + k, n);
         VV cv = n == VV::W ? VV::load_dup(c + k / 2) : VV::load_dup(c + k / 2, n / 2);
         VV sv = n == VV::W ? VV::load_dup(s + k / 2) : VV::load_dup(s + k / 2, n / 2);
         VV cross = VV::swap_pairs(xv) * sv;
         VV::st(x + k, Inverse ? VV::fmsubadd(xv, cv, cross) : VV::fmaddsub(xv, cv, cross), n);
-      };
-      for (; k + VV::W <= D; k += VV::W) rotate(k, VV::W);
-      if (k < D) rotate(k, int(D - k));
+      });
       continue;
     }
-    for (; k < D; k += 2) {  // one-lane type
+    for (int64_t k = 0; k < D; k += 2) {  // one-lane type
       const float x1 = simd::to_f32(x[k]), x2 = simd::to_f32(x[k + 1]);
       const float cv = c[k / 2], sv = Inverse ? -s[k / 2] : s[k / 2];
       simd::from_f32(x1 * cv - x2 * sv, x + k);

@@ -88,9 +88,9 @@ inline F pick(F avx512, F avx2, F portable) {
   }
 }
 
-// exp(x) for the vector paths: Cephes' expf. x is clamped to the range whose
-// result is a normal float; below it the result is 0 (exp(-inf) = 0 exactly,
-// which softmax relies on), above it +inf; NaN stays NaN. About 1 ulp.
+// exp(x) for the vector paths: Cephes' expf, about 1 ulp. Below the range of
+// normal float results it gives 0 (exp(-inf) = 0 exactly, which softmax
+// relies on), above it +inf; NaN stays NaN.
 namespace expc {
 constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;
 constexpr float kLog2e = 1.44269504088896341f, kC1 = 0.693359375f, kC2 = -2.12194440e-4f;
@@ -123,11 +123,38 @@ struct VecScalar {
 
   // a * b + c (two roundings: std::fma is a slow library call without FMA hardware).
   static VecScalar fma(VecScalar a, VecScalar b, VecScalar c) { return {a.v * b.v + c.v}; }
+  // max / min return b when either is NaN, as the x86 instructions do.
   static VecScalar max(VecScalar a, VecScalar b) { return {a.v > b.v ? a.v : b.v}; }
+  static VecScalar min(VecScalar a, VecScalar b) { return {a.v < b.v ? a.v : b.v}; }
   static VecScalar sqrt(VecScalar a) { return {std::sqrt(a.v)}; }
   static VecScalar exp(VecScalar a) { return {std::exp(a.v)}; }
+  static VecScalar rcp(VecScalar a) { return {1.0f / a.v}; }
   static float sum(VecScalar a) { return a.v; }
   static float hmax(VecScalar a) { return a.v; }
+
+  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
+  // tail (the count lets f use ld/st, which fold to full loads in the loop).
+  template <class F>
+  static void sweep(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + W <= n; k += W) f(k, W);
+    if (k < n) f(k, int(n - k));
+  }
+  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
+  // four independent accumulators, so consecutive vectors do not wait on one
+  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
+  template <class F>
+  static void sweep4(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + 4 * W <= n; k += 4 * W) {
+      f(0, k, W);
+      f(1, k + W, W);
+      f(2, k + 2 * W, W);
+      f(3, k + 3 * W, W);
+    }
+    for (; k + W <= n; k += W) f(0, k, W);
+    if (k < n) f(0, k, int(n - k));
+  }
 };
 
 inline VecScalar operator+(VecScalar a, VecScalar b) { return {a.v + b.v}; }
@@ -204,6 +231,7 @@ struct VecAvx2 {
 
   static VecAvx2 fma(VecAvx2 a, VecAvx2 b, VecAvx2 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecAvx2 max(VecAvx2 a, VecAvx2 b) { return {_mm256_max_ps(a.v, b.v)}; }
+  static VecAvx2 min(VecAvx2 a, VecAvx2 b) { return {_mm256_min_ps(a.v, b.v)}; }
   static VecAvx2 sqrt(VecAvx2 a) { return {_mm256_sqrt_ps(a.v)}; }
 
   static float sum(VecAvx2 a) {
@@ -233,6 +261,12 @@ struct VecAvx2 {
   static VecAvx2 fmaddsub(VecAvx2 a, VecAvx2 b, VecAvx2 c) { return {_mm256_fmaddsub_ps(a.v, b.v, c.v)}; }
   static VecAvx2 fmsubadd(VecAvx2 a, VecAvx2 b, VecAvx2 c) { return {_mm256_fmsubadd_ps(a.v, b.v, c.v)}; }
 
+  // 1 / a to about 1 ulp for finite, nonzero a: 12-bit estimate, one Newton step.
+  static VecAvx2 rcp(VecAvx2 a) {
+    __m256 r = _mm256_rcp_ps(a.v);
+    return {_mm256_fmadd_ps(_mm256_fnmadd_ps(a.v, r, _mm256_set1_ps(1.0f)), r, r)};
+  }
+
   static VecAvx2 exp(VecAvx2 a) {
     using namespace expc;
     // max/min return their second operand when either is NaN: NaN survives.
@@ -253,6 +287,30 @@ struct VecAvx2 {
     r = _mm256_blendv_ps(r, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
                          _mm256_cmp_ps(a.v, _mm256_set1_ps(kHi), _CMP_GT_OQ));
     return {r};
+  }
+
+  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
+  // tail (the count lets f use ld/st, which fold to full loads in the loop).
+  template <class F>
+  static void sweep(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + W <= n; k += W) f(k, W);
+    if (k < n) f(k, int(n - k));
+  }
+  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
+  // four independent accumulators, so consecutive vectors do not wait on one
+  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
+  template <class F>
+  static void sweep4(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + 4 * W <= n; k += 4 * W) {
+      f(0, k, W);
+      f(1, k + W, W);
+      f(2, k + 2 * W, W);
+      f(3, k + 3 * W, W);
+    }
+    for (; k + W <= n; k += W) f(0, k, W);
+    if (k < n) f(0, k, int(n - k));
   }
 };
 
@@ -323,6 +381,7 @@ struct VecAvx512 {
 
   static VecAvx512 fma(VecAvx512 a, VecAvx512 b, VecAvx512 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   static VecAvx512 max(VecAvx512 a, VecAvx512 b) { return {_mm512_max_ps(a.v, b.v)}; }
+  static VecAvx512 min(VecAvx512 a, VecAvx512 b) { return {_mm512_min_ps(a.v, b.v)}; }
   static VecAvx512 sqrt(VecAvx512 a) { return {_mm512_sqrt_ps(a.v)}; }
   static float sum(VecAvx512 a) { return _mm512_reduce_add_ps(a.v); }
   static float hmax(VecAvx512 a) { return _mm512_reduce_max_ps(a.v); }
@@ -337,9 +396,12 @@ struct VecAvx512 {
   static VecAvx512 fmaddsub(VecAvx512 a, VecAvx512 b, VecAvx512 c) { return {_mm512_fmaddsub_ps(a.v, b.v, c.v)}; }
   static VecAvx512 fmsubadd(VecAvx512 a, VecAvx512 b, VecAvx512 c) { return {_mm512_fmsubadd_ps(a.v, b.v, c.v)}; }
 
+  // Same polynomial; the scaling by 2^n is VSCALEF, which itself gives 0
+  // below the float range and +inf above it, so only NaN-safe clamping to
+  // [-104, 89] (beyond which the result is 0 or inf anyway) is needed.
   static VecAvx512 exp(VecAvx512 a) {
     using namespace expc;
-    __m512 x = _mm512_min_ps(_mm512_set1_ps(kHi), _mm512_max_ps(_mm512_set1_ps(kLo), a.v));
+    __m512 x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), a.v));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kC1), x);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kC2), x);
@@ -350,12 +412,36 @@ struct VecAvx512 {
     p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(kP4));
     p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(kP5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __m512 r = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a.v, _mm512_set1_ps(kLo), _CMP_LT_OQ), _mm512_setzero_ps());
-    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a.v, _mm512_set1_ps(kHi), _CMP_GT_OQ),
-                           _mm512_set1_ps(std::numeric_limits<float>::infinity()));
-    return {r};
+    return {_mm512_scalef_ps(p, n)};
+  }
+  // 1 / a to about 1 ulp for finite, nonzero a: 14-bit estimate, one Newton step.
+  static VecAvx512 rcp(VecAvx512 a) {
+    __m512 r = _mm512_rcp14_ps(a.v);
+    return {_mm512_fmadd_ps(_mm512_fnmadd_ps(a.v, r, _mm512_set1_ps(1.0f)), r, r)};
+  }
+
+  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
+  // tail (the count lets f use ld/st, which fold to full loads in the loop).
+  template <class F>
+  static void sweep(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + W <= n; k += W) f(k, W);
+    if (k < n) f(k, int(n - k));
+  }
+  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
+  // four independent accumulators, so consecutive vectors do not wait on one
+  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
+  template <class F>
+  static void sweep4(int64_t n, F&& f) {
+    int64_t k = 0;
+    for (; k + 4 * W <= n; k += 4 * W) {
+      f(0, k, W);
+      f(1, k + W, W);
+      f(2, k + 2 * W, W);
+      f(3, k + 3 * W, W);
+    }
+    for (; k + W <= n; k += W) f(0, k, W);
+    if (k < n) f(0, k, int(n - k));
   }
 };
 

@@ -64,6 +64,9 @@ class Backend {
   virtual void* alloc(size_t nbytes) = 0;
   virtual void release(void* ptr) = 0;
   virtual bool host_accessible() const = 0;
+  // Whether caller memory at `ptr` can back a buffer of this device
+  // (tc_buffer_from_ptr); false with a detail recorded otherwise.
+  virtual bool accepts_pointer(const void* ptr, size_t nbytes) const { return true; }
   virtual tc_status copy_in(void* dst, const void* src, size_t nbytes) = 0;
   virtual tc_status copy_out(void* dst, const void* src, size_t nbytes) = 0;
 

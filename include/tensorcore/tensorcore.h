@@ -8,6 +8,7 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/cuda.h"
 #include "tensorcore/tokenizer.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -17,6 +17,7 @@ says which file was loaded. `python -m tensorcore` prints a smoke check.
 
 from ._errors import TensorcoreError, TensorcoreLibraryError, TensorcoreTypeError, TensorcoreValueError
 from ._lib import path as library_path
+from ._args import numpy_dtype
 from ._constants import *  # noqa: F401,F403  TC_ constants and alias tables
 from ._structs import *  # noqa: F401,F403
 from ._objects import Buffer, Context, Stream

@@ -1,9 +1,9 @@
 """ctypes mirrors of the C structs of the foundation areas (context.h, gemm.h).
 
 Field names, types and order are exactly the C ones, so sizes and offsets
-match the compiler's layout (tests/python/test_lifecycle.py compares them with
-a C compiler's offsetof when one is available). `char[]` fields read back as
-str.
+match the compiler's layout; `_c_name_` names the C type, and
+tests/python/test_abi.py compares every exported struct with a C compiler's
+sizeof/offsetof. `char[]` fields read back as str.
 """
 
 import ctypes
@@ -37,6 +37,7 @@ class _Struct(ctypes.Structure):
 
 class TCDeviceInfo(_Struct):
     """struct tc_device_info (no typedef in C)."""
+    _c_name_ = "struct tc_device_info"
     _fields_ = [
         ("name", c_char * 256),
         ("family", c_char * 64),
@@ -62,6 +63,7 @@ _str_fields(TCDeviceInfo, "name", "family", "features")
 
 class TCRuntimeCapabilities(_Struct):
     """struct tc_runtime_capabilities: a versioned record of capability bits."""
+    _c_name_ = "struct tc_runtime_capabilities"
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -77,6 +79,7 @@ class TCRuntimeCapabilities(_Struct):
 
 class TCGemmDesc(_Struct):
     """tc_gemm_desc."""
+    _c_name_ = "struct tc_gemm_desc"
     _fields_ = [
         ("M", c_int64),
         ("N", c_int64),

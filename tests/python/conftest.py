@@ -9,7 +9,6 @@ Helpers for numerical tests in every area: poison(), random_array() and the
 rand_* makers, to_f64(), bf16 bit conversion, assert_close(), TOLERANCE.
 """
 
-import importlib.util
 import os
 import secrets
 import subprocess
@@ -20,7 +19,9 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-if importlib.util.find_spec("tensorcore") is None:  # run from a checkout without PYTHONPATH
+# Test this checkout's package (its library is found in build/ or through
+# TENSORCORE_LIB); TC_TEST_INSTALLED=1 tests whatever `import tensorcore` finds.
+if (REPO / "python" / "tensorcore" / "__init__.py").exists() and not os.environ.get("TC_TEST_INSTALLED"):
     sys.path.insert(0, str(REPO / "python"))
 
 import tensorcore as tc  # noqa: E402

@@ -251,6 +251,24 @@ def test_output_overlapping_an_input(ctx, rng, stream, entry):
     assert B.to_numpy((n, n), np.float32).tobytes() == a.tobytes()
 
 
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_output_aliasing_an_input_through_caller_memory(cpu_ctx, rng, entry):
+    """Two buffers wrapping the same (or overlapping) caller memory count as overlapping."""
+    n = 8
+    mem = random_array(rng, (3 * n, n), "f32")
+    keep = mem.copy()
+    B = cpu_ctx.buffer_from_array(random_array(rng, (n, n), "f32"))
+    A = cpu_ctx.buffer_from_ptr(mem, n * n * 4)
+    with cpu_ctx.stream() as s:
+        for c_start in (0, n * n - 1, n * n // 2):  # same start, last element shared, halfway
+            C = cpu_ctx.buffer_from_ptr(mem.ctypes.data + 4 * c_start, n * n * 4)
+            e = raises(ARG, call, entry, cpu_ctx, A, B, C, n, n, n, stream=s)
+            assert "same memory" in e.detail
+        C = cpu_ctx.buffer_from_ptr(mem.ctypes.data + 4 * n * n, n * n * 4)  # adjacent: fine
+        call(entry, cpu_ctx, A, B, C, n, n, n, stream=s)
+    np.testing.assert_array_equal(mem[:n], keep[:n])
+
+
 def test_wrong_kinds_of_objects(ops, stream):
     e = raises(ARG, call, "gemm", ops.ctx, ops.A, stream, ops.C, ops.M, ops.N, ops.K)  # a stream as B
     assert "not a live tensorcore buffer" in e.detail

@@ -20,7 +20,7 @@ its module under _api/.
 import ctypes
 import os
 import sys
-from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_void_p
 
 from . import _errors
 from ._errors import TensorcoreError, TensorcoreLibraryError
@@ -149,4 +149,4 @@ def text(raw):
 _errors._status_string_hook = lambda status: text(tc_status_string(status))
 _errors._detail_hook = lambda: text(tc_last_error_detail())
 
-__all__ = ["lib", "path", "declare", "candidate_paths", "handle", "tc_status", "tc_dtype", "tc_backend", "c_uint64"]
+__all__ = ["lib", "path", "declare", "candidate_paths", "handle", "tc_status", "tc_dtype", "tc_backend", "text"]

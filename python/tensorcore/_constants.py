@@ -50,6 +50,7 @@ TC_CAPABILITY_GEMM_I8 = 1 << 3
 TC_CAPABILITY_GEMM_BATCHED = 1 << 4
 TC_CAPABILITY_STREAMS = 1 << 5
 TC_CAPABILITY_GEMM_TF32 = 1 << 6
+TC_CAPABILITY_TRAINING_KERNELS = 1 << 9
 TC_CAPABILITIES_VERSION = 1
 
 # String aliases (lower case). The short names are the library's own
@@ -73,6 +74,7 @@ CAPABILITY_ALIASES = {
     "gemm_f32": TC_CAPABILITY_GEMM_F32, "gemm_f16": TC_CAPABILITY_GEMM_F16, "gemm_bf16": TC_CAPABILITY_GEMM_BF16,
     "gemm_i8": TC_CAPABILITY_GEMM_I8, "gemm_batched": TC_CAPABILITY_GEMM_BATCHED, "streams": TC_CAPABILITY_STREAMS,
     "gemm_tf32": TC_CAPABILITY_GEMM_TF32,
+    "training_kernels": TC_CAPABILITY_TRAINING_KERNELS,
 }
 
 # NumPy dtype names that map onto tensorcore dtypes (ml_dtypes names bf16 "bfloat16").

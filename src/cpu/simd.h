@@ -4,7 +4,8 @@
 // Three lane types with one interface, so a kernel is written once:
 //   VecAvx512  16 x f32 in a zmm register (AVX-512 F/BW/VL)
 //   VecAvx2     8 x f32 in a ymm register (AVX2 + FMA + F16C)
-//   VecScalar   1 x f32, plain C++ (any x86-64 or other processor)
+//   VecScalar   1 lane, plain C++ (any x86-64 or other processor); it
+//               computes in double, which scalar code gets for free
 // Elements are loaded from and stored to f32, f16 (`simd::f16`) or bf16
 // (`simd::bf16`) memory and converted in registers (F16C / integer shifts),
 // rounding to nearest even exactly as core/half.h does.
@@ -101,19 +102,19 @@ constexpr float kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.00000012
 // ---------------------------------------------------------------- portable
 struct VecScalar {
   static constexpr int W = 1;
-  float v;
+  double v;  // scalar double costs what scalar float does, and keeps long sums accurate
 
-  static VecScalar zero() { return {0.0f}; }
-  static VecScalar set1(float x) { return {x}; }
+  static VecScalar zero() { return {0.0}; }
+  static VecScalar set1(float x) { return {double(x)}; }
   template <class T>
-  static VecScalar load(const T* p) { return {to_f32(*p)}; }
+  static VecScalar load(const T* p) { return {double(to_f32(*p))}; }
   template <class T>
-  static VecScalar load(const T* p, int n) { return {n > 0 ? to_f32(*p) : 0.0f}; }
+  static VecScalar load(const T* p, int n) { return {n > 0 ? double(to_f32(*p)) : 0.0}; }
   template <class T>
-  static void store(T* p, VecScalar a) { from_f32(a.v, p); }
+  static void store(T* p, VecScalar a) { from_f32(float(a.v), p); }
   template <class T>
   static void store(T* p, VecScalar a, int n) {
-    if (n > 0) from_f32(a.v, p);
+    if (n > 0) from_f32(float(a.v), p);
   }
   template <class T>
   static VecScalar ld(const T* p, int) { return load(p); }
@@ -121,16 +122,17 @@ struct VecScalar {
   static void st(T* p, VecScalar a, int) { store(p, a); }
   static VecScalar tail(VecScalar a, int, float) { return a; }
 
-  // a * b + c (two roundings: std::fma is a slow library call without FMA hardware).
+  // a * b + c (two roundings: std::fma is a slow library call without FMA
+  // hardware; in double the second rounding is harmless).
   static VecScalar fma(VecScalar a, VecScalar b, VecScalar c) { return {a.v * b.v + c.v}; }
   // max / min return b when either is NaN, as the x86 instructions do.
   static VecScalar max(VecScalar a, VecScalar b) { return {a.v > b.v ? a.v : b.v}; }
   static VecScalar min(VecScalar a, VecScalar b) { return {a.v < b.v ? a.v : b.v}; }
   static VecScalar sqrt(VecScalar a) { return {std::sqrt(a.v)}; }
   static VecScalar exp(VecScalar a) { return {std::exp(a.v)}; }
-  static VecScalar rcp(VecScalar a) { return {1.0f / a.v}; }
-  static float sum(VecScalar a) { return a.v; }
-  static float hmax(VecScalar a) { return a.v; }
+  static VecScalar rcp(VecScalar a) { return {1.0 / a.v}; }
+  static float sum(VecScalar a) { return float(a.v); }
+  static float hmax(VecScalar a) { return float(a.v); }
 
   // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
   // tail (the count lets f use ld/st, which fold to full loads in the loop).

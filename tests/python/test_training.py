@@ -337,7 +337,7 @@ def test_swiglu(cpu_ctx, rng, isa, dtype, n):
     check(get(dU, n, dtype), dup, np.abs(dup), dtype, "dup")
 
 
-def test_swiglu_extreme_gates(cpu_ctx):
+def test_swiglu_extreme_gates(cpu_ctx, isa):
     """Large |gate| saturates the sigmoid to 0 or 1 without inf or NaN."""
     g = f32([-1e4, -200.0, -88.0, -20.0, 0.0, 20.0, 88.0, 200.0, 1e4])
     u = np.ones_like(g)
@@ -368,7 +368,7 @@ def test_softmax(cpu_ctx, rng, isa, dtype, D):
     check(get(dX, (N, D), dtype), dx, scale, dtype, "dX")
 
 
-def test_softmax_masked_entries(cpu_ctx):
+def test_softmax_masked_entries(cpu_ctx, isa):
     """-inf logits (masks) get exactly 0; a row of all -inf is NaN (0/0)."""
     x = f32([[0.0, -np.inf, 1.0, -np.inf], [-np.inf] * 4, [3.0, 3.0, 3.0, 3.0]])
     Y = out(cpu_ctx, x.size, "f32")

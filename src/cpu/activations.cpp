@@ -134,7 +134,10 @@ void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, f
     V::sweep4(D, [&](int u, int64_t k, int n) { mx[u] = V::max(mx[u], V::tail(V::ld(x + k, n), n, ninf)); });
     const V m = V::set1(V::hmax(V::max(V::max(mx[0], mx[1]), V::max(mx[2], mx[3]))));
     V sum[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    const bool more = r + 1 < r1;
     V::sweep4(D, [&](int u, int64_t k, int n) {
+      // The exp pass is compute-bound: overlap it with the next row's reads.
+      if (u == 0 && more) simd::prefetch(x + D + k, 4 * V::W * sizeof(T));
       V e = V::tail(V::exp(V::ld(x + k, n) - m), n, 0.0f);
       sum[u] = sum[u] + e;
       V::st(scratch + k, e, n);

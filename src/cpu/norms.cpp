@@ -17,7 +17,8 @@
 //
 // Memory: each row is read from memory once and re-read from cache (a row of
 // D = 4096 f32 is 16 KiB), so the forward passes cost one read of X and one
-// write of Y, the backward passes one read of X and dY and one write of dX.
+// write of Y, the backward passes one read of X and dY and one write of dX;
+// the last pass over a row prefetches the next.
 // Rows are spread over the thread pool. The weight gradients are summed per
 // thread over a fixed block of rows, then the partial sums are added in
 // thread order, so the result does not depend on scheduling.
@@ -125,6 +126,11 @@ tc_status layernorm_backward(const LayerNormBackwardArgs& a) {
 
 inline V sum4(const V* acc) { return (acc[0] + acc[1]) + (acc[2] + acc[3]); }
 
+// The last pass over a row works from cache; meanwhile it asks for the next
+// row (of this thread's block), kPrefetchStride elements at a time, so memory
+// and arithmetic overlap instead of alternating.
+constexpr int64_t kPrefetchStride = 64;
+
 template <class T>
 void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
   const int64_t D = a.D;
@@ -139,7 +145,11 @@ void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
     });
     const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(acc))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
-    V::sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n); });
+    const bool more = r + 1 < r1;
+    V::sweep(D, [&](int64_t k, int n) {
+      if (more && k % kPrefetchStride == 0) simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
+      V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n);
+    });
     if (a.rstd) a.rstd[r] = rs;
   }
 }
@@ -165,7 +175,12 @@ void rms_backward_rows(const RmsNormBackwardArgs& a, int64_t r0, int64_t r1, flo
     });
     const V c = V::set1(float(double(rs) * rs * V::sum(sum4(dot)) / double(D)));
     // Pass 2: dx = r * (g dy - x c).
+    const bool more = r + 1 < r1;
     V::sweep(D, [&](int64_t k, int n) {
+      if (more && k % kPrefetchStride == 0) {
+        simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
+        simd::prefetch(dy + D + k, kPrefetchStride * sizeof(T));
+      }
       V gdy = V::ld(gamma + k, n) * V::ld(dy + k, n);
       V::st(dx + k, (gdy - V::ld(x + k, n) * c) * vrs, n);
     });
@@ -191,7 +206,9 @@ void ln_forward_rows(const LayerNormForwardArgs& a, int64_t r0, int64_t r1) {
     });
     const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(var))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
+    const bool more = r + 1 < r1;
     V::sweep(D, [&](int64_t k, int n) {
+      if (more && k % kPrefetchStride == 0) simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V yv = beta ? V::fma(xhat, V::ld(gamma + k, n), V::ld(beta + k, n)) : xhat * V::ld(gamma + k, n);
       V::st(y + k, yv, n);
@@ -229,7 +246,12 @@ void ln_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, fl
     const V m1 = V::set1(float(V::sum(sum4(s1)) / double(D)));
     const V m2 = V::set1(float(V::sum(sum4(s2)) / double(D)));
     // Pass 2: dx = rstd * (dxhat - m1 - xhat m2).
+    const bool more = r + 1 < r1;
     V::sweep(D, [&](int64_t k, int n) {
+      if (more && k % kPrefetchStride == 0) {
+        simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
+        simd::prefetch(dy + D + k, kPrefetchStride * sizeof(T));
+      }
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V dxhat = V::ld(dy + k, n) * V::ld(gamma + k, n);
       V::st(dx + k, (dxhat - m1 - xhat * m2) * vrs, n);

@@ -20,12 +20,11 @@
 // write of Y, the backward passes one read of X and dY and one write of dX;
 // the last pass over a row prefetches the next.
 // Rows are spread over the thread pool. The weight gradients are summed per
-// thread over a fixed block of rows, then the partial sums are added in
-// thread order, so the result does not depend on scheduling.
+// fixed block of rows, then the blocks' sums are added in block order, so the
+// result does not depend on scheduling.
 #ifndef TC_SIMD_PASS
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -44,12 +43,15 @@ namespace {
 // Rows per parallel chunk: enough work (~32K elements) to pay for a hand-off.
 int64_t row_grain(int64_t D) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(D, 1)); }
 
-// Runs rows(r0, r1, acc) over [0, N) in fixed per-thread blocks, each with its
-// own zeroed f32 accumulator of `acc_len` floats, then adds the accumulators
-// in thread order into out[0..acc_len) (when acc_len > 0).
+// Runs rows(r0, r1, acc) over [0, N) and adds up the weight-gradient sums
+// into out[0..acc_len) (acc is null when acc_len is 0). The rows are cut into
+// a fixed number of blocks, each with its own zeroed accumulator; threads take
+// blocks as they come free (so a descheduled thread does not hold the others
+// up), and the accumulators are added in block order, so the result does not
+// depend on which thread ran what.
 template <class Rows>
 void rows_with_partials(int64_t N, int64_t D, int64_t acc_len, float* out, const Rows& rows) {
-  if (N * D < 32768 || num_threads() == 1) {  // small: one thread, sums straight into out
+  if (N * D < 32768 || num_threads() == 1) {  // small: one block, summed straight into out
     std::fill(out, out + acc_len, 0.0f);
     rows(0, N, acc_len ? out : nullptr);
     return;
@@ -58,17 +60,14 @@ void rows_with_partials(int64_t N, int64_t D, int64_t acc_len, float* out, const
     parallel_for(N, row_grain(D), [&](int64_t r0, int64_t r1) { rows(r0, r1, nullptr); });
     return;
   }
-  std::vector<float> partial(size_t(num_threads()) * size_t(acc_len), 0.0f);
-  std::atomic<int> used{1};
-  parallel_run([&](int t, int nthreads) {
-    used.store(nthreads, std::memory_order_relaxed);
-    const int64_t r0 = N * t / nthreads, r1 = N * (t + 1) / nthreads;
-    if (r0 < r1) rows(r0, r1, partial.data() + size_t(t) * size_t(acc_len));
+  const int64_t blocks = std::min<int64_t>(N, 4 * num_threads());
+  std::vector<float> partial(size_t(blocks) * size_t(acc_len), 0.0f);
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) rows(N * b / blocks, N * (b + 1) / blocks, partial.data() + b * acc_len);
   });
-  const int n = used.load();
   for (int64_t j = 0; j < acc_len; ++j) {
     float s = 0.0f;
-    for (int t = 0; t < n; ++t) s += partial[size_t(t) * size_t(acc_len) + size_t(j)];
+    for (int64_t b = 0; b < blocks; ++b) s += partial[size_t(b * acc_len + j)];
     out[j] = s;
   }
 }

@@ -474,6 +474,74 @@ def test_fused_layernorm_without_beta(cpu_ctx, rng):
     assert_close(get(Y, (M, N), "f32"), xn @ w.T.astype(np.float64), np.abs(xn) @ np.abs(w.T), 1e-5, "Y")
 
 
+# ---- shapes large enough to be split over threads ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_row_kernels_split_over_threads(cpu_ctx, rng, dtype):
+    """N * D well above the single-thread cut-off: rows go to several
+    threads and the weight gradients are summed over blocks of rows."""
+    N, D, eps = 300, 301, 1e-5
+    x, x64 = rnd(rng, (N, D), dtype, shift=0.5)
+    g, g64 = rnd(rng, (D,), dtype, shift=1.0)
+    b, b64 = rnd(rng, (D,), dtype)
+    dy, dy64 = rnd(rng, (N, D), dtype)
+    X, G, Bt, DY = up(cpu_ctx, x), up(cpu_ctx, g), up(cpu_ctx, b), up(cpu_ctx, dy)
+    Y, R, Mu = out(cpu_ctx, N * D, dtype), out(cpu_ctx, N, "f32"), out(cpu_ctx, N, "f32")
+    tc.rmsnorm_forward(cpu_ctx, X, G, Y, R, N, D, eps=eps, dtype=dtype)
+    y, r = rmsnorm_ref(x64, g64, eps)
+    check(get(Y, (N, D), dtype), y, np.abs(y), dtype, "rmsnorm Y")
+    dX, dG, dB = out(cpu_ctx, N * D, dtype), out(cpu_ctx, D, "f32"), out(cpu_ctx, D, "f32")
+    R = up(cpu_ctx, f32(r))
+    tc.rmsnorm_backward(cpu_ctx, X, G, DY, R, dX, dG, N, D, dtype=dtype)
+    dx, dxs, dg, dgs = rmsnorm_bwd_ref(x64, g64, dy64, f32(r).astype(np.float64))
+    check(get(dX, (N, D), dtype), dx, dxs, dtype, "rmsnorm dX")
+    assert_close(get(dG, D, "f32"), dg, dgs, 1e-5, "rmsnorm dgamma")
+    tc.layernorm_forward(cpu_ctx, X, G, Bt, Y, Mu, out(cpu_ctx, N, "f32"), N, D, eps=eps, dtype=dtype)
+    y, mu, r = layernorm_ref(x64, g64, b64, eps)
+    check(get(Y, (N, D), dtype), y, (np.abs(x64) + np.abs(mu[:, None])) * r[:, None] * np.abs(g64) + np.abs(b64),
+          dtype, "layernorm Y")
+    tc.layernorm_backward(cpu_ctx, X, G, DY, up(cpu_ctx, f32(mu)), up(cpu_ctx, f32(r)), dX, N, D, dgamma=dG,
+                          dbeta=dB, dtype=dtype)
+    dx, dxs, dg, dgs, db, dbs = layernorm_bwd_ref(x64, g64, dy64, f32(mu).astype(np.float64),
+                                                  f32(r).astype(np.float64))
+    check(get(dX, (N, D), dtype), dx, dxs, dtype, "layernorm dX")
+    assert_close(get(dG, D, "f32"), dg, dgs, 1e-5, "layernorm dgamma")
+    assert_close(get(dB, D, "f32"), db, dbs, 1e-5, "layernorm dbeta")
+    tc.softmax_forward(cpu_ctx, X, Y, N, D, dtype=dtype)
+    y = softmax_ref(x64)
+    check(get(Y, (N, D), dtype), y, y, dtype, "softmax Y")
+    yk = y.astype(np.float32).astype(np_dtype(dtype))
+    tc.softmax_backward(cpu_ctx, up(cpu_ctx, yk), DY, dX, N, D, dtype=dtype)
+    dx, scale = softmax_bwd_ref(to_f64(yk, dtype), dy64)
+    check(get(dX, (N, D), dtype), dx, scale, dtype, "softmax dX")
+    # RoPE over 1024 rows of 128
+    B, H, S, hd = 2, 8, 64, 128
+    xr, xr64 = rnd(rng, (B, H, S, hd), dtype)
+    cos, sin = rope_tables(S, hd)
+    for interleaved in (False, True):
+        XR = up(cpu_ctx, xr)
+        tc.rope_forward(cpu_ctx, XR, up(cpu_ctx, cos), up(cpu_ctx, sin), B, H, S, hd, dtype=dtype,
+                        interleaved=interleaved)
+        yr, sr = rope_ref(xr64, cos, sin, interleaved)
+        check(get(XR, xr.shape, dtype), yr, sr, dtype, "rope interleaved=%s" % interleaved)
+
+
+def test_weight_gradients_do_not_depend_on_threads(rng):
+    """Repeated calls give bit-identical dgamma: the rows' blocks are fixed by
+    the shape and their sums are added in block order, whichever thread ran
+    which block."""
+    N, D = 256, 257
+    x, g, dy = f32(rng.standard_normal((N, D))), f32(rng.standard_normal(D)), f32(rng.standard_normal((N, D)))
+    r = f32(rmsnorm_ref(x.astype(np.float64), g.astype(np.float64), 1e-5)[1])
+    results = []
+    with tc.Context("cpu") as ctx:
+        for _ in range(3):
+            dX, dG = out(ctx, N * D, "f32"), out(ctx, D, "f32")
+            tc.rmsnorm_backward(ctx, up(ctx, x), up(ctx, g), up(ctx, dy), up(ctx, r), dX, dG, N, D, dtype="f32")
+            results.append(dG.to_numpy(D, np.float32))
+    assert all((res == results[0]).all() for res in results[1:])
+
+
 # ---- in-place uses that the ABI allows ---------------------------------------------------------------
 
 def test_allowed_in_place_calls(cpu_ctx, rng):

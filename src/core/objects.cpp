@@ -1,5 +1,7 @@
 #include "core/objects.h"
 
+#include <unistd.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -40,7 +42,12 @@ void note_backend(tc_backend backend) { t_last_backend = backend; }
 tc_backend last_backend() { return t_last_backend; }
 
 Storage::~Storage() {
-  if (owned && data && backend) backend->release(data);
+  if (owned && data && backend) {
+    if (tier == TC_TIER_L1_HOST_RAM) backend->release_host(data);
+    else backend->release(data);
+  }
+  if (!path.empty()) ::unlink(path.c_str());  // L3 spill file
+  if (accounts && tier >= 0 && tier < kTierCount) accounts->bytes[tier] -= size;
 }
 
 }  // namespace tc

@@ -55,6 +55,27 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+
+  // ---- Memory tiers (core/tiers.h) -------------------------------------------
+  // L0 and L1 are both RAM here (separately budgeted); a move on a stream
+  // runs on the stream's worker thread, in order with its ops.
+  bool supports_tiers() const override { return true; }
+  tc_status copy_async(void* dst, const void* src, size_t n, bool, Queue* q) override {
+    if (!q) {
+      std::memcpy(dst, src, n);
+      return TC_OK;
+    }
+    static_cast<cpu::WorkQueue*>(q)->enqueue([dst, src, n] {
+      std::memcpy(dst, src, n);
+      return TC_OK;
+    });
+    return TC_OK;
+  }
+  tc_status run_host(Queue* q, std::function<tc_status()> fn) override {
+    if (!q) return fn();
+    static_cast<cpu::WorkQueue*>(q)->enqueue(std::move(fn));
+    return TC_OK;
+  }
 };
 
 }  // namespace

@@ -82,11 +82,23 @@ void Device::keep_until_done(StreamState* s, std::vector<StorageRef> keep) {
 
 void Device::collect() {
   std::vector<std::vector<StorageRef>> dead;
+  std::vector<std::shared_ptr<void>> dead_objects;
   {
     std::lock_guard<std::mutex> lock(grave_mu_);
     dead.swap(grave_);
+    dead_objects.swap(grave_objects_);
   }
   // `dead` goes out of scope here, on an ordinary thread: frees may run.
+}
+
+void Device::park(std::vector<StorageRef> refs) {
+  std::lock_guard<std::mutex> lock(grave_mu_);
+  grave_.push_back(std::move(refs));
+}
+
+void Device::park_object(std::shared_ptr<void> obj) {
+  std::lock_guard<std::mutex> lock(grave_mu_);
+  grave_objects_.push_back(std::move(obj));
 }
 
 }  // namespace cuda

@@ -6,6 +6,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,6 +46,12 @@ class Device {
   void keep_until_done(StreamState* s, std::vector<StorageRef> keep);
   void collect();
 
+  // ---- Memory tiers (cuda/tiers.cu) ----
+  // Drop `refs` / `obj` at the next collect(): callable from stream callbacks,
+  // where freeing device or pinned memory is not allowed.
+  void park(std::vector<StorageRef> refs);
+  void park_object(std::shared_ptr<void> obj);
+
  private:
   int index_;
   cudaDeviceProp props_{};
@@ -51,6 +59,7 @@ class Device {
   StreamState default_;
   std::mutex grave_mu_;
   std::vector<std::vector<StorageRef>> grave_;
+  std::vector<std::shared_ptr<void>> grave_objects_;  // memory tiers: finished host tasks
 };
 
 // "what: cudaErrorX (message)" with the right status.
@@ -59,6 +68,12 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+
+// Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
+void* alloc_pinned(Device& dev, size_t nbytes);
+void free_pinned(Device& dev, void* ptr);
+tc_status copy_tier(Device& dev, StreamState* s, void* dst, const void* src, size_t n, bool to_device);
+tc_status run_host(Device& dev, StreamState* s, std::function<tc_status()> fn);
 
 }  // namespace cuda
 }  // namespace tc

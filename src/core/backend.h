@@ -110,5 +110,6 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 int cuda_device_count();  // 0 when not built or no GPU
+tc_status cuda_device_info(int device_index, struct tc_device_info* out);
 
 }  // namespace tc

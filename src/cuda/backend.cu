@@ -11,11 +11,25 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/objects.h"
 #include "core/trace.h"
 #include "cuda/device.h"
 
 namespace tc {
 namespace {
+
+void fill_device_info(const cudaDeviceProp& p, int index, struct tc_device_info* out) {
+  std::memset(out, 0, sizeof *out);
+  std::snprintf(out->name, sizeof out->name, "%s", p.name);
+  const char* family = p.major == 9 ? "hopper" : p.major == 8 ? "ampere" : p.major >= 10 ? "blackwell" : "cuda";
+  std::snprintf(out->family, sizeof out->family, "%s", family);
+  std::snprintf(out->features, sizeof out->features, "sm_%d%d", p.major, p.minor);
+  out->backend = TC_BACKEND_CUDA;
+  out->device_index = index;
+  out->compute_units = p.multiProcessorCount;
+  out->compute_capability = p.major * 10 + p.minor;
+  out->memory_bytes = p.totalGlobalMem;
+}
 
 class CudaQueue final : public Queue {
  public:
@@ -45,19 +59,7 @@ class CudaBackend final : public Backend {
 
   tc_backend kind() const override { return TC_BACKEND_CUDA; }
 
-  void device_info(struct tc_device_info* out) const override {
-    const cudaDeviceProp& p = dev_.props();
-    std::memset(out, 0, sizeof *out);
-    std::snprintf(out->name, sizeof out->name, "%s", p.name);
-    const char* family = p.major == 9 ? "hopper" : p.major == 8 ? "ampere" : p.major >= 10 ? "blackwell" : "cuda";
-    std::snprintf(out->family, sizeof out->family, "%s", family);
-    std::snprintf(out->features, sizeof out->features, "sm_%d%d", p.major, p.minor);
-    out->backend = TC_BACKEND_CUDA;
-    out->device_index = dev_.index();
-    out->compute_units = p.multiProcessorCount;
-    out->compute_capability = p.major * 10 + p.minor;
-    out->memory_bytes = p.totalGlobalMem;
-  }
+  void device_info(struct tc_device_info* out) const override { fill_device_info(dev_.props(), dev_.index(), out); }
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
@@ -124,12 +126,14 @@ class CudaBackend final : public Backend {
     if (q) {
       cuda::StreamState* s = static_cast<CudaQueue*>(q)->state();
       tc_status st = trace::run(args.info, TC_BACKEND_CUDA, [&] { return op(dev_, s, args); });
+      note_cuda_kernel(s->last_kernel.c_str());
       if (st == TC_OK) dev_.keep_until_done(s, args.info.keep);
       return st;
     }
     cuda::StreamState* s = dev_.default_stream();
     return trace::run(args.info, TC_BACKEND_CUDA, [&] {
       tc_status st = op(dev_, s, args);
+      note_cuda_kernel(s->last_kernel.c_str());
       if (st != TC_OK) return st;
       cudaError_t err = cudaStreamSynchronize(s->stream);
       if (err != cudaSuccess)
@@ -151,6 +155,15 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+tc_status cuda_device_info(int index, struct tc_device_info* out) {
+  int n = cuda_device_count();
+  if (index < 0 || index >= n) return fail(TC_ERR_NO_DEVICE, "CUDA device %d requested, %d present", index, n);
+  cudaDeviceProp p{};
+  if (tc_status st = cuda::check(cudaGetDeviceProperties(&p, index), "cudaGetDeviceProperties")) return st;
+  fill_device_info(p, index, out);
+  return TC_OK;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {

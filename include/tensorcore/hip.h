@@ -7,7 +7,7 @@
  *   tc_hip_device_info_get     TC_ERR_UNSUPPORTED, *out_info zeroed
  *   tc_hip_device_at(i, ...)   TC_ERR_UNSUPPORTED, *out_info zeroed
  *   tc_hip_select_device       TC_ERR_UNSUPPORTED
- *   tc_hip_last_kernel_name()  "none" (no HIP kernel has run on this thread)
+ *   tc_hip_last_kernel_name()  "" (no HIP kernel has run; as tc_cuda_last_kernel_name)
  * Arguments are still checked first: a null or stale context, a null output
  * pointer or a negative index is TC_ERR_INVALID_ARG. */
 #ifndef TENSORCORE_HIP_H

@@ -59,8 +59,8 @@ tc_status tc_hip_select_device(tc_context ctx, int32_t index) {
   });
 }
 
-// No HIP kernel ever runs in this build; "none" like tc_backend_name(TC_BACKEND_NONE).
-const char* tc_hip_last_kernel_name(void) { return "none"; }
+// No HIP kernel ever runs in this build: "", as tc_cuda_last_kernel_name before any kernel.
+const char* tc_hip_last_kernel_name(void) { return ""; }
 
 const char* tc_tensorops_gemm_kernel_name(const tc_gemm_desc* desc, tc_status* err) {
   tc_status st;

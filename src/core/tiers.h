@@ -75,7 +75,12 @@ class TierManager {
   std::recursive_mutex alloc_mu_;  // serialises budget checks with the allocation they admit
 };
 
+constexpr size_t kHugeBytes = size_t(2) << 20;
+
 namespace tiers {
+
+// Asks for transparent huge pages on host memory of n >= 2 MiB (a hint).
+void advise_huge(void* p, size_t n);
 
 const char* tier_name(int32_t tier);  // "L0 (device)", ...
 bool tier_implemented(int32_t tier);  // L0, L1, L3

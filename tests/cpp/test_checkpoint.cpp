@@ -317,7 +317,7 @@ tc_status refill(void* p) {
 TEST_P(Checkpoint, ConcurrentCallsFromManyThreads) {
   Ctx c(GetParam());
   MEMTEST_REQUIRE_DEVICE(c);
-  const int kThreads = 6, kShared = 2, kIters = 60;
+  const int kThreads = 6, kShared = 2, kIters = 300;
   const uint64_t base_resident = tc_checkpoint_count_resident(), base_discarded = tc_checkpoint_count_discarded();
   std::vector<std::unique_ptr<Shared>> shared;
   std::vector<tc_checkpoint_id> shared_ids;

@@ -545,6 +545,20 @@ def test_read_only_file_system_is_an_io_error(device, tmp_path):
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
+def test_checkpointing_example_runs(device):
+    """examples/checkpointing at a small size: its own checks (identical
+    gradients, float64 agreement) pass and checkpointing lowers the peak."""
+    script = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples", "checkpointing",
+                          "mlp_checkpointing.py")
+    r = subprocess.run([sys.executable, script, "--device", device, "--batch", "256", "--width", "32",
+                        "--layers", "9", "--outputs", "8"], env=_child_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.startswith(("all", "checkp"))}
+    assert float(rows["checkpointed"][1]) < float(rows["all"][2])
+    assert int(rows["checkpointed"][2]) == 6  # 9 layers, k = 3: 3 kept, 6 recomputed
+
+
 def test_capabilities(ctx):
     caps = ctx.runtime_capabilities()
     assert tc.capability_available(caps, tc.TC_CAPABILITY_CHECKPOINT)

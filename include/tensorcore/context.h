@@ -32,6 +32,9 @@ struct tc_device_info {
 /* Training kernels (tensorcore/training.h): norms, RoPE, SwiGLU, softmax,
  * AdamW, fused norm + GEMV. */
 #define TC_CAPABILITY_TRAINING_KERNELS (1ull << 9)
+/* Activation checkpointing and memory tiers (tensorcore/memory.h). */
+#define TC_CAPABILITY_CHECKPOINT (1ull << 13)
+#define TC_CAPABILITY_MEMORY_TIERS (1ull << 14)
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -11,5 +11,9 @@
 #include "tensorcore/cuda.h"
 #include "tensorcore/tokenizer.h"
 #include "tensorcore/training.h"
+/* Memory tiers, checkpointing, and backends this build lacks (HIP, TensorOps). */
+#include "tensorcore/memory.h"
+#include "tensorcore/hip.h"
+#include "tensorcore/tensorops.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -51,6 +51,9 @@ TC_CAPABILITY_GEMM_BATCHED = 1 << 4
 TC_CAPABILITY_STREAMS = 1 << 5
 TC_CAPABILITY_GEMM_TF32 = 1 << 6
 TC_CAPABILITY_TRAINING_KERNELS = 1 << 9
+# Activation checkpointing and memory tiers (memory.h; _api/memory.py).
+TC_CAPABILITY_CHECKPOINT = 1 << 13
+TC_CAPABILITY_MEMORY_TIERS = 1 << 14
 TC_CAPABILITIES_VERSION = 1
 
 # String aliases (lower case). The short names are the library's own
@@ -75,6 +78,7 @@ CAPABILITY_ALIASES = {
     "gemm_i8": TC_CAPABILITY_GEMM_I8, "gemm_batched": TC_CAPABILITY_GEMM_BATCHED, "streams": TC_CAPABILITY_STREAMS,
     "gemm_tf32": TC_CAPABILITY_GEMM_TF32,
     "training_kernels": TC_CAPABILITY_TRAINING_KERNELS,
+    "checkpoint": TC_CAPABILITY_CHECKPOINT, "memory_tiers": TC_CAPABILITY_MEMORY_TIERS,
 }
 
 # NumPy dtype names that map onto tensorcore dtypes (ml_dtypes names bf16 "bfloat16").

@@ -87,6 +87,12 @@ def layernorm_ref(x, g, b, eps):
     return xhat * g + b, mu, r
 
 
+def layernorm_scale(x, g, b, mu, r):
+    """Term size of each LayerNorm output: x - mu is formed in f32, so its
+    error is relative to |x| + |mu|, not to |x - mu|."""
+    return (np.abs(x) + np.abs(mu[:, None])) * r[:, None] * np.abs(g) + np.abs(b)
+
+
 def layernorm_bwd_ref(x, g, dy, mu, r):
     xhat = (x - mu[:, None]) * r[:, None]
     dxhat = dy * g
@@ -209,9 +215,7 @@ def test_layernorm_forward(cpu_ctx, rng, isa, dtype, D):
     tc.layernorm_forward(cpu_ctx, up(cpu_ctx, x), up(cpu_ctx, g), up(cpu_ctx, b), Y, Mu, R, N, D, eps=eps,
                          dtype=dtype)
     y, mu, r = layernorm_ref(x64, g64, b64, eps)
-    # x - mu is formed in f32: its error is relative to |x| + |mu|, not |x - mu|
-    scale = (np.abs(x64) + np.abs(mu[:, None])) * r[:, None] * np.abs(g64) + np.abs(b64)
-    check(get(Y, (N, D), dtype), y, scale, dtype, "Y")
+    check(get(Y, (N, D), dtype), y, layernorm_scale(x64, g64, b64, mu, r), dtype, "Y")
     assert_close(get(Mu, N, "f32"), mu, np.abs(x64).mean(axis=1), 1e-5, "mean")
     assert_close(get(R, N, "f32"), r, r, 1e-5, "rstd")
 
@@ -222,8 +226,8 @@ def test_layernorm_forward_optional_outputs(cpu_ctx, rng):
     g, g64 = rnd(rng, (D,), "f32", shift=1.0)
     Y = out(cpu_ctx, N * D, "f32")
     tc.layernorm_forward(cpu_ctx, up(cpu_ctx, x), up(cpu_ctx, g), None, Y, None, None, N, D, dtype="f32")
-    y, _, _ = layernorm_ref(x64, g64, np.zeros(D), 1e-5)
-    assert_close(get(Y, (N, D), "f32"), y, np.abs(y), 1e-5, "Y without beta")
+    y, mu, r = layernorm_ref(x64, g64, 0.0, 1e-5)
+    assert_close(get(Y, (N, D), "f32"), y, layernorm_scale(x64, g64, 0.0, mu, r), 1e-5, "Y without beta")
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -441,7 +445,7 @@ def test_fused_norm_gemv(cpu_ctx, rng, isa, dtype, M, N, K, layernorm):
         tc.fused_layernorm_gemv(cpu_ctx, up(cpu_ctx, x), up(cpu_ctx, g), up(cpu_ctx, b), up(cpu_ctx, w), Y, M, N, K,
                                 eps=eps, dtype=dtype)
         xn, mu, r = layernorm_ref(x64, g64, b64, eps)
-        xn_scale = (np.abs(x64) + np.abs(mu[:, None])) * r[:, None] * np.abs(g64) + np.abs(b64)
+        xn_scale = layernorm_scale(x64, g64, b64, mu, r)
     else:
         tc.fused_rmsnorm_gemv(cpu_ctx, up(cpu_ctx, x), up(cpu_ctx, g), up(cpu_ctx, w), Y, M, N, K, eps=eps,
                               dtype=dtype)
@@ -470,8 +474,10 @@ def test_fused_layernorm_without_beta(cpu_ctx, rng):
     x, g, w = f32(rng.standard_normal((M, K))), f32(rng.standard_normal(K)), f32(rng.standard_normal((N, K)))
     Y = out(cpu_ctx, M * N, "f32")
     tc.fused_layernorm_gemv(cpu_ctx, up(cpu_ctx, x), up(cpu_ctx, g), None, up(cpu_ctx, w), Y, M, N, K, dtype="f32")
-    xn = layernorm_ref(x.astype(np.float64), g.astype(np.float64), 0.0, 1e-5)[0]
-    assert_close(get(Y, (M, N), "f32"), xn @ w.T.astype(np.float64), np.abs(xn) @ np.abs(w.T), 1e-5, "Y")
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    xn, mu, r = layernorm_ref(x64, g64, 0.0, 1e-5)
+    assert_close(get(Y, (M, N), "f32"), xn @ w.T.astype(np.float64),
+                 layernorm_scale(x64, g64, 0.0, mu, r) @ np.abs(w.T), 1e-5, "Y")
 
 
 # ---- shapes large enough to be split over threads ---------------------------------------------------
@@ -498,8 +504,7 @@ def test_row_kernels_split_over_threads(cpu_ctx, rng, dtype):
     assert_close(get(dG, D, "f32"), dg, dgs, 1e-5, "rmsnorm dgamma")
     tc.layernorm_forward(cpu_ctx, X, G, Bt, Y, Mu, out(cpu_ctx, N, "f32"), N, D, eps=eps, dtype=dtype)
     y, mu, r = layernorm_ref(x64, g64, b64, eps)
-    check(get(Y, (N, D), dtype), y, (np.abs(x64) + np.abs(mu[:, None])) * r[:, None] * np.abs(g64) + np.abs(b64),
-          dtype, "layernorm Y")
+    check(get(Y, (N, D), dtype), y, layernorm_scale(x64, g64, b64, mu, r), dtype, "layernorm Y")
     tc.layernorm_backward(cpu_ctx, X, G, DY, up(cpu_ctx, f32(mu)), up(cpu_ctx, f32(r)), dX, N, D, dgamma=dG,
                           dbeta=dB, dtype=dtype)
     dx, dxs, dg, dgs, db, dbs = layernorm_bwd_ref(x64, g64, dy64, f32(mu).astype(np.float64),
@@ -565,8 +570,8 @@ def test_allowed_in_place_calls(cpu_ctx, rng):
     # layernorm_forward: Y is X
     X = up(cpu_ctx, x)
     tc.layernorm_forward(cpu_ctx, X, G, None, X, None, None, N, D, dtype="f32")
-    y = layernorm_ref(x64, g64, 0.0, 1e-5)[0]
-    assert_close(get(X, (N, D), "f32"), y, np.abs(y), 1e-5, "layernorm in place")
+    y, mu, r = layernorm_ref(x64, g64, 0.0, 1e-5)
+    assert_close(get(X, (N, D), "f32"), y, layernorm_scale(x64, g64, 0.0, mu, r), 1e-5, "layernorm in place")
     # softmax: Y is X; dX is dY
     X = up(cpu_ctx, x)
     tc.softmax_forward(cpu_ctx, X, X, N, D, dtype="f32")

@@ -96,7 +96,7 @@ void swiglu_forward_range(const SwigluForwardArgs& a, int64_t i0, int64_t i1) {
   const T* gate = static_cast<const T*>(a.gate) + i0;
   const T* up = static_cast<const T*>(a.up) + i0;
   T* out = static_cast<T*>(a.out) + i0;
-  V::sweep(i1 - i0, [&](int64_t i, int n) {
+  sweep(i1 - i0, [&](int64_t i, int n) {
     V g = V::ld(gate + i, n), u = V::ld(up + i, n);
     V::st(out + i, g * sigmoid(g) * u, n);
   });
@@ -112,7 +112,7 @@ void swiglu_backward_range(const SwigluBackwardArgs& a, int64_t i0, int64_t i1) 
   const V one = V::set1(1.0f);
   // Everything is loaded before anything is stored, so an output may be the
   // same memory as an input.
-  V::sweep(i1 - i0, [&](int64_t i, int n) {
+  sweep(i1 - i0, [&](int64_t i, int n) {
     V g = V::ld(gate + i, n), u = V::ld(up + i, n), d = V::ld(dout + i, n);
     V s = sigmoid(g);
     V silu = g * s;
@@ -131,11 +131,11 @@ void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, f
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
     V mx[4] = {V::set1(ninf), V::set1(ninf), V::set1(ninf), V::set1(ninf)};
-    V::sweep4(D, [&](int u, int64_t k, int n) { mx[u] = V::max(mx[u], V::tail(V::ld(x + k, n), n, ninf)); });
+    sweep4(D, [&](int u, int64_t k, int n) { mx[u] = V::max(mx[u], V::tail(V::ld(x + k, n), n, ninf)); });
     const V m = V::set1(V::hmax(V::max(V::max(mx[0], mx[1]), V::max(mx[2], mx[3]))));
     V sum[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
     const bool more = r + 1 < r1;
-    V::sweep4(D, [&](int u, int64_t k, int n) {
+    sweep4(D, [&](int u, int64_t k, int n) {
       // The exp pass is compute-bound: overlap it with the next row's reads.
       if (u == 0 && more) simd::prefetch(x + D + k, 4 * V::W * sizeof(T));
       V e = V::tail(V::exp(V::ld(x + k, n) - m), n, 0.0f);
@@ -143,7 +143,7 @@ void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, f
       V::st(scratch + k, e, n);
     });
     const V inv = V::set1(1.0f / V::sum((sum[0] + sum[1]) + (sum[2] + sum[3])));
-    V::sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(scratch + k, n) * inv, n); });
+    sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(scratch + k, n) * inv, n); });
   }
 }
 
@@ -155,9 +155,9 @@ void softmax_backward_rows(const SoftmaxBackwardArgs& a, int64_t r0, int64_t r1)
     const T* dy = static_cast<const T*>(a.dy) + r * D;
     T* dx = static_cast<T*>(a.dx) + r * D;
     V dot[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) { dot[u] = V::fma(V::ld(y + k, n), V::ld(dy + k, n), dot[u]); });
+    sweep4(D, [&](int u, int64_t k, int n) { dot[u] = V::fma(V::ld(y + k, n), V::ld(dy + k, n), dot[u]); });
     const V s = V::set1(V::sum((dot[0] + dot[1]) + (dot[2] + dot[3])));
-    V::sweep(D, [&](int64_t k, int n) { V::st(dx + k, V::ld(y + k, n) * (V::ld(dy + k, n) - s), n); });
+    sweep(D, [&](int64_t k, int n) { V::st(dx + k, V::ld(y + k, n) * (V::ld(dy + k, n) - s), n); });
   }
 }
 

@@ -45,7 +45,7 @@ void adamw_range(const AdamwArgs& a, int64_t i0, int64_t i1) {
   const V inv_bc1 = V::set1(float(1.0 / d.bias_correction1));
   const V inv_bc2 = V::set1(float(1.0 / d.bias_correction2));
   const V eps = V::set1(float(d.eps)), wd = V::set1(float(d.weight_decay)), lr = V::set1(float(d.lr));
-  V::sweep(i1 - i0, [&](int64_t j, int n) {
+  sweep(i1 - i0, [&](int64_t j, int n) {
     const int64_t i = i0 + j;
     V g = V::ld(grads + i, n);
     V p = V::ld(a.params + i, n);

@@ -67,12 +67,12 @@ void row_stats(const FusedNormGemvArgs& a, int64_t m0, int64_t m1, float* mean, 
     float mu = 0.0f;
     if (LN) {
       V s[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-      V::sweep4(K, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
+      sweep4(K, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
       mu = float(double(V::sum((s[0] + s[1]) + (s[2] + s[3]))) / double(K));
     }
     const V vmu = V::set1(mu);
     V ss[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(K, [&](int u, int64_t k, int n) {
+    sweep4(K, [&](int u, int64_t k, int n) {
       V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);
       ss[u] = V::fma(d, d, ss[u]);
     });
@@ -97,7 +97,7 @@ void tile(const FusedNormGemvArgs& a, const float* mean, const float* rstd, int6
     bacc[i] = V::zero();
     for (int j = 0; j < MB; ++j) acc[i][j] = V::zero();
   }
-  V::sweep(K, [&](int64_t k, int cnt) {
+  sweep(K, [&](int64_t k, int cnt) {
     const V g = V::ld(gamma + k, cnt);
     V gw[NB];
 #pragma GCC unroll 4

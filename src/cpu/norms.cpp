@@ -138,14 +138,14 @@ void rms_forward_rows(const RmsNormForwardArgs& a, int64_t r0, int64_t r1) {
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
     V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) {
+    sweep4(D, [&](int u, int64_t k, int n) {
       V xv = V::ld(x + k, n);
       acc[u] = V::fma(xv, xv, acc[u]);
     });
     const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(acc))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
     const bool more = r + 1 < r1;
-    V::sweep(D, [&](int64_t k, int n) {
+    sweep(D, [&](int64_t k, int n) {
       if (more && k % kPrefetchStride == 0) simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
       V::st(y + k, V::ld(x + k, n) * vrs * V::ld(gamma + k, n), n);
     });
@@ -167,7 +167,7 @@ void rms_backward_rows(const RmsNormBackwardArgs& a, int64_t r0, int64_t r1, flo
     // Pass 1: sum_j dy_j g_j x_j, and the dgamma partials (before dx may
     // overwrite x or dy).
     V dot[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) {
+    sweep4(D, [&](int u, int64_t k, int n) {
       V dyx = V::ld(dy + k, n) * V::ld(x + k, n);
       dot[u] = V::fma(dyx, V::ld(gamma + k, n), dot[u]);
       if (acc) V::st(acc + k, V::fma(dyx, vrs, V::ld(acc + k, n)), n);
@@ -175,7 +175,7 @@ void rms_backward_rows(const RmsNormBackwardArgs& a, int64_t r0, int64_t r1, flo
     const V c = V::set1(float(double(rs) * rs * V::sum(sum4(dot)) / double(D)));
     // Pass 2: dx = r * (g dy - x c).
     const bool more = r + 1 < r1;
-    V::sweep(D, [&](int64_t k, int n) {
+    sweep(D, [&](int64_t k, int n) {
       if (more && k % kPrefetchStride == 0) {
         simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
         simd::prefetch(dy + D + k, kPrefetchStride * sizeof(T));
@@ -195,18 +195,18 @@ void ln_forward_rows(const LayerNormForwardArgs& a, int64_t r0, int64_t r1) {
     const T* x = static_cast<const T*>(a.x) + r * D;
     T* y = static_cast<T*>(a.y) + r * D;
     V s[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
+    sweep4(D, [&](int u, int64_t k, int n) { s[u] = s[u] + V::ld(x + k, n); });
     const float mu = float(double(V::sum(sum4(s))) / double(D));
     const V vmu = V::set1(mu);
     V var[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) {
+    sweep4(D, [&](int u, int64_t k, int n) {
       V d = V::tail(V::ld(x + k, n) - vmu, n, 0.0f);  // padded lanes add nothing
       var[u] = V::fma(d, d, var[u]);
     });
     const float rs = float(1.0 / std::sqrt(double(V::sum(sum4(var))) / double(D) + double(a.eps)));
     const V vrs = V::set1(rs);
     const bool more = r + 1 < r1;
-    V::sweep(D, [&](int64_t k, int n) {
+    sweep(D, [&](int64_t k, int n) {
       if (more && k % kPrefetchStride == 0) simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V yv = beta ? V::fma(xhat, V::ld(gamma + k, n), V::ld(beta + k, n)) : xhat * V::ld(gamma + k, n);
@@ -231,7 +231,7 @@ void ln_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, fl
     // partials. Padded tail lanes load dy = 0, so they add nothing.
     V s1[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
     V s2[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    V::sweep4(D, [&](int u, int64_t k, int n) {
+    sweep4(D, [&](int u, int64_t k, int n) {
       V dyv = V::ld(dy + k, n);
       V xhat = (V::ld(x + k, n) - vmu) * vrs;
       V dxhat = dyv * V::ld(gamma + k, n);
@@ -246,7 +246,7 @@ void ln_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, fl
     const V m2 = V::set1(float(V::sum(sum4(s2)) / double(D)));
     // Pass 2: dx = rstd * (dxhat - m1 - xhat m2).
     const bool more = r + 1 < r1;
-    V::sweep(D, [&](int64_t k, int n) {
+    sweep(D, [&](int64_t k, int n) {
       if (more && k % kPrefetchStride == 0) {
         simd::prefetch(x + D + k, kPrefetchStride * sizeof(T));
         simd::prefetch(dy + D + k, kPrefetchStride * sizeof(T));

@@ -59,7 +59,7 @@ void rope_half(const RopeArgs& a, int64_t r0, int64_t r1) {
     T* x = static_cast<T*>(a.x) + r * D;
     const float* c = a.cos_t + (r % S) * H;
     const float* s = a.sin_t + (r % S) * H;
-    V::sweep(H, [&](int64_t k, int n) {
+    sweep(H, [&](int64_t k, int n) {
       V x1 = V::ld(x + k, n), x2 = V::ld(x + H + k, n);
       V cv = V::ld(c + k, n), sv = V::ld(s + k, n);
       if (Inverse) {
@@ -84,7 +84,7 @@ void rope_interleaved(const RopeArgs& a, int64_t r0, int64_t r1) {
     const float* s = a.sin_t + (r % S) * H;
     if constexpr (VV::W > 1) {
       // k is an element index (pair k / 2); n is even as D is.
-      VV::sweep(D, [&](int64_t k, int n) {
+      sweep(D, [&](int64_t k, int n) {
         VV xv = VV::ld(x + k, n);
         VV cv = n == VV::W ? VV::load_dup(c + k / 2) : VV::load_dup(c + k / 2, n / 2);
         VV sv = n == VV::W ? VV::load_dup(s + k / 2) : VV::load_dup(s + k / 2, n / 2);

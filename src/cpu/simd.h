@@ -1,7 +1,8 @@
 // A small fixed-width vector layer for the memory-bound CPU kernels
 // (training kernels: norms, RoPE, activations, AdamW, fused norm + GEMV).
 //
-// Three lane types with one interface, so a kernel is written once:
+// Lane types with one interface, so a kernel is written once:
+//   VecAvx512Bf16  VecAvx512 storing bf16 with AVX512-BF16's conversion
 //   VecAvx512  16 x f32 in a zmm register (AVX-512 F/BW/VL)
 //   VecAvx2     8 x f32 in a ymm register (AVX2 + FMA + F16C)
 //   VecScalar   1 lane, plain C++ (any x86-64 or other processor); it
@@ -64,31 +65,34 @@ inline void prefetch(const void* p, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
 }
 
-enum class Isa { Portable = 0, Avx2 = 1, Avx512 = 2 };
+enum class Isa { Portable = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
 
 // The widest instruction set the processor has, capped by TC_CPU_ISA
-// ("portable", "avx2", "avx512") when set. The cap exists to test the
-// narrower paths on a wide machine; it is read on every call so a test can
-// change it between calls.
+// ("portable", "avx2", "avx512": AVX-512 without its BF16 conversions) when
+// set. The cap exists to test the narrower paths on a wide machine; it is
+// read on every call so a test can change it between calls.
 inline Isa active_isa() {
   const Features& f = features();
   Isa best = Isa::Portable;
   if (f.avx2 && f.fma && f.f16c) best = Isa::Avx2;
   if (best == Isa::Avx2 && f.avx512f && f.avx512bw && f.avx512vl) best = Isa::Avx512;
+  if (best == Isa::Avx512 && f.avx512_bf16) best = Isa::Avx512Bf16;
   if (const char* cap = std::getenv("TC_CPU_ISA")) {
     Isa want = best;
     if (std::strcmp(cap, "portable") == 0) want = Isa::Portable;
     else if (std::strcmp(cap, "avx2") == 0) want = Isa::Avx2;
+    else if (std::strcmp(cap, "avx512") == 0) want = Isa::Avx512;
     if (int(want) < int(best)) best = want;
   }
   return best;
 }
 
-// One of three same-typed values by the active instruction set (used with
+// One of four same-typed values by the active instruction set (used with
 // TC_SIMD_PICK to choose a kernel's copy).
 template <class F>
-inline F pick(F avx512, F avx2, F portable) {
+inline F pick(F avx512bf16, F avx512, F avx2, F portable) {
   switch (active_isa()) {
+    case Isa::Avx512Bf16: return avx512bf16;
     case Isa::Avx512: return avx512;
     case Isa::Avx2: return avx2;
     default: return portable;
@@ -139,30 +143,6 @@ struct VecScalar {
   static VecScalar rcp(VecScalar a) { return {1.0 / a.v}; }
   static float sum(VecScalar a) { return float(a.v); }
   static float hmax(VecScalar a) { return float(a.v); }
-
-  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
-  // tail (the count lets f use ld/st, which fold to full loads in the loop).
-  template <class F>
-  static void sweep(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + W <= n; k += W) f(k, W);
-    if (k < n) f(k, int(n - k));
-  }
-  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
-  // four independent accumulators, so consecutive vectors do not wait on one
-  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
-  template <class F>
-  static void sweep4(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + 4 * W <= n; k += 4 * W) {
-      f(0, k, W);
-      f(1, k + W, W);
-      f(2, k + 2 * W, W);
-      f(3, k + 3 * W, W);
-    }
-    for (; k + W <= n; k += W) f(0, k, W);
-    if (k < n) f(0, k, int(n - k));
-  }
 };
 
 inline VecScalar operator+(VecScalar a, VecScalar b) { return {a.v + b.v}; }
@@ -296,30 +276,6 @@ struct VecAvx2 {
                          _mm256_cmp_ps(a.v, _mm256_set1_ps(kHi), _CMP_GT_OQ));
     return {r};
   }
-
-  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
-  // tail (the count lets f use ld/st, which fold to full loads in the loop).
-  template <class F>
-  static void sweep(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + W <= n; k += W) f(k, W);
-    if (k < n) f(k, int(n - k));
-  }
-  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
-  // four independent accumulators, so consecutive vectors do not wait on one
-  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
-  template <class F>
-  static void sweep4(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + 4 * W <= n; k += 4 * W) {
-      f(0, k, W);
-      f(1, k + W, W);
-      f(2, k + 2 * W, W);
-      f(3, k + 3 * W, W);
-    }
-    for (; k + W <= n; k += W) f(0, k, W);
-    if (k < n) f(0, k, int(n - k));
-  }
 };
 
 // Free functions, not hidden friends: GCC 12 drops the target pragma on
@@ -427,30 +383,6 @@ struct VecAvx512 {
     __m512 r = _mm512_rcp14_ps(a.v);
     return {_mm512_fmadd_ps(_mm512_fnmadd_ps(a.v, r, _mm512_set1_ps(1.0f)), r, r)};
   }
-
-  // Calls f(k, W) on each whole vector of [0, n), then f(k, n - k) on the
-  // tail (the count lets f use ld/st, which fold to full loads in the loop).
-  template <class F>
-  static void sweep(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + W <= n; k += W) f(k, W);
-    if (k < n) f(k, int(n - k));
-  }
-  // As sweep, for reductions: f(u, k, count) with u = 0..3 choosing one of
-  // four independent accumulators, so consecutive vectors do not wait on one
-  // another's add; the remainder uses u = 0. Sum the four in a fixed order.
-  template <class F>
-  static void sweep4(int64_t n, F&& f) {
-    int64_t k = 0;
-    for (; k + 4 * W <= n; k += 4 * W) {
-      f(0, k, W);
-      f(1, k + W, W);
-      f(2, k + 2 * W, W);
-      f(3, k + 3 * W, W);
-    }
-    for (; k + W <= n; k += W) f(0, k, W);
-    if (k < n) f(0, k, int(n - k));
-  }
 };
 
 // Free functions, not hidden friends: GCC 12 drops the target pragma on
@@ -459,6 +391,31 @@ inline VecAvx512 operator+(VecAvx512 a, VecAvx512 b) { return {_mm512_add_ps(a.v
 inline VecAvx512 operator-(VecAvx512 a, VecAvx512 b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline VecAvx512 operator*(VecAvx512 a, VecAvx512 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline VecAvx512 operator/(VecAvx512 a, VecAvx512 b) { return {_mm512_div_ps(a.v, b.v)}; }
+
+#pragma GCC pop_options
+
+// ---------------------------------------------------------------- AVX-512 + BF16
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")
+
+// VecAvx512 whose bf16 stores are one VCVTNEPS2BF16 instead of the integer
+// rounding sequence: round to nearest even and quiet NaNs as that sequence
+// does, but the instruction flushes f32 denormals (below 2^-126) to zero.
+// Everything else is VecAvx512's; results convert back and forth implicitly.
+struct VecAvx512Bf16 : VecAvx512 {
+  VecAvx512Bf16() = default;
+  VecAvx512Bf16(VecAvx512 b) : VecAvx512(b) {}
+
+  static __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
+  using VecAvx512::store;
+  static void store(bf16* p, VecAvx512 a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(a.v)); }
+  static void store(bf16* p, VecAvx512 a, int n) { _mm256_mask_storeu_epi16(p, tail_mask(n), to_bf16(a.v)); }
+  template <class T>
+  static void st(T* p, VecAvx512 a, int n) {  // as VecAvx512::st, with the stores above
+    if (n == W) store(p, a);
+    else store(p, a, n);
+  }
+};
 
 #pragma GCC pop_options
 

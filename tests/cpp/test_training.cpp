@@ -17,7 +17,7 @@
 namespace {
 
 const tc_dtype kDtypes[] = {TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_BF16};
-const char* const kIsas[] = {"avx512", "avx2", "portable"};
+const char* const kIsas[] = {"native", "avx512", "avx2", "portable"};  // native: no cap
 
 double tol(tc_dtype d) { return d == TC_DTYPE_F32 ? 2e-5 : d == TC_DTYPE_F16 ? 4e-3 : 2e-2; }
 
@@ -95,7 +95,8 @@ class Training : public ::testing::Test {
   }
   void each_path(const std::function<void(tc_dtype, const std::string&)>& body) {
     for (const char* isa : kIsas) {
-      setenv("TC_CPU_ISA", isa, 1);
+      if (std::string(isa) == "native") unsetenv("TC_CPU_ISA");
+      else setenv("TC_CPU_ISA", isa, 1);
       for (tc_dtype d : kDtypes) body(d, std::string(isa) + "/" + tc_dtype_name(d));
     }
   }

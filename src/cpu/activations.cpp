@@ -13,14 +13,17 @@
 //
 // Memory: SwiGLU reads gate and up and writes out (backward: reads three,
 // writes two), once each. Softmax reads X once and writes Y once: pass 1 finds
-// the maximum, pass 2 writes exp(x - m) into an f32 row scratch (cache) and
-// sums it, pass 3 scales the scratch into Y; the backward pass reads Y and dY
-// (twice, the second time from cache) and writes dX.
+// the maximum, pass 2 writes exp(x - m) into the row of Y (in cache) and sums
+// it, pass 3 scales that row in place, while the next row is prefetched. For
+// f16/bf16 outputs exp(x - m) is thus rounded to the output type before the
+// scaling: two roundings, at most one unit in the last place instead of half,
+// for a row that stays in L1 (an f32 scratch row did not fit beside it). The
+// backward pass reads Y and dY (twice, the second time from cache) and writes
+// dX.
 #ifndef TC_SIMD_PASS
 
 #include <algorithm>
 #include <limits>
-#include <vector>
 
 #include "core/backend.h"
 #include "cpu/ops.h"
@@ -62,10 +65,7 @@ tc_status softmax_forward(const SoftmaxForwardArgs& a) {
   simd::with_float_type(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto kernel = TC_SIMD_PICK(softmax_forward_rows<T>);
-    parallel_for(a.N, row_grain(a.D), [&](int64_t r0, int64_t r1) {
-      std::vector<float> scratch(size_t(a.D));
-      kernel(a, r0, r1, scratch.data());
-    });
+    parallel_for(a.N, row_grain(a.D), [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
   });
   return TC_OK;
 }
@@ -122,9 +122,8 @@ void swiglu_backward_range(const SwigluBackwardArgs& a, int64_t i0, int64_t i1) 
   });
 }
 
-// scratch: D floats.
 template <class T>
-void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, float* scratch) {
+void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1) {
   const int64_t D = a.D;
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t r = r0; r < r1; ++r) {
@@ -140,10 +139,10 @@ void softmax_forward_rows(const SoftmaxForwardArgs& a, int64_t r0, int64_t r1, f
       if (u == 0 && more) simd::prefetch(x + D + k, 4 * V::W * sizeof(T));
       V e = V::tail(V::exp(V::ld(x + k, n) - m), n, 0.0f);
       sum[u] = sum[u] + e;
-      V::st(scratch + k, e, n);
+      V::st(y + k, e, n);  // Y doubles as the scratch row (x is read already)
     });
     const V inv = V::set1(1.0f / V::sum((sum[0] + sum[1]) + (sum[2] + sum[3])));
-    sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(scratch + k, n) * inv, n); });
+    sweep(D, [&](int64_t k, int n) { V::st(y + k, V::ld(y + k, n) * inv, n); });
   }
 }
 

@@ -104,6 +104,9 @@ inline F pick(F avx512bf16, F avx512, F avx2, F portable) {
 // relies on), above it +inf; NaN stays NaN.
 namespace expc {
 constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;
+// n = round(x log2e) as (x log2e + 1.5 * 2^23) - 1.5 * 2^23: the fused add
+// rounds to nearest even at integer precision (|x log2e| < 2^22 here).
+constexpr float kRound = 12582912.0f;
 constexpr float kLog2e = 1.44269504088896341f, kC1 = 0.693359375f, kC2 = -2.12194440e-4f;
 constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f;
 constexpr float kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
@@ -259,7 +262,7 @@ struct VecAvx2 {
     using namespace expc;
     // max/min return their second operand when either is NaN: NaN survives.
     __m256 x = _mm256_min_ps(_mm256_set1_ps(kHi), _mm256_max_ps(_mm256_set1_ps(kLo), a.v));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), _mm256_set1_ps(kRound)), _mm256_set1_ps(kRound));
     x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kC1), x);
     x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kC2), x);
     __m256 p = _mm256_set1_ps(kP0);
@@ -366,7 +369,7 @@ struct VecAvx512 {
   static VecAvx512 exp(VecAvx512 a) {
     using namespace expc;
     __m512 x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), a.v));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(kRound)), _mm512_set1_ps(kRound));
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kC1), x);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kC2), x);
     __m512 p = _mm512_set1_ps(kP0);

@@ -29,6 +29,10 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* -- dist (dist.h, diloco.h) -- */
+#define TC_CAPABILITY_DIST_GLOO (1ull << 15) /* gloo collectives on this context's (host) buffers */
+#define TC_CAPABILITY_DIST_NCCL (1ull << 16) /* NCCL collectives on this context's (CUDA) buffers */
+#define TC_CAPABILITY_DILOCO (1ull << 17)    /* DiLoCo outer steps on this context's buffers */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -10,5 +10,8 @@
 #include "tensorcore/gemm.h"
 #include "tensorcore/cuda.h"
 #include "tensorcore/tokenizer.h"
+/* -- dist -- */
+#include "tensorcore/dist.h"
+#include "tensorcore/diloco.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -13,6 +13,8 @@ struct tc_context_s {
   std::unique_ptr<tc::Backend> backend;
   std::atomic<int64_t> live_buffers{0};
   std::atomic<int64_t> live_streams{0};
+  // -- dist: distributed groups (src/dist) built on this context --------------
+  std::atomic<int64_t> live_dists{0};
 };
 
 struct tc_buffer_s {

@@ -32,10 +32,11 @@ void size_state(tc_diloco d, OuterState* s) {
   s->residual.resize(d->cfg.compress == TC_DILOCO_COMPRESS_NONE ? 0 : d->total);
 }
 
-// Delta = anchor - theta.
-std::vector<float> outer_gradient(tc_diloco d) {
+// Delta = anchor - theta (theta itself in *theta when asked).
+std::vector<float> outer_gradient(tc_diloco d, std::vector<float>* theta = nullptr) {
   std::vector<float> delta(d->total);
   gather_theta(d->params, &delta);
+  if (theta) *theta = delta;
   for (size_t i = 0; i < d->total; ++i) delta[i] = d->state.anchor[i] - delta[i];
   return delta;
 }
@@ -129,7 +130,7 @@ tc_status diloco_apply_outer(tc_diloco d) {
     // A round still in flight is installed first (this call is a safe
     // boundary), so at most one round runs at a time.
     if (tc_status st = diloco_commit(d)) return st;
-    std::vector<float> delta = outer_gradient(d);
+    std::vector<float> delta = outer_gradient(d, &d->theta_at_launch);
     d->snapshot = delta;
     d->work = d->state;
     d->since_outer = 0;
@@ -194,13 +195,12 @@ tc_status diloco_commit(tc_diloco d) {
   if (state == TC_DILOCO_ASYNC_IDLE) return TC_OK;
   join_worker(d);
   if (state == TC_DILOCO_ASYNC_READY) {
-    // theta <- new anchor + (theta - theta_at_snapshot), where
-    // theta_at_snapshot = old anchor - snapshot: the local progress made
-    // while the round ran is kept on top of the new anchor.
+    // theta <- new anchor + (theta - theta_at_launch): the local progress
+    // made while the round ran is kept on top of the new anchor (exactly the
+    // new anchor when there was none).
     std::vector<float> theta(d->total);
     gather_theta(d->params, &theta);
-    for (size_t i = 0; i < d->total; ++i)
-      theta[i] = d->work.anchor[i] + (theta[i] - (d->state.anchor[i] - d->snapshot[i]));
+    for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
     d->state = std::move(d->work);
     scatter_theta(d->params, theta);
     d->outer_completed++;
@@ -211,6 +211,7 @@ tc_status diloco_commit(tc_diloco d) {
   // it was before the launch.
   d->work = OuterState();
   d->snapshot.clear();
+  d->theta_at_launch.clear();
   std::lock_guard<std::mutex> lock(d->amu);
   d->astate = TC_DILOCO_ASYNC_IDLE;
   return TC_OK;

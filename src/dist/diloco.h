@@ -69,6 +69,7 @@ struct tc_diloco_s {
   std::thread worker;
   tc::dist::OuterState work;
   std::vector<float> snapshot;  // Delta at launch
+  std::vector<float> theta_at_launch;  // caller's thread only
   std::mutex amu;
   std::condition_variable acv;
   int32_t astate = TC_DILOCO_ASYNC_IDLE;

@@ -87,8 +87,7 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
   tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why);
   if (st) {
     if (st == TC_ERR_AUTH) failures_++;
-    s->close();
-    return;
+    return;  // the socket is closed by the destructor, after the join
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,7 +115,8 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
     if (send_frame(*s, reply, deadline_after_ms(timeout_ms_)) != TC_OK) break;
     if (reply[0] == 'D') served_ += reply.size() - 1;
   }
-  s->close();
+  // Closed by the destructor, after this thread is joined: closing here
+  // would race with its shutdown() and could hit a reused descriptor.
 }
 
 tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::string& expected_identity,

@@ -103,8 +103,7 @@ void StoreServer::serve(Socket* s) {
       std::lock_guard<std::mutex> lock(mu_);
       last_refusal_ = why;
     }
-    s->close();
-    return;
+    return;  // the socket is closed by the destructor, after the join
   }
   // Requests until the peer leaves or the server stops. Each reply is sent
   // at once; waiting for a missing key is the client's (it polls).
@@ -129,7 +128,8 @@ void StoreServer::serve(Socket* s) {
     }
     if (send_frame(*s, reply, deadline_after_ms(handshake_ms_)) != TC_OK) break;
   }
-  s->close();
+  // Closed by the destructor, after this thread is joined: closing here
+  // would race with its shutdown() and could hit a reused descriptor.
 }
 
 tc_status LocalStore::set(const std::string& key, const std::string& value, std::string*) {

@@ -105,6 +105,25 @@ def rank_main(args):
         ctx = tc.Context("cuda:%d" % rank)
         d = ctx.dist("nccl", world, rank, url, timeout=600)
         times = {"tc": {}, "torch": {}}
+        # Correctness first: every dtype and op on the same memory PyTorch sees.
+        for dt, tdt in (("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)):
+            for op, expect in (("sum", world * (world + 1) / 2), ("avg", (world + 1) / 2), ("max", world),
+                               ("min", 1)):
+                x = torch.full((1 << 20,), float(rank + 1), dtype=tdt, device="cuda")
+                buf = tc.buffer_from_ptr(ctx, x.data_ptr(), x.numel() * x.element_size())
+                d.allreduce(buf, x.numel(), dtype=dt, op=op)
+                torch.cuda.synchronize()
+                if not bool(torch.all(x.float() == expect)):
+                    raise SystemExit("NCCL allreduce %s %s wrong: %s" % (dt, op, x[:4]))
+                buf.close()
+        y = torch.full((world * 1000,), float(rank), device="cuda")
+        z = torch.zeros(1000, device="cuda")
+        d.reduce_scatter(tc.buffer_from_ptr(ctx, y.data_ptr(), y.numel() * 4),
+                         tc.buffer_from_ptr(ctx, z.data_ptr(), 4000), 1000)
+        torch.cuda.synchronize()
+        if not bool(torch.all(z == world * (world - 1) / 2)):
+            raise SystemExit("NCCL reduce_scatter wrong")
+        d.barrier()
         for nbytes in sizes(max_mb):
             x = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
             buf = tc.buffer_from_ptr(ctx, x.data_ptr(), nbytes)  # the same memory for both

@@ -78,7 +78,10 @@ def worker(args):
     n = cfg.size()
     theta_buf = ctx.buffer(n * 4)
     theta = np.ctypeslib.as_array(ctypes_ptr(theta_buf.map()), (n,))  # a view of the tensorcore buffer
-    M.init(cfg, theta, seed=0)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
+    if args.init:
+        theta[...] = np.load(args.init)  # the shared pretrained checkpoint
+    else:
+        M.init(cfg, theta, seed=0)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
     p = M.views(cfg, theta)
     grad_buf = ctx.buffer(n * 4)
     grad = np.ctypeslib.as_array(ctypes_ptr(grad_buf.map()), (n,))
@@ -140,6 +143,7 @@ def run_mode(args, mode, out):
     procs = []
     for r in range(args.workers):
         cmd = [sys.executable, __file__, "--role", "worker", "--mode", mode, "--rank", str(r), "--url", url,
+               "--init", str(out / "pretrained.npy") if args.pretrain else "",
                "--log", str(out / ("%s_rank%d.json" % (mode, r))), "--save", str(out / ("%s_theta.npy" % mode))]
         cmd += ["--%s" % k.replace("_", "-") + "=" + str(v) for k, v in vars(args).items()
                 if k in SHARED]
@@ -150,7 +154,7 @@ def run_mode(args, mode, out):
     return [json.loads((out / ("%s_rank%d.json" % (mode, r))).read_text()) for r in range(args.workers)]
 
 
-SHARED = ("workers", "steps", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
+SHARED = ("workers", "steps", "pretrain", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
           "outer_lr", "eval_batches", "gemm")
 
 
@@ -209,12 +213,30 @@ def plot_without_matplotlib(results, path):
                            chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
+def pretrain(args, cfg, train, path):
+    """The shared starting checkpoint: `--pretrain` steps of one worker
+    (no communication), as DiLoCo's authors start from a pretrained model."""
+    theta = np.zeros(cfg.size(), np.float32)
+    M.init(cfg, theta, seed=0)
+    p, grad = M.views(cfg, theta), np.zeros_like(theta)
+    opt, rng, mm = M.AdamW(cfg, theta.size, lr=args.lr, wd=args.wd), np.random.default_rng(99), M.MatMul(None)
+    for step in range(args.pretrain):
+        x, y = batch(train, rng, args.batch, cfg.seq)
+        loss, cache = M.forward(cfg, p, x, mm, y, keep=True)
+        M.backward(cfg, p, M.views(cfg, grad), cache, y, mm)
+        opt.step(theta, grad, lr_at(step, args.lr, args.warmup, args.pretrain))
+    np.save(path, theta)
+    print("pretrained %d steps on one worker: train loss %.4f" % (args.pretrain, loss), flush=True)
+
+
 def driver(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq)
     train, held = corpus()
     print("corpus: %d train bytes, %d held-out bytes; model %d parameters" % (len(train), len(held), cfg.size()))
+    if args.pretrain:
+        pretrain(args, cfg, train, out / "pretrained.npy")
     results = {}
     for mode in ("ddp", "diloco"):
         t0 = time.time()
@@ -269,6 +291,8 @@ def main():
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--outer-lr", dest="outer_lr", type=float, default=0.7)
+    ap.add_argument("--pretrain", type=int, default=0, help="steps of one-worker pretraining both runs start from")
+    ap.add_argument("--init", default="")
     ap.add_argument("--eval-batches", dest="eval_batches", type=int, default=16)
     ap.add_argument("--gemm", default="tc", choices=["tc", "numpy"], help="matrix products through tc.gemm or NumPy")
     ap.add_argument("--out", default=str(HERE / "diloco_train_out"))

@@ -153,6 +153,7 @@ def run_ranks(which, world, max_mb, extra=()):
     url = "gloo+tcp://127.0.0.1:%d" % free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TC_NUM_THREADS", "1")  # the collective needs no kernel threads; leave the cores to gloo
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world", str(world), "--url", url,
                                "--which", which, "--max-mb", str(max_mb)] + list(extra),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

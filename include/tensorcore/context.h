@@ -29,6 +29,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* Activation checkpointing and memory tiers (tensorcore/memory.h). */
+#define TC_CAPABILITY_CHECKPOINT (1ull << 13)
+#define TC_CAPABILITY_MEMORY_TIERS (1ull << 14)
 /* -- dist (dist.h, diloco.h) -- */
 #define TC_CAPABILITY_DIST_GLOO (1ull << 15) /* gloo collectives on this context's (host) buffers */
 #define TC_CAPABILITY_DIST_NCCL (1ull << 16) /* NCCL collectives on this context's (CUDA) buffers */

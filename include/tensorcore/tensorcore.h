@@ -8,5 +8,7 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+/* conv2d */
+#include "tensorcore/conv2d.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

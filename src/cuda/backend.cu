@@ -90,6 +90,18 @@ class CudaBackend final : public Backend {
     return fail(TC_ERR_UNSUPPORTED, "gemm has no CUDA kernel in this build");
   }
 
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_forward has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_input has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_weight has no CUDA kernel in this build");
+  }
+  // end conv2d
+
  private:
   int device_;
   cudaDeviceProp props_{};

@@ -120,14 +120,12 @@ void col2im_plane(const Geom& g, const float* src, float* dst) {
     }
 }
 
-// col[n] for every image, over the N*C planes in parallel.
+// col[n] of image n, over its C planes in parallel.
 template <class T>
-void im2col(const Geom& g, const T* x, float* col) {
-  parallel_for(g.N * g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
-    for (int64_t nc = b; nc < e; ++nc) {
-      const int64_t n = nc / g.C, c = nc % g.C;
-      im2col_plane(g, x + nc * g.H * g.W, col + n * g.CKK * g.P + c * g.kH * g.kW * g.P);
-    }
+void im2col(const Geom& g, const T* x, int64_t n, float* col) {
+  parallel_for(g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c)
+      im2col_plane(g, x + (n * g.C + c) * g.H * g.W, col + n * g.CKK * g.P + c * g.kH * g.kW * g.P);
   });
 }
 
@@ -159,11 +157,11 @@ tc_status conv2d_forward(const Conv2dForwardArgs& a) {
     const float* bias = static_cast<const float*>(a.bias);
     float* y = static_cast<float*>(a.y);
     const bool direct = g.is_pointwise();
-    if (!direct) im2col(g, x, a.col);
     parallel_for(g.N, 1, [&](int64_t b, int64_t e) {
       for (int64_t n = b; n < e; ++n) init_rows(y + n * g.K * g.P, g.K, g.P, bias);
     });
     for (int64_t n = 0; n < g.N; ++n) {
+      if (!direct) im2col(g, x, n, a.col);
       const float* col = direct ? x + n * g.C * g.P : a.col + n * g.CKK * g.P;
       sgemm(false, false, g.K, g.P, g.CKK, w, g.CKK, col, g.P, 1.0f, y + n * g.K * g.P, g.P);
     }
@@ -176,8 +174,8 @@ tc_status conv2d_forward(const Conv2dForwardArgs& a) {
   std::vector<float> bias;
   if (a.bias) bias = widen(static_cast<const uint16_t*>(a.bias), 1, g.K);
   std::vector<float> yf(size_t(g.K * g.P));
-  im2col(g, x, a.col);
   for (int64_t n = 0; n < g.N; ++n) {
+    im2col(g, x, n, a.col);
     init_rows(yf.data(), g.K, g.P, a.bias ? bias.data() : nullptr);
     sgemm(false, false, g.K, g.P, g.CKK, w.data(), g.CKK, a.col + n * g.CKK * g.P, g.P, 1.0f, yf.data(), g.P);
     narrow_matrix(false, yf.data(), g.K, g.P, y + n * g.K * g.P, g.P);
@@ -197,15 +195,14 @@ tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a) {
         sgemm(true, false, g.C, g.P, g.K, w, g.C, dy + n * g.K * g.P, g.P, 0.0f, dx + n * g.C * HW, g.P);
       return TC_OK;
     }
-    for (int64_t n = 0; n < g.N; ++n)
-      sgemm(true, false, g.CKK, g.P, g.K, w, g.CKK, dy + n * g.K * g.P, g.P, 0.0f, a.col + n * g.CKK * g.P, g.P);
-    // dX is f32 already: accumulate the col2im in it directly.
-    parallel_for(g.N * g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
-      for (int64_t nc = b; nc < e; ++nc) {
-        const int64_t n = nc / g.C, c = nc % g.C;
-        col2im_plane(g, a.col + n * g.CKK * g.P + c * g.kH * g.kW * g.P, dx + nc * HW);
-      }
-    });
+    for (int64_t n = 0; n < g.N; ++n) {
+      float* dcol = a.col + n * g.CKK * g.P;
+      sgemm(true, false, g.CKK, g.P, g.K, w, g.CKK, dy + n * g.K * g.P, g.P, 0.0f, dcol, g.P);
+      // dX is f32 already: accumulate the col2im in it directly.
+      parallel_for(g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
+        for (int64_t c = b; c < e; ++c) col2im_plane(g, dcol + c * g.kH * g.kW * g.P, dx + (n * g.C + c) * HW);
+      });
+    }
     return TC_OK;
   }
   const uint16_t* dy = static_cast<const uint16_t*>(a.dy);
@@ -213,17 +210,18 @@ tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a) {
   std::vector<float> w = widen(static_cast<const uint16_t*>(a.w), g.K, g.CKK);
   std::vector<float> dyf(size_t(g.K * g.P));
   for (int64_t n = 0; n < g.N; ++n) {
+    float* dcol = a.col + n * g.CKK * g.P;
     widen_matrix(false, dy + n * g.K * g.P, g.K, g.P, g.P, dyf.data());
-    sgemm(true, false, g.CKK, g.P, g.K, w.data(), g.CKK, dyf.data(), g.P, 0.0f, a.col + n * g.CKK * g.P, g.P);
+    sgemm(true, false, g.CKK, g.P, g.K, w.data(), g.CKK, dyf.data(), g.P, 0.0f, dcol, g.P);
+    // Sum the taps in f32 (scratch_dX_f32), round each plane once.
+    parallel_for(g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t nc = n * g.C + c;
+        col2im_plane(g, dcol + c * g.kH * g.kW * g.P, a.dx_f32 + nc * HW);
+        narrow_row(false, a.dx_f32 + nc * HW, dx + nc * HW, HW);
+      }
+    });
   }
-  // Sum the taps in f32 (scratch_dX_f32), round each plane once.
-  parallel_for(g.N * g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
-    for (int64_t nc = b; nc < e; ++nc) {
-      const int64_t n = nc / g.C, c = nc % g.C;
-      col2im_plane(g, a.col + n * g.CKK * g.P + c * g.kH * g.kW * g.P, a.dx_f32 + nc * HW);
-      narrow_row(false, a.dx_f32 + nc * HW, dx + nc * HW, HW);
-    }
-  });
   return TC_OK;
 }
 
@@ -234,9 +232,9 @@ tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a) {
     const float* dy = static_cast<const float*>(a.dy);
     float* dw = static_cast<float*>(a.dw);
     const bool direct = g.is_pointwise();
-    if (!direct) im2col(g, x, a.col);
     std::fill(dw, dw + g.K * g.CKK, 0.0f);  // overwritten, never accumulated into the caller's dW
     for (int64_t n = 0; n < g.N; ++n) {
+      if (!direct) im2col(g, x, n, a.col);
       const float* col = direct ? x + n * g.C * g.P : a.col + n * g.CKK * g.P;
       sgemm(false, true, g.K, g.CKK, g.P, dy + n * g.K * g.P, g.P, col, g.P, 1.0f, dw, g.CKK);
     }
@@ -245,8 +243,8 @@ tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a) {
   const uint16_t* x = static_cast<const uint16_t*>(a.x);
   const uint16_t* dy = static_cast<const uint16_t*>(a.dy);
   std::vector<float> dwf(size_t(g.K * g.CKK), 0.0f), dyf(size_t(g.K * g.P));
-  im2col(g, x, a.col);
   for (int64_t n = 0; n < g.N; ++n) {
+    im2col(g, x, n, a.col);
     widen_matrix(false, dy + n * g.K * g.P, g.K, g.P, g.P, dyf.data());
     sgemm(false, true, g.K, g.CKK, g.P, dyf.data(), g.P, a.col + n * g.CKK * g.P, g.P, 1.0f, dwf.data(), g.CKK);
   }

@@ -66,9 +66,13 @@ tc_status check_shape(const char* fn, const tc_conv2d_desc& in, bool with_oc, tc
   int64_t oH, oW;
   if (tc_status st = output_shape(fn, d->H, d->W, d->kH, d->kW, d->pad_h, d->pad_w, d->stride_h, d->stride_w, &oH, &oW))
     return st;
-  if ((d->out_H != 0 && d->out_H != oH) || (d->out_W != 0 && d->out_W != oW))
-    return fail(TC_ERR_INVALID_SHAPE, "%s: out_H x out_W = %lld x %lld given, but the shape gives %lld x %lld", fn,
-                (long long)d->out_H, (long long)d->out_W, (long long)oH, (long long)oW);
+  // 0 means "computed"; anything else must be the computed value.
+  if (d->out_H != 0 && d->out_H != oH)
+    return fail(TC_ERR_INVALID_SHAPE, "%s: out_H = %lld given, but (H + 2*pad_h - kH) / stride_h + 1 = %lld", fn,
+                (long long)d->out_H, (long long)oH);
+  if (d->out_W != 0 && d->out_W != oW)
+    return fail(TC_ERR_INVALID_SHAPE, "%s: out_W = %lld given, but (W + 2*pad_w - kW) / stride_w + 1 = %lld", fn,
+                (long long)d->out_W, (long long)oW);
   d->out_H = oH;
   d->out_W = oW;
   const int64_t oc = with_oc ? d->out_channels : 1;

@@ -129,6 +129,9 @@ void im2col(const Geom& g, const T* x, int64_t n, float* col) {
   });
 }
 
+// beta == 0 writes C without reading it, as the BLAS contract says ("when
+// BETA is supplied as zero then C need not be set on input"), so the
+// poisoned scratch or caller's dX cannot leak NaN into results.
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
            int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(M), blasint(N),
@@ -157,12 +160,10 @@ tc_status conv2d_forward(const Conv2dForwardArgs& a) {
     const float* bias = static_cast<const float*>(a.bias);
     float* y = static_cast<float*>(a.y);
     const bool direct = g.is_pointwise();
-    parallel_for(g.N, 1, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n) init_rows(y + n * g.K * g.P, g.K, g.P, bias);
-    });
     for (int64_t n = 0; n < g.N; ++n) {
       if (!direct) im2col(g, x, n, a.col);
       const float* col = direct ? x + n * g.C * g.P : a.col + n * g.CKK * g.P;
+      init_rows(y + n * g.K * g.P, g.K, g.P, bias);
       sgemm(false, false, g.K, g.P, g.CKK, w, g.CKK, col, g.P, 1.0f, y + n * g.K * g.P, g.P);
     }
     return TC_OK;

@@ -8,7 +8,7 @@ matrix with sliding_window_view + one copy, multiplies with np.matmul /
 np.tensordot (NumPy's BLAS), and does col2im with kH*kW strided adds.
 
 To show what bounds tensorcore's figure, the script also times the two parts
-of its forward on their own: the arithmetic (tc.gemm of the per-image
+of its forward on their own: the arithmetic (tc.gemm_batched of the per-image
 products on columns already built: the GEMM ceiling, same OpenBLAS) and the
 memory side (a forward with one filter: im2col writes the column matrix and
 OpenBLAS packs it once, with almost no arithmetic).
@@ -134,7 +134,7 @@ def run(args):
                 t_ours, m_ours = best_time(ours, args.reps)
                 t_np, m_np = best_time(peer, args.reps)
                 rows.append((name, dtype, t_ours, m_ours, t_np, m_np, err))
-        # What bounds the forward: its GEMMs alone (tc.gemm, f32, image by
+        # What bounds the forward: its GEMMs alone (tc.gemm_batched, f32, image by
         # image, on columns already built) and its memory side (a forward with
         # one filter: im2col plus one pass over the columns, no real arithmetic).
         # One [K x CKK] @ [CKK x P] per image on distinct columns (A repeated:

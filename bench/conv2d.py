@@ -7,11 +7,11 @@ forward, backward_input and backward_weight. The NumPy peer builds the column
 matrix with sliding_window_view + one copy, multiplies with np.matmul /
 np.tensordot (NumPy's BLAS), and does col2im with kH*kW strided adds.
 
-To show what bounds tensorcore's figure, the script also times the two parts
-of its forward on their own: the arithmetic (tc.gemm_batched of the per-image
-products on columns already built: the GEMM ceiling, same OpenBLAS) and the
-memory side (a forward with one filter: im2col writes the column matrix and
-OpenBLAS packs it once, with almost no arithmetic).
+To show what bounds tensorcore's figure, the script also times the GEMMs of
+its forward alone (tc.gemm_batched of the per-image products on columns
+already built: the ceiling of im2col + GEMM with the same OpenBLAS), and
+OpenBLAS on a square-ish product over the same columns (what the GEMM could
+reach with more filters).
 
     python bench/conv2d.py                 # ResNet-like 8x64x56x56, 3x3, 64 filters
     python bench/conv2d.py --write         # also write bench/results/conv2d-cpu.md
@@ -142,24 +142,19 @@ def run(args):
                 t_ours, m_ours = best_time(ours, args.reps)
                 t_np, m_np = best_time(peer, args.reps)
                 rows.append((name, dtype, t_ours, m_ours, t_np, m_np, err))
-        # What bounds the forward: its GEMMs alone (tc.gemm_batched, f32, image by
-        # image, on columns already built) and its memory side (a forward with
-        # one filter: im2col plus one pass over the columns, no real arithmetic).
-        # One [K x CKK] @ [CKK x P] per image on distinct columns (A repeated:
-        # strided batches are packed, there is no broadcast stride).
+        # What bounds the forward: its GEMMs alone (tc.gemm_batched, f32, one
+        # [K x CKK] @ [CKK x P] per image on distinct columns, A repeated since
+        # strided batches are packed), and OpenBLAS's rate on the same columns
+        # with as many rows as the columns have (a square-ish GEMM).
         A = ctx.buffer_from_array(np.ascontiguousarray(np.broadcast_to(rng.standard_normal((K, CKK)), (N, K, CKK)),
                                                          dtype=np.float32))
         Bm = ctx.buffer_from_array(rng.standard_normal((N, CKK, P)).astype(np.float32))
-        Cm = ctx.buffer(N * K * P * 4)
+        Cm = ctx.buffer(N * max(K, CKK) * P * 4)
         t_gemm, _ = best_time(lambda: ctx.gemm_batched(A, Bm, Cm, N, K, P, CKK, dtype="f32"), args.reps)
-        X = ctx.buffer_from_array(rng.standard_normal((N, C, H, W)).astype(np.float32))
-        W1 = ctx.buffer_from_array(rng.standard_normal((1, C, kH, kW)).astype(np.float32))
-        Y1 = ctx.buffer(N * P * 4)
-        kw1 = dict(batch=N, in_channels=C, out_channels=1, H=H, W_in=W, kH=kH, kW=kW, pad_h=ph, pad_w=pw,
-                   stride_h=sh, stride_w=sw, dtype="f32")
-        t_lower, _ = best_time(lambda: ctx.conv2d_forward(X, W1, None, Y1, col, **kw1), args.reps)
-    return dict(geom=geom, flops=flops, rows=rows, gemm=t_gemm, lower=t_lower, info=info, col_bytes=N * CKK * P * 4,
-                load=load)
+        Asq = ctx.buffer_from_array(rng.standard_normal((CKK, CKK)).astype(np.float32))
+        t_sq, _ = best_time(lambda: ctx.gemm(Asq, Bm, Cm, CKK, P, CKK, dtype="f32"), args.reps)
+    return dict(geom=geom, flops=flops, rows=rows, gemm=t_gemm, square=2.0 * CKK * CKK * P / t_sq, info=info,
+                col_bytes=N * CKK * P * 4, load=load)
 
 
 def report(args, res):
@@ -187,26 +182,25 @@ def report(args, res):
     for name, dtype, t, m, tn, mn, err in res["rows"]:
         lines.append("| %s | %s | %.2f (%.2f) | %.1f | %.2f (%.2f) | %.1f | %.2fx |" % (
             name, dtype, t * 1e3, m * 1e3, flops / t / 1e9, tn * 1e3, mn * 1e3, flops / tn / 1e9, tn / t))
-    t_gemm, t_lower, col_mb = res["gemm"], res["lower"], res["col_bytes"] / 1e6
+    t_gemm, col_mb = res["gemm"], res["col_bytes"] / 1e6
+    CKK, P = C * kH * kW, OH * OW
     lines += [
         "",
-        "What bounds it (f32 forward; the backward passes have the same two parts):",
+        "What bounds it (f32 forward; the backward passes are built the same way):",
         "",
-        "- arithmetic: its GEMMs alone (tc.gemm_batched, %d x [%d x %d] @ [%d x %d], same OpenBLAS, columns already "
-        "built): %.2f ms = %.1f GFLOP/s" % (N, K, C * kH * kW, C * kH * kW, OH * OW, t_gemm * 1e3,
-                                           flops / t_gemm / 1e9),
-        "- memory: a forward with a single filter (im2col writing the %.1f MB of columns, OpenBLAS packing "
-        "them once, almost no arithmetic): %.2f ms" % (col_mb, t_lower * 1e3),
+        "- its GEMMs alone (tc.gemm_batched, %d x [%d x %d] @ [%d x %d] on columns already built, same OpenBLAS): "
+        "%.2f ms = %.1f GFLOP/s" % (N, K, CKK, CKK, P, t_gemm * 1e3, flops / t_gemm / 1e9),
     ]
     fwd = [r for r in res["rows"] if r[0] == "forward" and r[1] == "f32"]
     if fwd:
         t_f = fwd[0][2]
-        lines.append("- the forward takes %.2f ms against %.2f + %.2f = %.2f ms for the two sides: it runs at %.0f%% "
-                     "of its GEMMs' rate" % (t_f * 1e3, t_gemm * 1e3, t_lower * 1e3, (t_gemm + t_lower) * 1e3,
-                                             100 * t_gemm / t_f))
-    lines.append("- each column element feeds only %d filters (%d flops per 4 bytes that im2col writes and "
-                 "OpenBLAS re-reads to pack), so with few filters the column traffic is a large share; more filters "
-                 "move conv2d towards the GEMM rate" % (K, 2 * K))
+        lines.append("- so the forward runs at %.0f%% of its GEMMs' rate; the other %.2f ms are im2col writing the "
+                     "%.1f MB column matrix (and the bias)" % (100 * t_gemm / t_f, (t_f - t_gemm) * 1e3, col_mb))
+    lines.append("- the GEMMs themselves are short: %d filters against %d-long columns. OpenBLAS reaches %.1f GFLOP/s "
+                 "on the same columns with %d rows ([%d x %d] @ [%d x %d]); with %d rows OpenBLAS copies (packs) every "
+                 "column element for only %d flops, so memory traffic weighs as much as arithmetic. Layers with "
+                 "more filters move towards the square-GEMM rate" % (
+                     K, CKK, res["square"] / 1e9, CKK, CKK, CKK, CKK, P, K, 2 * K))
     return "\n".join(lines) + "\n"
 
 

@@ -31,6 +31,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
 /* conv2d: forward, backward_input, backward_weight (tensorcore/conv2d.h). */
 #define TC_CAPABILITY_CONV2D (1ull << 10)
+/* Activation checkpointing and memory tiers (tensorcore/memory.h). */
+#define TC_CAPABILITY_CHECKPOINT (1ull << 13)
+#define TC_CAPABILITY_MEMORY_TIERS (1ull << 14)
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -194,8 +194,13 @@ def report(args, res):
     fwd = [r for r in res["rows"] if r[0] == "forward" and r[1] == "f32"]
     if fwd:
         t_f = fwd[0][2]
-        lines.append("- so the forward runs at %.0f%% of its GEMMs' rate; the other %.2f ms are im2col writing the "
-                     "%.1f MB column matrix (and the bias)" % (100 * t_gemm / t_f, (t_f - t_gemm) * 1e3, col_mb))
+        if t_f >= t_gemm:
+            lines.append("- so the forward runs at %.0f%% of its GEMMs' rate; the other %.2f ms are im2col writing "
+                         "the %.1f MB column matrix (and the bias)" % (100 * t_gemm / t_f, (t_f - t_gemm) * 1e3,
+                                                                      col_mb))
+        else:  # cannot happen on a quiet machine
+            lines.append("- the forward measured faster than its GEMMs alone: these timings are too noisy to "
+                         "split (a busy machine; try --threads 1, timed by CPU time)")
     lines.append("- the GEMMs themselves are short: %d filters against %d-long columns. OpenBLAS reaches %.1f GFLOP/s "
                  "on the same columns with %d rows ([%d x %d] @ [%d x %d]); with %d rows OpenBLAS copies (packs) every "
                  "column element for only %d flops, so memory traffic weighs as much as arithmetic. Layers with "

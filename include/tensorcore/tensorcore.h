@@ -17,5 +17,7 @@
 /* -- dist -- */
 #include "tensorcore/dist.h"
 #include "tensorcore/diloco.h"
+/* conv2d */
+#include "tensorcore/conv2d.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

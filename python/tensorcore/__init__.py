@@ -36,5 +36,6 @@ from ._api.tensorops import *  # noqa: F401,F403
 # -- dist --
 from ._api.dist import *  # noqa: F401,F403
 from ._api.diloco import *  # noqa: F401,F403
+from ._api.conv2d import *  # noqa: F401,F403
 
 __version__ = version().split()[1] if version().startswith("tensorcore ") else "0.0.0"

@@ -12,12 +12,14 @@ using namespace tc::capi;
 
 namespace {
 
-constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
-                                        TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-                                        TC_CAPABILITY_GEMM_TF32 |
-                                        TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS |
-                                        // -- dist --
-                                        TC_CAPABILITY_DIST_GLOO | TC_CAPABILITY_DIST_NCCL | TC_CAPABILITY_DILOCO;
+// Every capability bit this library version defines, one area a line.
+constexpr uint64_t kKnownCapabilities = 0
+    | TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8
+    | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32
+    | TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS
+    | TC_CAPABILITY_DIST_GLOO | TC_CAPABILITY_DIST_NCCL | TC_CAPABILITY_DILOCO
+    | TC_CAPABILITY_CONV2D
+    ;
 
 // Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
 tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {

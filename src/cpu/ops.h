@@ -9,5 +9,10 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// conv2d.cpp
+tc_status conv2d_forward(const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
+
 }  // namespace cpu
 }  // namespace tc

@@ -573,7 +573,9 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
   }
 
   // Unique producers, in first-seen order.
-  const uint64_t stamp = ++submitted_;
+  // Marks outlive runs (slots are reused), so the stamp never restarts.
+  ++submitted_;
+  const uint64_t stamp = ++mark_seq_;
   thread_local std::vector<TaskSlot*> uniq;
   uniq.clear();
   for (const Producer& p : producers_)

@@ -198,6 +198,7 @@ class Engine {
   std::vector<Region> regions_;
   uint64_t t0_ = 0;
   uint64_t submitted_ = 0;
+  uint64_t mark_seq_ = 0;  // de-duplication stamps, never reset
   uint64_t scope_seq_ = 0;
 
   std::atomic<bool> aborting_{false};

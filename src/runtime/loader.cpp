@@ -69,7 +69,13 @@ std::shared_ptr<SharedObject> SharedObject::load(const std::string& bytes, const
       dl_error = e ? e : "unknown dlopen error";
     }
   }
-  ::close(fd);
+  // The descriptor stays open as long as the object is loaded: dlopen
+  // recognises objects by path, and a reused /proc/self/fd/N would name a
+  // different object.
+  if (temp_file || !h) {
+    ::close(fd);
+    fd = -1;
+  }
   if (temp_file) ::unlink(path.c_str());
   if (!h) {
     *err = make_error(TC_ERR_INVALID_ARG, "cannot load %s: %s", what.c_str(), dl_error.c_str());
@@ -77,11 +83,13 @@ std::shared_ptr<SharedObject> SharedObject::load(const std::string& bytes, const
   }
   std::shared_ptr<SharedObject> so(new SharedObject());
   so->handle_ = h;
+  so->fd_ = fd;
   return so;
 }
 
 SharedObject::~SharedObject() {
   if (handle_) dlclose(handle_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void* SharedObject::symbol(const char* name) const {

@@ -20,6 +20,7 @@ class SharedObject {
  private:
   SharedObject() = default;
   void* handle_ = nullptr;
+  int fd_ = -1;  // the memory file it was loaded from
 };
 
 }  // namespace simpler

@@ -292,11 +292,12 @@ std::vector<float> random_vec(size_t n, uint32_t seed) {
 TEST(RuntimeEngine, DiamondWithScopesAndCreatedTensors) {
   for (bool hbg : {false, true}) {
     TestWorker tw(hbg);
-    const uint32_t n = 1000;
-    auto a = random_vec(n, 1), b = random_vec(n, 2);
-    uint64_t pa = tw.upload(a), pb = tw.upload(b), pf = tw.upload(std::vector<float>(n, NAN));
     int32_t slot = tw.reg(make_native_chip_callable({IN, IN, OUT}, diamond_orch, kernels(), diamond_config));
-    for (int round = 0; round < 3; round++) {  // host_build_graph replays its cached graph
+    // Sizes change between runs (slots and heap offsets are reused with new
+    // shapes); host_build_graph replays its cached graph for a repeated one.
+    for (uint32_t n : {1000u, 4096u, 777u, 4096u, 4096u}) {
+      auto a = random_vec(n, n), b = random_vec(n, n + 1);
+      uint64_t pa = tw.upload(a), pb = tw.upload(b), pf = tw.upload(std::vector<float>(n, NAN));
       Error e = tw.run(slot, {vec(pa, n), vec(pb, n), vec(pf, n)});
       ASSERT_TRUE(e.ok()) << e.message;
       auto f = tw.download(pf, n);
@@ -304,10 +305,8 @@ TEST(RuntimeEngine, DiamondWithScopesAndCreatedTensors) {
         double c = double(a[i]) + b[i];
         ASSERT_NEAR(f[i], (c + 1) * (c + 2) + c, 1e-4 * (1 + std::fabs((c + 1) * (c + 2) + c))) << i;
       }
+      for (uint64_t p : {pa, pb, pf}) tw.w->free(p);
     }
-    // The config function's count is enforced.
-    Error e = tw.run(slot, {vec(pa, n), vec(pb, n), vec(pf, n)}, {7});
-    EXPECT_FALSE(e.ok());
   }
 }
 

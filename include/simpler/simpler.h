@@ -82,6 +82,9 @@ typedef struct simpler_worker_info {
   char platform[16];
   char runtime[32];
   char device[256];        /* the device's name once initialised */
+  uint64_t runs;           /* runs completed */
+  uint64_t graph_builds;   /* host_build_graph: graphs recorded */
+  uint64_t graph_replays;  /* host_build_graph: runs that replayed a cached graph */
 } simpler_worker_info;
 
 /* Version and errors. */
@@ -123,6 +126,15 @@ TC_API tc_status simpler_chip_callable_create(const int32_t* signature, uint32_t
                                               const char* config_name, const void* binary, uint64_t binary_size,
                                               const int32_t* func_ids, const simpler_callable* children,
                                               uint32_t child_count, simpler_callable* out);
+/* A chip callable whose orchestration is built in: it submits the tasks a
+ * text description lists (func_ids of `children`, chip arguments, outputs of
+ * earlier tasks, runtime-allocated outputs, scalars, scopes), so a graph of
+ * built-in kernels needs no compiler. Format: src/runtime/task_list.h
+ * (Python: ChipCallable.from_tasks). */
+TC_API tc_status simpler_chip_callable_from_tasks(const int32_t* signature, uint32_t signature_len,
+                                                  const char* description, const int32_t* func_ids,
+                                                  const simpler_callable* children, uint32_t child_count,
+                                                  simpler_callable* out);
 TC_API tc_status simpler_callable_get_info(simpler_callable c, simpler_callable_info* out);
 /* Signature of a callable (signature_len entries). */
 TC_API tc_status simpler_callable_get_signature(simpler_callable c, int32_t* out, uint32_t capacity);

@@ -95,6 +95,9 @@ class CWorkerInfo(ctypes.Structure):
         ("platform", ctypes.c_char * 16),
         ("runtime", ctypes.c_char * 32),
         ("device", ctypes.c_char * 256),
+        ("runs", ctypes.c_uint64),
+        ("graph_builds", ctypes.c_uint64),
+        ("graph_replays", ctypes.c_uint64),
     ]
 
 
@@ -153,6 +156,11 @@ _SIGNATURES = {
         _S,
         [ctypes.POINTER(_I32), _U32, ctypes.c_char_p, ctypes.c_char_p, _P, _U64, ctypes.POINTER(_I32),
          ctypes.POINTER(_P), _U32, ctypes.POINTER(_P)],
+    ),
+    "simpler_chip_callable_from_tasks": (
+        _S,
+        [ctypes.POINTER(_I32), _U32, ctypes.c_char_p, ctypes.POINTER(_I32), ctypes.POINTER(_P), _U32,
+         ctypes.POINTER(_P)],
     ),
     "simpler_callable_get_info": (_S, [_P, ctypes.POINTER(CCallableInfo)]),
     "simpler_callable_get_signature": (_S, [_P, ctypes.POINTER(_I32), _U32]),

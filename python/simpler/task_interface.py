@@ -473,6 +473,78 @@ class ChipCallable(_Callable):
         obj.children = kids
         return obj
 
+    @classmethod
+    def from_tasks(cls, signature: Sequence, tasks: Sequence, children: Sequence) -> "ChipCallable":
+        """A ChipCallable whose orchestration is built in: it submits `tasks`
+        in order, so a graph of built-in kernels needs no compiler at all.
+
+        Each task is {"func_id": f, "args": [...], "scalars": [...],
+        "block_num": 1}; the strings "scope_begin" / "scope_end" (or
+        ("scope_begin", "manual")) open and close scopes. Tensor arguments, in
+        the kernel signature's order (which also gives their access):
+          ("arg", i)  or  ("arg", i, offsets, shapes)   chip argument i (a box of it)
+          ("out", t, j)  or  ("out", t, j, offsets, shapes)   output j created by task t
+                                                        (tasks count from 0, scope items not counted)
+          ("new", shape, dtype)                         an output the runtime allocates
+        """
+        kids = list(children)
+        sigs = {int(fid): [ArgDirection(d) for d in c.signature] for fid, c in kids}
+        lines = ["simpler-task-list 1"]
+        for n, task in enumerate(tasks):
+            if isinstance(task, str) or (isinstance(task, tuple) and task and task[0] in ("scope_begin", "scope_end")):
+                name = task if isinstance(task, str) else task[0]
+                if name == "scope_begin":
+                    manual = isinstance(task, tuple) and len(task) > 1 and task[1] == "manual"
+                    lines.append(f"scope_begin {1 if manual else 0}")
+                elif name == "scope_end":
+                    lines.append("scope_end")
+                else:
+                    raise ValueError(f"from_tasks: unknown item {task!r}")
+                continue
+            fid = int(task["func_id"])
+            if fid not in sigs:
+                raise ValueError(f"from_tasks: item {n} uses func_id {fid}, which no child has")
+            access = [int(d) for d in sigs[fid] if d != ArgDirection.SCALAR]
+            targs = list(task.get("args", []))
+            if len(targs) != len(access):
+                raise ValueError(f"from_tasks: item {n} (func_id {fid}) passes {len(targs)} tensor(s); the kernel "
+                                 f"takes {len(access)}")
+            lines.append(f"task {fid} {int(task.get('block_num', 1))}")
+            for acc, a in zip(access, targs):
+                kind = a[0]
+                if kind == "arg":
+                    line = f"t {acc} arg {int(a[1])}"
+                    box = a[2:]
+                elif kind == "out":
+                    line = f"t {acc} out {int(a[1])} {int(a[2])}"
+                    box = a[3:]
+                elif kind == "new":
+                    shape, dt = tuple(a[1]), _as_datatype(a[2])
+                    line = f"t {acc} new {len(shape)} {int(dt)} " + " ".join(str(int(x)) for x in shape)
+                    box = ()
+                else:
+                    raise ValueError(f"from_tasks: item {n}: unknown tensor reference {a!r}")
+                if box:
+                    offsets, shapes = box
+                    if len(offsets) != len(shapes):
+                        raise ValueError(f"from_tasks: item {n}: box offsets and shapes differ in length")
+                    line += f" {len(shapes)} " + " ".join(str(int(x)) for x in list(offsets) + list(shapes))
+                lines.append(line)
+            for v in task.get("scalars", []):
+                lines.append(f"s {scalar_to_uint64(v)}")
+        text = "\n".join(lines) + "\n"
+        sig, nsig = _signature_array(signature)
+        ids = (ctypes.c_int32 * max(1, len(kids)))(*[int(fid) for fid, _ in kids])
+        handles = (ctypes.c_void_p * max(1, len(kids)))(*[c._h.value for _, c in kids])
+        h = ctypes.c_void_p()
+        check(lib().simpler_chip_callable_from_tasks(sig, nsig, text.encode(), ids, handles, len(kids),
+                                                     ctypes.byref(h)))
+        obj = cls(h.value)
+        obj.func_name = "simpler_task_list"
+        obj.children = kids
+        obj.description = text
+        return obj
+
     def __repr__(self) -> str:
         return (f"ChipCallable(func_name={self.func_name!r}, children={[fid for fid, _ in self.children]}, "
                 f"binary_size={self.binary_size})")

@@ -237,7 +237,8 @@ class Worker:
         check(lib().simpler_worker_get_info(self._handle(), ctypes.byref(i)))
         return {"level": i.level, "initialized": bool(i.initialized), "closed": bool(i.closed),
                 "num_cores": i.num_cores, "platform": i.platform.decode(), "runtime": i.runtime.decode(),
-                "device": i.device.decode()}
+                "device": i.device.decode(), "runs": i.runs, "graph_builds": i.graph_builds,
+                "graph_replays": i.graph_replays}
 
     # ---- callables ----------------------------------------------------------
 

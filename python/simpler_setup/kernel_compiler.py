@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from simpler import SimplerError
-from simpler._errors import INVALID_ARG, NO_DEVICE, PIPELINE
+from simpler._errors import INVALID_ARG, NO_DEVICE, PIPELINE, error_for
 
 from .platforms import parse_platform
 
@@ -53,7 +53,7 @@ def get_include_dir() -> Path:
     for cand in (here / "include", here.parent.parent / "include" / "simpler"):
         if (cand / "kernel.h").is_file():
             return cand
-    raise SimplerError(INVALID_ARG, "simpler headers not found; set SIMPLER_INCLUDE_DIR to the include/simpler directory")
+    raise error_for(INVALID_ARG, "simpler headers not found; set SIMPLER_INCLUDE_DIR to the include/simpler directory")
 
 
 def _cache_dir() -> Path:
@@ -141,7 +141,7 @@ class KernelCompiler:
     def get_orchestration_include_dirs(self, runtime: str = "tensormap_and_ringbuffer") -> list[str]:
         """Include directories an orchestration (and kernel) source needs."""
         if runtime not in _RUNTIMES:
-            raise SimplerError(INVALID_ARG, f"unknown runtime '{runtime}'; supported runtimes: {', '.join(_RUNTIMES)}")
+            raise error_for(INVALID_ARG, f"unknown runtime '{runtime}'; supported runtimes: {', '.join(_RUNTIMES)}")
         return [str(get_include_dir())]
 
     def get_incore_include_dirs(self) -> list[str]:
@@ -153,7 +153,7 @@ class KernelCompiler:
         `pto_isa_root` are accepted for the original's call shape; cpu and cuda
         have one kind of core and no PTO-ISA."""
         if core_type not in ("aiv", "aic", "any"):
-            raise SimplerError(INVALID_ARG, f"compile_incore: core_type '{core_type}' (use 'aiv', 'aic' or 'any')")
+            raise error_for(INVALID_ARG, f"compile_incore: core_type '{core_type}' (use 'aiv', 'aic' or 'any')")
         src = Path(source_path)
         includes = [str(get_include_dir())] + [str(d) for d in extra_include_dirs]
         if self.platform == "cuda":
@@ -189,7 +189,7 @@ class KernelCompiler:
 
     def _nvcc_command(self, includes: list[str], extra_flags: Sequence[str]) -> list[str]:
         if not (shutil.which(self.nvcc) or os.path.exists(self.nvcc)):
-            raise SimplerError(NO_DEVICE, f"compile_incore(platform='cuda'): nvcc not found ('{self.nvcc}'); install the "
+            raise error_for(NO_DEVICE, f"compile_incore(platform='cuda'): nvcc not found ('{self.nvcc}'); install the "
                                           f"CUDA toolkit or set NVCC")
         arch = self.cuda_arch
         return [self.nvcc, "-cubin", f"-arch={arch}", "-O3", "-std=c++17"] + [f"-I{d}" for d in includes] + \
@@ -199,7 +199,7 @@ class KernelCompiler:
         try:
             source = src.read_bytes()
         except OSError as e:
-            raise SimplerError(INVALID_ARG, f"cannot read source {src}: {e}") from None
+            raise error_for(INVALID_ARG, f"cannot read source {src}: {e}") from None
         compiler = cmd[0]
         # The source's directory is part of the key: its quoted includes resolve there.
         base = _sha(json.dumps([_compiler_identity(compiler), cmd, suffix, str(src.resolve().parent)]).encode() +

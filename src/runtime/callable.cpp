@@ -4,6 +4,7 @@
 
 #include "runtime/builtins.h"
 #include "runtime/sha256.h"
+#include "runtime/task_list.h"
 #include "simpler/simpler.h"
 
 namespace simpler {
@@ -125,6 +126,27 @@ Error make_chip_callable(const int32_t* sig, uint32_t n, const std::string& func
     hash_str(h, ch.second->digest);
   }
   c->digest = h.hex();
+  *out = c;
+  return {};
+}
+
+Error make_task_list_callable(const int32_t* sig, uint32_t n, const std::string& description,
+                              const std::vector<std::pair<int32_t, CallablePtr>>& children, CallablePtr* out) {
+  CallablePtr base;
+  if (Error e = make_chip_callable(sig, n, "simpler_task_list", "", description.data(), description.size(), children,
+                                   &base);
+      !e.ok())
+    return e;
+  auto c = std::make_shared<Callable>(*base);
+  if (Error e = parse_task_list(description, c->tensor_args(), &c->task_list); !e.ok()) return e;
+  for (const auto& item : c->task_list->items) {
+    if (item.kind != TaskList::Item::Task) continue;
+    bool found = false;
+    for (auto& ch : children) found |= ch.first == item.func_id;
+    if (!found)
+      return make_error(TC_ERR_KERNEL_NOT_FOUND, "ChipCallable.from_tasks: a task uses func_id %d, which no child has",
+                        item.func_id);
+  }
   *out = c;
   return {};
 }

@@ -16,6 +16,7 @@
 namespace simpler {
 
 struct Builtin;
+struct TaskList;
 
 // An orchestration entry point and its optional config function, as exported
 // by an orchestration shared object (or given natively by C++ tests).
@@ -41,6 +42,7 @@ struct Callable {
   std::vector<std::pair<int32_t, std::shared_ptr<const Callable>>> children;
   OrchEntry native_orch = nullptr;
   OrchConfigEntry native_config = nullptr;
+  std::shared_ptr<const TaskList> task_list;  // a built-in orchestration (ChipCallable.from_tasks)
 
   uint32_t tensor_args() const;
   uint32_t scalar_args() const;
@@ -53,6 +55,9 @@ Error make_builtin_callable(const std::string& op, const std::string& params, Ca
 Error make_chip_callable(const int32_t* sig, uint32_t n, const std::string& func_name, const std::string& config_name,
                          const void* binary, uint64_t size, const std::vector<std::pair<int32_t, CallablePtr>>& children,
                          CallablePtr* out);
+// A chip callable whose orchestration is a task list (task_list.h).
+Error make_task_list_callable(const int32_t* sig, uint32_t n, const std::string& description,
+                              const std::vector<std::pair<int32_t, CallablePtr>>& children, CallablePtr* out);
 // For C++ tests: kernels and orchestrations that are functions of the caller.
 CallablePtr make_native_core_callable(const std::vector<int32_t>& sig, KernelEntry fn);
 CallablePtr make_native_chip_callable(const std::vector<int32_t>& sig, OrchEntry fn,

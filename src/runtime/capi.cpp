@@ -145,6 +145,9 @@ tc_status simpler_worker_get_info(simpler_worker w, simpler_worker_info* out) {
     std::snprintf(out->runtime, sizeof out->runtime, "%s",
                   wk.config().build_graph ? "host_build_graph" : "tensormap_and_ringbuffer");
     std::snprintf(out->device, sizeof out->device, "%s", wk.device_name().c_str());
+    out->runs = wk.runs();
+    out->graph_builds = wk.graph_builds();
+    out->graph_replays = wk.graph_replays();
     return {};
   });
 }
@@ -222,6 +225,28 @@ tc_status simpler_chip_callable_create(const int32_t* signature, uint32_t signat
                                      config_name ? config_name : "", binary, binary_size, kids, &c);
         !e.ok())
       return e;
+    auto* h = new simpler_callable_s{c};
+    add_handle(h);
+    *out = h;
+    return {};
+  });
+}
+
+tc_status simpler_chip_callable_from_tasks(const int32_t* signature, uint32_t signature_len, const char* description,
+                                           const int32_t* func_ids, const simpler_callable* children,
+                                           uint32_t child_count, simpler_callable* out) {
+  return guarded("simpler_chip_callable_from_tasks", [&]() -> Error {
+    if (Error e = check_out("simpler_chip_callable_from_tasks", out); !e.ok()) return e;
+    if (!description) return make_error(TC_ERR_INVALID_ARG, "ChipCallable.from_tasks: description is null");
+    if (child_count && (!func_ids || !children))
+      return make_error(TC_ERR_INVALID_ARG, "ChipCallable.from_tasks: children arrays are null");
+    std::vector<std::pair<int32_t, CallablePtr>> kids;
+    for (uint32_t i = 0; i < child_count; i++) {
+      if (Error e = check_callable("ChipCallable.from_tasks", children[i]); !e.ok()) return e;
+      kids.emplace_back(func_ids[i], children[i]->c);
+    }
+    CallablePtr c;
+    if (Error e = make_task_list_callable(signature, signature_len, description, kids, &c); !e.ok()) return e;
     auto* h = new simpler_callable_s{c};
     add_handle(h);
     *out = h;

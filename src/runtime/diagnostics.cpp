@@ -239,9 +239,14 @@ Error Diagnostics::write(const Error& run_error, uint64_t wall_ns) {
         j.end_obj();
       }
     j.end_arr();
-    j.key("edges").begin_arr();
-    for (const TaskRecord& r : tasks_)
-      for (const DiagEdge& e : r.edges) j.begin_arr().val(e.pred).val(r.id).end_arr();
+    j.key("edges").begin_arr();  // each producer -> consumer pair once
+    for (const TaskRecord& r : tasks_) {
+      std::vector<uint64_t> preds;
+      for (const DiagEdge& e : r.edges) preds.push_back(e.pred);
+      std::sort(preds.begin(), preds.end());
+      preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+      for (uint64_t p : preds) j.begin_arr().val(p).val(r.id).end_arr();
+    }
     j.end_arr();
     if (opt_.swimlane >= 3) {
       j.key("sched").begin_arr();

@@ -121,7 +121,12 @@ Error Engine::begin(const RunSetup& s, Graph* graph) {
   }
   if (diag_) {
     uint64_t w[4], h[4], d[4];
-    for (int i = 0; i < kRings; i++) w[i] = s.rings[i].task_window, h[i] = s.rings[i].heap, d[i] = s.rings[i].dep_pool;
+    // A recorded graph has no rings: one heap of heap_limit bytes, no windows.
+    for (int i = 0; i < kRings; i++) {
+      w[i] = build_ ? 0 : s.rings[i].task_window;
+      h[i] = build_ ? s.heap_limit : s.rings[i].heap;
+      d[i] = build_ ? 0 : s.rings[i].dep_pool;
+    }
     diag_->set_ring_capacities(w, h, d);
   }
   executor_->begin_run(this, s.cores);
@@ -727,6 +732,8 @@ Engine::RingUsage Engine::ring_usage(int i) const {
   u.heap = r.heap_cap;
   u.dep_pool = r.dep_cap;
   if (build_) {
+    u.task_window = u.dep_pool = 0;
+    u.heap = graph_ ? graph_->heap_limit : 0;
     u.tasks = graph_ ? graph_->slots.size() : 0;
     u.heap_used = graph_ ? graph_->heap_bytes : 0;
     u.deps_used = graph_ ? graph_->edges : 0;
@@ -825,10 +832,21 @@ void Engine::advance(Ring& r) {
 // Running a recorded graph and finishing
 // ---------------------------------------------------------------------------
 
-void Engine::run_graph(Graph& g) {
+void Engine::run_graph(Graph& g, bool replay) {
   if (fatal()) return;
   graph_ = &g;
   build_ = true;
+  if (replay && diag_) {
+    std::vector<DiagEdge> edges;
+    for (TaskSlot& t : g.slots) {
+      edges.clear();
+      for (uint32_t i = 0; i < t.fanin_count; i++)
+        edges.push_back(DiagEdge{t.fanin[i].producer->id, UINT32_MAX, uint8_t(DepSource::TensorMap),
+                                 uint8_t(Overlap::None)});
+      t.t_submit = t.t_submitted = 0;
+      diag_->on_submit(t, edges.data(), edges.size());
+    }
+  }
   incomplete_.store(int64_t(g.slots.size()));
   std::vector<TaskSlot*> roots;
   for (TaskSlot& t : g.slots) {

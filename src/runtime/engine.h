@@ -106,8 +106,9 @@ class Engine {
   // Orchestration done: closes the outer scope, then (dynamic) waits for
   // every task or (build) returns at once.
   void end_orchestration();
-  // Runs a recorded graph to completion (build mode, also for replays).
-  void run_graph(Graph& g);
+  // Runs a recorded graph (build mode). A replay (`replay`: recorded by an
+  // earlier run) reports its tasks to the diagnostics as if submitted now.
+  void run_graph(Graph& g, bool replay);
   // Waits for every task of the run. Returns the run's first error.
   Error finish();
 

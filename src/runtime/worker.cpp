@@ -10,6 +10,7 @@
 #include "runtime/fault_guard.h"
 #include "runtime/loader.h"
 #include "runtime/platform.h"
+#include "runtime/task_list.h"
 #include "runtime/tensor_util.h"
 #include "simpler/simpler.h"
 
@@ -220,7 +221,11 @@ Error Worker::load(LoadedChip& chip) {
   chip.kernels.clear();
   chip.keep.clear();
   chip.table = KernelTable();
-  if (c.native_orch) {
+  chip.task_list = c.task_list.get();
+  if (c.task_list) {
+    chip.entry = task_list_orchestration;
+    chip.config = nullptr;
+  } else if (c.native_orch) {
     chip.entry = c.native_orch;
     chip.config = c.native_config;
   } else {
@@ -463,6 +468,7 @@ void Worker::execute(RunState& run) {
     e = make_error(TC_ERR_INTERNAL, "run: %s", ex.what());
   }
   release_staging(run);
+  runs_++;
   run.complete(e);
 }
 
@@ -578,20 +584,24 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
     if (graph) {
       if (Error e = eng.begin(setup, graph); !e.ok()) return e;
       eng.end_orchestration();
-      eng.run_graph(*graph);
+      eng.run_graph(*graph, true);
       result = eng.finish();
+      graph_replays_++;
     } else {
       fresh = std::make_unique<Graph>();
       if (Error e = eng.begin(setup, fresh.get()); !e.ok()) return e;
       set_current_engine(&eng);
+      set_current_task_list(chip.task_list);
       OrchCall call{chip.entry, &args};
       std::string what;
       if (!guarded_call(call_orchestration, &call, &what))
         eng.report_fatal(make_error(TC_ERR_PIPELINE, "orchestration '%s' failed: %s", c.func_name.c_str(), what.c_str()));
+      set_current_task_list(nullptr);
       set_current_engine(nullptr);
       eng.end_orchestration();
-      eng.run_graph(*fresh);
+      eng.run_graph(*fresh, false);
       result = eng.finish();
+      graph_builds_++;
       if (result.ok() && cacheable) {
         graphs_.emplace_front(key, std::move(fresh));
         while (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();
@@ -600,10 +610,12 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
   } else {
     if (Error e = eng.begin(setup); !e.ok()) return e;
     set_current_engine(&eng);
+    set_current_task_list(chip.task_list);
     OrchCall call{chip.entry, &args};
     std::string what;
     if (!guarded_call(call_orchestration, &call, &what))
       eng.report_fatal(make_error(TC_ERR_PIPELINE, "orchestration '%s' failed: %s", c.func_name.c_str(), what.c_str()));
+    set_current_task_list(nullptr);
     set_current_engine(nullptr);
     eng.end_orchestration();
     result = eng.finish();

@@ -4,6 +4,7 @@
 // writing diagnostics).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,7 @@ struct LoadedChip {
   uint64_t generation = 0;
   OrchEntry entry = nullptr;
   OrchConfigEntry config = nullptr;
+  const struct TaskList* task_list = nullptr;  // a built-in orchestration's program
   std::vector<std::unique_ptr<KernelRef>> kernels;
   KernelTable table;
   std::vector<std::shared_ptr<void>> keep;  // shared objects, CUDA modules
@@ -82,6 +84,9 @@ class Worker {
   bool initialized() const { return initialized_; }
   bool closed() const { return closed_; }
   int num_cores() const;
+  uint64_t runs() const { return runs_.load(); }
+  uint64_t graph_builds() const { return graph_builds_.load(); }
+  uint64_t graph_replays() const { return graph_replays_.load(); }
   std::string device_name() const;
 
   Error init();
@@ -126,6 +131,7 @@ class Worker {
   bool stopping_ = false;
   std::thread thread_;
   std::shared_ptr<RunState> current_;  // the run executing now
+  std::atomic<uint64_t> runs_{0}, graph_builds_{0}, graph_replays_{0};
 
   // host_build_graph: recorded graphs by callable and arguments.
   std::list<std::pair<std::string, std::unique_ptr<Graph>>> graphs_;

@@ -9,7 +9,11 @@
  *
  * with 0 <= i_k < shapes[k]. start_offset and strides count elements of the
  * tensor's dtype; buffer.size counts bytes of the whole allocation, so a
- * view never reaches outside [buffer.addr, buffer.addr + buffer.size). */
+ * view never reaches outside [buffer.addr, buffer.addr + buffer.size).
+ *
+ * A tensor the runtime allocated for a task's output (TensorCreateInfo) is
+ * valid until the scope it was created in ends; scope_tag names that scope
+ * so a later use is reported instead of reading recycled memory. */
 #ifndef SIMPLER_TENSOR_H
 #define SIMPLER_TENSOR_H
 
@@ -79,7 +83,7 @@ typedef struct ChipTensor {
   uint32_t ndims;                           /* 1..SIMPLER_MAX_TENSOR_DIMS */
   SIMPLER_DTYPE_FIELD dtype;
   uint32_t shapes[SIMPLER_MAX_TENSOR_DIMS]; /* elements per dimension */
-  uint32_t reserved;                        /* zero */
+  uint32_t scope_tag;                       /* 0; for a runtime-created tensor, the scope it lives in */
   int64_t strides[SIMPLER_MAX_TENSOR_DIMS]; /* elements between neighbours, >= 0 */
 #ifdef __cplusplus
   /* Orchestration code spells a borrowed tensor `args.tensor(i).ref()`. */

@@ -29,7 +29,7 @@ class CChipTensor(ctypes.Structure):
         ("ndims", ctypes.c_uint32),
         ("dtype", ctypes.c_int32),
         ("shapes", ctypes.c_uint32 * MAX_TENSOR_DIMS),
-        ("reserved", ctypes.c_uint32),
+        ("scope_tag", ctypes.c_uint32),
         ("strides", ctypes.c_int64 * MAX_TENSOR_DIMS),
     ]
 

@@ -100,7 +100,10 @@ void CpuExecutor::push_to(int index, TaskSlot* t) {
     c.q.push_back(t);
   }
   queued_.fetch_add(1);
-  if (sleepers_.load() > 0) {
+  // A spinning core will take it; wake a sleeper (a system call) only when
+  // none spins. The idle loop stops spinning before it looks at queued_ for
+  // the last time, so one of the two sides always sees the other.
+  if (spinning_.load() == 0 && sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(sleep_mu_);
     sleep_cv_.notify_one();
   }
@@ -154,7 +157,8 @@ void CpuExecutor::loop(int index) {
     const bool record = record_sched_.load(std::memory_order_relaxed);
     const uint64_t t_idle = record ? clock_ns() : 0;
     bool found = false;
-    for (int spin = 0; spin < 2000 && !stop_.load(std::memory_order_relaxed); spin++) {
+    spinning_.fetch_add(1);
+    for (int spin = 0; spin < 4000 && !stop_.load(std::memory_order_relaxed); spin++) {
       if (queued_.load(std::memory_order_relaxed) > 0 && index < active_.load(std::memory_order_relaxed)) {
         found = true;
         break;
@@ -164,6 +168,7 @@ void CpuExecutor::loop(int index) {
       else
         sched_yield();
     }
+    spinning_.fetch_sub(1);
     if (!found) {
       std::unique_lock<std::mutex> lk(sleep_mu_);
       sleepers_.fetch_add(1);

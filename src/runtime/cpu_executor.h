@@ -50,6 +50,7 @@ class CpuExecutor final : public Executor {
   std::atomic<int> active_{0};
   std::atomic<int64_t> queued_{0};
   std::atomic<int> sleepers_{0};
+  std::atomic<int> spinning_{0};  // idle cores still polling for work
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> record_sched_{false};

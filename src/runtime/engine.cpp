@@ -326,6 +326,16 @@ bool Engine::resolve(ChipTensor& v, uint32_t i, const KernelRef* k, int32_t func
         break;
       }
   }
+  if (v.scope_tag) {
+    // A runtime-created tensor lives until its scope ends: after that its
+    // heap bytes may already hold another task's output.
+    if (!found) return bad("scope_tag is set but the tensor was not created by the runtime (it must be 0)");
+    bool open = false;
+    for (const Scope& sc : scopes_) open |= uint32_t(sc.seq) == v.scope_tag;
+    if (!open)
+      return bad("it was created (TensorCreateInfo) in a scope that has ended; a created tensor is valid only "
+                 "inside the scope that created it (create it in an enclosing scope to use it later)");
+  }
   if (!found) {
     // Chip arguments and host regions of this run.
     auto it = std::upper_bound(regions_.begin(), regions_.end(), addr,
@@ -353,8 +363,8 @@ bool Engine::resolve(ChipTensor& v, uint32_t i, const KernelRef* k, int32_t func
   return true;
 }
 
-void Engine::add_producer(TaskSlot* p, uint32_t arg, DepSource src, Overlap o) {
-  producers_.push_back(Producer{p, arg, src, o});
+void Engine::add_producer(TaskSlot* p, uint64_t id, bool live, uint32_t arg, DepSource src, Overlap o) {
+  producers_.push_back(Producer{p, id, live, arg, src, o});
 }
 
 void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a, TaskOutputTensors* out) {
@@ -531,7 +541,7 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
       v.buffer.addr = addr;
       v.buffer.size = created_bytes[i];
       v.start_offset = 0;
-      v.reserved = 0;
+      v.scope_tag = uint32_t(sc.seq);
       int64_t stride = 1;
       for (int d = int(v.ndims) - 1; d >= 0; d--) {
         v.strides[d] = stride;
@@ -548,14 +558,17 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
   // TensorMap (read-after-write, write-after-write), explicit dependencies.
   producers_.clear();
   const bool auto_deps = !sc.manual;
+  // Diagnostics record every logical edge, to finished producers too.
+  const bool history = diag_ && (diag_->options().dep_gen || diag_->swimlane() > 0);
   for (uint32_t i = 0; i < a.tensor_count; i++) {
     if (a.created[i]) continue;
     const ChipTensor& v = t->tensors[i];
     uint64_t cid;
-    if (TaskSlot* c = tensormap_.creator(v.buffer.addr, &cid)) add_producer(c, i, DepSource::Creator, Overlap::Exact);
+    if (TaskSlot* c = tensormap_.creator(v.buffer.addr, &cid))
+      add_producer(c, cid, true, i, DepSource::Creator, Overlap::Exact);
     if (auto_deps)
-      tensormap_.find(v, ranges[i], [&](const TensorMap::Entry& e, Overlap o) {
-        add_producer(e.task, i, DepSource::TensorMap, o);
+      tensormap_.find(v, ranges[i], history, [&](const TensorMap::Entry& e, Overlap o, bool live) {
+        add_producer(e.task, e.task_id, live, i, DepSource::TensorMap, o);
       });
   }
   for (uint32_t d = 0; d < a.dep_count; d++) {
@@ -574,7 +587,10 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
       Ring& pr = rings_[ri];
       if (pos >= pr.tail.load(std::memory_order_acquire) && pr.slot(pos).id == uint64_t(id)) p = &pr.slot(pos);
     }
-    if (p) add_producer(p, UINT32_MAX, DepSource::Explicit, Overlap::None);
+    if (p)
+      add_producer(p, uint64_t(id), true, UINT32_MAX, DepSource::Explicit, Overlap::None);
+    else if (history)
+      add_producer(nullptr, uint64_t(id), false, UINT32_MAX, DepSource::Explicit, Overlap::None);
   }
 
   // Unique producers, in first-seen order.
@@ -584,7 +600,7 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
   thread_local std::vector<TaskSlot*> uniq;
   uniq.clear();
   for (const Producer& p : producers_)
-    if (p.task != t && p.task->mark != stamp) {
+    if (p.live && p.task != t && p.task->mark != stamp) {
       p.task->mark = stamp;
       uniq.push_back(p.task);
     }
@@ -638,7 +654,7 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
   // see them; manual scopes only skip the lookups).
   for (uint32_t i = 0; i < a.tensor_count; i++) {
     if (a.created[i]) tensormap_.set_creator(t->tensors[i].buffer.addr, t);
-    if (a.access[i] & SIMPLER_ACCESS_OUT) tensormap_.insert(t->tensors[i], ranges[i], t);
+    if (a.access[i] & SIMPLER_ACCESS_OUT) tensormap_.insert(t->tensors[i], ranges[i], t, history);
   }
 
   uint32_t n_out = 0;
@@ -652,7 +668,7 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
     thread_local std::vector<DiagEdge> edges;
     edges.clear();
     for (const Producer& p : producers_)
-      if (p.task != t) edges.push_back(DiagEdge{p.task->id, p.arg, uint8_t(p.source), uint8_t(p.overlap)});
+      if (p.id != t->id) edges.push_back(DiagEdge{p.id, p.arg, uint8_t(p.source), uint8_t(p.overlap)});
     t->t_submitted = now_ns();
     diag_->on_submit(*t, edges.data(), edges.size());
   }

@@ -167,7 +167,9 @@ class Engine {
     uint64_t seq;
   };
   struct Producer {
-    TaskSlot* task;
+    TaskSlot* task;  // valid only when `live`
+    uint64_t id;
+    bool live;       // unfinished: a real edge; otherwise recorded for diagnostics only
     uint32_t arg;
     DepSource source;
     Overlap overlap;
@@ -179,7 +181,7 @@ class Engine {
   bool alloc_heap(Ring& r, uint64_t bytes, uint64_t* addr);
   DepEntry* alloc_deps(Ring& r, uint32_t n);
   bool wait_for_space(Ring& r, const char* what, uint64_t need, const Scope& sc);
-  void add_producer(TaskSlot* p, uint32_t arg, DepSource src, Overlap o);
+  void add_producer(TaskSlot* p, uint64_t id, bool live, uint32_t arg, DepSource src, Overlap o);
   void make_ready(TaskSlot* t, TaskSlot** next);
   void release(TaskSlot* t);
   void advance(Ring& r);

@@ -19,12 +19,13 @@ bool creator_live(TaskSlot* t, uint64_t id) {
 
 }  // namespace
 
-void TensorMap::insert(const ChipTensor& t, const ByteRange& r, TaskSlot* task) {
+void TensorMap::insert(const ChipTensor& t, const ByteRange& r, TaskSlot* task, bool keep_history) {
   if (r.lo == r.hi) return;
+  keep_history_ = keep_history;
   Bucket& b = buckets_[t.buffer.addr];
   uint64_t from = r.lo > b.max_span ? r.lo - b.max_span : 0;
   for (auto e = b.by_lo.lower_bound(from); e != b.by_lo.end() && e->first < r.hi;) {
-    if (!live(e->second) || covers(t, r, e->second.view, e->second.range)) {
+    if ((!keep_history && !live(e->second)) || covers(t, r, e->second.view, e->second.range)) {
       e = b.by_lo.erase(e);
       size_--;
     } else {
@@ -50,6 +51,10 @@ void TensorMap::set_creator(uint64_t base, TaskSlot* task) {
 }
 
 void TensorMap::sweep() {
+  if (keep_history_) {  // diagnostics keep finished writers; only stale slots go
+    sweep_at_ = size_ * 2;
+    return;
+  }
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     Bucket& b = it->second;
     for (auto e = b.by_lo.begin(); e != b.by_lo.end();) {

@@ -31,29 +31,32 @@ class TensorMap {
     uint64_t task_id;
   };
 
-  // Calls f(const Entry&, Overlap) for every live entry of t's allocation
-  // whose view overlaps t.
+  // Calls f(const Entry&, Overlap, bool live) for every entry of t's
+  // allocation whose view overlaps t. Entries of finished tasks are pruned,
+  // unless `keep_history` (diagnostics want every logical edge): then they
+  // are reported with live = false and kept until a write covers them.
   template <class F>
-  void find(const ChipTensor& t, const ByteRange& r, F&& f) {
+  void find(const ChipTensor& t, const ByteRange& r, bool keep_history, F&& f) {
     auto it = buckets_.find(t.buffer.addr);
     if (it == buckets_.end()) return;
     Bucket& b = it->second;
     // Entries are ordered by their low byte; none is wider than max_span.
     uint64_t from = r.lo > b.max_span ? r.lo - b.max_span : 0;
     for (auto e = b.by_lo.lower_bound(from); e != b.by_lo.end() && e->first < r.hi;) {
-      if (!live(e->second)) {
+      const bool is_live = live(e->second);
+      if (!is_live && !keep_history) {
         e = b.by_lo.erase(e);
         size_--;
         continue;
       }
       Overlap o = overlap(t, r, e->second.view, e->second.range);
-      if (o != Overlap::None) f(e->second, o);
+      if (o != Overlap::None) f(e->second, o, is_live);
       ++e;
     }
   }
 
   // Records `task` as the latest writer of t's view.
-  void insert(const ChipTensor& t, const ByteRange& r, TaskSlot* task);
+  void insert(const ChipTensor& t, const ByteRange& r, TaskSlot* task, bool keep_history = false);
 
   // The live creator of a runtime-created allocation, or null.
   TaskSlot* creator(uint64_t base, uint64_t* id) const;
@@ -75,6 +78,7 @@ class TensorMap {
     uint64_t creator_id = 0;
   };
   void sweep();
+  bool keep_history_ = false;
 
   std::unordered_map<uint64_t, Bucket> buckets_;
   size_t size_ = 0;

@@ -189,7 +189,9 @@ Error Worker::free(uint64_t ptr) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto uses = [&](const std::shared_ptr<RunState>& r) {
-      return r && std::find(r->bases.begin(), r->bases.end(), ptr) != r->bases.end();
+      if (!r || std::find(r->bases.begin(), r->bases.end(), ptr) == r->bases.end()) return false;
+      std::lock_guard<std::mutex> rl(r->mu);
+      return !r->done;  // a completed run may still be `current_` for a moment
     };
     bool busy = uses(current_);
     for (auto& r : queue_) busy |= uses(r);

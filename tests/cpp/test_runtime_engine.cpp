@@ -114,31 +114,47 @@ void diamond_orch(const ChipTaskArgs& args) {
     p0.add_output(ci);
     TaskOutputTensors t0 = rt_submit_aiv_task(F_ADD, p0);
     const ChipTensor& c = t0.get_ref(0);
-    TaskOutputTensors t1, t2;
-    PTO2_SCOPE() {
+    PTO2_SCOPE() {  // d, e and g live in this scope; c in the outer one
       CoreTaskArgs p1;
       p1.add_input(c);
       p1.add_output(ci);
       p1.add_scalar(1.0f);
       p1.set_block_num(3);
-      t1 = rt_submit_aiv_task(F_ADD_SCALAR, p1);
+      TaskOutputTensors t1 = rt_submit_aiv_task(F_ADD_SCALAR, p1);
       CoreTaskArgs p2;
       p2.add_input(c);
       p2.add_output(ci);
       p2.add_scalar(2.0f);
-      t2 = rt_submit_aiv_task(F_ADD_SCALAR, p2);
+      TaskOutputTensors t2 = rt_submit_aiv_task(F_ADD_SCALAR, p2);
+      CoreTaskArgs p3;
+      p3.add_input(t1.get_ref(0));
+      p3.add_input(t2.get_ref(0));
+      p3.add_output(ci);
+      TaskOutputTensors t3 = rt_submit_aiv_task(F_MUL, p3);
+      CoreTaskArgs p4;
+      p4.add_input(t3.get_ref(0));
+      p4.add_input(c);
+      p4.add_output(f);
+      rt_submit_task(F_ADD, p4);
     }
-    CoreTaskArgs p3;
-    p3.add_input(t1.get_ref(0));
-    p3.add_input(t2.get_ref(0));
-    p3.add_output(ci);
-    TaskOutputTensors t3 = rt_submit_aiv_task(F_MUL, p3);
-    CoreTaskArgs p4;
-    p4.add_input(t3.get_ref(0));
-    p4.add_input(c);
-    p4.add_output(f);
-    rt_submit_task(F_ADD, p4);
   }
+}
+
+// Uses a tensor created in a scope after that scope ended.
+void escaped_orch(const ChipTaskArgs& args) {
+  uint32_t n = 4;
+  TensorCreateInfo ci(&n, 1, DataType::FLOAT32);
+  TaskOutputTensors t;
+  PTO2_SCOPE() {
+    CoreTaskArgs p;
+    p.add_output(ci);
+    t = rt_submit_task(F_BLOCK_ID, p);
+  }
+  CoreTaskArgs q;
+  q.add_input(t.get_ref(0));
+  q.add_output(args.tensor(0).ref());
+  q.add_scalar(1.0f);
+  rt_submit_task(F_ADD_SCALAR, q);
 }
 
 PTO2OrchestrationConfig diamond_config(const ChipTaskArgs&) { return PTO2OrchestrationConfig{3}; }
@@ -453,6 +469,7 @@ TEST(RuntimeEngine, BadSubmitsNameTheTask) {
       {outside_orch, "outside its allocation"},
       {throw_orch, "the orchestration gave up"},
       {unbalanced_orch, "scope(s) still open"},
+      {escaped_orch, "created (TensorCreateInfo) in a scope that has ended"},
   };
   for (const Case& c : cases) {
     Error e = tw.run(tw.reg(make_native_chip_callable({INOUT}, c.orch, kernels())), {vec(px, 2)});

@@ -144,14 +144,17 @@ TEST(RuntimeTensorMap, FindsLiveOverlappingWriters) {
   EXPECT_EQ(m.size(), 2u);
   std::vector<TaskSlot*> found;
   ChipTensor probe = view({1, 2}, {16, 1}, 3 * 16 + 9);  // inside `right`
-  m.find(probe, byte_range(probe), [&](const TensorMap::Entry& e, Overlap) { found.push_back(e.task); });
+  m.find(probe, byte_range(probe), false, [&](const TensorMap::Entry& e, Overlap, bool) { found.push_back(e.task); });
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0], &slots[1]);
 
-  // A finished writer imposes nothing and is pruned.
+  // A finished writer imposes nothing and is pruned (diagnostics still see it).
   slots[1].state.store(kDone);
+  int finished = 0;
+  m.find(probe, byte_range(probe), true, [&](const TensorMap::Entry&, Overlap, bool live) { finished += !live; });
+  EXPECT_EQ(finished, 1);
   found.clear();
-  m.find(probe, byte_range(probe), [&](const TensorMap::Entry& e, Overlap) { found.push_back(e.task); });
+  m.find(probe, byte_range(probe), false, [&](const TensorMap::Entry& e, Overlap, bool) { found.push_back(e.task); });
   EXPECT_TRUE(found.empty());
   EXPECT_EQ(m.size(), 1u);
 
@@ -159,7 +162,7 @@ TEST(RuntimeTensorMap, FindsLiveOverlappingWriters) {
   m.insert(right, byte_range(right), &slots[2]);
   slots[2].state.store(kFailed);
   found.clear();
-  m.find(probe, byte_range(probe), [&](const TensorMap::Entry& e, Overlap) { found.push_back(e.task); });
+  m.find(probe, byte_range(probe), false, [&](const TensorMap::Entry& e, Overlap, bool) { found.push_back(e.task); });
   EXPECT_EQ(found.size(), 1u);
 
   // A write covering an older entry replaces it; a reused slot is stale.
@@ -168,7 +171,7 @@ TEST(RuntimeTensorMap, FindsLiveOverlappingWriters) {
   EXPECT_EQ(m.size(), 1u);
   slots[3].id = make_id(99, 0);  // the slot now holds another task
   found.clear();
-  m.find(probe, byte_range(probe), [&](const TensorMap::Entry& e, Overlap) { found.push_back(e.task); });
+  m.find(probe, byte_range(probe), false, [&](const TensorMap::Entry& e, Overlap, bool) { found.push_back(e.task); });
   EXPECT_TRUE(found.empty());
 }
 
@@ -185,10 +188,10 @@ TEST(RuntimeTensorMap, ManyDisjointSlicesStayCheap) {
   }
   int hits = 0;
   ChipTensor one = view({16}, {1}, 5000 * 16);
-  m.find(one, byte_range(one), [&](const TensorMap::Entry&, Overlap) { hits++; });
+  m.find(one, byte_range(one), false, [&](const TensorMap::Entry&, Overlap, bool) { hits++; });
   EXPECT_EQ(hits, 1);
   hits = 0;
   ChipTensor all = view({uint32_t(n * 16)}, {1}, 0);
-  m.find(all, byte_range(all), [&](const TensorMap::Entry&, Overlap) { hits++; });
+  m.find(all, byte_range(all), false, [&](const TensorMap::Entry&, Overlap, bool) { hits++; });
   EXPECT_EQ(hits, n);
 }

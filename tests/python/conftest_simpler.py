@@ -34,7 +34,6 @@ class Cases:
             (3, CoreCallable.build([D.INOUT, D.SCALAR], k("sleep_ms.cpp"))),
         ]
         self.no_entry = k("no_entry.cpp")
-        self.empty = k("empty.cpp")
         self._D = D
         self._ChipCallable = ChipCallable
 

@@ -156,14 +156,14 @@ def test_failed_run_still_writes_diagnostics(cases, tmp_path):
         x = np.zeros(1, np.float32)
         args = ChipStorageTaskArgs()
         args.add_tensor(x)
-        args.add_scalar(0)
+        args.add_scalar(30)
         with pytest.raises(Exception, match="SIGSEGV"):
-            w.run(w.register(cases.chip("orch_segv")), args,
+            w.run(w.register(cases.chip("orch_poison")), args,
                   CallConfig(enable_chip_swimlane=1, enable_dep_gen=1, output_prefix=str(tmp_path)))
     rec = json.loads((tmp_path / "l2_perf_records.json").read_text())
     assert rec["status"] == "failed"
-    assert sorted(t["state"] for t in rec["tasks"]) == ["cancelled", "failed"]
+    assert sorted(t["state"] for t in rec["tasks"]) == ["cancelled", "done", "failed"]
     deps = load_deps(tmp_path)
-    assert [t["state"] for t in deps["tasks"]] == ["failed", "cancelled"]
+    assert [t["state"] for t in deps["tasks"]] == ["done", "failed", "cancelled"]
     trace = convert(tmp_path)
     assert any(e["ph"] == "i" and "cancelled" in e["name"] for e in trace["traceEvents"])

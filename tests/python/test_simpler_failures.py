@@ -51,12 +51,17 @@ def test_failures_name_the_task_and_leave_the_worker_usable(worker, cases, entry
     _still_usable(worker, cases)
 
 
-def test_failed_task_poisons_its_dependent(worker, cases):
-    # orch_segv submits an increment after the faulting task: it must not run.
+def test_failed_task_poisons_its_dependent(worker, cases, tmp_path):
+    # sleep (+1) -> segv -> inc: the increment after the fault must not run.
     p, t = device_f32(worker, [5.0])
     with pytest.raises(SimplerError, match="SIGSEGV"):
-        worker.run(worker.register(cases.chip("orch_segv")), _args(t, 0))
-    assert read_f32(worker, p, 1)[0] == 5.0
+        worker.run(worker.register(cases.chip("orch_poison")), _args(t, 50),
+                   CallConfig(enable_dep_gen=1, output_prefix=str(tmp_path)))
+    assert read_f32(worker, p, 1)[0] == 6.0
+    import json
+
+    deps = json.loads((tmp_path / "deps.json").read_text())
+    assert [x["state"] for x in deps["tasks"]] == ["done", "failed", "cancelled"]
 
 
 def test_wrong_argument_count_and_bad_tensors(worker, cases):

@@ -1,8 +1,8 @@
 // f = (a + b + 1) * (a + b + 2) + (a + b)
 //
-//        c = a + b
+//        c = a + b                (outer scope)
 //       /          \
-//   d = c + 1    e = c + 2        (an inner scope: d and e retire with it)
+//   d = c + 1    e = c + 2        (inner scope: d, e, g and the last task)
 //       \          /
 //        g = d * e
 //            |
@@ -37,32 +37,33 @@ __attribute__((visibility("default"))) void diamond_orchestration(const ChipTask
     TaskOutputTensors t0 = rt_submit_aiv_task(FUNC_ADD, p0);
     const ChipTensor& c = t0.get_ref(0);
 
-    TaskOutputTensors t1, t2;
+    // d, e and g live in the inner scope (a created tensor is valid inside
+    // the scope that created it); c belongs to the outer one.
     PTO2_SCOPE() {
       CoreTaskArgs p1;
       p1.add_input(c);
       p1.add_output(ci);
       p1.add_scalar(1.0f);
-      t1 = rt_submit_aiv_task(FUNC_ADD_SCALAR, p1);
+      TaskOutputTensors t1 = rt_submit_aiv_task(FUNC_ADD_SCALAR, p1);
 
       CoreTaskArgs p2;
       p2.add_input(c);
       p2.add_output(ci);
       p2.add_scalar(2.0f);
-      t2 = rt_submit_aiv_task(FUNC_ADD_SCALAR, p2);
+      TaskOutputTensors t2 = rt_submit_aiv_task(FUNC_ADD_SCALAR, p2);
+
+      CoreTaskArgs p3;
+      p3.add_input(t1.get_ref(0));
+      p3.add_input(t2.get_ref(0));
+      p3.add_output(ci);
+      TaskOutputTensors t3 = rt_submit_aiv_task(FUNC_MUL, p3);
+
+      CoreTaskArgs p4;
+      p4.add_input(t3.get_ref(0));
+      p4.add_input(c);
+      p4.add_output(f);
+      rt_submit_aiv_task(FUNC_ADD, p4);
     }
-
-    CoreTaskArgs p3;
-    p3.add_input(t1.get_ref(0));
-    p3.add_input(t2.get_ref(0));
-    p3.add_output(ci);
-    TaskOutputTensors t3 = rt_submit_aiv_task(FUNC_MUL, p3);
-
-    CoreTaskArgs p4;
-    p4.add_input(t3.get_ref(0));
-    p4.add_input(c);
-    p4.add_output(f);
-    rt_submit_aiv_task(FUNC_ADD, p4);
   }
 }
 

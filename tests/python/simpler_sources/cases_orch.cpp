@@ -92,3 +92,20 @@ EXPORT void orch_one_scope(const ChipTaskArgs& args) {
     }
   }
 }
+
+// A slow task, a faulting one after it, and an increment after that: all
+// three are submitted before the fault, so the increment is poisoned (not
+// run) rather than never submitted.
+EXPORT void orch_poison(const ChipTaskArgs& args) {
+  const ChipTensor& x = args.tensor(0).ref();
+  CoreTaskArgs p0;
+  p0.add_inout(x);
+  p0.add_scalar(args.scalar(0));
+  rt_submit_task(F_SLEEP, p0);
+  CoreTaskArgs p1;
+  p1.add_inout(x);
+  rt_submit_task(F_SEGV, p1);
+  CoreTaskArgs p2;
+  p2.add_inout(x);
+  rt_submit_task(F_INC, p2);
+}

@@ -105,12 +105,14 @@ def starpu(n: int, reps: int) -> dict | None:
 
 def cuda_graph_baseline(n: int, reps: int) -> float | None:
     """Seconds per replay of a hand-built CUDA Graph of n empty kernels."""
-    exe = ROOT / "build" / "cuda_graph_baseline"
+    from simpler._lib import library_path
+
+    exe = library_path().parent / "cuda_graph_baseline"
     if not exe.exists():
         return None
     kc = KernelCompiler(platform="cuda")
     cubin = kc.compile_incore(HERE / "empty_kernel.cu", extra_include_dirs=kc.get_orchestration_include_dirs())
-    path = ROOT / "build" / "empty_kernel.cubin"
+    path = exe.parent / "empty_kernel.cubin"
     path.write_bytes(cubin)
     proc = subprocess.run([str(exe), str(path), str(n), str(reps)], capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:

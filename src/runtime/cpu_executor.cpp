@@ -64,7 +64,7 @@ uint64_t CpuExecutor::clock_ns() {
                       .count());
 }
 
-void CpuExecutor::begin_run(Engine* engine, int cores) {
+void CpuExecutor::begin_run(Engine* engine, int cores, int) {
   int n = cores <= 0 || cores > int(cores_.size()) ? int(cores_.size()) : cores;
   Diagnostics* d = engine->diag();
   const bool record = d && d->swimlane() >= 3;

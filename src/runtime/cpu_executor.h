@@ -27,7 +27,7 @@ class CpuExecutor final : public Executor {
   ~CpuExecutor() override;
 
   int num_cores() const override { return int(cores_.size()); }
-  void begin_run(Engine* engine, int cores) override;
+  void begin_run(Engine* engine, int cores, int sched_threads) override;
   void end_run() override;
   void push(TaskSlot* t) override;
 

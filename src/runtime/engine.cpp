@@ -105,6 +105,7 @@ Error Engine::begin(const RunSetup& s, Graph* graph) {
   regions_ = s.regions;
   std::sort(regions_.begin(), regions_.end(), [](const Region& a, const Region& b) { return a.base < b.base; });
   t0_ = steady_ns();
+  executor_owns_graph_ = false;
   submitted_ = 0;
   scope_seq_ = 0;
   aborting_.store(false);
@@ -129,7 +130,7 @@ Error Engine::begin(const RunSetup& s, Graph* graph) {
     }
     diag_->set_ring_capacities(w, h, d);
   }
-  executor_->begin_run(this, s.cores);
+  executor_->begin_run(this, s.cores, s.sched_threads);
   scopes_.push_back(Scope{0, 0, false, 0, 0, ++scope_seq_});
   return {};
 }
@@ -191,6 +192,7 @@ bool Engine::wait_for_space(Ring& r, const char* what, uint64_t need, const Scop
            r.dep_cap;
   };
   if (fits()) return true;
+  executor_->flush();  // batched work must reach the device before we wait on it
   std::unique_lock<std::mutex> lk(r.mu);
   r.waiters.fetch_add(1);
   bool ok = true;
@@ -674,6 +676,7 @@ void Engine::submit(int32_t func_id, int32_t core_type, const SimplerCoreArgs& a
   }
 
   incomplete_.fetch_add(1, std::memory_order_relaxed);
+  if (!build_ && k && executor_->launches_at_submit()) executor_->submitted(t);
   if (!build_ && t->fanin_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     make_ready(t, nullptr);
     // Drain what finished inline (alloc-only and cancelled tasks).
@@ -729,6 +732,7 @@ void Engine::end_orchestration() {
                                                   "(rt_scope_begin() without rt_scope_end())",
                                                   scopes_.size() - 1)});
   while (scopes_.size() > 1) scope_end();
+  executor_->flush();
   // The outer scope.
   if (!scopes_.empty() && !build_) {
     Scope sc = scopes_.back();
@@ -766,6 +770,10 @@ Engine::RingUsage Engine::ring_usage(int i) const {
 // ---------------------------------------------------------------------------
 
 void Engine::make_ready(TaskSlot* t, TaskSlot** next) {
+  // Kernel tasks of a launch-at-submit executor are its own to run or cancel,
+  // and so are all tasks of a graph the executor runs itself.
+  if (t->kernel && !build_ && executor_->launches_at_submit()) return;
+  if (build_ && executor_owns_graph_) return;
   if (t->poisoned.load(std::memory_order_acquire) || aborting_.load(std::memory_order_acquire)) {
     t_pending.push_back(Pending{t, kCancelled});
     return;
@@ -876,7 +884,9 @@ void Engine::run_graph(Graph& g, bool replay) {
     if (t.static_fanin == 0) roots.push_back(&t);
   }
   if (g.slots.empty()) return;
+  executor_owns_graph_ = true;  // before run_graph: the executor may finish tasks at once
   if (executor_->run_graph(g)) return;
+  executor_owns_graph_ = false;
   for (TaskSlot* t : roots) {
     make_ready(t, nullptr);
     while (!t_pending.empty()) {

@@ -61,13 +61,25 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual int num_cores() const = 0;
-  // A run starts/ends; `cores` is how many cores it may use (<= num_cores()).
-  virtual void begin_run(Engine* engine, int cores) = 0;
+  // A run starts/ends; `cores` is how many cores it may use (<= num_cores(),
+  // 0 = all), `sched_threads` the call's aicpu_thread_num (0 = default).
+  virtual void begin_run(Engine* engine, int cores, int sched_threads) = 0;
   virtual void end_run() = 0;
-  // A task whose producers have all finished (dynamic) or been scheduled.
+  // A task whose producers have all finished.
   virtual void push(TaskSlot* t) = 0;
   // Runs a whole recorded graph; false to let the engine push its roots.
   virtual bool run_graph(Graph&) { return false; }
+
+  // Executors that order tasks on the device themselves (cuda: streams and
+  // events) take every kernel task at submit, whatever its producers' state,
+  // and report it finished when the device has run it; the engine then never
+  // pushes kernel tasks. flush() hands over what submitted() may batch; the
+  // engine calls it before it waits and when the orchestration ends.
+  virtual bool launches_at_submit() const { return false; }
+  virtual void submitted(TaskSlot*) {}
+  virtual void flush() {}
+  // An executor that can no longer run anything (a lost CUDA context) says why.
+  virtual Error health() const { return {}; }
 };
 
 // A recorded graph (host_build_graph) with the storage it owns.
@@ -93,6 +105,7 @@ struct RunSetup {
   Diagnostics* diag = nullptr;
   std::vector<Region> regions;
   int cores = 0;
+  int sched_threads = 0;
   uint64_t heap_limit = kDefaultHeap;  // build mode: bytes of created outputs
 };
 
@@ -198,6 +211,7 @@ class Engine {
   Diagnostics* diag_ = nullptr;
   Graph* graph_ = nullptr;
   bool build_ = false;
+  bool executor_owns_graph_ = false;  // the executor runs (and finishes) the graph itself
   std::vector<Region> regions_;
   uint64_t t0_ = 0;
   uint64_t submitted_ = 0;

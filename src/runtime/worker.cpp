@@ -518,6 +518,7 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
   const Callable& c = *chip.callable;
   install_fault_handlers();  // again, in case someone replaced ours since
 
+  if (Error e = executor_->health(); !e.ok()) return e;
   if (Error e = stage_in(run); !e.ok()) return e;
   ChipTaskArgs args{run.tensors.data(), run.scalars.data(), uint32_t(run.tensors.size()),
                     uint32_t(run.scalars.size())};
@@ -543,6 +544,7 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
   setup.device = device_.get();
   setup.regions = run.regions;
   setup.cores = run.cfg.c.block_dim;
+  setup.sched_threads = run.cfg.c.aicpu_thread_num;
   setup.heap_limit = cfg_.heap_ring_size;
   if (Error e = resolve_rings(run.cfg, cfg_.heap_ring_size, setup.rings); !e.ok()) return e;
 

@@ -86,7 +86,9 @@ Error validate_call_config(const simpler_call_config& c) {
     return make_error(TC_ERR_INVALID_ARG, "enable_chip_swimlane = %d: must be 0 (off) to 4", c.enable_chip_swimlane);
   if (c.enable_dump_args < 0 || c.enable_dump_args > 1)
     return make_error(TC_ERR_INVALID_ARG, "enable_dump_args = %d: must be 0 or 1", c.enable_dump_args);
-  if (c.enable_pmu < 0) return make_error(TC_ERR_INVALID_ARG, "enable_pmu = %d: must be >= 0", c.enable_pmu);
+  if (c.enable_pmu < 0 || c.enable_pmu > 2)
+    return make_error(TC_ERR_INVALID_ARG, "enable_pmu = %d: 0 (off), 1 (execution counters) or 2 (memory counters)",
+                      c.enable_pmu);
   if (c.enable_dep_gen < 0 || c.enable_dep_gen > 1)
     return make_error(TC_ERR_INVALID_ARG, "enable_dep_gen = %d: must be 0 or 1", c.enable_dep_gen);
   if (c.enable_scope_stats < 0 || c.enable_scope_stats > 1)

@@ -193,9 +193,14 @@ void Diagnostics::after_task(const TaskSlot& t) {
   if (opt_.dump_args) capture(t, false);
 }
 
-void Diagnostics::set_pmu(uint64_t task, const std::array<uint64_t, 8>& counters) {
+void Diagnostics::set_pmu(uint64_t task, const std::array<double, 8>& counters) {
   std::lock_guard<std::mutex> lk(mu_);
   pmu_[task] = counters;
+}
+
+void Diagnostics::set_pmu_names(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lk(mu_);
+  pmu_names_ = names;
 }
 
 void Diagnostics::on_finished(const TaskSlot& t) {
@@ -393,12 +398,20 @@ Error Diagnostics::write(const Error& run_error, uint64_t wall_ns) {
       std::snprintf(line, sizeof line, "%llu,%d,%d,%d,", (unsigned long long)f.id,
                     it != by_id.end() ? it->second->func_id : -1, f.core, opt_.pmu);
       csv += line;
+      auto pit = pmu_.find(f.id);
       for (int c = 0; c < 8; c++) {
-        auto pit = pmu_.find(f.id);
-        csv += std::to_string(pit != pmu_.end() ? pit->second[size_t(c)] : uint64_t(0)) + (c < 7 ? "," : "\n");
+        char v[32];
+        std::snprintf(v, sizeof v, "%.9g", pit != pmu_.end() ? pit->second[size_t(c)] : 0.0);
+        csv += std::string(v) + (c < 7 ? "," : "\n");
       }
     }
     if (Error e = write_file(p + "/pmu.csv", csv); !e.ok()) return e;
+    // What each counter column holds (none on cpu).
+    Json j;
+    j.begin_obj().kv("platform", opt_.platform).kv("event_type", opt_.pmu).key("counters").begin_arr();
+    for (int c = 0; c < 8; c++) j.val(size_t(c) < pmu_names_.size() ? pmu_names_[size_t(c)] : std::string("none"));
+    j.end_arr().end_obj();
+    if (Error e = write_file(p + "/pmu_metrics.json", j.str()); !e.ok()) return e;
   }
   return {};
 }

@@ -79,8 +79,10 @@ class Diagnostics {
   void before_task(const TaskSlot& t);  // dump_args: inputs
   void after_task(const TaskSlot& t);   // dump_args: outputs
   void on_finished(const TaskSlot& t);  // any thread; after the last block
-  // Hardware counters of one task (cuda); tasks without any read as zeros.
-  void set_pmu(uint64_t task, const std::array<uint64_t, 8>& counters);
+  // Hardware counters of one task (cuda) and their names; tasks without any
+  // read as zeros.
+  void set_pmu(uint64_t task, const std::array<double, 8>& counters);
+  void set_pmu_names(const std::vector<std::string>& names);
 
   // Writes every enabled file. `run_error` is noted in the files' metadata.
   Error write(const Error& run_error, uint64_t wall_ns);
@@ -110,7 +112,8 @@ class Diagnostics {
   std::vector<DumpRecord> dumps_;
   std::string blob_;
   std::vector<FinishRecord> finished_;
-  std::unordered_map<uint64_t, std::array<uint64_t, 8>> pmu_;
+  std::unordered_map<uint64_t, std::array<double, 8>> pmu_;
+  std::vector<std::string> pmu_names_;
 };
 
 }  // namespace simpler

@@ -78,6 +78,28 @@ def test_dump_args_on_device(chain_chip, tmp_path):
     assert [list(x["args"][0]["after"]) for x in tasks] == [[6, 7], [7, 8], [8, 9]]
 
 
+@pytest.mark.parametrize("event_type", [1, 2])
+def test_pmu_reads_cupti_counters(chain_chip, tmp_path, event_type):
+    import csv
+
+    with Worker(2, platform="cuda") as w:
+        w.init()
+        p, t = device_f32(w, np.zeros(1 << 16))
+        try:
+            w.run(w.register(chain_chip()), _args(t, 4),
+                  CallConfig(enable_pmu=event_type, output_prefix=str(tmp_path)))
+        except SimplerError as e:
+            if "INSUFFICIENT_PRIVILEGES" in str(e) or "performance counters" in str(e):
+                pytest.skip(f"GPU counters are not open to this user: {e}")
+            raise
+        assert read_f32(w, p, 1)[0] == 4
+    names = json.loads((tmp_path / "pmu_metrics.json").read_text())["counters"]
+    assert names[0] == "gpu__time_duration.sum" and "none" not in names
+    with open(tmp_path / "pmu.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 and all(float(r["counter0"]) > 0 for r in rows)  # every kernel took some time
+
+
 def test_cpu_kernel_on_cuda_is_refused():
     kc = KernelCompiler(platform="cpu")
     so = kc.compile_incore(SOURCES / "inc.cpp")

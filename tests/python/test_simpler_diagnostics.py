@@ -147,7 +147,9 @@ def test_pmu_zeros_on_cpu(diamond_run):
         rows = list(csv.DictReader(fh))
     assert len(rows) == 5
     assert all(r["event_type"] == "2" for r in rows)
-    assert all(int(r[f"counter{i}"]) == 0 for r in rows for i in range(8))
+    assert all(float(r[f"counter{i}"]) == 0 for r in rows for i in range(8))
+    names = json.loads((diamond_run["prefix"] / "pmu_metrics.json").read_text())
+    assert names["platform"] == "cpu" and names["counters"] == ["none"] * 8
 
 
 def test_failed_run_still_writes_diagnostics(cases, tmp_path):

@@ -39,6 +39,7 @@
 
 #include "runtime/builtins.h"
 #include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/cupti_pmu.h"
 #include "runtime/device.h"
 #include "runtime/diagnostics.h"
 #include "runtime/engine.h"
@@ -57,6 +58,7 @@ constexpr int kDefaultStreams = 4;
 constexpr size_t kBatch = 64;
 constexpr uint64_t kBatchAgeNs = 50000;
 constexpr uint64_t kArenaBytes = 64ull << 20;
+constexpr size_t kPmuRanges = 1024;  // kernels per CUPTI session before it is read out
 
 uint64_t steady_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -157,11 +159,14 @@ class CudaExecutor final : public Executor {
       cu().cuEventRecord(run_start_, streams_[0]);
       run_start_ns_ = engine->now_ns();
     }
+    pmu_type_ = d ? d->options().pmu : 0;
+    pmu_tasks_.clear();
     engine_.store(engine);
   }
 
   void end_run() override {
     flush();
+    pmu_flush();
     // Everything launched has been reported (the engine waited for it).
     if (run_start_) events_.put(run_start_, true), run_start_ = nullptr;
     for (Recorded& r : recorded_)
@@ -315,6 +320,30 @@ class CudaExecutor final : public Executor {
     return true;
   }
 
+  // Reads the counters of the kernels launched since the session opened and
+  // gives them to the diagnostics (range i is the i-th kernel_entry launched).
+  void pmu_flush() {
+    if (!pmu_) return;
+    Engine* eng = engine_.load();
+    std::vector<cuda::PmuRange> ranges;
+    Error e = pmu_->finish(&ranges);
+    pmu_.reset();
+    if (!eng) return;
+    if (!e.ok()) {
+      eng->report_fatal(e);
+      return;
+    }
+    Diagnostics* d = eng->diag();
+    size_t k = 0;
+    for (const cuda::PmuRange& r : ranges) {
+      if (r.name.find("kernel_entry") == std::string::npos) continue;  // tensorcore's own kernels
+      if (k < pmu_tasks_.size() && d) d->set_pmu(pmu_tasks_[k], r.values);
+      k++;
+    }
+    if (d) d->set_pmu_names(cuda::pmu_metric_names(pmu_type_));
+    pmu_tasks_.clear();
+  }
+
   void release_span(uint64_t span_index) {
     if (!span_index) return;
     std::lock_guard<std::mutex> lk(mu_);
@@ -419,6 +448,16 @@ class CudaExecutor final : public Executor {
         cu().cuStreamSynchronize(st);
         diag->before_task(*t);
       }
+      if (pmu_type_ && !pmu_) {
+        auto session = std::make_unique<cuda::PmuSession>();
+        Error pe = session->open(ctx_.get(), dev_->device_id(), pmu_type_, kPmuRanges);
+        if (!pe.ok()) {
+          t->state.store(kPending, std::memory_order_release);
+          fail_now(t, pe);
+          continue;
+        }
+        pmu_ = std::move(session);
+      }
       TaskTiming tm;
       if (timing_) {
         tm.start = events_.get(true);
@@ -446,6 +485,10 @@ class CudaExecutor final : public Executor {
       if (serial_ && diag) {
         CUresult sr = cu().cuStreamSynchronize(st);
         if (sr == CUDA_SUCCESS) diag->after_task(*t);
+      }
+      if (pmu_) {
+        pmu_tasks_.push_back(t->id);
+        if (pmu_tasks_.size() >= kPmuRanges) pmu_flush();
       }
       per_stream[chosen].tasks.push_back(t);
       per_stream[chosen].timing.push_back(tm);
@@ -646,6 +689,9 @@ class CudaExecutor final : public Executor {
   bool timing_ = false, serial_ = false;
   CUevent run_start_ = nullptr;
   uint64_t run_start_ns_ = 0;
+  int pmu_type_ = 0;
+  std::unique_ptr<cuda::PmuSession> pmu_;
+  std::vector<uint64_t> pmu_tasks_;
 
   std::recursive_mutex launch_mu_;
   std::vector<TaskSlot*> batch_;

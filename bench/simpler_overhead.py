@@ -142,8 +142,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "simpler.md"))
     ns = ap.parse_args()
     n, reps = ns.n, ns.reps
-    plats = ["cpu", "cuda"] if ns.platform == "all" else [ns.platform]
-    plats = [p for p in plats if p in available_platforms()]
+    wanted = ["cpu", "cuda"] if ns.platform == "all" else [ns.platform]
+    plats = [p for p in wanted if p in available_platforms()]
+    absent = [p for p in wanted if p not in plats]
     lines = [f"# simpler: per-task overhead ({datetime.date.today().isoformat()})", "",
              f"Machine: {machine()}. Graphs of {n} tasks with empty kernels, median of {reps} runs after a "
              f"warm-up; a run = orchestration + execution. `bench/simpler_overhead.py`.", ""]
@@ -185,6 +186,9 @@ def main() -> int:
         else:
             lines.append("cuda Graph baseline not built (build/cuda_graph_baseline): no comparison.")
         lines.append("")
+    for p in absent:
+        lines += [f"{p}: not available on this machine (no GPU, or a build without CUDA); not measured. On a GPU "
+                  f"machine: `python bench/simpler_overhead.py --platform {p}` (appends here).", ""]
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines) + "\n"
     if Path(ns.out).exists() and ns.platform != "all":

@@ -78,7 +78,7 @@ typedef struct simpler_worker_info {
   int32_t level;
   int32_t initialized;
   int32_t closed;
-  int32_t num_cores;       /* core threads (cpu) or SMs (cuda) once initialised */
+  int32_t num_cores;       /* core threads (cpu) or launch streams (cuda) once initialised */
   char platform[16];
   char runtime[32];
   char device[256];        /* the device's name once initialised */

@@ -196,6 +196,7 @@ class Engine {
   bool wait_for_space(Ring& r, const char* what, uint64_t need, const Scope& sc);
   void add_producer(TaskSlot* p, uint64_t id, bool live, uint32_t arg, DepSource src, Overlap o);
   void make_ready(TaskSlot* t, TaskSlot** next);
+  void drain_inline();  // finishes the tasks make_ready finished inline
   void release(TaskSlot* t);
   void advance(Ring& r);
   Error fail_submit(tc_status st, const std::string& msg);

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "runtime/builtins.h"
+#include "runtime/cuda/cuda_graph.h"
 #include "runtime/cuda/cuda_util.h"
 #include "runtime/cuda/cupti_pmu.h"
 #include "runtime/device.h"
@@ -73,41 +74,6 @@ int threads_per_block() {
     return v >= 32 && v <= 1024 ? v : 256;
   }();
   return n;
-}
-
-// Bytes of a task's argument block: argv (8 bytes per argument, rounded to
-// 16) then one ChipTensor per tensor.
-uint64_t arg_block_bytes(const TaskSlot& t) {
-  uint64_t argv = (uint64_t(t.tensor_count + t.scalar_count) * 8 + 15) / 16 * 16;
-  return argv + uint64_t(t.tensor_count) * sizeof(ChipTensor);
-}
-
-// Writes the block for device address `dev` into `host`.
-void write_arg_block(const TaskSlot& t, char* host, uint64_t dev) {
-  const uint64_t argv_bytes = (uint64_t(t.tensor_count + t.scalar_count) * 8 + 15) / 16 * 16;
-  int64_t* argv = reinterpret_cast<int64_t*>(host);
-  ChipTensor* descs = reinterpret_cast<ChipTensor*>(host + argv_bytes);
-  for (uint32_t i = 0; i < t.tensor_count; i++) {
-    descs[i] = t.tensors[i];
-    argv[i] = int64_t(dev + argv_bytes + i * sizeof(ChipTensor));
-  }
-  for (uint32_t s = 0; s < t.scalar_count; s++) argv[t.tensor_count + s] = t.argv[t.tensor_count + s];
-}
-
-struct GraphState {
-  const cuda::PrimaryContext* ctx = nullptr;
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  CUdeviceptr args = 0;
-};
-
-void destroy_graph_state(void* p) {
-  auto* g = static_cast<GraphState*>(p);
-  if (g->ctx) g->ctx->bind();
-  if (g->exec) cu().cuGraphExecDestroy(g->exec);
-  if (g->graph) cu().cuGraphDestroy(g->graph);
-  if (g->args) cu().cuMemFree(g->args);
-  delete g;
 }
 
 class CudaExecutor final : public Executor {
@@ -226,15 +192,15 @@ class CudaExecutor final : public Executor {
       return true;
     }
     ctx_.bind();
-    auto* gs = static_cast<GraphState*>(g.cuda_graph);
+    auto* gs = static_cast<cuda::GraphState*>(g.cuda_graph);
     if (!gs) {
-      Error e = build_graph(g, &gs);
+      Error e = cuda::build_graph(g, &ctx_, threads_per_block(), &gs);
       if (!e.ok()) {
         for (TaskSlot& t : g.slots) eng->fail_task(&t, e), eng->task_finished(&t, false, nullptr);
         return true;
       }
       g.cuda_graph = gs;
-      g.destroy_cuda_graph = destroy_graph_state;
+      g.destroy_cuda_graph = cuda::destroy_graph_state;
     }
     Completion c;
     c.stream = 0;
@@ -381,7 +347,7 @@ class CudaExecutor final : public Executor {
     std::vector<uint64_t> offs(live.size());
     for (size_t i = 0; i < live.size(); i++) {
       offs[i] = bytes;
-      bytes += (arg_block_bytes(*live[i]) + 255) / 256 * 256;
+      bytes += (cuda::arg_block_bytes(*live[i]) + 255) / 256 * 256;
     }
     uint64_t base = 0, span = 0;
     if (!reserve(bytes, &base, &span)) {
@@ -389,7 +355,7 @@ class CudaExecutor final : public Executor {
       return;
     }
     for (size_t i = 0; i < live.size(); i++)
-      write_arg_block(*live[i], arena_host_ + base + offs[i], arena_dev_ + base + offs[i]);
+      cuda::write_arg_block(*live[i], arena_host_ + base + offs[i], arena_dev_ + base + offs[i]);
     CUresult r = cu().cuMemcpyHtoDAsync(arena_dev_ + base, arena_host_ + base, bytes, streams_[0]);
     if (r != CUDA_SUCCESS) {
       Error e = cu_error(r, "uploading kernel arguments");
@@ -628,53 +594,6 @@ class CudaExecutor final : public Executor {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-  }
-
-  Error build_graph(Graph& g, GraphState** out) {
-    auto gs = std::make_unique<GraphState>();
-    gs->ctx = &ctx_;
-    std::vector<uint64_t> offs(g.slots.size());
-    uint64_t bytes = 0;
-    size_t i = 0;
-    for (TaskSlot& t : g.slots) {
-      offs[i++] = bytes;
-      bytes += (arg_block_bytes(t) + 255) / 256 * 256;
-    }
-    CUresult r = cu().cuMemAlloc(&gs->args, std::max<uint64_t>(bytes, 256));
-    if (r != CUDA_SUCCESS) return cu_error(r, "cuMemAlloc (graph arguments)");
-    std::vector<char> host(std::max<uint64_t>(bytes, 256));
-    i = 0;
-    for (TaskSlot& t : g.slots) write_arg_block(t, host.data() + offs[i], gs->args + offs[i]), i++;
-    if ((r = cu().cuMemcpyHtoD(gs->args, host.data(), bytes)) != CUDA_SUCCESS) return cu_error(r, "uploading graph arguments");
-    if ((r = cu().cuGraphCreate(&gs->graph, 0)) != CUDA_SUCCESS) return cu_error(r, "cuGraphCreate");
-    std::vector<CUgraphNode> nodes(g.slots.size(), nullptr);
-    std::vector<CUdeviceptr> argp(g.slots.size());
-    i = 0;
-    for (TaskSlot& t : g.slots) {
-      std::vector<CUgraphNode> deps;
-      for (uint32_t k = 0; k < t.fanin_count; k++) {
-        CUgraphNode n = nodes[size_t(pos_of(t.fanin[k].producer->id))];
-        if (n) deps.push_back(n);
-      }
-      if (!t.kernel) {  // alloc-only: an empty node keeps the ordering
-        r = cu().cuGraphAddEmptyNode(&nodes[i], gs->graph, deps.data(), deps.size());
-      } else {
-        argp[i] = gs->args + offs[i];
-        void* params[] = {&argp[i]};
-        CUDA_KERNEL_NODE_PARAMS kp;
-        std::memset(&kp, 0, sizeof kp);
-        kp.func = static_cast<CUfunction>(t.kernel->cuda_function);
-        kp.gridDimX = t.block_num, kp.gridDimY = 1, kp.gridDimZ = 1;
-        kp.blockDimX = unsigned(threads_per_block()), kp.blockDimY = 1, kp.blockDimZ = 1;
-        kp.kernelParams = params;
-        r = cu().cuGraphAddKernelNode(&nodes[i], gs->graph, deps.data(), deps.size(), &kp);
-      }
-      if (r != CUDA_SUCCESS) return cu_error(r, "building the CUDA Graph");
-      i++;
-    }
-    if ((r = cu().cuGraphInstantiate(&gs->exec, gs->graph, 0)) != CUDA_SUCCESS) return cu_error(r, "cuGraphInstantiate");
-    *out = gs.release();
-    return {};
   }
 
   Device* dev_ = nullptr;

@@ -143,7 +143,10 @@ Error Worker::close() {
     queue_cv_.notify_all();
   }
   thread_.join();
-  graphs_.clear();
+  {
+    std::lock_guard<std::mutex> gl(graphs_mu_);
+    graphs_.clear();
+  }
   engine_.reset();
   executor_.reset();
   for (auto& s : slots_) s.reset();
@@ -302,10 +305,14 @@ Error Worker::unregister(int32_t slot) {
   if (slot < 0 || slot >= SIMPLER_MAX_CALLABLES || !slots_[slot])
     return make_error(TC_ERR_INVALID_ARG, "unregister: slot %d holds no callable", slot);
   if (--slots_[slot]->registrations > 0) return {};
-  const uint64_t gen = slots_[slot]->generation;
-  slots_[slot].reset();  // runs in flight keep their own reference
-  const std::string prefix = std::to_string(gen) + "|";
-  graphs_.remove_if([&](const auto& g) { return g.first.compare(0, prefix.size(), prefix) == 0; });
+  // Its recorded graphs go first: they name its kernels (CUDA functions).
+  // Runs in flight keep their own reference to the callable.
+  const std::string prefix = std::to_string(slots_[slot]->generation) + "|";
+  {
+    std::lock_guard<std::mutex> gl(graphs_mu_);
+    graphs_.remove_if([&](const auto& g) { return g.first.compare(0, prefix.size(), prefix) == 0; });
+  }
+  slots_[slot].reset();
   return {};
 }
 

@@ -133,8 +133,10 @@ class Worker {
   std::shared_ptr<RunState> current_;  // the run executing now
   std::atomic<uint64_t> runs_{0}, graph_builds_{0}, graph_replays_{0};
 
-  // host_build_graph: recorded graphs by callable and arguments.
-  std::list<std::pair<std::string, std::unique_ptr<Graph>>> graphs_;
+  // host_build_graph: recorded graphs by callable and arguments. A run holds
+  // its graph's reference, so unregister can drop it from here meanwhile.
+  std::mutex graphs_mu_;
+  std::list<std::pair<std::string, std::shared_ptr<Graph>>> graphs_;
 };
 
 }  // namespace simpler

@@ -179,23 +179,24 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
     const bool cacheable = !(diag && (diag->options().dep_gen || diag->options().scope_stats)) &&
                            !(std::getenv("SIMPLER_HBG_CACHE") && std::string(std::getenv("SIMPLER_HBG_CACHE")) == "0");
     const std::string key = cacheable ? graph_key(run) : std::string();
-    Graph* graph = nullptr;
-    std::unique_ptr<Graph> fresh;
-    if (cacheable)
+    std::shared_ptr<Graph> graph, fresh;
+    if (cacheable) {
+      std::lock_guard<std::mutex> gl(graphs_mu_);
       for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
         if (it->first == key) {
           graphs_.splice(graphs_.begin(), graphs_, it);  // most recent first
-          graph = graphs_.front().second.get();
+          graph = graphs_.front().second;
           break;
         }
+    }
     if (graph) {
-      if (Error e = eng.begin(setup, graph); !e.ok()) return e;
+      if (Error e = eng.begin(setup, graph.get()); !e.ok()) return e;
       eng.end_orchestration();
       eng.run_graph(*graph, true);
       result = eng.finish();
       graph_replays_++;
     } else {
-      fresh = std::make_unique<Graph>();
+      fresh = std::make_shared<Graph>();
       if (Error e = eng.begin(setup, fresh.get()); !e.ok()) return e;
       set_current_engine(&eng);
       set_current_task_list(chip.task_list);
@@ -210,6 +211,7 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
       result = eng.finish();
       graph_builds_++;
       if (result.ok() && cacheable) {
+        std::lock_guard<std::mutex> gl(graphs_mu_);
         graphs_.emplace_front(key, std::move(fresh));
         while (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();
       }

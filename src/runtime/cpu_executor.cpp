@@ -72,7 +72,7 @@ void CpuExecutor::begin_run(Engine* engine, int cores, int) {
     run_t0_ = clock_ns() - engine->now_ns();  // the engine's time origin
     for (auto& c : cores_) {
       std::lock_guard<std::mutex> lk(c->log_mu);
-      c->idle.clear();
+      c->spans.clear();
     }
   }
   record_sched_.store(record);
@@ -85,10 +85,9 @@ void CpuExecutor::end_run() {
   if (record_sched_.exchange(false) && e && e->diag()) {
     for (size_t i = 0; i < cores_.size(); i++) {
       std::lock_guard<std::mutex> lk(cores_[i]->log_mu);
-      for (auto& span : cores_[i]->idle)
-        if (span.first >= run_t0_)
-          e->diag()->on_sched(int(i), SchedPhase::Idle, span.first - run_t0_, span.second - run_t0_);
-      cores_[i]->idle.clear();
+      for (const Core::Span& sp : cores_[i]->spans)
+        if (sp.t0 >= run_t0_) e->diag()->on_sched(int(i), sp.phase, sp.t0 - run_t0_, sp.t1 - run_t0_);
+      cores_[i]->spans.clear();
     }
   }
 }
@@ -129,6 +128,7 @@ TaskSlot* CpuExecutor::take(int index) {
     }
   }
   const int n = int(cores_.size());
+  const uint64_t t0 = record_sched_.load(std::memory_order_relaxed) ? clock_ns() : 0;
   for (int k = 1; k < n; k++) {
     Core& v = *cores_[(index + k) % n];
     std::lock_guard<std::mutex> lk(v.mu);
@@ -136,10 +136,17 @@ TaskSlot* CpuExecutor::take(int index) {
       TaskSlot* t = v.q.front();
       v.q.pop_front();
       queued_.fetch_sub(1);
+      if (t0) log_span(index, SchedPhase::Steal, t0, clock_ns());
       return t;
     }
   }
   return nullptr;
+}
+
+void CpuExecutor::log_span(int index, SchedPhase phase, uint64_t t0, uint64_t t1) {
+  Core& c = *cores_[index];
+  std::lock_guard<std::mutex> lk(c.log_mu);
+  c.spans.push_back(Core::Span{phase, t0, t1});
 }
 
 void CpuExecutor::loop(int index) {
@@ -176,11 +183,7 @@ void CpuExecutor::loop(int index) {
         sleep_cv_.wait(lk);
       sleepers_.fetch_sub(1);
     }
-    if (record) {
-      Core& c = *cores_[index];
-      std::lock_guard<std::mutex> lk(c.log_mu);
-      c.idle.push_back({t_idle, clock_ns()});
-    }
+    if (record) log_span(index, SchedPhase::Idle, t_idle, clock_ns());
   }
 }
 
@@ -242,7 +245,9 @@ void CpuExecutor::run(int index, TaskSlot* t) {
       diag->after_task(*t);
     }
     TaskSlot* next = nullptr;
+    const uint64_t t_complete = record_sched_.load(std::memory_order_relaxed) ? clock_ns() : 0;
     eng->task_finished(t, task_ok, &next);
+    if (t_complete) log_span(index, SchedPhase::Complete, t_complete, clock_ns());
     t = next;
   }
 }

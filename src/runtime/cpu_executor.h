@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/diagnostics.h"
 #include "runtime/engine.h"
 
 namespace simpler {
@@ -36,10 +37,15 @@ class CpuExecutor final : public Executor {
     std::mutex mu;
     std::deque<TaskSlot*> q;
     std::thread thread;
-    std::mutex log_mu;  // idle spans (swimlane level 3), read at end_run
-    std::vector<std::pair<uint64_t, uint64_t>> idle;
+    std::mutex log_mu;  // scheduler phases (swimlane level 3), read at end_run
+    struct Span {
+      SchedPhase phase;
+      uint64_t t0, t1;
+    };
+    std::vector<Span> spans;
   };
   static uint64_t clock_ns();
+  void log_span(int index, SchedPhase phase, uint64_t t0, uint64_t t1);
   void loop(int index);
   TaskSlot* take(int index);
   void run(int index, TaskSlot* t);

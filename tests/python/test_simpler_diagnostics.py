@@ -59,7 +59,10 @@ def test_swimlane_records_and_trace(diamond_run, tmp_path):
     edges = {tuple(e) for e in rec["edges"]}
     seq = {t["id"]: i for i, t in enumerate(sorted(rec["tasks"], key=lambda t: t["t_submit"]))}
     assert {(seq[p], seq[s]) for p, s in edges} == {(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (0, 4)}
-    assert len(rec["orchestrator"]) == 5 and "sched" in rec
+    assert len(rec["orchestrator"]) == 5
+    phases = {s["phase"] for s in rec["sched"]}
+    assert "complete" in phases and phases <= {"idle", "steal", "complete"}
+    assert all(s["t0"] <= s["t1"] and 0 <= s["core"] < rec["cores"] for s in rec["sched"])
     # A dependency's consumer starts after its producer ended.
     by_id = {t["id"]: t for t in rec["tasks"]}
     for p, s in edges:

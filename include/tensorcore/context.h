@@ -29,6 +29,10 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* attention */
+#define TC_CAPABILITY_ATTENTION (1ull << 7)
+#define TC_CAPABILITY_ATTENTION_BACKWARD (1ull << 8)
+/* end attention */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -8,5 +8,6 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/attention.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

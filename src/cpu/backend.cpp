@@ -33,7 +33,9 @@ class CpuBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS;
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
+           // attention
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD;
   }
 
   void* alloc(size_t nbytes) override {
@@ -55,6 +57,15 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_forward);
+  }
+  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_backward);
+  }
+  // ---- end attention ----
 };
 
 }  // namespace

@@ -9,5 +9,10 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// ---- attention (attention_forward.cpp, attention_backward.cpp) ----
+tc_status attention_forward(const AttentionArgs& args);
+tc_status attention_backward(const AttentionBackwardArgs& args);
+// ---- end attention ----
+
 }  // namespace cpu
 }  // namespace tc

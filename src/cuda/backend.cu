@@ -90,6 +90,15 @@ class CudaBackend final : public Backend {
     return fail(TC_ERR_UNSUPPORTED, "gemm has no CUDA kernel in this build");
   }
 
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_forward has no CUDA kernel in this build");
+  }
+  tc_status attention_backward(const AttentionBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_backward has no CUDA kernel in this build");
+  }
+  // ---- end attention ----
+
  private:
   int device_;
   cudaDeviceProp props_{};

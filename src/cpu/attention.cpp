@@ -128,24 +128,12 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
   std::memset(oacc, 0, size_t(Brp * Dp) * 4);
 
   const int64_t kv_base = (b * P.Hkv + g) * P.Skv;
-  const bool v_direct = dt == TC_DTYPE_F32 && D % W == 0;
   const F neg_inf = splat<W>(-INFINITY);
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += kBc) {
     const int64_t nk = std::min(kBc, key_hi - j0);
-    const float* kp = kbuf;
-    if (dt == TC_DTYPE_F32) {
-      kp = static_cast<const float*>(A.k) + (kv_base + j0) * D;
-    } else {
-      for (int64_t j = 0; j < nk; ++j) load_row(dt, A.k, (kv_base + j0 + j) * D, D, kbuf + j * D, D);
-    }
-    const float* vp = vbuf;
-    int64_t ldv = Dp;
-    if (v_direct) {
-      vp = static_cast<const float*>(A.v) + (kv_base + j0) * D;
-      ldv = D;
-    } else {
-      for (int64_t j = 0; j < nk; ++j) load_row(dt, A.v, (kv_base + j0 + j) * D, D, vbuf + j * Dp, Dp);
-    }
+    // K is read in place as [nk][D] (f32) or widened; V as [nk][Dp].
+    const float* kp = load_rows(dt, A.k, (kv_base + j0) * D, nk, D, kbuf, D);
+    const float* vp = load_rows(dt, A.v, (kv_base + j0) * D, nk, D, vbuf, Dp);
 
     // S^T[j][c] = sum_d K[j][d] Qt[d][c]
     I::gemm(TileGemm{st, Brp, kp, D, 1, qt, Brp, nk, D, Brp / W, kZero, nullptr});
@@ -187,7 +175,7 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
     }
 
     // O[c][:] = alpha[c] * O[c][:] + sum_j P^T[j][c] V[j][:]
-    I::gemm(TileGemm{oacc, Dp, st, 1, Brp, vp, ldv, nr, nk, Dp / W, kScaled, alpha});
+    I::gemm(TileGemm{oacc, Dp, st, 1, Brp, vp, Dp, nr, nk, Dp / W, kScaled, alpha});
   }
 
   for (int64_t c = 0; c < nr; ++c) {

@@ -18,8 +18,8 @@
 //
 // Work split. A task is (b, kv head g, chunk of key tiles). It owns the dK
 // and dV rows of its keys: for each key tile it keeps dK, dV in f32 scratch,
-// streams every row tile that can see the tile (all G heads, rows
-// interleaved r = i * G + hh as in the forward), and writes dK, dV once. dQ
+// streams every row tile of the G query heads that can see the tile (rows
+// of one head at a time, read in place when f32), and writes dK, dV once. dQ
 // gets contributions from every key tile, so each chunk adds into its own
 // f32 dQ accumulator; the accumulators are summed into dQ at the end. There
 // is one chunk per (b, g) when B * Hkv alone keeps the threads busy, else a
@@ -53,14 +53,14 @@ struct BwdPlan {
   float scale;
   MaskGeometry geo;
   const float* dd;  // [B][H][Sq]
-  float* dq_acc;    // [nchunks][B * Hkv][rows][Dp]
+  float* dq_acc;    // [nchunks][B * Hkv][G][Sq][Dp]
 };
 
 int64_t bwd_scratch_floats(int64_t D, int W) {
   const int64_t Dp = round_up(D, W);
   int64_t n = 0;
-  for (int64_t piece : {D * kBc, D * kBc, kBc * Dp, kBc * Dp, kBc * Dp, kBr * Dp, kBr * Dp, kBr * kBc, kBr * kBc,
-                        kBc, kBr, kBr, kBr, kBr})
+  for (int64_t piece : {D * kBc, 2 * D * kBc, kBc * Dp, kBc * Dp, kBc * Dp, kBr * Dp, kBr * Dp, kBr * kBc, kBr * kBc,
+                        kBc, kBr, kBr, kBr})
     n += round_up(piece, 16);
   return n;
 }
@@ -82,7 +82,7 @@ TC_AI void bwd_task(const BwdPlan& P, float* scratch, int64_t task) {
     return q;
   };
   float* kt = take(D * kBc);    // K^T of the tile, [D][kBc]
-  float* vt = take(D * kBc);    // V^T of the tile, [D][kBc]
+  float* vt = take(2 * D * kBc);  // V^T of the tile, [D][kBc], then room to widen V
   float* kn = take(kBc * Dp);   // K of the tile, padded, [kBc][Dp]
   float* dk = take(kBc * Dp);   // dK accumulator
   float* dv = take(kBc * Dp);   // dV accumulator
@@ -93,80 +93,74 @@ TC_AI void bwd_task(const BwdPlan& P, float* scratch, int64_t task) {
   float* kpos = take(kBc);      // absolute key positions
   float* lse = take(kBr);
   float* dd = take(kBr);
-  float* slope = take(kBr);
   float* negp = take(kBr);  // -p of each row
   int64_t jb[kBr], je[kBr];  // the keys of the tile each row sees: [jb, je)
-  alignas(64) float tmp[kMaxD];
 
   const int64_t kv_base = (b * P.Hkv + g) * P.Skv;
-  float* dq_acc = P.dq_acc + ((chunk * BG + bg) * P.rows) * Dp;
-  const bool k_direct = dt == TC_DTYPE_F32 && D % W == 0;
+  float* dq_acc = P.dq_acc + ((chunk * BG + bg) * P.rows) * Dp;  // [G][Sq][Dp]
 
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t j0 = t * kBc, nk = std::min(kBc, P.Skv - j0);
+    // K^T and V^T of the tile (zero past nk), and K as [nk][Dp].
+    const float* kz = load_rows(dt, A.k, (kv_base + j0) * D, nk, D, kn, Dp);
+    const float* vz = load_rows(dt, A.v, (kv_base + j0) * D, nk, D, vt + D * kBc, D);  // staged after V^T
     for (int64_t j = 0; j < kBc; ++j) {
       kpos[j] = float(j0 + j);
-      if (j < nk) {
-        load_row(dt, A.k, (kv_base + j0 + j) * D, D, tmp, D);
-        for (int64_t d = 0; d < D; ++d) kt[d * kBc + j] = tmp[d];
-        if (!k_direct) {
-          std::memcpy(kn + j * Dp, tmp, size_t(D) * 4);
-          for (int64_t d = D; d < Dp; ++d) kn[j * Dp + d] = 0.0f;
-        }
-        load_row(dt, A.v, (kv_base + j0 + j) * D, D, tmp, D);
-        for (int64_t d = 0; d < D; ++d) vt[d * kBc + j] = tmp[d];
-      } else {
-        for (int64_t d = 0; d < D; ++d) kt[d * kBc + j] = vt[d * kBc + j] = 0.0f;
+      for (int64_t d = 0; d < D; ++d) {
+        kt[d * kBc + j] = j < nk ? kz[j * Dp + d] : 0.0f;
+        vt[d * kBc + j] = j < nk ? vz[j * D + d] : 0.0f;
       }
     }
-    const float* kz = k_direct ? static_cast<const float*>(A.k) + (kv_base + j0) * D : kn;
-    const int64_t ldk = k_direct ? D : Dp;
     std::memset(dk, 0, size_t(kBc * Dp) * 4);
     std::memset(dv, 0, size_t(kBc * Dp) * 4);
 
-    // Rows that see some key of the tile.
+    // Rows that see some key of the tile, per query head of the group.
     const int64_t i_lo = std::clamp<int64_t>(P.geo.row_begin(j0), 0, P.Sq);
     const int64_t i_hi = std::clamp<int64_t>(P.geo.row_end(j0 + nk - 1), 0, P.Sq);
-    for (int64_t r0 = i_lo * G; r0 < i_hi * G; r0 += kBr) {
-      const int64_t nq = std::min(kBr, i_hi * G - r0);
-      for (int64_t c = 0; c < nq; ++c) {
-        const int64_t r = r0 + c, i = r / G, h = g * G + r % G, row = (b * P.H + h) * P.Sq + i;
-        load_row(dt, A.q, row * D, D, qn + c * Dp, Dp);
-        load_row(dt, A.d_o, row * D, D, don + c * Dp, Dp);
-        lse[c] = A.lse[row];
-        dd[c] = P.dd[row];
-        slope[c] = A.alibi ? A.alibi[h] : 0.0f;
-        negp[c] = -float(i + P.geo.off);
-        jb[c] = std::clamp<int64_t>(P.geo.key_begin(i) - j0, 0, nk);
-        je[c] = std::clamp<int64_t>(P.geo.key_end(i) - j0, 0, nk);
-      }
-      // S = Q K^T, dP = dO V^T
-      I::gemm(TileGemm{ps, kBc, qn, Dp, 1, kt, kBc, nq, D, kBc / W, kZero, nullptr});
-      I::gemm(TileGemm{ds, kBc, don, Dp, 1, vt, kBc, nq, D, kBc / W, kZero, nullptr});
-      for (int64_t c = 0; c < nq; ++c) {
-        float* prow = ps + c * kBc;
-        float* drow = ds + c * kBc;
-        if (jb[c] >= je[c]) {
-          std::memset(prow, 0, kBc * 4);
-          std::memset(drow, 0, kBc * 4);
-          continue;
+    for (int64_t hh = 0; hh < G; ++hh) {
+      const int64_t h = g * G + hh;
+      const F sl = splat<W>(A.alibi ? A.alibi[h] : 0.0f);
+      for (int64_t i0 = i_lo; i0 < i_hi; i0 += kBr) {
+        const int64_t nq = std::min(kBr, i_hi - i0), row0 = (b * P.H + h) * P.Sq + i0;
+        const float* q = load_rows(dt, A.q, row0 * D, nq, D, qn, Dp);
+        const float* go = load_rows(dt, A.d_o, row0 * D, nq, D, don, Dp);
+        for (int64_t c = 0; c < nq; ++c) {
+          const int64_t i = i0 + c;
+          lse[c] = A.lse[row0 + c];
+          dd[c] = P.dd[row0 + c];
+          negp[c] = -float(i + P.geo.off);
+          jb[c] = std::clamp<int64_t>(P.geo.key_begin(i) - j0, 0, nk);
+          je[c] = std::clamp<int64_t>(P.geo.key_end(i) - j0, 0, nk);
         }
-        const F sc = splat<W>(P.scale), sl = splat<W>(slope[c]), np = splat<W>(negp[c]);
-        const F l = splat<W>(lse[c]), ddv = splat<W>(dd[c]);
-        for (int64_t j = 0; j < kBc; j += W) {
-          F x = load<W>(prow + j) * sc - l;
-          if (A.alibi) x += sl * (load<W>(kpos + j) + np);
-          store<W>(prow + j, vexp<W>(x));
+        // S = Q K^T, dP = dO V^T
+        I::gemm(TileGemm{ps, kBc, q, Dp, 1, kt, kBc, nq, D, kBc / W, kZero, nullptr});
+        I::gemm(TileGemm{ds, kBc, go, Dp, 1, vt, kBc, nq, D, kBc / W, kZero, nullptr});
+        for (int64_t c = 0; c < nq; ++c) {
+          float* prow = ps + c * kBc;
+          float* drow = ds + c * kBc;
+          if (jb[c] >= je[c]) {
+            std::memset(prow, 0, kBc * 4);
+            std::memset(drow, 0, kBc * 4);
+            continue;
+          }
+          const F sc = splat<W>(P.scale), np = splat<W>(negp[c]);
+          const F l = splat<W>(lse[c]), ddv = splat<W>(dd[c]);
+          for (int64_t j = 0; j < kBc; j += W) {
+            F x = load<W>(prow + j) * sc - l;
+            if (A.alibi) x += sl * (load<W>(kpos + j) + np);
+            store<W>(prow + j, vexp<W>(x));
+          }
+          for (int64_t j = 0; j < jb[c]; ++j) prow[j] = 0.0f;
+          for (int64_t j = je[c]; j < kBc; ++j) prow[j] = 0.0f;
+          for (int64_t j = 0; j < kBc; j += W)
+            store<W>(drow + j, load<W>(prow + j) * (load<W>(drow + j) - ddv) * sc);
         }
-        for (int64_t j = 0; j < jb[c]; ++j) prow[j] = 0.0f;
-        for (int64_t j = je[c]; j < kBc; ++j) prow[j] = 0.0f;
-        for (int64_t j = 0; j < kBc; j += W)
-          store<W>(drow + j, load<W>(prow + j) * (load<W>(drow + j) - ddv) * sc);
+        // dV += P^T dO, dK += dS^T Q, dQ += dS K
+        I::gemm(TileGemm{dv, Dp, ps, 1, kBc, go, Dp, nk, nq, Dp / W, kAccumulate, nullptr});
+        I::gemm(TileGemm{dk, Dp, ds, 1, kBc, q, Dp, nk, nq, Dp / W, kAccumulate, nullptr});
+        I::gemm(TileGemm{dq_acc + (hh * P.Sq + i0) * Dp, Dp, ds, kBc, 1, kz, Dp, nq, nk, Dp / W, kAccumulate,
+                         nullptr});
       }
-      // dV += P^T dO, dK += dS^T Q, dQ += dS K
-      I::gemm(TileGemm{dv, Dp, ps, 1, kBc, don, Dp, nk, nq, Dp / W, kAccumulate, nullptr});
-      I::gemm(TileGemm{dk, Dp, ds, 1, kBc, qn, Dp, nk, nq, Dp / W, kAccumulate, nullptr});
-      I::gemm(TileGemm{dq_acc + r0 * Dp, Dp, ds, kBc, 1, kz, ldk, nq, nk, Dp / W, kAccumulate, nullptr});
     }
     for (int64_t j = 0; j < nk; ++j) {
       store_row(dt, dk + j * Dp, D, A.dk, (kv_base + j0 + j) * D);
@@ -248,13 +242,13 @@ tc_status attention_backward(const AttentionBackwardArgs& a) {
     for (int64_t task; (task = next.fetch_add(1)) < ntasks;) task_fn(P, mine, task);
   });
 
-  // dQ = scale-free sum of the chunks' accumulators (scale is already in dS).
+  // dQ = the sum of the chunks' accumulators.
   parallel_for(nrows, std::max<int64_t>(1, 4096 / D), [&](int64_t r0, int64_t r1) {
     alignas(64) float s[kMaxD];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r % P.Sq, h = (r / P.Sq) % P.H, b = r / (P.Sq * P.H);
       const int64_t g = h / G, hh = h % G;
-      const float* src = acc + ((b * P.Hkv + g) * P.rows + i * G + hh) * Dp;
+      const float* src = acc + ((b * P.Hkv + g) * P.rows + hh * P.Sq + i) * Dp;
       std::memcpy(s, src, size_t(D) * 4);
       for (int64_t c = 1; c < P.nchunks; ++c) {
         const float* more = src + c * acc_floats;

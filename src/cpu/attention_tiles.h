@@ -58,10 +58,14 @@ template <int W>
 TC_AI void store(float* p, typename Vec<W>::f v) {
   *reinterpret_cast<typename Vec<W>::fu*>(p) = v;
 }
-// s - 0 == s for every s (also -0 and NaN), so this folds into a broadcast.
+// A broadcast. Written as a shuffle: GCC 12 expands the obvious `s - F{}` of
+// a value loaded from memory into one masked load per lane once inlined.
 template <int W>
 TC_AI typename Vec<W>::f splat(float s) {
-  return s - typename Vec<W>::f{};
+  typename Vec<W>::f v = {s};
+  if constexpr (W == 16) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  else if constexpr (W == 8) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+  else return __builtin_shufflevector(v, v, 0, 0, 0, 0);
 }
 template <int W>
 TC_AI typename Vec<W>::f vmax(typename Vec<W>::f a, typename Vec<W>::f b) {
@@ -243,6 +247,21 @@ inline void store_row(int32_t dtype, const float* src, int64_t n, void* base, in
   } else {
     narrow_row(dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(base) + index, n);
   }
+}
+
+// `rows` consecutive rows of n elements starting at element `index`, as f32
+// rows of pitch ld >= n (zero-padded). Where the rows can be read in place
+// (f32 and ld == n) the source is returned and nothing is copied; else
+// they land in dst, converted in one call when unpadded.
+inline const float* load_rows(int32_t dtype, const void* base, int64_t index, int64_t rows, int64_t n,
+                              float* dst, int64_t ld) {
+  if (ld == n) {
+    if (dtype == TC_DTYPE_F32) return static_cast<const float*>(base) + index;
+    widen_row(dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(base) + index, dst, rows * n);
+    return dst;
+  }
+  for (int64_t r = 0; r < rows; ++r) load_row(dtype, base, index + r * n, n, dst + r * ld, ld);
+  return dst;
 }
 
 // 64-byte aligned f32 scratch, one per worker.

@@ -8,6 +8,8 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/cuda.h"
+#include "tensorcore/tokenizer.h"
 #include "tensorcore/attention.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -60,7 +60,7 @@ if ((${#missing[@]})); then
 fi
 # Optional packages ("module:pip-name" pairs): used by cross-checks when
 # present, never required; tests that need one skip without it.
-for spec in ${TC_OPTIONAL_PY:-}; do
+for spec in ${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf}; do
   "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q "${spec#*:}" 2>/dev/null \
     || log "optional package ${spec#*:} unavailable; tests that need it will skip"
 done

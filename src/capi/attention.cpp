@@ -115,8 +115,10 @@ tc_status forward(const char* fn, tc_context ctx, tc_buffer Q, tc_buffer K, tc_b
   const int64_t es = int64_t(dtype_size(d.dtype));
   std::vector<Operand> ops = {{"Q", Q, qn * es, false}, {"K", K, kvn * es, false}, {"V", V, kvn * es, false},
                               {"O", O, qn * es, true}};
-  // An LSE passed without return_lse is neither read nor written.
+  // An LSE passed without return_lse is neither read nor written (but must be a live handle).
   if (d.return_lse) ops.push_back({"LSE", LSE, ln * 4, true});
+  else if (LSE)
+    if (tc_status st = check_buffer(fn, "LSE", ctx, LSE)) return st;
   if (alibi) ops.push_back({"alibi_slopes", alibi, d.heads * 4, false});
   if (tc_status st = check_operands(fn, ctx, ops)) return st;
 

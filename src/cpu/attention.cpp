@@ -105,17 +105,18 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
   float* m = take(Brp);
   float* l = take(Brp);
   float* alpha = take(Brp);
-  float* pos = take(Brp);    // -p of each row, for ALiBi
+  float* pos = take(Brp);    // -(i - i_first) of each row, for ALiBi
   float* slope = take(Brp);  // ALiBi slope of each row's head
 
   // Pack Q: row r of the tile is (head g*G + hh, query i).
+  const int64_t i_first = r0 / G, p_first = i_first + P.geo.off;
   float* row = oacc;  // free until the first PV product
   for (int64_t c = 0; c < Brp; ++c) {
     if (c < nr) {
       const int64_t r = r0 + c, i = r / G, h = g * G + r % G;
       load_row(dt, A.q, ((b * P.H + h) * P.Sq + i) * D, D, row, D);
       for (int64_t d = 0; d < D; ++d) qt[d * Brp + c] = row[d] * P.scale;
-      pos[c] = -float(i + P.geo.off);
+      pos[c] = -float(i - i_first);
       slope[c] = A.alibi ? A.alibi[h] : 0.0f;
     } else {
       for (int64_t d = 0; d < D; ++d) qt[d * Brp + c] = 0.0f;
@@ -142,7 +143,7 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
       float* s = st + j * Brp;
       const int64_t kj = j0 + j;
       if (A.alibi) {
-        const float fk = float(kj);
+        const float fk = float(kj - p_first);  // j - p = fk + pos[c], exact below 2^24
         for (int64_t c = 0; c < Brp; c += W)
           store<W>(s + c, load<W>(s + c) + load<W>(slope + c) * (load<W>(pos + c) + fk));
       }
@@ -218,7 +219,9 @@ tc_status attention_forward(const AttentionArgs& a) {
   const int64_t ntasks = P.B * P.Hkv * P.ntiles;
   const int nthreads = int(std::min<int64_t>(num_threads(), ntasks));
   const int64_t per_thread = fwd_scratch_floats(P.D, W);
-  Scratch scratch;  // allocated here so that a failure happens before any output is written
+  // Allocated here, so that a failure happens before any output is written;
+  // kept by the calling thread for its next call (decode calls are short).
+  thread_local Scratch scratch;
   float* base = scratch.get(size_t(per_thread * std::max(nthreads, 1)));
 
   std::atomic<int64_t> next{0};

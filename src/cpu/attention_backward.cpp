@@ -90,10 +90,10 @@ TC_AI void bwd_task(const BwdPlan& P, float* scratch, int64_t task) {
   float* don = take(kBr * Dp);  // dO rows
   float* ps = take(kBr * kBc);  // S, then P, [kBr][kBc]
   float* ds = take(kBr * kBc);  // dP, then scale * dS
-  float* kpos = take(kBc);      // absolute key positions
+  float* kpos = take(kBc);      // key offsets j within the tile
   float* lse = take(kBr);
   float* dd = take(kBr);
-  float* negp = take(kBr);  // -p of each row
+  float* negp = take(kBr);  // -(p - j0) of each row: j - p = kpos + negp, exact below 2^24
   int64_t jb[kBr], je[kBr];  // the keys of the tile each row sees: [jb, je)
 
   const int64_t kv_base = (b * P.Hkv + g) * P.Skv;
@@ -105,7 +105,7 @@ TC_AI void bwd_task(const BwdPlan& P, float* scratch, int64_t task) {
     const float* kz = load_rows(dt, A.k, (kv_base + j0) * D, nk, D, kn, Dp);
     const float* vz = load_rows(dt, A.v, (kv_base + j0) * D, nk, D, vt + D * kBc, D);  // staged after V^T
     for (int64_t j = 0; j < kBc; ++j) {
-      kpos[j] = float(j0 + j);
+      kpos[j] = float(j);
       for (int64_t d = 0; d < D; ++d) {
         kt[d * kBc + j] = j < nk ? kz[j * Dp + d] : 0.0f;
         vt[d * kBc + j] = j < nk ? vz[j * D + d] : 0.0f;
@@ -128,7 +128,7 @@ TC_AI void bwd_task(const BwdPlan& P, float* scratch, int64_t task) {
           const int64_t i = i0 + c;
           lse[c] = A.lse[row0 + c];
           dd[c] = P.dd[row0 + c];
-          negp[c] = -float(i + P.geo.off);
+          negp[c] = -float(i + P.geo.off - j0);
           jb[c] = std::clamp<int64_t>(P.geo.key_begin(i) - j0, 0, nk);
           je[c] = std::clamp<int64_t>(P.geo.key_end(i) - j0, 0, nk);
         }
@@ -211,7 +211,8 @@ tc_status attention_backward(const AttentionBackwardArgs& a) {
   const int64_t per_thread = bwd_scratch_floats(P.D, W);
 
   // Everything is allocated before any output is touched.
-  Scratch dd_buf, acc_buf, scratch;
+  Scratch dd_buf, acc_buf;
+  thread_local Scratch scratch;
   float* dd = dd_buf.get(size_t(P.B * P.H * P.Sq));
   float* acc = acc_buf.get(size_t(P.nchunks * acc_floats));
   float* base = scratch.get(size_t(per_thread * std::max(nthreads, 1)));

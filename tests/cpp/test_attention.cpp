@@ -255,3 +255,105 @@ INSTANTIATE_TEST_SUITE_P(Paths, AttentionIsa, ::testing::Values("avx512", "avx2"
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 }  // namespace
+
+namespace {
+
+// A valid f32 problem (B=1, H=2, Hkv=1, Sq=Skv=8, D=4) for the validation tests.
+struct Small {
+  Device dev;
+  tc_buffer Q, K, V, O, L, dO, dQ, dK, dV, S;
+  tc_attention_desc d{};
+  Small() {
+    std::mt19937 rng(7);
+    auto up = [&](size_t n) { return dev.upload(encode(TC_DTYPE_F32, random_tensor(rng, TC_DTYPE_F32, n))); };
+    Q = up(64), K = up(32), V = up(32), dO = up(64), S = up(2);
+    O = dev.alloc(256), L = dev.alloc(64), dQ = dev.alloc(256), dK = dev.alloc(128), dV = dev.alloc(128);
+    d.batch = 1, d.heads = 2, d.kv_heads = 1, d.seq_q = 8, d.seq_kv = 8, d.head_dim = 4;
+    d.dtype = TC_DTYPE_F32, d.accum = TC_DTYPE_F32, d.causal = 1, d.return_lse = 1;
+  }
+  std::vector<std::vector<char>> snapshot() {
+    std::vector<std::vector<char>> out;
+    for (tc_buffer b : dev.bufs) out.push_back(dev.read(b));
+    return out;
+  }
+  tc_status fwd(const tc_attention_desc& desc) { return tc_attention_forward(dev.ctx, Q, K, V, O, L, S, &desc); }
+  tc_status bwd(const tc_attention_desc& desc) {
+    return tc_attention_backward(dev.ctx, Q, K, V, O, dO, L, dQ, dK, dV, S, &desc);
+  }
+};
+
+TEST(AttentionValidation, BadDescriptorsLeaveBuffersUntouched) {
+  Small s;
+  ASSERT_EQ(s.fwd(s.d), TC_OK);
+  ASSERT_EQ(s.bwd(s.d), TC_OK);
+  auto before = s.snapshot();
+  struct Bad {
+    const char* what;
+    tc_status want;
+    void (*edit)(tc_attention_desc&);
+  } bad[] = {
+      {"heads % kv_heads", TC_ERR_INVALID_SHAPE, [](tc_attention_desc& d) { d.kv_heads = 3; }},
+      {"head_dim 0", TC_ERR_INVALID_SHAPE, [](tc_attention_desc& d) { d.head_dim = 0; }},
+      {"head_dim 257", TC_ERR_INVALID_SHAPE, [](tc_attention_desc& d) { d.head_dim = 257; }},
+      {"seq_q 0", TC_ERR_INVALID_SHAPE, [](tc_attention_desc& d) { d.seq_q = 0; }},
+      {"batch huge", TC_ERR_INVALID_SHAPE, [](tc_attention_desc& d) { d.batch = int64_t(1) << 40; }},
+      {"overflow", TC_ERR_INVALID_SHAPE,
+       [](tc_attention_desc& d) { d.batch = d.heads = d.kv_heads = d.seq_q = d.seq_kv = 0x7fffffff; }},
+      {"window < 0", TC_ERR_INVALID_ARG, [](tc_attention_desc& d) { d.window_size = -1; }},
+      {"scale NaN", TC_ERR_INVALID_ARG, [](tc_attention_desc& d) { d.softmax_scale = NAN; }},
+      {"dtype i8", TC_ERR_UNSUPPORTED_DTYPE, [](tc_attention_desc& d) { d.dtype = TC_DTYPE_I8; }},
+      {"dtype 42", TC_ERR_UNSUPPORTED_DTYPE, [](tc_attention_desc& d) { d.dtype = 42; }},
+      {"accum f16", TC_ERR_UNSUPPORTED_DTYPE, [](tc_attention_desc& d) { d.accum = TC_DTYPE_F16; }},
+      {"too big for buffers", TC_ERR_INVALID_ARG, [](tc_attention_desc& d) { d.seq_kv = 9; }},
+  };
+  for (const Bad& b : bad) {
+    tc_attention_desc d = s.d;
+    b.edit(d);
+    EXPECT_EQ(s.fwd(d), b.want) << b.what << ": " << tc_last_error_detail();
+    EXPECT_EQ(s.bwd(d), b.want) << b.what << ": " << tc_last_error_detail();
+  }
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.O, s.L, s.S, nullptr), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_attention_backward(s.dev.ctx, s.Q, s.K, s.V, s.O, s.dO, s.L, s.dQ, s.dK, s.dV, s.S, nullptr),
+            TC_ERR_INVALID_ARG);
+  EXPECT_EQ(s.snapshot(), before);
+}
+
+TEST(AttentionValidation, HandlesLseAndAliasing) {
+  Small s;
+  auto before = s.snapshot();
+  const tc_attention_desc& d = s.d;
+  EXPECT_EQ(tc_attention_forward(nullptr, s.Q, s.K, s.V, s.O, s.L, s.S, &d), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, nullptr, s.V, s.O, s.L, s.S, &d), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.O, nullptr, s.S, &d), TC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(tc_last_error_detail()).find("return_lse"), std::string::npos);
+  tc_attention_desc no_lse = d;
+  no_lse.return_lse = 0;
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.O, reinterpret_cast<tc_buffer>(&no_lse), s.S, &no_lse),
+            TC_ERR_INVALID_ARG);  // a stale LSE handle is refused even when unused
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.Q, s.L, s.S, &d), TC_ERR_INVALID_ARG);   // O = Q
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.O, s.O, s.S, &d), TC_ERR_INVALID_ARG);   // LSE = O
+  EXPECT_EQ(tc_attention_backward(s.dev.ctx, s.Q, s.K, s.V, s.O, s.dO, s.L, s.dQ, s.dK, s.dK, s.S, &d),
+            TC_ERR_INVALID_ARG);  // dV = dK
+  tc_buffer short_slopes = s.dev.alloc(4);
+  EXPECT_EQ(tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, s.O, s.L, short_slopes, &d), TC_ERR_INVALID_ARG);
+  before.push_back(s.dev.read(short_slopes));
+  EXPECT_EQ(s.snapshot(), before);
+  tc_stream st = nullptr;
+  EXPECT_EQ(tc_attention_forward_async(s.dev.ctx, s.Q, s.K, s.V, s.O, s.L, s.S, &d, st), TC_ERR_INVALID_ARG);
+}
+
+TEST(AttentionValidation, AsyncMatchesSync) {
+  Small s;
+  ASSERT_EQ(s.fwd(s.d), TC_OK);
+  auto o = s.dev.read(s.O), l = s.dev.read(s.L);
+  tc_buffer O2 = s.dev.alloc(256), L2 = s.dev.alloc(64);
+  tc_stream st = nullptr;
+  ASSERT_EQ(tc_stream_create(s.dev.ctx, &st), TC_OK);
+  ASSERT_EQ(tc_attention_forward_async(s.dev.ctx, s.Q, s.K, s.V, O2, L2, s.S, &s.d, st), TC_OK);
+  ASSERT_EQ(tc_stream_sync(st), TC_OK);
+  EXPECT_EQ(s.dev.read(O2), o);
+  EXPECT_EQ(s.dev.read(L2), l);
+  tc_stream_destroy(st);
+}
+
+}  // namespace

@@ -158,13 +158,21 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
 
     // Online softmax, W rows at a time; P^T overwrites S^T.
     for (int64_t c = 0; c < Brp; c += W) {
-      F mx = neg_inf;
-      for (int64_t j = 0; j < nk; ++j) mx = vmax<W>(mx, load<W>(st + j * Brp + c));
+      F mx = neg_inf, mx1 = neg_inf, mx2 = neg_inf, mx3 = neg_inf;  // four chains hide vmax latency
+      int64_t j = 0;
+      for (; j + 4 <= nk; j += 4) {
+        mx = vmax<W>(mx, load<W>(st + j * Brp + c));
+        mx1 = vmax<W>(mx1, load<W>(st + (j + 1) * Brp + c));
+        mx2 = vmax<W>(mx2, load<W>(st + (j + 2) * Brp + c));
+        mx3 = vmax<W>(mx3, load<W>(st + (j + 3) * Brp + c));
+      }
+      for (; j < nk; ++j) mx = vmax<W>(mx, load<W>(st + j * Brp + c));
+      mx = vmax<W>(vmax<W>(mx, mx1), vmax<W>(mx2, mx3));
       const F m_old = load<W>(m + c);
       const F m_new = vmax<W>(m_old, mx);
       const F m_use = m_new == neg_inf ? F{} : m_new;  // rows with nothing seen yet stay at 0
       F sum = F{};
-      for (int64_t j = 0; j < nk; ++j) {
+      for (j = 0; j < nk; ++j) {
         F e = vexp<W>(load<W>(st + j * Brp + c) - m_use);
         store<W>(st + j * Brp + c, e);
         sum += e;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/half.h"
@@ -354,6 +355,36 @@ TEST(AttentionValidation, AsyncMatchesSync) {
   EXPECT_EQ(s.dev.read(O2), o);
   EXPECT_EQ(s.dev.read(L2), l);
   tc_stream_destroy(st);
+}
+
+// Calls from several threads at once (sharing the pool) give the results of
+// calls made one at a time.
+TEST(AttentionValidation, ConcurrentCallsAgree) {
+  Small s;
+  s.d.seq_q = s.d.seq_kv = 8;
+  ASSERT_EQ(s.fwd(s.d), TC_OK);
+  ASSERT_EQ(s.bwd(s.d), TC_OK);
+  const auto o = s.dev.read(s.O), dq = s.dev.read(s.dQ);
+  std::vector<tc_buffer> outs;
+  for (int t = 0; t < 4; ++t) outs.push_back(s.dev.alloc(256)), outs.push_back(s.dev.alloc(64)),
+      outs.push_back(s.dev.alloc(256)), outs.push_back(s.dev.alloc(128)), outs.push_back(s.dev.alloc(128));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      tc_buffer* b = &outs[size_t(t) * 5];
+      for (int rep = 0; rep < 20; ++rep) {
+        bad[t] += tc_attention_forward(s.dev.ctx, s.Q, s.K, s.V, b[0], b[1], s.S, &s.d) != TC_OK;
+        bad[t] += tc_attention_backward(s.dev.ctx, s.Q, s.K, s.V, b[0], s.dO, b[1], b[2], b[3], b[4], s.S, &s.d) !=
+                  TC_OK;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(bad[t], 0);
+    EXPECT_EQ(s.dev.read(outs[size_t(t) * 5]), o);
+    EXPECT_EQ(s.dev.read(outs[size_t(t) * 5 + 2]), dq);
+  }
 }
 
 }  // namespace

@@ -149,4 +149,10 @@ tc_status tc_gemm_batched(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C,
   return guarded("tc_gemm_batched", [&] { return run("tc_gemm_batched", ctx, A, B, C, desc, true, nullptr, false); });
 }
 
+tc_status tc_gemm_batched_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
+                                tc_stream stream) {
+  return guarded("tc_gemm_batched_async",
+                 [&] { return run("tc_gemm_batched_async", ctx, A, B, C, desc, true, stream, true); });
+}
+
 }  // extern "C"

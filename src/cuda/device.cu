@@ -1,5 +1,7 @@
 #include "cuda/device.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tc {
@@ -32,12 +34,16 @@ Device::Device(int index) : index_(index) {
 Device::~Device() {
   cudaSetDevice(index_);
   destroy_stream(&default_);
-  collect();
+  for (cudaEvent_t ev : free_events_) cudaEventDestroy(ev);
   if (lt_) cublasLtDestroy(lt_);
 }
 
 void Device::init_stream(StreamState* s) {
   cudaSetDevice(index_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.push_back(s);
+  }
   s->device = index_;
   cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
   if (cudaMalloc(&s->workspace, kWorkspaceBytes) == cudaSuccess) s->workspace_bytes = kWorkspaceBytes;
@@ -47,46 +53,68 @@ void Device::init_stream(StreamState* s) {
 void Device::destroy_stream(StreamState* s) {
   cudaSetDevice(index_);
   if (s->stream) cudaStreamSynchronize(s->stream);
+  collect_stream(s, true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
+  }
   if (s->workspace) cudaFree(s->workspace);
   if (s->stream) cudaStreamDestroy(s->stream);
   s->stream = nullptr;
   s->workspace = nullptr;
-  collect();
 }
-
-namespace {
-struct Parked {
-  Device* dev;
-  std::vector<StorageRef> keep;
-  std::mutex* mu;
-  std::vector<std::vector<StorageRef>>* grave;
-};
-void CUDART_CB release_parked(void* p) {
-  auto* parked = static_cast<Parked*>(p);
-  {
-    std::lock_guard<std::mutex> lock(*parked->mu);
-    parked->grave->push_back(std::move(parked->keep));
-  }
-  delete parked;
-}
-}  // namespace
 
 void Device::keep_until_done(StreamState* s, std::vector<StorageRef> keep) {
-  auto* parked = new Parked{this, std::move(keep), &grave_mu_, &grave_};
-  if (cudaLaunchHostFunc(s->stream, release_parked, parked) != cudaSuccess) {
-    // Could not enqueue the release: wait for the stream instead.
-    cudaStreamSynchronize(s->stream);
-    delete parked;
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_events_.empty()) {
+      ev = free_events_.back();
+      free_events_.pop_back();
+    }
   }
+  if (!ev && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    cudaStreamSynchronize(s->stream);  // no event: wait instead
+    return;
+  }
+  cudaEventRecord(ev, s->stream);
+  {
+    std::lock_guard<std::mutex> lock(s->pending_mu);
+    s->pending.push_back({ev, std::move(keep)});
+  }
+  collect_stream(s, false);  // cheap: stops at the first unfinished entry
 }
 
-void Device::collect() {
+void Device::collect_stream(StreamState* s, bool wait) {
   std::vector<std::vector<StorageRef>> dead;
+  std::vector<cudaEvent_t> events;
   {
-    std::lock_guard<std::mutex> lock(grave_mu_);
-    dead.swap(grave_);
+    std::lock_guard<std::mutex> lock(s->pending_mu);
+    while (!s->pending.empty()) {
+      auto& front = s->pending.front();
+      cudaError_t q = wait ? cudaEventSynchronize(front.done) : cudaEventQuery(front.done);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) cudaGetLastError();  // the stream's error is reported by its sync
+      events.push_back(front.done);
+      dead.push_back(std::move(front.keep));
+      s->pending.pop_front();
+    }
   }
-  // `dead` goes out of scope here, on an ordinary thread: frees may run.
+  if (!events.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_events_.insert(free_events_.end(), events.begin(), events.end());
+  }
+  // `dead` is released here, outside the locks: buffers may be freed.
+}
+
+void Device::collect(bool wait) {
+  std::vector<StreamState*> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+  }
+  for (StreamState* s : streams) collect_stream(s, wait);
 }
 
 }  // namespace cuda

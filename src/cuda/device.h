@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,14 @@ struct StreamState {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::string last_kernel;  // named in the detail when the stream fails
+  // Storage used by enqueued work, with the event recorded behind it. Work
+  // on one stream completes in order, so only the front needs checking.
+  struct Pending {
+    cudaEvent_t done;
+    std::vector<StorageRef> keep;
+  };
+  std::mutex pending_mu;
+  std::deque<Pending> pending;
 };
 
 class Device {
@@ -38,19 +47,25 @@ class Device {
   void init_stream(StreamState* s);
   void destroy_stream(StreamState* s);
 
-  // Keeps `keep` alive until the work enqueued so far on `s` has finished.
-  // The references are parked on the device and dropped at the next collect()
-  // (CUDA calls are not allowed inside stream callbacks).
+  // Keeps `keep` alive until the work enqueued so far on `s` has finished:
+  // an event is recorded behind the work and the references are dropped by a
+  // later collect() once it has completed. (A host callback would also work
+  // but stalls the stream until the driver thread runs it.)
   void keep_until_done(StreamState* s, std::vector<StorageRef> keep);
-  void collect();
+  // Drops the references of finished work on every stream; with `wait`,
+  // waits for all of it.
+  void collect(bool wait = false);
 
  private:
   int index_;
   cudaDeviceProp props_{};
   cublasLtHandle_t lt_ = nullptr;
   StreamState default_;
-  std::mutex grave_mu_;
-  std::vector<std::vector<StorageRef>> grave_;
+  void collect_stream(StreamState* s, bool wait);
+
+  std::mutex mu_;  // guards streams_ and free_events_
+  std::vector<StreamState*> streams_;
+  std::vector<cudaEvent_t> free_events_;
 };
 
 // "what: cudaErrorX (message)" with the right status.

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -98,25 +99,24 @@ bool i8_tensor_core_layout(const tc_gemm_desc& d) {
          d.K % 4 == 0 && d.stride_a % 4 == 0 && d.stride_b % 4 == 0 && d.stride_c % 4 == 0;
 }
 
-// Heuristic results are cached per problem: the query costs far more than a
-// small GEMM.
-using PlanKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int>;
-std::mutex g_plan_mu;
-std::map<PlanKey, cublasLtMatmulAlgo_t> g_plans;
-
 struct LtObjects {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulAlgo_t algo{};
   ~LtObjects() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// A problem's descriptors and chosen algorithm are built once and reused:
+// building them costs more than a small GEMM.
+using PlanKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int>;
+std::mutex g_plan_mu;
+std::map<PlanKey, std::unique_ptr<LtObjects>> g_plans;
 
 tc_status make_layout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                       int64_t batch, int64_t stride) {
@@ -131,8 +131,7 @@ tc_status make_layout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t 
   return TC_OK;
 }
 
-tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
-  const tc_gemm_desc& d = args.d;
+tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, std::unique_ptr<LtObjects>* out) {
   const bool i8 = d.dtype == TC_DTYPE_I8;
   const bool f16_accum = d.dtype == TC_DTYPE_F16 && d.accum == TC_DTYPE_F16;
   cublasComputeType_t compute = i8 ? CUBLAS_COMPUTE_32I
@@ -141,54 +140,60 @@ tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
                                                                              : CUBLAS_COMPUTE_32F;
   cudaDataType_t scale = i8 ? CUDA_R_32I : f16_accum ? CUDA_R_16F : CUDA_R_32F;
   cudaDataType_t in_t = lt_type(d.dtype), out_t = i8 ? CUDA_R_32I : in_t;
-
-  LtObjects o;
-  if (tc_status st = check_lt(cublasLtMatmulDescCreate(&o.op, compute, scale), "cublasLtMatmulDescCreate")) return st;
+  auto o = std::make_unique<LtObjects>();
+  if (tc_status st = check_lt(cublasLtMatmulDescCreate(&o->op, compute, scale), "cublasLtMatmulDescCreate")) return st;
   cublasOperation_t opa = d.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // Lt's A is our B
   cublasOperation_t opb = d.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
-  cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
   // Column-major shapes of the stored operands.
   int64_t a_rows = d.transpose_b ? d.K : d.N, a_cols = d.transpose_b ? d.N : d.K;
   int64_t b_rows = d.transpose_a ? d.M : d.K, b_cols = d.transpose_a ? d.K : d.M;
-  if (tc_status st = make_layout(&o.a, in_t, a_rows, a_cols, d.ldb, d.batch, d.stride_b)) return st;
-  if (tc_status st = make_layout(&o.b, in_t, b_rows, b_cols, d.lda, d.batch, d.stride_a)) return st;
-  if (tc_status st = make_layout(&o.c, out_t, d.N, d.M, d.ldc, d.batch, d.stride_c)) return st;
+  if (tc_status st = make_layout(&o->a, in_t, a_rows, a_cols, d.ldb, d.batch, d.stride_b)) return st;
+  if (tc_status st = make_layout(&o->b, in_t, b_rows, b_cols, d.lda, d.batch, d.stride_a)) return st;
+  if (tc_status st = make_layout(&o->c, out_t, d.N, d.M, d.ldc, d.batch, d.stride_c)) return st;
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (tc_status st = check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return st;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(dev.lt(), o->op, o->a, o->b, o->c, o->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
+    return fail(TC_ERR_UNSUPPORTED, "gemm: cuBLASLt has no algorithm for this problem (status %d)", int(hs));
+  o->algo = result.algo;
+  *out = std::move(o);
+  return TC_OK;
+}
 
+tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
+  const tc_gemm_desc& d = args.d;
   PlanKey key{d.dtype, d.accum, d.allow_tf32, d.transpose_a, d.transpose_b, d.M, d.N, d.K, d.lda, d.ldb, d.ldc,
               d.batch, d.stride_a, d.stride_b, d.stride_c, dev.index()};
-  cublasLtMatmulAlgo_t algo;
-  bool cached = false;
+  LtObjects* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_plan_mu);
     auto it = g_plans.find(key);
-    if (it != g_plans.end()) {
-      algo = it->second;
-      cached = true;
-    }
+    if (it != g_plans.end()) plan = it->second.get();
   }
-  if (!cached) {
-    if (tc_status st = check_lt(cublasLtMatmulPreferenceCreate(&o.pref), "cublasLtMatmulPreferenceCreate")) return st;
-    size_t ws = s->workspace_bytes;
-    cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(dev.lt(), o.op, o.a, o.b, o.c, o.c, o.pref, 1, &result, &found);
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
-      return fail(TC_ERR_UNSUPPORTED, "gemm: cuBLASLt has no algorithm for this problem (status %d)", int(hs));
-    algo = result.algo;
+  if (!plan) {
+    std::unique_ptr<LtObjects> built;
+    if (tc_status st = build_plan(dev, s->workspace_bytes, d, &built)) return st;
     std::lock_guard<std::mutex> lock(g_plan_mu);
-    g_plans[key] = algo;
+    auto& slot = g_plans[key];
+    if (!slot) slot = std::move(built);
+    plan = slot.get();
   }
-
+  const bool i8 = d.dtype == TC_DTYPE_I8;
+  const bool f16_accum = d.dtype == TC_DTYPE_F16 && d.accum == TC_DTYPE_F16;
   float alpha_f = float(d.alpha), beta_f = float(d.beta);
   __half alpha_h = __float2half(alpha_f), beta_h = __float2half(beta_f);
   int32_t alpha_i = int32_t(int64_t(d.alpha)), beta_i = int32_t(int64_t(d.beta));
   const void* alpha = i8 ? (const void*)&alpha_i : f16_accum ? (const void*)&alpha_h : (const void*)&alpha_f;
   const void* beta = i8 ? (const void*)&beta_i : f16_accum ? (const void*)&beta_h : (const void*)&beta_f;
   s->last_kernel = "cublasLtMatmul";
-  return check_lt(cublasLtMatmul(dev.lt(), o.op, alpha, args.b, o.a, args.a, o.b, beta, args.c, o.c, args.c, o.c,
-                                 &algo, s->workspace, s->workspace_bytes, s->stream),
+  return check_lt(cublasLtMatmul(dev.lt(), plan->op, alpha, args.b, plan->a, args.a, plan->b, beta, args.c, plan->c,
+                                 args.c, plan->c, &plan->algo, s->workspace, s->workspace_bytes, s->stream),
                   "gemm: cublasLtMatmul");
 }
 

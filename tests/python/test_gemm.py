@@ -248,8 +248,13 @@ def test_gemm_batched(ctx, rng, dtype, accum, layout):
     c_store = pack(c, gc, odt, fill_values=bool(beta))
     A, B, C = ctx.buffer_from_array(pack(a, ga, dtype)), ctx.buffer_from_array(pack(b, gb, dtype)), \
         ctx.buffer_from_array(c_store)
-    ctx.gemm_batched(A, B, C, batch, M, N, K, dtype=dtype, accum=accum, alpha=alpha, beta=beta,
-                     transpose_a=ta, transpose_b=tb, stride_a=sa, stride_b=sb, stride_c=sc)
+    kw = dict(dtype=dtype, accum=accum, alpha=alpha, beta=beta, transpose_a=ta, transpose_b=tb,
+              stride_a=sa, stride_b=sb, stride_c=sc)
+    if layout == "strided":  # also the async form on a stream
+        with ctx.stream() as s:
+            ctx.gemm_batched(A, B, C, batch, M, N, K, stream=s, **kw)
+    else:
+        ctx.gemm_batched(A, B, C, batch, M, N, K, **kw)
     out = C.to_numpy(c_store.shape, np_dtype(odt))
     per = M * N + gc
     for i in range(batch):

@@ -22,6 +22,8 @@ __all__ = ["gemm", "gemm_async", "gemm_batched"]
 _tc_gemm = declare("tc_gemm", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc))
 _tc_gemm_async = declare("tc_gemm_async", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc), handle)
 _tc_gemm_batched = declare("tc_gemm_batched", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc))
+_tc_gemm_batched_async = declare("tc_gemm_batched_async", tc_status, handle, handle, handle, handle,
+                                 POINTER(TCGemmDesc), handle)
 
 
 def _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32,
@@ -66,10 +68,16 @@ def gemm_async(ctx, A, B, C, M, N, K, stream, dtype="f16", accum="f32", alpha=1.
 @context_method
 def gemm_batched(ctx, A, B, C, batch, M, N, K, dtype="f16", accum="f32", alpha=1.0, beta=0.0,
                  transpose_a=False, transpose_b=False, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, stride_c=0,
-                 *, allow_tf32=False):
+                 *, allow_tf32=False, stream=None):
     """`batch` GEMMs; matrix b of A starts b * stride_a elements in (0 = packed),
-    likewise B and C. Batches of C may not overlap."""
-    fn = "tc_gemm_batched"
+    likewise B and C. Batches of C may not overlap. With `stream`, enqueued
+    there (tc_gemm_batched_async) and returns at once."""
+    fn = "tc_gemm_batched" if stream is None else "tc_gemm_batched_async"
     d = _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32,
               batch, stride_a, stride_b, stride_c)
-    check(_tc_gemm_batched(*_operands(fn, ctx, A, B, C), byref(d)))
+    if stream is None:
+        check(_tc_gemm_batched(*_operands(fn, ctx, A, B, C), byref(d)))
+        return
+    s = stream_arg(stream, fn)
+    check(_tc_gemm_batched_async(*_operands(fn, ctx, A, B, C), byref(d), s))
+    hold(stream, A, B, C)

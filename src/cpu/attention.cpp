@@ -32,6 +32,7 @@
 // edge are masked element by element.
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"

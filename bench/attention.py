@@ -19,10 +19,12 @@ both implementations' times, so ratios are time ratios.
 Targets: f32 forward and backward >= 1.20x NumPy f32; f16 and bf16 no slower
 than our f32 (>= 0.95x, the run-to-run noise of a shared machine).
 
-Each case: fresh random inputs, our result checked against NumPy's, then the
-median of --reps timed calls after a warm-up. Two OpenBLAS copies live in
-this process and an OpenBLAS worker spins after each call, so each library is
-timed in its own phase with a pause in between. --write puts the table, the
+Each case: fresh random inputs, our results checked against NumPy's, then the
+best of --reps timed calls after a warm-up (the machine is shared: the best
+call is the one least disturbed), our three dtypes taking turns call by call.
+Two OpenBLAS copies live in this process and an OpenBLAS worker spins after
+each call, so NumPy and tensorcore are timed in separate phases with a pause
+in between. --write puts the table, the
 machine, the thread count and the load into bench/results/attention-cpu.md.
 """
 
@@ -42,7 +44,7 @@ def parse_args():
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--dims", default="64,128")
     p.add_argument("--dtypes", default="f32,f16,bf16")
-    p.add_argument("--reps", type=int, default=5, help="timed calls per point (median)")
+    p.add_argument("--reps", type=int, default=11, help="timed calls per point (the best counts)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0,
                    help="threads for tensorcore and NumPy's OpenBLAS (set before loading them); 0 = default")
@@ -108,23 +110,24 @@ def numpy_backward(q, k, v, o, do, lse, causal, mask):
 
 # ---- timing -------------------------------------------------------------------------------------------
 
-def median_time(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def loadavg():
     try:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def cpu_seconds():
+    """(busy seconds of the whole machine, CPU seconds of this process): the
+    difference over the run is what other processes took."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        busy = float("nan")
+    t = os.times()
+    return busy, t.user + t.system
 
 
 def cast(x, dtype):
@@ -138,8 +141,8 @@ def check(what, got, want, tol):
         raise SystemExit("%s: tensorcore differs from NumPy by %g (scale %g)" % (what, err, scale))
 
 
-def bench_ours(ctx, dtype, data, causal, np_out):
-    """(forward s, backward s) of tensorcore in `dtype`; outputs checked against NumPy's."""
+def setup_ours(ctx, dtype, data, causal, np_out):
+    """(forward, backward) callables of tensorcore in `dtype`, outputs checked against NumPy's."""
     q, k, v, do = (cast(x, dtype) for x in data)
     B, H, S, D = q.shape
     Q, K, V, dO = (ctx.buffer_from_array(x) for x in (q, k, v, do))
@@ -161,11 +164,30 @@ def bench_ours(ctx, dtype, data, causal, np_out):
     check("%s LSE" % dtype, LSE.to_numpy(ref_lse.shape, np.float32), ref_lse, tol)
     for name, buf, ref in (("dQ", dQ, ref_dq), ("dK", dK, ref_dk), ("dV", dV, ref_dv)):
         check("%s %s" % (dtype, name), buf.to_numpy(q.shape, q.dtype), ref, tol * 2)
-    tf = median_time(fwd, ARGS.reps, ARGS.warmup)
-    tb = median_time(bwd, ARGS.reps, ARGS.warmup)
-    for b in (Q, K, V, dO, O, dQ, dK, dV, LSE):
-        b.close()
-    return tf, tb
+    return fwd, bwd
+
+
+def best_times(fns, reps, warmup):
+    """Best of `reps` calls of each function, the functions taking turns (so a
+    burst of load on the shared machine hits them alike)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def bench_ours(ctx, dtypes, data, causal, np_out):
+    """{dtype: (forward s, backward s)}."""
+    calls = [setup_ours(ctx, dt, data, causal, np_out) for dt in dtypes]
+    tf = best_times([f for f, _ in calls], ARGS.reps, ARGS.warmup)
+    tb = best_times([b for _, b in calls], ARGS.reps, ARGS.warmup)
+    return {dt: (tf[i], tb[i]) for i, dt in enumerate(dtypes)}
 
 
 def bench_numpy(data, causal):
@@ -173,8 +195,8 @@ def bench_numpy(data, causal):
     mask = causal_mask(q.shape[2], k.shape[2])
     o, lse = numpy_forward(q, k, v, causal, mask)
     grads = numpy_backward(q, k, v, o, do, lse, causal, mask)
-    tf = median_time(lambda: numpy_forward(q, k, v, causal, mask), ARGS.reps, ARGS.warmup)
-    tb = median_time(lambda: numpy_backward(q, k, v, o, do, lse, causal, mask), ARGS.reps, ARGS.warmup)
+    tf, = best_times([lambda: numpy_forward(q, k, v, causal, mask)], ARGS.reps, ARGS.warmup)
+    tb, = best_times([lambda: numpy_backward(q, k, v, o, do, lse, causal, mask)], ARGS.reps, ARGS.warmup)
     return tf, tb, (o, lse) + grads
 
 
@@ -186,6 +208,7 @@ def main():
     rng = np.random.default_rng()
     B, H, S = 1, ARGS.heads, ARGS.seq
     load_before = loadavg()
+    busy0, own0, wall0 = *cpu_seconds(), time.perf_counter()
     ctx = tc.Context("cpu")
     info = ctx.device_info()
 
@@ -196,11 +219,13 @@ def main():
             time.sleep(ARGS.pause)
             tnf, tnb, np_out = bench_numpy(data, causal)
             time.sleep(ARGS.pause)
+            ours = bench_ours(ctx, dtypes, data, causal, np_out)
             for dt in dtypes:
-                tf, tb = bench_ours(ctx, dt, data, causal, np_out)
-                results.append((D, causal, "forward", dt, tf, tnf))
-                results.append((D, causal, "backward", dt, tb, tnb))
+                results.append((D, causal, "forward", dt, ours[dt][0], tnf))
+                results.append((D, causal, "backward", dt, ours[dt][1], tnb))
     load_after = loadavg()
+    busy1, own1, wall1 = *cpu_seconds(), time.perf_counter()
+    others = max(0.0, (busy1 - busy0) - (own1 - own0)) / ((wall1 - wall0) * os.cpu_count())
     ctx.close()
 
     ours_f32 = {(D, c, ps): t for D, c, ps, dt, t, _ in results if dt == "f32"}
@@ -224,7 +249,7 @@ def main():
             "n/a" if r_own is None else "%.2fx" % r_own, target, verdict))
     table = "\n".join(lines)
 
-    loaded = max(load_before, load_after) > 0.5
+    loaded = others > 0.05
     features = str(info.features)
     isa = "avx512" if "avx512f" in features else "avx2" if "avx2" in features else "portable"
     meta = [
@@ -237,10 +262,13 @@ def main():
         "- NumPy %s, Python %s" % (np.__version__, platform.python_version()),
         "- problem: B=%d, H=%d, Sq=Skv=%d, D in %s; FLOPs forward 4*B*H*Sq*Skv*D, backward 2.5x, "
         "halved for causal" % (B, H, S, dims),
-        "- load average (1 min): %.2f before, %.2f after%s" % (
-            load_before, load_after, " -- the machine was loaded, numbers are low and noisy" if loaded else ""),
-        "- method: median of %d calls after %d warm-up, fresh random inputs, our outputs checked against "
-        "NumPy's; each library timed in its own phase, %.1f s apart" % (ARGS.reps, ARGS.warmup, ARGS.pause),
+        "- load: other processes used %.0f%% of the machine's CPU time during the run (1-min load average "
+        "%.2f before, %.2f after)%s" % (100 * others, load_before, load_after,
+                                        " -- the machine was loaded, numbers are low and noisy" if loaded
+                                        else "; the machine was quiet"),
+        "- method: best of %d calls after %d warm-up, our dtypes taking turns call by call, fresh random "
+        "inputs, our outputs checked against NumPy's; NumPy and tensorcore timed in separate phases, %.1f s "
+        "apart" % (ARGS.reps, ARGS.warmup, ARGS.pause),
     ]
     text = "\n".join(meta) + "\n\n" + table + "\n"
     print(text)

@@ -10,6 +10,16 @@
 #include "tensorcore/gemm.h"
 #include "tensorcore/cuda.h"
 #include "tensorcore/tokenizer.h"
+/* Memory tiers, checkpointing, and backends this build lacks (HIP, TensorOps). */
+#include "tensorcore/memory.h"
+#include "tensorcore/hip.h"
+#include "tensorcore/tensorops.h"
+/* -- dist -- */
+#include "tensorcore/dist.h"
+#include "tensorcore/diloco.h"
+/* conv2d */
+#include "tensorcore/conv2d.h"
+/* attention */
 #include "tensorcore/attention.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

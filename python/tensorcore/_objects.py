@@ -100,10 +100,14 @@ class Context(_Owned):
 
     _kind = "context"
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, *, memory_budget=None, host_memory_budget=None, spill_dir=None):
+        """memory_budget / host_memory_budget: byte caps of the context's
+        buffers in device memory / host RAM (set_memory_budget); spill_dir:
+        directory of its disk-tier files (set_spill_dir). See _api/memory.py."""
         self._device = device
         self._streams = weakref.WeakSet()
         self._buffers = weakref.WeakSet()
+        self._groups = weakref.WeakSet()  # dist groups: closed before streams and buffers
         self._children = 0  # open Buffers and Streams made by this context
         self._close_pending = False
         out = c_void_p()
@@ -115,6 +119,17 @@ class Context(_Owned):
             raise TensorcoreTypeError(TC_ERR_INVALID_ARG, "Context: device must be None or a string such as "
                                       "'cpu', 'cuda', 'cuda:0'; got %s" % type(device).__name__)
         self._adopt(out.value)
+        if memory_budget is not None or host_memory_budget is not None or spill_dir is not None:
+            try:  # methods of _api/memory.py
+                if spill_dir is not None:
+                    self.set_spill_dir(spill_dir)
+                if memory_budget is not None:
+                    self.set_memory_budget(memory_budget)
+                if host_memory_budget is not None:
+                    self.set_host_memory_budget(host_memory_budget)
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def device(self):
@@ -123,6 +138,12 @@ class Context(_Owned):
 
     def _add_child(self, child):
         (self._streams if isinstance(child, Stream) else self._buffers).add(child)
+        self._children += 1
+
+    def _add_group(self, group):
+        """Tracks an object built on the context that must close before its
+        streams and buffers (a DistContext, which closes its DiLoCo first)."""
+        self._groups.add(group)
         self._children += 1
 
     def _child_closed(self):
@@ -141,12 +162,13 @@ class Context(_Owned):
         self._forget()
 
     def close(self):
-        """Closes every stream (draining its work), then every buffer made by
-        this context, then shuts it down. Idempotent."""
+        """Closes every dist group (and its DiLoCo), every stream (draining its
+        work), then every buffer made by this context, then shuts it down.
+        Idempotent."""
         if self._handle is None:
             return
         first = None
-        for group in (self._streams, self._buffers):
+        for group in (self._groups, self._streams, self._buffers):
             for child in list(group):
                 try:
                     child.close()

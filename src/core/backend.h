@@ -5,17 +5,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/conv2d.h"
 #include "tensorcore/attention.h"
 
 namespace tc {
 
 class Backend;
+struct TierAccounts;
 
 // Bytes owned by a buffer. Shared between the buffer handle and every op
 // enqueued on it, so freeing a handle never frees memory that pending work
@@ -25,6 +28,13 @@ struct Storage {
   void* data = nullptr;
   size_t size = 0;
   bool owned = false;
+  // ---- Memory tiers and checkpointing (core/tiers.h) ----
+  // A Storage never changes tier: a move or a checkpoint discard replaces the
+  // buffer's Storage with a new one.
+  int32_t tier = 0;        // TC_TIER_*: L0 `data` is device memory, L1 host memory, L3 the file `path`
+  bool resident = true;    // false: discarded by a checkpoint, no bytes anywhere
+  std::string path;        // L3 spill file, removed with the Storage
+  std::shared_ptr<TierAccounts> accounts;  // counts `size` under `tier` while alive (owned storage)
   ~Storage();
 };
 using StorageRef = std::shared_ptr<Storage>;
@@ -44,6 +54,39 @@ struct GemmArgs {
   const void* b = nullptr;
   void* c = nullptr;
 };
+
+// --- conv2d ---------------------------------------------------------------
+// `d` is normalised: out_H and out_W filled in, dtype F16 or F32. Tensors are
+// packed NCHW / OIHW; scratch sizes are those of the tc_conv2d_*_bytes helpers.
+struct Conv2dForwardArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // null: no bias
+  void* y = nullptr;
+  float* col = nullptr;
+};
+
+struct Conv2dBackwardInputArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* dy = nullptr;
+  const void* w = nullptr;
+  void* dx = nullptr;
+  float* col = nullptr;
+  float* dx_f32 = nullptr;
+};
+
+struct Conv2dBackwardWeightArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* dy = nullptr;
+  void* dw = nullptr;
+  float* col = nullptr;
+};
+// --- end conv2d -----------------------------------------------------------
 
 // ---- attention ----
 // d is normalised: kv_heads filled in, softmax_scale > 0, causal/return_lse
@@ -105,6 +148,32 @@ class Backend {
 
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
+
+  // conv2d
+  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue* queue) = 0;
+  // end conv2d
+
+  // ---- Memory tiers (core/tiers.h) -----------------------------------------
+  // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).
+  virtual bool supports_tiers() const { return false; }
+  // Host memory for the L1 tier (page-locked where the device copies from
+  // it directly); null on failure.
+  virtual void* alloc_host(size_t nbytes);
+  virtual void release_host(void* ptr);
+  // Copies n bytes between device memory and host memory (`to_device` says
+  // which way) after the work enqueued on `queue`, or now when it is null.
+  virtual tc_status copy_async(void* dst, const void* src, size_t n, bool to_device, Queue* queue);
+  // Runs `fn` on a host thread after the work enqueued on `queue` and before
+  // work enqueued later, or now when `queue` is null. `fn` records its own
+  // failure; it must not call the device API nor free device memory.
+  virtual tc_status run_host(Queue* queue, std::function<tc_status()> fn);
+  // Drops `refs` where freeing memory is allowed (CUDA: at the next
+  // collect(), never inside a stream callback).
+  virtual void defer_release(std::vector<StorageRef> refs) {}
+  // Frees what defer_release and finished stream work left behind.
+  virtual void collect() {}
 
   // ---- attention ----
   virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;

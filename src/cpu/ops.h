@@ -9,7 +9,12 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
-// ---- attention (attention_forward.cpp, attention_backward.cpp) ----
+// conv2d.cpp
+tc_status conv2d_forward(const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
+
+// ---- attention (attention.cpp, attention_backward.cpp) ----
 tc_status attention_forward(const AttentionArgs& args);
 tc_status attention_backward(const AttentionBackwardArgs& args);
 // ---- end attention ----

@@ -104,6 +104,30 @@ class CudaBackend final : public Backend {
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
 
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_forward has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_input has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_weight has no CUDA kernel in this build");
+  }
+  // end conv2d
+
+  // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
+  bool supports_tiers() const override { return true; }
+  void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }
+  void release_host(void* p) override { cuda::free_pinned(dev_, p); }
+  tc_status copy_async(void* dst, const void* src, size_t n, bool to_device, Queue* q) override {
+    return cuda::copy_tier(dev_, q ? static_cast<CudaQueue*>(q)->state() : nullptr, dst, src, n, to_device);
+  }
+  tc_status run_host(Queue* q, std::function<tc_status()> fn) override {
+    return cuda::run_host(dev_, q ? static_cast<CudaQueue*>(q)->state() : nullptr, std::move(fn));
+  }
+  void defer_release(std::vector<StorageRef> refs) override { dev_.park(std::move(refs)); }
+  void collect() override { dev_.collect(); }
   // ---- attention ----
   tc_status attention_forward(const AttentionArgs&, Queue*) override {
     return fail(TC_ERR_UNSUPPORTED, "attention_forward has no CUDA kernel in this build");

@@ -38,6 +38,10 @@ struct tc_device_info {
 #define TC_CAPABILITY_DIST_GLOO (1ull << 15) /* gloo collectives on this context's (host) buffers */
 #define TC_CAPABILITY_DIST_NCCL (1ull << 16) /* NCCL collectives on this context's (CUDA) buffers */
 #define TC_CAPABILITY_DILOCO (1ull << 17)    /* DiLoCo outer steps on this context's buffers */
+/* attention */
+#define TC_CAPABILITY_ATTENTION (1ull << 7)
+#define TC_CAPABILITY_ATTENTION_BACKWARD (1ull << 8)
+/* end attention */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

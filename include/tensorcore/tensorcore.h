@@ -19,5 +19,7 @@
 #include "tensorcore/diloco.h"
 /* conv2d */
 #include "tensorcore/conv2d.h"
+/* attention */
+#include "tensorcore/attention.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

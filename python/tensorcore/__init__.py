@@ -28,6 +28,7 @@ from ._api.context import *  # noqa: F401,F403
 from ._api.buffer import *  # noqa: F401,F403
 from ._api.stream import *  # noqa: F401,F403
 from ._api.gemm import *  # noqa: F401,F403
+from ._api.attention import *  # noqa: F401,F403
 from ._api.cuda import *  # noqa: F401,F403
 from ._api.tokenizer import *  # noqa: F401,F403
 from ._api.memory import *  # noqa: F401,F403

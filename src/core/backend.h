@@ -13,6 +13,7 @@
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
 #include "tensorcore/conv2d.h"
+#include "tensorcore/attention.h"
 
 namespace tc {
 
@@ -87,6 +88,36 @@ struct Conv2dBackwardWeightArgs {
 };
 // --- end conv2d -----------------------------------------------------------
 
+// ---- attention ----
+// d is normalised: kv_heads filled in, softmax_scale > 0, causal/return_lse
+// 0 or 1. lse is null unless return_lse; alibi is null without ALiBi.
+struct AttentionArgs {
+  OpInfo info;
+  tc_attention_desc d;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const float* alibi = nullptr;
+};
+
+struct AttentionBackwardArgs {
+  OpInfo info;
+  tc_attention_desc d;  // normalised as for the forward
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  const float* alibi = nullptr;
+};
+// ---- end attention ----
+
 // The backend side of a stream: an ordered queue of work.
 class Queue {
  public:
@@ -143,6 +174,11 @@ class Backend {
   virtual void defer_release(std::vector<StorageRef> refs) {}
   // Frees what defer_release and finished stream work left behind.
   virtual void collect() {}
+
+  // ---- attention ----
+  virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;
+  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue* queue) = 0;
+  // ---- end attention ----
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

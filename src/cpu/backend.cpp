@@ -36,7 +36,9 @@ class CpuBackend final : public Backend {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
            // conv2d
-           TC_CAPABILITY_CONV2D;
+           TC_CAPABILITY_CONV2D |
+           // attention
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD;
   }
 
   void* alloc(size_t nbytes) override {
@@ -95,6 +97,14 @@ class CpuBackend final : public Backend {
     return cpu::run_on(q, a, cpu::conv2d_backward_weight);
   }
   // end conv2d
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_forward);
+  }
+  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_backward);
+  }
+  // ---- end attention ----
 };
 
 }  // namespace

@@ -128,6 +128,14 @@ class CudaBackend final : public Backend {
   }
   void defer_release(std::vector<StorageRef> refs) override { dev_.park(std::move(refs)); }
   void collect() override { dev_.collect(); }
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_forward has no CUDA kernel in this build");
+  }
+  tc_status attention_backward(const AttentionBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_backward has no CUDA kernel in this build");
+  }
+  // ---- end attention ----
 
  private:
   // Runs `op` on the caller's stream (keeping its storage alive until done)

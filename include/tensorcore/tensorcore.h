@@ -15,5 +15,12 @@
 #include "tensorcore/memory.h"
 #include "tensorcore/hip.h"
 #include "tensorcore/tensorops.h"
+/* -- dist -- */
+#include "tensorcore/dist.h"
+#include "tensorcore/diloco.h"
+/* conv2d */
+#include "tensorcore/conv2d.h"
+/* attention */
+#include "tensorcore/attention.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -13,6 +13,8 @@
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
 #include "tensorcore/training.h"
+#include "tensorcore/conv2d.h"
+#include "tensorcore/attention.h"
 
 namespace tc {
 
@@ -179,6 +181,69 @@ struct FusedNormGemvArgs {
 
 // ---- end of training kernels ------------------------------------------------
 
+// --- conv2d ---------------------------------------------------------------
+// `d` is normalised: out_H and out_W filled in, dtype F16 or F32. Tensors are
+// packed NCHW / OIHW; scratch sizes are those of the tc_conv2d_*_bytes helpers.
+struct Conv2dForwardArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // null: no bias
+  void* y = nullptr;
+  float* col = nullptr;
+};
+
+struct Conv2dBackwardInputArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* dy = nullptr;
+  const void* w = nullptr;
+  void* dx = nullptr;
+  float* col = nullptr;
+  float* dx_f32 = nullptr;
+};
+
+struct Conv2dBackwardWeightArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* dy = nullptr;
+  void* dw = nullptr;
+  float* col = nullptr;
+};
+// --- end conv2d -----------------------------------------------------------
+
+// ---- attention ----
+// d is normalised: kv_heads filled in, softmax_scale > 0, causal/return_lse
+// 0 or 1. lse is null unless return_lse; alibi is null without ALiBi.
+struct AttentionArgs {
+  OpInfo info;
+  tc_attention_desc d;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const float* alibi = nullptr;
+};
+
+struct AttentionBackwardArgs {
+  OpInfo info;
+  tc_attention_desc d;  // normalised as for the forward
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  const float* alibi = nullptr;
+};
+// ---- end attention ----
+
 // The backend side of a stream: an ordered queue of work.
 class Queue {
  public:
@@ -224,6 +289,12 @@ class Backend {
   virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue* queue) = 0;  // RMSNorm and LayerNorm
   // ---- end of training kernels
 
+  // conv2d
+  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue* queue) = 0;
+  // end conv2d
+
   // ---- Memory tiers (core/tiers.h) -----------------------------------------
   // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).
   virtual bool supports_tiers() const { return false; }
@@ -243,6 +314,11 @@ class Backend {
   virtual void defer_release(std::vector<StorageRef> refs) {}
   // Frees what defer_release and finished stream work left behind.
   virtual void collect() {}
+
+  // ---- attention ----
+  virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;
+  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue* queue) = 0;
+  // ---- end attention ----
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

@@ -35,7 +35,12 @@ class CpuBackend final : public Backend {
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-           TC_CAPABILITY_TRAINING_KERNELS;
+           // training kernels
+           TC_CAPABILITY_TRAINING_KERNELS |
+           // conv2d
+           TC_CAPABILITY_CONV2D |
+           // attention
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD;
   }
 
   void* alloc(size_t nbytes) override {
@@ -114,6 +119,26 @@ class CpuBackend final : public Backend {
     static_cast<cpu::WorkQueue*>(q)->enqueue(std::move(fn));
     return TC_OK;
   }
+
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_forward);
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_input);
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_weight);
+  }
+  // end conv2d
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_forward);
+  }
+  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_backward);
+  }
+  // ---- end attention ----
 };
 
 }  // namespace

@@ -28,5 +28,15 @@ tc_status adamw_step(const AdamwArgs& args);
 tc_status fused_norm_gemv(const FusedNormGemvArgs& args);
 // ---- end of training kernels
 
+// conv2d.cpp
+tc_status conv2d_forward(const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
+
+// ---- attention (attention.cpp, attention_backward.cpp) ----
+tc_status attention_forward(const AttentionArgs& args);
+tc_status attention_backward(const AttentionBackwardArgs& args);
+// ---- end attention ----
+
 }  // namespace cpu
 }  // namespace tc

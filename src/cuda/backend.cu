@@ -140,6 +140,18 @@ class CudaBackend final : public Backend {
   }
   // ---- end of training kernels
 
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_forward has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_input has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_weight has no CUDA kernel in this build");
+  }
+  // end conv2d
+
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
   bool supports_tiers() const override { return true; }
   void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }
@@ -152,6 +164,14 @@ class CudaBackend final : public Backend {
   }
   void defer_release(std::vector<StorageRef> refs) override { dev_.park(std::move(refs)); }
   void collect() override { dev_.collect(); }
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_forward has no CUDA kernel in this build");
+  }
+  tc_status attention_backward(const AttentionBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_backward has no CUDA kernel in this build");
+  }
+  // ---- end attention ----
 
  private:
   // Runs `op` on the caller's stream (keeping its storage alive until done)

@@ -29,6 +29,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* quantized, gguf */
+#define TC_CAPABILITY_QUANTIZED (1ull << 11) /* quantize_weights, gemv_quantized, fused_rmsnorm_gemv_quantized */
+#define TC_CAPABILITY_GGUF (1ull << 12)      /* GGUF files load into this context's buffers */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -8,5 +8,8 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+/* quantized, gguf */
+#include "tensorcore/quant.h"
+#include "tensorcore/gguf.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

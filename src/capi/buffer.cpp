@@ -65,6 +65,10 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
 tc_status tc_buffer_free(tc_buffer buf) {
   return guarded("tc_buffer_free", [&] {
     if (tc_status st = check_buffer("tc_buffer_free", "buf", nullptr, buf)) return st;
+    // gguf
+    if (buf->owner)
+      return fail(TC_ERR_INVALID_ARG, "tc_buffer_free: the buffer belongs to a loaded model; free the model instead");
+    // end gguf
     unregister_handle(buf);
     buf->ctx->live_buffers--;
     delete buf;

@@ -13,7 +13,9 @@ namespace {
 
 constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
                                         TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-                                        TC_CAPABILITY_GEMM_TF32;
+                                        TC_CAPABILITY_GEMM_TF32 |
+                                        // quantized, gguf
+                                        TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
 
 // Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
 tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {

@@ -11,6 +11,7 @@
 
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/quant.h"
 
 namespace tc {
 
@@ -24,6 +25,8 @@ struct Storage {
   void* data = nullptr;
   size_t size = 0;
   bool owned = false;
+  // gguf: keeps memory that the storage borrows alive (e.g. a mapped file).
+  std::shared_ptr<const void> keepalive;
   ~Storage();
 };
 using StorageRef = std::shared_ptr<Storage>;
@@ -43,6 +46,43 @@ struct GemmArgs {
   const void* b = nullptr;
   void* c = nullptr;
 };
+
+// --- quantized ----------------------------------------------------------------
+// Formats are TC_QUANT_* (src/quant/formats.h); matrices are row-major with
+// quantised rows of K weights. Validated: sizes fit, K is whole blocks, the
+// dtypes are f16/bf16/f32, outputs do not overlap inputs.
+struct QuantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype src_dtype = TC_DTYPE_F16;
+  const void* src = nullptr;  // N x K in src_dtype
+  void* dst = nullptr;        // N quantised rows
+};
+
+struct DequantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* src = nullptr;  // the first row to dequantise
+  void* dst = nullptr;        // N x K in dtype
+};
+
+// Y[M, N] = f(X)[M, K] @ W[N, K]^T, f = identity, or the RMS norm with gamma
+// when gamma is set (fused_rmsnorm_gemv_quantized).
+struct GemvQuantizedArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t M = 0, N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F16;  // of X, Y and gamma
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  const void* gamma = nullptr;
+  float eps = 0.0f;
+};
+// --- end quantized ------------------------------------------------------------
 
 // The backend side of a stream: an ordered queue of work.
 class Queue {
@@ -71,6 +111,13 @@ class Backend {
 
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
+
+  // quantized
+  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  // end quantized
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

@@ -33,7 +33,9 @@ class CpuBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS;
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
+           // quantized, gguf
+           TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
   }
 
   void* alloc(size_t nbytes) override {
@@ -55,6 +57,21 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::quantize_weights);
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::dequantize_weights);
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::gemv_quantized);
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::fused_rmsnorm_gemv_quantized);
+  }
+  // end quantized
 };
 
 }  // namespace

@@ -9,5 +9,11 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// quantize.cpp, gemv_quantized.cpp
+tc_status quantize_weights(const QuantizeWeightsArgs& args);
+tc_status dequantize_weights(const DequantizeWeightsArgs& args);
+tc_status gemv_quantized(const GemvQuantizedArgs& args);
+tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args);
+
 }  // namespace cpu
 }  // namespace tc

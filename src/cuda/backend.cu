@@ -61,7 +61,11 @@ class CudaBackend final : public Backend {
     out->memory_bytes = props_.totalGlobalMem;
   }
 
-  uint64_t available_capabilities() const override { return TC_CAPABILITY_STREAMS; }
+  uint64_t available_capabilities() const override {
+    return TC_CAPABILITY_STREAMS |
+           // gguf: files load into device buffers by copy
+           TC_CAPABILITY_GGUF;
+  }
 
   void* alloc(size_t nbytes) override {
     cudaSetDevice(device_);
@@ -89,6 +93,21 @@ class CudaBackend final : public Backend {
   tc_status gemm(const GemmArgs&, Queue*) override {
     return fail(TC_ERR_UNSUPPORTED, "gemm has no CUDA kernel in this build");
   }
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "quantize_weights has no CUDA kernel in this build");
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "dequantize_weights has no CUDA kernel in this build");
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "gemv_quantized has no CUDA kernel in this build");
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "fused_rmsnorm_gemv_quantized has no CUDA kernel in this build");
+  }
+  // end quantized
 
  private:
   int device_;

@@ -36,29 +36,41 @@ if ((${#need_pkgs[@]})); then
 fi
 
 # -- 2. Python environment -----------------------------------------------------
-if [[ ! -x "$TC_ROOT/.venv/bin/python" ]]; then
+# A python3 that already has the required packages (an offline GPU machine's
+# environment) is used as it is; otherwise a project-local .venv that also sees
+# the system's packages, with what is missing installed from PyPI.
+required="numpy ml_dtypes pytest"
+has_required() { "$1" -c "import ${required// /, }" 2>/dev/null; }
+if [[ -x "$TC_ROOT/.venv/bin/python" ]]; then
+  TC_PY="$TC_ROOT/.venv/bin/python"
+elif has_required python3; then
+  TC_PY="$(command -v python3)"
+else
   log "creating .venv"
   python3 -m venv --system-site-packages "$TC_ROOT/.venv"
+  TC_PY="$TC_ROOT/.venv/bin/python"
 fi
-TC_PY="$TC_ROOT/.venv/bin/python"
-# Required packages, installed only when missing (an offline machine keeps what it has).
 missing=()
-for spec in numpy:numpy ml_dtypes:ml_dtypes pytest:pytest; do
-  mod=${spec%%:*}; pkg=${spec#*:}
-  "$TC_PY" -c "import $mod" 2>/dev/null || missing+=("$pkg")
+for mod in $required; do
+  "$TC_PY" -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
 if ((${#missing[@]})); then
   log "pip installing ${missing[*]}"
   "$TC_PY" -m pip install -q "${missing[@]}" || { log "could not install ${missing[*]}"; exit 1; }
 fi
-# Optional packages: used by cross-checks when present, never required.
-for spec in ${TC_OPTIONAL_PY:-}; do
+# Optional packages ("module:pip-name" pairs): used by cross-checks when
+# present, never required; tests that need one skip without it.
+for spec in ${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf}; do
   "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q "${spec#*:}" 2>/dev/null \
     || log "optional package ${spec#*:} unavailable; tests that need it will skip"
 done
-# The in-tree package, importable from the environment.
-site=$("$TC_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$TC_ROOT/python" > "$site/tensorcore-dev.pth"
+# The in-tree packages: importable from the project's .venv for good, and
+# through PYTHONPATH for whatever these scripts run.
+if [[ "$TC_PY" == "$TC_ROOT/.venv/bin/python" ]]; then
+  site=$("$TC_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$TC_ROOT/python" > "$site/tensorcore-dev.pth"
+fi
+export PYTHONPATH="$TC_ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # -- 3. native library ---------------------------------------------------------
 cuda=${TC_ENABLE_CUDA:-}

@@ -8,6 +8,8 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/cuda.h"
+#include "tensorcore/tokenizer.h"
 /* quantized, gguf */
 #include "tensorcore/quant.h"
 #include "tensorcore/gguf.h"

@@ -52,6 +52,7 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
     if (tc_status st = check_out_ptr("tc_buffer_from_ptr", "out", out)) return st;
     if (!ptr) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: ptr is null");
     if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: nbytes must be > 0");
+    if (!ctx->backend->accepts_pointer(ptr, nbytes)) return last_status();
     auto storage = std::make_shared<Storage>();
     storage->backend = ctx->backend.get();
     storage->data = ptr;

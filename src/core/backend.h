@@ -104,6 +104,9 @@ class Backend {
   virtual void* alloc(size_t nbytes) = 0;
   virtual void release(void* ptr) = 0;
   virtual bool host_accessible() const = 0;
+  // Whether caller memory at `ptr` can back a buffer of this device
+  // (tc_buffer_from_ptr); false with a detail recorded otherwise.
+  virtual bool accepts_pointer(const void* ptr, size_t nbytes) const { return true; }
   virtual tc_status copy_in(void* dst, const void* src, size_t nbytes) = 0;
   virtual tc_status copy_out(void* dst, const void* src, size_t nbytes) = 0;
 
@@ -125,5 +128,6 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 int cuda_device_count();  // 0 when not built or no GPU
+tc_status cuda_device_info(int device_index, struct tc_device_info* out);
 
 }  // namespace tc

@@ -1,6 +1,7 @@
 #include "core/objects.h"
 
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace tc {
@@ -16,6 +17,7 @@ std::unordered_map<const void*, HandleKind>& registry() {
 }
 
 thread_local tc_backend t_last_backend = TC_BACKEND_NONE;
+thread_local std::string t_last_cuda_kernel;
 
 }  // namespace
 
@@ -38,6 +40,8 @@ bool is_live_handle(const void* h, HandleKind kind) {
 
 void note_backend(tc_backend backend) { t_last_backend = backend; }
 tc_backend last_backend() { return t_last_backend; }
+void note_cuda_kernel(const char* name) { t_last_cuda_kernel = name ? name : ""; }
+const char* last_cuda_kernel() { return t_last_cuda_kernel.c_str(); }
 
 Storage::~Storage() {
   if (owned && data && backend) backend->release(data);

@@ -48,8 +48,11 @@ void register_handle(const void* h, HandleKind kind);
 void unregister_handle(const void* h);
 bool is_live_handle(const void* h, HandleKind kind);
 
-// Thread-local record of the backend that ran the thread's last kernel.
+// Thread-local record of the backend that ran the thread's last kernel, and
+// of the last CUDA kernel or library call it launched.
 void note_backend(tc_backend backend);
 tc_backend last_backend();
+void note_cuda_kernel(const char* name);
+const char* last_cuda_kernel();
 
 }  // namespace tc

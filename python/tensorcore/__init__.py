@@ -30,5 +30,7 @@ from ._api.stream import *  # noqa: F401,F403
 from ._api.gemm import *  # noqa: F401,F403
 from ._api.cuda import *  # noqa: F401,F403
 from ._api.tokenizer import *  # noqa: F401,F403
+from ._api.quant import *  # noqa: F401,F403
+from ._api.gguf import *  # noqa: F401,F403
 
 __version__ = version().split()[1] if version().startswith("tensorcore ") else "0.0.0"

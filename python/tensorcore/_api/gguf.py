@@ -725,7 +725,7 @@ class LoadedModel(_Owned):
     def _buffer(self, address):
         self._checked("LoadedModel", "model")
         b = self._buffers.get(address)
-        if b is None:
+        if b is None or b.closed:  # first use, or the caller closed the wrapper
             b = self._buffers[address] = _ModelBuffer(address)
         return b
 

@@ -65,13 +65,22 @@ TC_AVX512_INLINE __m512 iota16() {
 
 TC_AVX512_INLINE float half(uint16_t h) { return _cvtsh_ss(h); }
 
-// Scales (and Q4_1 mins) of up to 16 consecutive blocks of `stride` bytes,
-// as f32: the f16 at byte `field` of each block.
+// Makes the compiler forget what it knows about memory, so scales stored to a
+// small array are read back with broadcast loads (a load port) rather than
+// shuffled out of a register (the shuffle port the decoders need).
+TC_AVX512_INLINE void reload_barrier() { asm volatile("" ::: "memory"); }
+
+// Scales (and Q4_1 mins) of up to 16 consecutive blocks of STRIDE bytes, as
+// f32: the f16 at byte FIELD of each block, fetched with one gather.
 template <int STRIDE, int FIELD>
 TC_AVX512_INLINE void block_halves(const uint8_t* blocks, int n, float* out) {
-  alignas(32) uint16_t h[16] = {};
-  for (int j = 0; j < n; ++j) std::memcpy(&h[j], blocks + j * STRIDE + FIELD, 2);
-  _mm512_store_ps(out, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(STRIDE));
+  const __mmask16 live = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+  // Four bytes at each block's field: the f16 and what follows it in the block.
+  const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, blocks + FIELD, 1);
+  _mm512_store_ps(out, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)));
+  reload_barrier();
 }
 
 // ---- Q4_0: w = (q - 8) d ----------------------------------------------------
@@ -167,19 +176,20 @@ TC_AVX512 void dots_q8_0(const uint8_t* w, int64_t K, const float* const* x, flo
 }
 
 // ---- Q4_K / Q5_K: sub-block j of 32 has w = (d sc_j) q - (dmin m_j) ------------
-// The 8 scales and mins of a super-block, as f32 d*sc and dmin*m.
+// The 8 scales and mins of a super-block as f32 d*sc and dmin*m, unpacked
+// four at a time from 32-bit words (see scale_min_k4 for the layout).
 TC_AVX512_INLINE void k4_scales(const uint8_t* scales, float d, float dmin, float* dsc, float* dm) {
-  alignas(32) int32_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    scale_min_k4(j, scales, &s, &m);
-    sc[j] = s;
-    mn[j] = m;
-  }
-  const __m256 vs = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
-  const __m256 vm = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn)));
+  uint32_t a, b, c;
+  std::memcpy(&a, scales, 4);
+  std::memcpy(&b, scales + 4, 4);
+  std::memcpy(&c, scales + 8, 4);
+  const uint64_t sc = uint64_t(a & 0x3F3F3F3Fu) | uint64_t((c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u)) << 32;
+  const uint64_t mn = uint64_t(b & 0x3F3F3F3Fu) | uint64_t(((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u)) << 32;
+  const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))));
+  const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))));
   _mm256_store_ps(dsc, _mm256_mul_ps(vs, _mm256_set1_ps(d)));
   _mm256_store_ps(dm, _mm256_mul_ps(vm, _mm256_set1_ps(dmin)));
+  reload_barrier();
 }
 
 template <int MT>
@@ -283,6 +293,7 @@ TC_AVX512 void dots_q6_k(const uint8_t* w, int64_t K, const float* const* x, flo
   for (int64_t i = 0; i < nb; ++i) {
     const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales))));
     _mm512_store_ps(s, _mm512_mul_ps(sc, _mm512_set1_ps(half(b[i].d))));
+    reload_barrier();
     for (int h = 0; h < 2; ++h) {
       const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h));
       const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h + 32));

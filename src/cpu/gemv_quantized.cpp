@@ -54,24 +54,28 @@ void dots_portable(int32_t fmt, const uint8_t* w, int64_t K, const float* const*
 }
 
 // The instruction set for this call: the best the processor has, lowered by
-// TC_QUANT_ISA=avx2|portable (read on every call, so tests can switch it).
-enum class Isa { Portable, Avx2, Avx512 };
+// TC_QUANT_ISA=avx512|avx2|portable (read on every call, so tests can switch
+// it; avx512 means without the VNNI integer path).
+enum class Isa { Portable, Avx2, Avx512, Vnni };
 
 Isa pick_isa() {
   const Features& f = features();
-  Isa best = f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c ? Isa::Avx512
-             : f.avx2 && f.fma && f.f16c                              ? Isa::Avx2
-                                                                     : Isa::Portable;
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c;
+  Isa best = avx512 && f.avx512_vnni      ? Isa::Vnni
+             : avx512                     ? Isa::Avx512
+             : f.avx2 && f.fma && f.f16c  ? Isa::Avx2
+                                          : Isa::Portable;
   if (const char* v = std::getenv("TC_QUANT_ISA")) {
     if (!std::strcmp(v, "portable")) return Isa::Portable;
     if (!std::strcmp(v, "avx2") && best != Isa::Portable) return Isa::Avx2;
+    if (!std::strcmp(v, "avx512") && best == Isa::Vnni) return Isa::Avx512;
   }
   return best;
 }
 
 // Row kernel for (fmt, isa); null means the portable kernel.
 RowDots pick_dots(int32_t fmt, Isa isa) {
-  if (isa == Isa::Avx512) return row_dots_avx512(fmt);
+  if (isa == Isa::Avx512 || isa == Isa::Vnni) return row_dots_avx512(fmt);
   if (isa == Isa::Avx2) return row_dots_avx2(fmt);
   return nullptr;
 }
@@ -121,6 +125,27 @@ tc_status run(const GemvQuantizedArgs& a) {
 
   const Isa isa = pick_isa();
   const RowDots dots = pick_dots(a.fmt, isa);
+  // f16/bf16 activations against Q4_0/Q8_0 on VNNI processors: X quantised to
+  // 8 bits per block, integer dot products (quant_dot_vnni.cpp). Their error,
+  // at most half a step of 1/127 of each block's largest |x| per element, is
+  // below the f16/bf16 rounding of the output for typical activations; f32
+  // activations always take the exact f32 path.
+  const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
+  thread_local std::vector<int8_t> qx_q;
+  thread_local std::vector<int32_t> qx_bias;
+  thread_local std::vector<float> qx_dx;
+  std::vector<QxRow> qx;
+  if (qdots) {
+    const int64_t np = qx_pairs(K);
+    if (qx_q.size() < size_t(M * np * 64)) qx_q.resize(size_t(M * np * 64));
+    if (qx_bias.size() < size_t(M * np * 16)) qx_bias.resize(size_t(M * np * 16));
+    if (qx_dx.size() < size_t(M * np * 16)) qx_dx.resize(size_t(M * np * 16));
+    qx.resize(size_t(M));
+    for (int64_t m = 0; m < M; ++m) {
+      qx[size_t(m)] = {qx_q.data() + m * np * 64, qx_bias.data() + m * np * 16, qx_dx.data() + m * np * 16};
+      quantize_activations(a.fmt, xs + m * K, K, &qx[size_t(m)]);
+    }
+  }
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   char* y = static_cast<char*>(a.y);
 
@@ -142,9 +167,14 @@ tc_status run(const GemvQuantizedArgs& a) {
           for (int64_t m0 = mb; m0 < me; m0 += kMaxTile) {
             const int mt = int(std::min<int64_t>(kMaxTile, me - m0));
             const float* xp[kMaxTile];
+            const QxRow* qp[kMaxTile];
             float out[kMaxTile];
-            for (int j = 0; j < mt; ++j) xp[j] = xs + (m0 + j) * K;
-            if (dots) dots(wr, K, xp, mt, out);
+            for (int j = 0; j < mt; ++j) {
+              xp[j] = xs + (m0 + j) * K;
+              if (qdots) qp[j] = &qx[size_t(m0 + j)];
+            }
+            if (qdots) qdots(wr, K, qp, mt, out);
+            else if (dots) dots(wr, K, xp, mt, out);
             else dots_portable(a.fmt, wr, K, xp, mt, out);
             for (int j = 0; j < mt; ++j) yt[size_t((m0 + j) * rows + (n - s0))] = out[j];
           }

@@ -16,7 +16,7 @@ from conftest import TOLERANCE, assert_close, np_dtype, poison, random_array, to
 FORMATS = ["q4_0", "q8_0", "q4_1", "q4_k", "q5_k", "q6_k", "q8_k", "f16", "bf16", "f32"]
 BLOCK = {"q4_0": (32, 18), "q8_0": (32, 34), "q4_1": (32, 20), "q4_k": (256, 144), "q5_k": (256, 176),
          "q6_k": (256, 210), "q8_k": (256, 292), "f16": (1, 2), "bf16": (1, 2), "f32": (1, 4)}
-ISAS = ["", "avx2", "portable"]  # "" = the best the processor has
+ISAS = ["", "avx512", "avx2", "portable"]  # "" = the best the processor has (AVX512-VNNI here)
 
 
 def gguf_quants():
@@ -292,6 +292,43 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
     # N large enough that the rows are split across threads; odd N.
     run_gemv(ctx, rng, fmt, 1, 771, 1024, dtype)
     run_gemv(ctx, rng, fmt, 4, 129, 1024, dtype)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+def test_gemv_int8_activation_error_bound(cpu_ctx, rng, fmt):
+    """f16 activations against Q4_0/Q8_0 may be quantised to 8 bits per block
+    of 32 (the AVX512-VNNI path): each activation moves by at most half a step
+    of max|x| / 127 of its block. Outlier-heavy activations (one large value
+    per block) make that error visible; it must stay within the bound, and
+    the f32 path on the same data stays exact."""
+    M, N, K = 2, 48, 1024
+    w = random_weights(rng, fmt, N, K)
+    wd = reference_weights(w, fmt, N, K).astype(np.float64)
+    x = (rng.standard_normal((M, K)) * 0.05).astype(np.float16)
+    x[:, ::32] = (rng.choice([-1, 1], (M, K // 32)) * rng.uniform(20, 40, (M, K // 32))).astype(np.float16)
+    x64 = x.astype(np.float64)
+    ref = x64 @ wd.T
+    step = np.repeat(np.abs(x64).reshape(M, -1, 32).max(axis=2) / 127, 32, axis=1)  # per activation
+    bound = (step / 2 * 1.0001) @ np.abs(wd).T + 2.0 ** -10 * np.abs(ref) + 1e-6 * (np.abs(x64) @ np.abs(wd).T)
+    X, W = cpu_ctx.buffer_from_array(x), cpu_ctx.buffer_from_array(w)
+    Y = cpu_ctx.buffer_from_array(poison(M * N * 2))
+    cpu_ctx.gemv_quantized(X, W, Y, fmt, M, N, K)
+    out = Y.to_numpy((M, N), np.float16).astype(np.float64)
+    assert np.isfinite(out).all() and (np.abs(out - ref) <= bound).all(), np.max(np.abs(out - ref) / bound)
+    X32 = cpu_ctx.buffer_from_array(x.astype(np.float32))
+    Y32 = cpu_ctx.buffer_from_array(poison(M * N * 4))
+    cpu_ctx.gemv_quantized(X32, W, Y32, fmt, M, N, K, dtype="f32")
+    assert_close(Y32.to_numpy((M, N), np.float32), ref, np.abs(x64) @ np.abs(wd).T, TOLERANCE["f32"], "f32 path")
+
+
+@pytest.mark.parametrize("isa", ["", "avx512"], indirect=True)
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_1"])
+def test_gemv_odd_block_counts(cpu_ctx, rng, isa, fmt):
+    # 1, 3, 17 and 33 blocks: odd pairs and partial groups of 16 blocks.
+    for K in (32, 96, 544, 1056):
+        for M in (1, 3, 5):
+            run_gemv(cpu_ctx, rng, fmt, M, 7, K, "f16")
+            run_gemv(cpu_ctx, rng, fmt, M, 7, K, "bf16")
 
 
 def test_gemv_plain_formats_any_k(cpu_ctx, rng):

@@ -99,6 +99,9 @@ void exercise(tc_gguf g) {
         std::vector<float> ones(size_t(qi.K), 1.0f);
         tc_buffer_write(x, 0, ones.data(), ones.size() * 4);
         tc_gemv_quantized(g_ctx, x, qi.buffer, out, qi.quant_type, 1, qi.N, qi.K, TC_DTYPE_F32);
+        // f16 activations (the 8-bit integer path for Q4_0/Q8_0): the f32 ones
+        // above hold f16 bit patterns too.
+        tc_gemv_quantized(g_ctx, x, qi.buffer, out, qi.quant_type, 1, qi.N, qi.K, TC_DTYPE_F16);
         tc_buffer_free(out);
       }
       tc_buffer_free(y);

@@ -125,7 +125,7 @@ tc_status run(const GemvQuantizedArgs& a) {
 
   const Isa isa = pick_isa();
   const RowDots dots = pick_dots(a.fmt, isa);
-  // f16/bf16 activations against Q4_0/Q8_0 on VNNI processors: X quantised to
+  // f16/bf16 activations against Q4_0/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
   // 8 bits per block, integer dot products (quant_dot_vnni.cpp). Their error,
   // at most half a step of 1/127 of each block's largest |x| per element, is
   // below the f16/bf16 rounding of the output for typical activations; f32
@@ -133,16 +133,18 @@ tc_status run(const GemvQuantizedArgs& a) {
   const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
-  thread_local std::vector<float> qx_dx;
+  thread_local std::vector<float> qx_dx, qx_sx;
   std::vector<QxRow> qx;
   if (qdots) {
-    const int64_t np = qx_pairs(K);
+    const int64_t np = qx_pairs(K), nb = K / 32;
     if (qx_q.size() < size_t(M * np * 64)) qx_q.resize(size_t(M * np * 64));
     if (qx_bias.size() < size_t(M * np * 16)) qx_bias.resize(size_t(M * np * 16));
     if (qx_dx.size() < size_t(M * np * 16)) qx_dx.resize(size_t(M * np * 16));
+    if (qx_sx.size() < size_t(M * nb)) qx_sx.resize(size_t(M * nb));
     qx.resize(size_t(M));
     for (int64_t m = 0; m < M; ++m) {
-      qx[size_t(m)] = {qx_q.data() + m * np * 64, qx_bias.data() + m * np * 16, qx_dx.data() + m * np * 16};
+      qx[size_t(m)] = {qx_q.data() + m * np * 64, qx_bias.data() + m * np * 16, qx_dx.data() + m * np * 16,
+                       qx_sx.data() + m * nb};
       quantize_activations(a.fmt, xs + m * K, K, &qx[size_t(m)]);
     }
   }

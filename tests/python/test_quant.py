@@ -294,9 +294,9 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
     run_gemv(ctx, rng, fmt, 4, 129, 1024, dtype)
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
 def test_gemv_int8_activation_error_bound(cpu_ctx, rng, fmt):
-    """f16 activations against Q4_0/Q8_0 may be quantised to 8 bits per block
+    """f16 activations against Q4_0/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
     of 32 (the AVX512-VNNI path): each activation moves by at most half a step
     of max|x| / 127 of its block. Outlier-heavy activations (one large value
     per block) make that error visible; it must stay within the bound, and

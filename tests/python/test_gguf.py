@@ -472,3 +472,42 @@ def test_open_errors(tmp_path):
     g.close()
     expect_error(tc.TC_ERR_INVALID_ARG, g.tensor_count)
     expect_error(tc.TC_ERR_INVALID_ARG, tc.gguf_tensor_count, 12345)  # not a handle the library gave out
+
+
+def test_reference_example(tmp_path, rng):
+    """The reference document's GgufFile / LoadedModel / QuantizedMatrix example, as written."""
+    gguf = gguf_py()
+    path = tmp_path / "llama.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_head_count(4)
+    q_bytes = random_weights(rng, "q4_0", 64, 64)
+    w.add_tensor("blk.0.attn_q.weight", q_bytes, raw_dtype=qtype("q4_0"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with tc.GgufFile(str(path)) as g:
+        assert g.tensor_count() == 1
+        cfg = g.llama_config()
+        assert (cfg.embedding_length, cfg.attention_head_count) == (64, 4)
+        assert g.meta_get_str("general.architecture") == "llama"
+    with tc.Context() as ctx, tc.GgufFile(str(path)) as g:
+        model = ctx.load_supported_tensors(g)
+        assert (model.tensor_count(), model.skipped_tensor_count()) == (1, 0)
+        q = model.quantized_matrix("blk.0.attn_q.weight")
+        assert (q.N, q.K, q.quant_type) == (64, 64, tc.TC_QUANT_Q4_0)
+        activation = random_array(rng, (1, 64), "f16")
+        x = ctx.buffer_from_array(activation)
+        y = q.output(M=1)
+        q.gemv(x, y, M=1)
+        with ctx.stream() as s:
+            y2 = q.output(M=1)
+            q.gemv_async(x, y2, s, M=1)
+            s.sync()
+        wd = reference_weights(q_bytes, "q4_0", 64, 64).astype(np.float64)
+        ref = to_f64(activation) @ wd.T
+        for out in (y, y2):
+            assert_close(out.to_numpy((1, 64), np.float16), ref, np.abs(to_f64(activation)) @ np.abs(wd).T,
+                         TOLERANCE["f16"], "reference example")

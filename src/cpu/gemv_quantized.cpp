@@ -4,10 +4,15 @@
 //
 // with W quantised row by row (src/quant/formats.h), f the identity or the
 // RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) + eps). X (f16, bf16
-// or f32) is first widened to f32 (and normalised) into a scratch matrix; the
-// weights are dequantised in registers by the row kernels (quant_dot_*.cpp)
-// and multiplied in f32, so the result differs from an exact product of the
-// dequantised weights only by f32 rounding.
+// or f32) is first widened to f32 (and normalised) into a scratch matrix.
+// Then either
+//  - the weights are dequantised in registers and multiplied in f32
+//    (quant_dot_avx512/avx2.cpp, or the portable loop here): the result
+//    differs from an exact product of the dequantised weights only by f32
+//    rounding. Every format, and always for f32 activations; or
+//  - for f16/bf16 activations against Q4_0/Q8_0/Q4_K/Q6_K on AVX512-VNNI
+//    processors, X is quantised to 8 bits per block of 32 and the products
+//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes.
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row

@@ -10,6 +10,10 @@
 #include "tensorcore/gemm.h"
 #include "tensorcore/cuda.h"
 #include "tensorcore/tokenizer.h"
+/* Memory tiers, checkpointing, and backends this build lacks (HIP, TensorOps). */
+#include "tensorcore/memory.h"
+#include "tensorcore/hip.h"
+#include "tensorcore/tensorops.h"
 /* quantized, gguf */
 #include "tensorcore/quant.h"
 #include "tensorcore/gguf.h"

@@ -30,6 +30,9 @@ from ._api.stream import *  # noqa: F401,F403
 from ._api.gemm import *  # noqa: F401,F403
 from ._api.cuda import *  # noqa: F401,F403
 from ._api.tokenizer import *  # noqa: F401,F403
+from ._api.memory import *  # noqa: F401,F403
+from ._api.hip import *  # noqa: F401,F403
+from ._api.tensorops import *  # noqa: F401,F403
 from ._api.quant import *  # noqa: F401,F403
 from ._api.gguf import *  # noqa: F401,F403
 

@@ -50,6 +50,9 @@ TC_CAPABILITY_GEMM_I8 = 1 << 3
 TC_CAPABILITY_GEMM_BATCHED = 1 << 4
 TC_CAPABILITY_STREAMS = 1 << 5
 TC_CAPABILITY_GEMM_TF32 = 1 << 6
+# Activation checkpointing and memory tiers (memory.h; _api/memory.py).
+TC_CAPABILITY_CHECKPOINT = 1 << 13
+TC_CAPABILITY_MEMORY_TIERS = 1 << 14
 TC_CAPABILITIES_VERSION = 1
 
 # String aliases (lower case). The short names are the library's own
@@ -73,6 +76,7 @@ CAPABILITY_ALIASES = {
     "gemm_f32": TC_CAPABILITY_GEMM_F32, "gemm_f16": TC_CAPABILITY_GEMM_F16, "gemm_bf16": TC_CAPABILITY_GEMM_BF16,
     "gemm_i8": TC_CAPABILITY_GEMM_I8, "gemm_batched": TC_CAPABILITY_GEMM_BATCHED, "streams": TC_CAPABILITY_STREAMS,
     "gemm_tf32": TC_CAPABILITY_GEMM_TF32,
+    "checkpoint": TC_CAPABILITY_CHECKPOINT, "memory_tiers": TC_CAPABILITY_MEMORY_TIERS,
 }
 
 # NumPy dtype names that map onto tensorcore dtypes (ml_dtypes names bf16 "bfloat16").

@@ -100,7 +100,10 @@ class Context(_Owned):
 
     _kind = "context"
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, *, memory_budget=None, host_memory_budget=None, spill_dir=None):
+        """memory_budget / host_memory_budget: byte caps of the context's
+        buffers in device memory / host RAM (set_memory_budget); spill_dir:
+        directory of its disk-tier files (set_spill_dir). See _api/memory.py."""
         self._device = device
         self._streams = weakref.WeakSet()
         self._buffers = weakref.WeakSet()
@@ -115,6 +118,17 @@ class Context(_Owned):
             raise TensorcoreTypeError(TC_ERR_INVALID_ARG, "Context: device must be None or a string such as "
                                       "'cpu', 'cuda', 'cuda:0'; got %s" % type(device).__name__)
         self._adopt(out.value)
+        if memory_budget is not None or host_memory_budget is not None or spill_dir is not None:
+            try:  # methods of _api/memory.py
+                if spill_dir is not None:
+                    self.set_spill_dir(spill_dir)
+                if memory_budget is not None:
+                    self.set_memory_budget(memory_budget)
+                if host_memory_budget is not None:
+                    self.set_host_memory_budget(host_memory_budget)
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def device(self):

@@ -14,6 +14,7 @@ namespace {
 constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
                                         TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
                                         TC_CAPABILITY_GEMM_TF32 |
+                                        TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS |
                                         // quantized, gguf
                                         TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
 
@@ -116,6 +117,9 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     out->version = TC_CAPABILITIES_VERSION;
     out->known = kKnownCapabilities;
     out->available = ctx->backend->available_capabilities() & kKnownCapabilities;
+    // Checkpointing is core code that runs on every backend; tiers need the backend's copies.
+    out->available |= TC_CAPABILITY_CHECKPOINT;
+    if (ctx->backend->supports_tiers()) out->available |= TC_CAPABILITY_MEMORY_TIERS;
     return TC_OK;
   });
 }

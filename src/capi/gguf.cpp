@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "capi/api.h"
+#include "core/checkpoint.h"
+#include "core/tiers.h"
 #include "gguf/file.h"
 #include "gguf/llama_config.h"
 #include "quant/formats.h"
@@ -187,30 +189,33 @@ const gguf::TensorInfo* find_tensor(const char* fn, tc_gguf g, const char* name,
   return t;
 }
 
+// A buffer handle over `storage`, made like tc_buffer_alloc's (counted by the
+// context, known to the memory tiers).
 tc_buffer new_buffer(tc_context ctx, StorageRef storage, const void* owner) {
   auto* b = new tc_buffer_s();
   b->ctx = ctx;
   b->storage = std::move(storage);
   b->owner = owner;
   ctx->live_buffers++;
+  tiers::on_create(b);
   register_handle(b, HandleKind::Buffer);
   return b;
 }
 
+// Frees a model's buffer as tc_buffer_free would (a checkpoint registered on
+// it is dropped with it).
 void delete_buffer(tc_buffer b) {
+  checkpoint::forget_buffer(b);
+  tiers::on_free(b);
   unregister_handle(b);
   b->ctx->live_buffers--;
   delete b;
 }
 
-// Storage holding a copy of `n` bytes in the context's memory.
+// Storage holding a copy of `n` bytes in the context's device memory.
 tc_status copy_storage(const char* fn, tc_context ctx, const uint8_t* src, uint64_t n, StorageRef* out) {
-  auto s = std::make_shared<Storage>();
-  s->backend = ctx->backend.get();
-  s->data = ctx->backend->alloc(size_t(n));
-  if (!s->data) return fail(TC_ERR_ALLOC, "%s: could not allocate %llu bytes", fn, (unsigned long long)n);
-  s->size = size_t(n);
-  s->owned = true;
+  StorageRef s;
+  if (tc_status st = tiers::allocate(ctx, TC_TIER_L0_DEVICE, size_t(n), &s)) return st;
   if (tc_status st = ctx->backend->copy_in(s->data, src, size_t(n))) return st;
   *out = std::move(s);
   return TC_OK;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace tc {
 
 class Backend;
+struct TierAccounts;
 
 // Bytes owned by a buffer. Shared between the buffer handle and every op
 // enqueued on it, so freeing a handle never frees memory that pending work
@@ -25,6 +27,13 @@ struct Storage {
   void* data = nullptr;
   size_t size = 0;
   bool owned = false;
+  // ---- Memory tiers and checkpointing (core/tiers.h) ----
+  // A Storage never changes tier: a move or a checkpoint discard replaces the
+  // buffer's Storage with a new one.
+  int32_t tier = 0;        // TC_TIER_*: L0 `data` is device memory, L1 host memory, L3 the file `path`
+  bool resident = true;    // false: discarded by a checkpoint, no bytes anywhere
+  std::string path;        // L3 spill file, removed with the Storage
+  std::shared_ptr<TierAccounts> accounts;  // counts `size` under `tier` while alive (owned storage)
   // gguf: keeps memory that the storage borrows alive (e.g. a mapped file).
   std::shared_ptr<const void> keepalive;
   ~Storage();
@@ -115,6 +124,25 @@ class Backend {
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
 
+  // ---- Memory tiers (core/tiers.h) -----------------------------------------
+  // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).
+  virtual bool supports_tiers() const { return false; }
+  // Host memory for the L1 tier (page-locked where the device copies from
+  // it directly); null on failure.
+  virtual void* alloc_host(size_t nbytes);
+  virtual void release_host(void* ptr);
+  // Copies n bytes between device memory and host memory (`to_device` says
+  // which way) after the work enqueued on `queue`, or now when it is null.
+  virtual tc_status copy_async(void* dst, const void* src, size_t n, bool to_device, Queue* queue);
+  // Runs `fn` on a host thread after the work enqueued on `queue` and before
+  // work enqueued later, or now when `queue` is null. `fn` records its own
+  // failure; it must not call the device API nor free device memory.
+  virtual tc_status run_host(Queue* queue, std::function<tc_status()> fn);
+  // Drops `refs` where freeing memory is allowed (CUDA: at the next
+  // collect(), never inside a stream callback).
+  virtual void defer_release(std::vector<StorageRef> refs) {}
+  // Frees what defer_release and finished stream work left behind.
+  virtual void collect() {}
   // quantized
   virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue* queue) = 0;
   virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue* queue) = 0;

@@ -1,5 +1,7 @@
 #include "core/objects.h"
 
+#include <unistd.h>
+
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -44,7 +46,12 @@ void note_cuda_kernel(const char* name) { t_last_cuda_kernel = name ? name : "";
 const char* last_cuda_kernel() { return t_last_cuda_kernel.c_str(); }
 
 Storage::~Storage() {
-  if (owned && data && backend) backend->release(data);
+  if (owned && data && backend) {
+    if (tier == TC_TIER_L1_HOST_RAM) backend->release_host(data);
+    else backend->release(data);
+  }
+  if (!path.empty()) ::unlink(path.c_str());  // L3 spill file
+  if (accounts && tier >= 0 && tier < kTierCount) accounts->bytes[tier] -= size;
 }
 
 }  // namespace tc

@@ -106,6 +106,19 @@ class CudaBackend final : public Backend {
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
 
+  // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
+  bool supports_tiers() const override { return true; }
+  void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }
+  void release_host(void* p) override { cuda::free_pinned(dev_, p); }
+  tc_status copy_async(void* dst, const void* src, size_t n, bool to_device, Queue* q) override {
+    return cuda::copy_tier(dev_, q ? static_cast<CudaQueue*>(q)->state() : nullptr, dst, src, n, to_device);
+  }
+  tc_status run_host(Queue* q, std::function<tc_status()> fn) override {
+    return cuda::run_host(dev_, q ? static_cast<CudaQueue*>(q)->state() : nullptr, std::move(fn));
+  }
+  void defer_release(std::vector<StorageRef> refs) override { dev_.park(std::move(refs)); }
+  void collect() override { dev_.collect(); }
+
   // quantized
   tc_status quantize_weights(const QuantizeWeightsArgs&, Queue*) override {
     return fail(TC_ERR_UNSUPPORTED, "quantize_weights has no CUDA kernel in this build");

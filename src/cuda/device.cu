@@ -34,6 +34,7 @@ Device::Device(int index) : index_(index) {
 Device::~Device() {
   cudaSetDevice(index_);
   destroy_stream(&default_);
+  drop_parked();
   for (cudaEvent_t ev : free_events_) cudaEventDestroy(ev);
   if (lt_) cublasLtDestroy(lt_);
 }
@@ -115,6 +116,30 @@ void Device::collect(bool wait) {
     streams = streams_;
   }
   for (StreamState* s : streams) collect_stream(s, wait);
+  drop_parked();
+}
+
+// ---- Memory tiers ----------------------------------------------------------------
+
+void Device::park(std::vector<StorageRef> refs) {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  parked_.push_back(std::move(refs));
+}
+
+void Device::park_object(std::shared_ptr<void> obj) {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  parked_objects_.push_back(std::move(obj));
+}
+
+void Device::drop_parked() {
+  std::vector<std::vector<StorageRef>> refs;
+  std::vector<std::shared_ptr<void>> objects;
+  {
+    std::lock_guard<std::mutex> lock(parked_mu_);
+    refs.swap(parked_);
+    objects.swap(parked_objects_);
+  }
+  // Released here, outside the lock and outside any stream callback.
 }
 
 }  // namespace cuda

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -56,6 +58,12 @@ class Device {
   // waits for all of it.
   void collect(bool wait = false);
 
+  // ---- Memory tiers (cuda/tiers.cu) ----
+  // Drop `refs` / `obj` at the next collect(): callable from stream callbacks,
+  // where freeing device or pinned memory is not allowed.
+  void park(std::vector<StorageRef> refs);
+  void park_object(std::shared_ptr<void> obj);
+
  private:
   int index_;
   cudaDeviceProp props_{};
@@ -66,6 +74,11 @@ class Device {
   std::mutex mu_;  // guards streams_ and free_events_
   std::vector<StreamState*> streams_;
   std::vector<cudaEvent_t> free_events_;
+  // Memory tiers: what host functions left to release (park, park_object).
+  void drop_parked();
+  std::mutex parked_mu_;
+  std::vector<std::vector<StorageRef>> parked_;
+  std::vector<std::shared_ptr<void>> parked_objects_;
 };
 
 // "what: cudaErrorX (message)" with the right status.
@@ -74,6 +87,12 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+
+// Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
+void* alloc_pinned(Device& dev, size_t nbytes);
+void free_pinned(Device& dev, void* ptr);
+tc_status copy_tier(Device& dev, StreamState* s, void* dst, const void* src, size_t n, bool to_device);
+tc_status run_host(Device& dev, StreamState* s, std::function<tc_status()> fn);
 
 }  // namespace cuda
 }  // namespace tc

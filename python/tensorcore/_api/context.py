@@ -16,11 +16,12 @@ _tc_runtime_capabilities = declare("tc_runtime_capabilities", tc_status, handle,
 _tc_capability_available = declare("tc_capability_available", c_int32, POINTER(TCRuntimeCapabilities), c_uint64)
 
 
-def init(device=None):
+def init(device=None, **options):
     """A Context: tc_init() when device is None (TC_DEVICE, else CUDA device 0
     when present, else the CPU), else tc_init_device(device) for "cpu",
-    "cuda", "cuda:N". Release it with shutdown(ctx) or ctx.close()."""
-    return Context(device)
+    "cuda", "cuda:N". Release it with shutdown(ctx) or ctx.close().
+    `options` are Context's keywords (memory_budget=, host_memory_budget=, spill_dir=)."""
+    return Context(device, **options)
 
 
 def shutdown(ctx):

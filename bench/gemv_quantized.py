@@ -16,6 +16,11 @@ the GIL), matching the two threads the GEMV uses here.
 Shapes are N x K: 4096 x 4096 (attention projections of a 7B model),
 4096 x 11008 (ffn_down: K = 11008) and 11008 x 4096 (ffn_up/gate).
 
+Two kernels per case: "int8", the default for f16 activations on AVX512-VNNI
+processors (activations quantised to 8 bits, integer dot products, as
+llama.cpp does), and "exact", the f32 dequantise-and-FMA kernel that f32
+activations always use (selected here with TC_QUANT_ISA=avx512).
+
     python bench/gemv_quantized.py [--quick] [--write]
 --write records the table in bench/results/gemv-quantized-cpu.md with the
 date, processor, thread count and machine load.
@@ -140,13 +145,21 @@ def main():
                 h1, h2 = copy_hot[nbytes]
                 for M in (1, 4):
                     for cold in ((False,) if args.quick else (False, True)):
-                        nb, best, med = bench(ctx, rng, fmt, N, K, M, cold, reps)
-                        gbs = nb / med / 1e9
                         ref = c2 if cold else h2
-                        rows.append((fmt, N, K, M, "cold" if cold else "hot", nb / 1e6, med * 1e6, gbs,
-                                     nb / best / 1e9, ref, gbs / ref))
-                        print("%-5s %5dx%-5d M=%d %-4s %7.2f MB %8.1f us  %6.1f GB/s (best %5.1f)  vs 2T copy "
-                              "%5.1f GB/s: %4.0f%%" % (rows[-1][:9] + (ref, 100 * gbs / ref)))
+                        res = {}
+                        for kernel in ("exact", "int8"):
+                            if kernel == "exact":
+                                os.environ["TC_QUANT_ISA"] = "avx512"
+                            else:
+                                os.environ.pop("TC_QUANT_ISA", None)
+                            res[kernel] = bench(ctx, rng, fmt, N, K, M, cold, reps)
+                        os.environ.pop("TC_QUANT_ISA", None)
+                        nb = res["int8"][0]
+                        ex, i8, i8best = nb / res["exact"][2] / 1e9, nb / res["int8"][2] / 1e9, nb / res["int8"][1] / 1e9
+                        rows.append((fmt, N, K, M, "cold" if cold else "hot", nb / 1e6, res["int8"][2] * 1e6, ex, i8,
+                                     i8best, ref, i8 / ref))
+                        print("%-5s %5dx%-5d M=%d %-4s %6.2f MB %8.1f us  exact %5.1f  int8 %5.1f (best %5.1f) GB/s"
+                              "  2T copy %5.1f: %4.0f%%" % (rows[-1][:11] + (100 * i8 / ref,)))
     load_after = load_average()
     if args.write:
         write_results(rows, info, threads, c1, c2, load_before, load_after)
@@ -166,17 +179,20 @@ def write_results(rows, info, threads, c1, c2, load_before, load_after):
         "- Load average (1 min) before / after: %.2f / %.2f%s" % (
             load_before[0], load_after[0], " -- **the machine was loaded; figures are pessimistic**" if loaded else ""),
         "- Y[M, N] = X[M, K] @ W[N, K]^T, X and Y f16, W in the format shown; shapes are N x K.",
-        "- GB/s = weight bytes / median time. *hot*: the same W every call (it can stay in the last-level "
-        "cache); *cold*: a ring of W copies of %d MiB, so W comes from DRAM." % (COLD_BYTES >> 20),
+        "- GB/s = weight bytes / median time (best: fastest call). *hot*: the same W every call (it can stay in "
+        "the last-level cache); *cold*: a ring of W copies of %d MiB, so W comes from DRAM." % (COLD_BYTES >> 20),
+        "- *exact*: dequantise in registers, f32 FMA (every format; f32 activations always). *int8*: the default "
+        "for f16 activations on AVX512-VNNI: activations quantised to 8 bits per 32, integer dot products.",
         "- Copy = NumPy copy read bandwidth in the same run; 2T = two threads copying halves. Hot rows compare "
         "with a 2T copy of W's size, cold rows with a 2T copy of 1 GiB: %.1f GB/s (1 thread %.1f GB/s)." % (c2, c1),
         "",
-        "| format | N x K | M | W | W MB | time us | GB/s | best GB/s | 2T copy GB/s | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| format | N x K | M | W | W MB | int8 time us | exact GB/s | int8 GB/s | int8 best GB/s | 2T copy GB/s "
+        "| int8 / copy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for fmt, N, K, M, mode, mb, us, gbs, best, ref, ratio in rows:
-        lines.append("| %s | %dx%d | %d | %s | %.2f | %.0f | %.1f | %.1f | %.1f | %.2f |" % (
-            fmt, N, K, M, mode, mb, us, gbs, best, ref, ratio))
+    for fmt, N, K, M, mode, mb, us, ex, i8, best, ref, ratio in rows:
+        lines.append("| %s | %dx%d | %d | %s | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |" % (
+            fmt, N, K, M, mode, mb, us, ex, i8, best, ref, ratio))
     out.write_text("\n".join(lines) + "\n")
     print("wrote", out)
 

@@ -14,6 +14,11 @@
 #include "tensorcore/memory.h"
 #include "tensorcore/hip.h"
 #include "tensorcore/tensorops.h"
+/* -- dist -- */
+#include "tensorcore/dist.h"
+#include "tensorcore/diloco.h"
+/* conv2d */
+#include "tensorcore/conv2d.h"
 /* quantized, gguf */
 #include "tensorcore/quant.h"
 #include "tensorcore/gguf.h"

@@ -12,6 +12,7 @@
 
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/conv2d.h"
 #include "tensorcore/quant.h"
 
 namespace tc {
@@ -56,6 +57,38 @@ struct GemmArgs {
   void* c = nullptr;
 };
 
+// --- conv2d ---------------------------------------------------------------
+// `d` is normalised: out_H and out_W filled in, dtype F16 or F32. Tensors are
+// packed NCHW / OIHW; scratch sizes are those of the tc_conv2d_*_bytes helpers.
+struct Conv2dForwardArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // null: no bias
+  void* y = nullptr;
+  float* col = nullptr;
+};
+
+struct Conv2dBackwardInputArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* dy = nullptr;
+  const void* w = nullptr;
+  void* dx = nullptr;
+  float* col = nullptr;
+  float* dx_f32 = nullptr;
+};
+
+struct Conv2dBackwardWeightArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* dy = nullptr;
+  void* dw = nullptr;
+  float* col = nullptr;
+};
+// --- end conv2d -----------------------------------------------------------
 // --- quantized ----------------------------------------------------------------
 // Formats are TC_QUANT_* (src/quant/formats.h); matrices are row-major with
 // quantised rows of K weights. Validated: sizes fit, K is whole blocks, the
@@ -123,6 +156,12 @@ class Backend {
 
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
+
+  // conv2d
+  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue* queue) = 0;
+  // end conv2d
 
   // ---- Memory tiers (core/tiers.h) -----------------------------------------
   // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).

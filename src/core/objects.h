@@ -52,6 +52,8 @@ struct tc_context_s {
   std::atomic<int64_t> live_streams{0};
   // Memory tiers: accounting, budgets, spill directory (core/tiers.h).
   tc::TierManager tiers;
+  // -- dist: distributed groups (src/dist) built on this context --------------
+  std::atomic<int64_t> live_dists{0};
 };
 
 struct tc_buffer_s {

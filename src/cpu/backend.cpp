@@ -35,6 +35,8 @@ class CpuBackend final : public Backend {
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
+           // conv2d
+           TC_CAPABILITY_CONV2D |
            // quantized, gguf
            TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
   }
@@ -83,6 +85,18 @@ class CpuBackend final : public Backend {
     static_cast<cpu::WorkQueue*>(q)->enqueue(std::move(fn));
     return TC_OK;
   }
+
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_forward);
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_input);
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_weight);
+  }
+  // end conv2d
 
   // quantized
   tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {

@@ -9,6 +9,10 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// conv2d.cpp
+tc_status conv2d_forward(const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
 // quantize.cpp, gemv_quantized.cpp
 tc_status quantize_weights(const QuantizeWeightsArgs& args);
 tc_status dequantize_weights(const DequantizeWeightsArgs& args);

@@ -106,6 +106,18 @@ class CudaBackend final : public Backend {
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
 
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_forward has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_input has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_weight has no CUDA kernel in this build");
+  }
+  // end conv2d
+
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
   bool supports_tiers() const override { return true; }
   void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }

@@ -45,6 +45,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_ATTENTION (1ull << 7)
 #define TC_CAPABILITY_ATTENTION_BACKWARD (1ull << 8)
 /* end attention */
+/* quantized, gguf */
+#define TC_CAPABILITY_QUANTIZED (1ull << 11) /* quantize_weights, gemv_quantized, fused_rmsnorm_gemv_quantized */
+#define TC_CAPABILITY_GGUF (1ull << 12)      /* GGUF files load into this context's buffers */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -22,5 +22,8 @@
 #include "tensorcore/conv2d.h"
 /* attention */
 #include "tensorcore/attention.h"
+/* quantized, gguf */
+#include "tensorcore/quant.h"
+#include "tensorcore/gguf.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

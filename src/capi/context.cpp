@@ -21,6 +21,7 @@ constexpr uint64_t kKnownCapabilities = 0
     | TC_CAPABILITY_CONV2D
     | TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD
     | TC_CAPABILITY_TRAINING_KERNELS
+    | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF  // quantized, gguf
     ;
 
 // Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).

@@ -15,6 +15,7 @@
 #include "tensorcore/training.h"
 #include "tensorcore/conv2d.h"
 #include "tensorcore/attention.h"
+#include "tensorcore/quant.h"
 
 namespace tc {
 
@@ -36,6 +37,8 @@ struct Storage {
   bool resident = true;    // false: discarded by a checkpoint, no bytes anywhere
   std::string path;        // L3 spill file, removed with the Storage
   std::shared_ptr<TierAccounts> accounts;  // counts `size` under `tier` while alive (owned storage)
+  // gguf: keeps memory that the storage borrows alive (e.g. a mapped file).
+  std::shared_ptr<const void> keepalive;
   ~Storage();
 };
 using StorageRef = std::shared_ptr<Storage>;
@@ -213,6 +216,42 @@ struct Conv2dBackwardWeightArgs {
   float* col = nullptr;
 };
 // --- end conv2d -----------------------------------------------------------
+// --- quantized ----------------------------------------------------------------
+// Formats are TC_QUANT_* (src/quant/formats.h); matrices are row-major with
+// quantised rows of K weights. Validated: sizes fit, K is whole blocks, the
+// dtypes are f16/bf16/f32, outputs do not overlap inputs.
+struct QuantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype src_dtype = TC_DTYPE_F16;
+  const void* src = nullptr;  // N x K in src_dtype
+  void* dst = nullptr;        // N quantised rows
+};
+
+struct DequantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* src = nullptr;  // the first row to dequantise
+  void* dst = nullptr;        // N x K in dtype
+};
+
+// Y[M, N] = f(X)[M, K] @ W[N, K]^T, f = identity, or the RMS norm with gamma
+// when gamma is set (fused_rmsnorm_gemv_quantized).
+struct GemvQuantizedArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t M = 0, N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F16;  // of X, Y and gamma
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  const void* gamma = nullptr;
+  float eps = 0.0f;
+};
+// --- end quantized ------------------------------------------------------------
 
 // ---- attention ----
 // d is normalised: kv_heads filled in, softmax_scale > 0, causal/return_lse
@@ -319,6 +358,12 @@ class Backend {
   virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;
   virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue* queue) = 0;
   // ---- end attention ----
+  // quantized
+  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  // end quantized
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

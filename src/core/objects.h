@@ -59,6 +59,9 @@ struct tc_context_s {
 struct tc_buffer_s {
   tc_context_s* ctx = nullptr;
   tc::StorageSlot storage;
+  // gguf: non-null when the buffer belongs to an object that frees it (a
+  // loaded GGUF model); tc_buffer_free refuses such buffers.
+  const void* owner = nullptr;
   size_t size() const { return storage->size; }
   char* bytes() const { return static_cast<char*>(storage->data); }
 };
@@ -70,7 +73,16 @@ struct tc_stream_s {
 
 namespace tc {
 
-enum class HandleKind { Context, Buffer, Stream };
+enum class HandleKind {
+  Context,
+  Buffer,
+  Stream,
+  // gguf
+  GgufFile,
+  GgufModel,
+  GgufWriter,
+  // end gguf
+};
 
 // Every handle given out is registered until it is destroyed.
 void register_handle(const void* h, HandleKind kind);

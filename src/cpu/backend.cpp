@@ -40,7 +40,9 @@ class CpuBackend final : public Backend {
            // conv2d
            TC_CAPABILITY_CONV2D |
            // attention
-           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD;
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
+           // quantized, gguf
+           TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
   }
 
   void* alloc(size_t nbytes) override {
@@ -139,6 +141,21 @@ class CpuBackend final : public Backend {
     return cpu::run_on(q, a, cpu::attention_backward);
   }
   // ---- end attention ----
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::quantize_weights);
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::dequantize_weights);
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::gemv_quantized);
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::fused_rmsnorm_gemv_quantized);
+  }
+  // end quantized
 };
 
 }  // namespace

@@ -2,6 +2,10 @@
 
 #include <fstream>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tc {
 namespace cpu {
 
@@ -18,8 +22,10 @@ const Features& features() {
     r.avx512vl = __builtin_cpu_supports("avx512vl");
     r.avx512_vnni = __builtin_cpu_supports("avx512vnni");
     r.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-    r.avx512_fp16 = __builtin_cpu_supports("avx512fp16");
-    r.avx_vnni = __builtin_cpu_supports("avxvnni");
+    // From CPUID directly: clang 14's __builtin_cpu_supports does not know these.
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) r.avx512_fp16 = (d >> 23) & 1;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) r.avx_vnni = (a >> 4) & 1;
 #endif
     return r;
   }();

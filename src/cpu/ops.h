@@ -32,6 +32,11 @@ tc_status fused_norm_gemv(const FusedNormGemvArgs& args);
 tc_status conv2d_forward(const Conv2dForwardArgs& args);
 tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
 tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
+// quantize.cpp, gemv_quantized.cpp
+tc_status quantize_weights(const QuantizeWeightsArgs& args);
+tc_status dequantize_weights(const DequantizeWeightsArgs& args);
+tc_status gemv_quantized(const GemvQuantizedArgs& args);
+tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args);
 
 // ---- attention (attention.cpp, attention_backward.cpp) ----
 tc_status attention_forward(const AttentionArgs& args);

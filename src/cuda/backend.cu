@@ -63,7 +63,9 @@ class CudaBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32;
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
+           // gguf: files load into device buffers by copy
+           TC_CAPABILITY_GGUF;
   }
 
   void* alloc(size_t nbytes) override {
@@ -172,6 +174,21 @@ class CudaBackend final : public Backend {
     return fail(TC_ERR_UNSUPPORTED, "attention_backward has no CUDA kernel in this build");
   }
   // ---- end attention ----
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "quantize_weights has no CUDA kernel in this build");
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "dequantize_weights has no CUDA kernel in this build");
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "gemv_quantized has no CUDA kernel in this build");
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "fused_rmsnorm_gemv_quantized has no CUDA kernel in this build");
+  }
+  // end quantized
 
  private:
   // Runs `op` on the caller's stream (keeping its storage alive until done)

@@ -67,6 +67,27 @@ def loadavg():
         return (float("nan"),) * 3
 
 
+def l3_size():
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def kernel_path(info):
+    """The instruction set the kernels run with (cpu/simd.h's choice)."""
+    feats = set(info.features.split(","))
+    cap = os.environ.get("TC_CPU_ISA", "")
+    if cap == "portable" or not {"avx2", "fma", "f16c"} <= feats:
+        return "portable"
+    if cap == "avx2" or not {"avx512f", "avx512bw", "avx512vl"} <= feats:
+        return "AVX2"
+    if cap == "avx512" or "avx512_bf16" not in feats:
+        return "AVX-512"
+    return "AVX-512 with AVX512-BF16 conversions"
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -195,21 +216,23 @@ def write(info, tables, load0, load1):
     lines = [
         "# Training kernels on the CPU: memory throughput against copy bandwidth",
         "",
-        "Produced by `python bench/training_kernels.py --write` (%s)." % " ".join(sys.argv[1:]),
+        "Produced by `python bench/training_kernels.py %s`." % " ".join(sys.argv[1:]),
         "",
         "- date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "- processor: %s (%s; kernels use: %s)" % (cpu_model(), platform.machine(), info.features),
-        "- tensorcore: %s; threads: %d (TC_NUM_THREADS); NumPy %s" % (tc.version(), info.compute_units,
-                                                                       np.__version__),
-        "- load average before / after: %.2f / %.2f (1 min) on %d logical CPUs%s" % (
-            load0[0], load1[0], os.cpu_count(),
-            "; the machine was busy with other work, so figures are lower bounds" if max(load0[0], load1[0]) > 1.5
-            else ""),
+        "- processor: %s (%s), %d logical CPUs, L3 %s; features: %s" % (
+            cpu_model(), platform.machine(), os.cpu_count(), l3_size(), info.features),
+        "- kernels: %s path; threads: %d (TC_NUM_THREADS); %s; NumPy %s" % (
+            kernel_path(info), info.compute_units, tc.version(), np.__version__),
+        "- load average before / after: %.2f / %.2f (1 min)%s" % (
+            load0[0], load1[0],
+            "; other work was running on this shared machine, so the figures are lower bounds"
+            if max(load0[0], load1[0]) >= 0.5 else ""),
         "",
         "GB/s = (bytes the op reads + bytes it writes, each tensor once) / time of one call. The peer is a "
         "NumPy copy of the same number of bytes (half read, half written), timed alternately with the kernel; "
         "ratio = ours / copy from the fastest of %d alternating calls of each (the ratio of the medians "
-        "beside it), target >= %.2f." % (ARGS.reps, TARGET),
+        "beside it), target >= %.2f. With a large L3 both the copy and the kernels run partly from cache at "
+        "these sizes, so the peer is the machine's copy speed for that footprint, not DRAM's." % (ARGS.reps, TARGET),
         "",
     ]
     for dtype, rows in tables.items():

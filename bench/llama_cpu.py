@@ -125,6 +125,8 @@ def main():
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--model", help="GGUF file to use instead of the random 1.1B model")
+    ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
+                    help="activations of the weight products (both: measure each)")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
     args = ap.parse_args()
     os.environ["TC_NUM_THREADS"] = str(args.threads)

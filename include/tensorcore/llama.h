@@ -55,6 +55,15 @@ TC_API tc_status tc_llama_eval(tc_llama model, const int32_t* tokens, int64_t n,
 TC_API tc_status tc_llama_reset(tc_llama model);
 TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
 
+/* Element type of the activations that enter the weight products: TC_DTYPE_F32
+ * (the default: products exact up to f32 rounding) or TC_DTYPE_F16 (inputs
+ * and outputs of the products rounded to f16; on AVX512-VNNI processors the
+ * products of Q4_0/Q8_0/Q4_K/Q6_K weights then quantise the activations to 8
+ * bits per block of 32 and use integer dot products, as llama.cpp does:
+ * faster; logits within a few 1e-2 relative). Norms, RoPE, attention, the KV
+ * cache and the residual stream stay f32 either way. */
+TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
+
 /* The model's tokenizer, owned by the model (valid until tc_llama_free; do
  * not free it). */
 TC_API tc_status tc_llama_tokenizer(tc_llama model, tc_tokenizer* out);

@@ -206,6 +206,17 @@ tc_status tc_llama_eval(tc_llama m, const int32_t* tokens, int64_t n, float* log
   });
 }
 
+tc_status tc_llama_set_activations(tc_llama m, tc_dtype dtype) {
+  return guarded("tc_llama_set_activations", [&] {
+    if (tc_status st = check_llama("tc_llama_set_activations", m)) return st;
+    if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
+      return fail(TC_ERR_UNSUPPORTED_DTYPE, "tc_llama_set_activations: %s activations (f32 or f16)",
+                  dtype_label(dtype).c_str());
+    m->impl->set_activations(dtype);
+    return TC_OK;
+  });
+}
+
 tc_status tc_llama_reset(tc_llama m) {
   return guarded("tc_llama_reset", [&] {
     if (tc_status st = check_llama("tc_llama_reset", m)) return st;

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/objects.h"
 #include "model/llama.h"
 #include "quant/formats.h"
@@ -33,7 +34,26 @@
 namespace tc {
 namespace model {
 
+
+// With f16 activations (set_activations) X is rounded to f16 and the GEMV
+// may take its integer path (X quantised to 8 bits per block of 32 on VNNI
+// processors, as llama.cpp computes); Y comes back through f16. Everything
+// outside the products stays f32.
 tc_status Llama::gemv(const Matrix& w, const float* x, float* y, int64_t M) {
+  if (act_ == TC_DTYPE_F16) {
+    if (xh_.size() < size_t(M * w.K)) xh_.resize(size_t(M * w.K));
+    if (yh_.size() < size_t(M * w.N)) yh_.resize(size_t(M * w.N));
+    for (int64_t i = 0; i < M * w.K; ++i) xh_[size_t(i)] = f32_to_f16(x[i]);
+    GemvQuantizedArgs a;
+    a.info.name = "llama.gemv";
+    a.fmt = w.fmt;
+    a.M = M, a.N = w.N, a.K = w.K;
+    a.dtype = TC_DTYPE_F16;
+    a.x = xh_.data(), a.w = w.data, a.y = yh_.data();
+    if (tc_status st = ctx_->backend->gemv_quantized(a, nullptr)) return st;
+    for (int64_t i = 0; i < M * w.N; ++i) y[i] = f16_to_f32(yh_[size_t(i)]);
+    return TC_OK;
+  }
   GemvQuantizedArgs a;
   a.info.name = "llama.gemv";
   a.fmt = w.fmt;

@@ -44,6 +44,9 @@ class Llama {
   const tc_llama_config& config() const { return cfg_; }
   int64_t n_past() const { return n_past_; }
   void reset() { n_past_ = 0; }
+  // Element type of the weight products' activations: F32 (exact) or F16.
+  tc_dtype activations() const { return act_; }
+  void set_activations(tc_dtype t) { act_ = t; }
 
   // Runs tokens at [n_past, n_past + n) (validated by the caller) and writes
   // the logits of every token (all) or of the last one to `logits` (may be
@@ -73,6 +76,8 @@ class Llama {
   float* v_cache_ = nullptr;
   int64_t n_past_ = 0;
   std::vector<float> scratch_;
+  tc_dtype act_ = TC_DTYPE_F32;
+  std::vector<uint16_t> xh_, yh_;  // f16 activations of a product
 };
 
 }  // namespace model

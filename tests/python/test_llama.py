@@ -189,6 +189,25 @@ def test_prefill_then_steps_match_reference(tmp_path, cpu, fmt, tied):
         check_logits(m.eval(tokens), ref, fmt, "after reset")
 
 
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "f16"])
+def test_f16_activations(tmp_path, cpu, fmt):
+    """Faster products (f16 activations, int8 dot products on VNNI): close to
+    the exact forward, and the bad dtype is refused."""
+    rng = np.random.default_rng(21)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), fmt)
+    tokens = rng.integers(0, V, 10)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu, activations="f16") as m:
+        out = np.concatenate([m.eval(tokens[:6]), m.eval(tokens[6:8]), m.eval(tokens[8:9]), m.eval(tokens[9:])])
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert np.isfinite(out).all() and err < 5e-2, err  # int8 activations: ~2e-2 as llama.cpp
+        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_activations, m.handle, "bf16")
+        tc.llama_set_activations(m.handle, "f32")
+        m.reset()
+        check_logits(m.eval(tokens), ref, fmt, "back to f32")
+
+
 def test_rope_base_and_scale_from_metadata(tmp_path, cpu):
     rng = np.random.default_rng(5)
     path = tmp_path / "m.gguf"

@@ -12,7 +12,7 @@ context's device (the C model of include/tensorcore/llama.h).
 import numpy as np
 
 from .._api.llama import (llama_eval, llama_free, llama_get_config, llama_load, llama_n_past, llama_reset,
-                          llama_tokenizer)
+                          llama_set_activations, llama_tokenizer)
 from .._api.tokenizer import Tokenizer
 from .._errors import TensorcoreValueError
 from .._objects import Context
@@ -59,16 +59,23 @@ class Llama:
     """A llama-family model loaded from a GGUF file (None: the default model).
 
     ctx: a Context (default: a new CPU context, closed with the model).
-    n_ctx: KV cache positions (default min(context_length, 2048))."""
+    n_ctx: KV cache positions (default min(context_length, 2048)).
+    activations: "f32" (exact weight products) or "f16" (faster: f16
+    activations into the products, int8 dot products on VNNI processors, as
+    llama.cpp computes; logits within a few 1e-2)."""
 
-    def __init__(self, path=None, ctx=None, n_ctx=None):
+    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f32"):
         self.path = str(path) if path is not None else default_model_path()
         self._own_ctx = ctx is None
         self.ctx = Context("cpu") if ctx is None else ctx
         self._handle = None
         try:
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)
+            llama_set_activations(self._handle, activations)
         except Exception:
+            if self._handle is not None:
+                llama_free(self._handle)
+                self._handle = None
             if self._own_ctx:
                 self.ctx.close()
             raise

@@ -18,6 +18,8 @@ def main(argv=None):
     ap.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate")
     ap.add_argument("--n-ctx", type=int, default=0, help="KV cache positions (default min(context_length, 2048))")
     ap.add_argument("--threads", "-t", type=int, default=0, help="CPU threads (TC_NUM_THREADS)")
+    ap.add_argument("--activations", choices=["f32", "f16"], default="f32",
+                    help="f16: faster weight products (int8 dot products on VNNI processors, as llama.cpp)")
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
@@ -32,7 +34,7 @@ def main(argv=None):
     if args.n_predict < 1:
         ap.error("-n must be >= 1")
     out = sys.stdout
-    with Llama(args.model, n_ctx=args.n_ctx or None) as m:
+    with Llama(args.model, n_ctx=args.n_ctx or None, activations=args.activations) as m:
         prompt = m.tokenize(args.prompt, add_bos=m.bos_id >= 0)
         out.write(args.prompt)
         out.flush()

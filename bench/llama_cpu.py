@@ -141,35 +141,38 @@ def main():
         print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
     load_before = os.getloadavg()
     c1, c2 = copy_bandwidth()
-    with Llama(path, n_ctx=args.prefill + args.decode + 8) as m:
-        rng = np.random.default_rng(0)
-        prompt = rng.integers(3, m.n_vocab, args.prefill)
-        # Warm-up: fault the mapping in and start the thread pool.
-        m.eval(prompt[:8], last_only=True)
-        prefill = []
-        for _ in range(3):
-            m.reset()
-            t0 = time.perf_counter()
-            logits = m.eval(prompt, last_only=True)
-            prefill.append(time.perf_counter() - t0)
-        steps = []
-        tok = int(np.argmax(logits))
-        for _ in range(args.decode):
-            t0 = time.perf_counter()
-            logits = m.eval([tok], last_only=True)
-            steps.append(time.perf_counter() - t0)
-            tok = int(np.argmax(logits))
-        info = m.ctx.device_info()
-    load_after = os.getloadavg()
-    prefill_tok_s = args.prefill / np.median(prefill)
-    decode_tok_s = 1.0 / np.median(steps)
-    best_decode = 1.0 / np.min(steps)
+    modes = ["f32", "f16"] if args.activations == "both" else [args.activations]
     bpt = bytes_per_token(args.prefill + args.decode // 2)
-    gbs = bpt * decode_tok_s / 1e9
-    print("prefill %d tokens: %.1f tok/s (median of 3)" % (args.prefill, prefill_tok_s))
-    print("decode: %.2f tok/s median, %.2f best, %.1f MB/token -> %.1f GB/s; NumPy copy 1T %.1f GB/s, 2T %.1f GB/s"
-          % (decode_tok_s, best_decode, bpt / 1e6, gbs, c1, c2))
-    print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (prefill_tok_s, decode_tok_s))
+    rows = []
+    for mode in modes:
+        with Llama(path, n_ctx=args.prefill + args.decode + 8, activations=mode) as m:
+            rng = np.random.default_rng(0)
+            prompt = rng.integers(3, m.n_vocab, args.prefill)
+            # Warm-up: fault the mapping in and start the thread pool.
+            m.eval(prompt[:8], last_only=True)
+            prefill = []
+            for _ in range(3):
+                m.reset()
+                t0 = time.perf_counter()
+                logits = m.eval(prompt, last_only=True)
+                prefill.append(time.perf_counter() - t0)
+            steps = []
+            tok = int(np.argmax(logits))
+            for _ in range(args.decode):
+                t0 = time.perf_counter()
+                logits = m.eval([tok], last_only=True)
+                steps.append(time.perf_counter() - t0)
+                tok = int(np.argmax(logits))
+            info = m.ctx.device_info()
+        p_tok_s, d_tok_s, best = args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps)
+        gbs = bpt * d_tok_s / 1e9
+        rows.append((mode, p_tok_s, d_tok_s, best, gbs))
+        print("activations %s: prefill %d tokens %.1f tok/s (median of 3); decode %.2f tok/s median, %.2f best, "
+              "%.1f MB/token -> %.1f GB/s" % (mode, args.prefill, p_tok_s, d_tok_s, best, bpt / 1e6, gbs))
+    load_after = os.getloadavg()
+    print("NumPy copy read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s" % (c1, c2))
+    # The summary line is the last mode's: f16 (llama.cpp's arithmetic) when both ran.
+    print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (rows[-1][1], rows[-1][2]))
     if args.write:
         loaded = max(load_before[0], load_after[0]) > args.threads * 0.75
         lines = [
@@ -185,20 +188,23 @@ def main():
                 else " (the machine is shared with other builds)"),
             "- Model: random LLaMA-shaped 1.1B (n_embd %d, %d layers, %d heads, %d kv heads, n_ff %d, vocab %d), "
             "every matrix Q4_0, %.2f GB file." % (E, L, H, HKV, F, V, os.path.getsize(path) / 1e9),
+            "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
+            "one-token evals after it." % (args.prefill, args.decode),
+            "- Bytes per decoded token: every matrix but token_embd, one embedding row, the KV cache read: "
+            "%.1f MB. GB/s = that times decode tok/s." % (bpt / 1e6),
+            "- Copy: NumPy copy read bandwidth over 1 GiB in the same run: 1 thread %.1f GB/s, 2 threads %.1f GB/s."
+            % (c1, c2),
+            "- Activations: f32 = exact products (the default); f16 = `activations=\"f16\"` / `--activations f16`, "
+            "the products take f16 activations and, on this VNNI processor, int8 dot products as llama.cpp does.",
             "",
-            "| measure | value |",
-            "|---|---|",
-            "| prefill (%d tokens, one eval, median of 3) | %.1f tok/s |" % (args.prefill, prefill_tok_s),
-            "| decode (median of %d one-token steps) | %.2f tok/s (best %.2f) |" % (args.decode, decode_tok_s,
-                                                                                 best_decode),
-            "| bytes per decoded token (weights + KV cache) | %.1f MB |" % (bpt / 1e6),
-            "| decode weight-stream bandwidth | %.1f GB/s |" % gbs,
-            "| NumPy copy read bandwidth, 1 / 2 threads (1 GiB) | %.1f / %.1f GB/s |" % (c1, c2),
-            "| decode bandwidth / 2-thread copy bandwidth | %.2f |" % (gbs / c2),
-            "",
+            "| activations | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |",
+            "|---|---|---|---|---|---|",
         ]
+        for mode, p_tok_s, d_tok_s, best, gbs in rows:
+            lines.append("| %s | %.1f | %.2f | %.2f | %.1f | %.2f |" % (mode, p_tok_s, d_tok_s, best, gbs, gbs / c2))
+        lines.append("")
         out = REPO / "bench" / "results" / "llama-cpu.md"
-        note = out.with_suffix(".notes")
+        note = REPO / "bench" / "results" / "llama-cpu.notes.md"
         if note.exists():
             lines += [note.read_text()]
         out.write_text("\n".join(lines))

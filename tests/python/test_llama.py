@@ -92,10 +92,13 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
             wr.add_tensor(name, a)
             held[name] = a.astype(np.float64)
         else:
-            qt = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0}[fmt]
+            qt = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "bf16": Q.BF16}[fmt]
             raw = gguf.quants.quantize(w.astype(np.float32), qt)
             wr.add_tensor(name, raw, raw_dtype=qt)
-            held[name] = dequantize(raw.tobytes(), fmt, w.shape)
+            if fmt in ("q8_0", "q4_0"):  # our own dequantiser: an independent reading of the blocks
+                held[name] = dequantize(raw.tobytes(), fmt, w.shape)
+            else:
+                held[name] = gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(w.shape)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
@@ -151,7 +154,7 @@ def reference(w, tokens, base=10000.0, scale=1.0):
 
 # f32 weights: f32 rounding only; f16 the same (weights exact in the file);
 # Q8_0 / Q4_0: weights are dequantised exactly, so also f32 rounding.
-TOL = {"f32": 2e-5, "f16": 2e-5, "q8_0": 2e-5, "q4_0": 2e-5}
+TOL = {"f32": 2e-5, "f16": 2e-5, "bf16": 2e-5, "q8_0": 2e-5, "q4_0": 2e-5, "q4_1": 2e-5}
 
 
 def check_logits(out, ref, fmt, what):
@@ -167,7 +170,7 @@ def cpu():
     c.close()
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_prefill_then_steps_match_reference(tmp_path, cpu, fmt, tied):
     rng = np.random.default_rng(1 + len(fmt) + 7 * tied)
@@ -333,3 +336,21 @@ def test_numpy_quantisers_match_gguf():
     Q = gguf.GGMLQuantizationType
     assert quantize_q8_0(x).tobytes() == gguf.quants.quantize(x, Q.Q8_0).tobytes()
     assert quantize_q4_0(x).tobytes() == gguf.quants.quantize(x, Q.Q4_0).tobytes()
+
+
+def test_command_line(tmp_path):
+    """python -m tensorcore.llama on the default model: text, then speeds, and
+    --bench's last line."""
+    import subprocess
+    import sys
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), TC_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-m", "tensorcore.llama", "--prompt", "hello world", "-n", "5", "--bench"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().split("\n")
+    assert lines[0].startswith("hello world")
+    assert "tok/s" in lines[-2] and lines[-1].startswith("prefill_tok_s=") and " decode_tok_s=" in lines[-1]
+    float(lines[-1].split()[0].split("=")[1]), float(lines[-1].split()[1].split("=")[1])
+    bad = subprocess.run([sys.executable, "-m", "tensorcore.llama", str(tmp_path / "none.gguf"), "-n", "2"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "none.gguf" in bad.stderr

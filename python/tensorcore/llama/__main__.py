@@ -68,5 +68,16 @@ def main(argv=None):
     return 0
 
 
+def _run():
+    from .._errors import TensorcoreError
+    try:
+        return main()
+    except TensorcoreError as e:
+        sys.stderr.write("error: %s\n" % e)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -41,11 +41,11 @@ def main(argv=None):
         m.reset()
         t0 = time.perf_counter()
         logits = m.eval(prompt, last_only=True)
-        t1 = time.perf_counter()
+        prefill_s = time.perf_counter() - t0
         from . import sample
         import numpy as np
         rng = np.random.default_rng(args.seed)
-        ids, shown = [], ""
+        ids, shown, decode_s = [], "", 0.0
         for i in range(args.n_predict):
             tok = sample(logits, args.temperature, args.top_k, args.top_p, rng)
             ids.append(tok)
@@ -55,12 +55,13 @@ def main(argv=None):
                 out.flush()
                 shown = text
             if i + 1 < args.n_predict:
+                t0 = time.perf_counter()  # decode speed: the model's steps, not the printing
                 logits = m.eval([tok], last_only=True)
-        t2 = time.perf_counter()
+                decode_s += time.perf_counter() - t0
         out.write(m.detokenize(ids)[len(shown):] + "\n")
         n_dec = args.n_predict - 1  # the first new token comes from the prefill's logits
-        prefill = len(prompt) / (t1 - t0)
-        decode = n_dec / (t2 - t1) if n_dec > 0 else float("nan")
+        prefill = len(prompt) / prefill_s
+        decode = n_dec / decode_s if n_dec > 0 else float("nan")
         out.write("prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n"
                   % (len(prompt), prefill, n_dec, decode))
         if args.bench:

@@ -354,3 +354,23 @@ def test_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tensorcore.llama", str(tmp_path / "none.gguf"), "-n", "2"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "none.gguf" in bad.stderr
+
+
+def test_corrupted_files_fail_cleanly(tmp_path, cpu):
+    """Random byte changes in the header and metadata: the load either works or
+    fails with a status, and a model that loads runs."""
+    rng = np.random.default_rng(31)
+    good = tmp_path / "good.gguf"
+    write_model(good, make_weights(rng), "q4_0")
+    data = good.read_bytes()
+    bad = tmp_path / "bad.gguf"
+    for _ in range(80):
+        d = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            d[int(rng.integers(0, 16000))] = int(rng.integers(0, 256))
+        bad.write_bytes(bytes(d))
+        try:
+            with Llama(bad, ctx=cpu, n_ctx=16) as m:
+                assert m.eval([1, 2, 3]).shape == (3, m.n_vocab)
+        except tc.TensorcoreError as e:
+            assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)

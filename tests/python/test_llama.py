@@ -53,8 +53,31 @@ def make_weights(rng, tied=False):
     return w
 
 
+def _bytes_to_unicode():
+    """GPT-2's map of bytes to printable code points."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+BPE_MERGES = ["h e", "l l", "he ll", "hell o", "\u0120 w", "o r", "\u0120w or", "l d", "\u0120wor ld"]
+
+
+def _bpe_vocab():
+    b2u = _bytes_to_unicode()
+    toks = [b2u[b] for b in range(256)] + [m.replace(" ", "") for m in BPE_MERGES] + ["<|end|>"]
+    toks += ["<extra%d>" % i for i in range(V - len(toks))]
+    types = [1] * (256 + len(BPE_MERGES)) + [3] + [5] * (V - 257 - len(BPE_MERGES))
+    return toks, types
+
+
 def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, skip=(), shape_override=None,
-                tokenizer="llama"):
+                tokenizer="llama", pre=None):
     """Writes with the gguf package; returns the float64 weights the file holds."""
     Q = gguf.GGMLQuantizationType
     wr = gguf.GGUFWriter(str(path), "llama")
@@ -70,11 +93,19 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
         wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         wr.add_rope_scaling_factor(rope_scale)
     wr.add_layer_norm_rms_eps(1e-5)
-    toks, scores, types = _vocab()
     wr.add_tokenizer_model(tokenizer)
-    wr.add_token_list(toks)
-    wr.add_token_scores(scores)
-    wr.add_token_types(types)
+    if tokenizer == "gpt2":
+        toks, types = _bpe_vocab()
+        wr.add_token_list(toks)
+        wr.add_token_types(types)
+        wr.add_token_merges(BPE_MERGES)
+        if pre:
+            wr.add_tokenizer_pre(pre)
+    else:
+        toks, scores, types = _vocab()
+        wr.add_token_list(toks)
+        wr.add_token_scores(scores)
+        wr.add_token_types(types)
     wr.add_bos_token_id(1)
     wr.add_eos_token_id(2)
     held = {}
@@ -256,8 +287,24 @@ def test_tokenizer_from_metadata(tmp_path, cpu):
         assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
 
 
+@pytest.mark.parametrize("pre", [None, "gpt2", "llama-bpe"])
+def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
+    path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
+    toks, _ = _bpe_vocab()
+    with Llama(path, ctx=cpu) as m:
+        ids = m.tokenize("hello world", add_bos=False)
+        assert [toks[i] for i in ids] == ["hello", "\u0120world"]
+        odd = "héllo, wörld ✓ 123"
+        assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
+
+
 def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
     path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre="qwen2")
+    with pytest.raises(tc.TensorcoreError) as e:
+        Llama(path, ctx=cpu)
+    assert e.value.status == tc.TC_ERR_UNSUPPORTED and "qwen2" in str(e.value)
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="bert")
     with pytest.raises(tc.TensorcoreError) as e:
         Llama(path, ctx=cpu)

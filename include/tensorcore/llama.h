@@ -5,7 +5,9 @@
  * n_ctx positions. tc_llama_eval runs the forward for n new tokens at
  * positions [n_past, n_past + n), appends their keys and values to the cache
  * and (optionally) returns their f32 logits [n, n_vocab]; a later eval
- * continues the sequence, tc_llama_reset starts a new one. */
+ * continues the sequence, tc_llama_reset starts a new one. A model is used by
+ * one thread at a time. CPU (host-accessible) contexts only for now: on a
+ * CUDA context tc_llama_load is TC_ERR_UNSUPPORTED. */
 #ifndef TENSORCORE_LLAMA_H
 #define TENSORCORE_LLAMA_H
 

@@ -93,8 +93,10 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
         wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         wr.add_rope_scaling_factor(rope_scale)
     wr.add_layer_norm_rms_eps(1e-5)
-    wr.add_tokenizer_model(tokenizer)
-    if tokenizer == "gpt2":
+    if tokenizer is None:
+        pass
+    elif tokenizer == "gpt2":
+        wr.add_tokenizer_model(tokenizer)
         toks, types = _bpe_vocab()
         wr.add_token_list(toks)
         wr.add_token_types(types)
@@ -102,12 +104,14 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
         if pre:
             wr.add_tokenizer_pre(pre)
     else:
+        wr.add_tokenizer_model(tokenizer)
         toks, scores, types = _vocab()
         wr.add_token_list(toks)
         wr.add_token_scores(scores)
         wr.add_token_types(types)
-    wr.add_bos_token_id(1)
-    wr.add_eos_token_id(2)
+    if tokenizer is not None:
+        wr.add_bos_token_id(1)
+        wr.add_eos_token_id(2)
     held = {}
     for name, w in weights.items():
         if name in skip:
@@ -297,6 +301,17 @@ def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
         assert [toks[i] for i in ids] == ["hello", "\u0120world"]
         odd = "héllo, wörld ✓ 123"
         assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
+
+
+def test_file_without_vocabulary_runs_on_ids(tmp_path, cpu):
+    rng = np.random.default_rng(8)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q8_0", tokenizer=None)
+    tokens = rng.integers(0, V, 6)
+    with Llama(path, ctx=cpu) as m:
+        assert m.n_vocab == V and m.bos_id == -1
+        check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
+        _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
 
 
 def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):

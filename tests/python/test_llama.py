@@ -442,3 +442,19 @@ def test_corrupted_files_fail_cleanly(tmp_path, cpu):
                 assert m.eval([1, 2, 3]).shape == (3, m.n_vocab)
         except tc.TensorcoreError as e:
             assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)
+
+
+def test_long_chunks_match_reference(tmp_path, cpu):
+    """Several attention tiles and GEMV row blocks: 40 tokens, then a chunk of
+    17 after them, then single steps."""
+    rng = np.random.default_rng(41)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q8_0")
+    tokens = rng.integers(0, V, 60)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu, n_ctx=60) as m:
+        check_logits(m.eval(tokens[:40]), ref[:40], "q8_0", "prefill 40")
+        check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
+        for i in range(57, 60):
+            check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q8_0", "step %d" % i)
+        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1])

@@ -25,5 +25,6 @@
 /* quantized, gguf */
 #include "tensorcore/quant.h"
 #include "tensorcore/gguf.h"
+#include "tensorcore/llama.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -41,5 +41,6 @@ from ._api.diloco import *  # noqa: F401,F403
 from ._api.conv2d import *  # noqa: F401,F403
 from ._api.quant import *  # noqa: F401,F403
 from ._api.gguf import *  # noqa: F401,F403
+from ._api.llama import *  # noqa: F401,F403
 
 __version__ = version().split()[1] if version().startswith("tensorcore ") else "0.0.0"

@@ -99,8 +99,15 @@ TC_AMX void pack_a(const Operands& op, int64_t i0, int64_t rows, int64_t depth, 
 
 TC_AMX void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out) {
   const int8_t* p = static_cast<const int8_t*>(op.b) + j0 * op.b_rs;
-  pack_interleaved<kNR, 4>(p, op.b_rs, op.b_cs, cols, op.K, depth, static_cast<int8_t*>(out),
-                           [](int8_t v) { return v; });
+  int8_t* o = static_cast<int8_t*>(out);
+  if (op.b_rs == 1 && cols == kNR) {  // whole groups vectorised, the rest below
+    const int64_t full = op.K / 4;
+    interleave32_i8x4(p, op.b_cs, full, o);
+    pack_interleaved<kNR, 4>(p + full * 4 * op.b_cs, op.b_rs, op.b_cs, cols, op.K - full * 4, depth - full * 4,
+                             o + full * 4 * kNR, [](int8_t v) { return v; });
+    return;
+  }
+  pack_interleaved<kNR, 4>(p, op.b_rs, op.b_cs, cols, op.K, depth, o, [](int8_t v) { return v; });
 }
 
 TC_AMX void micro(const void* a, const void* b, int64_t depth, void* tile) {
@@ -139,8 +146,15 @@ TC_AMX void pack_a_bf16(const Operands& op, int64_t i0, int64_t rows, int64_t de
 
 TC_AMX void pack_b_bf16(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out) {
   const uint16_t* p = static_cast<const uint16_t*>(op.b) + j0 * op.b_rs;
-  pack_interleaved<kNR, 2>(p, op.b_rs, op.b_cs, cols, op.K, depth, static_cast<uint16_t*>(out),
-                           [](uint16_t v) { return v; });
+  uint16_t* o = static_cast<uint16_t*>(out);
+  if (op.b_rs == 1 && cols == kNR) {
+    const int64_t full = op.K / 2;
+    interleave32_u16x2(p, op.b_cs, full, o);
+    pack_interleaved<kNR, 2>(p + full * 2 * op.b_cs, op.b_rs, op.b_cs, cols, op.K - full * 2, depth - full * 2,
+                             o + full * 2 * kNR, [](uint16_t v) { return v; });
+    return;
+  }
+  pack_interleaved<kNR, 2>(p, op.b_rs, op.b_cs, cols, op.K, depth, o, [](uint16_t v) { return v; });
 }
 
 // f16 A: each row [ah | ah | al], segments of depth / 3 (K rounded to 32).

@@ -41,7 +41,14 @@ TC_VNNI512 void pack_a(const Operands& op, int64_t i0, int64_t rows, int64_t dep
 TC_VNNI512 void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out) {
   const int8_t* p = static_cast<const int8_t*>(op.b) + j0 * op.b_rs;
   int8_t* o = static_cast<int8_t*>(out);
-  pack_interleaved<kNR, kG>(p, op.b_rs, op.b_cs, cols, op.K, depth, o, [](int8_t v) { return v; });
+  if (op.b_rs == 1 && cols == kNR) {  // whole groups vectorised, the rest below
+    const int64_t full = op.K / kG;
+    interleave32_i8x4(p, op.b_cs, full, o);
+    pack_interleaved<kNR, kG>(p + full * kG * op.b_cs, op.b_rs, op.b_cs, cols, op.K - full * kG, depth - full * kG,
+                              o + full * kG * kNR, [](int8_t v) { return v; });
+  } else {
+    pack_interleaved<kNR, kG>(p, op.b_rs, op.b_cs, cols, op.K, depth, o, [](int8_t v) { return v; });
+  }
   // Column sums by the same instruction: 1 * b summed over each group of 4.
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();

@@ -4,6 +4,10 @@
 
 #include <immintrin.h>
 
+// GCC 12 flags the AVX-512 intrinsics' own _mm512_undefined_*() (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -61,17 +65,22 @@ class Scratch {
 };
 
 // ---- epilogues -------------------------------------------------------------
+// Write the valid rows x cols of an mr x nr tile (row pitch nr) to C at
+// (i0, j0). Chosen once per call: AVX-512 (masked tails), AVX2, or plain.
 
 struct Epi {
-  tc_dtype dtype;
   void* c;
   int64_t ldc;
   double alpha, beta;
+  const void* tile;
+  int nr;
+  bool stream;  // non-temporal stores (AVX-512 epilogues; see run_packed_gemm)
 };
+using EpiFn = void (*)(const Epi& e, const int32_t* corr, int64_t i0, int64_t j0, int64_t rows, int64_t cols);
 
 // i32: C = alpha * (t + corr) + beta * C, all mod 2^32.
-void epi_i32_scalar(const int32_t* t, int nr, const int32_t* corr, int64_t rows, int64_t cols, int32_t* c,
-                    int64_t ldc, uint32_t alpha, uint32_t beta) {
+void i32_rows_scalar(const int32_t* t, int nr, const int32_t* corr, int64_t rows, int64_t cols, int32_t* c,
+                     int64_t ldc, uint32_t alpha, uint32_t beta) {
   for (int64_t r = 0; r < rows; ++r, t += nr, c += ldc)
     for (int64_t j = 0; j < cols; ++j) {
       uint32_t v = uint32_t(t[j]) + (corr ? uint32_t(corr[j]) : 0u);
@@ -81,12 +90,20 @@ void epi_i32_scalar(const int32_t* t, int nr, const int32_t* corr, int64_t rows,
     }
 }
 
-__attribute__((target("avx2"))) void epi_i32_avx2(const int32_t* t, int nr, const int32_t* corr, int64_t rows,
-                                                   int64_t cols, int32_t* c, int64_t ldc, uint32_t alpha,
-                                                   uint32_t beta) {
+void epi_i32_scalar(const Epi& e, const int32_t* corr, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  i32_rows_scalar(static_cast<const int32_t*>(e.tile), e.nr, corr, rows, cols,
+                  static_cast<int32_t*>(e.c) + i0 * e.ldc + j0, e.ldc, uint32_t(int64_t(e.alpha)),
+                  uint32_t(int64_t(e.beta)));
+}
+
+__attribute__((target("avx2"))) void epi_i32_avx2(const Epi& e, const int32_t* corr, int64_t i0, int64_t j0,
+                                                   int64_t rows, int64_t cols) {
+  const uint32_t alpha = uint32_t(int64_t(e.alpha)), beta = uint32_t(int64_t(e.beta));
   const __m256i va = _mm256_set1_epi32(int32_t(alpha)), vb = _mm256_set1_epi32(int32_t(beta));
+  const int32_t* t = static_cast<const int32_t*>(e.tile);
+  int32_t* c = static_cast<int32_t*>(e.c) + i0 * e.ldc + j0;
   const int64_t cols8 = cols & ~int64_t(7);
-  for (int64_t r = 0; r < rows; ++r, t += nr, c += ldc) {
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc) {
     for (int64_t j = 0; j < cols8; j += 8) {
       __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + j));
       if (corr) v = _mm256_add_epi32(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + j)));
@@ -96,40 +113,95 @@ __attribute__((target("avx2"))) void epi_i32_avx2(const int32_t* t, int nr, cons
       _mm256_storeu_si256(cp, v);
     }
     if (cols8 < cols)
-      epi_i32_scalar(t + cols8, nr, corr ? corr + cols8 : nullptr, 1, cols - cols8, c + cols8, ldc, alpha, beta);
+      i32_rows_scalar(t + cols8, e.nr, corr ? corr + cols8 : nullptr, 1, cols - cols8, c + cols8, e.ldc, alpha, beta);
   }
 }
 
+#define TC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+TC_AVX512 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+TC_AVX512 void epi_i32_avx512(const Epi& e, const int32_t* corr, int64_t i0, int64_t j0, int64_t rows,
+                              int64_t cols) {
+  const uint32_t alpha = uint32_t(int64_t(e.alpha)), beta = uint32_t(int64_t(e.beta));
+  const __m512i va = _mm512_set1_epi32(int32_t(alpha)), vb = _mm512_set1_epi32(int32_t(beta));
+  const int32_t* t = static_cast<const int32_t*>(e.tile);
+  int32_t* c = static_cast<int32_t*>(e.c) + i0 * e.ldc + j0;
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc)
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      __m512i v = _mm512_maskz_loadu_epi32(m, t + j);
+      if (corr) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, corr + j));
+      if (alpha != 1) v = _mm512_mullo_epi32(v, va);
+      if (beta) v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, c + j), vb));
+      if (e.stream && m == 0xffff && (uintptr_t(c + j) & 63) == 0)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(c + j), v);
+      else
+        _mm512_mask_storeu_epi32(c + j, m, v);
+    }
+}
+
 // f32 tile to f16/bf16: C = round(alpha * t + beta * C), f32 arithmetic.
-void epi_half(const float* t, int nr, int64_t rows, int64_t cols, uint16_t* c, int64_t ldc, bool bf16, float alpha,
-              float beta) {
+template <bool kBf16>
+void epi_half(const Epi& e, const int32_t*, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const float alpha = float(e.alpha), beta = float(e.beta);
+  const float* t = static_cast<const float*>(e.tile);
+  uint16_t* c = static_cast<uint16_t*>(e.c) + i0 * e.ldc + j0;
   float row[64], old[64];
-  for (int64_t r = 0; r < rows; ++r, t += nr, c += ldc) {
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc) {
     for (int64_t j0 = 0; j0 < cols; j0 += 64) {
       const int64_t n = std::min<int64_t>(64, cols - j0);
       if (beta != 0.0f) {
-        widen_row(bf16, c + j0, old, n);
+        widen_row(kBf16, c + j0, old, n);
         for (int64_t j = 0; j < n; ++j) row[j] = alpha * t[j0 + j] + beta * old[j];
       } else {
         for (int64_t j = 0; j < n; ++j) row[j] = alpha * t[j0 + j];
       }
-      narrow_row(bf16, row, c + j0, n);
+      narrow_row(kBf16, row, c + j0, n);
     }
   }
 }
 
-void epilogue(const Epi& e, const void* tile, int nr, const int32_t* corr, int64_t i0, int64_t j0, int64_t rows,
-              int64_t cols) {
-  if (e.dtype == TC_DTYPE_I8) {
-    int32_t* c = static_cast<int32_t*>(e.c) + i0 * e.ldc + j0;
-    const uint32_t alpha = uint32_t(int64_t(e.alpha)), beta = uint32_t(int64_t(e.beta));
-    const int32_t* t = static_cast<const int32_t*>(tile);
-    if (features().avx2) epi_i32_avx2(t, nr, corr, rows, cols, c, e.ldc, alpha, beta);
-    else epi_i32_scalar(t, nr, corr, rows, cols, c, e.ldc, alpha, beta);
-  } else {
-    uint16_t* c = static_cast<uint16_t*>(e.c) + i0 * e.ldc + j0;
-    epi_half(static_cast<const float*>(tile), nr, rows, cols, c, e.ldc, e.dtype == TC_DTYPE_BF16, float(e.alpha),
-             float(e.beta));
+// bf16 rounding as f32_to_bf16 (nearest even, NaN kept quiet), 16 lanes.
+TC_AVX512 inline __m256i f32_to_bf16_avx512(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+template <bool kBf16>
+TC_AVX512 void epi_half_avx512(const Epi& e, const int32_t*, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const __m512 va = _mm512_set1_ps(float(e.alpha)), vb = _mm512_set1_ps(float(e.beta));
+  const bool has_beta = e.beta != 0.0;
+  const float* t = static_cast<const float*>(e.tile);
+  uint16_t* c = static_cast<uint16_t*>(e.c) + i0 * e.ldc + j0;
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc)
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      __m512 x = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, t + j));
+      if (has_beta) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, c + j);
+        const __m512 old = kBf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                                 : _mm512_cvtph_ps(h);
+        x = _mm512_add_ps(x, _mm512_mul_ps(vb, old));
+      }
+      const __m256i out = kBf16 ? f32_to_bf16_avx512(x) : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (e.stream && m == 0xffff && (uintptr_t(c + j) & 31) == 0)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(c + j), out);
+      else
+        _mm256_mask_storeu_epi16(c + j, m, out);
+    }
+}
+
+EpiFn pick_epilogue(tc_dtype dtype) {
+  const Features& f = features();
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl;
+  switch (dtype) {
+    case TC_DTYPE_I8: return avx512 ? epi_i32_avx512 : f.avx2 ? epi_i32_avx2 : epi_i32_scalar;
+    case TC_DTYPE_BF16: return avx512 ? epi_half_avx512<true> : epi_half<true>;
+    default: return avx512 ? epi_half_avx512<false> : epi_half<false>;
   }
 }
 
@@ -185,11 +257,17 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
     }
   });
 
-  const Epi epi{c_dtype, c, ldc, alpha, beta};
+  const EpiFn epilogue = pick_epilogue(c_dtype);
+  // A C larger than the L2 caches would be written back to memory anyway:
+  // streaming stores skip reading each line first (write-allocate), a third
+  // of the traffic of a large i8 product. Only when C is not read (beta 0).
+  const size_t c_bytes = size_t(M) * size_t(N) * (c_dtype == TC_DTYPE_I8 ? 4 : 2);
+  const bool stream = beta == 0.0 && c_bytes >= (size_t(4) << 20);
   std::atomic<int64_t> next{0};
   parallel_run([&](int t, int) {
     char* ap = ap_all + size_t(t) * a_block;
     alignas(64) int32_t tile[32 * 64];  // mr * nr <= 2048 for every kernel set
+    const Epi epi{c, ldc, alpha, beta, tile, ks.nr, stream};
     bool begun = false;
     for (;;) {
       const int64_t item = next.fetch_add(1);
@@ -211,11 +289,12 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
         for (int64_t q = 0; q < mp; ++q) {
           const int64_t r0 = q * ks.mr;
           ks.micro(ap + size_t(q) * a_bytes, panel, depth, tile);
-          epilogue(epi, tile, ks.nr, corr, i0 + r0, j0, std::min<int64_t>(ks.mr, rows - r0), cols);
+          epilogue(epi, corr, i0 + r0, j0, std::min<int64_t>(ks.mr, rows - r0), cols);
         }
       }
     }
     if (begun && ks.end) ks.end();
+    if (stream) _mm_sfence();  // each thread orders its streaming stores before it reports done
   });
 }
 

@@ -271,6 +271,18 @@ TEST(GemmKernels, LargerThanBlocks) {
   }
 }
 
+// C of 4 MiB and more with beta == 0 is written with streaming stores where
+// rows are aligned (pad 0, N a multiple of 16) and plain ones elsewhere.
+TEST(GemmKernels, LargeOutput) {
+  Ctx c;
+  for (tc_dtype dt : kDtypes) {
+    const int64_t M = dt == TC_DTYPE_I8 ? 1100 : 1500, N = dt == TC_DTYPE_I8 ? 1024 : 1408;
+    run_case(c.ctx, dt, Case{M, N, 9});
+    Case p{M, N + 3, 6, false, true, 3};
+    run_case(c.ctx, dt, p);
+  }
+}
+
 TEST(GemmKernels, Batched) {
   Ctx c;
   for (tc_dtype dt : kDtypes) {

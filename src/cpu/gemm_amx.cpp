@@ -61,15 +61,22 @@ TC_AMX void tiles_begin() {
 
 TC_AMX void tiles_end() { _tile_release(); }
 
-// The 2 x 2 tile product over the depth, 64 bytes of A's rows per step.
+// The 2 x 2 tile product over `bytes` bytes of A's rows, 64 per step.
 // pa: 32 rows at a pitch of a_pitch bytes; pb: rows of 128 bytes, of which
-// 16 (2048 bytes) go with each 64 bytes of A.
+// 16 (2048 bytes) go with each 64 bytes of A; t: the 32 x 32 tile.
 #define TC_AMX_LOOP(DP)                                            \
-  _tile_zero(0);                                                   \
-  _tile_zero(1);                                                   \
-  _tile_zero(2);                                                   \
-  _tile_zero(3);                                                   \
-  for (int64_t k = 0; k < a_pitch; k += 64) {                      \
+  if (accumulate) {                                                \
+    _tile_loadd(0, t, 128);                                        \
+    _tile_loadd(1, t + 16, 128);                                   \
+    _tile_loadd(2, t + 16 * 32, 128);                              \
+    _tile_loadd(3, t + 16 * 32 + 16, 128);                         \
+  } else {                                                         \
+    _tile_zero(0);                                                 \
+    _tile_zero(1);                                                 \
+    _tile_zero(2);                                                 \
+    _tile_zero(3);                                                 \
+  }                                                                \
+  for (int64_t k = 0; k < bytes; k += 64) {                        \
     _tile_loadd(4, pa + k, a_pitch);                               \
     _tile_loadd(5, pa + 16 * a_pitch + k, a_pitch);                \
     _tile_loadd(6, pb + k * 32, 128);                              \
@@ -110,11 +117,15 @@ TC_AMX void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t depth, 
   pack_interleaved<kNR, 4>(p, op.b_rs, op.b_cs, cols, op.K, depth, o, [](int8_t v) { return v; });
 }
 
-TC_AMX void micro(const void* a, const void* b, int64_t depth, void* tile) {
-  const char* pa = static_cast<const char*>(a);
-  const char* pb = static_cast<const char*>(b);
+// Chunks of 768 depth steps: 24 KiB of the B panel, half of L1.
+constexpr int64_t kKC = 768;
+
+TC_AMX void micro(const void* a, const void* b, int64_t depth, int64_t k0, int64_t kn, void* tile,
+                  bool accumulate) {
+  const char* pa = static_cast<const char*>(a) + k0;
+  const char* pb = static_cast<const char*>(b) + k0 * kNR;
   int32_t* t = static_cast<int32_t*>(tile);
-  const int64_t a_pitch = depth;  // bytes
+  const int64_t a_pitch = depth, bytes = kn;
   TC_AMX_LOOP(_tile_dpbssd)
 }
 
@@ -128,11 +139,15 @@ namespace bf {
 size_t a_bytes(int64_t depth) { return size_t(depth) * kMR * 2; }
 size_t b_bytes(int64_t depth) { return size_t(depth) * kNR * 2; }
 
-TC_AMX void micro(const void* a, const void* b, int64_t depth, void* tile) {
-  const char* pa = static_cast<const char*>(a);
-  const char* pb = static_cast<const char*>(b);
+// Chunks of 384 depth steps: 24 KiB of the B panel, half of L1.
+constexpr int64_t kKC = 384;
+
+TC_AMX void micro(const void* a, const void* b, int64_t depth, int64_t k0, int64_t kn, void* tile,
+                  bool accumulate) {
+  const char* pa = static_cast<const char*>(a) + 2 * k0;
+  const char* pb = static_cast<const char*>(b) + 2 * k0 * kNR;
   float* t = static_cast<float*>(tile);
-  const int64_t a_pitch = depth * 2;  // bytes
+  const int64_t a_pitch = depth * 2, bytes = kn * 2;
   TC_AMX_LOOP(_tile_dpbf16ps)
 }
 
@@ -191,9 +206,19 @@ TC_AMX void pack_b_f16(const Operands& op, int64_t j0, int64_t cols, int64_t dep
   uint16_t* s_lo = o + seg * kNR;
   std::memset(o, 0, size_t(2 * seg * kNR) * 2);
   auto at = [](int64_t k, int64_t j) { return ((k >> 1) * kNR + j) * 2 + (k & 1); };
-  if (op.b_rs == 1) {  // columns contiguous for a fixed k
+  int64_t k_done = 0;
+  if (op.b_rs == 1 && cols == kNR) {  // whole panel: split two rows, interleave them
+    alignas(32) uint16_t hi[2][kNR], lo[2][kNR];
+    for (; k_done + 2 <= K; k_done += 2) {
+      split_f16_bf16(p + k_done * op.b_cs, hi[0], lo[0], kNR);
+      split_f16_bf16(p + (k_done + 1) * op.b_cs, hi[1], lo[1], kNR);
+      interleave32_u16x2(hi[0], kNR, 1, s_hi + k_done * kNR);
+      interleave32_u16x2(lo[0], kNR, 1, s_lo + k_done * kNR);
+    }
+  }
+  if (op.b_rs == 1) {  // columns contiguous for a fixed k (what is left of it)
     uint16_t hi[kNR], lo[kNR];
-    for (int64_t k = 0; k < K; ++k) {
+    for (int64_t k = k_done; k < K; ++k) {
       split_f16_bf16(p + k * op.b_cs, hi, lo, cols);
       for (int64_t j = 0; j < cols; ++j) {
         s_hi[at(k, j)] = hi[j];
@@ -223,19 +248,19 @@ void end() { tiles_end(); }
 }  // namespace
 
 const KernelSet& i8_amx_kernels() {
-  static const KernelSet ks{"amx_int8", kMR, kNR, i8::depth, i8::a_bytes, i8::b_bytes, i8::pack_a, i8::pack_b,
+  static const KernelSet ks{"amx_int8", kMR, kNR, i8::kKC, i8::depth, i8::a_bytes, i8::b_bytes, i8::pack_a, i8::pack_b,
                             i8::micro, nullptr, begin, end};
   return ks;
 }
 
 const KernelSet& bf16_amx_kernels() {
-  static const KernelSet ks{"amx_bf16", kMR, kNR, bf::depth_bf16, bf::a_bytes, bf::b_bytes, bf::pack_a_bf16,
+  static const KernelSet ks{"amx_bf16", kMR, kNR, bf::kKC, bf::depth_bf16, bf::a_bytes, bf::b_bytes, bf::pack_a_bf16,
                             bf::pack_b_bf16, bf::micro, nullptr, begin, end};
   return ks;
 }
 
 const KernelSet& f16_amx_kernels() {
-  static const KernelSet ks{"amx_bf16_split_f16", kMR, kNR, bf::depth_f16, bf::a_bytes, bf::b_bytes,
+  static const KernelSet ks{"amx_bf16_split_f16", kMR, kNR, bf::kKC, bf::depth_f16, bf::a_bytes, bf::b_bytes,
                             bf::pack_a_f16, bf::pack_b_f16, bf::micro, nullptr, begin, end};
   return ks;
 }

@@ -55,13 +55,20 @@ TC_AVX_VNNI void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t de
   _mm256_storeu_si256(corr + 1, _mm256_sub_epi32(zero, _mm256_slli_epi32(s1, 7)));
 }
 
-TC_AVX_VNNI void micro(const void* a, const void* b, int64_t depth, void* tile) {
-  const uint8_t* pa = static_cast<const uint8_t*>(a);
-  const int8_t* pb = static_cast<const int8_t*>(b);
+// Chunks of 1536 depth steps: 24 KiB of the B panel, half of L1.
+constexpr int64_t kKC = 1536;
+
+TC_AVX_VNNI void micro(const void* a, const void* b, int64_t, int64_t k0, int64_t kn, void* tile, bool accumulate) {
+  const uint8_t* pa = static_cast<const uint8_t*>(a) + k0 * kMR;
+  const int8_t* pb = static_cast<const int8_t*>(b) + k0 * kNR;
+  __m256i* t = static_cast<__m256i*>(tile);
   __m256i c[kMR][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm256_setzero_si256();
-  for (int64_t kg = 0; kg < depth / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
+  for (int i = 0; i < kMR; ++i) {
+    c[i][0] = accumulate ? _mm256_loadu_si256(t + 2 * i) : _mm256_setzero_si256();
+    c[i][1] = accumulate ? _mm256_loadu_si256(t + 2 * i + 1) : _mm256_setzero_si256();
+  }
+  for (int64_t kg = 0; kg < kn / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32));
 #pragma GCC unroll 6
@@ -73,7 +80,6 @@ TC_AVX_VNNI void micro(const void* a, const void* b, int64_t depth, void* tile) 
       c[i][1] = _mm256_dpbusd_avx_epi32(c[i][1], ai, b1);
     }
   }
-  __m256i* t = static_cast<__m256i*>(tile);
 #pragma GCC unroll 6
   for (int i = 0; i < kMR; ++i) {
     _mm256_storeu_si256(t + 2 * i, c[i][0]);
@@ -104,13 +110,20 @@ TC_AVX2 void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t depth,
                             [](int8_t v) { return int16_t(v); });
 }
 
-TC_AVX2 void micro(const void* a, const void* b, int64_t depth, void* tile) {
-  const int16_t* pa = static_cast<const int16_t*>(a);
-  const int16_t* pb = static_cast<const int16_t*>(b);
+// Chunks of 768 depth steps: 24 KiB of the B panel (int16), half of L1.
+constexpr int64_t kKC = 768;
+
+TC_AVX2 void micro(const void* a, const void* b, int64_t, int64_t k0, int64_t kn, void* tile, bool accumulate) {
+  const int16_t* pa = static_cast<const int16_t*>(a) + k0 * kMR;
+  const int16_t* pb = static_cast<const int16_t*>(b) + k0 * kNR;
+  __m256i* t = static_cast<__m256i*>(tile);
   __m256i c[kMR][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm256_setzero_si256();
-  for (int64_t kg = 0; kg < depth / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
+  for (int i = 0; i < kMR; ++i) {
+    c[i][0] = accumulate ? _mm256_loadu_si256(t + 2 * i) : _mm256_setzero_si256();
+    c[i][1] = accumulate ? _mm256_loadu_si256(t + 2 * i + 1) : _mm256_setzero_si256();
+  }
+  for (int64_t kg = 0; kg < kn / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16));
 #pragma GCC unroll 6
@@ -122,7 +135,6 @@ TC_AVX2 void micro(const void* a, const void* b, int64_t depth, void* tile) {
       c[i][1] = _mm256_add_epi32(c[i][1], _mm256_madd_epi16(ai, b1));
     }
   }
-  __m256i* t = static_cast<__m256i*>(tile);
 #pragma GCC unroll 6
   for (int i = 0; i < kMR; ++i) {
     _mm256_storeu_si256(t + 2 * i, c[i][0]);
@@ -135,13 +147,13 @@ TC_AVX2 void micro(const void* a, const void* b, int64_t depth, void* tile) {
 }  // namespace
 
 const KernelSet& i8_avx_vnni_kernels() {
-  static const KernelSet ks{"avx_vnni", kMR, kNR, vnni::depth, vnni::a_bytes, vnni::b_bytes, vnni::pack_a,
+  static const KernelSet ks{"avx_vnni", kMR, kNR, vnni::kKC, vnni::depth, vnni::a_bytes, vnni::b_bytes, vnni::pack_a,
                             vnni::pack_b, vnni::micro, vnni::corr_offset, nullptr, nullptr};
   return ks;
 }
 
 const KernelSet& i8_avx2_kernels() {
-  static const KernelSet ks{"avx2", kMR, kNR, avx2::depth, avx2::a_bytes, avx2::b_bytes, avx2::pack_a,
+  static const KernelSet ks{"avx2", kMR, kNR, avx2::kKC, avx2::depth, avx2::a_bytes, avx2::b_bytes, avx2::pack_a,
                             avx2::pack_b, avx2::micro, nullptr, nullptr, nullptr};
   return ks;
 }

@@ -62,13 +62,20 @@ TC_VNNI512 void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t dep
   _mm512_storeu_si512(corr + 16, _mm512_sub_epi32(zero, _mm512_slli_epi32(s1, 7)));
 }
 
-TC_VNNI512 void micro(const void* a, const void* b, int64_t depth, void* tile) {
-  const uint8_t* pa = static_cast<const uint8_t*>(a);
-  const int8_t* pb = static_cast<const int8_t*>(b);
+// Chunks of 768 depth steps: 24 KiB of the B panel, half of L1.
+constexpr int64_t kKC = 768;
+
+TC_VNNI512 void micro(const void* a, const void* b, int64_t, int64_t k0, int64_t kn, void* tile, bool accumulate) {
+  const uint8_t* pa = static_cast<const uint8_t*>(a) + k0 * kMR;
+  const int8_t* pb = static_cast<const int8_t*>(b) + k0 * kNR;
+  int32_t* t = static_cast<int32_t*>(tile);
   __m512i c[kMR][2];
 #pragma GCC unroll 8
-  for (int i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm512_setzero_si512();
-  for (int64_t kg = 0; kg < depth / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
+  for (int i = 0; i < kMR; ++i) {
+    c[i][0] = accumulate ? _mm512_loadu_si512(t + i * kNR) : _mm512_setzero_si512();
+    c[i][1] = accumulate ? _mm512_loadu_si512(t + i * kNR + 16) : _mm512_setzero_si512();
+  }
+  for (int64_t kg = 0; kg < kn / kG; ++kg, pa += kMR * kG, pb += kNR * kG) {
     const __m512i b0 = _mm512_loadu_si512(pb), b1 = _mm512_loadu_si512(pb + 64);
 #pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
@@ -79,7 +86,6 @@ TC_VNNI512 void micro(const void* a, const void* b, int64_t depth, void* tile) {
       c[i][1] = _mm512_dpbusd_epi32(c[i][1], ai, b1);
     }
   }
-  int32_t* t = static_cast<int32_t*>(tile);
 #pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i) {
     _mm512_storeu_si512(t + i * kNR, c[i][0]);
@@ -90,7 +96,7 @@ TC_VNNI512 void micro(const void* a, const void* b, int64_t depth, void* tile) {
 }  // namespace
 
 const KernelSet& i8_avx512_kernels() {
-  static const KernelSet ks{"avx512_vnni", kMR, kNR, depth, a_bytes, b_bytes, pack_a, pack_b, micro, corr_offset,
+  static const KernelSet ks{"avx512_vnni", kMR, kNR, kKC, depth, a_bytes, b_bytes, pack_a, pack_b, micro, corr_offset,
                             nullptr, nullptr};
   return ks;
 }

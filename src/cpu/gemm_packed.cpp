@@ -245,8 +245,9 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   // All scratch is taken here, in the calling thread, so that an allocation
   // failure is an exception the API turns into TC_ERR_ALLOC.
   const size_t b_total = size_t(panels) * b_bytes;
-  const size_t a_block = size_t(mpanels) * a_bytes;
-  Scratch scratch(b_total + size_t(nt) * a_block);
+  const size_t tile_bytes = size_t(ks.mr) * size_t(ks.nr) * 4;
+  const size_t a_block = size_t(round_up(mpanels * int64_t(a_bytes), 64)), acc_block = size_t(mpanels) * tile_bytes;
+  Scratch scratch(b_total + size_t(nt) * (a_block + acc_block));
   char* bp = scratch.get();
   char* ap_all = bp + b_total;
 
@@ -265,9 +266,8 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   const bool stream = beta == 0.0 && c_bytes >= (size_t(4) << 20);
   std::atomic<int64_t> next{0};
   parallel_run([&](int t, int) {
-    char* ap = ap_all + size_t(t) * a_block;
-    alignas(64) int32_t tile[32 * 64];  // mr * nr <= 2048 for every kernel set
-    const Epi epi{c, ldc, alpha, beta, tile, ks.nr, stream};
+    char* ap = ap_all + size_t(t) * (a_block + acc_block);
+    char* acc = ap + a_block;  // one tile of accumulators per micro-panel of A
     bool begun = false;
     for (;;) {
       const int64_t item = next.fetch_add(1);
@@ -286,9 +286,13 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
         const char* panel = bp + size_t(p) * b_bytes;
         const int32_t* corr = corr_off ? reinterpret_cast<const int32_t*>(panel + corr_off) : nullptr;
         const int64_t j0 = p * ks.nr, cols = std::min<int64_t>(ks.nr, N - j0);
+        for (int64_t k0 = 0; k0 < depth; k0 += ks.kc)
+          for (int64_t q = 0; q < mp; ++q)
+            ks.micro(ap + size_t(q) * a_bytes, panel, depth, k0, std::min(ks.kc, depth - k0),
+                     acc + size_t(q) * tile_bytes, k0 > 0);
         for (int64_t q = 0; q < mp; ++q) {
           const int64_t r0 = q * ks.mr;
-          ks.micro(ap + size_t(q) * a_bytes, panel, depth, tile);
+          const Epi epi{c, ldc, alpha, beta, acc + size_t(q) * tile_bytes, ks.nr, stream};
           epilogue(epi, corr, i0 + r0, j0, std::min<int64_t>(ks.mr, rows - r0), cols);
         }
       }

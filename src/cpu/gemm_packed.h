@@ -11,17 +11,20 @@
 //      few blocks to feed every thread, the panels into column ranges). Each
 //      work item packs its MC rows of op(A) into micro-panels of MR rows and
 //      then, panel by panel, row micro-panel by row micro-panel, runs the
-//      micro-kernel: an MR x NR tile of 32-bit accumulators over the whole
-//      depth, kept in registers (or AMX tiles), stored to a small buffer.
-//   3. The epilogue writes the valid part of the tile to C:
+//      micro-kernel: an MR x NR tile of 32-bit accumulators, kept in
+//      registers (or AMX tiles) over a chunk of KC depth steps, then stored
+//      to a per-thread buffer and reloaded for the next chunk. Chunking keeps
+//      the KC x NR slice of the panel in L1 while the MC / MR micro-panels of
+//      A stream past it from L2 (without it the whole panel comes from L2 or
+//      further for every micro-panel, and AMX runs at half speed).
+//   3. After the last chunk the epilogue writes the valid part of each tile:
 //        i32:   C = alpha * (tile + corr[j]) + beta * C   (wrapping int32)
 //        f16/bf16: C = round(alpha * tile + beta * C)     (f32 arithmetic)
 //      beta == 0 never reads C. corr is a per-column correction a kernel may
 //      attach to its B panels (the "+128" trick of the VNNI kernels).
-// Packed A for one item stays in L2 while every panel of B streams past it;
-// a panel of B (depth x NR) is reused by the MC / MR row micro-panels.
-// The depth is not blocked: accumulators see all of K, so f32 sums are never
-// rounded to 16 bits part-way and int32 sums need no second pass.
+// Packed A for one item stays in L2 while every panel of B streams past it.
+// Accumulators stay 32-bit across chunks: f32 sums are never rounded to 16
+// bits part-way, int32 sums are exact.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +50,7 @@ struct Operands {
 struct KernelSet {
   const char* name;
   int mr, nr;  // tile: mr rows of A by nr columns of B
+  int64_t kc;  // depth steps per chunk, a multiple of the packing granule
   int64_t (*depth)(int64_t K);         // packed depth for K (padding, f16 split)
   size_t (*a_bytes)(int64_t depth);    // one packed A micro-panel of mr rows
   size_t (*b_bytes)(int64_t depth);    // one packed B panel of nr columns, with corrections
@@ -54,8 +58,10 @@ struct KernelSet {
   void (*pack_a)(const Operands& op, int64_t i0, int64_t rows, int64_t depth, void* out);
   // Packs columns [j0, j0 + cols) of op(B), cols <= nr, zero-filling the rest.
   void (*pack_b)(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out);
-  // tile[r * nr + c] = sum over the depth, as int32 or f32.
-  void (*micro)(const void* a, const void* b, int64_t depth, void* tile);
+  // tile[r * nr + c] (+)= the sum over depth steps [k0, k0 + kn) of packed
+  // panels a and b (of the full depth), as int32 or f32; `accumulate` adds
+  // to the tile's contents, else they are overwritten.
+  void (*micro)(const void* a, const void* b, int64_t depth, int64_t k0, int64_t kn, void* tile, bool accumulate);
   // Byte offset of the nr int32 column corrections in a B panel; 0 = none.
   size_t (*corr_offset)(int64_t depth);
   // Called by each thread around its share of the work (AMX tile config).

@@ -268,6 +268,11 @@ TEST(GemmKernels, LargerThanBlocks) {
     run_case(c.ctx, dt, Case{300, 200, 333});
     Case t{257, 129, 300, true, true, 3, 2, 1};
     run_case(c.ctx, dt, t);
+    // Depth longer than every kernel's chunk (the accumulators are reloaded).
+    Case d{40, 70, 1700, false, false, 0, 1, 1};
+    run_case(c.ctx, dt, d);
+    Case e{37, 33, 3100, true, false, 1};
+    run_case(c.ctx, dt, e);
   }
 }
 

@@ -209,6 +209,22 @@ def bench_ours(ctx, dtype, n, a, b, rng):
     return t
 
 
+def bench_blas_direct(n, a, b):
+    """Seconds per cblas_sgemm of the OpenBLAS tensorcore links, called directly: the cost of the library
+    alone, without tensorcore's layer."""
+    paths = [p for p in mapped_libs("openblas") if "numpy" not in p and "scipy_openblas" not in p]
+    if not paths:
+        return None
+    lib = ctypes.CDLL(paths[0])
+    f = lib.cblas_sgemm
+    f.restype = None
+    f.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    c = np.empty((n, n), np.float32)
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
+    return median_time(lambda: f(101, 111, 111, n, n, n, 1.0, pa, n, pb, n, 0.0, pc, n), ARGS.reps, ARGS.warmup)
+
+
 def bench_numpy(dtype, n, a, b):
     """Seconds per NumPy product of the same dtype, or None where there is none."""
     if dtype == "f32":
@@ -234,13 +250,17 @@ def main():
     features = info.features.decode() if isinstance(info.features, bytes) else str(info.features)
     name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
 
-    ours, theirs = {}, {}
+    ours, theirs, direct = {}, {}, {}
     for n in sizes:
         data = {dt: inputs(dt, n, rng) for dt in dtypes}
-        # Phase 1: tensorcore (its OpenBLAS for f32, its own kernels otherwise).
-        time.sleep(ARGS.pause)
+        # Phase 1: tensorcore (its OpenBLAS for f32, its own kernels and thread
+        # pool otherwise: they too wait for OpenBLAS's workers to spin down).
         for dt in dtypes:
+            time.sleep(ARGS.pause)
             ours[dt, n] = bench_ours(ctx, dt, n, *data[dt], rng)
+        if "f32" in dtypes:
+            time.sleep(ARGS.pause)
+            direct[n] = bench_blas_direct(n, *data["f32"])
         # Phase 2: NumPy.
         time.sleep(ARGS.pause)
         for dt in dtypes:
@@ -290,6 +310,9 @@ def main():
     for b in blas:
         meta.append("- OpenBLAS of %s: %s (core %s, via %s, %s)" % (b["owner"], b["version"], b["core"], b["via"],
                                                                       b["library"]))
+    if direct:
+        meta.append("- f32 through tensorcore's OpenBLAS called directly (cblas_sgemm by ctypes): " + ", ".join(
+            "%d^3 %.1f GFLOP/s" % (n, 2.0 * n ** 3 / t / 1e9) for n, t in sorted(direct.items()) if t))
     meta.append("- environment: " + ", ".join("%s=%s" % (k, v if v is not None else "(unset)")
                                                for k, v in env.items()))
     meta.append("- load average (1 min): %.2f before, %.2f after%s" % (

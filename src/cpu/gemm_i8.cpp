@@ -54,11 +54,6 @@ void gemm_i8_scalar(const tc_gemm_desc& d, const int8_t* a, const int8_t* b, int
 
 }  // namespace
 
-const char* gemm_i8_path() {
-  const KernelSet* ks = packed_kernels();
-  return ks ? ks->name : "scalar";
-}
-
 void gemm_i8(const tc_gemm_desc& d, const int8_t* a, const int8_t* b, int32_t* c) {
   if (const KernelSet* ks = packed_kernels())
     run_packed_gemm(*ks, make_operands(d, a, b), TC_DTYPE_I8, c, d.ldc, d.alpha, d.beta);

@@ -10,9 +10,5 @@ namespace cpu {
 
 void gemm_i8(const tc_gemm_desc& d, const int8_t* a, const int8_t* b, int32_t* c);
 
-// Name of the kernel gemm_i8 uses on this processor under TC_CPU_ISA:
-// "amx_int8", "avx512_vnni", "avx_vnni", "avx2" or "scalar".
-const char* gemm_i8_path();
-
 }  // namespace cpu
 }  // namespace tc

@@ -3,6 +3,7 @@
 #include "cpu/gemm_packed.h"
 
 #include <immintrin.h>
+#include <unistd.h>
 
 // GCC 12 flags the AVX-512 intrinsics' own _mm512_undefined_*() (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -205,6 +206,15 @@ EpiFn pick_epilogue(tc_dtype dtype) {
   }
 }
 
+// Per-core L2 size from the C library (CPUID), 1 MiB when it does not say.
+size_t l2_bytes() {
+  static const size_t n = [] {
+    long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v >= (128 << 10) && v <= (64 << 20) ? size_t(v) : size_t(1) << 20;
+  }();
+  return n;
+}
+
 }  // namespace
 
 Operands make_operands(const tc_gemm_desc& d, const void* a, const void* b) {
@@ -230,9 +240,10 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   const int64_t panels = (N + ks.nr - 1) / ks.nr;
   const int nt = num_threads();
 
-  // Rows per work item, a whole number of micro-panels: packed A of about
-  // 512 KiB (half of a 1-2 MiB L2), at least one micro-panel, at most 256 rows.
-  int64_t mpanels = int64_t((size_t(512) << 10) / a_bytes);
+  // Rows per work item, a whole number of micro-panels: packed A of half the
+  // L2 cache (it is swept once per panel), at least one micro-panel, at most
+  // 256 rows.
+  int64_t mpanels = int64_t(l2_bytes() / 2 / a_bytes);
   mpanels = std::max<int64_t>(1, std::min<int64_t>({mpanels, 256 / ks.mr, (M + ks.mr - 1) / ks.mr}));
   const int64_t mc = mpanels * ks.mr;
   const int64_t mblocks = (M + mc - 1) / mc;

@@ -11,9 +11,11 @@
 //              rounded to nearest even; bf16 subnormals read as zero and
 //              subnormal results flush to zero, unlike IEEE)
 // Tile 32 x 32: C in tiles 0-3 (2 x 2), A rows 0-15 / 16-31 in tiles 4 / 5,
-// B columns 0-15 / 16-31 in tiles 6 / 7. Packed A is row-major (pitch =
-// depth), packed B is a [depth / G][32 columns][G] interleave, so the two B
-// tiles are the two halves of each 128-byte row.
+// B columns 0-15 / 16-31 in tiles 6 / 7. Packed A is row-major with a pitch
+// of the depth plus 64 bytes: a pitch that is a multiple of 4 KiB would put
+// the 16 rows of a tile load in one L1 set (12 ways). Packed B is a
+// [depth / G][32 columns][G] interleave, so the two B tiles are the two
+// halves of each 128-byte row.
 //
 // f16 has no AMX instruction on these processors. Each f16 value is split
 // exactly into bf16 hi + lo (convert.h: split_f16_bf16), and
@@ -62,7 +64,7 @@ TC_AMX void tiles_begin() {
 TC_AMX void tiles_end() { _tile_release(); }
 
 // The 2 x 2 tile product over `bytes` bytes of A's rows, 64 per step.
-// pa: 32 rows at a pitch of a_pitch bytes; pb: rows of 128 bytes, of which
+// pa: 32 rows at a pitch of `pitch` bytes; pb: rows of 128 bytes, of which
 // 16 (2048 bytes) go with each 64 bytes of A; t: the 32 x 32 tile.
 #define TC_AMX_LOOP(DP)                                            \
   if (accumulate) {                                                \
@@ -77,8 +79,8 @@ TC_AMX void tiles_end() { _tile_release(); }
     _tile_zero(3);                                                 \
   }                                                                \
   for (int64_t k = 0; k < bytes; k += 64) {                        \
-    _tile_loadd(4, pa + k, a_pitch);                               \
-    _tile_loadd(5, pa + 16 * a_pitch + k, a_pitch);                \
+    _tile_loadd(4, pa + k, pitch);                                 \
+    _tile_loadd(5, pa + 16 * pitch + k, pitch);                    \
     _tile_loadd(6, pb + k * 32, 128);                              \
     _tile_loadd(7, pb + k * 32 + 64, 128);                         \
     DP(0, 4, 6);                                                   \
@@ -96,12 +98,14 @@ TC_AMX void tiles_end() { _tile_release(); }
 namespace i8 {
 
 int64_t depth(int64_t K) { return round_up(K, 64); }
-size_t a_bytes(int64_t depth) { return size_t(depth) * kMR; }
+int64_t a_pitch(int64_t depth) { return depth + 64; }  // elements (bytes)
+size_t a_bytes(int64_t depth) { return size_t(a_pitch(depth)) * kMR; }
 size_t b_bytes(int64_t depth) { return size_t(depth) * kNR; }
 
 TC_AMX void pack_a(const Operands& op, int64_t i0, int64_t rows, int64_t depth, void* out) {
   const int8_t* p = static_cast<const int8_t*>(op.a) + i0 * op.a_rs;
-  pack_rows<kMR>(p, op.a_rs, op.a_cs, rows, op.K, depth, static_cast<int8_t*>(out), [](int8_t v) { return v; });
+  pack_rows<kMR>(p, op.a_rs, op.a_cs, rows, op.K, depth, a_pitch(depth), static_cast<int8_t*>(out),
+                 [](int8_t v) { return v; });
 }
 
 TC_AMX void pack_b(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out) {
@@ -125,7 +129,7 @@ TC_AMX void micro(const void* a, const void* b, int64_t depth, int64_t k0, int64
   const char* pa = static_cast<const char*>(a) + k0;
   const char* pb = static_cast<const char*>(b) + k0 * kNR;
   int32_t* t = static_cast<int32_t*>(tile);
-  const int64_t a_pitch = depth, bytes = kn;
+  const int64_t pitch = a_pitch(depth), bytes = kn;
   TC_AMX_LOOP(_tile_dpbssd)
 }
 
@@ -135,8 +139,10 @@ TC_AMX void micro(const void* a, const void* b, int64_t depth, int64_t k0, int64
 
 namespace bf {
 
-// Bytes: A rows are depth bf16 long; B rows hold 32 columns x 2 depth steps.
-size_t a_bytes(int64_t depth) { return size_t(depth) * kMR * 2; }
+// A rows are depth bf16 long, 32 elements apart; B rows hold 32 columns x 2
+// depth steps.
+int64_t a_pitch(int64_t depth) { return depth + 32; }  // elements
+size_t a_bytes(int64_t depth) { return size_t(a_pitch(depth)) * kMR * 2; }
 size_t b_bytes(int64_t depth) { return size_t(depth) * kNR * 2; }
 
 // Chunks of 384 depth steps: 24 KiB of the B panel, half of L1.
@@ -147,7 +153,7 @@ TC_AMX void micro(const void* a, const void* b, int64_t depth, int64_t k0, int64
   const char* pa = static_cast<const char*>(a) + 2 * k0;
   const char* pb = static_cast<const char*>(b) + 2 * k0 * kNR;
   float* t = static_cast<float*>(tile);
-  const int64_t a_pitch = depth * 2, bytes = kn * 2;
+  const int64_t pitch = a_pitch(depth) * 2, bytes = kn * 2;
   TC_AMX_LOOP(_tile_dpbf16ps)
 }
 
@@ -156,7 +162,8 @@ int64_t depth_f16(int64_t K) { return 3 * round_up(K, 32); }
 
 TC_AMX void pack_a_bf16(const Operands& op, int64_t i0, int64_t rows, int64_t depth, void* out) {
   const uint16_t* p = static_cast<const uint16_t*>(op.a) + i0 * op.a_rs;
-  pack_rows<kMR>(p, op.a_rs, op.a_cs, rows, op.K, depth, static_cast<uint16_t*>(out), [](uint16_t v) { return v; });
+  pack_rows<kMR>(p, op.a_rs, op.a_cs, rows, op.K, depth, a_pitch(depth), static_cast<uint16_t*>(out),
+                 [](uint16_t v) { return v; });
 }
 
 TC_AMX void pack_b_bf16(const Operands& op, int64_t j0, int64_t cols, int64_t depth, void* out) {
@@ -176,11 +183,11 @@ TC_AMX void pack_b_bf16(const Operands& op, int64_t j0, int64_t cols, int64_t de
 TC_AMX void pack_a_f16(const Operands& op, int64_t i0, int64_t rows, int64_t depth, void* out) {
   const uint16_t* p = static_cast<const uint16_t*>(op.a) + i0 * op.a_rs;
   uint16_t* o = static_cast<uint16_t*>(out);
-  const int64_t K = op.K, seg = depth / 3;
-  std::memset(o, 0, size_t(kMR * depth) * 2);
+  const int64_t K = op.K, seg = depth / 3, pitch = a_pitch(depth);
+  std::memset(o, 0, size_t(kMR * pitch) * 2);
   if (op.a_cs == 1) {
     for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* row = o + r * depth;
+      uint16_t* row = o + r * pitch;
       split_f16_bf16(p + r * op.a_rs, row, row + 2 * seg, K);
       std::memcpy(row + seg, row, size_t(K) * 2);
     }
@@ -189,7 +196,7 @@ TC_AMX void pack_a_f16(const Operands& op, int64_t i0, int64_t rows, int64_t dep
     for (int64_t k = 0; k < K; ++k) {
       split_f16_bf16(p + k * op.a_cs, hi, lo, rows);
       for (int64_t r = 0; r < rows; ++r) {
-        uint16_t* row = o + r * depth;
+        uint16_t* row = o + r * pitch;
         row[k] = row[seg + k] = hi[r];
         row[2 * seg + k] = lo[r];
       }

@@ -97,17 +97,17 @@ __attribute__((target("avx2"), always_inline)) inline void interleave32_u16x2(co
   }
 }
 
-// Row-major: out[r * depth + k] = f(X(r, k)) for r < R, k < depth. The
-// layout of AMX's A operand (a tile row is 64 bytes of one row's depth).
+// Row-major: out[r * pitch + k] = f(X(r, k)) for r < R, k < depth (the
+// pitch - depth elements after each row are left alone). The layout of
+// AMX's A operand: a tile row is 64 bytes of one row's depth.
 template <int R, class In, class Out, class F>
 __attribute__((always_inline)) inline void pack_rows(const In* p, int64_t rs, int64_t cs, int64_t rows, int64_t K,
-                                                     int64_t depth, Out* out, F f) {
+                                                     int64_t depth, int64_t pitch, Out* out, F f) {
   if (cs == 1) {
     for (int64_t r = 0; r < rows; ++r) {
       const In* src = p + r * rs;
-      Out* o = out + r * depth;
+      Out* o = out + r * pitch;
       for (int64_t k = 0; k < K; ++k) o[k] = f(src[k]);
-      std::memset(static_cast<void*>(o + K), 0, size_t(depth - K) * sizeof(Out));
     }
   } else {
     // Rows contiguous for a fixed k: a transpose, done 16 depth steps at a
@@ -115,12 +115,13 @@ __attribute__((always_inline)) inline void pack_rows(const In* p, int64_t rs, in
     for (int64_t k0 = 0; k0 < K; k0 += 16) {
       const int64_t kn = K - k0 < 16 ? K - k0 : 16;
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < kn; ++k) out[r * depth + k0 + k] = f(p[r * rs + (k0 + k) * cs]);
+        for (int64_t k = 0; k < kn; ++k) out[r * pitch + k0 + k] = f(p[r * rs + (k0 + k) * cs]);
     }
-    for (int64_t r = 0; r < rows; ++r)
-      std::memset(static_cast<void*>(out + r * depth + K), 0, size_t(depth - K) * sizeof(Out));
   }
-  std::memset(static_cast<void*>(out + rows * depth), 0, size_t((R - rows) * depth) * sizeof(Out));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t from = r < rows ? K : 0;
+    std::memset(static_cast<void*>(out + r * pitch + from), 0, size_t(depth - from) * sizeof(Out));
+  }
 }
 
 }  // namespace cpu

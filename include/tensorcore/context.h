@@ -29,6 +29,9 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* Activation checkpointing and memory tiers (tensorcore/memory.h). */
+#define TC_CAPABILITY_CHECKPOINT (1ull << 13)
+#define TC_CAPABILITY_MEMORY_TIERS (1ull << 14)
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

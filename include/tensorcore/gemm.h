@@ -37,6 +37,8 @@ TC_API tc_status tc_gemm(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, 
 TC_API tc_status tc_gemm_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
                                tc_stream stream);
 TC_API tc_status tc_gemm_batched(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc);
+TC_API tc_status tc_gemm_batched_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
+                                       tc_stream stream);
 
 #ifdef __cplusplus
 }

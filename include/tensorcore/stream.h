@@ -16,7 +16,9 @@ TC_API tc_status tc_stream_create(tc_context ctx, tc_stream* out);
  * Work enqueued after a failure still runs. */
 TC_API tc_status tc_stream_sync(tc_stream stream);
 
-/* Waits for enqueued work, then destroys the stream. */
+/* Waits for enqueued work, then destroys the stream. Returns the first
+ * failure of work not yet reported by a sync; the stream is destroyed either
+ * way. */
 TC_API tc_status tc_stream_destroy(tc_stream stream);
 
 #ifdef __cplusplus

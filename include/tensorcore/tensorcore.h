@@ -8,5 +8,11 @@
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/cuda.h"
+#include "tensorcore/tokenizer.h"
+/* Memory tiers, checkpointing, and backends this build lacks (HIP, TensorOps). */
+#include "tensorcore/memory.h"
+#include "tensorcore/hip.h"
+#include "tensorcore/tensorops.h"
 
 #endif /* TENSORCORE_TENSORCORE_H */

@@ -20,12 +20,17 @@ tc_status check_stream(const char* fn, tc_context ctx, tc_stream s) {
   return TC_OK;
 }
 
-tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b) {
+tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer b) {
   if (!b) return fail(TC_ERR_INVALID_ARG, "%s: buffer %s is null", fn, arg);
   if (!is_live_handle(b, HandleKind::Buffer))
     return fail(TC_ERR_INVALID_ARG, "%s: buffer %s (%p) is not a live tensorcore buffer", fn, arg, (void*)b);
   if (ctx && b->ctx != ctx) return fail(TC_ERR_INVALID_ARG, "%s: buffer %s belongs to another context", fn, arg);
   return TC_OK;
+}
+
+tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b) {
+  if (tc_status st = check_buffer_handle(fn, arg, ctx, b)) return st;
+  return tiers::check_usable(fn, arg, b);  // memory tiers and checkpointing (core/tiers.h)
 }
 
 tc_status check_out_ptr(const char* fn, const char* arg, const void* p) {

@@ -32,8 +32,13 @@ tc_status guarded(const char* fn_name, F&& body) noexcept {
 
 tc_status check_context(const char* fn, tc_context ctx);
 tc_status check_stream(const char* fn, tc_context ctx, tc_stream s);
-// A live buffer of `ctx` (any context when ctx is null).
+// A live buffer of `ctx` (any context when ctx is null) whose bytes an op can
+// use: not discarded by a checkpoint and in device memory (L0); a tier move
+// in flight is waited for first. Every op, read, write and map checks this.
 tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b);
+// Only a live buffer handle of `ctx`, wherever its bytes are (size, free,
+// tier and checkpoint calls).
+tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer b);
 tc_status check_out_ptr(const char* fn, const char* arg, const void* p);
 
 // a * b (and a + b) without wrapping; false on overflow or negative inputs.

@@ -1,6 +1,8 @@
 #include "tensorcore/buffer.h"
 
 #include "capi/api.h"
+#include "core/checkpoint.h"
+#include "core/tiers.h"
 
 using namespace tc;
 using namespace tc::capi;
@@ -21,6 +23,7 @@ tc_buffer make_buffer(tc_context ctx, StorageRef storage) {
   b->ctx = ctx;
   b->storage = std::move(storage);
   ctx->live_buffers++;
+  tiers::on_create(b);
   register_handle(b, HandleKind::Buffer);
   return b;
 }
@@ -35,12 +38,10 @@ tc_status tc_buffer_alloc(tc_context ctx, size_t nbytes, tc_buffer* out) {
     if (tc_status st = check_out_ptr("tc_buffer_alloc", "out", out)) return st;
     if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_alloc: nbytes must be > 0");
     if (nbytes > (size_t(1) << 62)) return fail(TC_ERR_ALLOC, "tc_buffer_alloc: %zu bytes is beyond any device", nbytes);
-    auto storage = std::make_shared<Storage>();
-    storage->backend = ctx->backend.get();
-    storage->data = ctx->backend->alloc(nbytes);
-    if (!storage->data) return fail(TC_ERR_ALLOC, "tc_buffer_alloc: could not allocate %zu bytes", nbytes);
-    storage->size = nbytes;
-    storage->owned = true;
+    // Device memory under the context's budget (core/tiers.h), counted in L0.
+    StorageRef storage;
+    if (tc_status st = tiers::allocate(ctx, TC_TIER_L0_DEVICE, nbytes, &storage))
+      return fail_with(st, std::string("tc_buffer_alloc: ") + last_detail());
     *out = make_buffer(ctx, std::move(storage));
     return TC_OK;
   });
@@ -52,6 +53,7 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
     if (tc_status st = check_out_ptr("tc_buffer_from_ptr", "out", out)) return st;
     if (!ptr) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: ptr is null");
     if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: nbytes must be > 0");
+    if (!ctx->backend->accepts_pointer(ptr, nbytes)) return last_status();
     auto storage = std::make_shared<Storage>();
     storage->backend = ctx->backend.get();
     storage->data = ptr;
@@ -64,7 +66,9 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
 
 tc_status tc_buffer_free(tc_buffer buf) {
   return guarded("tc_buffer_free", [&] {
-    if (tc_status st = check_buffer("tc_buffer_free", "buf", nullptr, buf)) return st;
+    if (tc_status st = check_buffer_handle("tc_buffer_free", "buf", nullptr, buf)) return st;
+    if (tc_status st = checkpoint::forget_buffer(buf)) return st;
+    tiers::on_free(buf);
     unregister_handle(buf);
     buf->ctx->live_buffers--;
     delete buf;
@@ -94,7 +98,7 @@ tc_status tc_buffer_device_ptr(tc_buffer buf, void** out) {
 
 tc_status tc_buffer_size(tc_buffer buf, size_t* out) {
   return guarded("tc_buffer_size", [&] {
-    if (tc_status st = check_buffer("tc_buffer_size", "buf", nullptr, buf)) return st;
+    if (tc_status st = check_buffer_handle("tc_buffer_size", "buf", nullptr, buf)) return st;
     if (tc_status st = check_out_ptr("tc_buffer_size", "out", out)) return st;
     *out = buf->size();
     return TC_OK;

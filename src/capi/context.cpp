@@ -13,7 +13,8 @@ namespace {
 
 constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
                                         TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-                                        TC_CAPABILITY_GEMM_TF32;
+                                        TC_CAPABILITY_GEMM_TF32 |
+                                        TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS;
 
 // Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
 tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {
@@ -114,6 +115,9 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     out->version = TC_CAPABILITIES_VERSION;
     out->known = kKnownCapabilities;
     out->available = ctx->backend->available_capabilities() & kKnownCapabilities;
+    // Checkpointing is core code that runs on every backend; tiers need the backend's copies.
+    out->available |= TC_CAPABILITY_CHECKPOINT;
+    if (ctx->backend->supports_tiers()) out->available |= TC_CAPABILITY_MEMORY_TIERS;
     return TC_OK;
   });
 }

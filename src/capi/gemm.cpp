@@ -99,10 +99,14 @@ tc_status validate(const char* fn, tc_context ctx, tc_buffer A, tc_buffer B, tc_
   if (d.batch > 1 && d.stride_c < (d.M - 1) * d.ldc + d.N)
     return fail(TC_ERR_INVALID_ARG, "%s: stride_c = %lld makes batches of C overlap (each spans %lld elements)", fn,
                 (long long)d.stride_c, (long long)((d.M - 1) * d.ldc + d.N));
-  // C may not share bytes with an input.
+  // C may not share bytes with an input. Compare the byte spans touched, not
+  // the buffers: two buffers may wrap the same caller memory (tc_buffer_from_ptr).
+  const auto start = [](tc_buffer b) { return reinterpret_cast<uintptr_t>(b->storage->data); };
   for (Operand* in : {&a, &b})
-    if (in->buf->storage == C->storage && in->bytes > 0 && c.bytes > 0)
-      return fail(TC_ERR_INVALID_ARG, "%s: C overlaps %s in the same buffer", fn, in->name);
+    if (in->bytes > 0 && c.bytes > 0 && start(in->buf) < start(C) + uint64_t(c.bytes) &&
+        start(C) < start(in->buf) + uint64_t(in->bytes))
+      return fail(TC_ERR_INVALID_ARG, "%s: C overlaps %s (%s)", fn, in->name,
+                  in->buf->storage == C->storage ? "the same buffer" : "buffers over the same memory");
   out->d = d;
   out->a = A->storage->data;
   out->b = B->storage->data;
@@ -143,6 +147,12 @@ tc_status tc_gemm_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, c
 
 tc_status tc_gemm_batched(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc) {
   return guarded("tc_gemm_batched", [&] { return run("tc_gemm_batched", ctx, A, B, C, desc, true, nullptr, false); });
+}
+
+tc_status tc_gemm_batched_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
+                                tc_stream stream) {
+  return guarded("tc_gemm_batched_async",
+                 [&] { return run("tc_gemm_batched_async", ctx, A, B, C, desc, true, stream, true); });
 }
 
 }  // extern "C"

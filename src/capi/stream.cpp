@@ -37,9 +37,11 @@ tc_status tc_stream_destroy(tc_stream stream) {
   return guarded("tc_stream_destroy", [&] {
     if (tc_status st = check_stream("tc_stream_destroy", nullptr, stream)) return st;
     unregister_handle(stream);
-    stream->queue->sync(nullptr);
+    std::string detail;
+    tc_status st = stream->queue->sync(&detail);
     stream->ctx->live_streams--;
     delete stream;
+    if (st != TC_OK) return fail_with(st, "work still queued on the destroyed stream failed: " + detail);
     return TC_OK;
   });
 }

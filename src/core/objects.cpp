@@ -1,6 +1,9 @@
 #include "core/objects.h"
 
+#include <unistd.h>
+
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace tc {
@@ -16,6 +19,7 @@ std::unordered_map<const void*, HandleKind>& registry() {
 }
 
 thread_local tc_backend t_last_backend = TC_BACKEND_NONE;
+thread_local std::string t_last_cuda_kernel;
 
 }  // namespace
 
@@ -38,9 +42,16 @@ bool is_live_handle(const void* h, HandleKind kind) {
 
 void note_backend(tc_backend backend) { t_last_backend = backend; }
 tc_backend last_backend() { return t_last_backend; }
+void note_cuda_kernel(const char* name) { t_last_cuda_kernel = name ? name : ""; }
+const char* last_cuda_kernel() { return t_last_cuda_kernel.c_str(); }
 
 Storage::~Storage() {
-  if (owned && data && backend) backend->release(data);
+  if (owned && data && backend) {
+    if (tier == TC_TIER_L1_HOST_RAM) backend->release_host(data);
+    else backend->release(data);
+  }
+  if (!path.empty()) ::unlink(path.c_str());  // L3 spill file
+  if (accounts && tier >= 0 && tier < kTierCount) accounts->bytes[tier] -= size;
 }
 
 }  // namespace tc

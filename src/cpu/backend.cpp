@@ -2,6 +2,7 @@
 // kernels of src/cpu.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,6 +56,31 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+
+  // ---- Memory tiers (core/tiers.h) -------------------------------------------
+  // L0 and L1 are both RAM here (separately budgeted); a move on a stream
+  // runs on the stream's worker thread, in order with its ops.
+  bool supports_tiers() const override { return true; }
+  tc_status copy_async(void* dst, const void* src, size_t n, bool, Queue* q) override {
+    if (!q) return copy_parallel(dst, src, n);
+    static_cast<cpu::WorkQueue*>(q)->enqueue([dst, src, n] { return copy_parallel(dst, src, n); });
+    return TC_OK;
+  }
+  // Large copies in 1 MiB pieces on the pool: the target's first-touch page
+  // faults dominate, and they run in parallel.
+  static tc_status copy_parallel(void* dst, const void* src, size_t n) {
+    constexpr int64_t kPiece = 1 << 20;
+    cpu::parallel_for(int64_t((n + kPiece - 1) / kPiece), 4, [&](int64_t b, int64_t e) {
+      size_t lo = size_t(b) * kPiece, hi = std::min(n, size_t(e) * kPiece);
+      std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
+    });
+    return TC_OK;
+  }
+  tc_status run_host(Queue* q, std::function<tc_status()> fn) override {
+    if (!q) return fn();
+    static_cast<cpu::WorkQueue*>(q)->enqueue(std::move(fn));
+    return TC_OK;
+  }
 };
 
 }  // namespace

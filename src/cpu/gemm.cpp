@@ -56,10 +56,14 @@ void scale_c_any(const tc_gemm_desc& d, void* c) {
       scale_c(static_cast<uint16_t*>(c), d.M, d.N, d.ldc, d.beta,
               [](uint16_t v) { return double(bf16_to_f32(v)); }, [](double v) { return f32_to_bf16(float(v)); });
       break;
-    case TC_DTYPE_I8:  // C is i32
-      scale_c(static_cast<int32_t*>(c), d.M, d.N, d.ldc, d.beta, [](int32_t v) { return double(v); },
-              [](double v) { return int32_t(int64_t(v)); });
+    case TC_DTYPE_I8: {  // C is i32; int32 arithmetic wraps as in gemm_i8 (a double product would round)
+      const uint32_t beta = uint32_t(int32_t(int64_t(d.beta)));
+      for (int64_t i = 0; i < d.M; ++i) {
+        int32_t* row = static_cast<int32_t*>(c) + i * d.ldc;
+        for (int64_t j = 0; j < d.N; ++j) row[j] = beta == 0 ? 0 : int32_t(beta * uint32_t(row[j]));
+      }
       break;
+    }
   }
 }
 

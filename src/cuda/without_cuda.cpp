@@ -11,4 +11,8 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   return nullptr;
 }
 
+tc_status cuda_device_info(int index, struct tc_device_info*) {
+  return fail(TC_ERR_NO_DEVICE, "CUDA device %d: tensorcore was built without CUDA (TC_ENABLE_CUDA=OFF)", index);
+}
+
 }  // namespace tc

@@ -303,8 +303,8 @@ def main():
         "- CPU: %s (%d logical CPUs), features: %s" % (name, os.cpu_count(), features),
         "- threads: tensorcore %d; OpenBLAS: %s" % (
             info.compute_units, ", ".join("%s %s" % (b["owner"], b["threads"]) for b in blas)),
-        "- tensorcore: %s; i8 kernel: %s; f16/bf16 kernel: %s" % (tc.version(), i8_path(features),
-                                                                 half_path(features)),
+        "- tensorcore: %s (%s); i8 kernel: %s; f16/bf16 kernel: %s" % (
+            tc.version(), tc.library_path, i8_path(features), half_path(features)),
         "- NumPy %s, Python %s" % (np.__version__, platform.python_version()),
     ]
     for b in blas:

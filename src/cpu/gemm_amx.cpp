@@ -79,12 +79,14 @@ TC_AMX void tiles_end() { _tile_release(); }
     _tile_zero(3);                                                 \
   }                                                                \
   for (int64_t k = 0; k < bytes; k += 64) {                        \
+    /* each load just before its first use, so that loads overlap  \
+       the products already issued */                              \
     _tile_loadd(4, pa + k, pitch);                                 \
-    _tile_loadd(5, pa + 16 * pitch + k, pitch);                    \
     _tile_loadd(6, pb + k * 32, 128);                              \
-    _tile_loadd(7, pb + k * 32 + 64, 128);                         \
     DP(0, 4, 6);                                                   \
+    _tile_loadd(7, pb + k * 32 + 64, 128);                         \
     DP(1, 4, 7);                                                   \
+    _tile_loadd(5, pa + 16 * pitch + k, pitch);                    \
     DP(2, 5, 6);                                                   \
     DP(3, 5, 7);                                                   \
   }                                                                \

@@ -3,10 +3,11 @@
 
     python bench/gemm.py [--sizes 1024,2048] [--reps 7] [--threads N] [--write]
 
-Square row-major products, no transposes, alpha 1, beta 0. For each dtype
-and size: fresh random inputs, warm-up calls, then the median of --reps
-timed calls; our result is checked against a float64 (int64 for i8) NumPy
-product on a sample of rows before it is timed. NumPy runs the same dtype
+Square row-major products, no transposes, alpha 1, beta 0. For each size:
+fresh random inputs; our result is checked against a float64 (int64 for i8)
+NumPy product on a sample of rows; then --reps rounds, each timing every
+point (our four dtypes, NumPy f32, tensorcore's OpenBLAS called directly)
+once, after a pause and --warmup untimed calls; medians are reported. NumPy runs the same dtype
 (its f32 matmul is OpenBLAS from its own wheel; f16/i8 matmul are NumPy's
 plain loops, timed once and only up to --numpy-slow-max; bf16 has no NumPy
 matmul). Targets:
@@ -18,8 +19,8 @@ the OpenBLAS cores and the load into bench/results/gemm-cpu.md.
 
 Two OpenBLAS copies live in this process (NumPy's and the one tensorcore
 links). An OpenBLAS worker spins for a while after each call, and on a
-2-core machine that halves the other copy's speed; so each library is timed
-in its own phase with a pause in between (--pause).
+2-core machine that halves the speed of whatever runs next (the other copy,
+or tensorcore's own thread pool); hence the pause before each timed point.
 """
 
 import argparse
@@ -39,11 +40,11 @@ def parse_args():
     p.add_argument("--sizes", default="1024,2048", help="comma-separated M=N=K")
     p.add_argument("--dtypes", default="f32,f16,bf16,i8")
     p.add_argument("--reps", type=int, default=7, help="timed calls per point (median)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls before each timed one")
     p.add_argument("--threads", type=int, default=0,
                    help="threads for tensorcore and both OpenBLAS copies (sets TC_NUM_THREADS and "
                         "OPENBLAS_NUM_THREADS before loading them); 0 = their default")
-    p.add_argument("--pause", type=float, default=0.5, help="seconds between phases (OpenBLAS spin-down)")
+    p.add_argument("--pause", type=float, default=0.3, help="seconds before each timed point (OpenBLAS spin-down)")
     p.add_argument("--numpy-slow-max", type=int, default=1024,
                    help="largest size at which NumPy's non-BLAS f16/i8 matmul is timed (it runs at ~1 GFLOP/s)")
     p.add_argument("--write", action="store_true", help="write bench/results/gemm-cpu.md")
@@ -149,6 +150,7 @@ def half_path(features):
 # ---- timing -----------------------------------------------------------------------------------------------
 
 def median_time(fn, reps, warmup):
+    """Median seconds of fn() over reps calls after warmup calls (for NumPy's slow loops: reps 1)."""
     for _ in range(warmup):
         fn()
     ts = []
@@ -158,6 +160,22 @@ def median_time(fn, reps, warmup):
         ts.append(time.perf_counter() - t0)
     ts.sort()
     return ts[len(ts) // 2]
+
+
+def round_robin(points):
+    """Median seconds of each callable in `points` (name -> fn), timed in turns: each round calls every
+    point once more, after a pause and --warmup untimed calls, so that all points see the same load over
+    time and no library meets another's spinning OpenBLAS workers."""
+    times = {k: [] for k in points}
+    for _ in range(ARGS.reps):
+        for k, fn in points.items():
+            time.sleep(ARGS.pause)
+            for _ in range(ARGS.warmup):
+                fn()
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
 def inputs(dtype, n, rng):
@@ -190,11 +208,13 @@ def check(dtype, a, b, c, rng):
         raise SystemExit("%s: tensorcore result off by up to %g (tolerance %g x |a||b|)" % (dtype, err.max(), tol))
 
 
-def bench_ours(ctx, dtype, n, a, b, rng):
+def ours_point(ctx, dtype, n, a, b, rng, keep):
+    """A call of tensorcore's gemm on buffers holding a and b, checked once against NumPy."""
     accum = "i32" if dtype == "i8" else "f32"
     out_dtype = np.int32 if dtype == "i8" else a.dtype
     A, B = ctx.buffer_from_array(a), ctx.buffer_from_array(b)
     C = ctx.buffer_from_array(np.zeros((n, n), dtype=out_dtype))
+    keep.extend((A, B, C))
 
     def run():
         ctx.gemm(A, B, C, M=n, N=n, K=n, dtype=dtype, accum=accum)
@@ -203,34 +223,29 @@ def bench_ours(ctx, dtype, n, a, b, rng):
     c = np.empty((n, n), dtype=out_dtype)
     C.read(c)
     check(dtype, a, b, c, rng)
-    t = median_time(run, ARGS.reps, ARGS.warmup)
-    for buf in (A, B, C):
-        buf.close()
-    return t
+    return run
 
 
-def bench_blas_direct(n, a, b):
-    """Seconds per cblas_sgemm of the OpenBLAS tensorcore links, called directly: the cost of the library
-    alone, without tensorcore's layer."""
+def blas_direct_point(n, a, b):
+    """cblas_sgemm of the OpenBLAS tensorcore links, called directly: the library without tensorcore."""
     paths = [p for p in mapped_libs("openblas") if "numpy" not in p and "scipy_openblas" not in p]
     if not paths:
         return None
-    lib = ctypes.CDLL(paths[0])
-    f = lib.cblas_sgemm
+    f = ctypes.CDLL(paths[0]).cblas_sgemm
     f.restype = None
     f.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                        ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     c = np.empty((n, n), np.float32)
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-    return median_time(lambda: f(101, 111, 111, n, n, n, 1.0, pa, n, pb, n, 0.0, pc, n), ARGS.reps, ARGS.warmup)
+
+    def run(a=a, b=b, c=c):  # the defaults keep the arrays alive as long as the call
+        f(101, 111, 111, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n)
+
+    return run
 
 
-def bench_numpy(dtype, n, a, b):
-    """Seconds per NumPy product of the same dtype, or None where there is none."""
-    if dtype == "f32":
-        c = np.empty((n, n), np.float32)
-        return median_time(lambda: np.matmul(a, b, out=c), ARGS.reps, ARGS.warmup)
-    if dtype == "bf16" or n > ARGS.numpy_slow_max:
+def numpy_slow(dtype, n, a, b):
+    """Seconds of one NumPy f16 or i8 product (plain loops, no BLAS), or None where it is not timed."""
+    if dtype not in ("f16", "i8") or n > ARGS.numpy_slow_max:
         return None
     if dtype == "i8":  # int8 @ int8 would wrap in int8: accumulate in int32 like ours
         a32, b32 = a.astype(np.int32), b.astype(np.int32)
@@ -253,18 +268,22 @@ def main():
     ours, theirs, direct = {}, {}, {}
     for n in sizes:
         data = {dt: inputs(dt, n, rng) for dt in dtypes}
-        # Phase 1: tensorcore (its OpenBLAS for f32, its own kernels and thread
-        # pool otherwise: they too wait for OpenBLAS's workers to spin down).
-        for dt in dtypes:
-            time.sleep(ARGS.pause)
-            ours[dt, n] = bench_ours(ctx, dt, n, *data[dt], rng)
+        keep = []
+        points = {("ours", dt): ours_point(ctx, dt, n, *data[dt], rng, keep) for dt in dtypes}
         if "f32" in dtypes:
-            time.sleep(ARGS.pause)
-            direct[n] = bench_blas_direct(n, *data["f32"])
-        # Phase 2: NumPy.
-        time.sleep(ARGS.pause)
+            a, b = data["f32"]
+            c = np.empty((n, n), np.float32)
+            points["numpy", "f32"] = lambda a=a, b=b, c=c: np.matmul(a, b, out=c)
+            blas = blas_direct_point(n, a, b)
+            if blas:
+                points["direct", "f32"] = blas
+        t = round_robin(points)
         for dt in dtypes:
-            theirs[dt, n] = bench_numpy(dt, n, *data[dt])
+            ours[dt, n] = t["ours", dt]
+            theirs[dt, n] = t.get(("numpy", dt)) or numpy_slow(dt, n, *data[dt])
+        direct[n] = t.get(("direct", "f32"))
+        for buf in keep:
+            buf.close()
     load_after = loadavg()
     ctx.close()
 
@@ -317,9 +336,9 @@ def main():
                                                for k, v in env.items()))
     meta.append("- load average (1 min): %.2f before, %.2f after%s" % (
         load_before, load_after, " -- the machine was loaded, numbers are low and noisy" if loaded else ""))
-    meta.append("- method: median of %d calls after %d warm-up calls, fresh random inputs, results checked "
-                "against NumPy on 16 rows; each library timed in its own phase, %.1f s apart" % (
-                    ARGS.reps, ARGS.warmup, ARGS.pause))
+    meta.append("- method: fresh random inputs, results checked against NumPy on 16 rows; median of %d rounds, "
+                "each round timing every point once after a %.1f s pause and %d untimed calls (points interleaved, "
+                "so drifting load hits all alike)" % (ARGS.reps, ARGS.pause, ARGS.warmup))
     text = "\n".join(meta) + "\n\n" + table + "\n"
     print(text)
     if ARGS.write:

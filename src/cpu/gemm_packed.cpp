@@ -238,7 +238,10 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   const size_t a_bytes = ks.a_bytes(depth), b_bytes = ks.b_bytes(depth);
   const size_t corr_off = ks.corr_offset ? ks.corr_offset(depth) : 0;
   const int64_t panels = (N + ks.nr - 1) / ks.nr;
-  const int nt = num_threads();
+  // Below ~32M multiply-adds (about 320^3) waking the pool costs more than
+  // the second thread gives back: run on the calling thread alone.
+  const bool serial = double(M) * double(N) * double(op.K) < double(1 << 25);
+  const int nt = serial ? 1 : num_threads();
 
   // Rows per work item, a whole number of micro-panels: packed A of half the
   // L2 cache (it is swept once per panel), at least one micro-panel, at most
@@ -262,12 +265,14 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   char* bp = scratch.get();
   char* ap_all = bp + b_total;
 
-  parallel_for(panels, 1, [&](int64_t p0, int64_t p1) {
+  auto pack_b = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t j0 = p * ks.nr;
       ks.pack_b(op, j0, std::min<int64_t>(ks.nr, N - j0), depth, bp + size_t(p) * b_bytes);
     }
-  });
+  };
+  if (serial) pack_b(0, panels);
+  else parallel_for(panels, 1, pack_b);
 
   const EpiFn epilogue = pick_epilogue(c_dtype);
   // A C larger than the L2 caches would be written back to memory anyway:
@@ -276,7 +281,7 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   const size_t c_bytes = size_t(M) * size_t(N) * (c_dtype == TC_DTYPE_I8 ? 4 : 2);
   const bool stream = beta == 0.0 && c_bytes >= (size_t(4) << 20);
   std::atomic<int64_t> next{0};
-  parallel_run([&](int t, int) {
+  auto work = [&](int t, int) {
     char* ap = ap_all + size_t(t) * (a_block + acc_block);
     char* acc = ap + a_block;  // one tile of accumulators per micro-panel of A
     bool begun = false;
@@ -310,7 +315,9 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
     }
     if (begun && ks.end) ks.end();
     if (stream) _mm_sfence();  // each thread orders its streaming stores before it reports done
-  });
+  };
+  if (serial) work(0, 1);
+  else parallel_run(work);
 }
 
 }  // namespace cpu

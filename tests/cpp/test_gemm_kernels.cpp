@@ -165,6 +165,10 @@ void run_case(tc_context ctx, tc_dtype dt, const Case& c) {
   for (int64_t i = 0; i < nc; ++i)
     if (!in_c[size_t(i)]) ASSERT_EQ(std::memcmp(&gc[size_t(i) * cs], &hc[size_t(i) * cs], cs), 0) << "pad " << i << " written";
 
+  // Inputs as numbers once, for a quick reference loop.
+  std::vector<double> va(static_cast<size_t>(na)), vb(static_cast<size_t>(nb));
+  for (int64_t i = 0; i < na; ++i) va[size_t(i)] = load(dt, ha, i, false);
+  for (int64_t i = 0; i < nb; ++i) vb[size_t(i)] = load(dt, hb, i, false);
   const double tol = dt == TC_DTYPE_F32 ? 1e-5 : 1e-2;
   // Absolute slack: an f16 result below 2^-14 is subnormal, spaced 2^-24.
   const double slack = dt == TC_DTYPE_F16 ? 0x1p-24 : 1e-30;
@@ -179,7 +183,7 @@ void run_case(tc_context ctx, tc_dtype dt, const Case& c) {
           for (int64_t k = 0; k < c.K; ++k) {
             const int64_t ai = bi * sa + (c.ta ? k * lda + i : i * lda + k);
             const int64_t bj = bi * sb + (c.tb ? j * ldb + k : k * ldb + j);
-            s += uint32_t(int32_t(load(dt, ha, ai, false)) * int32_t(load(dt, hb, bj, false)));
+            s += uint32_t(int32_t(va[size_t(ai)]) * int32_t(vb[size_t(bj)]));
           }
           uint32_t r = uint32_t(int32_t(c.alpha)) * s;
           if (c.beta != 0) r += uint32_t(int32_t(c.beta)) * uint32_t(int32_t(old));
@@ -191,7 +195,7 @@ void run_case(tc_context ctx, tc_dtype dt, const Case& c) {
           for (int64_t k = 0; k < c.K; ++k) {
             const int64_t ai = bi * sa + (c.ta ? k * lda + i : i * lda + k);
             const int64_t bj = bi * sb + (c.tb ? j * ldb + k : k * ldb + j);
-            const double p = load(dt, ha, ai, false) * load(dt, hb, bj, false);
+            const double p = va[size_t(ai)] * vb[size_t(bj)];
             s += p;
             sabs += std::fabs(p);
           }
@@ -261,11 +265,15 @@ TEST(GemmKernels, ShapesTransposesPitches) {
       }
 }
 
-// Several row blocks and column panels, with every thread busy.
+// Several row blocks and column panels, on one thread and (above 2^25
+// multiply-adds) on all of them.
 TEST(GemmKernels, LargerThanBlocks) {
   Ctx c;
   for (tc_dtype dt : kDtypes) {
     run_case(c.ctx, dt, Case{300, 200, 333});
+    run_case(c.ctx, dt, Case{520, 300, 250});
+    Case p{300, 450, 260, true, false, 2, -1, 1};
+    run_case(c.ctx, dt, p);
     Case t{257, 129, 300, true, true, 3, 2, 1};
     run_case(c.ctx, dt, t);
     // Depth longer than every kernel's chunk (the accumulators are reloaded).
@@ -282,7 +290,7 @@ TEST(GemmKernels, LargeOutput) {
   Ctx c;
   for (tc_dtype dt : kDtypes) {
     const int64_t M = dt == TC_DTYPE_I8 ? 1100 : 1500, N = dt == TC_DTYPE_I8 ? 1024 : 1408;
-    run_case(c.ctx, dt, Case{M, N, 9});
+    run_case(c.ctx, dt, Case{M, N, 40});  // above 2^25 multiply-adds: threaded
     Case p{M, N + 3, 6, false, true, 3};
     run_case(c.ctx, dt, p);
   }

@@ -16,6 +16,7 @@
 #include <new>
 
 #include "core/half.h"
+#include "core/tiers.h"
 #include "cpu/convert.h"
 #include "cpu/cpu_features.h"
 #include "cpu/thread_pool.h"
@@ -44,8 +45,12 @@ class Scratch {
       p_ = t_cache.p;
       return;
     }
-    void* fresh = std::aligned_alloc(64, bytes);
+    // Large scratch on transparent huge pages, as the buffers (backend.cpp).
+    const size_t align = bytes >= kHugeBytes ? kHugeBytes : 64;
+    bytes = (bytes + align - 1) & ~(align - 1);
+    void* fresh = std::aligned_alloc(align, bytes);
     if (!fresh) throw std::bad_alloc();
+    tiers::advise_huge(fresh, bytes);
     if (bytes <= kKeepBytes) {
       std::free(t_cache.p);
       t_cache.p = fresh;

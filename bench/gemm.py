@@ -32,6 +32,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NOTES_MARK = "<!-- notes: kept by --write -->"
 TARGETS = {"f32": ("numpy_f32", 0.95), "f16": ("our_f32", 0.70), "bf16": ("our_f32", 0.70), "i8": ("our_f32", 2.00)}
 
 
@@ -344,8 +345,15 @@ def main():
     if ARGS.write:
         path = os.path.join(HERE, "results", "gemm-cpu.md")
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        notes = ""  # what follows NOTES_MARK in the file is written by hand and kept
+        if os.path.exists(path):
+            with open(path) as f:
+                old = f.read()
+            if NOTES_MARK in old:
+                notes = old[old.index(NOTES_MARK):]
         with open(path, "w") as f:
-            f.write("# CPU GEMM: tensorcore vs NumPy\n\nWritten by `python bench/gemm.py --write`.\n\n" + text)
+            f.write("# CPU GEMM: tensorcore vs NumPy\n\nWritten by `python bench/gemm.py --write`; the notes "
+                    "after the marker below are kept.\n\n" + text + ("\n" + notes if notes else ""))
         print("wrote", os.path.relpath(path))
     return 0 if all(r[-1] != "FAIL" for r in rows) else 1
 

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -101,20 +100,24 @@ void gemm_f32(const tc_gemm_desc& d, const float* a, const float* b, float* c) {
 
 // f16 / bf16 without AMX: widen op(A), op(B) (as stored) and, when beta != 0,
 // C to packed f32, run sgemm, round C back. Widening costs O(MK + KN + MN)
-// against the O(MNK) product; the buffers are left uninitialised (every
-// element is written before it is read).
+// against the O(MNK) product; the f32 copies live in the thread's kept
+// scratch (no page faults after the first call) and are not initialised
+// (every element is written before it is read).
 void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
   const bool bf = d.dtype == TC_DTYPE_BF16;
   const int64_t a_rows = d.transpose_a ? d.K : d.M, a_cols = d.transpose_a ? d.M : d.K;
   const int64_t b_rows = d.transpose_b ? d.N : d.K, b_cols = d.transpose_b ? d.K : d.N;
-  std::unique_ptr<float[]> fa(new float[size_t(a_rows * a_cols)]), fb(new float[size_t(b_rows * b_cols)]),
-      fc(new float[size_t(d.M * d.N)]);
-  widen_matrix(bf, a, a_rows, a_cols, d.lda, fa.get());
-  widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb.get());
-  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc.get());
-  else if (!blas().beta0_writes) std::memset(fc.get(), 0, size_t(d.M * d.N) * sizeof(float));
-  sgemm(d, fa.get(), a_cols, fb.get(), b_cols, fc.get(), d.N, float(d.beta));
-  narrow_matrix(bf, fc.get(), d.M, d.N, c, d.ldc);
+  const size_t na = size_t(round_up(a_rows * a_cols, 16)), nb = size_t(round_up(b_rows * b_cols, 16));
+  Scratch scratch((na + nb + size_t(d.M * d.N)) * sizeof(float));
+  float* fa = reinterpret_cast<float*>(scratch.get());
+  float* fb = fa + na;
+  float* fc = fb + nb;
+  widen_matrix(bf, a, a_rows, a_cols, d.lda, fa);
+  widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb);
+  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc);
+  else if (!blas().beta0_writes) std::memset(fc, 0, size_t(d.M * d.N) * sizeof(float));
+  sgemm(d, fa, a_cols, fb, b_cols, fc, d.N, float(d.beta));
+  narrow_matrix(bf, fc, d.M, d.N, c, d.ldc);
 }
 
 // The f16 split (gemm_amx.cpp) turns inf * b into inf * bh + inf * bl, NaN

@@ -25,9 +25,8 @@ namespace tc {
 namespace cpu {
 namespace {
 
-// Aligned scratch kept by the calling thread between calls (packing 4 MiB
-// afresh costs a page fault per 4 KiB, a tenth of a small GEMM). Requests
-// above kKeepBytes are served and freed per call instead of being kept.
+// Scratch (gemm_packed.h): the calling thread keeps its largest block up to
+// kKeepBytes between calls; larger requests are served and freed per call.
 constexpr size_t kKeepBytes = size_t(64) << 20;
 
 struct ScratchCache {
@@ -37,38 +36,33 @@ struct ScratchCache {
 };
 thread_local ScratchCache t_cache;
 
-class Scratch {
- public:
-  explicit Scratch(size_t bytes) {
-    bytes = (bytes + 63) & ~size_t(63);
-    if (bytes <= t_cache.n) {
-      p_ = t_cache.p;
-      return;
-    }
-    // Large scratch on transparent huge pages, as the buffers (backend.cpp).
-    const size_t align = bytes >= kHugeBytes ? kHugeBytes : 64;
-    bytes = (bytes + align - 1) & ~(align - 1);
-    void* fresh = std::aligned_alloc(align, bytes);
-    if (!fresh) throw std::bad_alloc();
-    tiers::advise_huge(fresh, bytes);
-    if (bytes <= kKeepBytes) {
-      std::free(t_cache.p);
-      t_cache.p = fresh;
-      t_cache.n = bytes;
-    } else {
-      owned_ = fresh;
-    }
-    p_ = fresh;
-  }
-  ~Scratch() { std::free(owned_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  char* get() const { return static_cast<char*>(p_); }
+}  // namespace
 
- private:
-  void* p_ = nullptr;
-  void* owned_ = nullptr;
-};
+Scratch::Scratch(size_t bytes) {
+  bytes = (bytes + 63) & ~size_t(63);
+  if (bytes <= t_cache.n) {
+    p_ = t_cache.p;
+    return;
+  }
+  // Large scratch on transparent huge pages, as the buffers (backend.cpp).
+  const size_t align = bytes >= kHugeBytes ? kHugeBytes : 64;
+  bytes = (bytes + align - 1) & ~(align - 1);
+  void* fresh = std::aligned_alloc(align, bytes);
+  if (!fresh) throw std::bad_alloc();
+  tiers::advise_huge(fresh, bytes);
+  if (bytes <= kKeepBytes) {
+    std::free(t_cache.p);
+    t_cache.p = fresh;
+    t_cache.n = bytes;
+  } else {
+    owned_ = fresh;
+  }
+  p_ = fresh;
+}
+
+Scratch::~Scratch() { std::free(owned_); }
+
+namespace {
 
 // ---- epilogues -------------------------------------------------------------
 // Write the valid rows x cols of an mr x nr tile (row pitch nr) to C at

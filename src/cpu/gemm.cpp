@@ -2,19 +2,24 @@
 //
 //   C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]      row-major, b < batch
 //
-// f32 goes to OpenBLAS. f16/bf16 are widened to f32 panel by panel, multiplied
-// by OpenBLAS and rounded back (f32 accumulation, as specified). i8 x i8 -> i32
-// runs our own integer kernel (gemm_i8.cpp).
+// f32 goes to OpenBLAS. bf16 and f16 run our AMX kernels where the processor
+// has AMX-BF16 (gemm_amx.cpp: bf16 products accumulated in f32; f16 split
+// exactly into bf16 pairs); elsewhere they are widened to f32, multiplied by
+// OpenBLAS and rounded back (f32 accumulation, as specified). i8 x i8 -> i32
+// runs our own integer kernels (gemm_i8.cpp).
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "cpu/convert.h"
+#include "cpu/cpu_features.h"
 #include "cpu/gemm_i8.h"
+#include "cpu/gemm_packed.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 
@@ -61,6 +66,26 @@ void scale_c_any(const tc_gemm_desc& d, void* c) {
   }
 }
 
+// OpenBLAS writes C without reading it when beta == 0 since 0.3.10 (its
+// beta kernels used to multiply by zero, so NaN in C leaked). Older builds
+// get C zeroed first. Also: when TC_NUM_THREADS sets our pool's size,
+// OpenBLAS is given the same count, so "n threads" means n for every dtype.
+struct Blas {
+  bool beta0_writes = false;
+  Blas() {
+    int major = 0, minor = 0, patch = 0;
+    if (const char* cfg = openblas_get_config())
+      if (std::sscanf(cfg, "OpenBLAS %d.%d.%d", &major, &minor, &patch) == 3)
+        beta0_writes = major > 0 || minor > 3 || (minor == 3 && patch >= 10);
+    if (std::getenv("TC_NUM_THREADS")) openblas_set_num_threads(num_threads());
+  }
+};
+
+const Blas& blas() {
+  static const Blas b;
+  return b;
+}
+
 void sgemm(const tc_gemm_desc& d, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
            float beta) {
   cblas_sgemm(CblasRowMajor, d.transpose_a ? CblasTrans : CblasNoTrans, d.transpose_b ? CblasTrans : CblasNoTrans,
@@ -69,23 +94,46 @@ void sgemm(const tc_gemm_desc& d, const float* a, int64_t lda, const float* b, i
 }
 
 void gemm_f32(const tc_gemm_desc& d, const float* a, const float* b, float* c) {
-  if (d.beta == 0.0) scale_c_any(d, c);  // OpenBLAS may read C even when beta == 0
+  if (d.beta == 0.0 && !blas().beta0_writes) scale_c_any(d, c);
   sgemm(d, a, d.lda, b, d.ldb, c, d.ldc, float(d.beta));
 }
 
-// f16 / bf16: widen op(A), op(B) (as stored) and C to packed f32, run sgemm,
-// round C back. Widening costs O(MK + KN + MN) against the O(MNK) product.
-void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+// f16 / bf16 without AMX: widen op(A), op(B) (as stored) and, when beta != 0,
+// C to packed f32, run sgemm, round C back. Widening costs O(MK + KN + MN)
+// against the O(MNK) product; the f32 copies live in the thread's kept
+// scratch (no page faults after the first call) and are not initialised
+// (every element is written before it is read).
+void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
   const bool bf = d.dtype == TC_DTYPE_BF16;
   const int64_t a_rows = d.transpose_a ? d.K : d.M, a_cols = d.transpose_a ? d.M : d.K;
   const int64_t b_rows = d.transpose_b ? d.N : d.K, b_cols = d.transpose_b ? d.K : d.N;
-  std::vector<float> fa(size_t(a_rows * a_cols)), fb(size_t(b_rows * b_cols)), fc(size_t(d.M * d.N));
-  widen_matrix(bf, a, a_rows, a_cols, d.lda, fa.data());
-  widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb.data());
-  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc.data());
-  else std::fill(fc.begin(), fc.end(), 0.0f);
-  sgemm(d, fa.data(), a_cols, fb.data(), b_cols, fc.data(), d.N, float(d.beta));
-  narrow_matrix(bf, fc.data(), d.M, d.N, c, d.ldc);
+  const size_t na = size_t(round_up(a_rows * a_cols, 16)), nb = size_t(round_up(b_rows * b_cols, 16));
+  Scratch scratch((na + nb + size_t(d.M * d.N)) * sizeof(float));
+  float* fa = reinterpret_cast<float*>(scratch.get());
+  float* fb = fa + na;
+  float* fc = fb + nb;
+  widen_matrix(bf, a, a_rows, a_cols, d.lda, fa);
+  widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb);
+  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc);
+  else if (!blas().beta0_writes) std::memset(fc, 0, size_t(d.M * d.N) * sizeof(float));
+  sgemm(d, fa, a_cols, fb, b_cols, fc, d.N, float(d.beta));
+  narrow_matrix(bf, fc, d.M, d.N, c, d.ldc);
+}
+
+// The f16 split (gemm_amx.cpp) turns inf * b into inf * bh + inf * bl, NaN
+// where bl == 0: inputs with an infinity or NaN take the widening path.
+bool f16_inputs_finite(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b) {
+  return f16_matrix_finite(a, d.transpose_a ? d.K : d.M, d.transpose_a ? d.M : d.K, d.lda) &&
+         f16_matrix_finite(b, d.transpose_b ? d.N : d.K, d.transpose_b ? d.K : d.N, d.ldb);
+}
+
+void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+  if (features().amx_bf16 && amx_ready() && (d.dtype == TC_DTYPE_BF16 || f16_inputs_finite(d, a, b))) {
+    const KernelSet& ks = d.dtype == TC_DTYPE_BF16 ? bf16_amx_kernels() : f16_amx_kernels();
+    run_packed_gemm(ks, make_operands(d, a, b), d.dtype, c, d.ldc, d.alpha, d.beta);
+  } else {
+    gemm_half_widen(d, a, b, c);
+  }
 }
 
 }  // namespace

@@ -82,6 +82,7 @@ enum class HandleKind {
   GgufModel,
   GgufWriter,
   // end gguf
+  Llama,
 };
 
 // Every handle given out is registered until it is destroyed.

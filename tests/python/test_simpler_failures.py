@@ -36,7 +36,7 @@ def _still_usable(w, cases):
 
 
 @pytest.mark.parametrize("entry, pattern", [
-    ("orch_segv", r"task 0 \(func_id 1, kernel [0-9a-f]+\), block 0 of 1, faulted on core \d: SIGSEGV"),
+    ("orch_segv", r"task 0 \(func_id 1, kernel [0-9a-f]+\), block 0 of 1, faulted on core \d+: SIGSEGV"),
     ("orch_abort", r"func_id 2.*SIGABRT"),
     ("orch_throw", r"orchestration 'orch_throw' failed: C\+\+ exception: orchestration refused the input"),
     ("orch_unknown_func", r"unknown func_id 42; the ChipCallable's children are \[0, 1, 2, 3\]"),

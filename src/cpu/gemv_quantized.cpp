@@ -163,6 +163,7 @@ tc_status run(const GemvQuantizedArgs& a) {
   // Enough rows per task that dispatch is cheap, enough tasks to balance.
   const int64_t grain = std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
 
+  constexpr int64_t kPrefetchRows = 1;
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
     std::vector<float> yt(size_t(M * std::min(n_sub, n1 - n0)));  // f32 results of a sub-chunk, [M][rows]
     for (int64_t s0 = n0; s0 < n1; s0 += n_sub) {
@@ -171,6 +172,11 @@ tc_status run(const GemvQuantizedArgs& a) {
         const int64_t me = std::min(M, mb + m_blk);
         for (int64_t n = s0; n < s1; ++n) {
           const uint8_t* wr = w + uint64_t(n) * row_bytes;
+          // Ask for the next row while this one is computed: a thread
+          // streams its rows from DRAM faster than the hardware prefetcher
+          // alone brings them.
+          if (n + kPrefetchRows < n1)
+            for (uint64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(wr + kPrefetchRows * row_bytes + off);
           for (int64_t m0 = mb; m0 < me; m0 += kMaxTile) {
             const int mt = int(std::min<int64_t>(kMaxTile, me - m0));
             const float* xp[kMaxTile];

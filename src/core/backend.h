@@ -293,6 +293,9 @@ class Queue {
 };
 
 class Backend {
+ protected:
+  tc_status no_kernel(const OpInfo& info) const;
+
  public:
   virtual ~Backend() = default;
   virtual tc_backend kind() const = 0;
@@ -311,27 +314,28 @@ class Backend {
 
   virtual std::unique_ptr<Queue> create_queue() = 0;
 
-  // Ops.
+  // Ops. A backend overrides the ones it has kernels for; the rest answer
+  // TC_ERR_UNSUPPORTED naming the op and the backend, never run elsewhere.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
 
   // ---- Training kernels
-  virtual tc_status rmsnorm_forward(const RmsNormForwardArgs& args, Queue* queue) = 0;
-  virtual tc_status rmsnorm_backward(const RmsNormBackwardArgs& args, Queue* queue) = 0;
-  virtual tc_status layernorm_forward(const LayerNormForwardArgs& args, Queue* queue) = 0;
-  virtual tc_status layernorm_backward(const LayerNormBackwardArgs& args, Queue* queue) = 0;
-  virtual tc_status rope(const RopeArgs& args, Queue* queue) = 0;  // forward and backward
-  virtual tc_status swiglu_forward(const SwigluForwardArgs& args, Queue* queue) = 0;
-  virtual tc_status swiglu_backward(const SwigluBackwardArgs& args, Queue* queue) = 0;
-  virtual tc_status softmax_forward(const SoftmaxForwardArgs& args, Queue* queue) = 0;
-  virtual tc_status softmax_backward(const SoftmaxBackwardArgs& args, Queue* queue) = 0;
-  virtual tc_status adamw_step(const AdamwArgs& args, Queue* queue) = 0;
-  virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue* queue) = 0;  // RMSNorm and LayerNorm
+  virtual tc_status rmsnorm_forward(const RmsNormForwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status rmsnorm_backward(const RmsNormBackwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status layernorm_forward(const LayerNormForwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status layernorm_backward(const LayerNormBackwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status rope(const RopeArgs& args, Queue*) { return no_kernel(args.info); }  // forward and backward
+  virtual tc_status swiglu_forward(const SwigluForwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status swiglu_backward(const SwigluBackwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status softmax_forward(const SoftmaxForwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status softmax_backward(const SoftmaxBackwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status adamw_step(const AdamwArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue*) { return no_kernel(args.info); }  // RMSNorm and LayerNorm
   // ---- end of training kernels
 
   // conv2d
-  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue* queue) = 0;
-  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue* queue) = 0;
-  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue*) { return no_kernel(args.info); }
   // end conv2d
 
   // ---- Memory tiers (core/tiers.h) -----------------------------------------
@@ -355,14 +359,14 @@ class Backend {
   virtual void collect() {}
 
   // ---- attention ----
-  virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;
-  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status attention_forward(const AttentionArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue*) { return no_kernel(args.info); }
   // ---- end attention ----
   // quantized
-  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue* queue) = 0;
-  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue* queue) = 0;
-  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
-  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
   // end quantized
 };
 

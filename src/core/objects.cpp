@@ -1,5 +1,8 @@
 #include "core/objects.h"
 
+#include "core/error.h"
+#include "tensorcore/diagnostics.h"
+
 #include <unistd.h>
 
 #include <mutex>
@@ -44,6 +47,11 @@ void note_backend(tc_backend backend) { t_last_backend = backend; }
 tc_backend last_backend() { return t_last_backend; }
 void note_cuda_kernel(const char* name) { t_last_cuda_kernel = name ? name : ""; }
 const char* last_cuda_kernel() { return t_last_cuda_kernel.c_str(); }
+
+tc_status Backend::no_kernel(const OpInfo& info) const {
+  const char* backend = kind() == TC_BACKEND_CUDA ? "CUDA" : tc_backend_name(kind());
+  return fail(TC_ERR_UNSUPPORTED, "%s has no %s kernel in this build", info.name, backend);
+}
 
 Storage::~Storage() {
   if (owned && data && backend) {

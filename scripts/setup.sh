@@ -35,6 +35,20 @@ if ((${#need_pkgs[@]})); then
   fi
 fi
 
+# Optional system packages: installed where apt can reach a mirror, skipped
+# quietly elsewhere (an offline GPU machine builds without them).
+#   libgloo-dev  gloo collectives (src/dist; without it the gloo backend reports unsupported)
+#   libssl-dev   libcrypto's headers (src/dist links the system libcrypto either way)
+opt_pkgs=()
+have_header gloo/allreduce.h "" || opt_pkgs+=(libgloo-dev)
+have_header openssl/hmac.h "" || opt_pkgs+=(libssl-dev)
+if ((${#opt_pkgs[@]})) && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+  log "installing optional ${opt_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq "${opt_pkgs[@]}"; } >/dev/null 2>&1 \
+    || log "optional packages ${opt_pkgs[*]} unavailable; building without them"
+fi
+
 # -- 2. Python environment -----------------------------------------------------
 # A python3 that already has the required packages (an offline GPU machine's
 # environment) is used as it is; otherwise a project-local .venv that also sees

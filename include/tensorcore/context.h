@@ -29,9 +29,25 @@ struct tc_device_info {
 #define TC_CAPABILITY_GEMM_BATCHED (1ull << 4)
 #define TC_CAPABILITY_STREAMS (1ull << 5)
 #define TC_CAPABILITY_GEMM_TF32 (1ull << 6)
+/* Training kernels (tensorcore/training.h): norms, RoPE, SwiGLU, softmax,
+ * AdamW, fused norm + GEMV. */
+#define TC_CAPABILITY_TRAINING_KERNELS (1ull << 9)
+/* conv2d: forward, backward_input, backward_weight (tensorcore/conv2d.h). */
+#define TC_CAPABILITY_CONV2D (1ull << 10)
 /* Activation checkpointing and memory tiers (tensorcore/memory.h). */
 #define TC_CAPABILITY_CHECKPOINT (1ull << 13)
 #define TC_CAPABILITY_MEMORY_TIERS (1ull << 14)
+/* -- dist (dist.h, diloco.h) -- */
+#define TC_CAPABILITY_DIST_GLOO (1ull << 15) /* gloo collectives on this context's (host) buffers */
+#define TC_CAPABILITY_DIST_NCCL (1ull << 16) /* NCCL collectives on this context's (CUDA) buffers */
+#define TC_CAPABILITY_DILOCO (1ull << 17)    /* DiLoCo outer steps on this context's buffers */
+/* attention */
+#define TC_CAPABILITY_ATTENTION (1ull << 7)
+#define TC_CAPABILITY_ATTENTION_BACKWARD (1ull << 8)
+/* end attention */
+/* quantized, gguf */
+#define TC_CAPABILITY_QUANTIZED (1ull << 11) /* quantize_weights, gemv_quantized, fused_rmsnorm_gemv_quantized */
+#define TC_CAPABILITY_GGUF (1ull << 12)      /* GGUF files load into this context's buffers */
 #define TC_CAPABILITIES_VERSION 1u
 
 struct tc_runtime_capabilities {

@@ -28,10 +28,19 @@ from ._api.context import *  # noqa: F401,F403
 from ._api.buffer import *  # noqa: F401,F403
 from ._api.stream import *  # noqa: F401,F403
 from ._api.gemm import *  # noqa: F401,F403
+from ._api.attention import *  # noqa: F401,F403
 from ._api.cuda import *  # noqa: F401,F403
 from ._api.tokenizer import *  # noqa: F401,F403
+from ._api.training import *  # noqa: F401,F403
 from ._api.memory import *  # noqa: F401,F403
 from ._api.hip import *  # noqa: F401,F403
 from ._api.tensorops import *  # noqa: F401,F403
+# -- dist --
+from ._api.dist import *  # noqa: F401,F403
+from ._api.diloco import *  # noqa: F401,F403
+from ._api.conv2d import *  # noqa: F401,F403
+from ._api.quant import *  # noqa: F401,F403
+from ._api.gguf import *  # noqa: F401,F403
+from ._api.llama import *  # noqa: F401,F403
 
 __version__ = version().split()[1] if version().startswith("tensorcore ") else "0.0.0"

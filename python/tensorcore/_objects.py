@@ -107,6 +107,7 @@ class Context(_Owned):
         self._device = device
         self._streams = weakref.WeakSet()
         self._buffers = weakref.WeakSet()
+        self._groups = weakref.WeakSet()  # dist groups: closed before streams and buffers
         self._children = 0  # open Buffers and Streams made by this context
         self._close_pending = False
         out = c_void_p()
@@ -139,6 +140,12 @@ class Context(_Owned):
         (self._streams if isinstance(child, Stream) else self._buffers).add(child)
         self._children += 1
 
+    def _add_group(self, group):
+        """Tracks an object built on the context that must close before its
+        streams and buffers (a DistContext, which closes its DiLoCo first)."""
+        self._groups.add(group)
+        self._children += 1
+
     def _child_closed(self):
         self._children -= 1
         # A context collected together with its children (a reference cycle)
@@ -155,12 +162,13 @@ class Context(_Owned):
         self._forget()
 
     def close(self):
-        """Closes every stream (draining its work), then every buffer made by
-        this context, then shuts it down. Idempotent."""
+        """Closes every dist group (and its DiLoCo), every stream (draining its
+        work), then every buffer made by this context, then shuts it down.
+        Idempotent."""
         if self._handle is None:
             return
         first = None
-        for group in (self._streams, self._buffers):
+        for group in (self._groups, self._streams, self._buffers):
             for child in list(group):
                 try:
                     child.close()

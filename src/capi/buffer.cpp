@@ -67,6 +67,10 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
 tc_status tc_buffer_free(tc_buffer buf) {
   return guarded("tc_buffer_free", [&] {
     if (tc_status st = check_buffer_handle("tc_buffer_free", "buf", nullptr, buf)) return st;
+    // gguf
+    if (buf->owner)
+      return fail(TC_ERR_INVALID_ARG, "tc_buffer_free: the buffer belongs to a loaded model; free the model instead");
+    // end gguf
     if (tc_status st = checkpoint::forget_buffer(buf)) return st;
     tiers::on_free(buf);
     unregister_handle(buf);

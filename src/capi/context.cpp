@@ -5,16 +5,24 @@
 #include <string>
 
 #include "capi/api.h"
+#include "dist/capabilities.h"
 
 using namespace tc;
 using namespace tc::capi;
 
 namespace {
 
-constexpr uint64_t kKnownCapabilities = TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 |
-                                        TC_CAPABILITY_GEMM_I8 | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-                                        TC_CAPABILITY_GEMM_TF32 |
-                                        TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS;
+// Every capability bit this library version defines, one area a line.
+constexpr uint64_t kKnownCapabilities = 0
+    | TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8
+    | TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32
+    | TC_CAPABILITY_CHECKPOINT | TC_CAPABILITY_MEMORY_TIERS
+    | TC_CAPABILITY_DIST_GLOO | TC_CAPABILITY_DIST_NCCL | TC_CAPABILITY_DILOCO
+    | TC_CAPABILITY_CONV2D
+    | TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD
+    | TC_CAPABILITY_TRAINING_KERNELS
+    | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF  // quantized, gguf
+    ;
 
 // Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
 tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {
@@ -89,6 +97,9 @@ tc_status tc_shutdown(tc_context ctx) {
     if (nb || ns)
       return fail(TC_ERR_INVALID_ARG, "tc_shutdown: context still has %lld live buffer(s) and %lld stream(s)",
                   (long long)nb, (long long)ns);
+    // -- dist: groups keep the context's device and buffers --------------------
+    if (int64_t nd = ctx->live_dists.load())
+      return fail(TC_ERR_INVALID_ARG, "tc_shutdown: context still has %lld live distributed group(s)", (long long)nd);
     unregister_handle(ctx);
     delete ctx;
     return TC_OK;
@@ -118,6 +129,7 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     // Checkpointing is core code that runs on every backend; tiers need the backend's copies.
     out->available |= TC_CAPABILITY_CHECKPOINT;
     if (ctx->backend->supports_tiers()) out->available |= TC_CAPABILITY_MEMORY_TIERS;
+    out->available |= dist::available_capabilities(ctx) & kKnownCapabilities;  // -- dist --
     return TC_OK;
   });
 }

@@ -12,6 +12,10 @@
 
 #include "tensorcore/context.h"
 #include "tensorcore/gemm.h"
+#include "tensorcore/training.h"
+#include "tensorcore/conv2d.h"
+#include "tensorcore/attention.h"
+#include "tensorcore/quant.h"
 
 namespace tc {
 
@@ -33,6 +37,8 @@ struct Storage {
   bool resident = true;    // false: discarded by a checkpoint, no bytes anywhere
   std::string path;        // L3 spill file, removed with the Storage
   std::shared_ptr<TierAccounts> accounts;  // counts `size` under `tier` while alive (owned storage)
+  // gguf: keeps memory that the storage borrows alive (e.g. a mapped file).
+  std::shared_ptr<const void> keepalive;
   ~Storage();
 };
 using StorageRef = std::shared_ptr<Storage>;
@@ -52,6 +58,230 @@ struct GemmArgs {
   const void* b = nullptr;
   void* c = nullptr;
 };
+
+// ---- Training kernels (tensorcore/training.h) ------------------------------
+// Pointers are the buffers' data; optional outputs are null when not wanted.
+// `dtype` is the element type of the activations and weights; statistics and
+// weight gradients are f32.
+
+struct RmsNormForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  void* y = nullptr;
+  float* rstd = nullptr;  // optional
+};
+
+struct RmsNormBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* dy = nullptr;
+  const float* rstd = nullptr;
+  void* dx = nullptr;
+  float* dgamma = nullptr;  // optional
+};
+
+struct LayerNormForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;  // optional
+  void* y = nullptr;
+  float* mean = nullptr;  // optional
+  float* rstd = nullptr;  // optional
+};
+
+struct LayerNormBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* dy = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  void* dx = nullptr;
+  float* dgamma = nullptr;  // optional
+  float* dbeta = nullptr;   // optional
+};
+
+struct RopeArgs {
+  OpInfo info;
+  tc_rope_desc d;
+  bool inverse = false;  // backward: rotate by -theta
+  void* x = nullptr;
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+};
+
+struct SwigluForwardArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* out = nullptr;
+};
+
+struct SwigluBackwardArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* dout = nullptr;
+  void* dgate = nullptr;
+  void* dup = nullptr;
+};
+
+struct SoftmaxForwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* x = nullptr;
+  void* y = nullptr;
+};
+
+struct SoftmaxBackwardArgs {
+  OpInfo info;
+  int64_t N = 0, D = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* y = nullptr;
+  const void* dy = nullptr;
+  void* dx = nullptr;
+};
+
+struct AdamwArgs {
+  OpInfo info;
+  tc_adamw_desc d;
+  float* params = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grads = nullptr;
+};
+
+struct FusedNormGemvArgs {
+  OpInfo info;
+  int64_t M = 0, N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  float eps = 0.0f;
+  bool layernorm = false;  // else RMSNorm
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;  // LayerNorm only; optional
+  const void* w = nullptr;
+  void* y = nullptr;
+};
+
+// ---- end of training kernels ------------------------------------------------
+
+// --- conv2d ---------------------------------------------------------------
+// `d` is normalised: out_H and out_W filled in, dtype F16 or F32. Tensors are
+// packed NCHW / OIHW; scratch sizes are those of the tc_conv2d_*_bytes helpers.
+struct Conv2dForwardArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // null: no bias
+  void* y = nullptr;
+  float* col = nullptr;
+};
+
+struct Conv2dBackwardInputArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* dy = nullptr;
+  const void* w = nullptr;
+  void* dx = nullptr;
+  float* col = nullptr;
+  float* dx_f32 = nullptr;
+};
+
+struct Conv2dBackwardWeightArgs {
+  OpInfo info;
+  tc_conv2d_desc d;
+  const void* x = nullptr;
+  const void* dy = nullptr;
+  void* dw = nullptr;
+  float* col = nullptr;
+};
+// --- end conv2d -----------------------------------------------------------
+// --- quantized ----------------------------------------------------------------
+// Formats are TC_QUANT_* (src/quant/formats.h); matrices are row-major with
+// quantised rows of K weights. Validated: sizes fit, K is whole blocks, the
+// dtypes are f16/bf16/f32, outputs do not overlap inputs.
+struct QuantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype src_dtype = TC_DTYPE_F16;
+  const void* src = nullptr;  // N x K in src_dtype
+  void* dst = nullptr;        // N quantised rows
+};
+
+struct DequantizeWeightsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* src = nullptr;  // the first row to dequantise
+  void* dst = nullptr;        // N x K in dtype
+};
+
+// Y[M, N] = f(X)[M, K] @ W[N, K]^T, f = identity, or the RMS norm with gamma
+// when gamma is set (fused_rmsnorm_gemv_quantized).
+struct GemvQuantizedArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t M = 0, N = 0, K = 0;
+  tc_dtype dtype = TC_DTYPE_F16;  // of X, Y and gamma
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  const void* gamma = nullptr;
+  float eps = 0.0f;
+};
+// --- end quantized ------------------------------------------------------------
+
+// ---- attention ----
+// d is normalised: kv_heads filled in, softmax_scale > 0, causal/return_lse
+// 0 or 1. lse is null unless return_lse; alibi is null without ALiBi.
+struct AttentionArgs {
+  OpInfo info;
+  tc_attention_desc d;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const float* alibi = nullptr;
+};
+
+struct AttentionBackwardArgs {
+  OpInfo info;
+  tc_attention_desc d;  // normalised as for the forward
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  const float* alibi = nullptr;
+};
+// ---- end attention ----
 
 // The backend side of a stream: an ordered queue of work.
 class Queue {
@@ -84,6 +314,26 @@ class Backend {
   // Ops.
   virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
 
+  // ---- Training kernels
+  virtual tc_status rmsnorm_forward(const RmsNormForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status rmsnorm_backward(const RmsNormBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status layernorm_forward(const LayerNormForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status layernorm_backward(const LayerNormBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status rope(const RopeArgs& args, Queue* queue) = 0;  // forward and backward
+  virtual tc_status swiglu_forward(const SwigluForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status swiglu_backward(const SwigluBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status softmax_forward(const SoftmaxForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status softmax_backward(const SoftmaxBackwardArgs& args, Queue* queue) = 0;
+  virtual tc_status adamw_step(const AdamwArgs& args, Queue* queue) = 0;
+  virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue* queue) = 0;  // RMSNorm and LayerNorm
+  // ---- end of training kernels
+
+  // conv2d
+  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue* queue) = 0;
+  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue* queue) = 0;
+  // end conv2d
+
   // ---- Memory tiers (core/tiers.h) -----------------------------------------
   // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).
   virtual bool supports_tiers() const { return false; }
@@ -103,6 +353,17 @@ class Backend {
   virtual void defer_release(std::vector<StorageRef> refs) {}
   // Frees what defer_release and finished stream work left behind.
   virtual void collect() {}
+
+  // ---- attention ----
+  virtual tc_status attention_forward(const AttentionArgs& args, Queue* queue) = 0;
+  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue* queue) = 0;
+  // ---- end attention ----
+  // quantized
+  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue* queue) = 0;
+  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue* queue) = 0;
+  // end quantized
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

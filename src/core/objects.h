@@ -52,11 +52,16 @@ struct tc_context_s {
   std::atomic<int64_t> live_streams{0};
   // Memory tiers: accounting, budgets, spill directory (core/tiers.h).
   tc::TierManager tiers;
+  // -- dist: distributed groups (src/dist) built on this context --------------
+  std::atomic<int64_t> live_dists{0};
 };
 
 struct tc_buffer_s {
   tc_context_s* ctx = nullptr;
   tc::StorageSlot storage;
+  // gguf: non-null when the buffer belongs to an object that frees it (a
+  // loaded GGUF model); tc_buffer_free refuses such buffers.
+  const void* owner = nullptr;
   size_t size() const { return storage->size; }
   char* bytes() const { return static_cast<char*>(storage->data); }
 };
@@ -68,7 +73,17 @@ struct tc_stream_s {
 
 namespace tc {
 
-enum class HandleKind { Context, Buffer, Stream };
+enum class HandleKind {
+  Context,
+  Buffer,
+  Stream,
+  // gguf
+  GgufFile,
+  GgufModel,
+  GgufWriter,
+  // end gguf
+  Llama,
+};
 
 // Every handle given out is registered until it is destroyed.
 void register_handle(const void* h, HandleKind kind);

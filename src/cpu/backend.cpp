@@ -34,7 +34,15 @@ class CpuBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS;
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
+           // training kernels
+           TC_CAPABILITY_TRAINING_KERNELS |
+           // conv2d
+           TC_CAPABILITY_CONV2D |
+           // attention
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
+           // quantized, gguf
+           TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
   }
 
   // Host memory as the L1 tier gets it (core/tiers.cpp): 2 MiB aligned with
@@ -56,6 +64,38 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
+
+  // ---- Training kernels
+  tc_status rmsnorm_forward(const RmsNormForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::rmsnorm_forward);
+  }
+  tc_status rmsnorm_backward(const RmsNormBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::rmsnorm_backward);
+  }
+  tc_status layernorm_forward(const LayerNormForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::layernorm_forward);
+  }
+  tc_status layernorm_backward(const LayerNormBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::layernorm_backward);
+  }
+  tc_status rope(const RopeArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::rope); }
+  tc_status swiglu_forward(const SwigluForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::swiglu_forward);
+  }
+  tc_status swiglu_backward(const SwigluBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::swiglu_backward);
+  }
+  tc_status softmax_forward(const SoftmaxForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::softmax_forward);
+  }
+  tc_status softmax_backward(const SoftmaxBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::softmax_backward);
+  }
+  tc_status adamw_step(const AdamwArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::adamw_step); }
+  tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::fused_norm_gemv);
+  }
+  // ---- end of training kernels
 
   // ---- Memory tiers (core/tiers.h) -------------------------------------------
   // L0 and L1 are both RAM here (separately budgeted); a move on a stream
@@ -81,6 +121,41 @@ class CpuBackend final : public Backend {
     static_cast<cpu::WorkQueue*>(q)->enqueue(std::move(fn));
     return TC_OK;
   }
+
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_forward);
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_input);
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::conv2d_backward_weight);
+  }
+  // end conv2d
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_forward);
+  }
+  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::attention_backward);
+  }
+  // ---- end attention ----
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::quantize_weights);
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::dequantize_weights);
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::gemv_quantized);
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::fused_rmsnorm_gemv_quantized);
+  }
+  // end quantized
 };
 
 }  // namespace

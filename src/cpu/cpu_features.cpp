@@ -8,6 +8,10 @@
 #include <unistd.h>
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tc {
 namespace cpu {
 namespace {
@@ -43,11 +47,17 @@ const Features& features() {
     r.avx512vl = __builtin_cpu_supports("avx512vl");
     r.avx512_vnni = __builtin_cpu_supports("avx512vnni");
     r.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-    r.avx512_fp16 = __builtin_cpu_supports("avx512fp16");
-    r.avx_vnni = __builtin_cpu_supports("avxvnni");
-    r.amx_tile = __builtin_cpu_supports("amx-tile");
-    r.amx_int8 = r.amx_tile && __builtin_cpu_supports("amx-int8");
-    r.amx_bf16 = r.amx_tile && __builtin_cpu_supports("amx-bf16");
+    // From CPUID directly: clang 14's __builtin_cpu_supports does not know these.
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+      r.avx512_fp16 = (d >> 23) & 1;
+      r.amx_bf16 = (d >> 22) & 1;
+      r.amx_tile = (d >> 24) & 1;
+      r.amx_int8 = (d >> 25) & 1;
+    }
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) r.avx_vnni = (a >> 4) & 1;
+    r.amx_int8 = r.amx_tile && r.amx_int8;
+    r.amx_bf16 = r.amx_tile && r.amx_bf16;
     // The AMX kernels pack and finish their tiles with AVX-512.
     if (!(r.avx512f && r.avx512bw && r.avx512vl && r.avx512_bf16)) r.amx_tile = r.amx_int8 = r.amx_bf16 = false;
 #endif

@@ -9,5 +9,39 @@ namespace cpu {
 
 tc_status gemm(const GemmArgs& args);
 
+// ---- Training kernels
+// norms.cpp
+tc_status rmsnorm_forward(const RmsNormForwardArgs& args);
+tc_status rmsnorm_backward(const RmsNormBackwardArgs& args);
+tc_status layernorm_forward(const LayerNormForwardArgs& args);
+tc_status layernorm_backward(const LayerNormBackwardArgs& args);
+// rope.cpp
+tc_status rope(const RopeArgs& args);
+// activations.cpp
+tc_status swiglu_forward(const SwigluForwardArgs& args);
+tc_status swiglu_backward(const SwigluBackwardArgs& args);
+tc_status softmax_forward(const SoftmaxForwardArgs& args);
+tc_status softmax_backward(const SoftmaxBackwardArgs& args);
+// adamw.cpp
+tc_status adamw_step(const AdamwArgs& args);
+// fused_gemv.cpp
+tc_status fused_norm_gemv(const FusedNormGemvArgs& args);
+// ---- end of training kernels
+
+// conv2d.cpp
+tc_status conv2d_forward(const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args);
+// quantize.cpp, gemv_quantized.cpp
+tc_status quantize_weights(const QuantizeWeightsArgs& args);
+tc_status dequantize_weights(const DequantizeWeightsArgs& args);
+tc_status gemv_quantized(const GemvQuantizedArgs& args);
+tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args);
+
+// ---- attention (attention.cpp, attention_backward.cpp) ----
+tc_status attention_forward(const AttentionArgs& args);
+tc_status attention_backward(const AttentionBackwardArgs& args);
+// ---- end attention ----
+
 }  // namespace cpu
 }  // namespace tc

@@ -63,7 +63,9 @@ class CudaBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32;
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
+           // gguf: files load into device buffers by copy
+           TC_CAPABILITY_GGUF;
   }
 
   void* alloc(size_t nbytes) override {
@@ -104,6 +106,54 @@ class CudaBackend final : public Backend {
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
 
+  // ---- Training kernels
+  tc_status rmsnorm_forward(const RmsNormForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "rmsnorm_forward has no CUDA kernel in this build");
+  }
+  tc_status rmsnorm_backward(const RmsNormBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "rmsnorm_backward has no CUDA kernel in this build");
+  }
+  tc_status layernorm_forward(const LayerNormForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "layernorm_forward has no CUDA kernel in this build");
+  }
+  tc_status layernorm_backward(const LayerNormBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "layernorm_backward has no CUDA kernel in this build");
+  }
+  tc_status rope(const RopeArgs& a, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "%s has no CUDA kernel in this build", a.info.name);
+  }
+  tc_status swiglu_forward(const SwigluForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "swiglu_forward has no CUDA kernel in this build");
+  }
+  tc_status swiglu_backward(const SwigluBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "swiglu_backward has no CUDA kernel in this build");
+  }
+  tc_status softmax_forward(const SoftmaxForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "softmax_forward has no CUDA kernel in this build");
+  }
+  tc_status softmax_backward(const SoftmaxBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "softmax_backward has no CUDA kernel in this build");
+  }
+  tc_status adamw_step(const AdamwArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "adamw_step has no CUDA kernel in this build");
+  }
+  tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "%s has no CUDA kernel in this build", a.info.name);
+  }
+  // ---- end of training kernels
+
+  // conv2d
+  tc_status conv2d_forward(const Conv2dForwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_forward has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_input has no CUDA kernel in this build");
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "conv2d_backward_weight has no CUDA kernel in this build");
+  }
+  // end conv2d
+
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
   bool supports_tiers() const override { return true; }
   void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }
@@ -116,6 +166,29 @@ class CudaBackend final : public Backend {
   }
   void defer_release(std::vector<StorageRef> refs) override { dev_.park(std::move(refs)); }
   void collect() override { dev_.collect(); }
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_forward has no CUDA kernel in this build");
+  }
+  tc_status attention_backward(const AttentionBackwardArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "attention_backward has no CUDA kernel in this build");
+  }
+  // ---- end attention ----
+
+  // quantized
+  tc_status quantize_weights(const QuantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "quantize_weights has no CUDA kernel in this build");
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "dequantize_weights has no CUDA kernel in this build");
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "gemv_quantized has no CUDA kernel in this build");
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs&, Queue*) override {
+    return fail(TC_ERR_UNSUPPORTED, "fused_rmsnorm_gemv_quantized has no CUDA kernel in this build");
+  }
+  // end quantized
 
  private:
   // Runs `op` on the caller's stream (keeping its storage alive until done)

@@ -163,8 +163,15 @@ def rand_i8(rng, shape):
 TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 1e-2, "f64": 1e-12, "i8": 0, "i32": 0}
 
 
-def assert_close(out, ref, scale, rtol, what=""):
-    """Every element finite (nothing left poisoned) and |out - ref| <= rtol * scale."""
+# Half of the spacing of the smallest numbers an output dtype holds: a result
+# rounded into f16's subnormal range is off by up to this much, whatever its
+# relative error.
+SUBNORMAL_HALF_STEP = {"f16": 2.0 ** -25, "bf16": 2.0 ** -134, "f32": 2.0 ** -150}
+
+
+def assert_close(out, ref, scale, rtol, what="", out_dtype=None):
+    """Every element finite (nothing left poisoned) and |out - ref| <= rtol * scale
+    (plus the rounding floor of out_dtype's subnormals, when given)."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     assert out.shape == ref.shape, "%s: shape %s != %s" % (what, out.shape, ref.shape)
@@ -172,7 +179,7 @@ def assert_close(out, ref, scale, rtol, what=""):
     assert not bad.any(), "%s: %d non-finite outputs (unwritten?), first at %s" % (
         what, bad.sum(), np.argwhere(bad)[0])
     err = np.abs(out - ref)
-    limit = rtol * np.broadcast_to(scale, out.shape) + 1e-30
+    limit = rtol * np.broadcast_to(scale, out.shape) + SUBNORMAL_HALF_STEP.get(out_dtype, 0.0) + 1e-30
     worst = np.unravel_index(np.argmax(err / limit), out.shape) if out.size else None
     assert (err <= limit).all(), "%s: %d elements off; worst at %s: got %r want %r (limit %g)" % (
         what, (err > limit).sum(), worst, out[worst], ref[worst], limit[worst])

@@ -117,3 +117,28 @@ def test_area_modules_are_all_exported_without_clashes():
             assert getattr(tc, name, None) is getattr(mod, name), \
                 "tc.%s is not %s.%s: add `from ._api.%s import *` to tensorcore/__init__.py" % (
                     name, mod.__name__, name, mod_info.name)
+
+
+def _exported_functions(lib_path):
+    import shutil
+    import subprocess
+    if not shutil.which("nm"):
+        pytest.skip("nm is not installed")
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib_path)], capture_output=True, text=True, check=True)
+    return [line.split()[2] for line in out.stdout.splitlines() if len(line.split()) == 3 and line.split()[1] == "T"]
+
+
+def test_library_exports_only_its_c_abi():
+    """Internal functions, and copies of C++ runtime code from static archives,
+    must not be exported: a loaded library would interpose them on others."""
+    extra = [s for s in _exported_functions(tc.library_path) if not s.startswith("tc_")]
+    assert not extra, "libtensorcore exports non-ABI functions: %s" % extra[:10]
+
+
+def test_runtime_library_exports_only_its_c_abi():
+    from pathlib import Path
+    lib = Path(tc.library_path).with_name("libsimpler.so")
+    if not lib.exists():
+        pytest.skip("libsimpler.so is not built beside libtensorcore.so")
+    extra = [s for s in _exported_functions(lib) if not s.startswith("simpler_")]
+    assert not extra, "libsimpler exports non-ABI functions: %s" % extra[:10]

@@ -92,7 +92,7 @@ def run_case(ctx, rng, dtype, accum, M, N, K, ta=False, tb=False, alpha=1.0, bet
     if dtype == "i8":
         np.testing.assert_array_equal(out[:, :N], ref, err_msg=what)
     else:
-        assert_close(to_f64(out[:, :N], odt), ref, scale, rtol(dtype, accum, K), what)
+        assert_close(to_f64(out[:, :N], odt), ref, scale, rtol(dtype, accum, K), what, out_dtype=odt)
     if ldc:  # padding untouched, bit for bit
         assert out[:, N:].tobytes() == c_store[:, N:].tobytes(), what + ": C padding written"
     for x in (A, B, C):
@@ -212,7 +212,7 @@ def test_gemm_async_chain_on_stream(ctx, rng, dtype, accum):
             ref = prev @ to_f64(mats[i], dtype)
             scale = np.abs(prev) @ np.abs(to_f64(mats[i], dtype))
             out = X[i + 1].to_numpy((n, n), np_dtype(dtype))
-            assert_close(to_f64(out, dtype), ref, scale, rtol(dtype, accum, n), "step %d" % i)
+            assert_close(to_f64(out, dtype), ref, scale, rtol(dtype, accum, n), "step %d" % i, out_dtype=dtype)
             x = out
     assert ctx.last_backend_name() in ("portable_cpu", "cuda")
 
@@ -264,7 +264,7 @@ def test_gemm_batched(ctx, rng, dtype, accum, layout):
         if dtype == "i8":
             np.testing.assert_array_equal(got, ref, err_msg=what)
         else:
-            assert_close(to_f64(got, odt), ref, scale, rtol(dtype, accum, K), what)
+            assert_close(to_f64(got, odt), ref, scale, rtol(dtype, accum, K), what, out_dtype=odt)
         gap = out[i * per + M * N:(i + 1) * per]
         assert gap.tobytes() == c_store[i * per + M * N:(i + 1) * per].tobytes(), what + ": gap written"
 

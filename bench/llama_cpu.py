@@ -1,0 +1,215 @@
+"""LLaMA decode on the CPU: a 1.1B LLaMA-shaped model with random Q4_0 weights.
+
+Shape (TinyLlama-1.1B's): n_embd 2048, 22 layers, 32 heads, 4 kv heads,
+n_ff 5632, vocabulary 32000, every matrix Q4_0 (token_embd and output too),
+norms F32. The file (~0.6 GB) is written once (random Q4_0 blocks: random
+nibbles, f16 scales of an initialised model) to $TC_BENCH_DIR or the system's
+temporary directory and reused.
+
+Measures, on TC_NUM_THREADS threads (default 2): prefill of 64 tokens
+(median of a few runs, one eval of 64 tokens from position 0) and decode
+(one-token evals after it, median tok/s over 32 steps). Decode streams every
+weight once per token: bytes/token = all matrices except token_embd (one
+row is read) plus the KV cache read; GB/s = bytes/token * tok/s, compared
+with a NumPy copy's read bandwidth in the same run (1 and 2 threads over
+1 GiB). --write records bench/results/llama-cpu.md with the date, the
+machine and its load.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+import numpy as np  # noqa: E402
+
+E, L, H, HKV, F, V = 2048, 22, 32, 4, 5632, 32000
+D = E // H
+
+
+def q4_0_random(rng, n, k):
+    """n x k random Q4_0 weights: f16 scale ~ 1/(8 sqrt(k)) per block of 32, random nibbles."""
+    blocks = n * k // 32
+    raw = np.empty((blocks, 18), np.uint8)
+    d = (rng.uniform(0.5, 1.5, blocks) / (8 * np.sqrt(k) / 2)).astype(np.float16)
+    raw[:, :2] = d.view(np.uint8).reshape(-1, 2)
+    raw[:, 2:] = rng.integers(0, 256, (blocks, 16), dtype=np.uint8)
+    return raw.reshape(-1)
+
+
+def write_model(path):
+    import tensorcore as tc
+    rng = np.random.default_rng(1100)
+    w = tc.GgufWriter()
+    w.add_string("general.architecture", "llama")
+    w.add_string("general.name", "random-1.1b-q4_0")
+    for key, v in [("context_length", 2048), ("embedding_length", E), ("block_count", L),
+                   ("feed_forward_length", F), ("attention.head_count", H), ("attention.head_count_kv", HKV),
+                   ("rope.dimension_count", D), ("vocab_size", V)]:
+        w.add_uint32("llama." + key, v)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32("llama.rope.freq_base", 10000.0)
+
+    def mat(name, n, k):
+        w.add_tensor(name, q4_0_random(rng, n, k), ggml_type="q4_0", shape=(n, k))
+
+    def norm(name):
+        w.add_tensor(name, np.ones(E, np.float32))
+
+    mat("token_embd.weight", V, E)
+    for i in range(L):
+        p = "blk.%d." % i
+        norm(p + "attn_norm.weight")
+        mat(p + "attn_q.weight", E, E)
+        mat(p + "attn_k.weight", HKV * D, E)
+        mat(p + "attn_v.weight", HKV * D, E)
+        mat(p + "attn_output.weight", E, E)
+        norm(p + "ffn_norm.weight")
+        mat(p + "ffn_gate.weight", F, E)
+        mat(p + "ffn_up.weight", F, E)
+        mat(p + "ffn_down.weight", E, F)
+    norm("output_norm.weight")
+    mat("output.weight", V, E)
+    tmp = str(path) + ".tmp"
+    w.write(tmp)
+    w.close()
+    os.replace(tmp, path)
+
+
+def q4_bytes(n, k):
+    return n * k // 32 * 18
+
+
+def bytes_per_token(n_past):
+    per_layer = q4_bytes(E, E) * 2 + q4_bytes(HKV * D, E) * 2 + q4_bytes(F, E) * 3
+    kv = L * 2 * HKV * n_past * D * 4
+    return L * per_layer + q4_bytes(V, E) + q4_bytes(1, E) + kv
+
+
+def copy_bandwidth(nbytes=1 << 30, reps=5):
+    src = np.ones(nbytes // 8, np.float64)
+    dst = np.empty_like(src)
+    half = src.size // 2
+
+    def one():
+        np.copyto(dst, src)
+
+    def two():
+        t = threading.Thread(target=np.copyto, args=(dst[:half], src[:half]))
+        t.start()
+        np.copyto(dst[half:], src[half:])
+        t.join()
+    out = []
+    for fn in (one, two):
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        out.append(nbytes / np.median(ts) / 1e9)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("TC_NUM_THREADS", "2")))
+    ap.add_argument("--prefill", type=int, default=64)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--model", help="GGUF file to use instead of the random 1.1B model")
+    ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
+                    help="activations of the weight products (both: measure each)")
+    ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
+    args = ap.parse_args()
+    os.environ["TC_NUM_THREADS"] = str(args.threads)
+    import tensorcore as tc
+    from tensorcore.llama import Llama
+
+    path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
+                                      "tensorcore-random-1.1b-q4_0.gguf")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        write_model(path)
+        print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
+    load_before = os.getloadavg()
+    c1, c2 = copy_bandwidth()
+    modes = ["f32", "f16"] if args.activations == "both" else [args.activations]
+    bpt = bytes_per_token(args.prefill + args.decode // 2)
+    rows = []
+    for mode in modes:
+        with Llama(path, n_ctx=args.prefill + args.decode + 8, activations=mode) as m:
+            rng = np.random.default_rng(0)
+            prompt = rng.integers(3, m.n_vocab, args.prefill)
+            # Warm-up: fault the mapping in and start the thread pool.
+            m.eval(prompt[:8], last_only=True)
+            prefill = []
+            for _ in range(3):
+                m.reset()
+                t0 = time.perf_counter()
+                logits = m.eval(prompt, last_only=True)
+                prefill.append(time.perf_counter() - t0)
+            steps = []
+            tok = int(np.argmax(logits))
+            for _ in range(args.decode):
+                t0 = time.perf_counter()
+                logits = m.eval([tok], last_only=True)
+                steps.append(time.perf_counter() - t0)
+                tok = int(np.argmax(logits))
+            info = m.ctx.device_info()
+        p_tok_s, d_tok_s, best = args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps)
+        gbs = bpt * d_tok_s / 1e9
+        rows.append((mode, p_tok_s, d_tok_s, best, gbs))
+        print("activations %s: prefill %d tokens %.1f tok/s (median of 3); decode %.2f tok/s median, %.2f best, "
+              "%.1f MB/token -> %.1f GB/s" % (mode, args.prefill, p_tok_s, d_tok_s, best, bpt / 1e6, gbs))
+    load_after = os.getloadavg()
+    print("NumPy copy read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s" % (c1, c2))
+    # The summary line is the last mode's: f16 (llama.cpp's arithmetic) when both ran.
+    print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (rows[-1][1], rows[-1][2]))
+    if args.write:
+        loaded = max(load_before[0], load_after[0]) > args.threads * 0.75
+        lines = [
+            "# LLaMA decode on the CPU",
+            "",
+            "`python bench/llama_cpu.py --write`, %s." % datetime.date.today().isoformat(),
+            "",
+            "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
+                info.name, platform.machine(), args.threads, info.features),
+            "- Load average (1 min) before / after: %.2f / %.2f%s" % (
+                load_before[0], load_after[0],
+                " -- **the machine is shared and was loaded; figures are pessimistic**" if loaded
+                else " (the machine is shared with other builds)"),
+            "- Model: random LLaMA-shaped 1.1B (n_embd %d, %d layers, %d heads, %d kv heads, n_ff %d, vocab %d), "
+            "every matrix Q4_0, %.2f GB file." % (E, L, H, HKV, F, V, os.path.getsize(path) / 1e9),
+            "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
+            "one-token evals after it." % (args.prefill, args.decode),
+            "- Bytes per decoded token: every matrix but token_embd, one embedding row, the KV cache read: "
+            "%.1f MB. GB/s = that times decode tok/s." % (bpt / 1e6),
+            "- Copy: NumPy copy read bandwidth over 1 GiB in the same run: 1 thread %.1f GB/s, 2 threads %.1f GB/s."
+            % (c1, c2),
+            "- Activations: f32 = exact products (the default); f16 = `activations=\"f16\"` / `--activations f16`, "
+            "the products take f16 activations and, on this VNNI processor, int8 dot products as llama.cpp does.",
+            "",
+            "| activations | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |",
+            "|---|---|---|---|---|---|",
+        ]
+        for mode, p_tok_s, d_tok_s, best, gbs in rows:
+            lines.append("| %s | %.1f | %.2f | %.2f | %.1f | %.2f |" % (mode, p_tok_s, d_tok_s, best, gbs, gbs / c2))
+        lines.append("")
+        out = REPO / "bench" / "results" / "llama-cpu.md"
+        note = REPO / "bench" / "results" / "llama-cpu.notes.md"
+        if note.exists():
+            lines += [note.read_text()]
+        out.write_text("\n".join(lines))
+        print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()

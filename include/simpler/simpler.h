@@ -1,0 +1,163 @@
+/* simpler: the task runtime's C ABI (the Python packages `simpler` and
+ * `simpler_setup` are ctypes over it).
+ *
+ * A Worker drives one device (level 2). Callables are registered with it; a
+ * run executes a ChipCallable's orchestration, which submits kernels as tasks
+ * whose dependencies the runtime infers from the tensors they touch.
+ * Every function returns a tc_status; a failure's detail (which argument,
+ * which task) is in simpler_last_error_detail() on the calling thread. */
+#ifndef SIMPLER_SIMPLER_H
+#define SIMPLER_SIMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simpler/tensor.h"
+#include "tensorcore/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct simpler_worker_s* simpler_worker;
+typedef struct simpler_callable_s* simpler_callable;
+typedef struct simpler_run_s* simpler_run;
+
+/* Argument directions of a callable's signature. */
+#define SIMPLER_ARG_SCALAR 0
+#define SIMPLER_ARG_IN 1
+#define SIMPLER_ARG_OUT 2
+#define SIMPLER_ARG_INOUT 3
+
+#define SIMPLER_RING_COUNT 4
+#define SIMPLER_MAX_CALLABLES 64
+
+typedef struct simpler_worker_config {
+  uint32_t struct_size;    /* sizeof(simpler_worker_config) */
+  int32_t level;           /* 2 (one device); 3 and up are not built yet */
+  const char* platform;    /* "cpu" or "cuda" */
+  const char* runtime;     /* "tensormap_and_ringbuffer" (default) or "host_build_graph" */
+  int32_t device_id;       /* CUDA ordinal; 0 on cpu */
+  int32_t num_cores;       /* cpu core threads; 0 = SIMPLER_CPU_CORES or the hardware threads */
+  uint64_t heap_ring_size; /* bytes of each heap ring; 0 = 256 MiB */
+} simpler_worker_config;
+
+/* Per-call options. Zero means "default" for every field. */
+typedef struct simpler_call_config {
+  uint32_t struct_size;          /* sizeof(simpler_call_config) */
+  int32_t aicpu_thread_num;      /* scheduler threads (cuda: launch streams); 0 = platform default */
+  int32_t block_dim;             /* cores this run may use; 0 = all */
+  int32_t enable_chip_swimlane;  /* 0 off, 1-4 detail */
+  int32_t enable_dump_args;
+  int32_t enable_pmu;            /* 0 off, > 0 event type */
+  int32_t enable_dep_gen;
+  int32_t enable_scope_stats;
+  const char* output_prefix;     /* directory of diagnostic files; required when any is on */
+  uint64_t ring_task_window[SIMPLER_RING_COUNT]; /* power of two >= 4, or 0 */
+  uint64_t ring_heap[SIMPLER_RING_COUNT];        /* bytes >= 1024, or 0 */
+  uint64_t ring_dep_pool[SIMPLER_RING_COUNT];    /* entries >= 4, or 0 */
+} simpler_call_config;
+
+typedef struct simpler_task_args {
+  const ChipTensor* tensors; /* in signature order */
+  uint32_t tensor_count;
+  const uint64_t* scalars;
+  uint32_t scalar_count;
+} simpler_task_args;
+
+typedef struct simpler_callable_info {
+  int32_t kind;            /* 1 core callable, 2 chip callable */
+  int32_t builtin;         /* 1 for a built-in tensorcore op */
+  uint32_t signature_len;
+  uint32_t child_count;
+  uint64_t binary_size;
+  char digest[65];         /* SHA-256 of the content, hex */
+} simpler_callable_info;
+
+typedef struct simpler_worker_info {
+  int32_t level;
+  int32_t initialized;
+  int32_t closed;
+  int32_t num_cores;       /* core threads (cpu) or launch streams (cuda) once initialised */
+  char platform[16];
+  char runtime[32];
+  char device[256];        /* the device's name once initialised */
+  uint64_t runs;           /* runs completed */
+  uint64_t graph_builds;   /* host_build_graph: graphs recorded */
+  uint64_t graph_replays;  /* host_build_graph: runs that replayed a cached graph */
+} simpler_worker_info;
+
+/* Version and errors. */
+TC_API const char* simpler_version(void);
+TC_API const char* simpler_last_error_detail(void);
+TC_API tc_status simpler_last_error(void);
+
+/* Checks a call config: a diagnostic needs output_prefix; ring overrides
+ * follow their rules. */
+TC_API tc_status simpler_call_config_validate(const simpler_call_config* cfg);
+
+/* Workers. create validates the config; init opens the device and starts
+ * the threads; close drains in-flight runs and releases everything (it is
+ * idempotent); destroy closes and frees the handle. */
+TC_API tc_status simpler_worker_create(const simpler_worker_config* cfg, simpler_worker* out);
+TC_API tc_status simpler_worker_init(simpler_worker w);
+TC_API tc_status simpler_worker_close(simpler_worker w);
+TC_API tc_status simpler_worker_destroy(simpler_worker w);
+TC_API tc_status simpler_worker_get_info(simpler_worker w, simpler_worker_info* out);
+
+/* Device memory. Pointers are device addresses (host addresses on cpu).
+ * copy_to/copy_from accept an interior address whose [addr, addr + nbytes)
+ * lies within one live allocation. */
+TC_API tc_status simpler_malloc(simpler_worker w, uint64_t nbytes, uint64_t* out);
+TC_API tc_status simpler_free(simpler_worker w, uint64_t ptr);
+TC_API tc_status simpler_copy_to(simpler_worker w, uint64_t dst, const void* src, uint64_t nbytes);
+TC_API tc_status simpler_copy_from(simpler_worker w, void* dst, uint64_t src, uint64_t nbytes);
+
+/* Callables. A core callable is one kernel binary (cpu: a shared object
+ * exporting kernel_entry; cuda: a cubin) or a built-in tensorcore op; a chip
+ * callable is an orchestration shared object plus (func_id, core callable)
+ * children. Both are identified by a SHA-256 of their content. */
+TC_API tc_status simpler_core_callable_create(const int32_t* signature, uint32_t signature_len, const void* binary,
+                                              uint64_t binary_size, simpler_callable* out);
+/* A built-in: `op` names a tensorcore op ("gemm", "gemm_batched"); `params`
+ * is "key=value;key=value" (see docs/simpler.md). */
+TC_API tc_status simpler_core_callable_builtin(const char* op, const char* params, simpler_callable* out);
+TC_API tc_status simpler_chip_callable_create(const int32_t* signature, uint32_t signature_len, const char* func_name,
+                                              const char* config_name, const void* binary, uint64_t binary_size,
+                                              const int32_t* func_ids, const simpler_callable* children,
+                                              uint32_t child_count, simpler_callable* out);
+/* A chip callable whose orchestration is built in: it submits the tasks a
+ * text description lists (func_ids of `children`, chip arguments, outputs of
+ * earlier tasks, runtime-allocated outputs, scalars, scopes), so a graph of
+ * built-in kernels needs no compiler. Format: src/runtime/task_list.h
+ * (Python: ChipCallable.from_tasks). */
+TC_API tc_status simpler_chip_callable_from_tasks(const int32_t* signature, uint32_t signature_len,
+                                                  const char* description, const int32_t* func_ids,
+                                                  const simpler_callable* children, uint32_t child_count,
+                                                  simpler_callable* out);
+TC_API tc_status simpler_callable_get_info(simpler_callable c, simpler_callable_info* out);
+/* Signature of a callable (signature_len entries). */
+TC_API tc_status simpler_callable_get_signature(simpler_callable c, int32_t* out, uint32_t capacity);
+TC_API tc_status simpler_callable_release(simpler_callable c);
+
+/* Registration, before or after init. Registering the same content again
+ * returns the same slot. */
+TC_API tc_status simpler_register(simpler_worker w, simpler_callable chip, int32_t* out_slot);
+TC_API tc_status simpler_unregister(simpler_worker w, int32_t slot);
+
+/* Runs. submit returns at once; runs of one worker execute in order. Host
+ * tensors (addresses outside every allocation) must stay valid until the run
+ * completes. */
+TC_API tc_status simpler_submit(simpler_worker w, int32_t slot, const simpler_task_args* args,
+                                const simpler_call_config* cfg, simpler_run* out);
+/* Waits up to timeout_s seconds (< 0: forever). Returns TC_ERR_TIMEOUT when
+ * the run is still going, else the run's status with its detail. */
+TC_API tc_status simpler_run_wait(simpler_run r, double timeout_s);
+TC_API int32_t simpler_run_done(simpler_run r);
+TC_API tc_status simpler_run_release(simpler_run r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SIMPLER_SIMPLER_H */

@@ -1,0 +1,77 @@
+/* tensorcore: a LLaMA-family decoder over a GGUF file.
+ *
+ * tc_llama_load maps the file's weights onto the context's device, builds the
+ * tokenizer from its tokenizer.ggml.* metadata and allocates a KV cache of
+ * n_ctx positions. tc_llama_eval runs the forward for n new tokens at
+ * positions [n_past, n_past + n), appends their keys and values to the cache
+ * and (optionally) returns their f32 logits [n, n_vocab]; a later eval
+ * continues the sequence, tc_llama_reset starts a new one. A model is used by
+ * one thread at a time. CPU (host-accessible) contexts only for now: on a
+ * CUDA context tc_llama_load is TC_ERR_UNSUPPORTED. */
+#ifndef TENSORCORE_LLAMA_H
+#define TENSORCORE_LLAMA_H
+
+#include "tensorcore/context.h"
+#include "tensorcore/tokenizer.h"
+#include "tensorcore/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tc_llama_s* tc_llama;
+
+struct tc_llama_config {
+  int64_t n_vocab;
+  int64_t n_ctx;        /* KV cache positions */
+  int64_t n_ctx_train;  /* <arch>.context_length (0 when absent) */
+  int64_t n_embd;
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t head_dim;
+  int64_t n_ff;
+  double rms_norm_eps;
+  double rope_freq_base;
+  double rope_freq_scale;
+  int32_t tied_embeddings;  /* 1: no output.weight, token_embd is the output matrix */
+  int32_t weight_type;      /* TC_QUANT_* of blk.0.attn_q.weight */
+  int32_t bos_id, eos_id;   /* -1 when absent */
+};
+
+/* Loads a llama-family GGUF file. n_ctx <= 0 picks min(context_length, 2048)
+ * (2048 when the file has no context length). TC_ERR_IO: the file cannot be
+ * read; TC_ERR_CORRUPT: it is not valid GGUF; TC_ERR_UNSUPPORTED: not a
+ * LLaMA-shaped model (missing tensor, wrong shape, a weight format without a
+ * kernel, an unknown tokenizer); the detail names the cause. */
+TC_API tc_status tc_llama_load(tc_context ctx, const char* path, int64_t n_ctx, tc_llama* out);
+TC_API tc_status tc_llama_free(tc_llama model);
+TC_API tc_status tc_llama_get_config(tc_llama model, struct tc_llama_config* out);
+
+/* Runs `n` tokens (each in [0, n_vocab)) at positions [n_past, n_past + n),
+ * n_past + n <= n_ctx. logits: NULL, or room for `capacity` floats; the call
+ * writes the logits of all n tokens (capacity >= n * n_vocab) or, when
+ * capacity is exactly n_vocab, those of the last token only. On a failed
+ * validation nothing changes; n_past advances by n on success. */
+TC_API tc_status tc_llama_eval(tc_llama model, const int32_t* tokens, int64_t n, float* logits, int64_t capacity);
+TC_API tc_status tc_llama_reset(tc_llama model);
+TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
+
+/* Element type of the activations that enter the weight products: TC_DTYPE_F32
+ * (the default: products exact up to f32 rounding) or TC_DTYPE_F16 (inputs
+ * and outputs of the products rounded to f16; on AVX512-VNNI processors the
+ * products of Q4_0/Q8_0/Q4_K/Q6_K weights then quantise the activations to 8
+ * bits per block of 32 and use integer dot products, as llama.cpp does:
+ * faster; logits within a few 1e-2 relative). Norms, RoPE, attention, the KV
+ * cache and the residual stream stay f32 either way. */
+TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
+
+/* The model's tokenizer, owned by the model (valid until tc_llama_free; do
+ * not free it). */
+TC_API tc_status tc_llama_tokenizer(tc_llama model, tc_tokenizer* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORCORE_LLAMA_H */

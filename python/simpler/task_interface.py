@@ -1,0 +1,550 @@
+"""Task and callable types: ArgDirection, DataType, ChipTensor,
+ChipStorageTaskArgs, CallConfig, CoreCallable, ChipCallable.
+
+The C side validates and owns the data; these classes hold handles and build
+the plain structs the C ABI takes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import struct
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _errors
+from ._lib import CCallConfig, CChipTensor, CTaskArgs, MAX_TENSOR_DIMS, RING_COUNT, check, lib
+
+__all__ = [
+    "ArgDirection",
+    "DataType",
+    "ChipTensor",
+    "ChipStorageTaskArgs",
+    "CallConfig",
+    "CoreCallable",
+    "ChipCallable",
+    "scalar_to_uint64",
+]
+
+
+class ArgDirection(enum.IntEnum):
+    """Positional signature entries of a callable."""
+
+    SCALAR = 0
+    IN = 1
+    OUT = 2
+    INOUT = 3
+
+
+class DataType(enum.IntEnum):
+    """Element types (numbers as in include/simpler/tensor.h)."""
+
+    FLOAT32 = 0
+    FLOAT16 = 1
+    BFLOAT16 = 2
+    INT8 = 3
+    INT16 = 4
+    INT32 = 5
+    INT64 = 6
+    UINT8 = 7
+    UINT16 = 8
+    UINT32 = 9
+    UINT64 = 10
+    FLOAT64 = 11
+    BOOL = 12
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+    def to_numpy(self):
+        """The NumPy dtype (bf16 needs ml_dtypes)."""
+        import numpy as np
+
+        if self is DataType.BFLOAT16:
+            try:
+                import ml_dtypes
+            except ImportError as e:  # pragma: no cover - depends on the environment
+                raise TypeError("bfloat16 arrays need the ml_dtypes package") from e
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(_NUMPY_NAMES[self])
+
+    @classmethod
+    def from_numpy(cls, dtype) -> "DataType":
+        import numpy as np
+
+        dt = np.dtype(dtype)
+        if dt.name == "bfloat16":
+            return cls.BFLOAT16
+        for member, name in _NUMPY_NAMES.items():
+            if dt == np.dtype(name):
+                return member
+        raise TypeError(f"no simpler DataType for NumPy dtype {dt}")
+
+
+_ITEMSIZE = {
+    DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2, DataType.INT8: 1, DataType.INT16: 2,
+    DataType.INT32: 4, DataType.INT64: 8, DataType.UINT8: 1, DataType.UINT16: 2, DataType.UINT32: 4,
+    DataType.UINT64: 8, DataType.FLOAT64: 8, DataType.BOOL: 1,
+}
+_NUMPY_NAMES = {
+    DataType.FLOAT32: "float32", DataType.FLOAT16: "float16", DataType.INT8: "int8", DataType.INT16: "int16",
+    DataType.INT32: "int32", DataType.INT64: "int64", DataType.UINT8: "uint8", DataType.UINT16: "uint16",
+    DataType.UINT32: "uint32", DataType.UINT64: "uint64", DataType.FLOAT64: "float64", DataType.BOOL: "bool",
+}
+
+
+def _as_datatype(dtype) -> DataType:
+    if isinstance(dtype, DataType):
+        return dtype
+    if isinstance(dtype, int):
+        return DataType(dtype)
+    return DataType.from_numpy(dtype)
+
+
+def scalar_to_uint64(value) -> int:
+    """The raw 64 bits a scalar argument travels as.
+
+    int -> two's complement; Python float and ctypes.c_float -> the float32
+    bit pattern in the low half (what CoreTaskArgs::add_scalar(float) does);
+    ctypes.c_double -> the float64 pattern; NumPy scalars by their dtype.
+    """
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value & 0xFFFFFFFFFFFFFFFF
+    if isinstance(value, ctypes.c_double):
+        return struct.unpack("<Q", struct.pack("<d", value.value))[0]
+    if isinstance(value, ctypes.c_float):
+        return struct.unpack("<I", struct.pack("<f", value.value))[0]
+    if isinstance(value, (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint8,
+                          ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64)):
+        return int(value.value) & 0xFFFFFFFFFFFFFFFF
+    if isinstance(value, float):
+        return struct.unpack("<I", struct.pack("<f", value))[0]
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            if value.dtype == np.float64:
+                return struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+            if value.dtype.kind == "f":
+                return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+            return int(value) & 0xFFFFFFFFFFFFFFFF
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"cannot pass {type(value).__name__} as a scalar argument")
+
+
+class ChipTensor:
+    """A tensor argument: a strided view of device memory (or of host memory,
+    which the runtime stages to the device for the run)."""
+
+    __slots__ = ("_c", "_keep")
+
+    def __init__(self, c: CChipTensor, keep: Any = None):
+        self._c = c
+        self._keep = keep  # the host object whose memory this describes
+
+    @classmethod
+    def make(cls, data_ptr: int, shape: Sequence[int], dtype, strides: Sequence[int] | None = None,
+             start_offset: int = 0, nbytes: int | None = None) -> "ChipTensor":
+        """A view at `data_ptr` (device pointer from Worker.malloc, possibly an
+        interior one, or a host address). Strides and offset count elements;
+        row-major contiguous by default."""
+        dt = _as_datatype(dtype)
+        shape = tuple(int(s) for s in shape)
+        if not 1 <= len(shape) <= MAX_TENSOR_DIMS:
+            raise ValueError(f"ChipTensor.make: {len(shape)} dimensions (1..{MAX_TENSOR_DIMS} allowed)")
+        if any(s < 0 or s >= 1 << 32 for s in shape):
+            raise ValueError(f"ChipTensor.make: shape {shape} has a negative or too large extent")
+        if strides is None:
+            st, acc = [], 1
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            strides = tuple(reversed(st))
+        strides = tuple(int(s) for s in strides)
+        if len(strides) != len(shape):
+            raise ValueError("ChipTensor.make: strides and shape differ in length")
+        c = CChipTensor()
+        c.buffer.addr = int(data_ptr)
+        if nbytes is None:
+            last = start_offset + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else start_offset
+            nbytes = (last + 1) * dt.itemsize if all(shape) else 0
+        c.buffer.size = int(nbytes)
+        c.start_offset = int(start_offset)
+        c.ndims = len(shape)
+        c.dtype = int(dt)
+        for i, (s, st) in enumerate(zip(shape, strides)):
+            c.shapes[i] = s
+            c.strides[i] = st
+        return cls(c)
+
+    @classmethod
+    def from_array(cls, array) -> "ChipTensor":
+        """A host tensor over a NumPy array (or any object exporting the array
+        interface); the array must stay alive until the run completes."""
+        import numpy as np
+
+        a = np.asarray(array)
+        if a.ndim == 0:
+            a = a.reshape(1)
+        if any(s % a.itemsize for s in a.strides) or any(s < 0 for s in a.strides):
+            raise ValueError("ChipTensor.from_array: strides must be non-negative multiples of the item size")
+        ptr = a.__array_interface__["data"][0]
+        strides = tuple(s // a.itemsize for s in a.strides)
+        span = (sum((d - 1) * s for d, s in zip(a.shape, strides)) + 1) * a.itemsize if a.size else 0
+        t = cls.make(ptr, a.shape, DataType.from_numpy(a.dtype), strides=strides, nbytes=span)
+        t._keep = array
+        return t
+
+    @property
+    def data_ptr(self) -> int:
+        return self._c.buffer.addr + self._c.start_offset * self.dtype.itemsize
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._c.shapes[i] for i in range(self._c.ndims))
+
+    @property
+    def strides(self) -> tuple:
+        return tuple(self._c.strides[i] for i in range(self._c.ndims))
+
+    @property
+    def dtype(self) -> DataType:
+        return DataType(self._c.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"ChipTensor(ptr=0x{self.data_ptr:x}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class ChipStorageTaskArgs:
+    """The arguments of a chip call: tensors in signature order, then scalars."""
+
+    def __init__(self):
+        self._tensors: list[ChipTensor] = []
+        self._scalars: list[int] = []
+
+    def add_tensor(self, tensor) -> None:
+        if not isinstance(tensor, ChipTensor):
+            tensor = ChipTensor.from_array(tensor)
+        if len(self._tensors) >= 256:
+            raise ValueError("ChipStorageTaskArgs: at most 256 tensors")
+        self._tensors.append(tensor)
+
+    def add_scalar(self, value) -> None:
+        if len(self._scalars) >= 128:
+            raise ValueError("ChipStorageTaskArgs: at most 128 scalars")
+        self._scalars.append(scalar_to_uint64(value))
+
+    @property
+    def tensor_count(self) -> int:
+        return len(self._tensors)
+
+    @property
+    def scalar_count(self) -> int:
+        return len(self._scalars)
+
+    def tensor(self, i: int) -> ChipTensor:
+        return self._tensors[i]
+
+    def scalar(self, i: int) -> int:
+        return self._scalars[i]
+
+    def _to_c(self):
+        """The C struct plus the arrays it points to (keep them alive)."""
+        tensors = (CChipTensor * max(1, len(self._tensors)))()
+        for i, t in enumerate(self._tensors):
+            tensors[i] = t._c
+        scalars = (ctypes.c_uint64 * max(1, len(self._scalars)))(*self._scalars)
+        c = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)), len(self._tensors),
+                      ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)), len(self._scalars))
+        return c, (tensors, scalars, [t._keep for t in self._tensors])
+
+
+_RUNTIME_ENV_KEYS = ("ring_task_window", "ring_heap", "ring_dep_pool")
+_CONFIG_FIELDS = ("aicpu_thread_num", "block_dim", "enable_chip_swimlane", "enable_dump_args", "enable_pmu",
+                  "enable_dep_gen", "enable_scope_stats")
+
+
+class CallConfig:
+    """Per-call options; the defaults suit an ordinary run.
+
+    aicpu_thread_num  scheduler threads (cpu: the core threads schedule
+                      themselves, so this is only checked; cuda: launch streams)
+    block_dim         cores the run may use (0 = all)
+    enable_chip_swimlane 0 off, 1-4 detail; enable_dump_args; enable_pmu (> 0
+                      event type); enable_dep_gen; enable_scope_stats
+    output_prefix     directory of the diagnostic files (required when any is on)
+    runtime_env       {"ring_task_window" | "ring_heap" | "ring_dep_pool": N or
+                      [N0, N1, N2, N3]} (tensormap_and_ringbuffer only)
+
+    validate() runs at every submit/run and raises ValueError on a diagnostic
+    without output_prefix or a ring override that breaks its rules.
+    """
+
+    def __init__(self, aicpu_thread_num: int = 0, block_dim: int = 0, enable_chip_swimlane: int = 0,
+                 enable_dump_args: int = 0, enable_pmu: int = 0, enable_dep_gen: int = 0,
+                 enable_scope_stats: int = 0, output_prefix: str = "", runtime_env: Mapping | None = None):
+        self.aicpu_thread_num = aicpu_thread_num
+        self.block_dim = block_dim
+        self.enable_chip_swimlane = enable_chip_swimlane
+        self.enable_dump_args = enable_dump_args
+        self.enable_pmu = enable_pmu
+        self.enable_dep_gen = enable_dep_gen
+        self.enable_scope_stats = enable_scope_stats
+        self.output_prefix = output_prefix
+        self.runtime_env = dict(runtime_env or {})
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> "CallConfig":
+        d = dict(d or {})
+        known = set(_CONFIG_FIELDS) | {"output_prefix", "runtime_env"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"CallConfig: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def _ring_values(self, key: str) -> list:
+        v = self.runtime_env.get(key, 0)
+        if isinstance(v, (list, tuple)):
+            if len(v) != RING_COUNT:
+                raise ValueError(f"runtime_env.{key}: a list needs {RING_COUNT} entries (one per ring), got {len(v)}")
+            vals = list(v)
+        else:
+            vals = [v] * RING_COUNT
+        out = []
+        for x in vals:
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ValueError(f"runtime_env.{key}: {x!r} is not a non-negative integer")
+            out.append(x)
+        return out
+
+    def _to_c(self) -> CCallConfig:
+        unknown = sorted(set(self.runtime_env) - set(_RUNTIME_ENV_KEYS))
+        if unknown:
+            raise ValueError(f"runtime_env: unknown key(s) {unknown}; known: {list(_RUNTIME_ENV_KEYS)}")
+        c = CCallConfig()
+        c.struct_size = ctypes.sizeof(CCallConfig)
+        for f in _CONFIG_FIELDS:
+            v = getattr(self, f)
+            if isinstance(v, bool):
+                v = int(v)
+            if not isinstance(v, int):
+                raise ValueError(f"CallConfig.{f}: {v!r} is not an integer")
+            if not -(1 << 31) <= v < (1 << 31):
+                raise ValueError(f"CallConfig.{f}: {v} is out of range")
+            setattr(c, f, v)
+        if not isinstance(self.output_prefix, str):
+            raise ValueError("CallConfig.output_prefix must be a string")
+        c.output_prefix = self.output_prefix.encode() if self.output_prefix else None
+        for key in _RUNTIME_ENV_KEYS:
+            arr = getattr(c, key)
+            for i, v in enumerate(self._ring_values(key)):
+                arr[i] = v
+        return c
+
+    def validate(self) -> None:
+        check(lib().simpler_call_config_validate(ctypes.byref(self._to_c())))
+
+    def __repr__(self) -> str:
+        parts = [f"{f}={getattr(self, f)}" for f in _CONFIG_FIELDS]
+        parts.append(f"output_prefix={self.output_prefix!r}")
+        if self.runtime_env:
+            parts.append(f"runtime_env={self.runtime_env!r}")
+        return "CallConfig(" + ", ".join(parts) + ")"
+
+
+class _Callable:
+    """A C callable handle, released with the object."""
+
+    def __init__(self, handle: int):
+        self._h = ctypes.c_void_p(handle)
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h and h.value:
+            try:
+                lib().simpler_callable_release(h)
+            except Exception:  # interpreter shutdown
+                pass
+            self._h = None
+
+    def _info(self):
+        from ._lib import CCallableInfo
+
+        info = CCallableInfo()
+        check(lib().simpler_callable_get_info(self._h, ctypes.byref(info)))
+        return info
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the content (callables are identified by it)."""
+        return self._info().digest.decode()
+
+    @property
+    def binary_size(self) -> int:
+        return int(self._info().binary_size)
+
+    @property
+    def signature(self) -> list:
+        n = self._info().signature_len
+        arr = (ctypes.c_int32 * max(1, n))()
+        check(lib().simpler_callable_get_signature(self._h, arr, n))
+        return [ArgDirection(arr[i]) for i in range(n)]
+
+
+def _signature_array(signature: Iterable) -> tuple:
+    sig = [int(ArgDirection(s)) for s in signature]
+    return (ctypes.c_int32 * max(1, len(sig)))(*sig), len(sig)
+
+
+def _bytes(binary) -> bytes:
+    if isinstance(binary, (bytes, bytearray, memoryview)):
+        return bytes(binary)
+    raise TypeError(f"binary must be bytes, got {type(binary).__name__}")
+
+
+class CoreCallable(_Callable):
+    """One kernel: cpu, a shared object exporting kernel_entry; cuda, a cubin;
+    or a built-in tensorcore op (CoreCallable.builtin)."""
+
+    @classmethod
+    def build(cls, signature: Sequence, binary) -> "CoreCallable":
+        sig, n = _signature_array(signature)
+        data = _bytes(binary)
+        h = ctypes.c_void_p()
+        check(lib().simpler_core_callable_create(sig, n, data, len(data), ctypes.byref(h)))
+        obj = cls(h.value)
+        obj._builtin = None
+        return obj
+
+    @classmethod
+    def builtin(cls, op: str, **params) -> "CoreCallable":
+        """A tensorcore op as a kernel, e.g. CoreCallable.builtin("gemm", transpose_b=True).
+
+        gemm / gemm_batched: tensors (A IN, B IN, C OUT; INOUT when beta != 0)
+        of 2-D (batched: 3-D) views; parameters transpose_a, transpose_b,
+        alpha, beta, accum ("f32", "f16", "i32"), allow_tf32."""
+        text = ";".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in params.items())
+        h = ctypes.c_void_p()
+        check(lib().simpler_core_callable_builtin(op.encode(), text.encode(), ctypes.byref(h)))
+        obj = cls(h.value)
+        obj._builtin = op
+        return obj
+
+    @property
+    def is_builtin(self) -> bool:
+        return bool(self._info().builtin)
+
+    def __repr__(self) -> str:
+        kind = f"builtin={self._builtin!r}" if getattr(self, "_builtin", None) else f"binary_size={self.binary_size}"
+        return f"CoreCallable({kind}, signature={[s.name for s in self.signature]})"
+
+
+class ChipCallable(_Callable):
+    """An orchestration (host shared object exporting func_name) plus its
+    kernels: children = [(func_id, CoreCallable), ...]."""
+
+    @classmethod
+    def build(cls, signature: Sequence, func_name: str, binary, children: Sequence = (),
+              config_name: str = "") -> "ChipCallable":
+        sig, n = _signature_array(signature)
+        data = _bytes(binary)
+        kids = list(children)
+        for fid, c in kids:
+            if not isinstance(c, CoreCallable):
+                raise TypeError(f"ChipCallable.build: child for func_id {fid} is not a CoreCallable")
+        ids = (ctypes.c_int32 * max(1, len(kids)))(*[int(fid) for fid, _ in kids])
+        handles = (ctypes.c_void_p * max(1, len(kids)))(*[c._h.value for _, c in kids])
+        h = ctypes.c_void_p()
+        check(lib().simpler_chip_callable_create(sig, n, func_name.encode(), config_name.encode(), data, len(data),
+                                                 ids, handles, len(kids), ctypes.byref(h)))
+        obj = cls(h.value)
+        obj.func_name = func_name
+        obj.children = kids
+        return obj
+
+    @classmethod
+    def from_tasks(cls, signature: Sequence, tasks: Sequence, children: Sequence) -> "ChipCallable":
+        """A ChipCallable whose orchestration is built in: it submits `tasks`
+        in order, so a graph of built-in kernels needs no compiler at all.
+
+        Each task is {"func_id": f, "args": [...], "scalars": [...],
+        "block_num": 1}; the strings "scope_begin" / "scope_end" (or
+        ("scope_begin", "manual")) open and close scopes. Tensor arguments, in
+        the kernel signature's order (which also gives their access):
+          ("arg", i)  or  ("arg", i, offsets, shapes)   chip argument i (a box of it)
+          ("out", t, j)  or  ("out", t, j, offsets, shapes)   output j created by task t
+                                                        (tasks count from 0, scope items not counted)
+          ("new", shape, dtype)                         an output the runtime allocates
+        """
+        kids = list(children)
+        sigs = {int(fid): [ArgDirection(d) for d in c.signature] for fid, c in kids}
+        lines = ["simpler-task-list 1"]
+        for n, task in enumerate(tasks):
+            if isinstance(task, str) or (isinstance(task, tuple) and task and task[0] in ("scope_begin", "scope_end")):
+                name = task if isinstance(task, str) else task[0]
+                if name == "scope_begin":
+                    manual = isinstance(task, tuple) and len(task) > 1 and task[1] == "manual"
+                    lines.append(f"scope_begin {1 if manual else 0}")
+                elif name == "scope_end":
+                    lines.append("scope_end")
+                else:
+                    raise ValueError(f"from_tasks: unknown item {task!r}")
+                continue
+            fid = int(task["func_id"])
+            if fid not in sigs:
+                raise ValueError(f"from_tasks: item {n} uses func_id {fid}, which no child has")
+            access = [int(d) for d in sigs[fid] if d != ArgDirection.SCALAR]
+            targs = list(task.get("args", []))
+            if len(targs) != len(access):
+                raise ValueError(f"from_tasks: item {n} (func_id {fid}) passes {len(targs)} tensor(s); the kernel "
+                                 f"takes {len(access)}")
+            lines.append(f"task {fid} {int(task.get('block_num', 1))}")
+            for acc, a in zip(access, targs):
+                kind = a[0]
+                if kind == "arg":
+                    line = f"t {acc} arg {int(a[1])}"
+                    box = a[2:]
+                elif kind == "out":
+                    line = f"t {acc} out {int(a[1])} {int(a[2])}"
+                    box = a[3:]
+                elif kind == "new":
+                    shape, dt = tuple(a[1]), _as_datatype(a[2])
+                    line = f"t {acc} new {len(shape)} {int(dt)} " + " ".join(str(int(x)) for x in shape)
+                    box = ()
+                else:
+                    raise ValueError(f"from_tasks: item {n}: unknown tensor reference {a!r}")
+                if box:
+                    offsets, shapes = box
+                    if len(offsets) != len(shapes):
+                        raise ValueError(f"from_tasks: item {n}: box offsets and shapes differ in length")
+                    line += f" {len(shapes)} " + " ".join(str(int(x)) for x in list(offsets) + list(shapes))
+                lines.append(line)
+            for v in task.get("scalars", []):
+                lines.append(f"s {scalar_to_uint64(v)}")
+        text = "\n".join(lines) + "\n"
+        sig, nsig = _signature_array(signature)
+        ids = (ctypes.c_int32 * max(1, len(kids)))(*[int(fid) for fid, _ in kids])
+        handles = (ctypes.c_void_p * max(1, len(kids)))(*[c._h.value for _, c in kids])
+        h = ctypes.c_void_p()
+        check(lib().simpler_chip_callable_from_tasks(sig, nsig, text.encode(), ids, handles, len(kids),
+                                                     ctypes.byref(h)))
+        obj = cls(h.value)
+        obj.func_name = "simpler_task_list"
+        obj.children = kids
+        obj.description = text
+        return obj
+
+    def __repr__(self) -> str:
+        return (f"ChipCallable(func_name={self.func_name!r}, children={[fid for fid, _ in self.children]}, "
+                f"binary_size={self.binary_size})")

@@ -1,0 +1,104 @@
+"""The LLaMA decoder's raw functions (include/tensorcore/llama.h). The
+high-level model is tensorcore.llama.Llama."""
+
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_int64
+
+import numpy as np
+
+from .._args import i64
+from .._constants import dtype_code
+from .._errors import TensorcoreValueError, check
+from .._lib import declare, handle, tc_status
+from .._objects import context_arg
+from .._structs import _Struct
+
+__all__ = ["TCLlamaConfig", "llama_load", "llama_free", "llama_get_config", "llama_eval", "llama_reset",
+           "llama_n_past", "llama_tokenizer", "llama_set_activations"]
+
+TC_ERR_INVALID_ARG = -7
+
+
+class TCLlamaConfig(_Struct):
+    """struct tc_llama_config."""
+    _c_name_ = "struct tc_llama_config"
+    _fields_ = [("n_vocab", c_int64), ("n_ctx", c_int64), ("n_ctx_train", c_int64), ("n_embd", c_int64),
+                ("n_layer", c_int64), ("n_head", c_int64), ("n_head_kv", c_int64), ("head_dim", c_int64),
+                ("n_ff", c_int64), ("rms_norm_eps", c_double), ("rope_freq_base", c_double),
+                ("rope_freq_scale", c_double), ("tied_embeddings", c_int32), ("weight_type", c_int32),
+                ("bos_id", c_int32), ("eos_id", c_int32)]
+
+
+_tc_llama_load = declare("tc_llama_load", tc_status, handle, c_char_p, c_int64, POINTER(handle))
+_tc_llama_free = declare("tc_llama_free", tc_status, handle)
+_tc_llama_get_config = declare("tc_llama_get_config", tc_status, handle, POINTER(TCLlamaConfig))
+_tc_llama_eval = declare("tc_llama_eval", tc_status, handle, POINTER(c_int32), c_int64, POINTER(c_float), c_int64)
+_tc_llama_set_activations = declare("tc_llama_set_activations", tc_status, handle, c_int32)
+_tc_llama_reset = declare("tc_llama_reset", tc_status, handle)
+_tc_llama_n_past = declare("tc_llama_n_past", tc_status, handle, POINTER(c_int64))
+_tc_llama_tokenizer = declare("tc_llama_tokenizer", tc_status, handle, POINTER(handle))
+
+
+def _model(m):
+    h = getattr(m, "handle", m)
+    if h is None:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "the model is closed")
+    return h
+
+
+def llama_load(ctx, path, n_ctx=0):
+    """Loads a GGUF model; returns the raw tc_llama handle (an int)."""
+    h = handle()
+    p = path if isinstance(path, bytes) else str(path).encode()
+    check(_tc_llama_load(context_arg(ctx, "tc_llama_load"), p, i64(n_ctx, "tc_llama_load", "n_ctx"), byref(h)))
+    return h.value
+
+
+def llama_free(model):
+    check(_tc_llama_free(_model(model)))
+
+
+def llama_get_config(model):
+    """The model's configuration as a dict."""
+    c = TCLlamaConfig()
+    check(_tc_llama_get_config(_model(model), byref(c)))
+    return {name: getattr(c, name) for name, _ in TCLlamaConfig._fields_}
+
+
+def llama_eval(model, tokens, logits=None):
+    """Runs `tokens` after the cached ones. logits: None, or a C-contiguous
+    float32 array of n * n_vocab (all tokens) or n_vocab (the last one)."""
+    t = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(-1))
+    if t.size and (t.min() < -2**31 or t.max() >= 2**31):
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "tc_llama_eval: a token id does not fit int32")
+    t = t.astype(np.int32)
+    out, cap = None, 0
+    if logits is not None:
+        if (not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or not logits.flags.c_contiguous
+                or not logits.flags.writeable):
+            raise TensorcoreValueError(TC_ERR_INVALID_ARG, "tc_llama_eval: logits must be a writable C-contiguous float32 array")
+        out, cap = logits.ctypes.data_as(POINTER(c_float)), logits.size
+    check(_tc_llama_eval(_model(model), t.ctypes.data_as(POINTER(c_int32)), t.size, out, cap))
+    return logits
+
+
+def llama_reset(model):
+    check(_tc_llama_reset(_model(model)))
+
+
+def llama_n_past(model):
+    n = c_int64()
+    check(_tc_llama_n_past(_model(model), byref(n)))
+    return n.value
+
+
+def llama_tokenizer(model):
+    """The raw tc_tokenizer handle owned by the model (do not free it)."""
+    h = handle()
+    check(_tc_llama_tokenizer(_model(model), byref(h)))
+    return h.value
+
+
+def llama_set_activations(model, dtype):
+    """"f32" (exact products, the default) or "f16" (faster: f16 activations,
+    int8 dot products on VNNI processors)."""
+    check(_tc_llama_set_activations(_model(model), dtype_code(dtype)))

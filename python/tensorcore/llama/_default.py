@@ -1,0 +1,121 @@
+"""The embedded default model: a small LLaMA-shaped GGUF written on first
+use, deterministically (same bytes every time), through tensorcore's own GGUF
+writer.
+
+Shape: n_embd 256, 4 layers, 8 heads, 4 kv heads (GQA), n_ff 768, attention
+and output matrices Q8_0, feed-forward matrices Q4_0, norms F32, untied
+output. Weights are random (seeded) with the scale of an initialised model;
+the vocabulary is a SentencePiece one built in code: <unk>, <s>, </s>, the
+256 byte-fallback tokens <0x00>..<0xFF>, the printable ASCII characters and
+a list of common English words and pieces (scores by list order), so any
+text round-trips through tokenize/detokenize."""
+
+import os
+
+import numpy as np
+
+from ._quant import quantize_q4_0, quantize_q8_0
+
+VERSION = 1
+N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF, N_CTX = 256, 4, 8, 4, 768, 2048
+
+_WORDS = """the of and to in a is that for it as was with be by on not he I this are or his from at which but
+have an they you were her she there been one all we their has would when if so what out up more will no
+can who some do time about than them into only other could then its may these two first any like now my
+such make over our even most after also did many before must through back years where much your way well
+down should because each just those people how too little state good very world still own see men work
+long here get both between life being under never day same another know while last might us great old
+year off come since against go came right used take three tell hello model token text tensor core llama
+ing ed er es ly re th he in an on at en nd st ou it or is al ar le te ti""".split()
+
+
+def vocabulary():
+    """(tokens, scores, token_types) of the default SentencePiece vocabulary."""
+    toks, scores, types = ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3]
+    for b in range(256):
+        toks.append("<0x%02X>" % b)
+        scores.append(0.0)
+        types.append(6)
+    seen = set(toks)
+    pieces = [chr(c) for c in range(33, 127)] + ["\u2581"]
+    pieces += ["\u2581" + w for w in _WORDS if not w.islower() or len(w) > 2] + [w for w in _WORDS if len(w) == 2]
+    for i, p in enumerate(pieces):
+        if p in seen:
+            continue
+        seen.add(p)
+        toks.append(p)
+        # Longer pieces merge first: SPM merges the highest score.
+        scores.append(-float(i) if len(p) == 1 else float(len(p)) * 10.0 - i * 1e-3)
+        types.append(1)
+    return toks, scores, types
+
+
+def write_default_model(path):
+    """Writes the default model to `path`."""
+    from .._api.gguf import GgufWriter
+
+    rng = np.random.default_rng(20261129)
+    toks, scores, types = vocabulary()
+    V, E, F, D = len(toks), N_EMBD, N_FF, N_EMBD // N_HEAD
+    w = GgufWriter()
+    try:
+        w.add_string("general.architecture", "llama")
+        w.add_string("general.name", "tensorcore-default")
+        w.add_uint32("llama.context_length", N_CTX)
+        w.add_uint32("llama.embedding_length", E)
+        w.add_uint32("llama.block_count", N_LAYER)
+        w.add_uint32("llama.feed_forward_length", F)
+        w.add_uint32("llama.attention.head_count", N_HEAD)
+        w.add_uint32("llama.attention.head_count_kv", N_HEAD_KV)
+        w.add_uint32("llama.rope.dimension_count", D)
+        w.add_float32("llama.rope.freq_base", 10000.0)
+        w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+        w.add_uint32("llama.vocab_size", V)
+        w.add_string("tokenizer.ggml.model", "llama")
+        w.add_array("tokenizer.ggml.tokens", toks)
+        w.add_array("tokenizer.ggml.scores", np.asarray(scores, np.float32))
+        w.add_array("tokenizer.ggml.token_type", np.asarray(types, np.int32))
+        w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+        w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+        w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+        w.add_bool("tokenizer.ggml.add_space_prefix", True)
+
+        def mat(name, n, k, fmt):
+            x = (rng.standard_normal((n, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(np.float32)
+            raw = quantize_q8_0(x) if fmt == "q8_0" else quantize_q4_0(x)
+            w.add_tensor(name, raw, ggml_type=fmt, shape=(n, k))
+
+        def norm(name):
+            w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(E)).astype(np.float32))
+
+        mat("token_embd.weight", V, E, "q8_0")
+        for i in range(N_LAYER):
+            p = "blk.%d." % i
+            norm(p + "attn_norm.weight")
+            mat(p + "attn_q.weight", N_HEAD * D, E, "q8_0")
+            mat(p + "attn_k.weight", N_HEAD_KV * D, E, "q8_0")
+            mat(p + "attn_v.weight", N_HEAD_KV * D, E, "q8_0")
+            mat(p + "attn_output.weight", E, N_HEAD * D, "q8_0")
+            norm(p + "ffn_norm.weight")
+            mat(p + "ffn_gate.weight", F, E, "q4_0")
+            mat(p + "ffn_up.weight", F, E, "q4_0")
+            mat(p + "ffn_down.weight", E, F, "q4_0")
+        norm("output_norm.weight")
+        mat("output.weight", V, E, "q8_0")
+        w.write(path)
+    finally:
+        w.close()
+
+
+def default_model_path():
+    """The default model's path, written on first use under
+    $XDG_CACHE_HOME/tensorcore (~/.cache/tensorcore when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(base, "tensorcore")
+    path = os.path.join(d, "default-llama-v%d.gguf" % VERSION)
+    if not os.path.exists(path):
+        os.makedirs(d, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        write_default_model(tmp)
+        os.replace(tmp, path)
+    return path

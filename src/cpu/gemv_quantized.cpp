@@ -1,0 +1,209 @@
+// Quantized GEMV on the CPU.
+//
+//   Y[m, n] = sum_k f(X)[m, k] * W[n, k]          m < M, n < N, k < K
+//
+// with W quantised row by row (src/quant/formats.h), f the identity or the
+// RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) + eps). X (f16, bf16
+// or f32) is first widened to f32 (and normalised) into a scratch matrix.
+// Then either
+//  - the weights are dequantised in registers and multiplied in f32
+//    (quant_dot_avx512/avx2.cpp, or the portable loop here): the result
+//    differs from an exact product of the dequantised weights only by f32
+//    rounding. Every format, and always for f32 activations; or
+//  - for f16/bf16 activations against Q4_0/Q8_0/Q4_K/Q6_K on AVX512-VNNI
+//    processors, X is quantised to 8 bits per block of 32 and the products
+//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes.
+//
+// At batch 1 (decode) the product streams W once and does two flops per
+// weight: it is bound by memory bandwidth. Threads split the N rows; each row
+// is dotted with up to four rows of X at a time while it sits in L1, so W is
+// read from memory once for any M. For larger M, blocks of X rows and of W
+// rows are sized to stay in L2 while the other block streams past.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "cpu/convert.h"
+#include "cpu/cpu_features.h"
+#include "cpu/ops.h"
+#include "cpu/quant_dot.h"
+#include "cpu/thread_pool.h"
+#include "quant/formats.h"
+
+namespace tc {
+namespace cpu {
+namespace {
+
+// The portable kernel: dequantise the row with the reference code into a
+// scratch row, then plain f32 dot products.
+void dots_portable(int32_t fmt, const uint8_t* w, int64_t K, const float* const* x, int mt, float* out) {
+  thread_local std::vector<float> row;
+  if (int64_t(row.size()) < K) row.resize(size_t(K));
+  quant::dequantize_row(fmt, w, row.data(), K);
+  for (int m = 0; m < mt; ++m) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+      s0 += row[k] * x[m][k];
+      s1 += row[k + 1] * x[m][k + 1];
+      s2 += row[k + 2] * x[m][k + 2];
+      s3 += row[k + 3] * x[m][k + 3];
+    }
+    for (; k < K; ++k) s0 += row[k] * x[m][k];
+    out[m] = (s0 + s1) + (s2 + s3);
+  }
+}
+
+// The instruction set for this call: the best the processor has, lowered by
+// TC_QUANT_ISA=avx512|avx2|portable (read on every call, so tests can switch
+// it; avx512 means without the VNNI integer path).
+enum class Isa { Portable, Avx2, Avx512, Vnni };
+
+Isa pick_isa() {
+  const Features& f = features();
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c;
+  Isa best = avx512 && f.avx512_vnni      ? Isa::Vnni
+             : avx512                     ? Isa::Avx512
+             : f.avx2 && f.fma && f.f16c  ? Isa::Avx2
+                                          : Isa::Portable;
+  if (const char* v = std::getenv("TC_QUANT_ISA")) {
+    if (!std::strcmp(v, "portable")) return Isa::Portable;
+    if (!std::strcmp(v, "avx2") && best != Isa::Portable) return Isa::Avx2;
+    if (!std::strcmp(v, "avx512") && best == Isa::Vnni) return Isa::Avx512;
+  }
+  return best;
+}
+
+// Row kernel for (fmt, isa); null means the portable kernel.
+RowDots pick_dots(int32_t fmt, Isa isa) {
+  if (isa == Isa::Avx512 || isa == Isa::Vnni) return row_dots_avx512(fmt);
+  if (isa == Isa::Avx2) return row_dots_avx2(fmt);
+  return nullptr;
+}
+
+void store_row(tc_dtype dtype, const float* src, void* dst, int64_t n) {
+  switch (dtype) {
+    case TC_DTYPE_F32: std::memcpy(dst, src, size_t(n) * 4); break;
+    case TC_DTYPE_F16: narrow_row(false, src, static_cast<uint16_t*>(dst), n); break;
+    default: narrow_row(true, src, static_cast<uint16_t*>(dst), n); break;
+  }
+}
+
+void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
+  switch (dtype) {
+    case TC_DTYPE_F32: std::memcpy(dst, src, size_t(n) * 4); break;
+    case TC_DTYPE_F16: widen_row(false, static_cast<const uint16_t*>(src), dst, n); break;
+    default: widen_row(true, static_cast<const uint16_t*>(src), dst, n); break;
+  }
+}
+
+tc_status run(const GemvQuantizedArgs& a) {
+  const quant::FormatInfo& f = *quant::format_info(a.fmt);
+  const int64_t M = a.M, N = a.N, K = a.K;
+  const size_t es = dtype_size(a.dtype);
+  const uint64_t row_bytes = uint64_t(K / f.block_elems) * uint64_t(f.block_bytes);
+
+  // X in f32, normalised when fused. f32 input without a norm is used as is.
+  thread_local std::vector<float> xs_store;
+  const float* xs = static_cast<const float*>(a.x);
+  if (a.dtype != TC_DTYPE_F32 || a.gamma) {
+    if (xs_store.size() < size_t(M * K)) xs_store.resize(size_t(M * K));
+    for (int64_t m = 0; m < M; ++m)
+      load_row(a.dtype, static_cast<const char*>(a.x) + size_t(m * K) * es, xs_store.data() + m * K, K);
+    if (a.gamma) {
+      std::vector<float> g(static_cast<size_t>(K));
+      load_row(a.dtype, a.gamma, g.data(), K);
+      for (int64_t m = 0; m < M; ++m) {
+        float* r = xs_store.data() + m * K;
+        double ss = 0.0;
+        for (int64_t k = 0; k < K; ++k) ss += double(r[k]) * double(r[k]);
+        const float rstd = float(1.0 / std::sqrt(ss / double(K) + double(a.eps)));
+        for (int64_t k = 0; k < K; ++k) r[k] = r[k] * rstd * g[size_t(k)];
+      }
+    }
+    xs = xs_store.data();
+  }
+
+  const Isa isa = pick_isa();
+  const RowDots dots = pick_dots(a.fmt, isa);
+  // f16/bf16 activations against Q4_0/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
+  // 8 bits per block, integer dot products (quant_dot_vnni.cpp). Their error,
+  // at most half a step of 1/127 of each block's largest |x| per element, is
+  // below the f16/bf16 rounding of the output for typical activations; f32
+  // activations always take the exact f32 path.
+  const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
+  thread_local std::vector<int8_t> qx_q;
+  thread_local std::vector<int32_t> qx_bias;
+  thread_local std::vector<float> qx_dx, qx_sx;
+  std::vector<QxRow> qx;
+  if (qdots) {
+    const int64_t np = qx_pairs(K), nb = K / 32;
+    if (qx_q.size() < size_t(M * np * 64)) qx_q.resize(size_t(M * np * 64));
+    if (qx_bias.size() < size_t(M * np * 16)) qx_bias.resize(size_t(M * np * 16));
+    if (qx_dx.size() < size_t(M * np * 16)) qx_dx.resize(size_t(M * np * 16));
+    if (qx_sx.size() < size_t(M * nb)) qx_sx.resize(size_t(M * nb));
+    qx.resize(size_t(M));
+    for (int64_t m = 0; m < M; ++m) {
+      qx[size_t(m)] = {qx_q.data() + m * np * 64, qx_bias.data() + m * np * 16, qx_dx.data() + m * np * 16,
+                       qx_sx.data() + m * nb};
+      quantize_activations(a.fmt, xs + m * K, K, &qx[size_t(m)]);
+    }
+  }
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  char* y = static_cast<char*>(a.y);
+
+  // Blocking: W rows in sub-chunks of ~256 KB, X rows in blocks of ~256 KB,
+  // so both stay in L2 while the loops cross them.
+  const int64_t n_sub = std::max<int64_t>(1, int64_t((256 << 10) / std::max<uint64_t>(row_bytes, 1)));
+  const int64_t m_blk = std::max<int64_t>(kMaxTile, (256 << 10) / (K * 4) / kMaxTile * kMaxTile);
+  // Enough rows per task that dispatch is cheap, enough tasks to balance.
+  const int64_t grain = std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
+
+  constexpr int64_t kPrefetchRows = 1;
+  parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+    std::vector<float> yt(size_t(M * std::min(n_sub, n1 - n0)));  // f32 results of a sub-chunk, [M][rows]
+    for (int64_t s0 = n0; s0 < n1; s0 += n_sub) {
+      const int64_t s1 = std::min(n1, s0 + n_sub), rows = s1 - s0;
+      for (int64_t mb = 0; mb < M; mb += m_blk) {
+        const int64_t me = std::min(M, mb + m_blk);
+        for (int64_t n = s0; n < s1; ++n) {
+          const uint8_t* wr = w + uint64_t(n) * row_bytes;
+          // Ask for the next row while this one is computed: a thread
+          // streams its rows from DRAM faster than the hardware prefetcher
+          // alone brings them.
+          if (n + kPrefetchRows < n1)
+            for (uint64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(wr + kPrefetchRows * row_bytes + off);
+          for (int64_t m0 = mb; m0 < me; m0 += kMaxTile) {
+            const int mt = int(std::min<int64_t>(kMaxTile, me - m0));
+            const float* xp[kMaxTile];
+            const QxRow* qp[kMaxTile];
+            float out[kMaxTile];
+            for (int j = 0; j < mt; ++j) {
+              xp[j] = xs + (m0 + j) * K;
+              if (qdots) qp[j] = &qx[size_t(m0 + j)];
+            }
+            if (qdots) qdots(wr, K, qp, mt, out);
+            else if (dots) dots(wr, K, xp, mt, out);
+            else dots_portable(a.fmt, wr, K, xp, mt, out);
+            for (int j = 0; j < mt; ++j) yt[size_t((m0 + j) * rows + (n - s0))] = out[j];
+          }
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + s0) * es, rows);
+    }
+  });
+  return TC_OK;
+}
+
+}  // namespace
+
+tc_status gemv_quantized(const GemvQuantizedArgs& args) { return run(args); }
+
+tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args) { return run(args); }
+
+}  // namespace cpu
+}  // namespace tc

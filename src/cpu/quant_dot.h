@@ -1,0 +1,41 @@
+// Row kernels of the quantized GEMV: the dot products of one quantised row of
+// W (K weights, format fmt) with up to kMaxTile rows of X in f32:
+//
+//   out[m] = sum_k w[k] * x[m][k]      m < mt, 1 <= mt <= kMaxTile
+//
+// w[k] is the dequantised weight (src/quant/formats.h), computed in registers
+// and never stored; the products are accumulated in f32. One set per
+// instruction set, chosen at run time; each returns null for a format it has
+// no kernel for.
+#pragma once
+
+#include <cstdint>
+
+namespace tc {
+namespace cpu {
+
+constexpr int kMaxTile = 4;
+
+using RowDots = void (*)(const uint8_t* w, int64_t K, const float* const* x, int mt, float* out);
+
+RowDots row_dots_avx512(int32_t fmt);  // AVX-512 F/BW/VL with FMA and F16C
+RowDots row_dots_avx2(int32_t fmt);    // AVX2 with FMA and F16C
+
+// Q4_0, Q8_0, Q4_K and Q6_K against activations quantised to 8 bits per
+// block of 32 (AVX512-VNNI integer dot products; see quant_dot_vnni.cpp). A
+// row of X is prepared once per call: qx_pairs(K) pairs of blocks, each 64
+// int8 values, 16 int32 lane offsets and 16 lane scales, plus (Q4_K) K/32
+// block sums times their scale.
+struct QxRow {
+  int8_t* xq;
+  int32_t* bias;
+  float* dx;
+  float* sx;
+};
+using QxDots = void (*)(const uint8_t* w, int64_t K, const QxRow* const* x, int mt, float* out);
+int64_t qx_pairs(int64_t K);
+void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow* row);  // AVX512-VNNI processors only
+QxDots row_dots_vnni(int32_t fmt);
+
+}  // namespace cpu
+}  // namespace tc

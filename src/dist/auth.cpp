@@ -1,0 +1,282 @@
+#include "dist/auth.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "dist/crypto.h"
+
+namespace tc {
+namespace dist {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'C', 'A', 'U', 'T', 'H', '0', '1'};
+constexpr size_t kNonce = 32;
+constexpr uint8_t kModePlain = 0, kModeAuth = 1;
+constexpr uint8_t kChallenge = 'C', kRefuse = 'R', kAccept = 'A', kPlainOk = 'P';
+constexpr size_t kMaxFrame = 4096;
+
+void put_u64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
+  return v;
+}
+void put_str(std::string* s, const std::string& v) {
+  put_u64(s, v.size());
+  *s += v;
+}
+
+// The bytes both MACs cover; every field length-prefixed so no two
+// transcripts share an encoding.
+std::string transcript(const char* label, Purpose purpose, int32_t rank, const std::string& nc, const std::string& ns,
+                       const std::string& id_c, uint64_t key_c) {
+  std::string t;
+  put_str(&t, label);
+  t.push_back(char(purpose));
+  put_u64(&t, uint64_t(uint32_t(rank)));
+  put_str(&t, nc);
+  put_str(&t, ns);
+  put_str(&t, id_c);
+  put_u64(&t, key_c);
+  return t;
+}
+
+std::string mac(const std::string& secret, const std::string& data) {
+  uint8_t out[kDigestBytes];
+  hmac_sha256(secret.data(), secret.size(), data.data(), data.size(), out);
+  return std::string(reinterpret_cast<char*>(out), kDigestBytes);
+}
+
+std::string fresh_nonce() {
+  std::string n(kNonce, '\0');
+  if (!random_bytes(&n[0], kNonce)) throw std::runtime_error("libcrypto's random generator failed");
+  return n;
+}
+
+// Reads "len(u8) identity, key_id(u64), mac(32)" from p.
+bool parse_proof(const std::string& f, size_t pos, std::string* id, uint64_t* key, std::string* m) {
+  if (pos >= f.size()) return false;
+  size_t idn = uint8_t(f[pos++]);
+  if (idn == 0 || idn > TC_AUTH_MAX_IDENTITY_BYTES || f.size() != pos + idn + 8 + kDigestBytes) return false;
+  *id = f.substr(pos, idn);
+  *key = get_u64(f.data() + pos + idn);
+  *m = f.substr(pos + idn + 8);
+  return true;
+}
+
+std::string proof(uint8_t tag, const std::string& id, uint64_t key, const std::string& m) {
+  std::string s(1, char(tag));
+  s.push_back(char(uint8_t(id.size())));
+  s += id;
+  put_u64(&s, key);
+  s += m;
+  return s;
+}
+
+tc_status io_fail(tc_status st, const char* step, std::string* why) {
+  *why = std::string(step) + (st == TC_ERR_TIMEOUT ? ": timed out" : ": connection closed or failed");
+  return st == TC_ERR_CORRUPT ? TC_ERR_AUTH : st;
+}
+
+}  // namespace
+
+const Key* Keyring::find(const std::string& identity, uint64_t key_id) const {
+  for (auto& k : keys)
+    if (k.key_id == key_id && k.identity == identity) return &k;
+  return nullptr;
+}
+
+const Key& Keyring::active() const { return *find(local_identity, active_key_id); }
+
+tc_status make_keyring(const char* fn, const struct tc_auth_config* cfg, KeyringRef* out) {
+  if (!cfg) return fail(TC_ERR_INVALID_ARG, "%s: auth config is null", fn);
+  if (!cfg->keys || cfg->key_count == 0) return fail(TC_ERR_INVALID_ARG, "%s: the keyring is empty", fn);
+  if (cfg->key_count > 4096) return fail(TC_ERR_INVALID_ARG, "%s: %zu keys (at most 4096)", fn, cfg->key_count);
+  auto ring = std::make_shared<Keyring>();
+  for (size_t i = 0; i < cfg->key_count; ++i) {
+    const tc_auth_key& k = cfg->keys[i];
+    if (!k.identity) return fail(TC_ERR_INVALID_ARG, "%s: key %zu has no identity", fn, i);
+    size_t idn = std::strlen(k.identity);
+    if (idn == 0 || idn > TC_AUTH_MAX_IDENTITY_BYTES)
+      return fail(TC_ERR_INVALID_ARG, "%s: key %zu identity has %zu bytes (1..%d)", fn, i, idn,
+                  TC_AUTH_MAX_IDENTITY_BYTES);
+    if (!k.secret || k.secret_bytes < TC_AUTH_MIN_SECRET_BYTES)
+      return fail(TC_ERR_INVALID_ARG, "%s: key %zu ('%s', id %llu) has a %zu-byte secret; at least %d bytes are required",
+                  fn, i, k.identity, (unsigned long long)k.key_id, k.secret ? k.secret_bytes : 0,
+                  TC_AUTH_MIN_SECRET_BYTES);
+    if (k.secret_bytes > 4096) return fail(TC_ERR_INVALID_ARG, "%s: key %zu secret exceeds 4096 bytes", fn, i);
+    if (ring->find(k.identity, k.key_id))
+      return fail(TC_ERR_INVALID_ARG, "%s: key ('%s', id %llu) appears twice", fn, k.identity,
+                  (unsigned long long)k.key_id);
+    ring->keys.push_back(Key{k.identity, k.key_id, std::string(static_cast<const char*>(k.secret), k.secret_bytes)});
+  }
+  if (cfg->local_identity) {
+    ring->local_identity = cfg->local_identity;
+  } else {
+    for (auto& k : ring->keys)
+      if (k.identity != ring->keys[0].identity)
+        return fail(TC_ERR_INVALID_ARG, "%s: local_identity is not set and the keyring holds several identities", fn);
+    ring->local_identity = ring->keys[0].identity;
+  }
+  if (cfg->active_key_id == 0) {
+    const Key* first = nullptr;
+    for (auto& k : ring->keys)
+      if (k.identity == ring->local_identity) {
+        first = &k;
+        break;
+      }
+    if (!first)
+      return fail(TC_ERR_INVALID_ARG, "%s: no key of local identity '%s' in the keyring", fn,
+                  ring->local_identity.c_str());
+    ring->active_key_id = first->key_id;
+  } else {
+    ring->active_key_id = cfg->active_key_id;
+    if (!ring->find(ring->local_identity, ring->active_key_id))
+      return fail(TC_ERR_INVALID_ARG, "%s: active key ('%s', id %llu) is not in the keyring", fn,
+                  ring->local_identity.c_str(), (unsigned long long)ring->active_key_id);
+  }
+  *out = ring;
+  return TC_OK;
+}
+
+tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose, int32_t claimed_rank,
+                           const std::string& expected_identity, Deadline deadline, PeerInfo* server,
+                           std::string* why) {
+  std::string nc = ring ? fresh_nonce() : std::string(kNonce, '\0');
+  std::string hello(kMagic, 8);
+  hello.push_back(char(ring ? kModeAuth : kModePlain));
+  hello.push_back(char(purpose));
+  put_u64(&hello, uint64_t(uint32_t(claimed_rank)));
+  hello += nc;
+  if (tc_status st = send_frame(s, hello, deadline)) return io_fail(st, "sending hello", why);
+  std::string f;
+  if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for the challenge", why);
+  if (!f.empty() && uint8_t(f[0]) == kRefuse) {
+    *why = ring ? "the peer refused the connection (it runs without authentication, or for another purpose)"
+                : "the peer requires authentication";
+    return TC_ERR_AUTH;
+  }
+  if (!ring) {
+    if (f.size() != 1 || uint8_t(f[0]) != kPlainOk) {
+      *why = "unexpected reply to a plain hello";
+      return TC_ERR_AUTH;
+    }
+    return TC_OK;
+  }
+  if (f.size() != 1 + kNonce || uint8_t(f[0]) != kChallenge) {
+    *why = "malformed challenge";
+    return TC_ERR_AUTH;
+  }
+  std::string ns = f.substr(1);
+  const Key& me = ring->active();
+  std::string t = transcript("tc-auth-v1/client", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
+  if (tc_status st = send_frame(s, proof(kAccept, me.identity, me.key_id, mac(me.secret, t)), deadline))
+    return io_fail(st, "sending our proof", why);
+  if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for the peer's proof", why);
+  if (!f.empty() && uint8_t(f[0]) == kRefuse) {
+    *why = "the peer refused our credentials (identity '" + me.identity + "', key id " + std::to_string(me.key_id) + ")";
+    return TC_ERR_AUTH;
+  }
+  std::string id_s, m_s;
+  uint64_t key_s = 0;
+  if (f.empty() || uint8_t(f[0]) != kAccept || !parse_proof(f, 1, &id_s, &key_s, &m_s)) {
+    *why = "malformed proof from the peer";
+    return TC_ERR_AUTH;
+  }
+  const Key* k = ring->find(id_s, key_s);
+  std::string ts = transcript("tc-auth-v1/server", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
+  put_str(&ts, id_s);
+  put_u64(&ts, key_s);
+  // Compute a MAC even for an unknown key so timing does not tell which keys exist.
+  std::string expect = mac(k ? k->secret : std::string(32, '\0'), ts);
+  bool ok = equal_ct(expect.data(), m_s.data(), kDigestBytes) && k != nullptr;
+  if (!ok) {
+    *why = "the peer failed to prove identity '" + id_s + "' (key id " + std::to_string(key_s) + ")";
+    return TC_ERR_AUTH;
+  }
+  if (!expected_identity.empty() && id_s != expected_identity) {
+    *why = "the peer proved identity '" + id_s + "' but '" + expected_identity + "' was expected";
+    return TC_ERR_AUTH;
+  }
+  server->identity = id_s;
+  server->key_id = key_s;
+  return TC_OK;
+}
+
+tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose, const AdmitFn& admit,
+                           Deadline deadline, PeerInfo* client, std::string* why) {
+  std::string f;
+  if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for hello", why);
+  const std::string refuse(1, char(kRefuse));
+  if (f.size() != 8 + 2 + 8 + kNonce || std::memcmp(f.data(), kMagic, 8) != 0) {
+    send_frame(s, refuse, deadline);
+    *why = "malformed hello";
+    return TC_ERR_AUTH;
+  }
+  uint8_t mode = uint8_t(f[8]);
+  Purpose p = Purpose(uint8_t(f[9]));
+  int32_t rank = int32_t(uint32_t(get_u64(f.data() + 10)));
+  std::string nc = f.substr(18);
+  if (p != purpose || mode != (ring ? kModeAuth : kModePlain)) {
+    send_frame(s, refuse, deadline);
+    *why = mode == kModePlain && ring ? "a peer without credentials tried to connect"
+                                      : "a peer connected with the wrong mode or purpose";
+    return TC_ERR_AUTH;
+  }
+  client->claimed_rank = rank;
+  if (!ring) {
+    if (admit) {
+      std::string reason = admit(*client);
+      if (!reason.empty()) {
+        send_frame(s, refuse, deadline);
+        *why = reason;
+        return TC_ERR_AUTH;
+      }
+    }
+    return send_frame(s, std::string(1, char(kPlainOk)), deadline) ? io_fail(TC_ERR_IO, "accepting", why) : TC_OK;
+  }
+  std::string ns = fresh_nonce();
+  if (tc_status st = send_frame(s, std::string(1, char(kChallenge)) + ns, deadline))
+    return io_fail(st, "sending the challenge", why);
+  if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for the proof", why);
+  std::string id_c, m_c;
+  uint64_t key_c = 0;
+  if (f.empty() || uint8_t(f[0]) != kAccept || !parse_proof(f, 1, &id_c, &key_c, &m_c)) {
+    send_frame(s, refuse, deadline);
+    *why = "malformed proof";
+    return TC_ERR_AUTH;
+  }
+  const Key* k = ring->find(id_c, key_c);
+  std::string t = transcript("tc-auth-v1/client", purpose, rank, nc, ns, id_c, key_c);
+  std::string expect = mac(k ? k->secret : std::string(32, '\0'), t);
+  bool ok = equal_ct(expect.data(), m_c.data(), kDigestBytes) && k != nullptr;
+  if (!ok) {
+    send_frame(s, refuse, deadline);
+    *why = "a peer claiming identity '" + id_c + "' (key id " + std::to_string(key_c) + ") failed to prove it";
+    return TC_ERR_AUTH;
+  }
+  client->identity = id_c;
+  client->key_id = key_c;
+  if (admit) {
+    std::string reason = admit(*client);
+    if (!reason.empty()) {
+      send_frame(s, refuse, deadline);
+      *why = reason;
+      return TC_ERR_AUTH;
+    }
+  }
+  const Key& me = ring->active();
+  std::string ts = transcript("tc-auth-v1/server", purpose, rank, nc, ns, id_c, key_c);
+  put_str(&ts, me.identity);
+  put_u64(&ts, me.key_id);
+  if (tc_status st = send_frame(s, proof(kAccept, me.identity, me.key_id, mac(me.secret, ts)), deadline))
+    return io_fail(st, "sending our proof", why);
+  return TC_OK;
+}
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,69 @@
+// Mutual authentication of control connections: HMAC-SHA256 challenge-
+// response over fresh nonces from both sides.
+//
+//   client -> server  HELLO   magic, mode (plain/auth), purpose, claimed rank, Nc
+//   server -> client  CHALLENGE Ns                     (or REFUSE)
+//   client -> server  PROOF   id_c, key_c, HMAC(K_c, "client" | T)
+//   server -> client  ACCEPT  id_s, key_s, HMAC(K_s, "server" | T | id_c, key_c)   (or REFUSE)
+//
+// T = (purpose, claimed rank, Nc, Ns, id_c, key_c). The client proves itself
+// first, so a peer without a valid key learns nothing about the server (not
+// even its identity) before it is refused; both nonces are fresh per
+// connection, so a recorded exchange cannot be replayed; MACs are compared
+// in constant time. Nothing is encrypted.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/net.h"
+#include "tensorcore/dist.h"
+
+namespace tc {
+namespace dist {
+
+struct Key {
+  std::string identity;
+  uint64_t key_id = 0;
+  std::string secret;
+};
+
+struct Keyring {
+  std::string local_identity;
+  uint64_t active_key_id = 0;
+  std::vector<Key> keys;
+  const Key* find(const std::string& identity, uint64_t key_id) const;
+  const Key& active() const;
+};
+using KeyringRef = std::shared_ptr<const Keyring>;
+
+// Validates (secrets >= 32 bytes, identities 1..127 bytes, no duplicate
+// (identity, key_id), a resolvable local key) and deep-copies `cfg`.
+tc_status make_keyring(const char* fn, const struct tc_auth_config* cfg, KeyringRef* out);
+
+enum class Purpose : uint8_t { Store = 1, Remote = 2 };
+
+struct PeerInfo {
+  std::string identity;
+  uint64_t key_id = 0;
+  int32_t claimed_rank = -1;
+};
+
+// Client side of the handshake; `ring` null runs the plain (unauthenticated)
+// hello. expected_identity "" accepts any identity of the ring.
+// TC_ERR_AUTH when either side's proof fails (detail in *why).
+tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose, int32_t claimed_rank,
+                           const std::string& expected_identity, Deadline deadline, PeerInfo* server,
+                           std::string* why);
+
+// Server side. `admit` may refuse a proven peer (e.g. an identity bound to
+// another rank) by returning a reason; "" admits.
+using AdmitFn = std::function<std::string(const PeerInfo&)>;
+tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose, const AdmitFn& admit,
+                           Deadline deadline, PeerInfo* client, std::string* why);
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,16 @@
+// The dist area's capability bits for a context: gloo on host-memory
+// contexts when gloo is built, NCCL on CUDA contexts when NCCL is built,
+// DiLoCo on host-memory contexts.
+#pragma once
+
+#include <cstdint>
+
+#include "tensorcore/types.h"
+
+namespace tc {
+namespace dist {
+
+uint64_t available_capabilities(tc_context ctx);
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,99 @@
+// The object behind tc_diloco (see include/tensorcore/diloco.h for the
+// algorithm). Parameters are viewed as one flat f32 vector (each parameter
+// at its offset) so the exchange is one collective per outer step.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "dist/comm.h"
+#include "tensorcore/diloco.h"
+
+namespace tc {
+namespace dist {
+
+struct DilocoParam {
+  std::string name;
+  StorageRef storage;  // keeps the caller's memory alive even if its handle is freed
+  size_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  size_t offset = 0;   // into the flat vectors
+};
+
+// What an outer step reads and writes besides theta.
+struct OuterState {
+  std::vector<float> anchor;    // the shared starting point, identical on every rank
+  std::vector<float> m1;        // Nesterov velocity / Adam first moment
+  std::vector<float> m2;        // Adam second moment
+  std::vector<float> residual;  // error feedback of the compression
+  uint64_t adam_t = 0;
+};
+
+// ---- the pieces of an outer step (diloco_outer.cpp) ----
+// g := mean over ranks of the compressed (delta + residual); residual keeps
+// what compression dropped. *bytes: what this rank sent.
+tc_status exchange(Comm& comm, int32_t compress, const std::vector<float>& delta, std::vector<float>* residual,
+                   std::vector<float>* g, uint64_t* bytes);
+// anchor := OuterOpt(anchor, g) with the optimizer's moments in `s`.
+void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, OuterState* s);
+// theta (the parameters) <-> the flat f32 vector.
+void gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat);
+void scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat);
+// Top-k budget of a compression mode for n elements (0: dense modes).
+size_t topk_count(int32_t compress, size_t n);
+
+}  // namespace dist
+}  // namespace tc
+
+struct tc_diloco_s {
+  tc_dist dist = nullptr;
+  tc_diloco_config cfg{};
+  std::unique_ptr<tc::dist::Comm> comm;  // forked from the group's: never interleaves with caller collectives
+  std::vector<tc::dist::DilocoParam> params;
+  size_t total = 0;
+  tc::dist::OuterState state;
+
+  uint64_t inner_total = 0, outer_completed = 0, since_outer = 0, round_id = 0;
+  double last_seconds = 0, last_bytes = 0;
+  uint64_t topology_epoch = 0, membership_epoch = 0;
+
+  // Asynchronous round. The worker owns `work` and `snapshot` while RUNNING;
+  // the caller's thread installs them at commit. `amu` guards the fields
+  // below it.
+  std::thread worker;
+  tc::dist::OuterState work;
+  std::vector<float> snapshot;  // Delta at launch
+  std::vector<float> theta_at_launch;  // caller's thread only
+  std::mutex amu;
+  std::condition_variable acv;
+  int32_t astate = TC_DILOCO_ASYNC_IDLE;
+  tc_status worker_status = TC_OK;
+  std::string worker_detail;
+  double work_seconds = 0, work_bytes = 0;
+};
+
+namespace tc {
+namespace dist {
+
+// diloco.cpp: the engine (src/capi/diloco.cpp validates before calling).
+tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, tc_diloco* out);
+void diloco_destroy(tc_diloco d);
+tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, tc_dtype dtype);
+tc_status diloco_apply_outer(tc_diloco d);
+int32_t diloco_poll(tc_diloco d, tc_status* worker_status, uint64_t* round_id);
+tc_status diloco_wait(tc_diloco d);
+tc_status diloco_commit(tc_diloco d);
+
+// diloco_state.cpp: state blobs.
+size_t diloco_state_size(tc_diloco d, uint32_t version);
+void diloco_state_write(tc_diloco d, uint32_t version, uint8_t* out);
+tc_status diloco_state_read(tc_diloco d, uint32_t version, const uint8_t* blob, size_t n);
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,115 @@
+#include "dist/group.h"
+
+#include <cstdlib>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace tc {
+namespace dist {
+
+namespace {
+
+std::mutex& handles_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<const void*, DistHandle>& handles() {
+  static auto* m = new std::unordered_map<const void*, DistHandle>();
+  return *m;
+}
+
+}  // namespace
+
+void register_dist_handle(const void* h, DistHandle kind) {
+  std::lock_guard<std::mutex> lock(handles_mu());
+  handles()[h] = kind;
+}
+void unregister_dist_handle(const void* h) {
+  std::lock_guard<std::mutex> lock(handles_mu());
+  handles().erase(h);
+}
+bool is_live_dist_handle(const void* h, DistHandle kind) {
+  if (!h) return false;
+  std::lock_guard<std::mutex> lock(handles_mu());
+  auto it = handles().find(h);
+  return it != handles().end() && it->second == kind;
+}
+
+int64_t default_timeout_ms() {
+  const char* env = std::getenv("TC_DIST_TIMEOUT_MS");
+  if (env && *env) {
+    char* end = nullptr;
+    long long v = std::strtoll(env, &end, 10);
+    if (end && *end == '\0' && v > 0) return v;
+  }
+  return 120000;
+}
+
+tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
+  auto d = std::make_unique<tc_dist_s>();
+  d->ctx = req.ctx;
+  d->backend = req.backend;
+  d->world = req.world;
+  d->rank = req.rank;
+  d->device_memory = req.backend == TC_DIST_NCCL;
+  d->timeout_ms = req.timeout_ms;
+  std::string why;
+  Deadline deadline = deadline_after_ms(req.timeout_ms);
+
+  if (req.backend == TC_DIST_SINGLE) {
+    d->comm = make_single_comm();
+  } else {
+    // The rendezvous store (tcp: rank 0 hosts it, everyone else joins it
+    // through the handshake before reading anything).
+    if (req.rendezvous == GroupRequest::Rendezvous::Tcp) {
+      if (req.rank == 0) {
+        if (tc_status st = StoreServer::start(req.host, req.port, req.ring, req.world, req.rank_identities,
+                                              req.timeout_ms, &d->server, &why))
+          return fail(st, "%s: rank 0 cannot host the rendezvous: %s", fn, why.c_str());
+        d->store = std::make_unique<LocalStore>(d->server.get());
+      } else {
+        std::unique_ptr<TcpStoreClient> client;
+        if (tc_status st = TcpStoreClient::connect(req.host, req.port, req.ring.get(), req.rank, deadline, &client,
+                                                   &why)) {
+          if (st == TC_ERR_AUTH) d->client_auth_failures++;
+          return fail(st, "%s: rank %d of %d: %s", fn, req.rank, req.world, why.c_str());
+        }
+        d->store = std::move(client);
+      }
+    } else if (req.backend == TC_DIST_NCCL) {
+      d->store = std::make_unique<FileStore>(req.dir);
+    }
+    GroupSpec spec;
+    spec.rank = req.rank;
+    spec.size = req.world;
+    spec.timeout_ms = req.timeout_ms;
+    spec.iface_host = req.iface_host;
+    spec.store = d->store.get();
+    spec.file_dir = req.dir;
+    spec.cuda_device = req.cuda_device;
+    StoreServer* server = d->server.get();
+    spec.note = [server]() -> std::string {
+      if (!server || server->auth_failures() == 0) return std::string();
+      return " (the rendezvous refused " + std::to_string(server->auth_failures()) +
+             " connection(s) by authentication; last: " + server->last_refusal() + ")";
+    };
+    tc_status st = req.backend == TC_DIST_GLOO ? make_gloo_comm(spec, &d->comm) : make_nccl_comm(spec, &d->comm);
+    if (st) return fail_with(st, std::string(fn) + ": " + last_detail());
+  }
+  tc_dist h = d.release();
+  register_dist_handle(h, DistHandle::Dist);
+  *out = h;
+  return TC_OK;
+}
+
+void destroy_group(tc_dist d) {
+  unregister_dist_handle(d);
+  d->comm.reset();
+  d->store.reset();
+  d->server.reset();
+  delete d;
+}
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,65 @@
+// The object behind tc_dist: a communicator plus the rendezvous that formed
+// it (rank 0 keeps its store server alive for the group's lifetime).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/store.h"
+#include "tensorcore/dist.h"
+
+struct tc_dist_s {
+  tc_context ctx = nullptr;
+  int32_t backend = TC_DIST_SINGLE;
+  int32_t world = 1;
+  int32_t rank = 0;
+  bool device_memory = false;  // NCCL: buffers are device memory
+  std::unique_ptr<tc::dist::StoreServer> server;
+  std::unique_ptr<tc::dist::Store> store;
+  std::unique_ptr<tc::dist::Comm> comm;
+  std::mutex mu;  // one collective at a time on `comm`
+  std::atomic<int64_t> timeout_ms{120000};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> client_auth_failures{0};
+  std::atomic<int64_t> live_diloco{0};
+};
+
+namespace tc {
+namespace dist {
+
+// A validated request to form a group (src/capi/dist.cpp builds it).
+struct GroupRequest {
+  tc_context ctx = nullptr;
+  int32_t backend = TC_DIST_SINGLE;
+  int32_t world = 1, rank = 0;
+  enum class Rendezvous { None, Tcp, File } rendezvous = Rendezvous::None;
+  std::string host;       // tcp: rank 0's store address
+  int port = 0;
+  std::string dir;        // file
+  std::string iface_host; // data connections bind here
+  int64_t timeout_ms = 120000;
+  int cuda_device = -1;
+  KeyringRef ring;        // null: unauthenticated
+  std::vector<std::string> rank_identities;
+};
+
+// Forms the group (blocking until every rank joined or the deadline).
+tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out);
+// Leaves it: destroys the communicator, then the store.
+void destroy_group(tc_dist d);
+
+// Handles of this area, told apart from stale or foreign pointers.
+enum class DistHandle { Dist, Diloco, Remote };
+void register_dist_handle(const void* h, DistHandle kind);
+void unregister_dist_handle(const void* h);
+bool is_live_dist_handle(const void* h, DistHandle kind);
+
+// The default timeout: $TC_DIST_TIMEOUT_MS, else 120 s.
+int64_t default_timeout_ms();
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,69 @@
+// TCP plumbing for the control connections (rendezvous store, remote
+// endpoint): URL parsing, connect/listen, and whole-message I/O that gives
+// up at a deadline instead of blocking forever.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorcore/types.h"
+
+namespace tc {
+namespace dist {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+inline Deadline deadline_after_ms(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+inline int64_t ms_left(Deadline d) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - Clock::now()).count();
+  return left > 0 ? left : 0;
+}
+
+// "scheme://host:port/path?k=v&k2=v2", split. host may be "[v6addr]".
+struct Url {
+  std::string scheme, host, path;
+  int port = -1;
+  std::vector<std::pair<std::string, std::string>> query;
+  const std::string* param(const std::string& key) const;
+};
+// false with *why set when the text is not of that form.
+bool parse_url(const std::string& text, Url* out, std::string* why);
+
+// A socket closed on destruction.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket& operator=(Socket&& o) noexcept;
+  ~Socket() { close(); }
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void close();
+  void shutdown_both();  // wakes a thread blocked on it
+
+ private:
+  int fd_ = -1;
+};
+
+// Connects, retrying refused connections until the deadline (the listener
+// may not be up yet). TC_ERR_TIMEOUT when it never answers.
+tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why);
+// Listens on host:port (port 0: any free port; *bound_port says which).
+tc_status listen_tcp(const std::string& host, int port, Socket* out, int* bound_port, std::string* why);
+// Accepts one connection, waiting at most `wait_ms`; TC_ERR_TIMEOUT if none came.
+tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out);
+
+// Whole-buffer I/O with a deadline. TC_ERR_TIMEOUT on deadline, TC_ERR_IO
+// when the peer closed or the socket failed.
+tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline);
+tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline);
+// Length-prefixed frames (u32 little-endian length), at most max_bytes.
+tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline);
+tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline);
+
+}  // namespace dist
+}  // namespace tc

@@ -1,0 +1,171 @@
+#include "dist/remote.h"
+
+#include <cstring>
+
+namespace tc {
+namespace dist {
+
+namespace {
+constexpr size_t kMaxName = 1024;
+constexpr size_t kMaxTensor = size_t(1) << 40;
+}  // namespace
+
+tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port, KeyringRef ring, int64_t timeout_ms,
+                                 std::unique_ptr<RemoteEndpoint>* out, std::string* why) {
+  std::unique_ptr<RemoteEndpoint> e(new RemoteEndpoint());
+  e->role_ = role;
+  e->authenticated_ = ring != nullptr;
+  e->ring_ = std::move(ring);
+  e->timeout_ms_ = timeout_ms;
+  if (role == TC_REMOTE_ROLE_WEIGHT_SERVER) {
+    if (tc_status st = listen_tcp(host, port, &e->listener_, &e->port_, why)) return st;
+    e->acceptor_ = std::thread([p = e.get()] { p->accept_loop(); });
+  }
+  *out = std::move(e);
+  return TC_OK;
+}
+
+RemoteEndpoint::~RemoteEndpoint() {
+  stop_ = true;
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) c->shutdown_both();
+  }
+  for (auto& t : workers_) t.join();
+}
+
+KeyringRef RemoteEndpoint::ring() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_;
+}
+
+void RemoteEndpoint::rotate(KeyringRef ring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ring_ = std::move(ring);
+}
+
+void RemoteEndpoint::publish(const std::string& name, const void* ptr, size_t nbytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tensors_[name] = {ptr, nbytes};
+}
+
+bool RemoteEndpoint::withdraw(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tensors_.erase(name) > 0;
+}
+
+size_t RemoteEndpoint::published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tensors_.size();
+}
+
+bool RemoteEndpoint::peer(int32_t id, const char** identity, uint64_t* key_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || size_t(id) >= peers_.size()) return false;
+  *identity = peers_[size_t(id)].info.identity.c_str();
+  *key_id = peers_[size_t(id)].info.key_id;
+  return true;
+}
+
+void RemoteEndpoint::accept_loop() {
+  while (!stop_) {
+    Socket s;
+    if (accept_tcp(listener_, 100, &s) != TC_OK) continue;
+    auto conn = std::make_unique<Socket>(std::move(s));
+    Socket* raw = conn.get();
+    std::lock_guard<std::mutex> lock(mu_);
+    conns_.push_back(std::move(conn));
+    workers_.emplace_back([this, raw] { serve(raw, -1); });
+  }
+}
+
+void RemoteEndpoint::serve(Socket* s, int32_t) {
+  KeyringRef r = ring();  // the ring in force when the connection arrived
+  PeerInfo info;
+  std::string why;
+  tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why);
+  if (st) {
+    if (st == TC_ERR_AUTH) failures_++;
+    return;  // the socket is closed by the destructor, after the join
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers_.push_back(Peer{info, nullptr, nullptr});
+  }
+  while (!stop_) {
+    std::string m;
+    tc_status rs = recv_frame(*s, &m, kMaxName + 1, deadline_after_ms(200));
+    if (rs == TC_ERR_TIMEOUT) continue;
+    if (rs != TC_OK || m.empty() || m[0] != 'F') break;
+    std::string name = m.substr(1), reply;
+    {
+      // The bytes are copied under the lock so a concurrent unregister
+      // cannot pull the memory away mid-copy.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tensors_.find(name);
+      if (it == tensors_.end()) {
+        reply = "Eno tensor named '" + name + "' is registered";
+      } else {
+        reply.reserve(1 + it->second.second);
+        reply.push_back('D');
+        reply.append(static_cast<const char*>(it->second.first), it->second.second);
+      }
+    }
+    if (send_frame(*s, reply, deadline_after_ms(timeout_ms_)) != TC_OK) break;
+    if (reply[0] == 'D') served_ += reply.size() - 1;
+  }
+  // Closed by the destructor, after this thread is joined: closing here
+  // would race with its shutdown() and could hit a reused descriptor.
+}
+
+tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::string& expected_identity,
+                                  int32_t* peer_id, std::string* why) {
+  Deadline d = deadline_after_ms(timeout_ms_);
+  auto sock = std::make_unique<Socket>();
+  if (tc_status st = connect_tcp(host, port, d, sock.get(), why)) return st;
+  KeyringRef r = ring();
+  PeerInfo info;
+  if (tc_status st = client_handshake(*sock, r.get(), Purpose::Remote, -1, expected_identity, d, &info, why)) {
+    if (st == TC_ERR_AUTH) failures_++;
+    return st;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  peers_.push_back(Peer{info, std::move(sock), std::make_unique<std::mutex>()});
+  *peer_id = int32_t(peers_.size() - 1);
+  return TC_OK;
+}
+
+tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* dst, size_t nbytes,
+                                std::string* why) {
+  Socket* s;
+  std::mutex* io;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = peers_[size_t(peer_id)].sock.get();
+    io = peers_[size_t(peer_id)].io.get();
+  }
+  std::lock_guard<std::mutex> lock(*io);
+  Deadline d = deadline_after_ms(timeout_ms_);
+  std::string reply;
+  tc_status st = send_frame(*s, "F" + name, d);
+  if (!st) st = recv_frame(*s, &reply, kMaxTensor + 1, d);
+  if (st || reply.empty()) {
+    *why = st == TC_ERR_TIMEOUT ? "the server did not answer before the deadline" : "the connection to the server was lost";
+    return TC_ERR_TIMEOUT;
+  }
+  if (reply[0] == 'E') {
+    *why = reply.substr(1);
+    return TC_ERR_INVALID_ARG;
+  }
+  if (reply.size() - 1 != nbytes) {
+    *why = "tensor '" + name + "' has " + std::to_string(reply.size() - 1) + " bytes, not " + std::to_string(nbytes);
+    return TC_ERR_INVALID_ARG;
+  }
+  std::memcpy(dst, reply.data() + 1, nbytes);
+  fetched_ += nbytes;
+  return TC_OK;
+}
+
+}  // namespace dist
+}  // namespace tc

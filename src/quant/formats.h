@@ -1,0 +1,195 @@
+// Quantized weight formats, defined once for every backend and test.
+//
+// The block structs are ggml's byte layouts exactly (ggml-common.h), so a
+// GGUF tensor's bytes are used as they are. A row of K weights is K / QK
+// consecutive blocks; a matrix W[N, K] is N such rows. Scales are IEEE
+// binary16 stored as raw bits (uint16_t) except Q8_K's f32.
+//
+//   Q4_0  32 weights, 18 bytes   w = (q - 8) * d            q: 4 bits
+//   Q4_1  32 weights, 20 bytes   w = q * d + m              q: 4 bits
+//   Q8_0  32 weights, 34 bytes   w = q * d                  q: int8
+//   Q4_K 256 weights, 144 bytes  8 sub-blocks of 32 with 6-bit scale and min:
+//                                w = (d * sc) * q - (dmin * m)
+//   Q5_K 256 weights, 176 bytes  as Q4_K with a fifth bit from qh
+//   Q6_K 256 weights, 210 bytes  16 sub-blocks of 16, int8 scale:
+//                                w = (d * sc) * (q - 32)    q: 6 bits
+//   Q8_K 256 weights, 292 bytes  w = q * d (f32 d), plus sums of 16 q's
+//
+// The tables below map between our format ids (TC_QUANT_*), ggml's type ids
+// (the GGUF tensor type field) and the block geometry. The ggml table also
+// lists types we cannot compute with, so a GGUF reader can size and skip them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TC_QUANT_HD __host__ __device__
+#else
+#define TC_QUANT_HD
+#endif
+
+namespace tc {
+namespace quant {
+
+constexpr int QK4_0 = 32;
+constexpr int QK4_1 = 32;
+constexpr int QK8_0 = 32;
+constexpr int QK_K = 256;
+constexpr int K_SCALE_SIZE = 12;
+
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[QK4_0 / 2];  // byte j: weight j (low nibble), weight j + 16 (high nibble)
+};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[QK4_1 / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[QK8_0];
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];  // 8 (scale, min) pairs of 6 bits, see scale_min_k4
+  uint8_t qs[QK_K / 2];          // chunk c of 64 weights: byte 32c + l holds weight 64c + l
+                                 // (low nibble) and 64c + 32 + l (high nibble)
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];  // byte l, bit 2c: fifth bit of weight 64c + l; bit 2c+1: of 64c + 32 + l
+  uint8_t qs[QK_K / 2];  // as Q4_K
+};
+struct BlockQ6_K {
+  uint8_t ql[QK_K / 2];  // half h (128 weights), l < 32: ql[64h + l] low/high nibble -> weights
+  uint8_t qh[QK_K / 4];  //   128h + l / + 64, ql[64h + 32 + l] -> + 32 / + 96; qh[32h + l] bits
+  int8_t scales[QK_K / 16];  // 0-1, 2-3, 4-5, 6-7 give the top two bits of those four
+  uint16_t d;
+};
+struct BlockQ8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];  // sum of each 16 q's
+};
+
+static_assert(sizeof(BlockQ4_0) == 18, "ggml block_q4_0");
+static_assert(sizeof(BlockQ4_1) == 20, "ggml block_q4_1");
+static_assert(sizeof(BlockQ8_0) == 34, "ggml block_q8_0");
+static_assert(sizeof(BlockQ4_K) == 144, "ggml block_q4_K");
+static_assert(sizeof(BlockQ5_K) == 176, "ggml block_q5_K");
+static_assert(sizeof(BlockQ6_K) == 210, "ggml block_q6_K");
+static_assert(sizeof(BlockQ8_K) == 292, "ggml block_q8_K");
+
+// Sub-block j (< 8) of a Q4_K / Q5_K block: its 6-bit scale and min
+// (ggml's get_scale_min_k4). Bytes 0-3 hold scales 0-3, 4-7 mins 0-3, each in
+// the low 6 bits; scales/mins 4-7 have their low 4 bits in bytes 8-11 and
+// their top 2 bits in the top bits of bytes 0-3 / 4-7.
+TC_QUANT_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Our format ids; the values are the C ABI's TC_QUANT_*.
+enum Format : int32_t {
+  Q4_0 = 0,
+  Q8_0 = 1,
+  Q4_1 = 2,
+  Q4_K = 3,
+  Q5_K = 4,
+  Q6_K = 5,
+  Q8_K = 6,
+  F16 = 7,
+  BF16 = 8,
+  F32 = 9,
+};
+constexpr int kNumFormats = 10;
+
+struct FormatInfo {
+  int32_t format;      // TC_QUANT_*
+  int32_t ggml_type;   // GGUF tensor type id
+  const char* name;    // "q4_0", ...
+  int32_t block_elems; // weights per block
+  int32_t block_bytes; // bytes per block
+};
+
+constexpr FormatInfo kFormats[kNumFormats] = {
+    {Q4_0, 2, "q4_0", 32, 18},   {Q8_0, 8, "q8_0", 32, 34},     {Q4_1, 3, "q4_1", 32, 20},
+    {Q4_K, 12, "q4_k", 256, 144}, {Q5_K, 13, "q5_k", 256, 176}, {Q6_K, 14, "q6_k", 256, 210},
+    {Q8_K, 15, "q8_k", 256, 292}, {F16, 1, "f16", 1, 2},        {BF16, 30, "bf16", 1, 2},
+    {F32, 0, "f32", 1, 4},
+};
+
+// Null for ids outside TC_QUANT_*.
+TC_QUANT_HD inline const FormatInfo* format_info(int32_t format) {
+  return format >= 0 && format < kNumFormats ? &kFormats[format] : nullptr;
+}
+
+// Every ggml type id the GGUF format knows (gguf-py 0.19's table), with its
+// block geometry, and our format id when we compute with it (-1 otherwise).
+struct GgmlTypeInfo {
+  int32_t id;
+  const char* name;
+  int32_t block_elems;
+  int32_t block_bytes;
+  int32_t format;
+};
+
+constexpr GgmlTypeInfo kGgmlTypes[] = {
+    {0, "F32", 1, 4, F32},          {1, "F16", 1, 2, F16},          {2, "Q4_0", 32, 18, Q4_0},
+    {3, "Q4_1", 32, 20, Q4_1},      {6, "Q5_0", 32, 22, -1},        {7, "Q5_1", 32, 24, -1},
+    {8, "Q8_0", 32, 34, Q8_0},      {9, "Q8_1", 32, 40, -1},        {10, "Q2_K", 256, 84, -1},
+    {11, "Q3_K", 256, 110, -1},     {12, "Q4_K", 256, 144, Q4_K},   {13, "Q5_K", 256, 176, Q5_K},
+    {14, "Q6_K", 256, 210, Q6_K},   {15, "Q8_K", 256, 292, Q8_K},   {16, "IQ2_XXS", 256, 66, -1},
+    {17, "IQ2_XS", 256, 74, -1},    {18, "IQ3_XXS", 256, 98, -1},   {19, "IQ1_S", 256, 50, -1},
+    {20, "IQ4_NL", 32, 18, -1},     {21, "IQ3_S", 256, 110, -1},    {22, "IQ2_S", 256, 82, -1},
+    {23, "IQ4_XS", 256, 136, -1},   {24, "I8", 1, 1, -1},           {25, "I16", 1, 2, -1},
+    {26, "I32", 1, 4, -1},          {27, "I64", 1, 8, -1},          {28, "F64", 1, 8, -1},
+    {29, "IQ1_M", 256, 56, -1},     {30, "BF16", 1, 2, BF16},       {34, "TQ1_0", 256, 54, -1},
+    {35, "TQ2_0", 256, 66, -1},     {39, "MXFP4", 32, 17, -1},      {40, "NVFP4", 64, 36, -1},
+    {41, "Q1_0", 128, 18, -1},
+};
+
+// Null for ids ggml does not define.
+TC_QUANT_HD inline const GgmlTypeInfo* ggml_type_info(int32_t id) {
+  for (const GgmlTypeInfo& t : kGgmlTypes)
+    if (t.id == id) return &t;
+  return nullptr;
+}
+
+// Our format for a ggml type id, -1 when we do not compute with it.
+TC_QUANT_HD inline int32_t format_from_ggml(int32_t id) {
+  const GgmlTypeInfo* t = ggml_type_info(id);
+  return t ? t->format : -1;
+}
+
+// Bytes of `rows` rows of `k` weights; false when k is not a whole number of
+// blocks, a count is negative or the size overflows 64 bits.
+inline bool matrix_bytes(const FormatInfo& f, int64_t rows, int64_t k, uint64_t* out) {
+  if (rows < 0 || k < 0 || k % f.block_elems) return false;
+  if (uint64_t(k / f.block_elems) > UINT64_MAX / uint64_t(f.block_bytes)) return false;
+  uint64_t row = uint64_t(k / f.block_elems) * uint64_t(f.block_bytes);
+  if (rows && row > UINT64_MAX / uint64_t(rows)) return false;
+  *out = row * uint64_t(rows);
+  return true;
+}
+
+// Reference dequantisation of one row of k weights (k a multiple of the
+// block size), computed in f32 with the same operations in the same order as
+// ggml's dequantize_row_* (never fused), so the results are bit-identical.
+void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
+
+// Reference quantisation of one row, bit-identical to ggml's
+// quantize_row_*_ref. Supported formats: Q4_0, Q4_1, Q8_0, Q8_K, F16, BF16,
+// F32 (f16/bf16 round to nearest even). False for the others.
+bool quantize_row(int32_t format, const float* src, void* dst, int64_t k);
+bool can_quantize(int32_t format);
+
+}  // namespace quant
+}  // namespace tc

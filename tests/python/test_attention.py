@@ -1,0 +1,396 @@
+"""Attention forward and backward against a float64 NumPy reference that
+materialises the scores, on fresh random inputs with poisoned outputs; the
+backward also against central finite differences; bad input leaves every
+buffer untouched.
+
+The feature matrix is complete: GQA (H = 4, Hkv in 4, 2, 1) x causal x
+window x ALiBi x (Sq == Skv, Sq < Skv, decode Sq = 1, Sq > Skv) x dtype x
+head_dim (5, 64, 128, 256). Shapes stay small so it runs in seconds; a few
+larger cases cross the 64-row/64-key tiles. Tolerances are relative to the
+largest magnitude of each reference tensor: TOLERANCE[dtype] (f32 1e-5,
+f16/bf16 1e-2), doubled for bf16 gradients (O and dO reach the backward
+rounded to 8 bits, and Dd = <dO, O> carries that error into every dS).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tensorcore as tc
+from conftest import ELEMENT_SIZE, TOLERANCE, np_dtype, poison, random_array, to_f64
+
+H = 4
+SEQ_CASES = {"eq": (29, 29), "lt": (11, 40), "decode": (1, 37), "gt": (33, 14)}
+WINDOW = 6
+
+
+@pytest.fixture
+def actx(ctx):
+    caps = tc.runtime_capabilities(ctx)
+    if not tc.capability_available(caps, "attention_backward"):
+        pytest.skip("no attention kernels on %s" % ctx.device)
+    return ctx
+
+
+# ---- the reference -----------------------------------------------------------------------
+
+def visible(sq, skv, causal, window):
+    """[Sq, Skv] mask of the keys each query sees, and the query positions."""
+    pos = np.arange(sq) + (skv - sq)
+    j = np.arange(skv)
+    vis = np.ones((sq, skv), dtype=bool)
+    if causal or window > 0:
+        vis &= j[None, :] <= pos[:, None]
+    if window > 0:
+        vis &= j[None, :] > pos[:, None] - window
+    return vis, pos
+
+
+def reference(q, k, v, do, causal=True, window=0, slopes=None, scale=None):
+    """O, LSE, dQ, dK, dV in float64 from [B, H, S, D] arrays (K, V with Hkv heads)."""
+    B, Hq, sq, D = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    G = Hq // hkv
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    kr, vr = np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)
+    s = scale * (q @ np.swapaxes(kr, -1, -2))
+    vis, pos = visible(sq, skv, causal, window)
+    if slopes is not None:
+        s = s - np.asarray(slopes, np.float64)[None, :, None, None] * (pos[:, None] - np.arange(skv)[None, :])
+    s = np.where(vis, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    empty = ~np.isfinite(m)
+    e = np.where(vis, np.exp(s - np.where(empty, 0.0, m)), 0.0)
+    l = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(empty, 1.0, l)
+    o = p @ vr
+    with np.errstate(divide="ignore"):
+        lse = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, l)))[..., 0]
+    dp = do @ np.swapaxes(vr, -1, -2)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True)) * scale
+    dq = ds @ kr
+    dkr = np.swapaxes(ds, -1, -2) @ q
+    dvr = np.swapaxes(p, -1, -2) @ do
+    dk = dkr.reshape(B, hkv, G, skv, D).sum(axis=2)
+    dv = dvr.reshape(B, hkv, G, skv, D).sum(axis=2)
+    return o, lse, dq, dk, dv
+
+
+def alibi_slopes(heads):
+    return (2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)).astype(np.float32)
+
+
+# ---- running the library -----------------------------------------------------------------
+
+class Problem:
+    """Random inputs for one configuration, uploaded, with poisoned outputs."""
+
+    def __init__(self, ctx, rng, dtype, B, heads, hkv, sq, skv, D, alibi=False):
+        self.ctx, self.dtype = ctx, dtype
+        self.dims = dict(batch=B, heads=heads, seq_q=sq, seq_kv=skv, head_dim=D)
+        self.hkv = hkv
+        self.q = random_array(rng, (B, heads, sq, D), dtype)
+        self.k = random_array(rng, (B, hkv, skv, D), dtype)
+        self.v = random_array(rng, (B, hkv, skv, D), dtype)
+        self.do = random_array(rng, (B, heads, sq, D), dtype)
+        self.slopes = alibi_slopes(heads) if alibi else None
+        self.Q, self.K, self.V, self.dO = (ctx.buffer_from_array(x) for x in (self.q, self.k, self.v, self.do))
+        es = ELEMENT_SIZE[dtype]
+        self.O = ctx.buffer_from_array(poison(self.q.size * es))
+        self.LSE = ctx.buffer_from_array(poison(B * heads * sq * 4))
+        self.dQ = ctx.buffer_from_array(poison(self.q.size * es))
+        self.dK = ctx.buffer_from_array(poison(self.k.size * es))
+        self.dV = ctx.buffer_from_array(poison(self.k.size * es))
+
+    def read(self, buf, like, dtype=None):
+        return to_f64(buf.to_numpy(like.shape, np_dtype(dtype or self.dtype)), dtype or self.dtype)
+
+    def forward(self, **kw):
+        self.ctx.attention_forward(self.Q, self.K, self.V, self.O, **self.dims, LSE=self.LSE, dtype=self.dtype,
+                                   kv_heads=self.hkv, alibi_slopes=self.slopes, **kw)
+        lse = to_f64(self.LSE.to_numpy(self.q.shape[:3], np.float32))
+        return self.read(self.O, self.q), lse
+
+    def backward(self, **kw):
+        self.ctx.attention_backward(self.Q, self.K, self.V, self.O, self.dO, self.LSE, self.dQ, self.dK, self.dV,
+                                    **self.dims, dtype=self.dtype, kv_heads=self.hkv, alibi_slopes=self.slopes,
+                                    **kw)
+        return self.read(self.dQ, self.q), self.read(self.dK, self.k), self.read(self.dV, self.k)
+
+    def reference(self, causal, window, scale=None):
+        f = lambda x: to_f64(x, self.dtype)  # noqa: E731
+        return reference(f(self.q), f(self.k), f(self.v), f(self.do), causal, window, self.slopes, scale)
+
+
+def close(what, got, want, rtol):
+    """Every element written (finite where the reference is) and within
+    rtol * max|want|; -inf LSE rows must be -inf exactly."""
+    got, want = np.asarray(got), np.asarray(want)
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), "%s: rows without keys must be %r" % (what, want[inf][:1])
+    g, w = got[~inf], want[~inf]
+    assert np.isfinite(g).all(), "%s: %d non-finite outputs (unwritten?)" % (what, (~np.isfinite(g)).sum())
+    scale = max(np.abs(w).max(initial=0.0), 1e-30)
+    err = np.abs(g - w)
+    assert (err <= rtol * scale).all(), "%s: %d elements off, worst %g (limit %g)" % (
+        what, (err > rtol * scale).sum(), err.max(), rtol * scale)
+
+
+def check_problem(p, causal, window, scale=None, **kw):
+    o, lse = p.forward(causal=causal, window_size=window, softmax_scale=scale, **kw)
+    ro, rlse, rdq, rdk, rdv = p.reference(causal, window, scale)
+    tol = TOLERANCE[p.dtype]
+    close("O", o, ro, tol)
+    close("LSE", lse, rlse, max(tol, 1e-5) / 4 if p.dtype == "f32" else 2e-3)
+    dq, dk, dv = p.backward(causal=causal, window_size=window, softmax_scale=scale, **kw)
+    gtol = 2 * tol if p.dtype == "bf16" else tol
+    close("dQ", dq, rdq, gtol)
+    close("dK", dk, rdk, gtol)
+    close("dV", dv, rdv, gtol)
+
+
+# ---- the feature matrix ------------------------------------------------------------------
+
+MATRIX = list(itertools.product(["f32", "f16", "bf16"], [5, 64, 128, 256], [4, 2, 1], [False, True],
+                                [0, WINDOW], [False, True], list(SEQ_CASES)))
+
+
+@pytest.mark.parametrize("dtype,D,hkv,causal,window,alibi,seq", MATRIX, ids=[
+    "%s-D%d-Hkv%d-%s-%s-%s-%s" % (dt, D, hkv, "causal" if c else "full", "win" if w else "nowin",
+                                  "alibi" if a else "noalibi", s) for dt, D, hkv, c, w, a, s in MATRIX])
+def test_feature_matrix(actx, rng, dtype, D, hkv, causal, window, alibi, seq):
+    sq, skv = SEQ_CASES[seq]
+    p = Problem(actx, rng, dtype, 1, H, hkv, sq, skv, D, alibi)
+    check_problem(p, causal, window)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("causal,window,alibi,hkv,sq,skv", [
+    (True, 0, False, 2, 150, 150),     # several row and key tiles, diagonal tiles masked
+    (False, 70, True, 4, 130, 200),    # window spanning tile edges
+    (True, 0, True, 1, 140, 90),       # early rows see no key
+    (False, 0, False, 2, 1, 300),      # decode over several key tiles
+])
+def test_larger_than_a_tile(actx, rng, dtype, causal, window, alibi, hkv, sq, skv):
+    p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, 64, alibi)
+    check_problem(p, causal, window)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_every_vector_path(actx, rng, monkeypatch, isa):
+    """TC_ATTENTION_ISA narrows the run-time choice (unknown or unavailable
+    paths fall back to the best one available)."""
+    monkeypatch.setenv("TC_ATTENTION_ISA", isa)
+    p = Problem(actx, rng, "f32", 1, H, 2, 70, 90, 40, alibi=True)
+    check_problem(p, True, 50)
+
+
+def test_explicit_scale_and_default_kv_heads(actx, rng):
+    p = Problem(actx, rng, "f32", 2, H, H, 9, 12, 16)
+    p.hkv = 0  # kv_heads 0 means heads
+    check_problem(p, False, 0, scale=0.37)
+
+
+def test_rows_without_keys(actx, rng):
+    """Sq > Skv with a causal mask: the first Sq - Skv rows see nothing: O = 0,
+    LSE = -inf, and their dQ is 0."""
+    p = Problem(actx, rng, "f32", 1, 2, 2, 10, 4, 8)
+    o, lse = p.forward(causal=True)
+    assert (o[:, :, :6] == 0).all() and np.isneginf(lse[:, :, :6]).all()
+    assert np.isfinite(lse[:, :, 6:]).all()
+    dq, _, _ = p.backward(causal=True)
+    assert (dq[:, :, :6] == 0).all()
+
+
+def test_window_without_causal_never_looks_ahead(actx, rng):
+    """window_size > 0 keeps keys in (p - W, p] whether or not causal is set."""
+    p = Problem(actx, rng, "f32", 1, 2, 2, 8, 8, 4)
+    a, la = p.forward(causal=False, window_size=3)
+    b, lb = p.forward(causal=True, window_size=3)
+    assert np.array_equal(a, b) and np.array_equal(la, lb)
+
+
+# ---- finite differences ------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal,window,alibi,hkv,sq,skv", [
+    (True, 0, False, 2, 5, 7),
+    (False, 0, True, 1, 6, 4),
+    (True, 3, True, 2, 6, 6),
+    (True, 0, False, 1, 7, 4),   # rows without keys
+])
+def test_backward_matches_finite_differences(actx, rng, causal, window, alibi, hkv, sq, skv):
+    """dQ, dK, dV against central differences of L = sum(O * W) (so dO = W),
+    f32, every input element perturbed."""
+    heads, D = 2, 3
+    p = Problem(actx, rng, "f32", 1, heads, hkv, sq, skv, D, alibi)
+    w = p.do.astype(np.float64)
+    kw = dict(causal=causal, window_size=window)
+    p.forward(**kw)
+    dq, dk, dv = p.backward(**kw)
+    O = actx.buffer(p.q.nbytes)
+    eps = 1e-2
+
+    def loss(arrays):
+        bufs = [actx.buffer_from_array(a) for a in arrays]
+        actx.attention_forward(*bufs, O, **p.dims, dtype="f32", kv_heads=hkv, alibi_slopes=p.slopes, **kw)
+        return float((O.to_numpy(p.q.shape, np.float32).astype(np.float64) * w).sum())
+
+    base = [p.q, p.k, p.v]
+    for which, analytic in enumerate((dq, dk, dv)):
+        numeric = np.zeros(base[which].shape)
+        for idx in np.ndindex(base[which].shape):
+            plus = [a.copy() for a in base]
+            minus = [a.copy() for a in base]
+            plus[which][idx] += eps
+            minus[which][idx] -= eps
+            numeric[idx] = (loss(plus) - loss(minus)) / (2 * eps)
+        scale = max(np.abs(numeric).max(), 1e-3)
+        err = np.abs(numeric - analytic).max()
+        assert err <= 2e-3 * scale + 2e-4, "%s: finite differences differ by %g (scale %g)" % (
+            "QKV"[which], err, scale)
+
+
+# ---- entry points ------------------------------------------------------------------------
+
+def test_async_matches_sync_and_raw_functions(actx, rng):
+    p = Problem(actx, rng, "bf16", 1, H, 2, 20, 30, 32, alibi=True)
+    o_sync, lse_sync = p.forward(causal=True, window_size=9)
+    O2 = actx.buffer_from_array(poison(p.q.size * 2))
+    L2 = actx.buffer_from_array(poison(p.q.shape[0] * H * 20 * 4))
+    slopes = actx.buffer_from_array(p.slopes)  # slopes as a Buffer this time
+    with actx.stream() as s:
+        tc.attention_forward_async(actx, p.Q, p.K, p.V, O2, 1, H, 20, 30, 32, s, LSE=L2, dtype="bf16",
+                                   causal=True, kv_heads=2, window_size=9, alibi_slopes=slopes)
+        s.sync()
+    assert np.array_equal(p.read(O2, p.q), o_sync)
+    assert np.array_equal(L2.to_numpy(lse_sync.shape, np.float32), lse_sync.astype(np.float32))
+    O3 = actx.buffer_from_array(poison(p.q.size * 2))
+    tc.attention_forward(actx, p.Q, p.K, p.V, O3, 1, H, 20, 30, 32, dtype="bf16", causal=True, kv_heads=2,
+                         window_size=9, alibi_slopes=list(p.slopes))  # no LSE: not written, not needed
+    assert np.array_equal(p.read(O3, p.q), o_sync)
+
+
+def test_async_slopes_array_outlives_the_call(actx, rng):
+    """A NumPy slopes array is copied; the queued work does not depend on it."""
+    p = Problem(actx, rng, "f32", 1, H, 1, 40, 40, 16, alibi=True)
+    want, _ = p.forward(causal=True)
+    O2 = actx.buffer_from_array(poison(p.q.nbytes))
+    with actx.stream() as s:
+        slopes = p.slopes.copy()
+        actx.attention_forward_async(p.Q, p.K, p.V, O2, **p.dims, stream=s, dtype="f32", kv_heads=1,
+                                     alibi_slopes=slopes)
+        slopes[:] = np.nan
+        del slopes
+        s.sync()
+    assert np.array_equal(p.read(O2, p.q), want)
+
+
+def test_capabilities_and_struct():
+    assert tc.TC_CAPABILITY_ATTENTION == 1 << 7 and tc.TC_CAPABILITY_ATTENTION_BACKWARD == 1 << 8
+    d = tc.TCAttentionDesc(batch=1, heads=2, window_size=-1)
+    assert d.as_dict()["window_size"] == -1
+    with tc.Context("cpu") as c:
+        caps = tc.runtime_capabilities(c)
+        assert tc.capability_available(caps, tc.TC_CAPABILITY_ATTENTION)
+        assert tc.capability_available(caps, "attention_backward")
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def snapshot(bufs):
+    return [b.to_numpy((b.nbytes,), np.uint8).copy() for b in bufs]
+
+
+def expect_refused(status, bufs, call):
+    before = snapshot(bufs)
+    with pytest.raises(tc.TensorcoreError) as info:
+        call()
+    assert info.value.status == status, "%s (wanted %s)" % (info.value, tc.status_string(status))
+    for b, old in zip(bufs, before):
+        assert np.array_equal(b.to_numpy((b.nbytes,), np.uint8), old), "a refused call wrote a buffer"
+    return str(info.value)
+
+
+@pytest.fixture
+def small(actx, rng):
+    """A valid f16 problem (B=1, H=4, Hkv=2, Sq=Skv=8, D=8) with all its buffers."""
+    p = Problem(actx, rng, "f16", 1, H, 2, 8, 8, 8, alibi=True)
+    p.forward(causal=True)
+    p.all = [p.Q, p.K, p.V, p.O, p.LSE, p.dO, p.dQ, p.dK, p.dV]
+    return p
+
+
+def fwd(p, **over):
+    args = dict(Q=p.Q, K=p.K, V=p.V, O=p.O, LSE=p.LSE, dtype="f16", kv_heads=2, alibi_slopes=p.slopes,
+                **p.dims)
+    args.update(over)
+    return lambda: p.ctx.attention_forward(**args)
+
+
+def bwd(p, **over):
+    args = dict(Q=p.Q, K=p.K, V=p.V, O=p.O, dO=p.dO, LSE=p.LSE, dQ=p.dQ, dK=p.dK, dV=p.dV, dtype="f16",
+                kv_heads=2, alibi_slopes=p.slopes, **p.dims)
+    args.update(over)
+    return lambda: p.ctx.attention_backward(**args)
+
+
+BAD_SHAPES = [dict(kv_heads=3), dict(head_dim=0), dict(head_dim=257), dict(batch=0), dict(seq_q=-1),
+              dict(seq_kv=0), dict(heads=0), dict(kv_heads=-2), dict(batch=1 << 40, heads=1 << 30)]
+
+
+@pytest.mark.parametrize("over", BAD_SHAPES, ids=lambda o: ",".join("%s=%s" % kv for kv in o.items()))
+@pytest.mark.parametrize("entry", [fwd, bwd])
+def test_bad_shapes(small, entry, over):
+    expect_refused(tc.TC_ERR_INVALID_SHAPE, small.all, entry(small, **over))
+
+
+@pytest.mark.parametrize("over", [dict(dtype="i8"), dict(dtype="f64"), dict(accum="f16"), dict(accum="bf16")],
+                         ids=lambda o: ",".join("%s=%s" % kv for kv in o.items()))
+@pytest.mark.parametrize("entry", [fwd, bwd])
+def test_unsupported_dtypes(small, entry, over):
+    expect_refused(tc.TC_ERR_UNSUPPORTED_DTYPE, small.all, entry(small, **over))
+
+
+@pytest.mark.parametrize("entry", [fwd, bwd])
+def test_bad_arguments(small, entry):
+    p = small
+    refuse = lambda **o: expect_refused(tc.TC_ERR_INVALID_ARG, p.all, entry(p, **o))  # noqa: E731
+    assert "window_size" in refuse(window_size=-1)
+    assert "softmax_scale" in refuse(softmax_scale=float("nan"))
+    refuse(softmax_scale=float("inf"))
+    assert "alibi_slopes" in refuse(alibi_slopes=p.slopes[:3])  # one slope short
+    short = p.ctx.buffer_from_array(poison(10))
+    for name in (["Q", "K", "V", "O", "LSE"] if entry is fwd else ["Q", "K", "V", "O", "dO", "LSE", "dQ", "dK",
+                                                                     "dV"]):
+        assert name in refuse(**{name: short})
+    # f32 needs twice the bytes of the f16 buffers: a dtype that does not match the data
+    msg = refuse(dtype="f32")
+    assert "needs" in msg
+
+
+def test_forward_lse_rules(small):
+    p = small
+    expect_refused(tc.TC_ERR_INVALID_ARG, p.all, fwd(p, LSE=None, return_lse=True))
+    lse_short = p.ctx.buffer_from_array(poison(4 * 31))  # B*H*Sq = 32 floats needed
+    expect_refused(tc.TC_ERR_INVALID_ARG, p.all + [lse_short], fwd(p, LSE=lse_short))
+
+
+def test_outputs_may_not_alias(small):
+    p = small
+    for over in (dict(O=p.Q), dict(LSE=p.O), dict(LSE=p.K), dict(LSE=p.Q)):
+        assert "overlaps" in expect_refused(tc.TC_ERR_INVALID_ARG, p.all, fwd(p, **over))
+    for over in (dict(dQ=p.Q), dict(dK=p.dV), dict(dV=p.dO), dict(dQ=p.O), dict(dK=p.O), dict(dV=p.K)):
+        assert "overlaps" in expect_refused(tc.TC_ERR_INVALID_ARG, p.all, bwd(p, **over))
+    # Memory shared through buffer_from_ptr is caught too.
+    alias = p.ctx.buffer_from_ptr(p.K.map(), p.K.nbytes)
+    expect_refused(tc.TC_ERR_INVALID_ARG, p.all, bwd(p, dK=alias))
+
+
+def test_handles(small, rng):
+    p = small
+    expect_refused(tc.TC_ERR_INVALID_ARG, p.all, fwd(p, Q=None))
+    expect_refused(tc.TC_ERR_INVALID_ARG, p.all, bwd(p, LSE=None))
+    with tc.Context("cpu") as other:
+        foreign = other.buffer_from_array(poison(p.O.nbytes))
+        assert "another context" in expect_refused(tc.TC_ERR_INVALID_ARG, p.all, fwd(p, O=foreign))

@@ -1,0 +1,491 @@
+"""Distributed collectives, authentication and DiLoCo.
+
+Multi-process tests run 2 or 4 ranks of dist_worker.py over loopback gloo
+(every rank checks its own results against NumPy); single-process tests
+cover the single backend, argument validation, the remote endpoint and the
+state blobs. Timeouts are short so a regression fails instead of hanging.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorcore as tc
+from conftest import REPO
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+HAVE_GLOO = tc.capability_available(tc.Context("cpu").runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO)
+needs_gloo = pytest.mark.skipif(not HAVE_GLOO, reason="gloo backend not built")
+KEY = ("group", 1, b"k" * 32)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(scenario, rank, world, url, seed, extra=""):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TC_NUM_THREADS", "1")
+    return subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), url, str(seed), extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def finish(procs, timeout=60):
+    outs = []
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError("a rank hung:\n" + "\n".join(q.communicate()[0] for q in procs))
+        outs.append(out)
+    return outs
+
+
+def results(out):
+    kv = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            kv.update(dict(item.split("=", 1) for item in line[7:].split()))
+    return kv
+
+
+def run_group(scenario, world, seed, url=None, extra="", timeout=60):
+    url = url or "gloo+tcp://127.0.0.1:%d" % free_port()
+    procs = [spawn(scenario, r, world, url, seed, extra) for r in range(world)]
+    outs = finish(procs, timeout)
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "rank %d failed (exit %s):\n%s" % (r, p.returncode, out)
+    return outs
+
+
+# ---- multi-process ---------------------------------------------------------------
+
+@needs_gloo
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_and_dtype_matches_numpy(world, rng):
+    run_group("collectives", world, int(rng.integers(1 << 30)))
+
+
+@needs_gloo
+def test_three_ranks_and_file_rendezvous(tmp_path, rng):
+    run_group("collectives", 3, int(rng.integers(1 << 30)))
+    run_group("file", 2, 0, url="file://%s?timeout_ms=20000" % tmp_path)
+
+
+@needs_gloo
+@pytest.mark.parametrize("form", ["keywords", "legacy"])
+def test_authenticated_group_refuses_an_impostor_and_forms(form):
+    world = 3
+    url = "gloo+tcp://127.0.0.1:%d" % free_port()
+    procs = [spawn("auth", 0, world, url, 0, form)]
+    impostor = spawn("auth_impostor", 1, world, url, 0, "1")
+    out_imp = finish([impostor], 30)[0]
+    assert impostor.returncode == 0, out_imp
+    assert results(out_imp)["status"] == str(tc.TC_ERR_AUTH)
+    procs += [spawn("auth", r, world, url, 0, form) for r in range(1, world)]
+    outs = finish(procs, 60)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+    assert int(results(outs[0])["failures"]) >= 1  # rank 0 counted the refusal
+
+
+@needs_gloo
+def test_wrong_key_is_refused_and_the_others_fail_clearly():
+    url = "gloo+tcp://127.0.0.1:%d" % free_port()
+    procs = [spawn("auth_bad", r, 2, url, 0) for r in range(2)]
+    outs = finish(procs, 30)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+    assert float(results(outs[1])["seconds"]) < 2.5  # refused at once, not at the deadline
+
+
+@needs_gloo
+def test_mesh_group_authenticated():
+    ports = [free_port() for _ in range(2)]
+    run_group("mesh", 2, 0, url="unused", extra=",".join(map(str, ports)))
+
+
+@needs_gloo
+@pytest.mark.parametrize("how", ["exit", "hang"])
+def test_dead_or_silent_peer_times_out(how):
+    url = "gloo+tcp://127.0.0.1:%d" % free_port()
+    procs = [spawn("death", r, 3, url, 0, how) for r in range(3)]
+    outs = finish(procs, 40)
+    for r in range(2):
+        assert procs[r].returncode == 0, outs[r]
+        kv = results(outs[r])
+        assert kv["status"] == str(tc.TC_ERR_TIMEOUT)
+        assert float(kv["seconds"]) < 5
+
+
+@needs_gloo
+def test_rendezvous_without_peers_times_out(cpu_ctx):
+    t0 = time.time()
+    with pytest.raises(tc.TensorcoreError) as e:
+        cpu_ctx.dist("gloo", 2, 0, "gloo+tcp://127.0.0.1:%d" % free_port(), timeout=1.0)
+    assert e.value.status == tc.TC_ERR_TIMEOUT
+    assert time.time() - t0 < 5
+    with pytest.raises(tc.TensorcoreError) as e:  # a joiner whose rank 0 never comes
+        cpu_ctx.dist("gloo", 2, 1, "gloo+tcp://127.0.0.1:%d" % free_port(), timeout=1.0)
+    assert e.value.status == tc.TC_ERR_TIMEOUT
+
+
+@needs_gloo
+@pytest.mark.parametrize("world", [2, 4])
+def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, rng):
+    run_group("diloco", world, int(rng.integers(1 << 30)), timeout=90)
+
+
+@needs_gloo
+def test_diloco_state_round_trip_continues_bit_identically(rng):
+    run_group("diloco_state", 2, int(rng.integers(1 << 30)))
+
+
+# ---- single process: the single backend ------------------------------------------------
+
+def test_single_backend_collectives_are_validated_no_ops(cpu_ctx, rng):
+    with cpu_ctx.dist("single", 1, 0, "single://test") as d:
+        assert (d.world_size, d.rank, d.backend) == (1, 0, tc.TC_DIST_SINGLE)
+        x = rng.standard_normal(33).astype(np.float32)
+        b = cpu_ctx.buffer_from_array(x)
+        for op in ("sum", "avg", "mean", "max", "min", tc.TC_REDUCE_SUM):
+            d.allreduce(b, 33, "f32", op)
+        d.broadcast(b, 33, "f32", 0)
+        assert np.array_equal(b.to_numpy((33,), np.float32), x)
+        dst = cpu_ctx.buffer_from_array(np.full(33, np.nan, np.float32))
+        d.allgather(b, dst, 33)
+        assert np.array_equal(dst.to_numpy((33,), np.float32), x)
+        dst.write(np.full(33, np.nan, np.float32))
+        d.reduce_scatter(b, dst, 33, "f32", "sum")
+        assert np.array_equal(dst.to_numpy((33,), np.float32), x)
+        d.barrier()
+        assert d.bytes_sent == 0
+        # The same validation as a real group.
+        with pytest.raises(tc.TensorcoreError) as e:
+            d.allreduce(b, 34)
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+        with pytest.raises(tc.TensorcoreError) as e:
+            d.allreduce(b, 8, "i32")
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED_DTYPE
+        with pytest.raises(tc.TensorcoreError) as e:
+            d.broadcast(b, 8, "f32", root=1)
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+    assert tc.dist_init(cpu_ctx).world_size == 1  # defaults: single, world 1
+    assert d.closed
+
+
+def test_dist_argument_errors_leave_buffers_untouched(cpu_ctx):
+    ctx = cpu_ctx
+    ERR = tc.TensorcoreError
+
+    def status(fn, *a, **k):
+        with pytest.raises(ERR) as e:
+            fn(*a, **k)
+        return e.value.status
+
+    assert status(ctx.dist, "single", 2, 0) == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist, "single", 1, 1) == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist, "gloo", 0, 0, "gloo+tcp://127.0.0.1:1") == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist, "ring", 2, 0, "gloo+tcp://127.0.0.1:1") == tc.TC_ERR_UNSUPPORTED
+    assert status(ctx.dist, 9, 1, 0) == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist, "bogus", 1, 0) == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist, "nccl", 2, 0, "gloo+tcp://127.0.0.1:1") == tc.TC_ERR_UNSUPPORTED  # CPU context
+    if HAVE_GLOO:
+        for url in (None, "", "http://x:1", "gloo+tcp://127.0.0.1", "gloo+tcp://127.0.0.1:0", "gloo+tcp://:5",
+                    "gloo+tcp://127.0.0.1:99999", "gloo+tcp://127.0.0.1:5?timeout_ms=-1",
+                    "gloo+tcp://127.0.0.1:5?what=1", "file://relative"):
+            assert status(ctx.dist, "gloo", 2, 0, url) == tc.TC_ERR_INVALID_ARG, url
+    # Keys: short secrets, empty rings, file:// with authentication.
+    assert status(ctx.dist_authenticated, "single", 1, 0, None, [("a", 1, b"x" * 31)]) == tc.TC_ERR_INVALID_ARG
+    assert status(ctx.dist_authenticated, "single", 1, 0, None, []) == tc.TC_ERR_INVALID_ARG
+    assert status(tc.dist_init_authenticated, ctx, "single", 1, 0, None, [("a", 1, b"x" * 32), ("b", 2, b"y" * 32)]) \
+        == tc.TC_ERR_INVALID_ARG  # two identities and no local_identity
+    assert status(tc.dist_init_authenticated, ctx, "single", 1, 0, None, [KEY], active_key_id=7) == \
+        tc.TC_ERR_INVALID_ARG
+    assert status(tc.dist_init_authenticated, ctx, "single", 1, 0, None, [KEY, KEY]) == tc.TC_ERR_INVALID_ARG
+    if HAVE_GLOO:
+        assert status(ctx.dist_authenticated, "gloo", 2, 0, "file:///tmp/x", [KEY]) == tc.TC_ERR_INVALID_ARG
+        assert status(ctx.dist_authenticated, "gloo", 2, 0, "gloo+tcp://127.0.0.1:5", [KEY],
+                      rank_identities=["group"]) == tc.TC_ERR_INVALID_ARG  # one identity for two ranks
+        assert status(ctx.dist_authenticated, "gloo", 2, 0, "gloo+tcp://127.0.0.1:5", [KEY],
+                      rank_identities=["other", "group"]) == tc.TC_ERR_INVALID_ARG  # rank 0 bound elsewhere
+    with ctx.dist_authenticated("single", 1, 0, "single://a", {"identity": "g", "key_id": 3, "secret": b"s" * 32}) as d:
+        assert d.auth_failure_count == 0
+    with tc.dist_init(ctx) as d:
+        x = np.arange(8, dtype=np.float32)
+        b = ctx.buffer_from_array(x)
+        small = ctx.buffer(16)
+        for call, st in ((lambda: d.allreduce(b, 0), tc.TC_ERR_INVALID_SHAPE),
+                         (lambda: d.allreduce(b, 8, op=7), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.allreduce(b, 8, op="prod"), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.allreduce(None, 8), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.allgather(b, small, 8), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.allgather(b, b, 8), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.reduce_scatter(b, b, 8), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.reduce_scatter(small, b, 8), tc.TC_ERR_INVALID_ARG),
+                         (lambda: d.set_timeout(0), tc.TC_ERR_INVALID_ARG)):
+            with pytest.raises(ERR) as e:
+                call()
+            assert e.value.status == st
+            assert np.array_equal(b.to_numpy((8,), np.float32), x)
+        with tc.Context("cpu") as other:
+            ob = other.buffer(32)
+            assert status(d.allreduce, ob, 8) == tc.TC_ERR_INVALID_ARG  # foreign context
+        d.timeout = 2.5
+        assert d.timeout == 2.5
+    assert status(tc.allreduce, d, b, 8) == tc.TC_ERR_INVALID_ARG  # closed
+    assert status(tc.allreduce, 0xdead0, b, 8) == tc.TC_ERR_INVALID_ARG  # not a handle
+
+
+def test_context_closes_its_groups_and_diloco_first():
+    ctx = tc.Context("cpu")
+    d = ctx.dist("single", 1, 0)
+    w = ctx.buffer_from_array(np.ones(4, np.float32))
+    lo = d.diloco(inner_steps=1)
+    lo.add_parameter("w", w, 4)
+    with pytest.raises(tc.TensorcoreError) as e:  # C refuses: a DiLoCo still uses the group
+        tc._errors.check(tc._api.dist._tc_dist_finalize(d.handle))
+    assert e.value.status == tc.TC_ERR_INVALID_ARG
+    with pytest.raises(tc.TensorcoreError) as e:  # raw shutdown refuses while the group is alive
+        tc._errors.check(tc._lib.tc_shutdown(ctx.handle))
+    assert e.value.status == tc.TC_ERR_INVALID_ARG
+    ctx.close()
+    assert lo.closed and d.closed and w.closed
+
+
+def test_capability_bits(cpu_ctx):
+    caps = cpu_ctx.runtime_capabilities()
+    assert tc.capability_available(caps, "diloco")
+    assert tc.capability_available(caps, tc.TC_CAPABILITY_DIST_GLOO) == HAVE_GLOO
+    assert not tc.capability_available(caps, tc.TC_CAPABILITY_DIST_NCCL)  # a CPU context
+
+
+# ---- DiLoCo in one process ------------------------------------------------------------------
+
+def test_diloco_single_rank_outer_step_matches_numpy(cpu_ctx, rng):
+    n = 50
+    x0 = rng.standard_normal(n).astype(np.float32)
+    w = cpu_ctx.buffer_from_array(x0)
+    with cpu_ctx.dist("single", 1, 0, "single://diloco") as dist:
+        with dist.diloco(inner_steps=2, outer_lr=0.5, outer_momentum=0.8, outer_optimizer="nesterov") as d:
+            assert (d.world_size, d.rank) == (1, 0)
+            d.add_parameter("w", w, num_elements=n, dtype="f32")
+            anchor, v = x0.astype(np.float64), np.zeros(n)
+            for outer in range(3):
+                for s in range(2):
+                    g = rng.standard_normal(n).astype(np.float32) * 0.1
+                    w.write(w.to_numpy((n,), np.float32) - g)
+                    due = d.step()
+                theta = w.to_numpy((n,), np.float32).astype(np.float64)
+                assert due
+                d.apply_outer()
+                delta = anchor - theta
+                v = 0.8 * v + delta
+                anchor = anchor - 0.5 * (delta + 0.8 * v)
+                np.testing.assert_allclose(w.to_numpy((n,), np.float32), anchor, rtol=1e-5, atol=1e-6)
+            assert d.outer_steps_completed == 3 and d.inner_steps_completed == 6
+            assert d.last_outer_bytes_sent == 0.0 and d.last_outer_step_seconds >= 0.0
+            state, status, rid = d.async_poll()
+            assert state == tc.TC_DILOCO_ASYNC_IDLE and rid == 3
+            d.async_commit()  # nothing to commit: a no-op
+
+
+def test_diloco_async_keeps_local_progress(cpu_ctx, rng):
+    n = 40
+    x0 = rng.standard_normal(n).astype(np.float32)
+    w = cpu_ctx.buffer_from_array(x0)
+    with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_lr=1.0, outer_optimizer="sgd",
+                                                           async_overlap=True) as d:
+        d.add_parameter("w", w, n)
+        g1 = rng.standard_normal(n).astype(np.float32)
+        w.write(x0 - g1)
+        d.step()
+        d.apply_outer()  # snapshot Delta = g1, exchange in the background
+        g2 = rng.standard_normal(n).astype(np.float32)
+        w.write(w.to_numpy((n,), np.float32) - g2)  # training goes on meanwhile
+        d.async_wait()
+        assert d.async_poll()[0] == tc.TC_DILOCO_ASYNC_READY
+        assert d.outer_steps_completed == 0  # not installed before the commit
+        d.async_commit()
+        # new anchor = x0 - g1 (SGD, lr 1); local progress since the snapshot = -g2.
+        np.testing.assert_allclose(w.to_numpy((n,), np.float32), (x0 - g1) - g2, rtol=1e-5, atol=1e-5)
+        assert d.outer_steps_completed == 1
+
+
+def test_diloco_errors_and_unsupported_modes(cpu_ctx):
+    ERR = tc.TensorcoreError
+    w = cpu_ctx.buffer_from_array(np.ones(8, np.float32))
+    with cpu_ctx.dist("single", 1, 0) as dist:
+        for kwargs, st in (({"compress": "fp8"}, tc.TC_ERR_UNSUPPORTED),
+                           ({"compress": "lowrank"}, tc.TC_ERR_UNSUPPORTED),
+                           ({"compress": "signsgd"}, tc.TC_ERR_UNSUPPORTED),
+                           ({"tolerate_dropouts": True}, tc.TC_ERR_UNSUPPORTED),
+                           ({"inner_steps": 0}, tc.TC_ERR_INVALID_ARG),
+                           ({"outer_lr": 0.0}, tc.TC_ERR_INVALID_ARG),
+                           ({"outer_momentum": 1.0}, tc.TC_ERR_INVALID_ARG),
+                           ({"outer_eps": 0.0}, tc.TC_ERR_INVALID_ARG),
+                           ({"outer_optimizer": 5}, tc.TC_ERR_INVALID_ARG),
+                           ({"compress": 9}, tc.TC_ERR_INVALID_ARG)):
+            with pytest.raises(ERR) as e:
+                dist.diloco(**kwargs)
+            assert e.value.status == st, kwargs
+        with pytest.raises(ERR) as e:
+            dist.diloco(compress="gzip")
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+        with dist.diloco(tc.diloco_config(inner_steps=2, compress="topk_01pct")) as d:
+            with pytest.raises(ERR) as e:
+                d.apply_outer()  # nothing registered
+            assert e.value.status == tc.TC_ERR_INVALID_ARG
+            for args, st in ((("w", w, 9), tc.TC_ERR_INVALID_ARG), (("w", w, 0), tc.TC_ERR_INVALID_SHAPE),
+                             (("w", w, 4, "i8"), tc.TC_ERR_UNSUPPORTED_DTYPE), (("", w, 4), tc.TC_ERR_INVALID_ARG)):
+                with pytest.raises(ERR) as e:
+                    d.add_parameter(*args)
+                assert e.value.status == st, args
+            d.add_parameter("w", w, 8)
+            with pytest.raises(ERR) as e:
+                d.add_parameter("w", cpu_ctx.buffer(32), 8)  # same name
+            assert e.value.status == tc.TC_ERR_INVALID_ARG
+            with pytest.raises(ERR) as e:
+                d.add_parameter("w2", w, 8)  # same memory
+            assert e.value.status == tc.TC_ERR_INVALID_ARG
+            caps = d.capabilities()
+            assert tc.diloco_compress_is_serializable(caps, "topk_1pct")
+            assert not tc.diloco_compress_is_serializable(caps, "fp8")
+            assert tc.diloco_outer_optimizer_is_serializable(caps, "adam")
+            assert tc.diloco_state_feature_available(caps, tc.TC_DILOCO_STATE_FEATURE_PAYLOAD_SHA256)
+            assert not tc.diloco_state_feature_available(caps, tc.TC_DILOCO_STATE_FEATURE_PENDING_ROUND)
+    build = tc.diloco_capabilities()
+    assert build.state_abi_version_current == 2 and build.async_overlap_supported == 1
+    assert build.tolerate_dropouts_supported == 0
+
+
+def test_diloco_state_blobs_refuse_corruption(cpu_ctx, rng):
+    n = 64
+    w = cpu_ctx.buffer_from_array(rng.standard_normal(n).astype(np.float32))
+    with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_optimizer="adam",
+                                                           compress="fp16") as d:
+        d.add_parameter("w", w, n)
+        for _ in range(2):
+            w.write(w.to_numpy((n,), np.float32) * 0.9)
+            d.step()
+            d.apply_outer()
+        blob = d.serialize_state()
+        assert blob[:8] == b"TCDLSTA2" and len(blob) > tc.TC_DILOCO_STATE_V2_HEADER_SIZE
+        v1 = d.serialize_state(tc.TC_DILOCO_STATE_ABI_VERSION_1)
+        assert v1[:8] == b"TCDLSTA1"
+        before = d.serialize_state()
+
+        def refused(b, version=tc.TC_DILOCO_STATE_ABI_VERSION_2):
+            current = d.serialize_state()
+            with pytest.raises(tc.TensorcoreError) as e:
+                d.deserialize_state(b, version)
+            assert d.serialize_state() == current  # nothing changed
+            return e.value.status
+
+        for i in (0, 9, 20, 40, 70, len(blob) - 1):  # header, digest, payload
+            bad = bytearray(blob)
+            bad[i] ^= 0x40
+            assert refused(bytes(bad)) in (tc.TC_ERR_CORRUPT, tc.TC_ERR_INVALID_ARG), i
+        bad = bytearray(blob)
+        bad[-5] ^= 1
+        assert refused(bytes(bad)) == tc.TC_ERR_CORRUPT  # caught by the digest
+        for cut in (0, 10, 63, 64, len(blob) - 1):
+            assert refused(blob[:cut]) == tc.TC_ERR_CORRUPT, cut
+        assert refused(blob + b"\0") == tc.TC_ERR_CORRUPT
+        assert refused(v1) == tc.TC_ERR_INVALID_ARG  # v1 blob, v2 asked for
+        assert refused(v1[:-3], tc.TC_DILOCO_STATE_ABI_VERSION_1) == tc.TC_ERR_CORRUPT
+        assert refused(blob, 3) == tc.TC_ERR_INVALID_ARG
+        d.deserialize_state(v1, tc.TC_DILOCO_STATE_ABI_VERSION_1)
+        assert d.serialize_state() == before
+        d.set_epochs(3, 4)
+        assert refused(blob) == tc.TC_ERR_INVALID_ARG  # epochs (0, 0) in the blob differ
+        d.set_epochs(0, 0)
+        d.deserialize_state(blob)
+    with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_optimizer="sgd") as other:
+        other.add_parameter("w", w, n)
+        with pytest.raises(tc.TensorcoreError) as e:
+            other.deserialize_state(blob)  # another optimizer / compression
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+
+
+# ---- the remote endpoint ------------------------------------------------------------
+
+def test_remote_endpoint_authentication_rotation_and_fetch(cpu_ctx, rng):
+    server_keys = [("weights/server-a", 201, b"S" * 32), ("client-b", 301, b"C" * 40)]
+    client_keys = [("client-b", 301, b"C" * 40), ("weights/server-a", 201, b"S" * 32)]
+    payload = rng.standard_normal(1000).astype(np.float32)
+    with tc.remote_init_authenticated(cpu_ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0",
+                                      "weights/server-a", 201, server_keys) as server, \
+            tc.remote_init_authenticated(cpu_ctx, "client", None, "client-b", 301, client_keys) as client:
+        url = "tcp://127.0.0.1:%d" % server.port
+        server.register_tensor("w", payload)
+        buf = cpu_ctx.buffer_from_array(payload * 2)
+        server.register_tensor("wbuf", buf)
+        assert server.registered_count() == 2
+        pid = tc.remote_connect_authenticated(client, url, "weights/server-a")
+        assert tc.remote_peer_identity(client, pid) == "weights/server-a"
+        assert tc.remote_peer_key_id(client, pid) == 201
+        out = np.full(1000, np.nan, np.float32)
+        tc.remote_tensor_fetch(client, pid, "w", out)
+        assert np.array_equal(out, payload)
+        dst = cpu_ctx.buffer(4000)
+        client.fetch(pid, "wbuf", dst)
+        assert np.array_equal(dst.to_numpy((1000,), np.float32), payload * 2)
+        assert tc.remote_total_bytes_fetched(client) == 8000
+        assert server.peer_identity(0) == "client-b"
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.fetch(pid, "missing", out)
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.fetch(pid, "w", np.zeros(10, np.float32))  # wrong size
+        assert e.value.status == tc.TC_ERR_INVALID_ARG
+        # The server must prove the identity the client expects.
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.connect(url, "weights/server-b")
+        assert e.value.status == tc.TC_ERR_AUTH
+        # A client with a wrong secret is refused and counted.
+        with tc.remote_init_authenticated(cpu_ctx, "client", None, "client-b", 301,
+                                          [("client-b", 301, b"X" * 40), ("weights/server-a", 201, b"S" * 32)]) as bad:
+            with pytest.raises(tc.TensorcoreError) as e:
+                bad.connect(url, "weights/server-a")
+            assert e.value.status == tc.TC_ERR_AUTH
+        # An unauthenticated client is refused too.
+        with tc.remote_init(cpu_ctx, "client") as plain:
+            with pytest.raises(tc.TensorcoreError) as e:
+                plain.connect(url)
+            assert e.value.status == tc.TC_ERR_AUTH
+        deadline = time.time() + 5
+        while server.auth_failure_count < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        assert server.auth_failure_count == 2
+        # Rotation: the server drops the old client key; new connections with it fail, the old connection lives on.
+        server.auth_rotate("weights/server-a", 202, [("weights/server-a", 202, b"T" * 32),
+                                                     ("client-b", 302, b"D" * 32)])
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.connect(url, "weights/server-a")
+        assert e.value.status == tc.TC_ERR_AUTH
+        client.fetch(pid, "w", out)  # the live connection keeps its keys
+        client.auth_rotate("client-b", 302, [("client-b", 302, b"D" * 32), ("weights/server-a", 202, b"T" * 32)])
+        pid2 = client.connect(url, "weights/server-a")
+        assert client.peer_key_id(pid2) == 202
+        server.unregister_tensor("w")
+        assert server.registered_count() == 1
+    with pytest.raises(tc.TensorcoreError) as e:
+        tc.remote_init_authenticated(cpu_ctx, 0, "tcp://127.0.0.1:0", "a", 1, [("a", 1, b"short")])
+    assert e.value.status == tc.TC_ERR_INVALID_ARG
+    with pytest.raises(tc.TensorcoreError) as e:
+        tc.remote_init(cpu_ctx, 5, "tcp://127.0.0.1:0")
+    assert e.value.status == tc.TC_ERR_INVALID_ARG

@@ -1,0 +1,460 @@
+"""The LLaMA decoder (tensorcore.llama, include/tensorcore/llama.h) against a
+float64 NumPy forward on the dequantised weights of small random models:
+prefill then one-token steps, GQA, tied embeddings, every weight format,
+greedy generation, the tokenizer from the file, and clean errors for bad
+files and bad calls."""
+
+import os
+
+import numpy as np
+import pytest
+
+import tensorcore as tc
+from tensorcore.llama import Llama, default_model_path, sample
+from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
+
+try:  # files of random models are written with the gguf package; tests without it skip
+    import gguf
+except ImportError:
+    gguf = None
+
+E, L, H, HKV, F, V = 64, 2, 4, 2, 128, 300
+D = E // H
+
+
+# ---- model files --------------------------------------------------------------------------
+
+def _vocab():
+    toks = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    pieces = ["\u2581", "a", "b", "c", "d", "e", "h", "l", "o", "w", "r", "\u2581h", "\u2581he", "\u2581hel",
+              "\u2581hell", "\u2581hello", "\u2581w", "\u2581wo", "\u2581wor", "\u2581worl", "\u2581world",
+              "ll", "or", "ld", "he"]
+    toks += pieces
+    toks += ["<extra%d>" % i for i in range(V - len(toks))]
+    scores = [0.0] * 259 + [float(len(p)) for p in pieces] + [-100.0] * (V - 259 - len(pieces))
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces) + [5] * (V - 259 - len(pieces))
+    return toks, scores, types
+
+
+def make_weights(rng, tied=False):
+    s = lambda *shape: rng.standard_normal(shape) / np.sqrt(shape[-1])
+    w = {"token_embd.weight": rng.standard_normal((V, E)) * 0.5,
+         "output_norm.weight": 1 + 0.1 * rng.standard_normal(E)}
+    if not tied:
+        w["output.weight"] = s(V, E)
+    for i in range(L):
+        p = "blk.%d." % i
+        w[p + "attn_norm.weight"] = 1 + 0.1 * rng.standard_normal(E)
+        w[p + "ffn_norm.weight"] = 1 + 0.1 * rng.standard_normal(E)
+        w[p + "attn_q.weight"] = s(H * D, E)
+        w[p + "attn_k.weight"] = s(HKV * D, E)
+        w[p + "attn_v.weight"] = s(HKV * D, E)
+        w[p + "attn_output.weight"] = s(E, H * D)
+        w[p + "ffn_gate.weight"] = s(F, E)
+        w[p + "ffn_up.weight"] = s(F, E)
+        w[p + "ffn_down.weight"] = s(E, F)
+    return w
+
+
+def _bytes_to_unicode():
+    """GPT-2's map of bytes to printable code points."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+BPE_MERGES = ["h e", "l l", "he ll", "hell o", "\u0120 w", "o r", "\u0120w or", "l d", "\u0120wor ld"]
+
+
+def _bpe_vocab():
+    b2u = _bytes_to_unicode()
+    toks = [b2u[b] for b in range(256)] + [m.replace(" ", "") for m in BPE_MERGES] + ["<|end|>"]
+    toks += ["<extra%d>" % i for i in range(V - len(toks))]
+    types = [1] * (256 + len(BPE_MERGES)) + [3] + [5] * (V - 257 - len(BPE_MERGES))
+    return toks, types
+
+
+def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, skip=(), shape_override=None,
+                tokenizer="llama", pre=None):
+    """Writes with the gguf package; returns the float64 weights the file holds."""
+    if gguf is None:
+        pytest.skip("the gguf package is not installed")
+    Q = gguf.GGMLQuantizationType
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_context_length(256)
+    wr.add_embedding_length(E)
+    wr.add_block_count(L)
+    wr.add_feed_forward_length(F)
+    wr.add_head_count(H)
+    wr.add_head_count_kv(HKV)
+    wr.add_rope_dimension_count(D)
+    wr.add_rope_freq_base(rope_base)
+    if rope_scale:
+        wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        wr.add_rope_scaling_factor(rope_scale)
+    wr.add_layer_norm_rms_eps(1e-5)
+    if tokenizer is None:
+        pass
+    elif tokenizer == "gpt2":
+        wr.add_tokenizer_model(tokenizer)
+        toks, types = _bpe_vocab()
+        wr.add_token_list(toks)
+        wr.add_token_types(types)
+        wr.add_token_merges(BPE_MERGES)
+        if pre:
+            wr.add_tokenizer_pre(pre)
+    else:
+        wr.add_tokenizer_model(tokenizer)
+        toks, scores, types = _vocab()
+        wr.add_token_list(toks)
+        wr.add_token_scores(scores)
+        wr.add_token_types(types)
+    if tokenizer is not None:
+        wr.add_bos_token_id(1)
+        wr.add_eos_token_id(2)
+    held = {}
+    for name, w in weights.items():
+        if name in skip:
+            continue
+        if shape_override and name in shape_override:
+            w = w.reshape(-1)[: int(np.prod(shape_override[name]))].reshape(shape_override[name])
+        if w.ndim == 1 or fmt == "f32":
+            a = w.astype(np.float32)
+            wr.add_tensor(name, a)
+            held[name] = a.astype(np.float64)
+        elif fmt == "f16":
+            a = w.astype(np.float16)
+            wr.add_tensor(name, a)
+            held[name] = a.astype(np.float64)
+        else:
+            qt = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "bf16": Q.BF16}[fmt]
+            raw = gguf.quants.quantize(w.astype(np.float32), qt)
+            wr.add_tensor(name, raw, raw_dtype=qt)
+            if fmt in ("q8_0", "q4_0"):  # our own dequantiser: an independent reading of the blocks
+                held[name] = dequantize(raw.tobytes(), fmt, w.shape)
+            else:
+                held[name] = gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(w.shape)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return held
+
+
+# ---- the float64 reference ------------------------------------------------------------------
+
+def rmsnorm(x, g, eps=1e-5):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def rope_interleaved(x, pos, base, scale):
+    """x [S, heads, D]; pairs (x[2k], x[2k+1]) rotated by pos*scale*base^(-2k/D)."""
+    k = np.arange(D // 2)
+    theta = (pos[:, None] * scale) * base ** (-2.0 * k / D)
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * c - b * s
+    out[..., 1::2] = b * c + a * s
+    return out
+
+
+def reference(w, tokens, base=10000.0, scale=1.0):
+    """float64 logits [S, V] of the whole sequence."""
+    tokens = np.asarray(tokens)
+    S = len(tokens)
+    x = w["token_embd.weight"][tokens]
+    pos = np.arange(S, dtype=np.float64)
+    mask = np.triu(np.full((S, S), -np.inf), 1)
+    for i in range(L):
+        p = "blk.%d." % i
+        h = rmsnorm(x, w[p + "attn_norm.weight"])
+        q = rope_interleaved((h @ w[p + "attn_q.weight"].T).reshape(S, H, D), pos, base, scale)
+        k = rope_interleaved((h @ w[p + "attn_k.weight"].T).reshape(S, HKV, D), pos, base, scale)
+        v = (h @ w[p + "attn_v.weight"].T).reshape(S, HKV, D)
+        o = np.empty((S, H, D))
+        for hh in range(H):
+            g = hh // (H // HKV)
+            sc = q[:, hh] @ k[:, g].T / np.sqrt(D) + mask
+            pr = np.exp(sc - sc.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            o[:, hh] = pr @ v[:, g]
+        x = x + o.reshape(S, E) @ w[p + "attn_output.weight"].T
+        h = rmsnorm(x, w[p + "ffn_norm.weight"])
+        gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
+    out = w.get("output.weight", w["token_embd.weight"])
+    return rmsnorm(x, w["output_norm.weight"]) @ out.T
+
+
+# f32 weights: f32 rounding only; f16 the same (weights exact in the file);
+# Q8_0 / Q4_0: weights are dequantised exactly, so also f32 rounding.
+TOL = {"f32": 2e-5, "f16": 2e-5, "bf16": 2e-5, "q8_0": 2e-5, "q4_0": 2e-5, "q4_1": 2e-5}
+
+
+def check_logits(out, ref, fmt, what):
+    assert out.shape == ref.shape and np.isfinite(out).all(), what
+    err = np.abs(out - ref).max() / np.abs(ref).max()
+    assert err < TOL[fmt], "%s: relative error %.3g" % (what, err)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    c = tc.Context("cpu")
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_prefill_then_steps_match_reference(tmp_path, cpu, fmt, tied):
+    rng = np.random.default_rng(1 + len(fmt) + 7 * tied)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng, tied), fmt)
+    tokens = rng.integers(0, V, 12)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu, n_ctx=64) as m:
+        assert m.config["tied_embeddings"] == int(tied)
+        assert (m.config["n_head"], m.config["n_head_kv"], m.config["n_vocab"]) == (H, HKV, V)
+        out = m.eval(tokens[:7])
+        check_logits(out, ref[:7], fmt, "prefill")
+        for i in range(7, 12):
+            step = m.eval(tokens[i:i + 1])
+            check_logits(step, ref[i:i + 1], fmt, "step %d" % i)
+        assert m.n_past == 12
+        m.reset()
+        assert m.n_past == 0
+        check_logits(m.eval(tokens), ref, fmt, "after reset")
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "f16"])
+def test_f16_activations(tmp_path, cpu, fmt):
+    """Faster products (f16 activations, int8 dot products on VNNI): close to
+    the exact forward, and the bad dtype is refused."""
+    rng = np.random.default_rng(21)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), fmt)
+    tokens = rng.integers(0, V, 10)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu, activations="f16") as m:
+        out = np.concatenate([m.eval(tokens[:6]), m.eval(tokens[6:8]), m.eval(tokens[8:9]), m.eval(tokens[9:])])
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert np.isfinite(out).all() and err < 5e-2, err  # int8 activations: ~2e-2 as llama.cpp
+        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_activations, m.handle, "bf16")
+        tc.llama_set_activations(m.handle, "f32")
+        m.reset()
+        check_logits(m.eval(tokens), ref, fmt, "back to f32")
+
+
+def test_rope_base_and_scale_from_metadata(tmp_path, cpu):
+    rng = np.random.default_rng(5)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "f32", rope_base=500.0, rope_scale=4.0)
+    tokens = rng.integers(0, V, 9)
+    with Llama(path, ctx=cpu) as m:
+        assert m.config["rope_freq_base"] == 500.0 and m.config["rope_freq_scale"] == 0.25
+        check_logits(m.eval(tokens), reference(w, tokens, 500.0, 0.25), "f32", "scaled rope")
+
+
+def test_greedy_generate_matches_reference(tmp_path, cpu):
+    rng = np.random.default_rng(11)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q8_0")
+    prompt = list(rng.integers(0, V, 5))
+    with Llama(path, ctx=cpu) as m:
+        got = m.generate(prompt, 6)
+    seq = list(prompt)
+    for _ in range(6):
+        seq.append(int(np.argmax(reference(w, seq)[-1])))
+    assert got == seq[5:]
+
+
+def test_sampling_options():
+    logits = np.array([0.0, 5.0, 4.9, -3.0])
+    assert sample(logits) == 1
+    rng = np.random.default_rng(0)
+    assert {sample(logits, 1.0, top_k=1, rng=rng) for _ in range(20)} == {1}
+    draws = {sample(logits, 1.0, top_p=0.9, rng=rng) for _ in range(200)}
+    assert draws == {1, 2}
+
+
+def test_tokenizer_from_metadata(tmp_path, cpu):
+    path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(2)), "f32")
+    with Llama(path, ctx=cpu) as m:
+        ids = m.tokenize("hello world")
+        assert ids[0] == 1
+        toks, _, _ = _vocab()
+        assert [toks[i] for i in ids[1:]] == ["\u2581hello", "\u2581world"]
+        assert m.detokenize(ids) == "hello world"
+        odd = "héllo ✓"
+        assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
+
+
+@pytest.mark.parametrize("pre", [None, "gpt2", "llama-bpe"])
+def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
+    path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
+    toks, _ = _bpe_vocab()
+    with Llama(path, ctx=cpu) as m:
+        ids = m.tokenize("hello world", add_bos=False)
+        assert [toks[i] for i in ids] == ["hello", "\u0120world"]
+        odd = "héllo, wörld ✓ 123"
+        assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
+
+
+def test_file_without_vocabulary_runs_on_ids(tmp_path, cpu):
+    rng = np.random.default_rng(8)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q8_0", tokenizer=None)
+    tokens = rng.integers(0, V, 6)
+    with Llama(path, ctx=cpu) as m:
+        assert m.n_vocab == V and m.bos_id == -1
+        check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
+        _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
+
+
+def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
+    path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre="qwen2")
+    with pytest.raises(tc.TensorcoreError) as e:
+        Llama(path, ctx=cpu)
+    assert e.value.status == tc.TC_ERR_UNSUPPORTED and "qwen2" in str(e.value)
+    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="bert")
+    with pytest.raises(tc.TensorcoreError) as e:
+        Llama(path, ctx=cpu)
+    assert e.value.status == tc.TC_ERR_UNSUPPORTED and "bert" in str(e.value)
+
+
+def _expect(status, fn, *args, text=None):
+    with pytest.raises(tc.TensorcoreError) as e:
+        fn(*args)
+    assert e.value.status == status, str(e.value)
+    if text:
+        assert text in str(e.value)
+
+
+def test_bad_files(tmp_path, cpu):
+    rng = np.random.default_rng(3)
+    good = tmp_path / "good.gguf"
+    write_model(good, make_weights(rng), "q4_0")
+    data = good.read_bytes()
+    trunc = tmp_path / "trunc.gguf"
+    trunc.write_bytes(data[: len(data) // 2])
+    _expect(tc.TC_ERR_CORRUPT, Llama, trunc, cpu)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all" * 10)
+    _expect(tc.TC_ERR_CORRUPT, Llama, junk, cpu)
+    _expect(tc.TC_ERR_IO, Llama, tmp_path / "missing.gguf", cpu)
+    miss = tmp_path / "miss.gguf"
+    write_model(miss, make_weights(rng), "f32", skip=("blk.1.ffn_up.weight",))
+    _expect(tc.TC_ERR_UNSUPPORTED, Llama, miss, cpu, text="blk.1.ffn_up.weight")
+    shape = tmp_path / "shape.gguf"
+    write_model(shape, make_weights(rng), "f32", shape_override={"blk.0.attn_k.weight": (HKV * D, E // 2)})
+    _expect(tc.TC_ERR_UNSUPPORTED, Llama, shape, cpu, text="attn_k")
+    assert cpu.closed is False
+
+
+def test_bad_calls_leave_state(tmp_path, cpu):
+    path = tmp_path / "m.gguf"
+    write_model(path, make_weights(np.random.default_rng(4)), "f32")
+    with Llama(path, ctx=cpu, n_ctx=8) as m:
+        assert m.n_ctx == 8
+        _expect(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
+        _expect(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
+        assert m.n_past == 0
+        m.eval([1, 2, 3, 4, 5])
+        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1, 2, 3, 4])
+        assert m.n_past == 5
+        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [])
+        small = np.zeros(V - 1, np.float32)
+        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m.handle, [1], small)
+        assert m.n_past == 5
+        last = np.full(V, np.nan, np.float32)
+        tc.llama_eval(m.handle, [6, 7], last)  # capacity n_vocab: the last token's logits
+        assert np.isfinite(last).all() and m.n_past == 7
+    _expect(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m._handle if m._handle else 12345, [1])
+    _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_load, cpu, str(path), -1)
+
+
+def test_default_model_is_deterministic(tmp_path, monkeypatch):
+    from tensorcore.llama import write_default_model
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    write_default_model(a)
+    write_default_model(b)
+    assert a.read_bytes() == b.read_bytes()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    p = default_model_path()
+    assert p.startswith(str(tmp_path / "cache")) and open(p, "rb").read() == a.read_bytes()
+    with Llama() as m:
+        ids = m.tokenize("hello world")
+        assert m.detokenize(ids) == "hello world"
+        assert len(m.generate(ids, 4)) == 4
+
+
+def test_numpy_quantisers_match_gguf():
+    pytest.importorskip("gguf")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    Q = gguf.GGMLQuantizationType
+    assert quantize_q8_0(x).tobytes() == gguf.quants.quantize(x, Q.Q8_0).tobytes()
+    assert quantize_q4_0(x).tobytes() == gguf.quants.quantize(x, Q.Q4_0).tobytes()
+
+
+def test_command_line(tmp_path):
+    """python -m tensorcore.llama on the default model: text, then speeds, and
+    --bench's last line."""
+    import subprocess
+    import sys
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), TC_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-m", "tensorcore.llama", "--prompt", "hello world", "-n", "5", "--bench"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().split("\n")
+    assert lines[0].startswith("hello world")
+    assert "tok/s" in lines[-2] and lines[-1].startswith("prefill_tok_s=") and " decode_tok_s=" in lines[-1]
+    float(lines[-1].split()[0].split("=")[1]), float(lines[-1].split()[1].split("=")[1])
+    bad = subprocess.run([sys.executable, "-m", "tensorcore.llama", str(tmp_path / "none.gguf"), "-n", "2"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "none.gguf" in bad.stderr
+
+
+def test_corrupted_files_fail_cleanly(tmp_path, cpu):
+    """Random byte changes in the header and metadata: the load either works or
+    fails with a status, and a model that loads runs."""
+    rng = np.random.default_rng(31)
+    good = tmp_path / "good.gguf"
+    write_model(good, make_weights(rng), "q4_0")
+    data = good.read_bytes()
+    bad = tmp_path / "bad.gguf"
+    for _ in range(80):
+        d = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            d[int(rng.integers(0, 16000))] = int(rng.integers(0, 256))
+        bad.write_bytes(bytes(d))
+        try:
+            with Llama(bad, ctx=cpu, n_ctx=16) as m:
+                assert m.eval([1, 2, 3]).shape == (3, m.n_vocab)
+        except tc.TensorcoreError as e:
+            assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)
+
+
+def test_long_chunks_match_reference(tmp_path, cpu):
+    """Several attention tiles and GEMV row blocks: 40 tokens, then a chunk of
+    17 after them, then single steps."""
+    rng = np.random.default_rng(41)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q8_0")
+    tokens = rng.integers(0, V, 60)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu, n_ctx=60) as m:
+        check_logits(m.eval(tokens[:40]), ref[:40], "q8_0", "prefill 40")
+        check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
+        for i in range(57, 60):
+            check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q8_0", "step %d" % i)
+        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1])

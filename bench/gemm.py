@@ -41,7 +41,9 @@ def parse_args():
     p.add_argument("--sizes", default="1024,2048", help="comma-separated M=N=K")
     p.add_argument("--dtypes", default="f32,f16,bf16,i8")
     p.add_argument("--reps", type=int, default=7, help="timed calls per point (median)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls before each timed one")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed calls before each timed one (after a pause, short AMX calls on this VM need "
+                        "a few milliseconds of work to get back to speed)")
     p.add_argument("--threads", type=int, default=0,
                    help="threads for tensorcore and both OpenBLAS copies (sets TC_NUM_THREADS and "
                         "OPENBLAS_NUM_THREADS before loading them); 0 = their default")

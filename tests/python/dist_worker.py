@@ -268,13 +268,17 @@ def run_diloco(ctx, dist, gather, sizes, H, opt, comp, async_overlap, seed):
             check(all(np.array_equal(allt[0].view(np.uint32), allt[r].view(np.uint32)) for r in range(WORLD)),
                   tag + ": anchors identical on every rank after outer step %d" % outer)
             if comp == "none":
+                # The deltas as the library sees them: f32 inner steps and an
+                # f32 difference (in f64, cancellation in a near-zero delta
+                # could flip its sign, and Adam's step follows the sign).
                 deltas = []
+                anchor32 = anchor.astype(np.float32)
                 for r in range(WORLD):
-                    th = anchor.copy()
+                    th = anchor32.copy()
                     for step in range(H):
-                        th -= np.concatenate([data(seed, r, n, "f32", 1000 * outer + 10 * step + i) * 0.01
-                                              for i, n in enumerate(sizes)]).astype(np.float64)
-                    deltas.append(anchor - th)
+                        th -= np.concatenate([data(seed, r, n, "f32", 1000 * outer + 10 * step + i) * np.float32(0.01)
+                                              for i, n in enumerate(sizes)]).astype(np.float32)
+                    deltas.append((anchor32 - th).astype(np.float64))
                 g = np.mean(deltas, 0)
                 if opt == "sgd":
                     anchor = anchor - lr * g
@@ -289,6 +293,7 @@ def run_diloco(ctx, dist, gather, sizes, H, opt, comp, async_overlap, seed):
                 tol = 1e-3 if opt == "adam" else 1e-5
                 check(np.allclose(theta, anchor, rtol=tol, atol=tol), tag + ": matches the NumPy outer step %d (max "
                       "err %g)" % (outer, np.max(np.abs(theta - anchor))))
+                anchor = theta.astype(np.float64)  # each outer step is checked from the library's own anchor
             else:
                 anchor = theta.astype(np.float64)
             wire = d.last_outer_bytes_sent

@@ -47,8 +47,12 @@ def visible(sq, skv, causal, window):
     return vis, pos
 
 
-def reference(q, k, v, do, causal=True, window=0, slopes=None, scale=None):
-    """O, LSE, dQ, dK, dV in float64 from [B, H, S, D] arrays (K, V with Hkv heads)."""
+def reference(q, k, v, do, causal=True, window=0, slopes=None, scale=None, o_given=None):
+    """O, LSE, dQ, dK, dV in float64 from [B, H, S, D] arrays (K, V with Hkv heads).
+
+    The backward's row term D = rowsum(dO * O) is taken from `o_given`, the O
+    the backward op is handed (rounded to the io dtype), when one is passed:
+    in the softmax gradient dP - D cancels, so the rounding of O matters."""
     B, Hq, sq, D = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     G = Hq // hkv
@@ -68,7 +72,8 @@ def reference(q, k, v, do, causal=True, window=0, slopes=None, scale=None):
     with np.errstate(divide="ignore"):
         lse = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, l)))[..., 0]
     dp = do @ np.swapaxes(vr, -1, -2)
-    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True)) * scale
+    rowterm = (p * dp).sum(axis=-1, keepdims=True) if o_given is None else (do * o_given).sum(axis=-1, keepdims=True)
+    ds = p * (dp - rowterm) * scale
     dq = ds @ kr
     dkr = np.swapaxes(ds, -1, -2) @ q
     dvr = np.swapaxes(p, -1, -2) @ do
@@ -118,9 +123,9 @@ class Problem:
                                     **kw)
         return self.read(self.dQ, self.q), self.read(self.dK, self.k), self.read(self.dV, self.k)
 
-    def reference(self, causal, window, scale=None):
+    def reference(self, causal, window, scale=None, o_given=None):
         f = lambda x: to_f64(x, self.dtype)  # noqa: E731
-        return reference(f(self.q), f(self.k), f(self.v), f(self.do), causal, window, self.slopes, scale)
+        return reference(f(self.q), f(self.k), f(self.v), f(self.do), causal, window, self.slopes, scale, o_given)
 
 
 def close(what, got, want, rtol):
@@ -144,6 +149,8 @@ def check_problem(p, causal, window, scale=None, **kw):
     close("O", o, ro, tol)
     close("LSE", lse, rlse, max(tol, 1e-5) / 4 if p.dtype == "f32" else 2e-3)
     dq, dk, dv = p.backward(causal=causal, window_size=window, softmax_scale=scale, **kw)
+    # The gradients the op defines for the O it was given (the stored, rounded one).
+    _, _, rdq, rdk, rdv = p.reference(causal, window, scale, o_given=o)
     gtol = 2 * tol if p.dtype == "bf16" else tol
     close("dQ", dq, rdq, gtol)
     close("dK", dk, rdk, gtol)

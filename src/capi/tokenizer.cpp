@@ -2,8 +2,6 @@
 
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "capi/api.h"
 #include "model/tokenizer.h"
@@ -17,13 +15,10 @@ struct tc_tokenizer_s {
 
 namespace {
 
-std::mutex g_tok_mu;
-std::unordered_map<const void*, bool> g_live_tokenizers;
-
 tc_status check_tokenizer(const char* fn, tc_tokenizer t) {
   if (!t) return fail(TC_ERR_INVALID_ARG, "%s: tokenizer is null", fn);
-  std::lock_guard<std::mutex> lock(g_tok_mu);
-  if (!g_live_tokenizers.count(t)) return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tokenizer", fn, (void*)t);
+  if (!is_live_handle(t, HandleKind::Tokenizer))
+    return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tokenizer", fn, (void*)t);
   return TC_OK;
 }
 
@@ -63,8 +58,7 @@ tc_status tc_tokenizer_create(const tc_tokenizer_desc* d, tc_tokenizer* out) {
     model::Tokenizer* impl = nullptr;
     if (tc_status st = model::Tokenizer::create(std::move(v), &impl)) return st;
     auto* t = new tc_tokenizer_s{std::unique_ptr<model::Tokenizer>(impl)};
-    std::lock_guard<std::mutex> lock(g_tok_mu);
-    g_live_tokenizers[t] = true;
+    register_handle(t, HandleKind::Tokenizer);
     *out = t;
     return TC_OK;
   });
@@ -73,10 +67,7 @@ tc_status tc_tokenizer_create(const tc_tokenizer_desc* d, tc_tokenizer* out) {
 tc_status tc_tokenizer_free(tc_tokenizer t) {
   return guarded("tc_tokenizer_free", [&] {
     if (tc_status st = check_tokenizer("tc_tokenizer_free", t)) return st;
-    {
-      std::lock_guard<std::mutex> lock(g_tok_mu);
-      g_live_tokenizers.erase(t);
-    }
+    unregister_handle(t);
     delete t;
     return TC_OK;
   });

@@ -83,6 +83,7 @@ enum class HandleKind {
   GgufWriter,
   // end gguf
   Llama,
+  Tokenizer,
 };
 
 // Every handle given out is registered until it is destroyed.

@@ -108,6 +108,12 @@ def collectives(ctx, d, seed):
     check(d.bytes_sent - before == 2 * (world - 1) * 16000 // world, "bytes_sent counts the ring's bytes")
 
 
+def scenario_nccl(ctx, url, seed, extra):
+    """The same checks on CUDA buffers of one GPU per rank, through NCCL."""
+    with ctx.dist("nccl", WORLD, RANK, url, timeout=60) as d:
+        collectives(ctx, d, seed)
+
+
 def scenario_collectives(ctx, url, seed, extra):
     with ctx.dist("gloo", WORLD, RANK, url, timeout=20) as d:
         collectives(ctx, d, seed)
@@ -375,7 +381,8 @@ def main():
     global RANK, WORLD
     scenario, RANK, WORLD, url, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
     extra = sys.argv[6] if len(sys.argv) > 6 else ""
-    with tc.Context("cpu") as ctx:
+    device = "cuda:%d" % RANK if scenario == "nccl" else "cpu"
+    with tc.Context(device) as ctx:
         globals()["scenario_" + scenario](ctx, url, seed, extra)
     print("DONE rank %d failures %d" % (RANK, len(FAILURES)), flush=True)
     sys.exit(1 if FAILURES else 0)

@@ -79,6 +79,22 @@ def test_every_collective_and_dtype_matches_numpy(world, rng):
     run_group("collectives", world, int(rng.integers(1 << 30)))
 
 
+def _nccl_gpus():
+    """How many GPUs an NCCL group can use here (0 when NCCL or CUDA is absent)."""
+    try:
+        with tc.Context("cuda") as c:
+            if not tc.capability_available(c.runtime_capabilities(), tc.TC_CAPABILITY_DIST_NCCL):
+                return 0
+    except tc.TensorcoreError:
+        return 0
+    return tc.cuda_device_count()
+
+
+@pytest.mark.skipif(_nccl_gpus() < 2, reason="NCCL with two GPUs not available")
+def test_nccl_collectives_on_two_gpus(rng):
+    run_group("nccl", 2, int(rng.integers(1 << 30)), timeout=180)
+
+
 @needs_gloo
 def test_three_ranks_and_file_rendezvous(tmp_path, rng):
     run_group("collectives", 3, int(rng.integers(1 << 30)))

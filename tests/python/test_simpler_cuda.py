@@ -97,7 +97,7 @@ def test_pmu_reads_cupti_counters(chain_chip, tmp_path, event_type):
     assert names[0] == "gpu__time_duration.sum" and "none" not in names
     with open(tmp_path / "pmu.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 4 and all(float(r["counter0"]) > 0 for r in rows)  # every kernel took some time
+    assert len(rows) == 4 and all(float(r["counter0"]) > 0 for r in rows), rows  # every kernel took some time
 
 
 def test_cpu_kernel_on_cuda_is_refused():

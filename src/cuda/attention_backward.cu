@@ -380,7 +380,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int dp = 0; dp < DT / 2; ++dp) {
             uint32_t bk[4];
-            ldmatrix_x4_trans(bk, Ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 + (lane >> 4) * 8);
+            const int off = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 + (lane >> 4) * 8;
+            ldmatrix_x4_trans(bk, Ks + off);
             mma16816<T>(dq[2 * dp], a, bk[0], bk[1]);
             mma16816<T>(dq[2 * dp + 1], a, bk[2], bk[3]);
           }
@@ -394,8 +395,13 @@ __global__ void __launch_bounds__(kThreads)
             for (int n = 0; n < DT; ++n) {
               const int col = n * 8 + 2 * tq;
               if (col < D) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                // One 8-byte atomic for the pair (col even, rows of even length).
+                atomicAdd(reinterpret_cast<float2*>(acc + col), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
+#else
                 atomicAdd(acc + col, dq[n][2 * r]);
                 atomicAdd(acc + col + 1, dq[n][2 * r + 1]);
+#endif
               }
             }
           }

@@ -25,8 +25,9 @@
 //       range are never loaded; only tiles straddling a mask edge are masked
 //       element by element.
 //   attention_fwd_rowwise<T>  everything else (f32, head_dim not a multiple
-//       of 8, unaligned pointers, GPUs before sm_80): one warp per query row, all maths in f32, each lane holding
-//       head_dim / 32 elements of q and of the output accumulator.
+//       of 8, unaligned pointers, GPUs before sm_80 or with too little shared
+//       memory for the tile): one warp per query row, all maths in f32, each
+//       lane holding head_dim / 32 elements of q and of the output accumulator.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -348,7 +349,10 @@ tc_status forward_16bit(StreamState* s, const AttentionArgs& a, const char* tnam
   const int64_t D = a.d.head_dim;
   const bool aligned = ((uintptr_t(a.q) | uintptr_t(a.k) | uintptr_t(a.v) | uintptr_t(a.o)) & 15) == 0;
   const std::string t(tname);
-  if (D % 8 != 0 || !aligned || !has_mma(s->device)) return launch_rowwise<T>(s, a, "attention_fwd_rowwise<" + t + ">");
+  const size_t smem =
+      D <= 64 ? fwd_smem_bytes<64, 64>() : D <= 128 ? fwd_smem_bytes<128, 64>() : fwd_smem_bytes<256, 32>();
+  if (D % 8 != 0 || !aligned || !has_mma(s->device, smem))
+    return launch_rowwise<T>(s, a, "attention_fwd_rowwise<" + t + ">");
   if (D <= 64) return launch_mma<T, 64, 64>(s, a, "attention_fwd_mma<" + t + ",64,64>");
   if (D <= 128) return launch_mma<T, 128, 64>(s, a, "attention_fwd_mma<" + t + ",128,64>");
   return launch_mma<T, 256, 32>(s, a, "attention_fwd_mma<" + t + ",256,32>");

@@ -27,7 +27,7 @@
 //       writes dQ from it at the end.
 //   attention_bwd_dq_rowwise<T> + attention_bwd_dkdv_rowwise<T>  everything
 //       else (f32, head_dim > 128 or not a multiple of 8, unaligned, GPUs
-//       before sm_80): one warp
+//       before sm_80 or with too little shared memory for the tiles): one warp
 //       per query row for dQ, one warp per key row for dK and dV (looping over
 //       the rows of every head of the group that see it), f32 maths, no atomics.
 #include <cmath>
@@ -497,7 +497,8 @@ tc_status backward_typed(StreamState* s, const AttentionBackwardArgs& a, const s
   const bool aligned = ((uintptr_t(a.q) | uintptr_t(a.k) | uintptr_t(a.v) | uintptr_t(a.d_o) | uintptr_t(a.dk) |
                          uintptr_t(a.dv)) & 15) == 0;
   constexpr bool k16bit = !std::is_same<T, float>::value;
-  const bool fast = k16bit && D % 8 == 0 && D <= 128 && aligned && has_mma(s->device);
+  const bool fast = k16bit && D % 8 == 0 && D <= 128 && aligned &&
+                    has_mma(s->device, D <= 64 ? bwd_smem_bytes<64>() : bwd_smem_bytes<128>());
   // Scratch: Dd [rows] f32, then (fast path) the dQ accumulator [rows * D] f32,
   // 256-byte aligned.
   const size_t dd_bytes = (size_t(rows) * 4 + 255) / 256 * 256;

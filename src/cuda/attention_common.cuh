@@ -180,10 +180,14 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Whether the device runs the tensor-core kernels (sm_80 or later).
-inline bool has_mma(int device) {
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+// Whether the device runs a tensor-core kernel needing `smem` bytes of shared
+// memory per CTA (sm_80 or later, and enough opt-in shared memory: sm_86/89
+// parts have 99 KB, less than some of the tiles take).
+inline bool has_mma(int device, size_t smem) {
+  int major = 0, optin = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8 &&
+         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+         size_t(optin) >= smem;
 }
 
 }  // namespace att

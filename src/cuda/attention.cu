@@ -29,7 +29,6 @@
 //       memory for the tile): one warp per query row, all maths in f32, each
 //       lane holding head_dim / 32 elements of q and of the output accumulator.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <string>
 

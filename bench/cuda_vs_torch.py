@@ -6,7 +6,9 @@ random data. Prints a table with the ratio ours/torch (>1 = we are faster)
 and, with --write, stores it in bench/results/h200.md.
 
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
-512..4096; batched). Run on a machine with a GPU and PyTorch."""
+512..4096; batched); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
+f16/bf16, causal or not, forward and forward+backward, against PyTorch's
+fastest SDPA backend). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
@@ -115,6 +117,72 @@ class Bench:
         for dt in ("bf16", "f16"):
             self.gemm(1024, 1024, 1024, dt, batch=32, target=0.9)
 
+    # -- attention (FlashAttention-style forward and backward) ----------------
+    def attention(self, B, S, H, D, dtype, causal, backward, target=1.0):
+        """Ours against PyTorch's fastest SDPA backend on [B, H, S, D] inputs
+        (the same device memory, through buffer_from_ptr). FLOPs: 4 B H S^2 D
+        for the forward (halved when causal), 2.5x that for the backward."""
+        torch = self.torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        F = torch.nn.functional
+        tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=tdt, generator=gen) for _ in range(4))
+        o, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
+        lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        wrap = lambda t: self.ctx.buffer_from_ptr(t.data_ptr(), t.numel() * t.element_size())  # noqa: E731
+        Q, K, V, dO, O, dQ, dK, dV, L = (wrap(t) for t in (q, k, v, do, o, dq, dk, dv, lse))
+        kw = dict(dtype=dtype, causal=causal)
+        dims = (B, H, S, S, D)
+        if backward:
+            def ours_fn():
+                self.ctx.attention_forward(Q, K, V, O, *dims, LSE=L, **kw)
+                self.ctx.attention_backward(Q, K, V, O, dO, L, dQ, dK, dV, *dims, **kw)
+        else:
+            ours_fn = lambda: self.ctx.attention_forward_async(Q, K, V, O, *dims, self.stream, **kw)  # noqa: E731
+        flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0) * (3.5 if backward else 1.0)
+        iters = max(3, min(50, int(2e13 / flops)))
+        t_ours = timed(ours_fn, self.stream.sync, iters)
+        kernel = tc.cuda_last_kernel_name()
+
+        qg, kg, vg = (t.clone().requires_grad_(backward) for t in (q, k, v))
+        best = None
+        for name in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
+            backend = getattr(SDPBackend, name, None)
+            if backend is None:
+                continue
+
+            def peer_fn():
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                    if backward:
+                        qg.grad = kg.grad = vg.grad = None
+                        out.backward(do)
+            try:
+                t = timed(peer_fn, torch.cuda.synchronize, iters)
+            except Exception:  # a backend that does not take these inputs
+                continue
+            if best is None or t < best[0]:
+                best = (t, name.split("_")[0].lower())
+        case = "%s B%d S%d H%d D%d %s %s" % (dtype, B, S, H, D, "causal" if causal else "full",
+                                             "fwd+bwd" if backward else "fwd")
+        if best is None:
+            print("attention %s: no PyTorch SDPA backend ran" % case)
+            return
+        print("  ours: %s; torch: %s" % (kernel, best[1]))
+        self.row("attention", case + " vs " + best[1], "TFLOP/s", flops / t_ours / 1e12, flops / best[0] / 1e12,
+                 target)
+        for buf in (Q, K, V, dO, O, dQ, dK, dV, L):
+            buf.close()
+
+    def attention_suite(self):
+        # Total width H * D = 4096 in both shapes.
+        for H, D in ((32, 128), (64, 64)):
+            for dt in ("bf16", "f16"):
+                for causal in (False, True):
+                    for backward in (False, True):
+                        self.attention(4, 4096, H, D, dt, causal, backward)
+
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
@@ -132,7 +200,7 @@ class Bench:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="gemm", help="comma-separated: gemm")
+    ap.add_argument("--families", default="gemm", help="comma-separated: gemm, attention")
     ap.add_argument("--write", action="store_true", help="store the table in bench/results/h200.md")
     args = ap.parse_args()
     try:

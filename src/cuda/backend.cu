@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
            // gguf: files load into device buffers by copy
            TC_CAPABILITY_GGUF;
   }
@@ -105,6 +106,14 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<CudaQueue>(dev_); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
+  // ---- attention ----
+  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
+    return launch(a, q, cuda::attention_forward);
+  }
+  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::attention_backward);
+  }
+  // ---- end attention ----
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------

@@ -16,6 +16,27 @@ tc_status check(cudaError_t err, const char* what) {
               cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
+tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out) {
+  *out = s->scratch;
+  if (bytes <= s->scratch_bytes) return TC_OK;
+  // Stream-ordered: the old block is released after the work already queued
+  // on this stream, the new one is usable by what follows.
+  size_t want = std::max(bytes, s->scratch_bytes + s->scratch_bytes / 2);
+  void* p = nullptr;
+  cudaError_t err = cudaMallocAsync(&p, want, s->stream);
+  if (err != cudaSuccess) {
+    want = bytes;
+    cudaGetLastError();
+    err = cudaMallocAsync(&p, want, s->stream);
+  }
+  if (err != cudaSuccess) return check(err, what);
+  if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+  s->scratch = p;
+  s->scratch_bytes = want;
+  *out = p;
+  return TC_OK;
+}
+
 tc_status check_lt(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return TC_OK;
   tc_status code = st == CUBLAS_STATUS_ALLOC_FAILED ? TC_ERR_ALLOC
@@ -60,7 +81,13 @@ void Device::destroy_stream(StreamState* s) {
     streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
   }
   if (s->workspace) cudaFree(s->workspace);
+  if (s->scratch) {
+    cudaFreeAsync(s->scratch, s->stream);
+    cudaStreamSynchronize(s->stream);
+  }
   if (s->stream) cudaStreamDestroy(s->stream);
+  s->scratch = nullptr;
+  s->scratch_bytes = 0;
   s->stream = nullptr;
   s->workspace = nullptr;
 }

@@ -26,6 +26,11 @@ struct StreamState {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::string last_kernel;  // named in the detail when the stream fails
+  // Scratch for ops that need temporary device memory (attention backward's
+  // f32 dQ accumulator): grown stream-ordered (cudaMallocAsync) when a call
+  // needs more, kept for the next call, freed with the stream.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
   // Storage used by enqueued work, with the event recorded behind it. Work
   // on one stream completes in order, so only the front needs checking.
   struct Pending {
@@ -85,8 +90,13 @@ class Device {
 tc_status check(cudaError_t err, const char* what);
 tc_status check_lt(cublasStatus_t st, const char* what);
 
+// Points *out at s->scratch, grown (stream-ordered) to at least `bytes`.
+tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out);
+
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+tc_status attention_forward(Device& dev, StreamState* s, const AttentionArgs& args);
+tc_status attention_backward(Device& dev, StreamState* s, const AttentionBackwardArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

@@ -184,10 +184,65 @@ def test_larger_than_a_tile(actx, rng, dtype, causal, window, alibi, hkv, sq, sk
     check_problem(p, causal, window)
 
 
+# On CUDA, f16/bf16 with head_dim a multiple of 8 run the tensor-core kernels
+# (head_dim padded to 64, 128 or 256 in the forward; up to 128 in the
+# backward); everything else runs the row-wise f32 kernels. These cases cross
+# the 64-row/64-key tiles with ragged edges (sizes not multiples of 64, and 1)
+# and name the kernel that ran.
+CUDA_PATHS = [
+    # dtype, D, hkv, causal, window, alibi, sq, skv
+    ("bf16", 64, 4, True, 0, False, 130, 130),
+    ("f16", 128, 2, True, 0, False, 97, 161),     # Sq < Skv, bottom-right causal
+    ("bf16", 128, 1, True, 0, True, 150, 70),     # Sq > Skv: early rows see nothing
+    ("f16", 256, 2, False, 0, False, 70, 45),
+    ("bf16", 256, 4, True, 40, True, 65, 129),
+    ("f16", 72, 2, False, 33, False, 100, 100),   # padded to 128
+    ("bf16", 40, 1, False, 0, True, 1, 200),      # padded to 64, decode
+    ("f16", 64, 2, True, 0, True, 1, 1),
+    ("bf16", 64, 4, False, 0, False, 200, 1),
+    ("f16", 5, 2, True, 20, True, 90, 110),       # odd head_dim: row-wise
+    ("bf16", 36, 4, True, 0, False, 66, 66),      # not a multiple of 8: row-wise
+    ("f32", 64, 2, True, 0, True, 70, 90),        # f32: row-wise
+]
+
+
+def expected_kernels(dtype, D):
+    fast = dtype != "f32" and D % 8 == 0
+    fwd = "attention_fwd_mma" if fast else "attention_fwd_rowwise"
+    bwd = "attention_bwd_dq_convert" if fast and D <= 128 else "attention_bwd_dkdv_rowwise"
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("dtype,D,hkv,causal,window,alibi,sq,skv", CUDA_PATHS, ids=[
+    "%s-D%d-Hkv%d-%s-w%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", w, "alibi" if a else "noalibi", sq, skv)
+    for dt, D, hkv, c, w, a, sq, skv in CUDA_PATHS])
+def test_kernel_paths(actx, rng, dtype, D, hkv, causal, window, alibi, sq, skv):
+    p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, D, alibi)
+    o, lse = p.forward(causal=causal, window_size=window)
+    fwd_kernel = tc.cuda_last_kernel_name() if actx.device == "cuda" else None
+    ro, rlse, _, _, _ = p.reference(causal, window)
+    tol = TOLERANCE[dtype]
+    close("O", o, ro, tol)
+    close("LSE", lse, rlse, max(tol, 1e-5) / 4 if dtype == "f32" else 2e-3)
+    dq, dk, dv = p.backward(causal=causal, window_size=window)
+    bwd_kernel = tc.cuda_last_kernel_name() if actx.device == "cuda" else None
+    _, _, rdq, rdk, rdv = p.reference(causal, window, o_given=o)
+    gtol = 2 * tol if dtype == "bf16" else tol
+    close("dQ", dq, rdq, gtol)
+    close("dK", dk, rdk, gtol)
+    close("dV", dv, rdv, gtol)
+    if actx.device == "cuda":
+        want_fwd, want_bwd = expected_kernels(dtype, D)
+        assert fwd_kernel.startswith(want_fwd), fwd_kernel
+        assert bwd_kernel.startswith(want_bwd), bwd_kernel
+
+
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_vector_path(actx, rng, monkeypatch, isa):
     """TC_ATTENTION_ISA narrows the run-time choice (unknown or unavailable
-    paths fall back to the best one available)."""
+    paths fall back to the best one available). CPU only."""
+    if actx.device != "cpu":
+        pytest.skip("the vector paths are the CPU's")
     monkeypatch.setenv("TC_ATTENTION_ISA", isa)
     p = Problem(actx, rng, "f32", 1, H, 2, 70, 90, 40, alibi=True)
     check_problem(p, True, 50)
@@ -297,10 +352,12 @@ def test_capabilities_and_struct():
     assert tc.TC_CAPABILITY_ATTENTION == 1 << 7 and tc.TC_CAPABILITY_ATTENTION_BACKWARD == 1 << 8
     d = tc.TCAttentionDesc(batch=1, heads=2, window_size=-1)
     assert d.as_dict()["window_size"] == -1
-    with tc.Context("cpu") as c:
-        caps = tc.runtime_capabilities(c)
-        assert tc.capability_available(caps, tc.TC_CAPABILITY_ATTENTION)
-        assert tc.capability_available(caps, "attention_backward")
+    from conftest import HAVE_CUDA
+    for device in ["cpu"] + (["cuda"] if HAVE_CUDA else []):
+        with tc.Context(device) as c:
+            caps = tc.runtime_capabilities(c)
+            assert tc.capability_available(caps, tc.TC_CAPABILITY_ATTENTION), device
+            assert tc.capability_available(caps, "attention_backward"), device
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -390,7 +447,7 @@ def test_outputs_may_not_alias(small):
     for over in (dict(dQ=p.Q), dict(dK=p.dV), dict(dV=p.dO), dict(dQ=p.O), dict(dK=p.O), dict(dV=p.K)):
         assert "overlaps" in expect_refused(tc.TC_ERR_INVALID_ARG, p.all, bwd(p, **over))
     # Memory shared through buffer_from_ptr is caught too.
-    alias = p.ctx.buffer_from_ptr(p.K.map(), p.K.nbytes)
+    alias = p.ctx.buffer_from_ptr(p.K.map() if p.ctx.device == "cpu" else p.K.device_ptr(), p.K.nbytes)
     expect_refused(tc.TC_ERR_INVALID_ARG, p.all, bwd(p, dK=alias))
 
 

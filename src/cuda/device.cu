@@ -24,6 +24,20 @@ tc_status check_lt(cublasStatus_t st, const char* what) {
   return fail(code, "%s: cuBLASLt status %d", what, int(st));
 }
 
+tc_status ensure_scratch(StreamState* s, size_t nbytes) {
+  if (nbytes <= s->scratch_bytes) return TC_OK;
+  if (s->scratch) {
+    if (tc_status st = check(cudaFreeAsync(s->scratch, s->stream), "scratch release")) return st;
+    s->scratch = nullptr;
+    s->scratch_bytes = 0;
+  }
+  // Round up so that a slowly growing sequence of shapes reallocates rarely.
+  const size_t rounded = (nbytes + (size_t(4) << 20) - 1) & ~((size_t(4) << 20) - 1);
+  if (tc_status st = check(cudaMallocAsync(&s->scratch, rounded, s->stream), "scratch allocation")) return st;
+  s->scratch_bytes = rounded;
+  return TC_OK;
+}
+
 Device::Device(int index) : index_(index) {
   cudaSetDevice(index_);
   cudaGetDeviceProperties(&props_, index_);
@@ -60,6 +74,9 @@ void Device::destroy_stream(StreamState* s) {
     streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
   }
   if (s->workspace) cudaFree(s->workspace);
+  if (s->scratch) cudaFree(s->scratch);
+  s->scratch = nullptr;
+  s->scratch_bytes = 0;
   if (s->stream) cudaStreamDestroy(s->stream);
   s->stream = nullptr;
   s->workspace = nullptr;

@@ -34,7 +34,16 @@ struct StreamState {
   };
   std::mutex pending_mu;
   std::deque<Pending> pending;
+  // Scratch of ops that need device memory of their own (conv2d), grown on
+  // demand with stream-ordered allocation (see ensure_scratch).
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
+
+// Makes s->scratch at least `nbytes`: the old block is freed and a new one
+// allocated in stream order (cudaFreeAsync / cudaMallocAsync), so work still
+// using the old block finishes first and nothing waits.
+tc_status ensure_scratch(StreamState* s, size_t nbytes);
 
 class Device {
  public:
@@ -87,6 +96,21 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+// The cuBLASLt product behind gemm() for other ops: row-major
+// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] with `d` normalised as GemmArgs's
+// (pitches and strides filled in, batch >= 1; stride 0 reuses one matrix for
+// every batch) and C of dtype `c_dtype` (f32 from f16 inputs is allowed).
+tc_status gemm_lt(Device& dev, StreamState* s, const tc_gemm_desc& d, tc_dtype c_dtype, const void* a,
+                  const void* b, void* c);
+tc_status conv2d_forward(Device& dev, StreamState* s, const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(Device& dev, StreamState* s, const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwardWeightArgs& args);
+
+// Host <-> device copies of tc_buffer_write / tc_buffer_read (cuda/transfer.cu):
+// pageable host memory goes through a pinned bounce buffer of the device,
+// pinned (or device) memory is copied directly. Synchronous.
+tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n);
+tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

@@ -57,6 +57,12 @@ struct Geom {
         pw(d.pad_w), sh(d.stride_h), sw(d.stride_w), OH(d.out_H), OW(d.out_W), P(d.out_H * d.out_W),
         CKK(d.in_channels * d.kH * d.kW) {}
   bool is_pointwise() const { return kH == 1 && kW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  // Every per-pixel coordinate and intermediate (y*sh + kH, H + ph, H*W, P)
+  // stays below 2^31.
+  bool fits32() const {
+    const int64_t lim = int64_t(1) << 30;
+    return H * W < lim && P < lim && H + ph + kH < lim && W + pw + kW < lim && OH * sh < lim && OW * sw < lim;
+  }
 };
 
 template <class T>
@@ -78,49 +84,53 @@ dim3 row_grid(int64_t rows, int64_t width) {
 // im2col of images [n0, n0 + nc): row r = n*CKK + k of the chunk, written to
 // col[k * ld_k + n * ld_n + p]. (ld_k, ld_n) = (P, CKK*P) gives col[n][k][p];
 // (nc*P, P) gives colt[k][n*P + p].
-template <class T>
+// The per-pixel index arithmetic runs in I: int32_t when every coordinate
+// fits (Geom::fits32; 64-bit division is an emulated routine on the GPU),
+// int64_t otherwise. Offsets into the tensors stay 64-bit.
+template <class T, class I>
 __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t n0, int64_t nc, int64_t C,
-                              int64_t H, int64_t W, int kH, int kW, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
-                              int64_t OW, int64_t P, int64_t ld_k, int64_t ld_n) {
+                              I H, I W, int kH, int kW, I ph, I pw, I sh, I sw, I OW, I P, int64_t ld_k,
+                              int64_t ld_n) {
   const int64_t CKK = C * kH * kW, rows = nc * CKK;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t n = r / CKK, k = r % CKK;
-    const int64_t c = k / (kH * kW), ij = k % (kH * kW), i = ij / kW, j = ij % kW;
-    const T* plane = x + ((n0 + n) * C + c) * H * W;
+    const int64_t c = k / (kH * kW);
+    const int ij = int(k % (kH * kW)), i = ij / kW, j = ij % kW;
+    const T* plane = x + ((n0 + n) * C + c) * int64_t(H) * W;
     T* dst = col + k * ld_k + n * ld_n;
-    for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t y = p / OW, xo = p % OW;
-      const int64_t iy = y * sh - ph + i, ix = xo * sw - pw + j;
-      dst[p] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? plane[iy * W + ix] : from_f32<T>(0.0f);
+    for (I p = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); p < P; p += I(gridDim.x) * I(blockDim.x)) {
+      const I y = p / OW, xo = p % OW;
+      const I iy = y * sh - ph + i, ix = xo * sw - pw + j;
+      dst[p] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? plane[int64_t(iy) * W + ix] : from_f32<T>(0.0f);
     }
   }
 }
 
 // col2im as a gather over dX of images [n0, n0 + nc): row r = n*C + c is one
 // plane of dX, dcol is f32 [nc][CKK][P].
-template <class T>
+template <class T, class I>
 __global__ void col2im_gather_kernel(const float* __restrict__ dcol, T* __restrict__ dx, int64_t n0, int64_t nc,
-                                     int64_t C, int64_t H, int64_t W, int kH, int kW, int64_t ph, int64_t pw,
-                                     int64_t sh, int64_t sw, int64_t OH, int64_t OW) {
-  const int64_t rows = nc * C, P = OH * OW, HW = H * W;
+                                     int64_t C, I H, I W, int kH, int kW, I ph, I pw, I sh, I sw, I OH, I OW) {
+  const int64_t rows = nc * C, P = int64_t(OH) * OW;
+  const I HW = H * W;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t n = r / C, c = r % C;
     const float* src = dcol + (n * C + c) * int64_t(kH) * kW * P;  // rows (c, 0, 0) .. (c, kH-1, kW-1) of image n
-    T* plane = dx + ((n0 + n) * C + c) * HW;
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < HW; e += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t h = e / W, w = e % W;
+    T* plane = dx + ((n0 + n) * C + c) * int64_t(HW);
+    for (I e = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); e < HW; e += I(gridDim.x) * I(blockDim.x)) {
+      const I h = e / W, w = e % W;
       float acc = 0.0f;
       for (int i = 0; i < kH; ++i) {
-        const int64_t ty = h + ph - i;  // = y * sh
+        const I ty = h + ph - i;  // = y * sh
         if (ty < 0 || ty % sh) continue;
-        const int64_t y = ty / sh;
+        const I y = ty / sh;
         if (y >= OH) continue;
         for (int j = 0; j < kW; ++j) {
-          const int64_t tx = w + pw - j;  // = x * sw
+          const I tx = w + pw - j;  // = x * sw
           if (tx < 0 || tx % sw) continue;
-          const int64_t xo = tx / sw;
+          const I xo = tx / sw;
           if (xo >= OW) continue;
-          acc += src[(int64_t(i) * kW + j) * P + y * OW + xo];
+          acc += src[(int64_t(i) * kW + j) * P + int64_t(y) * OW + xo];
         }
       }
       plane[e] = from_f32<T>(acc);
@@ -194,9 +204,29 @@ template <class T>
 tc_status im2col(StreamState* s, const Geom& g, const T* x, T* col, int64_t n0, int64_t nc, int64_t ld_k,
                  int64_t ld_n) {
   s->last_kernel = "conv2d_im2col";
-  im2col_kernel<T><<<row_grid(nc * g.CKK, g.P), kThreads, 0, s->stream>>>(
-      x, col, n0, nc, g.C, g.H, g.W, int(g.kH), int(g.kW), g.ph, g.pw, g.sh, g.sw, g.OW, g.P, ld_k, ld_n);
+  const dim3 grid = row_grid(nc * g.CKK, g.P);
+  if (g.fits32())
+    im2col_kernel<T, int32_t><<<grid, kThreads, 0, s->stream>>>(
+        x, col, n0, nc, g.C, int32_t(g.H), int32_t(g.W), int(g.kH), int(g.kW), int32_t(g.ph), int32_t(g.pw),
+        int32_t(g.sh), int32_t(g.sw), int32_t(g.OW), int32_t(g.P), ld_k, ld_n);
+  else
+    im2col_kernel<T, int64_t><<<grid, kThreads, 0, s->stream>>>(x, col, n0, nc, g.C, g.H, g.W, int(g.kH), int(g.kW),
+                                                                 g.ph, g.pw, g.sh, g.sw, g.OW, g.P, ld_k, ld_n);
   return check(cudaGetLastError(), "conv2d: im2col launch");
+}
+
+template <class T>
+tc_status col2im(StreamState* s, const Geom& g, const float* dcol, T* dx, int64_t n0, int64_t nc) {
+  s->last_kernel = "conv2d_col2im_gather";
+  const dim3 grid = row_grid(nc * g.C, g.H * g.W);
+  if (g.fits32())
+    col2im_gather_kernel<T, int32_t><<<grid, kThreads, 0, s->stream>>>(
+        dcol, dx, n0, nc, g.C, int32_t(g.H), int32_t(g.W), int(g.kH), int(g.kW), int32_t(g.ph), int32_t(g.pw),
+        int32_t(g.sh), int32_t(g.sw), int32_t(g.OH), int32_t(g.OW));
+  else
+    col2im_gather_kernel<T, int64_t><<<grid, kThreads, 0, s->stream>>>(dcol, dx, n0, nc, g.C, g.H, g.W, int(g.kH),
+                                                                        int(g.kW), g.ph, g.pw, g.sh, g.sw, g.OH, g.OW);
+  return check(cudaGetLastError(), "conv2d_backward_input: col2im launch");
 }
 
 template <class T>
@@ -247,10 +277,7 @@ tc_status backward_input_t(Device& dev, StreamState* s, const Conv2dBackwardInpu
     tc_gemm_desc d =
         gemm_desc(dtype, true, false, g.CKK, g.P, g.K, g.CKK, g.P, g.P, nc, 0, g.K * g.P, g.CKK * g.P, 0.0);
     if (tc_status st = gemm_lt(dev, s, d, TC_DTYPE_F32, w, dy + n0 * g.K * g.P, dcol)) return st;
-    s->last_kernel = "conv2d_col2im_gather";
-    col2im_gather_kernel<T><<<row_grid(nc * g.C, g.H * g.W), kThreads, 0, s->stream>>>(
-        dcol, dx, n0, nc, g.C, g.H, g.W, int(g.kH), int(g.kW), g.ph, g.pw, g.sh, g.sw, g.OH, g.OW);
-    if (tc_status st = check(cudaGetLastError(), "conv2d_backward_input: col2im launch")) return st;
+    if (tc_status st = col2im(s, g, dcol, dx, n0, nc)) return st;
   }
   return TC_OK;
 }

@@ -197,6 +197,9 @@ tc_gemm_desc gemm_desc(tc_dtype dtype, bool ta, bool tb, int64_t M, int64_t N, i
 int64_t chunk_images(const Geom& g, int64_t per_image, int64_t budget, bool batch_in_gemm_dim) {
   int64_t nc = std::max<int64_t>(1, budget / std::max<int64_t>(per_image, 1));
   if (batch_in_gemm_dim) nc = std::min(nc, std::max<int64_t>(1, kMaxGemmDim / g.P));
+  // Multiples of 8 images keep later chunks' f16 pointers 16-byte aligned,
+  // which cuBLASLt's fastest kernels need.
+  if (nc >= 8) nc -= nc % 8;
   return std::min(nc, g.N);
 }
 

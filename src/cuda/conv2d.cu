@@ -270,8 +270,13 @@ tc_status backward_input_t(Device& dev, StreamState* s, const Conv2dBackwardInpu
   T* dx = static_cast<T*>(a.dx);
   if (g.is_pointwise()) {
     // col2im is the identity: dX[n] = W^T @ dY[n], rounded once from f32.
-    tc_gemm_desc d = gemm_desc(dtype, true, false, g.C, g.P, g.K, g.C, g.P, g.P, g.N, 0, g.K * g.P, g.C * g.P, 0.0);
-    return gemm_lt(dev, s, d, dtype, w, dy, dx);
+    // (Chunks keep cuBLASLt's int32 batch count in range.)
+    for (int64_t n0 = 0; n0 < g.N; n0 += kMaxGridY) {
+      const int64_t nc = std::min(kMaxGridY, g.N - n0);
+      tc_gemm_desc d = gemm_desc(dtype, true, false, g.C, g.P, g.K, g.C, g.P, g.P, nc, 0, g.K * g.P, g.C * g.P, 0.0);
+      if (tc_status st = gemm_lt(dev, s, d, dtype, w, dy + n0 * g.K * g.P, dx + n0 * g.C * g.P)) return st;
+    }
+    return TC_OK;
   }
   float* dcol = a.col;
   const int64_t nc_max = chunk_images(g, g.CKK * g.P * 4, kChunkBytes, false);

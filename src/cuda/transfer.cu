@@ -12,6 +12,9 @@
 //           enqueued into the other slot before waiting on event[k] and
 //           memcpy'ing slot[k] out.
 //
+// One thread's memcpy of pageable memory runs well below the link's speed,
+// so each chunk's host copy is split over the CPU thread pool (1 MiB slices).
+//
 // Host memory that is already pinned (cudaHostAlloc, cudaHostRegister) or is
 // device/managed memory is copied directly with one cudaMemcpy, as are small
 // copies, where the driver's own staging is as fast.
@@ -25,6 +28,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "cpu/thread_pool.h"
 #include "cuda/device.h"
 
 namespace tc {
@@ -62,6 +66,12 @@ Staging* staging_of(int index) {
   return st->ready ? st : nullptr;
 }
 
+void host_copy(char* dst, const char* src, size_t n) {
+  cpu::parallel_for(int64_t(n), int64_t(1) << 20, [&](int64_t b, int64_t e) {
+    std::memcpy(dst + b, src + b, size_t(e - b));
+  });
+}
+
 // Whether the DMA engines can read/write `p` as it is (pinned host memory,
 // device or managed memory).
 bool directly_copyable(const void* p) {
@@ -93,7 +103,7 @@ tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
     const int k = int(i % kSlots);
     const size_t len = std::min(kChunk, n - off);
     if (tc_status e = check(cudaEventSynchronize(st->done[k]), "buffer write (staging)")) return drain(st, e);
-    std::memcpy(st->slot[k], s + off, len);
+    host_copy(st->slot[k], s + off, len);
     if (tc_status e = check(cudaMemcpyAsync(d + off, st->slot[k], len, cudaMemcpyHostToDevice, st->stream),
                             "buffer write (staged copy)"))
       return drain(st, e);
@@ -126,7 +136,7 @@ tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n) {
     const int k = int(i % kSlots);
     if (tc_status e = check(cudaEventSynchronize(st->done[k]), "buffer read")) return drain(st, e);
     const size_t off = i * kChunk;
-    std::memcpy(d + off, st->slot[k], std::min(kChunk, n - off));
+    host_copy(d + off, st->slot[k], std::min(kChunk, n - off));
   }
   return TC_OK;
 }

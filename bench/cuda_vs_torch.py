@@ -7,7 +7,8 @@ and, with --write, stores it in bench/results/h200.md.
 
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
 512..4096; batched); conv2d (ResNet-50 layers at batch 32, forward and both
-backward passes, against cuDNN; informational, no target). Run on a machine with a GPU and PyTorch."""
+backward passes, against cuDNN; informational, no target); transfer (write/read
+of pageable host memory against torch's copies; informational). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
@@ -171,6 +172,28 @@ class Bench:
             self.conv2d(N, C, K, H, W, k, pad, stride, "f16")
         self.conv2d(32, 64, 64, 56, 56, 3, 1, 1, "f32")
 
+    # -- transfer: Buffer.write/read of pageable NumPy memory (our pinned
+    # staging) against torch's copies of the same pageable memory. GB/s,
+    # informational (target 0).
+    def transfer_suite(self):
+        torch = self.torch
+        for mib in (16, 256, 1024):
+            host = np.random.default_rng(0).integers(0, 256, mib << 20, dtype=np.uint8)
+            out = np.empty_like(host)
+            buf = self.ctx.buffer(host.nbytes)
+            dev = torch.empty(host.nbytes, dtype=torch.uint8, device="cuda")
+            th, to = torch.from_numpy(host), torch.from_numpy(out)
+            gb = host.nbytes / 1e9
+            iters = max(3, 2048 // mib)
+            t_w = timed(lambda: buf.write(host), lambda: None, iters)
+            t_tw = timed(lambda: dev.copy_(th), torch.cuda.synchronize, iters)
+            self.row("transfer", "write (h2d) %d MiB pageable" % mib, "GB/s", gb / t_w, gb / t_tw, 0.0)
+            t_r = timed(lambda: buf.read(out), lambda: None, iters)
+            t_tr = timed(lambda: to.copy_(dev), torch.cuda.synchronize, iters)
+            self.row("transfer", "read (d2h) %d MiB pageable" % mib, "GB/s", gb / t_r, gb / t_tr, 0.0)
+            buf.close()
+            del dev
+
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
@@ -188,7 +211,7 @@ class Bench:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="gemm", help="comma-separated: gemm, conv2d")
+    ap.add_argument("--families", default="gemm", help="comma-separated: gemm, conv2d, transfer")
     ap.add_argument("--write", action="store_true", help="store the table in bench/results/h200.md")
     args = ap.parse_args()
     try:

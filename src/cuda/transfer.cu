@@ -104,7 +104,7 @@ tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
     const size_t len = std::min(kChunk, n - off);
     if (tc_status e = check(cudaEventSynchronize(st->done[k]), "buffer write (staging)")) return drain(st, e);
     host_copy(st->slot[k], s + off, len);
-    if (tc_status e = check(cudaMemcpyAsync(d + off, st->slot[k], len, cudaMemcpyHostToDevice, st->stream),
+    if (tc_status e = check(cudaMemcpyAsync(d + off, st->slot[k], len, cudaMemcpyDefault, st->stream),
                             "buffer write (staged copy)"))
       return drain(st, e);
     cudaEventRecord(st->done[k], st->stream);
@@ -123,7 +123,7 @@ tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n) {
   auto enqueue = [&](size_t i) {
     const int k = int(i % kSlots);
     const size_t off = i * kChunk, len = std::min(kChunk, n - off);
-    if (tc_status e = check(cudaMemcpyAsync(st->slot[k], s + off, len, cudaMemcpyDeviceToHost, st->stream),
+    if (tc_status e = check(cudaMemcpyAsync(st->slot[k], s + off, len, cudaMemcpyDefault, st->stream),
                             "buffer read (staged copy)"))
       return e;
     return check(cudaEventRecord(st->done[k], st->stream), "buffer read (staging)");

@@ -74,11 +74,18 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
   return __float2half_rn(v);
 }
 
-// Grid over "rows" (blockIdx.y, looped past 65535) and the P (or H*W)
-// positions of a row (blockIdx.x * blockDim.x + threadIdx.x, looped).
-dim3 row_grid(int64_t rows, int64_t width) {
-  const int64_t bx = std::min<int64_t>((width + kThreads - 1) / kThreads, 1024);
-  return dim3(unsigned(std::max<int64_t>(bx, 1)), unsigned(std::min(rows, kMaxGridY)));
+// Grid over "rows" (blockIdx.y, looped past 65535) and the positions of a
+// row (P or H*W; blockIdx.x * blockDim.x + threadIdx.x, looped). Blocks are
+// as wide as a row needs, rounded to whole warps, so 7x7 maps do not leave
+// most of a 256-thread block idle.
+struct RowLaunch {
+  dim3 grid;
+  unsigned threads;
+};
+RowLaunch row_grid(int64_t rows, int64_t width) {
+  const int64_t threads = std::min<int64_t>(kThreads, std::max<int64_t>(32, (width + 31) / 32 * 32));
+  const int64_t bx = std::min<int64_t>((width + threads - 1) / threads, 1024);
+  return {dim3(unsigned(std::max<int64_t>(bx, 1)), unsigned(std::min(rows, kMaxGridY))), unsigned(threads)};
 }
 
 // im2col of images [n0, n0 + nc): row r = n*CKK + k of the chunk, written to
@@ -207,13 +214,13 @@ template <class T>
 tc_status im2col(StreamState* s, const Geom& g, const T* x, T* col, int64_t n0, int64_t nc, int64_t ld_k,
                  int64_t ld_n) {
   s->last_kernel = "conv2d_im2col";
-  const dim3 grid = row_grid(nc * g.CKK, g.P);
+  const RowLaunch l = row_grid(nc * g.CKK, g.P);
   if (g.fits32())
-    im2col_kernel<T, int32_t><<<grid, kThreads, 0, s->stream>>>(
+    im2col_kernel<T, int32_t><<<l.grid, l.threads, 0, s->stream>>>(
         x, col, n0, nc, g.C, int32_t(g.H), int32_t(g.W), int(g.kH), int(g.kW), int32_t(g.ph), int32_t(g.pw),
         int32_t(g.sh), int32_t(g.sw), int32_t(g.OW), int32_t(g.P), ld_k, ld_n);
   else
-    im2col_kernel<T, int64_t><<<grid, kThreads, 0, s->stream>>>(x, col, n0, nc, g.C, g.H, g.W, int(g.kH), int(g.kW),
+    im2col_kernel<T, int64_t><<<l.grid, l.threads, 0, s->stream>>>(x, col, n0, nc, g.C, g.H, g.W, int(g.kH), int(g.kW),
                                                                  g.ph, g.pw, g.sh, g.sw, g.OW, g.P, ld_k, ld_n);
   return check(cudaGetLastError(), "conv2d: im2col launch");
 }
@@ -221,13 +228,13 @@ tc_status im2col(StreamState* s, const Geom& g, const T* x, T* col, int64_t n0, 
 template <class T>
 tc_status col2im(StreamState* s, const Geom& g, const float* dcol, T* dx, int64_t n0, int64_t nc) {
   s->last_kernel = "conv2d_col2im_gather";
-  const dim3 grid = row_grid(nc * g.C, g.H * g.W);
+  const RowLaunch l = row_grid(nc * g.C, g.H * g.W);
   if (g.fits32())
-    col2im_gather_kernel<T, int32_t><<<grid, kThreads, 0, s->stream>>>(
+    col2im_gather_kernel<T, int32_t><<<l.grid, l.threads, 0, s->stream>>>(
         dcol, dx, n0, nc, g.C, int32_t(g.H), int32_t(g.W), int(g.kH), int(g.kW), int32_t(g.ph), int32_t(g.pw),
         int32_t(g.sh), int32_t(g.sw), int32_t(g.OH), int32_t(g.OW));
   else
-    col2im_gather_kernel<T, int64_t><<<grid, kThreads, 0, s->stream>>>(dcol, dx, n0, nc, g.C, g.H, g.W, int(g.kH),
+    col2im_gather_kernel<T, int64_t><<<l.grid, l.threads, 0, s->stream>>>(dcol, dx, n0, nc, g.C, g.H, g.W, int(g.kH),
                                                                         int(g.kW), g.ph, g.pw, g.sh, g.sw, g.OH, g.OW);
   return check(cudaGetLastError(), "conv2d_backward_input: col2im launch");
 }
@@ -245,8 +252,8 @@ tc_status forward_t(Device& dev, StreamState* s, const Conv2dForwardArgs& a, tc_
     const int64_t nc = std::min(nc_max, g.N - n0);
     if (a.bias) {
       s->last_kernel = "conv2d_fill_bias";
-      fill_bias_kernel<T><<<row_grid(nc * g.K, g.P), kThreads, 0, s->stream>>>(static_cast<const T*>(a.bias), y, n0,
-                                                                               nc, g.K, g.P);
+      const RowLaunch l = row_grid(nc * g.K, g.P);
+      fill_bias_kernel<T><<<l.grid, l.threads, 0, s->stream>>>(static_cast<const T*>(a.bias), y, n0, nc, g.K, g.P);
       if (tc_status st = check(cudaGetLastError(), "conv2d_forward: bias launch")) return st;
     }
     const T* b = x + n0 * g.C * g.P;  // pointwise: col[n] is X[n]
@@ -313,8 +320,8 @@ tc_status backward_weight_t(Device& dev, StreamState* s, const Conv2dBackwardWei
     if (several) {
       dyt = static_cast<T*>(s->scratch);
       s->last_kernel = "conv2d_transpose_dy";
-      transpose_dy_kernel<T><<<row_grid(nc * g.K, g.P), kThreads, 0, s->stream>>>(dy, static_cast<T*>(s->scratch),
-                                                                                  n0, nc, g.K, g.P);
+      const RowLaunch l = row_grid(nc * g.K, g.P);
+      transpose_dy_kernel<T><<<l.grid, l.threads, 0, s->stream>>>(dy, static_cast<T*>(s->scratch), n0, nc, g.K, g.P);
       if (tc_status st = check(cudaGetLastError(), "conv2d_backward_weight: transpose launch")) return st;
     }
     // dW (+)= dYt (K x nc*P) @ colt^T (nc*P x CKK); the first chunk overwrites.

@@ -342,7 +342,8 @@ def external_memory(obj, fn, name, ctx):
     on_cuda = info.backend == TC_BACKEND_CUDA
     kind, index = mem.device
     if kind == kDLCUDA and not on_cuda:
-        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %s is CUDA memory; the context runs on the CPU" % (fn, name))
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %s is CUDA memory; the context runs on the CPU"
+                                   % (fn, name))
     if kind == kDLCUDA and index is not None and index != info.device_index:
         raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %s is on CUDA device %d, the context on device %d"
                                    % (fn, name, index, info.device_index))

@@ -8,7 +8,9 @@ and, with --write, stores it in bench/results/h200.md.
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
 512..4096; batched); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
 f16/bf16, causal or not, forward and forward+backward, against PyTorch's
-fastest SDPA backend). Run on a machine with a GPU and PyTorch."""
+fastest SDPA backend); conv2d (ResNet-50 layers at batch 32, forward and both
+backward passes, against cuDNN; informational, no target); transfer (write/read
+of pageable host memory against torch's copies; informational). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
@@ -182,6 +184,82 @@ class Bench:
                 for causal in (False, True):
                     for backward in (False, True):
                         self.attention(4, 4096, H, D, dt, causal, backward)
+    # -- conv2d -------------------------------------------------------------
+    # Forward, backward_input and backward_weight against F.conv2d and
+    # aten.convolution_backward (cuDNN). The issue sets no target: the ratio
+    # is informational (target 0). f32 runs with cuDNN's TF32 off, as ours.
+    def conv2d(self, N, C, K, H, W, k, pad, stride, dtype):
+        torch = self.torch
+        F = torch.nn.functional
+        ndt, tdt = {"f16": (np.float16, torch.float16), "f32": (np.float32, torch.float32)}[dtype]
+        OH, OW = tc.conv2d_output_shape(H, W, k, k, pad, pad, stride, stride)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W), dtype=np.float32).astype(ndt)
+        w = (rng.standard_normal((K, C, k, k), dtype=np.float32) / np.sqrt(C * k * k)).astype(ndt)
+        bias = rng.standard_normal(K, dtype=np.float32).astype(ndt)
+        dy = rng.standard_normal((N, K, OH, OW), dtype=np.float32).astype(ndt)
+        X, Wt, B, dY = (self.ctx.buffer_from_array(a) for a in (x, w, bias, dy))
+        es = np.dtype(ndt).itemsize
+        Y, dX, dW = (self.ctx.buffer(n * es) for n in (dy.size, x.size, w.size))
+        col = self.ctx.buffer(tc.conv2d_scratch_bytes(N, C, H, W, k, k, pad, pad, stride, stride))
+        dx32 = self.ctx.buffer(tc.conv2d_backward_input_scratch_bytes(N, C, H, W))
+        shape = dict(batch=N, in_channels=C, out_channels=K, H=H, W_in=W, kH=k, kW=k, pad_h=pad, pad_w=pad,
+                     stride_h=stride, stride_w=stride, dtype=dtype)
+        tx, tw, tb, tdy = (torch.from_numpy(a).to("cuda") for a in (x, w, bias, dy))
+        conv_bw = torch.ops.aten.convolution_backward
+        old_tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        cases = [
+            ("fwd", lambda: self.ctx.conv2d_forward(X, Wt, B, Y, col, **shape),
+             lambda: F.conv2d(tx, tw, tb, stride, pad)),
+            ("bwd_input", lambda: self.ctx.conv2d_backward_input(dY, Wt, dX, col, dx32, **shape),
+             lambda: conv_bw(tdy, tx, tw, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1,
+                             [True, False, False])),
+            ("bwd_weight", lambda: self.ctx.conv2d_backward_weight(X, dY, dW, col, **shape),
+             lambda: conv_bw(tdy, tx, tw, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1,
+                             [False, True, False])),
+        ]
+        flops = 2.0 * N * K * C * k * k * OH * OW
+        iters = max(3, min(100, int(5e12 / flops)))
+        for name, ours_fn, peer_fn in cases:
+            t_ours = timed(ours_fn, lambda: None, iters)  # each call is synchronous
+            t_peer = timed(peer_fn, torch.cuda.synchronize, iters)
+            case = "%s %s N%d C%d K%d %dx%d k%d s%d" % (name, dtype, N, C, K, H, W, k, stride)
+            self.row("conv2d", case, "TFLOP/s", flops / t_ours / 1e12, flops / t_peer / 1e12, 0.0)
+        torch.backends.cudnn.allow_tf32 = old_tf32
+        for buf in (X, Wt, B, dY, Y, dX, dW, col, dx32):
+            buf.close()
+
+    def conv2d_suite(self):
+        # ResNet-50 at batch 32: stem, the 3x3 convolutions of each stage, a 1x1 expansion.
+        for N, C, K, H, W, k, pad, stride in [(32, 3, 64, 224, 224, 7, 3, 2), (32, 64, 64, 56, 56, 3, 1, 1),
+                                              (32, 128, 128, 28, 28, 3, 1, 1), (32, 256, 256, 14, 14, 3, 1, 1),
+                                              (32, 512, 512, 7, 7, 3, 1, 1), (32, 64, 256, 56, 56, 1, 0, 1)]:
+            self.conv2d(N, C, K, H, W, k, pad, stride, "f16")
+        self.conv2d(32, 64, 64, 56, 56, 3, 1, 1, "f32")
+
+    # -- transfer: Buffer.write/read of pageable NumPy memory (our pinned
+    # staging) against torch's copies of the same pageable memory. GB/s,
+    # informational (target 0).
+    def transfer_suite(self):
+        torch = self.torch
+        for mib in (16, 256, 1024):
+            host = np.random.default_rng(0).integers(0, 256, mib << 20, dtype=np.uint8)
+            out = np.empty_like(host)
+            buf = self.ctx.buffer(host.nbytes)
+            dev = torch.empty(host.nbytes, dtype=torch.uint8, device="cuda")
+            th, to = torch.from_numpy(host), torch.from_numpy(out)
+            gb = host.nbytes / 1e9
+            iters = max(3, 2048 // mib)
+            t_w = timed(lambda: buf.write(host), lambda: None, iters)
+            t_tw = timed(lambda: dev.copy_(th), torch.cuda.synchronize, iters)
+            self.row("transfer", "write (h2d) %d MiB pageable" % mib, "GB/s", gb / t_w, gb / t_tw, 0.0)
+            t_r = timed(lambda: buf.read(out), lambda: None, iters)
+            t_tr = timed(lambda: to.copy_(dev), torch.cuda.synchronize, iters)
+            self.row("transfer", "read (d2h) %d MiB pageable" % mib, "GB/s", gb / t_r, gb / t_tr, 0.0)
+            buf.close()
+            del dev
 
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -198,9 +276,13 @@ class Bench:
         print("wrote", path)
 
 
+# Every family, in the order of the results table.
+FAMILIES = ("gemm", "attention", "conv2d", "transfer")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="gemm", help="comma-separated: gemm, attention")
+    ap.add_argument("--families", default="all", help="comma-separated, or all: " + ", ".join(FAMILIES))
     ap.add_argument("--write", action="store_true", help="store the table in bench/results/h200.md")
     args = ap.parse_args()
     try:
@@ -210,7 +292,7 @@ def main():
     if not torch.cuda.is_available() or tc.cuda_device_count() == 0:
         sys.exit("no CUDA device")
     b = Bench(torch, "cuda")
-    for fam in args.families.split(","):
+    for fam in (FAMILIES if args.families == "all" else args.families.split(",")):
         getattr(b, fam + "_suite")()
     if args.write:
         b.write(ROOT / "bench/results/h200.md")

@@ -26,6 +26,7 @@ from ._objects import Buffer, Context, Stream
 from ._api.diagnostics import *  # noqa: F401,F403
 from ._api.context import *  # noqa: F401,F403
 from ._api.buffer import *  # noqa: F401,F403
+from ._api.interop import *  # noqa: F401,F403
 from ._api.stream import *  # noqa: F401,F403
 from ._api.gemm import *  # noqa: F401,F403
 from ._api.attention import *  # noqa: F401,F403

@@ -5,14 +5,19 @@
 // elsewhere.
 #include <cuda_runtime.h>
 
+#include <strings.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "core/trace.h"
+#include "cpu/ops.h"
 #include "cuda/device.h"
 
 namespace tc {
@@ -29,6 +34,20 @@ void fill_device_info(const cudaDeviceProp& p, int index, struct tc_device_info*
   out->compute_units = p.multiProcessorCount;
   out->compute_capability = p.major * 10 + p.minor;
   out->memory_bytes = p.totalGlobalMem;
+}
+
+// "0", "false", "off", "no" (any case) are off; any other non-empty value is on.
+bool env_is(const char* name, bool on) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  const bool off = !std::strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no");
+  return on ? !off : off;
+}
+
+// TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 (read when a
+// context is created) run its GEMMs on the CPU backend instead of cuBLASLt.
+bool cuda_gemm_disabled() {
+  return env_is("TC_DISABLE_CUDA_GEMM", true) || env_is("TC_CUDA_GEMM", false) || env_is("TC_USE_CUDA_GEMM", false);
 }
 
 class CudaQueue final : public Queue {
@@ -55,7 +74,7 @@ class CudaQueue final : public Queue {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : dev_(device) {}
+  explicit CudaBackend(int device) : dev_(device), gemm_on_cpu_(cuda_gemm_disabled()) {}
 
   tc_backend kind() const override { return TC_BACKEND_CUDA; }
 
@@ -66,7 +85,9 @@ class CudaBackend final : public Backend {
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
            TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
            // gguf: files load into device buffers by copy
-           TC_CAPABILITY_GGUF;
+           TC_CAPABILITY_GGUF |
+           // conv2d
+           TC_CAPABILITY_CONV2D;
   }
 
   void* alloc(size_t nbytes) override {
@@ -94,18 +115,25 @@ class CudaBackend final : public Backend {
     fail(TC_ERR_INVALID_ARG, "tc_buffer_from_ptr: %p is not device memory of CUDA device %d", ptr, dev_.index());
     return false;
   }
-  tc_status copy_in(void* dst, const void* src, size_t n) override {
-    cudaSetDevice(dev_.index());
-    return cuda::check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "buffer write");
-  }
+  tc_status copy_in(void* dst, const void* src, size_t n) override { return cuda::copy_to_device(dev_, dst, src, n); }
   tc_status copy_out(void* dst, const void* src, size_t n) override {
-    cudaSetDevice(dev_.index());
-    return cuda::check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "buffer read");
+    return cuda::copy_from_device(dev_, dst, src, n);
   }
 
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<CudaQueue>(dev_); }
 
-  tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
+  tc_status gemm(const GemmArgs& a, Queue* q) override {
+    return gemm_on_cpu_ ? gemm_on_cpu(a, q) : launch(a, q, cuda::gemm);
+  }
+  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::conv2d_forward);
+  }
+  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
+    return launch(a, q, cuda::conv2d_backward_input);
+  }
+  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
+    return launch(a, q, cuda::conv2d_backward_weight);
+  }
   // ---- attention ----
   tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
     return launch(a, q, cuda::attention_forward);
@@ -155,7 +183,37 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // The CPU fallback the GEMM switches ask for: the operands' storage is
+  // copied to host memory, the CPU backend's GEMM runs on the copies and C
+  // is copied back; last_backend() says portable_cpu. An `_async` call first
+  // waits for the work already on its stream, then runs synchronously.
+  tc_status gemm_on_cpu(const GemmArgs& a, Queue* q) {
+    cudaSetDevice(dev_.index());
+    if (q) {
+      std::string detail;
+      if (tc_status st = q->sync(&detail)) return fail(st, "%s: earlier work on the stream failed: %s", a.info.name,
+                                                       detail.c_str());
+    }
+    note_backend(TC_BACKEND_PORTABLE_CPU);
+    const StorageRef& sa = a.info.keep[0];
+    const StorageRef& sb = a.info.keep[1];
+    const StorageRef& sc = a.info.keep[2];
+    std::vector<char> ha(sa->size), hb(sb->size), hc(sc->size);
+    for (auto [host, st] : {std::pair{&ha, &sa}, {&hb, &sb}, {&hc, &sc}})
+      if (tc_status e = cuda::check(cudaMemcpy(host->data(), (*st)->data, (*st)->size, cudaMemcpyDefault),
+                                    "gemm (CPU fallback): copy to host"))
+        return e;
+    GemmArgs h = a;
+    h.a = ha.data() + (static_cast<const char*>(a.a) - static_cast<const char*>(sa->data));
+    h.b = hb.data() + (static_cast<const char*>(a.b) - static_cast<const char*>(sb->data));
+    h.c = hc.data() + (static_cast<char*>(a.c) - static_cast<char*>(sc->data));
+    if (tc_status st = trace::run(a.info, TC_BACKEND_PORTABLE_CPU, [&] { return cpu::gemm(h); })) return st;
+    return cuda::check(cudaMemcpy(sc->data, hc.data(), sc->size, cudaMemcpyDefault),
+                       "gemm (CPU fallback): copy of C to the device");
+  }
+
   cuda::Device dev_;
+  const bool gemm_on_cpu_;
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ struct StreamState {
   size_t workspace_bytes = 0;
   std::string last_kernel;  // named in the detail when the stream fails
   // Scratch for ops that need temporary device memory (attention backward's
-  // f32 dQ accumulator): grown stream-ordered (cudaMallocAsync) when a call
+  // f32 dQ accumulator, conv2d's transposed dY): grown stream-ordered (cudaMallocAsync) when a call
   // needs more, kept for the next call, freed with the stream.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
@@ -40,6 +40,7 @@ struct StreamState {
   std::mutex pending_mu;
   std::deque<Pending> pending;
 };
+
 
 class Device {
  public:
@@ -97,6 +98,21 @@ tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** 
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
 tc_status attention_forward(Device& dev, StreamState* s, const AttentionArgs& args);
 tc_status attention_backward(Device& dev, StreamState* s, const AttentionBackwardArgs& args);
+// The cuBLASLt product behind gemm() for other ops: row-major
+// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] with `d` normalised as GemmArgs's
+// (pitches and strides filled in, batch >= 1; stride 0 reuses one matrix for
+// every batch) and C of dtype `c_dtype` (f32 from f16 inputs is allowed).
+tc_status gemm_lt(Device& dev, StreamState* s, const tc_gemm_desc& d, tc_dtype c_dtype, const void* a,
+                  const void* b, void* c);
+tc_status conv2d_forward(Device& dev, StreamState* s, const Conv2dForwardArgs& args);
+tc_status conv2d_backward_input(Device& dev, StreamState* s, const Conv2dBackwardInputArgs& args);
+tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwardWeightArgs& args);
+
+// Host <-> device copies of tc_buffer_write / tc_buffer_read (cuda/transfer.cu):
+// pageable host memory goes through a pinned bounce buffer of the device,
+// pinned (or device) memory is copied directly. Synchronous.
+tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n);
+tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

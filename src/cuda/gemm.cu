@@ -113,8 +113,11 @@ struct LtObjects {
 
 // A problem's descriptors and chosen algorithm are built once and reused:
 // building them costs more than a small GEMM.
+// The key also holds C's dtype (conv2d writes f32 from f16 inputs) and the
+// alignment of each pointer: an algorithm chosen for 256-byte aligned
+// operands may not run on a pointer offset into a buffer.
 using PlanKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int>;
+                           int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
 std::mutex g_plan_mu;
 std::map<PlanKey, std::unique_ptr<LtObjects>> g_plans;
 
@@ -131,7 +134,20 @@ tc_status make_layout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t 
   return TC_OK;
 }
 
-tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, std::unique_ptr<LtObjects>* out) {
+// Largest power of two (up to 256) dividing the address.
+uint32_t alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al) al >>= 1;
+  return al;
+}
+
+struct Aligns {
+  uint32_t a, b, c;
+};
+
+tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, tc_dtype c_dtype, Aligns al,
+                     std::unique_ptr<LtObjects>* out) {
   const bool i8 = d.dtype == TC_DTYPE_I8;
   const bool f16_accum = d.dtype == TC_DTYPE_F16 && d.accum == TC_DTYPE_F16;
   cublasComputeType_t compute = i8 ? CUBLAS_COMPUTE_32I
@@ -139,7 +155,7 @@ tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, std::
                                 : (d.dtype == TC_DTYPE_F32 && d.allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                              : CUBLAS_COMPUTE_32F;
   cudaDataType_t scale = i8 ? CUDA_R_32I : f16_accum ? CUDA_R_16F : CUDA_R_32F;
-  cudaDataType_t in_t = lt_type(d.dtype), out_t = i8 ? CUDA_R_32I : in_t;
+  cudaDataType_t in_t = lt_type(d.dtype), out_t = lt_type(c_dtype);
   auto o = std::make_unique<LtObjects>();
   if (tc_status st = check_lt(cublasLtMatmulDescCreate(&o->op, compute, scale), "cublasLtMatmulDescCreate")) return st;
   cublasOperation_t opa = d.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // Lt's A is our B
@@ -155,6 +171,11 @@ tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, std::
   cublasLtMatmulPreference_t pref = nullptr;
   if (tc_status st = check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return st;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+  // Lt's A is our B and its B our A.
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al.b, sizeof al.b);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al.a, sizeof al.a);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al.c, sizeof al.c);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al.c, sizeof al.c);
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(dev.lt(), o->op, o->a, o->b, o->c, o->c, pref, 1, &result, &found);
@@ -166,10 +187,13 @@ tc_status build_plan(Device& dev, size_t workspace, const tc_gemm_desc& d, std::
   return TC_OK;
 }
 
-tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
-  const tc_gemm_desc& d = args.d;
+}  // namespace
+
+tc_status gemm_lt(Device& dev, StreamState* s, const tc_gemm_desc& d, tc_dtype c_dtype, const void* a_ptr,
+                  const void* b_ptr, void* c_ptr) {
+  const Aligns al{alignment(a_ptr), alignment(b_ptr), alignment(c_ptr)};
   PlanKey key{d.dtype, d.accum, d.allow_tf32, d.transpose_a, d.transpose_b, d.M, d.N, d.K, d.lda, d.ldb, d.ldc,
-              d.batch, d.stride_a, d.stride_b, d.stride_c, dev.index()};
+              d.batch, d.stride_a, d.stride_b, d.stride_c, dev.index(), c_dtype, al.a, al.b, al.c};
   LtObjects* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_plan_mu);
@@ -178,7 +202,7 @@ tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
   }
   if (!plan) {
     std::unique_ptr<LtObjects> built;
-    if (tc_status st = build_plan(dev, s->workspace_bytes, d, &built)) return st;
+    if (tc_status st = build_plan(dev, s->workspace_bytes, d, c_dtype, al, &built)) return st;
     std::lock_guard<std::mutex> lock(g_plan_mu);
     auto& slot = g_plans[key];
     if (!slot) slot = std::move(built);
@@ -192,12 +216,10 @@ tc_status gemm_lt(Device& dev, StreamState* s, const GemmArgs& args) {
   const void* alpha = i8 ? (const void*)&alpha_i : f16_accum ? (const void*)&alpha_h : (const void*)&alpha_f;
   const void* beta = i8 ? (const void*)&beta_i : f16_accum ? (const void*)&beta_h : (const void*)&beta_f;
   s->last_kernel = "cublasLtMatmul";
-  return check_lt(cublasLtMatmul(dev.lt(), plan->op, alpha, args.b, plan->a, args.a, plan->b, beta, args.c, plan->c,
-                                 args.c, plan->c, &plan->algo, s->workspace, s->workspace_bytes, s->stream),
+  return check_lt(cublasLtMatmul(dev.lt(), plan->op, alpha, b_ptr, plan->a, a_ptr, plan->b, beta, c_ptr, plan->c,
+                                 c_ptr, plan->c, &plan->algo, s->workspace, s->workspace_bytes, s->stream),
                   "gemm: cublasLtMatmul");
 }
-
-}  // namespace
 
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args) {
   const tc_gemm_desc& d = args.d;
@@ -237,7 +259,7 @@ tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args) {
     s->last_kernel = "gemm_i8_tiled";
     return check(cudaGetLastError(), "gemm: i8 kernel launch");
   }
-  return gemm_lt(dev, s, args);
+  return gemm_lt(dev, s, d, d.dtype == TC_DTYPE_I8 ? TC_DTYPE_I32 : d.dtype, args.a, args.b, args.c);
 }
 
 }  // namespace cuda

@@ -25,6 +25,7 @@ SHAPES = {
     "channels_16_32": (2, 16, 32, 20, 20, 3, 3, 1, 1, 1, 1),
 }
 NP = {"f32": np.float32, "f16": np.float16}
+BACKEND = {"cpu": "portable_cpu", "cuda": "cuda"}
 ES = {"f32": 4, "f16": 2}
 
 
@@ -123,21 +124,21 @@ def conv_ctx():
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_forward(conv_ctx, rng, name, dtype):
-    r = Run(conv_ctx, SHAPES[name], dtype, rng)
+def test_forward(ctx, rng, name, dtype):
+    r = Run(ctx, SHAPES[name], dtype, rng)
     x, w, b = to_f64(r.x), to_f64(r.w), to_f64(r.b)
     for bias in (True, False):
         got = r.forward(bias)
         ref = ref_forward(x, w, b if bias else None, r.s)
         scale = ref_forward(np.abs(x), np.abs(w), np.abs(b) if bias else None, r.s) + 1e-3
         assert_close(got, ref, scale, TOLERANCE[dtype], "Y %s bias=%s" % (name, bias))
-    assert conv_ctx.last_backend_name() == "portable_cpu"
+    assert ctx.last_backend_name() == BACKEND[ctx.device]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_backward_input(conv_ctx, rng, name, dtype):
-    r = Run(conv_ctx, SHAPES[name], dtype, rng)
+def test_backward_input(ctx, rng, name, dtype):
+    r = Run(ctx, SHAPES[name], dtype, rng)
     dy, w = to_f64(r.dy), to_f64(r.w)
     got = r.backward_input()
     scale = ref_backward_input(np.abs(dy), np.abs(w), r.s) + 1e-3  # inputs no tap reaches have gradient 0
@@ -146,27 +147,27 @@ def test_backward_input(conv_ctx, rng, name, dtype):
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_backward_weight(conv_ctx, rng, name, dtype):
-    r = Run(conv_ctx, SHAPES[name], dtype, rng)
+def test_backward_weight(ctx, rng, name, dtype):
+    r = Run(ctx, SHAPES[name], dtype, rng)
     x, dy = to_f64(r.x), to_f64(r.dy)
     got = r.backward_weight()
     scale = ref_backward_weight(np.abs(x), np.abs(dy), r.s) + 1e-3
     assert_close(got, ref_backward_weight(x, dy, r.s), scale, TOLERANCE[dtype], "dW " + name)
 
 
-def test_outputs_overwritten_not_accumulated(conv_ctx, rng):
+def test_outputs_overwritten_not_accumulated(ctx, rng):
     """A second call gives the same result: dX and dW are overwritten."""
-    r = Run(conv_ctx, SHAPES["3x3_pad1"], "f32", rng)
+    r = Run(ctx, SHAPES["3x3_pad1"], "f32", rng)
     for op in (r.forward, r.backward_input, r.backward_weight):
         first = op()
         np.testing.assert_array_equal(op(), first)
 
 
-def test_f16_accumulates_in_f32(conv_ctx):
+def test_f16_accumulates_in_f32(ctx):
     """576 products of 0.9765625 sum to 562.5 exactly in f32; summed in f16
     (spacing 0.25-0.5 above 256) every addition would round, drifting by ~7."""
     s = (1, 64, 1, 4, 4, 3, 3, 1, 1, 1, 1)
-    r = Run(conv_ctx, s, "f16", np.random.default_rng(0))
+    r = Run(ctx, s, "f16", np.random.default_rng(0))
     x = np.full(r.xs, 1000.0, np.float16)
     w = np.full(r.ws, 1.0 / 1024, np.float16)
     r.X.write(x)
@@ -181,10 +182,10 @@ def test_f16_accumulates_in_f32(conv_ctx):
 FD_SHAPE = (1, 2, 2, 5, 4, 3, 2, 1, 0, 2, 1)
 
 
-def test_backward_matches_finite_differences(conv_ctx, rng):
+def test_backward_matches_finite_differences(ctx, rng):
     """L = sum(Y * G): dL/dX and dL/dW by central differences of the f32 forward."""
     s, eps = FD_SHAPE, 1e-2
-    r = Run(conv_ctx, s, "f32", rng)
+    r = Run(ctx, s, "f32", rng)
     g = r.dy  # dY = dL/dY = G
     x, w = r.x.copy(), r.w.copy()
 
@@ -401,13 +402,13 @@ def test_overlapping_wrappers_refused(bad_run):
     assert call(r, "forward", X=x, Y=y) == tc.TC_ERR_INVALID_ARG
 
 
-def test_inputs_may_share_a_buffer(conv_ctx, rng):
+def test_inputs_may_share_a_buffer(ctx, rng):
     """Read-only arguments may alias each other: X doubles as weight here."""
     s = (1, 2, 2, 3, 3, 3, 3, 0, 0, 1, 1)  # X [1,2,3,3] is the first 18 of weight's [2,2,3,3] elements
-    r = Run(conv_ctx, s, "f32", rng)
-    both = conv_ctx.buffer_from_array(random_array(rng, (36,), "f32"))
+    r = Run(ctx, s, "f32", rng)
+    both = ctx.buffer_from_array(random_array(rng, (36,), "f32"))
     vals = to_f64(both.to_numpy((36,), np.float32))
-    conv_ctx.conv2d_forward(both, both, None, r.Y, r.col, **kwargs(s, "f32"))
+    ctx.conv2d_forward(both, both, None, r.Y, r.col, **kwargs(s, "f32"))
     ref = ref_forward(vals[:18].reshape(1, 2, 3, 3), vals.reshape(2, 2, 3, 3), None, s)
     assert_close(r.read(r.Y, r.ys), ref, ref_forward(np.abs(vals[:18]).reshape(1, 2, 3, 3),
                                                      np.abs(vals).reshape(2, 2, 3, 3), None, s), 1e-5)
@@ -427,16 +428,43 @@ def test_bad_handles(bad_run):
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
-def test_cuda_reports_unsupported(rng):
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_bad_input_leaves_buffers_untouched(rng, op):
+    """Validation is shared, but check one bad call per op on device buffers too."""
     with tc.Context("cuda") as ctx:
-        r = Run(ctx, SHAPES["3x3_pad1"], "f32", rng, extra=0)
-        for op in OPS:
-            assert call(r, op) == tc.TC_ERR_UNSUPPORTED
-        assert not tc.capability_available(ctx.runtime_capabilities(), "conv2d")
+        r = Run(ctx, BAD_SHAPE, "f32", rng, extra=0)
+        assert call(r, op, {"out_H": 4}) == tc.TC_ERR_INVALID_SHAPE
+        assert call(r, op, {"dtype": "bf16"}) == tc.TC_ERR_UNSUPPORTED_DTYPE
+        assert call(r, op, scratch_col=shrunk(r, r.col)) == tc.TC_ERR_INVALID_ARG
+        assert call(r, op) == 0
 
 
-def test_capability():
-    with tc.Context("cpu") as ctx:
-        caps = ctx.runtime_capabilities()
-        assert tc.capability_available(caps, tc.TC_CAPABILITY_CONV2D)
-        assert tc.capability_available(caps, "conv2d")
+# Shapes large enough that the CUDA backend splits the batch into chunks:
+# forward/backward_input hold at most 32 MiB of columns per chunk (here one
+# image of 37.7 MiB f32 / 18.9 MiB f16 each), backward_weight at most 256 MiB
+# of dY (here 134 MiB f32 per image). The CPU runs smaller shapes.
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_chunked_columns(ctx, rng, dtype):
+    s = (3, 64, 4, 128, 128, 3, 3, 1, 1, 1, 1) if ctx.device == "cuda" else (2, 8, 4, 24, 24, 3, 3, 1, 1, 1, 1)
+    r = Run(ctx, s, dtype, rng)
+    x, w, b, dy = to_f64(r.x), to_f64(r.w), to_f64(r.b), to_f64(r.dy)
+    assert_close(r.forward(True), ref_forward(x, w, b, s),
+                 ref_forward(np.abs(x), np.abs(w), np.abs(b), s) + 1e-3, TOLERANCE[dtype], "Y chunked")
+    assert_close(r.backward_input(), ref_backward_input(dy, w, s),
+                 ref_backward_input(np.abs(dy), np.abs(w), s) + 1e-3, TOLERANCE[dtype], "dX chunked")
+    assert_close(r.backward_weight(), ref_backward_weight(x, dy, s),
+                 ref_backward_weight(np.abs(x), np.abs(dy), s) + 1e-3, TOLERANCE[dtype], "dW chunked")
+
+
+def test_chunked_weight_gradient(ctx, rng):
+    s = (2, 1, 2048, 128, 128, 3, 3, 1, 1, 1, 1) if ctx.device == "cuda" else (2, 1, 64, 24, 24, 3, 3, 1, 1, 1, 1)
+    r = Run(ctx, s, "f32", rng)
+    x, dy = to_f64(r.x), to_f64(r.dy)
+    assert_close(r.backward_weight(), ref_backward_weight(x, dy, s),
+                 ref_backward_weight(np.abs(x), np.abs(dy), s) + 1e-3, TOLERANCE["f32"], "dW chunked")
+
+
+def test_capability(ctx):
+    caps = ctx.runtime_capabilities()
+    assert tc.capability_available(caps, tc.TC_CAPABILITY_CONV2D)
+    assert tc.capability_available(caps, "conv2d")

@@ -31,17 +31,31 @@ def buffer_alloc(ctx, nbytes):
 
 
 @context_method
-def buffer_from_ptr(ctx, ptr, nbytes):
+def buffer_from_ptr(ctx, ptr, nbytes=None):
     """A Buffer over caller memory, without copying or owning it.
 
-    `ptr` is an address (int or c_void_p), a ctypes object, or a writable
-    C-contiguous NumPy array / buffer-protocol object; objects are kept alive
-    by the Buffer and `nbytes` must lie within them. Raw addresses must stay
-    valid until the buffer is freed."""
+    `ptr` is an address (int or c_void_p), a ctypes object, a writable
+    C-contiguous NumPy array / buffer-protocol object, or another library's
+    array with __cuda_array_interface__ or __dlpack__ (a torch or cupy CUDA
+    tensor on a CUDA context; see _api/interop.py). Objects are kept alive by
+    the Buffer and `nbytes` (default: all of the object) must lie within
+    them. Raw addresses must stay valid until the buffer is freed and need
+    `nbytes`."""
+    from .interop import external_memory  # interop builds on this module
+
     fn = "tc_buffer_from_ptr"
-    n = size(nbytes, fn, "nbytes")
     keep, extent = None, None
-    if ptr is None or (isinstance(ptr, int) and not isinstance(ptr, bool)):
+    external = None
+    if not isinstance(ptr, (int, c_void_p, ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)) \
+            and ptr is not None:
+        external = external_memory(ptr, fn, "ptr", ctx)
+    if nbytes is None:
+        if external is None and (ptr is None or isinstance(ptr, (int, c_void_p))):
+            raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: nbytes is required for a raw address" % fn)
+    n = None if nbytes is None else size(nbytes, fn, "nbytes")
+    if external is not None:
+        address, extent, keep = external.address, external.nbytes, external.keep
+    elif ptr is None or (isinstance(ptr, int) and not isinstance(ptr, bool)):
         address = ptr
         if address is not None and not 0 <= address < (1 << 64):
             raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: ptr = %d is not an address" % (fn, address))
@@ -52,6 +66,8 @@ def buffer_from_ptr(ctx, ptr, nbytes):
     else:
         mem = host_memory(ptr, fn, "ptr", writable=True)
         address, extent, keep = mem.address, mem.nbytes, mem.keep
+    if n is None:
+        n = extent
     if extent is not None and n > extent:
         raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: nbytes = %d exceeds the %d bytes of ptr" % (fn, n, extent))
     out = c_void_p()

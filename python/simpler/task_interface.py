@@ -232,13 +232,22 @@ class ChipStorageTaskArgs:
     def __init__(self):
         self._tensors: list[ChipTensor] = []
         self._scalars: list[int] = []
+        self._directions: list = []  # per tensor: an ArgDirection tag or None
 
-    def add_tensor(self, tensor) -> None:
+    def add_tensor(self, tensor, direction=None) -> None:
+        """Adds a tensor in signature order. `direction` (IN, OUT, INOUT) tags
+        it for a level-3 Python sub-task, which has no signature; a chip
+        call takes the directions from its callable's signature."""
         if not isinstance(tensor, ChipTensor):
             tensor = ChipTensor.from_array(tensor)
         if len(self._tensors) >= 256:
             raise ValueError("ChipStorageTaskArgs: at most 256 tensors")
+        if direction is not None:
+            direction = ArgDirection(direction)
+            if direction == ArgDirection.SCALAR:
+                raise ValueError("ChipStorageTaskArgs.add_tensor: a tensor's direction is IN, OUT or INOUT")
         self._tensors.append(tensor)
+        self._directions.append(direction)
 
     def add_scalar(self, value) -> None:
         if len(self._scalars) >= 128:
@@ -425,6 +434,7 @@ class CoreCallable(_Callable):
         check(lib().simpler_core_callable_create(sig, n, data, len(data), ctypes.byref(h)))
         obj = cls(h.value)
         obj._builtin = None
+        obj._recipe = ("core", [int(ArgDirection(x)) for x in signature], data)
         return obj
 
     @classmethod
@@ -439,7 +449,16 @@ class CoreCallable(_Callable):
         check(lib().simpler_core_callable_builtin(op.encode(), text.encode(), ctypes.byref(h)))
         obj = cls(h.value)
         obj._builtin = op
+        obj._recipe = ("builtin", op, dict(params))
         return obj
+
+    @classmethod
+    def from_recipe(cls, recipe) -> "CoreCallable":
+        if recipe[0] == "core":
+            return cls.build(recipe[1], recipe[2])
+        if recipe[0] == "builtin":
+            return cls.builtin(recipe[1], **recipe[2])
+        raise ValueError(f"CoreCallable.from_recipe: unknown kind {recipe[0]!r}")
 
     @property
     def is_builtin(self) -> bool:
@@ -453,6 +472,24 @@ class CoreCallable(_Callable):
 class ChipCallable(_Callable):
     """An orchestration (host shared object exporting func_name) plus its
     kernels: children = [(func_id, CoreCallable), ...]."""
+
+    def recipe(self):
+        """What rebuilds this callable in another process (a level-3 child):
+        plain data, picklable."""
+        kids = [(int(fid), c._recipe) for fid, c in self.children]
+        return self._recipe + (kids,)
+
+    @classmethod
+    def from_recipe(cls, recipe) -> "ChipCallable":
+        kind, kids = recipe[0], recipe[-1]
+        children = [(fid, CoreCallable.from_recipe(r)) for fid, r in kids]
+        if kind == "chip":
+            _, sig, func_name, data, config_name, _ = recipe
+            return cls.build(sig, func_name, data, children, config_name)
+        if kind == "tasks":
+            _, sig, tasks, _ = recipe
+            return cls.from_tasks(sig, tasks, children)
+        raise ValueError(f"ChipCallable.from_recipe: unknown kind {kind!r}")
 
     @classmethod
     def build(cls, signature: Sequence, func_name: str, binary, children: Sequence = (),
@@ -471,6 +508,7 @@ class ChipCallable(_Callable):
         obj = cls(h.value)
         obj.func_name = func_name
         obj.children = kids
+        obj._recipe = ("chip", [int(ArgDirection(x)) for x in signature], func_name, data, config_name)
         return obj
 
     @classmethod
@@ -543,6 +581,7 @@ class ChipCallable(_Callable):
         obj.func_name = "simpler_task_list"
         obj.children = kids
         obj.description = text
+        obj._recipe = ("tasks", list(signature), tasks)
         return obj
 
     def __repr__(self) -> str:

@@ -54,7 +54,7 @@ def pickle_callable(fn):
 
 
 class Entry:
-    __slots__ = ("slot", "kind", "target", "digest", "workers", "payload")
+    __slots__ = ("slot", "kind", "target", "digest", "workers", "payload", "_sig")
 
     def __init__(self, slot, kind, target, digest, workers):
         self.slot = slot
@@ -62,7 +62,8 @@ class Entry:
         self.target = target
         self.digest = digest
         self.workers = workers  # ids it was sent to (None = all of its role)
-        self.payload = None  # pickled Python callable, post-init
+        self.payload = None  # post-init: True once shipped, False when it cannot be pickled
+        self._sig = None
 
 
 class Registry:

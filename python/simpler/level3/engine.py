@@ -200,7 +200,11 @@ class Engine:
                 self._finish(task, CANCELLED, None)
                 return tid
             if args is not None and (args._tensors or args._scalars):
-                arr, tags, used = self.resolve(ep, args, f"task {tid} ({label})")
+                try:
+                    arr, tags, used = self.resolve(ep, args, f"task {tid} ({label})")
+                except BaseException:
+                    self._fail_now(task, 0, "")
+                    raise
                 nt = len(tags)
                 if nt:
                     acc = (ctypes.c_int32 * nt)(*access)

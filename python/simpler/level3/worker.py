@@ -511,6 +511,10 @@ class HierWorker(Worker):
         eng = self._engine
         if eng is not None and not self._closed:
             with eng.lock:
+                idx = getattr(b, "_l3_idx", None)
+                # Tasks still naming the buffer finish first (a domain freed
+                # inside its orchestration, a buffer closed early).
+                eng.wait(lambda: not any(idx in t.shm for t in eng.live.values()), None)
                 for ep in eng.drop_buffer(b):
                     if not ep.dead:
                         try:

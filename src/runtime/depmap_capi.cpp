@@ -106,13 +106,16 @@ tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTe
         count++;
       });
     }
+    *out_count = count;
+    if (count > capacity) {  // nothing recorded: the task is not live
+      self->id = ~0ull;
+      m->free_slots.push_back(self);
+      return make_error(TC_ERR_INVALID_ARG, "task %llu has %u producers; the output holds %u",
+                        (unsigned long long)task_id, count, capacity);
+    }
     for (uint32_t i = 0; i < n; i++)
       if (access[i] == SIMPLER_ARG_OUT || access[i] == SIMPLER_ARG_INOUT) m->map.insert(tensors[i], ranges[i], self);
     m->live[task_id] = self;
-    *out_count = count;
-    if (count > capacity)
-      return make_error(TC_ERR_INVALID_ARG, "task %llu has %u producers; the output holds %u",
-                        (unsigned long long)task_id, count, capacity);
     return {};
   });
 }

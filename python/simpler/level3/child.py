@@ -20,7 +20,7 @@ from .. import _errors
 from .._lib import CCallConfig, CChipTensor, CTaskArgs, lib
 from . import layout as L
 from .args import SubTaskArgs
-from .endpoint import SPIN_S
+from . import endpoint as _endpoint
 from .shm import Mapping
 
 _PR_SET_PDEATHSIG = 1
@@ -104,6 +104,7 @@ class Child:
         ctrl_at = self.base + L.C_CTRL_STATE
         sleeping_at = self.base + L.C_SLEEPING
         ppid = os.getppid()
+        spin = _endpoint.SPIN_S
         while True:
             t0 = time.perf_counter()
             while True:
@@ -117,7 +118,7 @@ class Child:
                     if unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST:
                         self.control()
                         t0 = time.perf_counter()
-                    elif time.perf_counter() - t0 > SPIN_S:
+                    elif time.perf_counter() - t0 >= spin:
                         break
             # Nothing to do: block until the parent posts (it writes our
             # eventfd when it sees the sleeping flag).

@@ -247,8 +247,12 @@ class Engine:
     def _ready(self, task) -> None:
         ep = task.ep
         if ep is None:  # a sub-task goes to the least loaded sub-worker
-            alive = [e for e in self.subs if not e.dead] or self.subs
-            ep = min(alive, key=lambda e: len(e.ready) + (e.busy[0] is not None) + (e.busy[1] is not None))
+            subs = self.subs
+            if len(subs) == 1:
+                ep = subs[0]
+            else:
+                alive = [e for e in subs if not e.dead] or subs
+                ep = min(alive, key=lambda e: len(e.ready) + (e.busy[0] is not None) + (e.busy[1] is not None))
             task.ep = ep
         task.state = READY
         if ep.dead:

@@ -15,7 +15,7 @@ from ..worker import Buffer, CallableHandle, Worker, _host_view
 from . import domain as _domain
 from . import layout as L
 from .callables import Registry, pickle_callable
-from .endpoint import ChildDied, Endpoint, wait_until
+from .endpoint import ChildDied, Endpoint, set_spin, wait_until
 from .engine import Engine
 from .orchestrator import Orchestrator, as_config
 
@@ -177,6 +177,7 @@ class HierWorker(Worker):
         if prewarm_config is not None:
             as_config(prewarm_config)
         leaves = self._leaves()
+        set_spin(len(leaves) + 1)
         self._mailbox = shared_memory.SharedMemory(create=True, size=L.segment_bytes(max(1, len(leaves))))
         mv = self._mailbox.buf
         mv[:L.segment_bytes(max(1, len(leaves)))] = bytes(L.segment_bytes(max(1, len(leaves))))

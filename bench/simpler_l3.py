@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Level-3 dispatch overhead of the simpler runtime, and the tensor-parallel
+FFN block on two GPUs against one.
+
+Dispatch (platform cpu, 2 chip children + sub-workers): runs of N tasks for
+N in --tasks, each median of --reps timings of --runs back-to-back runs;
+per run = the fitted intercept, per task = the fitted slope (least squares
+over N). Task kinds:
+  empty      a run with no task (the orchestration call and its handle)
+  sub        empty Python sub-tasks, no arguments
+  sub+tensor Python sub-tasks each writing its own slice of one shared buffer
+             (the TensorMap is consulted)
+  chip       chip tasks of an empty ChipCallable, spread over the two chips
+Targets: <= 20 us per run, <= 4 us per task (the original reports about
+43 us per run + 8 us per task).
+
+TP FFN (cuda only, needs two GPUs; skipped elsewhere): examples/simpler/
+l3_tp_ffn at a large size on two GPUs against the same block on one;
+target >= 1.7x.
+
+    PYTHONPATH=python python bench/simpler_l3.py [--reps 5] [--runs 200] [--no-write]
+
+Appends (or replaces) the level-3 section of bench/results/simpler.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform as pyplatform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "examples" / "simpler"))
+
+from simpler import Worker  # noqa: E402
+from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "simpler.md"
+MARK = "<!-- level-3 section (bench/simpler_l3.py) -->"
+
+
+def empty_sub(args):
+    pass
+
+
+def write_slice(args):
+    args.array(0)[0] = 1.0
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return pyplatform.processor() or "unknown CPU"
+
+
+def fit(points):
+    """(intercept, slope) of time-per-run against tasks-per-run."""
+    x = np.array([p[0] for p in points], float)
+    y = np.array([p[1] for p in points], float)
+    a = np.vstack([np.ones_like(x), x]).T
+    (c, m), *_ = np.linalg.lstsq(a, y, rcond=None)
+    return c, m
+
+
+def time_runs(w, orch, arg, runs, reps):
+    for _ in range(max(3, runs // 10)):
+        w.run(orch, arg)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(runs):
+            w.run(orch, arg)
+        out.append((time.perf_counter() - t0) / runs * 1e6)
+    return statistics.median(out)
+
+
+def dispatch(args) -> list:
+    rows = []
+    empty_chip = ChipCallable.from_tasks([], [], [])
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=args.subs, num_cores=1) as w:
+        h_sub, h_slice, h_chip = w.register(empty_sub), w.register(write_slice), w.register(empty_chip)
+        w.init()
+        nmax = max(args.tasks)
+        buf = w.create_buffer(4 * nmax)
+
+        def o_empty(o, n, cfg):
+            pass
+
+        def o_sub(o, n, cfg):
+            for _ in range(n):
+                o.submit_sub(h_sub)
+
+        def o_slice(o, n, cfg):
+            for i in range(n):
+                t = ChipStorageTaskArgs()
+                t.add_tensor(buf.tensor((1,), "float32", 4 * i), D.OUT)
+                o.submit_sub(h_slice, t)
+
+        def o_chip(o, n, cfg):
+            for i in range(n):
+                o.submit_next_level(h_chip, None, worker=i & 1)
+
+        us = time_runs(w, o_empty, 0, args.runs, args.reps)
+        rows.append(("empty", us, None, [(0, us)]))
+        for name, orch in (("sub", o_sub), ("sub+tensor", o_slice), ("chip", o_chip)):
+            pts = []
+            for n in args.tasks:
+                runs = max(5, args.runs // max(1, n // 4))
+                pts.append((n, time_runs(w, orch, n, runs, args.reps)))
+            c, m = fit(pts)
+            rows.append((name, c, m, pts))
+            print(f"{name:11s} per run {c:8.1f} us   per task {m:7.2f} us   ({', '.join(f'{n}: {t:.0f}' for n, t in pts)})")
+    print(f"{'empty':11s} per run {rows[0][1]:8.1f} us")
+    return rows
+
+
+def tp_ffn(args):
+    from common import gpu_count
+
+    if gpu_count() < 2:
+        return None
+    import l3_tp_ffn.main as ex
+
+    m, dm, hidden = args.tp_shape
+    times = {}
+    for devices in (1, 2):
+        with Worker(3, platform="cuda", device_ids=list(range(devices)), num_sub_workers=1) as w:
+            ffn = ex.TpFfn(w, "cuda", devices, m, dm, hidden)
+            w.init()
+            ffn.load()
+            ffn.x.numpy((m, dm), "float32")[:] = np.random.default_rng(0).standard_normal((m, dm))
+            for _ in range(2):
+                w.run(ffn.orch, "partials")
+            ts = []
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                w.run(ffn.orch, "partials")
+                ts.append(time.perf_counter() - t0)
+            times[devices] = statistics.median(ts)
+    return times
+
+
+def write(rows, tp, args):
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    lines = [MARK, "", f"## Level 3: dispatch overhead ({now})", "",
+             f"Machine: {cpu_name()}, {os.cpu_count()} hardware threads, load average {load:.1f} when measured. "
+             f"Worker(3, platform='cpu', device_ids=[0, 1], num_sub_workers={args.subs}, num_cores=1); runs of "
+             f"{', '.join(map(str, args.tasks))} tasks, median of {args.reps} timings; per run = fitted intercept, "
+             f"per task = fitted slope. `bench/simpler_l3.py`.", "",
+             "| tasks | us per run | us per task | target | points (tasks: us/run) |", "|---|---|---|---|---|"]
+    for name, c, m, pts in rows:
+        if m is None:
+            tgt = "<= 20 us/run " + ("met" if c <= 20 else "missed")
+            lines.append(f"| {name} | {c:.1f} | - | {tgt} | {pts[0][1]:.1f} |")
+        else:
+            tgt = ("met" if c <= 20 else "missed") + " / " + ("met" if m <= 4 else "missed")
+            lines.append(f"| {name} | {c:.1f} | {m:.2f} | <= 20 / <= 4: {tgt} | "
+                         f"{', '.join(f'{n}: {t:.0f}' for n, t in pts)} |")
+    lines.append("")
+    if tp is None:
+        lines.append("TP FFN on two GPUs vs one: not measured here (needs a CUDA build and two GPUs; "
+                     "`python bench/simpler_l3.py` on a GPU machine).")
+    else:
+        sp = tp[1] / tp[2]
+        lines.append(f"TP FFN {args.tp_shape}: one GPU {tp[1] * 1e3:.2f} ms, two GPUs {tp[2] * 1e3:.2f} ms, "
+                     f"speed-up {sp:.2f}x (target >= 1.7x {'met' if sp >= 1.7 else 'missed'}).")
+    lines.append("")
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    if MARK in text:
+        text = text[:text.index(MARK)].rstrip() + "\n"
+    RESULTS.write_text(text.rstrip() + "\n\n" + "\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--subs", type=int, default=1)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[1, 4, 16, 64])
+    ap.add_argument("--tp-shape", type=int, nargs=3, default=[8192, 8192, 32768], metavar=("M", "D", "H"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = dispatch(args)
+    tp = tp_ffn(args)
+    if tp:
+        print(f"TP FFN: 1 GPU {tp[1] * 1e3:.2f} ms, 2 GPUs {tp[2] * 1e3:.2f} ms, {tp[1] / tp[2]:.2f}x")
+    if not args.no_write:
+        write(rows, tp, args)
+
+
+if __name__ == "__main__":
+    main()

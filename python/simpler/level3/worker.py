@@ -152,6 +152,8 @@ class HierWorker(Worker):
         return len(self._added) - 1
 
     def add_remote_worker(self, spec) -> int:
+        if self.level < 4:
+            raise ValueError(f"add_remote_worker needs a level-4 Worker; this Worker is level {self.level}")
         raise _errors.SimplerUnsupportedError(_errors.UNSUPPORTED, "add_remote_worker: remote level-3 workers "
                                               "(level 4 over the network) are not built yet")
 
@@ -586,6 +588,10 @@ class HierWorker(Worker):
                 r.window.close()
         elif d.backend is not None:
             from . import cuda_domain
+
+            if self._engine is not None and not quiet:
+                with self._engine.lock:  # tasks may still name the windows
+                    self._engine.wait(lambda: not self._engine.live, None)
 
             cuda_domain.free(self, d)
 

@@ -136,7 +136,10 @@ def tp_ffn(args):
     m, dm, hidden = args.tp_shape
     times = {}
     for devices in (1, 2):
-        with Worker(3, platform="cuda", device_ids=list(range(devices)), num_sub_workers=1) as w:
+        # The hidden activations (two [M, H / devices] f32 per chip) live in the heap ring.
+        heap = 2 * m * (hidden // devices) * 4 + (16 << 20)
+        with Worker(3, platform="cuda", device_ids=list(range(devices)), num_sub_workers=1,
+                    heap_ring_size=heap) as w:
             ffn = ex.TpFfn(w, "cuda", devices, m, dm, hidden)
             w.init()
             ffn.load()
@@ -193,7 +196,7 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--subs", type=int, default=1)
     ap.add_argument("--tasks", type=int, nargs="+", default=[1, 4, 16, 64])
-    ap.add_argument("--tp-shape", type=int, nargs=3, default=[8192, 8192, 32768], metavar=("M", "D", "H"))
+    ap.add_argument("--tp-shape", type=int, nargs=3, default=[4096, 8192, 32768], metavar=("M", "D", "H"))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows = dispatch(args)

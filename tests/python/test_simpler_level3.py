@@ -369,6 +369,27 @@ def test_level4_composition_shares_the_engine(clean):
         w3.close()
 
 
+def test_an_orchestration_that_raises_lets_its_tasks_finish(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hf = w.register(fill)
+        w.init()
+        buf = w.create_buffer(16)
+
+        def orch(o, args, cfg):
+            o.submit_sub(hf, args_of((buf.tensor((4,), "float32"), D.OUT), 8))
+            raise KeyError("from the orchestration")
+
+        with pytest.raises(KeyError):
+            w.run(orch)
+        assert np.all(buf.numpy(dtype="float32") == 8)  # the submitted task ran to completion
+        with pytest.raises(ValueError, match="scope_end without"):
+            w.run(lambda o, a, c: o.scope_end())
+        with pytest.raises(TypeError, match="not a ChipCallable"):
+            w.run(lambda o, a, c: o.submit_next_level(hf, None, worker=0))
+        with pytest.raises(TypeError):  # worker is keyword-only
+            w.run(lambda o, a, c: o.submit_next_level(hf, None, None, 0))
+
+
 def test_bad_calls():
     with pytest.raises(ValueError, match="device_ids"):
         Worker(3, device_ids=[0, 0])

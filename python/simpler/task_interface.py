@@ -71,6 +71,16 @@ class DataType(enum.IntEnum):
 
     @classmethod
     def from_numpy(cls, dtype) -> "DataType":
+        try:  # the spellings seen before ("float32", np.float32, a dtype): a dict lookup
+            hit = _FROM_NUMPY_CACHE.get(dtype)
+        except TypeError:  # unhashable
+            return cls._from_numpy(dtype)
+        if hit is None:
+            hit = _FROM_NUMPY_CACHE[dtype] = cls._from_numpy(dtype)
+        return hit
+
+    @classmethod
+    def _from_numpy(cls, dtype) -> "DataType":
         import numpy as np
 
         dt = np.dtype(dtype)
@@ -81,6 +91,8 @@ class DataType(enum.IntEnum):
                 return member
         raise TypeError(f"no simpler DataType for NumPy dtype {dt}")
 
+
+_FROM_NUMPY_CACHE: dict = {}
 
 _ITEMSIZE = {
     DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2, DataType.INT8: 1, DataType.INT16: 2,

@@ -17,7 +17,7 @@ import ctypes
 import threading
 
 from .. import _errors
-from .._lib import CChipTensor, check, lib
+from .._lib import check, lib
 from . import layout as L
 from .endpoint import wait_until
 
@@ -91,6 +91,7 @@ class Engine:
         self.config_fields = {}
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
+        self._nprod_ref = ctypes.byref(self._nprod)
 
     def close(self) -> None:
         if self.depmap:
@@ -135,22 +136,23 @@ class Engine:
     # ---- argument resolution --------------------------------------------------
 
     def resolve(self, ep, args, what: str):
-        """(ChipTensor array rebased onto its allocation with TensorMap keys,
-        tags bytes, buffer indices used). ep is None for a sub-task."""
+        """(the tensors as ChipTensor bytes rebased onto their allocations
+        with TensorMap keys, tags, buffer indices used). ep is None for a
+        sub-task."""
         tensors = args._tensors
         n = len(tensors)
         if n > L.MAX_TENSORS:
             raise ValueError(f"{what}: {n} tensors (at most {L.MAX_TENSORS})")
-        arr = (CChipTensor * n)()
+        raw = bytearray(96 * n)
         tags = []
         used = set()
+        head = L.TENSOR_HEAD
         for i, t in enumerate(tensors):
-            c = arr[i]
-            ctypes.pointer(c)[0] = t._c
+            c = t._c
+            raw[96 * i:96 * i + 96] = bytes(c)
             addr = c.buffer.addr
             hit = None
-            keep = t._keep
-            if keep is None and ep is not None:
+            if t._keep is None and ep is not None:
                 hit = ep.find_alloc(addr)
             if hit is not None:
                 base, size = hit
@@ -167,14 +169,12 @@ class Engine:
                 tags.append(idx + 1)
                 used.add(idx)
             delta = addr - base
-            item = t.dtype.itemsize
+            item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
             if delta % item:
                 raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
                                  f"its element size {item}")
-            c.buffer.addr = key
-            c.buffer.size = size
-            c.start_offset += delta // item
-        return arr, tags, used
+            head.pack_into(raw, 96 * i, key, size, c.start_offset + delta // item)
+        return bytes(raw), tags, used
 
     # ---- submission -----------------------------------------------------------
 
@@ -207,9 +207,8 @@ class Engine:
                     raise
                 nt = len(tags)
                 if nt:
-                    acc = (ctypes.c_int32 * nt)(*access)
-                    st = lib().simpler_depmap_submit(self.depmap, tid, arr, acc, nt, self._producers,
-                                                     _MAX_PRODUCERS, ctypes.byref(self._nprod))
+                    st = lib().simpler_depmap_submit(self.depmap, tid, arr, L.struct.pack(f"<{nt}i", *access), nt,
+                                                     self._producers, _MAX_PRODUCERS, self._nprod_ref)
                     if st:
                         detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
                         self._fail_now(task, st, detail)
@@ -221,7 +220,7 @@ class Engine:
                         if p is not None and p.state < DONE:
                             p.consumers.append(task)
                             task.pending += 1
-                    task.tensors = bytes(memoryview(arr).cast("B"))
+                    task.tensors = arr
                     task.tags = L.struct.pack(f"<{nt}I", *tags)
                     task.dirs = bytes(access)
                     task.shm = tuple(used)

@@ -64,6 +64,13 @@ HDR = struct.Struct("<IQIIIIII")  # seq, task_id, kind, callable, config, ntenso
 STATUS = struct.Struct("<iI")
 MAP = struct.Struct(f"<IIQQ{NAME_BYTES}s")
 U32 = struct.Struct("<I")
+# A ChipTensor (include/simpler/tensor.h): buffer.addr, buffer.size,
+# start_offset, ndims, dtype, shapes[5], scope_tag, strides[5].
+TENSOR = struct.Struct("<QQQIi5II5q")
+TENSOR_HEAD = struct.Struct("<QQQ")
+assert TENSOR.size == 96
+# Bytes per element by DataType number.
+ITEMSIZE = (4, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8, 8, 1)
 
 # Child header offsets.
 C_STATE = 0  # STARTING, READY, FAILED

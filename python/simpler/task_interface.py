@@ -93,6 +93,8 @@ class DataType(enum.IntEnum):
 
 
 _FROM_NUMPY_CACHE: dict = {}
+_TENSOR_LAYOUT = struct.Struct("<QQQIi5II5q")  # ChipTensor, 96 bytes
+_ZEROS = (0,) * MAX_TENSOR_DIMS
 
 _ITEMSIZE = {
     DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2, DataType.INT8: 1, DataType.INT16: 2,
@@ -164,33 +166,41 @@ class ChipTensor:
         """A view at `data_ptr` (device pointer from Worker.malloc, possibly an
         interior one, or a host address). Strides and offset count elements;
         row-major contiguous by default."""
-        dt = _as_datatype(dtype)
-        shape = tuple(int(s) for s in shape)
-        if not 1 <= len(shape) <= MAX_TENSOR_DIMS:
-            raise ValueError(f"ChipTensor.make: {len(shape)} dimensions (1..{MAX_TENSOR_DIMS} allowed)")
-        if any(s < 0 or s >= 1 << 32 for s in shape):
-            raise ValueError(f"ChipTensor.make: shape {shape} has a negative or too large extent")
+        dt = dtype if type(dtype) is DataType else _as_datatype(dtype)
+        shape = tuple(map(int, shape))
+        nd = len(shape)
+        if not 1 <= nd <= MAX_TENSOR_DIMS:
+            raise ValueError(f"ChipTensor.make: {nd} dimensions (1..{MAX_TENSOR_DIMS} allowed)")
+        for s in shape:
+            if s < 0 or s >= 1 << 32:
+                raise ValueError(f"ChipTensor.make: shape {shape} has a negative or too large extent")
         if strides is None:
-            st, acc = [], 1
-            for s in reversed(shape):
-                st.append(acc)
-                acc *= s
-            strides = tuple(reversed(st))
-        strides = tuple(int(s) for s in strides)
-        if len(strides) != len(shape):
-            raise ValueError("ChipTensor.make: strides and shape differ in length")
-        c = CChipTensor()
-        c.buffer.addr = int(data_ptr)
+            if nd == 1:
+                strides = (1,)
+            else:
+                st, acc = [], 1
+                for s in reversed(shape):
+                    st.append(acc)
+                    acc *= s
+                strides = tuple(reversed(st))
+        else:
+            strides = tuple(map(int, strides))
+            if len(strides) != nd:
+                raise ValueError("ChipTensor.make: strides and shape differ in length")
+        start_offset = int(start_offset)
         if nbytes is None:
-            last = start_offset + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else start_offset
-            nbytes = (last + 1) * dt.itemsize if all(shape) else 0
-        c.buffer.size = int(nbytes)
-        c.start_offset = int(start_offset)
-        c.ndims = len(shape)
-        c.dtype = int(dt)
-        for i, (s, st) in enumerate(zip(shape, strides)):
-            c.shapes[i] = s
-            c.strides[i] = st
+            if 0 in shape:
+                nbytes = 0
+            else:
+                last = start_offset
+                for s, st in zip(shape, strides):
+                    last += (s - 1) * st
+                nbytes = (last + 1) * _ITEMSIZE[dt]
+        # One pack into the C layout (include/simpler/tensor.h) instead of a
+        # field-by-field fill: make() is on the per-task path of level 3.
+        pad = MAX_TENSOR_DIMS - nd
+        c = CChipTensor.from_buffer_copy(_TENSOR_LAYOUT.pack(int(data_ptr), int(nbytes), start_offset, nd, int(dt),
+                                                             *shape, *_ZEROS[:pad], 0, *strides, *_ZEROS[:pad]))
         return cls(c)
 
     @classmethod

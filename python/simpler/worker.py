@@ -88,10 +88,14 @@ class Buffer:
         self.shm = shared_memory.SharedMemory(create=True, size=nbytes)
         self.nbytes = nbytes
         self._closed = False
+        self._ptr = None
 
     @property
     def ptr(self) -> int:
-        return ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        p = self._ptr
+        if p is None:  # the mapping never moves: take its address once
+            p = self._ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        return p
 
     def numpy(self, shape=None, dtype="uint8"):
         import numpy as np

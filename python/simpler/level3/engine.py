@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
+import time
 
 from .. import _errors
 from .._lib import check, lib
@@ -26,6 +27,20 @@ PENDING, READY, RUNNING, DONE, FAILED, CANCELLED = range(6)
 # level-3 counterpart of a full task ring).
 WINDOW = 16384
 _MAX_PRODUCERS = 4096
+# The longest a posted task waits for its child's wakeup while the
+# orchestration goes on submitting.
+WAKE_DELAY_S = 20e-6
+
+
+_PACKERS: dict = {}
+
+
+def _packer(code: str, n: int):
+    """struct.Struct("<{n}{code}"), cached."""
+    p = _PACKERS.get((code, n))
+    if p is None:
+        p = _PACKERS[(code, n)] = L.struct.Struct(f"<{n}{code}")
+    return p
 
 
 class Task:
@@ -83,6 +98,8 @@ class Engine:
         self.live = {}  # task id -> Task (unfinished)
         self.inflight = []  # (endpoint, frame)
         self.lock = threading.RLock()
+        self.defer = False  # set while an orchestration function runs
+        self._to_wake = {}  # endpoint -> when its wake was deferred
         self.buffers = {}  # idx -> Buffer
         self.buf_bases = []  # sorted parent base addresses
         self.buf_by_base = {}  # base -> idx
@@ -92,6 +109,8 @@ class Engine:
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
+        self._dm_submit = lib().simpler_depmap_submit
+        self._dm_finish = lib().simpler_depmap_finish
 
     def close(self) -> None:
         if self.depmap:
@@ -135,12 +154,13 @@ class Engine:
 
     # ---- argument resolution --------------------------------------------------
 
-    def resolve(self, ep, args, what: str):
+    def resolve(self, ep, args, tid: int, label: str):
         """(the tensors as ChipTensor bytes rebased onto their allocations
         with TensorMap keys, tags, buffer indices used). ep is None for a
         sub-task."""
         tensors = args._tensors
         n = len(tensors)
+        what = f"task {tid} ({label})"  # for messages only
         if n > L.MAX_TENSORS:
             raise ValueError(f"{what}: {n} tensors (at most {L.MAX_TENSORS})")
         raw = bytearray(96 * n)
@@ -201,14 +221,14 @@ class Engine:
                 return tid
             if args is not None and (args._tensors or args._scalars):
                 try:
-                    arr, tags, used = self.resolve(ep, args, f"task {tid} ({label})")
+                    arr, tags, used = self.resolve(ep, args, tid, label)
                 except BaseException:
                     self._fail_now(task, 0, "")
                     raise
                 nt = len(tags)
                 if nt:
-                    st = lib().simpler_depmap_submit(self.depmap, tid, arr, L.struct.pack(f"<{nt}i", *access), nt,
-                                                     self._producers, _MAX_PRODUCERS, self._nprod_ref)
+                    st = self._dm_submit(self.depmap, tid, arr, _packer("i", nt).pack(*access), nt, self._producers,
+                                         _MAX_PRODUCERS, self._nprod_ref)
                     if st:
                         detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
                         self._fail_now(task, st, detail)
@@ -221,7 +241,7 @@ class Engine:
                             p.consumers.append(task)
                             task.pending += 1
                     task.tensors = arr
-                    task.tags = L.struct.pack(f"<{nt}I", *tags)
+                    task.tags = _packer("I", nt).pack(*tags)
                     task.dirs = bytes(access)
                     task.shm = tuple(used)
                     task.nt = nt
@@ -230,7 +250,7 @@ class Engine:
                     self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
                     raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
                 task.ns = ns
-                task.scalars = L.struct.pack(f"<{ns}Q", *args._scalars)
+                task.scalars = _packer("Q", ns).pack(*args._scalars)
             if task.pending == 0:
                 self._ready(task)
             self.poll()
@@ -294,7 +314,25 @@ class Engine:
             ep.busy[f] = task
             task.state = RUNNING
             self.inflight.append((ep, f))
-            ep.wake()
+            if self.defer and ep.free_frame() >= 0:
+                # Wake later (coalescing): the child that finishes a task faster than the orchestration
+                # submits the next sleeps after each one, and every wake is a syscall plus, on a busy
+                # host, a lost time slice for this process. flush_wakes() at the latest.
+                if ep not in self._to_wake:
+                    self._to_wake[ep] = time.perf_counter()
+            else:
+                self._to_wake.pop(ep, None)
+                ep.wake()
+        if self._to_wake:
+            now = time.perf_counter()
+            for e, t in list(self._to_wake.items()):
+                if now - t > WAKE_DELAY_S:
+                    del self._to_wake[e]
+                    e.wake()
+
+    def flush_wakes(self) -> None:
+        while self._to_wake:
+            self._to_wake.popitem()[0].wake()
 
     def _map_entry(self, idx):
         b = self.buffers[idx]
@@ -307,9 +345,10 @@ class Engine:
         got = False
         i = 0
         inflight = self.inflight
+        unpack, mv = L.U32.unpack_from, self.mv
         while i < len(inflight):
             ep, f = inflight[i]
-            if ep.done(f):
+            if unpack(mv, ep.frames[f])[0] == L.DONE:
                 status, msg = ep.completion(f)
                 task = ep.busy[f]
                 ep.busy[f] = None
@@ -330,7 +369,7 @@ class Engine:
         task.state = state
         self.live.pop(task.id, None)
         if task.in_map:
-            lib().simpler_depmap_finish(self.depmap, task.id)
+            self._dm_finish(self.depmap, task.id)
         run = task.run
         run.outstanding -= 1
         if state == DONE:
@@ -361,6 +400,7 @@ class Engine:
     # ---- waiting --------------------------------------------------------------
 
     def waiter(self, pred, endpoints, timeout=None) -> bool:
+        self.flush_wakes()
         return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
 
     def _any_done(self) -> bool:
@@ -371,8 +411,6 @@ class Engine:
 
     def wait(self, cond, timeout) -> bool:
         """Drives the engine until cond() holds; False on timeout."""
-        import time
-
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             self.poll()

@@ -45,9 +45,11 @@ class Orchestrator:
         if len(args._tensors) != len(access):
             raise ValueError(f"submit_next_level: callable {e.slot} ({e.target.func_name}) takes {len(access)} "
                              f"tensor(s); {len(args._tensors)} given")
-        cfg = w._config_index(ep, config)
-        return w._engine.submit(self._run, ep, L.KIND_CHIP, e.slot, f"chip callable {e.slot} on {ep.label}", args,
-                                access, cfg)
+        cfg = w._config_index(ep, config) if config is not None else 0
+        label = e.label
+        if label is None:
+            label = e.label = f"chip callable {e.slot} ({e.target.func_name})"
+        return w._engine.submit(self._run, ep, L.KIND_CHIP, e.slot, label, args, access, cfg)
 
     def _submit_child_level(self, handle, args, config, worker):
         """Level 4 and up: runs the child Worker's orchestration function
@@ -79,8 +81,10 @@ class Orchestrator:
         access = None
         if args is not None and args._tensors:
             access = [_INOUT if d is None else int(d) for d in args._directions]
-        name = getattr(e.target, "__qualname__", "callable")
-        return w._engine.submit(self._run, None, L.KIND_SUB, e.slot, f"sub-task {name}", args, access)
+        label = e.label
+        if label is None:
+            label = e.label = f"sub-task {getattr(e.target, '__qualname__', 'callable')}"
+        return w._engine.submit(self._run, None, L.KIND_SUB, e.slot, label, args, access)
 
     # ---- scopes -----------------------------------------------------------------
 

@@ -545,16 +545,19 @@ class HierWorker(Worker):
         with eng.lock:
             run = eng.new_run()
             orch = Orchestrator(self, run)
+            outer = eng.defer
+            eng.defer = True
             try:
                 fn(orch, args, cfg)
             except BaseException:
                 run.closed = True
-                try:
-                    eng.wait(lambda: run.done, None)
-                finally:
-                    pass
+                eng.defer = outer
+                eng.flush_wakes()
+                eng.wait(lambda: run.done, None)
                 raise
             run.closed = True
+            eng.defer = outer
+            eng.flush_wakes()
         return RunHandle3(self, run)
 
     def run(self, callable, args=None, config=None) -> None:

@@ -77,6 +77,10 @@ def die(args):
     os._exit(3)
 
 
+def sigkill_self(args):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def nap(args):
     time.sleep(args.scalar(0) / 1000.0)
 
@@ -232,6 +236,28 @@ def test_sub_worker_crash_fails_the_run_and_close_reaps(clean):
             w.run(lambda o, a, c: o.submit_sub(hd))  # the dead child keeps failing its tasks
     finally:
         w.close()
+    assert not any(alive(p) for p in pids)
+
+
+def test_sub_worker_sigkill_inside_a_task_spares_the_other_sub_worker(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=2) as w:
+        hk, hf = w.register(sigkill_self), w.register(fill)
+        w.init()
+        with pytest.raises(SimplerError, match=r"sub-worker \d \(pid \d+\) was killed by signal 9"):
+            w.run(lambda o, a, c: o.submit_sub(hk))
+        buf = w.create_buffer(16)
+        w.run(lambda o, a, c: o.submit_sub(hf, args_of((buf.tensor((4,), "float32"), D.OUT), 6)))  # the live one
+        assert np.all(buf.numpy(dtype="float32") == 6)
+
+
+def test_a_dropped_worker_is_reaped(clean):
+    import gc
+
+    w = Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=1)
+    w.init()
+    pids = w.info["pids"]
+    del w
+    gc.collect()
     assert not any(alive(p) for p in pids)
 
 

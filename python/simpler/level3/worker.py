@@ -35,6 +35,8 @@ class SharedBuffer(Buffer):
         self._owner = owner
 
     def close(self) -> None:
+        if self._owner is not None and os.getpid() != self._owner._pid:
+            return  # a child's copy: the parent owns the segment
         if not self._closed and self._owner is not None:
             self._owner._buffer_closed(self)
         super().close()
@@ -131,6 +133,7 @@ class HierWorker(Worker):
         self._initialized = False
         self._closed = False
         self._h = None
+        self._pid = os.getpid()  # a forked child's copy of this object must never act on it
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -262,7 +265,7 @@ class HierWorker(Worker):
     def close(self) -> None:
         """Drains submitted runs, stops every child and reaps it, and unlinks
         every shared-memory segment this Worker created. Idempotent."""
-        if self._closed:
+        if self._closed or os.getpid() != self._pid:
             return
         if self._parent is not None and self._parent._initialized and not self._parent._closed:
             self._closed = True  # the parent owns the processes

@@ -3,7 +3,8 @@
 FFN block on two GPUs against one.
 
 Dispatch (platform cpu, 2 chip children + sub-workers): runs of N tasks for
-N in --tasks, each median of --reps timings of --runs back-to-back runs;
+N in --tasks, each the best of --reps timings of back-to-back runs (about
+--runs tasks, at least 3 runs, per timing);
 per run = the fitted intercept, per task = the fitted slope (least squares
 over N). Task kinds:
   empty      a run with no task (the orchestration call and its handle)
@@ -18,7 +19,7 @@ TP FFN (cuda only, needs two GPUs; skipped elsewhere): examples/simpler/
 l3_tp_ffn at a large size on two GPUs against the same block on one;
 target >= 1.7x.
 
-    PYTHONPATH=python python bench/simpler_l3.py [--reps 5] [--runs 200] [--no-write]
+    PYTHONPATH=python python bench/simpler_l3.py [--reps 30] [--runs 100] [--no-write]
 
 Appends (or replaces) the level-3 section of bench/results/simpler.md.
 """
@@ -92,7 +93,7 @@ CPU = {}  # (orch name, arg) -> CPU us per run (parent + children)
 
 
 def time_runs(w, orch, arg, runs, reps):
-    """Median wall-clock us per run; also records CPU us per run in CPU."""
+    """Best wall-clock us per run over `reps` timings; also records CPU us per run in CPU."""
     for _ in range(max(3, runs // 10)):
         w.run(orch, arg)
     out, cpu = [], []
@@ -104,8 +105,9 @@ def time_runs(w, orch, arg, runs, reps):
             w.run(orch, arg)
         out.append((time.perf_counter() - t0) / runs * 1e6)
         cpu.append((time.process_time() - c0 + children_cpu(pids) - k0) / runs * 1e6)
-    CPU[(orch.__name__, arg)] = statistics.median(cpu)
-    return statistics.median(out)
+    # The minimum: on a shared host the other tenants only ever add time.
+    CPU[(orch.__name__, arg)] = min(cpu)
+    return min(out)
 
 
 def dispatch(args) -> list:
@@ -139,7 +141,9 @@ def dispatch(args) -> list:
         for name, orch in (("sub", o_sub), ("sub+tensor", o_slice), ("chip", o_chip)):
             pts = []
             for n in args.tasks:
-                runs = max(5, args.runs // max(1, n // 4))
+                # Short timings (about args.runs tasks each), many of them: on a
+                # shared host the best one is the one nobody interrupted.
+                runs = max(3, args.runs // max(1, n))
                 pts.append((n, time_runs(w, orch, n, runs, args.reps)))
             c, m = fit(pts)
             cc, cm = fit([(n, CPU[(orch.__name__, n)]) for n in args.tasks])
@@ -188,7 +192,7 @@ def write(rows, tp, args):
     lines = [MARK, "", f"## Level 3: dispatch overhead ({now})", "",
              f"Machine: {cpu_name()}, {os.cpu_count()} hardware threads, load average {load:.1f} when measured. "
              f"Worker(3, platform='cpu', device_ids=[0, 1], num_sub_workers={args.subs}, num_cores=1); runs of "
-             f"{', '.join(map(str, args.tasks))} tasks, median of {args.reps} timings; per run = fitted intercept, "
+             f"{', '.join(map(str, args.tasks))} tasks, best of {args.reps} timings; per run = fitted intercept, "
              f"per task = fitted slope. `bench/simpler_l3.py`.", "",
              "Wall clock is what a caller waits; CPU is the user + system time of the parent and the children "
              "together per run / per task (the work the handoff costs, which is what an idle machine would see "
@@ -220,8 +224,8 @@ def write(rows, tp, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--subs", type=int, default=1)
     ap.add_argument("--tasks", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--tp-shape", type=int, nargs=3, default=[4096, 8192, 32768], metavar=("M", "D", "H"))

@@ -430,3 +430,20 @@ def test_bad_calls():
             w.run(gemm_chip())
         finally:
             w.close()
+
+
+def test_cuda_domains_say_what_is_missing():
+    """The cuda domain path loads the driver and NCCL at run time; where one is
+    absent the error names it (the path itself needs GPUs)."""
+    import ctypes.util
+
+    from simpler import SimplerUnsupportedError
+    from simpler.level3 import cuda_domain
+
+    if ctypes.util.find_library("nccl") is None:
+        with pytest.raises(SimplerUnsupportedError, match="NCCL"):
+            cuda_domain._Nccl()
+    if ctypes.util.find_library("cuda") is None:
+        with pytest.raises(SimplerUnsupportedError, match="libcuda"):
+            cuda_domain._Cuda(0)
+    assert ctypes.sizeof(cuda_domain._IpcHandle) == 64 and ctypes.sizeof(cuda_domain._UniqueId) == 128

@@ -144,7 +144,15 @@ class _Nccl:
 
 
 class _UniqueId(ctypes.Structure):
+    """ncclUniqueId: 128 bytes, passed by value to ncclCommInitRank."""
+
     _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class _IpcHandle(ctypes.Structure):
+    """CUipcMemHandle: 64 bytes, passed by value to cuIpcOpenMemHandle."""
+
+    _fields_ = [("reserved", ctypes.c_char * 64)]
 
 
 def child_op(child, action: str, *args):
@@ -159,10 +167,10 @@ def child_op(child, action: str, *args):
         ptr = ctypes.c_uint64()
         cuda.check(cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
         cuda.check(cu.cuMemsetD8_v2(ptr, 0, ctypes.c_size_t(size)), "cuMemsetD8")
-        handle = (ctypes.c_char * 64)()
-        cuda.check(cu.cuIpcGetMemHandle(handle, ptr), "cuIpcGetMemHandle")
+        handle = _IpcHandle()
+        cuda.check(cu.cuIpcGetMemHandle(ctypes.byref(handle), ptr), "cuIpcGetMemHandle")
         st[name] = {"own": ptr.value, "peers": [], "comm": None, "size": size}
-        return ptr.value, bytes(handle)
+        return ptr.value, bytes(handle.reserved)
     d = st[args[0]]
     if action == "open":
         _, handles, rank = args
@@ -172,8 +180,9 @@ def child_op(child, action: str, *args):
                 views.append(d["own"])
                 continue
             p = ctypes.c_uint64()
-            raw = (ctypes.c_char * 64).from_buffer_copy(h)
-            cuda.check(cu.cuIpcOpenMemHandle_v2(ctypes.byref(p), raw, 1), "cuIpcOpenMemHandle")  # lazy peer access
+            raw = _IpcHandle.from_buffer_copy(h)  # passed by value, as the driver declares it
+            cuda.check(cu.cuIpcOpenMemHandle_v2(ctypes.byref(p), raw, ctypes.c_uint(1)),  # lazy peer access
+                       "cuIpcOpenMemHandle")
             d["peers"].append(p.value)
             views.append(p.value)
         return views

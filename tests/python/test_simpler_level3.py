@@ -186,6 +186,25 @@ def test_device_memory_of_a_chip_is_reused_and_checked(clean):
         w.run(orch_malloc)
 
 
+def test_free_is_refused_while_a_task_names_the_memory(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hg, hn = w.register(gemm_chip()), w.register(nap)
+        w.init()
+        wb = w.malloc(64)
+        a, c = w.create_buffer(64), w.create_buffer(64)
+
+        def orch(o, args, cfg):
+            o.submit_sub(hn, args_of((a.tensor((16,), "float32"), D.OUT), 500))  # the chip task waits for it
+            o.submit_next_level(hg, args_of(a.tensor((4, 4), "float32"), ChipTensor.make(wb, (4, 4), "float32"),
+                                            c.tensor((4, 4), "float32")), worker=0)
+
+        h = w.submit(orch)
+        with pytest.raises(ValueError, match="named by a task that has not finished"):
+            w.free(wb)
+        h.wait()
+        w.free(wb)
+
+
 def test_post_init_registration_and_digest_identity(clean):
     with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
         w.init()

@@ -45,7 +45,7 @@ def _packer(code: str, n: int):
 
 class Task:
     __slots__ = ("id", "run", "ep", "kind", "slot", "cfg", "nt", "ns", "tags", "dirs", "tensors", "scalars",
-                 "shm", "pending", "consumers", "state", "in_map", "label")
+                 "shm", "dev", "pending", "consumers", "state", "in_map", "label")
 
     def __init__(self, tid, run, ep, kind, slot, label):
         self.id = tid
@@ -58,6 +58,7 @@ class Task:
         self.nt = self.ns = 0
         self.tags = self.dirs = self.tensors = self.scalars = b""
         self.shm = ()
+        self.dev = ()  # device allocations (bases) of its chip it names
         self.pending = 0
         self.consumers = []
         self.state = PENDING
@@ -166,6 +167,7 @@ class Engine:
         raw = bytearray(96 * n)
         tags = []
         used = set()
+        dev = []
         head = L.TENSOR_HEAD
         for i, t in enumerate(tensors):
             c = t._c
@@ -178,6 +180,7 @@ class Engine:
                 base, size = hit
                 key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
                 tags.append(0)
+                dev.append(base)
             else:
                 found = self._find_buffer(addr)
                 if found is None:
@@ -194,7 +197,7 @@ class Engine:
                 raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
                                  f"its element size {item}")
             head.pack_into(raw, 96 * i, key, size, c.start_offset + delta // item)
-        return bytes(raw), tags, used
+        return bytes(raw), tags, (used, dev)
 
     # ---- submission -----------------------------------------------------------
 
@@ -243,7 +246,8 @@ class Engine:
                     task.tensors = arr
                     task.tags = _packer("I", nt).pack(*tags)
                     task.dirs = bytes(access)
-                    task.shm = tuple(used)
+                    task.shm = tuple(used[0])
+                    task.dev = tuple(used[1])
                     task.nt = nt
                 ns = len(args._scalars)
                 if ns > L.MAX_SCALARS:

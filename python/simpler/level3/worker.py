@@ -440,6 +440,8 @@ class HierWorker(Worker):
         with eng.lock:
             if ep.find_alloc(int(ptr)) is None:
                 raise ValueError(f"free: 0x{int(ptr):x} is not an allocation of {ep.label}")
+            if any(t.ep is ep and int(ptr) in t.dev for t in eng.live.values()):
+                raise ValueError(f"free: 0x{int(ptr):x} on {ep.label} is named by a task that has not finished")
             self._control(ep, "free", int(ptr))
             ep.drop_alloc(int(ptr))
 

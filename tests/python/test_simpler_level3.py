@@ -466,3 +466,70 @@ def test_cuda_domains_say_what_is_missing():
         with pytest.raises(SimplerUnsupportedError, match="libcuda"):
             cuda_domain._Cuda(0)
     assert ctypes.sizeof(cuda_domain._IpcHandle) == 64 and ctypes.sizeof(cuda_domain._UniqueId) == 128
+
+
+def add_const(args):
+    """out = a + b + scalar (float bits)."""
+    import struct
+
+    k = struct.unpack("<f", struct.pack("<I", args.scalar(0) & 0xFFFFFFFF))[0]
+    args.array(2)[...] = args.array(0) + args.array(1) + k
+
+
+def fill_row(args):
+    args.array(0)[...] = float(args.scalar(0))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_graph_across_chips_and_sub_workers(clean, seed):
+    """A random graph of sub-tasks and chip tasks (each writes a fresh buffer
+    from earlier ones, so only read-after-write matters) gives what running it
+    in order gives; plus rows of one buffer written by separate tasks and read
+    whole by a chip task, which must wait for every row."""
+    rng = np.random.default_rng(seed)
+    nbuf, ntask = 36, 30
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=2) as w:
+        h_add, h_row, h_gemm = w.register(add_const), w.register(fill_row), w.register(gemm_chip())
+        w.init()
+        bufs = [w.create_buffer(64) for _ in range(nbuf)]
+        two = w.create_buffer(64)
+        two.numpy((4, 4), "float32")[:] = 2 * np.eye(4)
+        ref = {}
+        for i in range(4):
+            ref[i] = rng.standard_normal((4, 4)).astype(np.float32)
+            bufs[i].numpy((4, 4), "float32")[:] = ref[i]
+        for b in bufs[4:]:
+            b.numpy(dtype="float32")[:] = np.nan
+        plan = []
+        for t in range(ntask):
+            out = 4 + t
+            srcs = rng.integers(0, out, size=2)
+            if rng.random() < 0.4:
+                plan.append(("chip", int(srcs[0]), out, int(rng.integers(0, 2))))
+                ref[out] = (ref[srcs[0]].astype(np.float64) @ (2 * np.eye(4))).astype(np.float32)
+            else:
+                k = float(rng.integers(-3, 4))
+                plan.append(("sub", (int(srcs[0]), int(srcs[1])), out, k))
+                ref[out] = ref[srcs[0]] + ref[srcs[1]] + np.float32(k)
+        rows, final = bufs[34], bufs[35]
+
+        def tens(i, shape=(4, 4)):
+            return bufs[i].tensor(shape, "float32")
+
+        def orch(o, args, cfg):
+            for kind, src, out, extra in plan:
+                if kind == "chip":
+                    o.submit_next_level(h_gemm, args_of(tens(src), two.tensor((4, 4), "float32"), tens(out)),
+                                        worker=extra)
+                else:
+                    o.submit_sub(h_add, args_of((tens(src[0]), D.IN), (tens(src[1]), D.IN), (tens(out), D.OUT), extra))
+            for r in range(4):
+                o.submit_sub(h_row, args_of((rows.tensor((4,), "float32", 16 * r), D.OUT), r + 1))
+            o.submit_next_level(h_gemm, args_of(rows.tensor((4, 4), "float32"), two.tensor((4, 4), "float32"),
+                                                final.tensor((4, 4), "float32")), worker=1)
+
+        w.run(orch)
+        for t in range(ntask):
+            np.testing.assert_allclose(bufs[4 + t].numpy((4, 4), "float32"), ref[4 + t], rtol=1e-5, atol=1e-5)
+        expect = np.repeat(np.arange(1, 5, dtype=np.float32)[:, None], 4, axis=1) * 2
+        np.testing.assert_array_equal(final.numpy((4, 4), "float32"), expect)

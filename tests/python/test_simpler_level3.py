@@ -309,6 +309,9 @@ def test_run_timeout_then_completion(clean):
         hn = w.register(nap)
         w.init()
         h = w.submit(lambda o, a, c: o.submit_sub(hn, args_of(400)))
+        from simpler import RunHandle
+
+        assert isinstance(h, RunHandle)
         with pytest.raises(SimplerTimeoutError):
             h.wait(0.05)
         assert not h.done()

@@ -11,7 +11,7 @@ from multiprocessing import shared_memory
 
 from .. import _errors
 from ..task_interface import CallConfig, ChipCallable
-from ..worker import CallableHandle, Worker
+from ..worker import CallableHandle, RunHandle, Worker
 from . import domain as _domain
 from . import layout as L
 from .callables import Registry, pickle_callable
@@ -27,10 +27,12 @@ PLATFORMS = ("cpu", "cuda")
 RUNTIMES = ("tensormap_and_ringbuffer", "host_build_graph")
 
 
-class RunHandle3:
-    """A submitted level-3 run: done(), wait(timeout), result(timeout)."""
+class RunHandle3(RunHandle):
+    """A submitted level-3 run: done(), wait(timeout), result(timeout) (a
+    RunHandle over the engine instead of a level-2 run)."""
 
     def __init__(self, worker, run):
+        self._h = None
         self._w = worker
         self._run = run
 

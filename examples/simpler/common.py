@@ -18,3 +18,39 @@ def parse_args(description: str):
     ap.add_argument("-r", "--runtime", default="tensormap_and_ringbuffer",
                     choices=["tensormap_and_ringbuffer", "host_build_graph"])
     return ap.parse_args()
+
+
+# ---- level-3 examples ---------------------------------------------------------------
+
+
+def gpu_count() -> int:
+    """GPUs nvidia-smi lists (0 without it). Asks no CUDA API, so the process
+    can still fork a level-3 Worker's children afterwards."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def l3_args(description: str):
+    """-p cpu|cuda (default $SIMPLER_PLATFORM, else cpu) and -n devices (default 2)."""
+    import os
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("-p", "--platform", default=os.environ.get("SIMPLER_PLATFORM", "cpu"), choices=["cpu", "cuda"])
+    ap.add_argument("-n", "--devices", type=int, default=2)
+    return ap.parse_args()
+
+
+def compile_kernel(platform: str, name: str) -> bytes:
+    from simpler_setup import KernelCompiler
+
+    kc = KernelCompiler(platform=platform)
+    return kc.compile_incore(kernel_source(platform, name), core_type="aiv",
+                             extra_include_dirs=kc.get_orchestration_include_dirs("tensormap_and_ringbuffer"))

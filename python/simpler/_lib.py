@@ -171,6 +171,11 @@ _SIGNATURES = {
     "simpler_run_wait": (_S, [_P, ctypes.c_double]),
     "simpler_run_done": (_I32, [_P]),
     "simpler_run_release": (_S, [_P]),
+    "simpler_depmap_create": (_S, [ctypes.POINTER(_P)]),
+    "simpler_depmap_destroy": (_S, [_P]),
+    "simpler_depmap_submit": (_S, [_P, _U64, _P, _P, _U32, _P, _U32, ctypes.POINTER(_U32)]),
+    "simpler_depmap_finish": (_S, [_P, _U64]),
+    "simpler_depmap_size": (_U64, [_P]),
 }
 
 

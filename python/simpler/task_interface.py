@@ -71,6 +71,16 @@ class DataType(enum.IntEnum):
 
     @classmethod
     def from_numpy(cls, dtype) -> "DataType":
+        try:  # the spellings seen before ("float32", np.float32, a dtype): a dict lookup
+            hit = _FROM_NUMPY_CACHE.get(dtype)
+        except TypeError:  # unhashable
+            return cls._from_numpy(dtype)
+        if hit is None:
+            hit = _FROM_NUMPY_CACHE[dtype] = cls._from_numpy(dtype)
+        return hit
+
+    @classmethod
+    def _from_numpy(cls, dtype) -> "DataType":
         import numpy as np
 
         dt = np.dtype(dtype)
@@ -81,6 +91,10 @@ class DataType(enum.IntEnum):
                 return member
         raise TypeError(f"no simpler DataType for NumPy dtype {dt}")
 
+
+_FROM_NUMPY_CACHE: dict = {}
+_TENSOR_LAYOUT = struct.Struct("<QQQIi5II5q")  # ChipTensor, 96 bytes
+_ZEROS = (0,) * MAX_TENSOR_DIMS
 
 _ITEMSIZE = {
     DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2, DataType.INT8: 1, DataType.INT16: 2,
@@ -152,33 +166,41 @@ class ChipTensor:
         """A view at `data_ptr` (device pointer from Worker.malloc, possibly an
         interior one, or a host address). Strides and offset count elements;
         row-major contiguous by default."""
-        dt = _as_datatype(dtype)
-        shape = tuple(int(s) for s in shape)
-        if not 1 <= len(shape) <= MAX_TENSOR_DIMS:
-            raise ValueError(f"ChipTensor.make: {len(shape)} dimensions (1..{MAX_TENSOR_DIMS} allowed)")
-        if any(s < 0 or s >= 1 << 32 for s in shape):
-            raise ValueError(f"ChipTensor.make: shape {shape} has a negative or too large extent")
+        dt = dtype if type(dtype) is DataType else _as_datatype(dtype)
+        shape = tuple(map(int, shape))
+        nd = len(shape)
+        if not 1 <= nd <= MAX_TENSOR_DIMS:
+            raise ValueError(f"ChipTensor.make: {nd} dimensions (1..{MAX_TENSOR_DIMS} allowed)")
+        for s in shape:
+            if s < 0 or s >= 1 << 32:
+                raise ValueError(f"ChipTensor.make: shape {shape} has a negative or too large extent")
         if strides is None:
-            st, acc = [], 1
-            for s in reversed(shape):
-                st.append(acc)
-                acc *= s
-            strides = tuple(reversed(st))
-        strides = tuple(int(s) for s in strides)
-        if len(strides) != len(shape):
-            raise ValueError("ChipTensor.make: strides and shape differ in length")
-        c = CChipTensor()
-        c.buffer.addr = int(data_ptr)
+            if nd == 1:
+                strides = (1,)
+            else:
+                st, acc = [], 1
+                for s in reversed(shape):
+                    st.append(acc)
+                    acc *= s
+                strides = tuple(reversed(st))
+        else:
+            strides = tuple(map(int, strides))
+            if len(strides) != nd:
+                raise ValueError("ChipTensor.make: strides and shape differ in length")
+        start_offset = int(start_offset)
         if nbytes is None:
-            last = start_offset + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else start_offset
-            nbytes = (last + 1) * dt.itemsize if all(shape) else 0
-        c.buffer.size = int(nbytes)
-        c.start_offset = int(start_offset)
-        c.ndims = len(shape)
-        c.dtype = int(dt)
-        for i, (s, st) in enumerate(zip(shape, strides)):
-            c.shapes[i] = s
-            c.strides[i] = st
+            if 0 in shape:
+                nbytes = 0
+            else:
+                last = start_offset
+                for s, st in zip(shape, strides):
+                    last += (s - 1) * st
+                nbytes = (last + 1) * _ITEMSIZE[dt]
+        # One pack into the C layout (include/simpler/tensor.h) instead of a
+        # field-by-field fill: make() is on the per-task path of level 3.
+        pad = MAX_TENSOR_DIMS - nd
+        c = CChipTensor.from_buffer_copy(_TENSOR_LAYOUT.pack(int(data_ptr), int(nbytes), start_offset, nd, int(dt),
+                                                             *shape, *_ZEROS[:pad], 0, *strides, *_ZEROS[:pad]))
         return cls(c)
 
     @classmethod
@@ -232,13 +254,22 @@ class ChipStorageTaskArgs:
     def __init__(self):
         self._tensors: list[ChipTensor] = []
         self._scalars: list[int] = []
+        self._directions: list = []  # per tensor: an ArgDirection tag or None
 
-    def add_tensor(self, tensor) -> None:
+    def add_tensor(self, tensor, direction=None) -> None:
+        """Adds a tensor in signature order. `direction` (IN, OUT, INOUT) tags
+        it for a level-3 Python sub-task, which has no signature; a chip
+        call takes the directions from its callable's signature."""
         if not isinstance(tensor, ChipTensor):
             tensor = ChipTensor.from_array(tensor)
         if len(self._tensors) >= 256:
             raise ValueError("ChipStorageTaskArgs: at most 256 tensors")
+        if direction is not None:
+            direction = ArgDirection(direction)
+            if direction == ArgDirection.SCALAR:
+                raise ValueError("ChipStorageTaskArgs.add_tensor: a tensor's direction is IN, OUT or INOUT")
         self._tensors.append(tensor)
+        self._directions.append(direction)
 
     def add_scalar(self, value) -> None:
         if len(self._scalars) >= 128:
@@ -425,6 +456,7 @@ class CoreCallable(_Callable):
         check(lib().simpler_core_callable_create(sig, n, data, len(data), ctypes.byref(h)))
         obj = cls(h.value)
         obj._builtin = None
+        obj._recipe = ("core", [int(ArgDirection(x)) for x in signature], data)
         return obj
 
     @classmethod
@@ -439,7 +471,16 @@ class CoreCallable(_Callable):
         check(lib().simpler_core_callable_builtin(op.encode(), text.encode(), ctypes.byref(h)))
         obj = cls(h.value)
         obj._builtin = op
+        obj._recipe = ("builtin", op, dict(params))
         return obj
+
+    @classmethod
+    def from_recipe(cls, recipe) -> "CoreCallable":
+        if recipe[0] == "core":
+            return cls.build(recipe[1], recipe[2])
+        if recipe[0] == "builtin":
+            return cls.builtin(recipe[1], **recipe[2])
+        raise ValueError(f"CoreCallable.from_recipe: unknown kind {recipe[0]!r}")
 
     @property
     def is_builtin(self) -> bool:
@@ -453,6 +494,24 @@ class CoreCallable(_Callable):
 class ChipCallable(_Callable):
     """An orchestration (host shared object exporting func_name) plus its
     kernels: children = [(func_id, CoreCallable), ...]."""
+
+    def recipe(self):
+        """What rebuilds this callable in another process (a level-3 child):
+        plain data, picklable."""
+        kids = [(int(fid), c._recipe) for fid, c in self.children]
+        return self._recipe + (kids,)
+
+    @classmethod
+    def from_recipe(cls, recipe) -> "ChipCallable":
+        kind, kids = recipe[0], recipe[-1]
+        children = [(fid, CoreCallable.from_recipe(r)) for fid, r in kids]
+        if kind == "chip":
+            _, sig, func_name, data, config_name, _ = recipe
+            return cls.build(sig, func_name, data, children, config_name)
+        if kind == "tasks":
+            _, sig, tasks, _ = recipe
+            return cls.from_tasks(sig, tasks, children)
+        raise ValueError(f"ChipCallable.from_recipe: unknown kind {kind!r}")
 
     @classmethod
     def build(cls, signature: Sequence, func_name: str, binary, children: Sequence = (),
@@ -471,6 +530,7 @@ class ChipCallable(_Callable):
         obj = cls(h.value)
         obj.func_name = func_name
         obj.children = kids
+        obj._recipe = ("chip", [int(ArgDirection(x)) for x in signature], func_name, data, config_name)
         return obj
 
     @classmethod
@@ -543,6 +603,7 @@ class ChipCallable(_Callable):
         obj.func_name = "simpler_task_list"
         obj.children = kids
         obj.description = text
+        obj._recipe = ("tasks", list(signature), tasks)
         return obj
 
     def __repr__(self) -> str:

@@ -88,10 +88,14 @@ class Buffer:
         self.shm = shared_memory.SharedMemory(create=True, size=nbytes)
         self.nbytes = nbytes
         self._closed = False
+        self._ptr = None
 
     @property
     def ptr(self) -> int:
-        return ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        p = self._ptr
+        if p is None:  # the mapping never moves: take its address once
+            p = self._ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        return p
 
     def numpy(self, shape=None, dtype="uint8"):
         import numpy as np
@@ -156,6 +160,14 @@ class Worker:
     Worker is a context manager.
     """
 
+    def __new__(cls, level=2, **config):
+        # Level 3 and up is a hierarchy of processes (simpler.level3).
+        if cls is Worker and isinstance(level, int) and not isinstance(level, bool) and level >= 3:
+            from .level3.worker import HierWorker
+
+            return super().__new__(HierWorker)
+        return super().__new__(cls)
+
     def __init__(self, level: int, **config):
         if not isinstance(level, int) or isinstance(level, bool):
             raise TypeError(f"Worker: level must be an int, got {level!r}")
@@ -166,9 +178,6 @@ class Worker:
             raise ValueError(f"Worker: unknown config key(s) {unknown}; level-2 keys are {sorted(_LEVEL2_KEYS)}")
         if level < 2:
             raise ValueError(f"Worker: level {level} is not a level (2 drives one device, 3 and up a hierarchy)")
-        if level >= 3:
-            raise _unsupported(f"Worker: level {level} (a hierarchy of devices) is not built yet; this build runs "
-                               f"level 2 (one device)")
         for k in sorted(set(config) & (_LEVEL3_KEYS | _LEVEL4_KEYS)):
             lvl = 3 if k in _LEVEL3_KEYS else 4
             raise ValueError(f"Worker: config key '{k}' applies to level {lvl} and up; this Worker is level {level}")

@@ -77,7 +77,7 @@ Error check_out(const char* fn, const void* p) {
 extern "C" {
 
 const char* simpler_version(void) {
-  return simpler::cuda_built() ? "simpler 0.1.0 (level 2; platforms cpu, cuda)" : "simpler 0.1.0 (level 2; platform cpu)";
+  return simpler::cuda_built() ? "simpler 0.1.0 (levels 2-4; platforms cpu, cuda)" : "simpler 0.1.0 (levels 2-4; platform cpu)";
 }
 
 const char* simpler_last_error_detail(void) { return last_detail().c_str(); }

@@ -32,8 +32,9 @@ def test_worker_rejects_unknown_and_other_level_keys():
 def test_worker_levels():
     with pytest.raises(ValueError, match="not a level"):
         Worker(1, platform="cpu")
-    with pytest.raises(SimplerUnsupportedError, match="level 3 .* not built yet"):
-        Worker(3, platform="cpu")
+    w = Worker(3, platform="cpu", device_ids=[0])  # a hierarchy (simpler.level3); nothing forked before init()
+    assert w.level == 3 and not w.info["initialized"]
+    w.close()
     with pytest.raises(TypeError):
         Worker("2")
 

@@ -38,3 +38,40 @@ def test_worker_malloc(platform):
 def test_vector_add(platform, runtime):
     out = _example("vector_add").run(platform, runtime, n=10_000)
     assert np.isfinite(out).all()
+
+
+# ---- level 3: two or more cpu "devices" here; two GPUs where present ---------------------
+
+L3_EXAMPLES = ["l3_multi_chip", "l3_child_memory", "l3_allreduce", "l3_tp_ffn"]
+
+
+@pytest.mark.parametrize("name", L3_EXAMPLES)
+def test_level3_example_cpu(name):
+    _example(name).run("cpu", 2)
+
+
+def test_level3_allreduce_three_ranks():
+    out = _example("l3_allreduce").run("cpu", 3, n=1000)
+    assert out.shape == (1000,)
+
+
+def _two_gpus() -> bool:
+    from common import gpu_count
+    from simpler._lib import version
+
+    return "cuda" in version() and gpu_count() >= 2
+
+
+@pytest.mark.parametrize("name", L3_EXAMPLES)
+def test_level3_example_cuda(name):
+    """In a fresh process: this one may have touched CUDA already, and a
+    level-3 Worker forks its chips before any CUDA call."""
+    import subprocess
+    import sys
+
+    if not _two_gpus():
+        pytest.skip("needs a CUDA build and two GPUs")
+    main = conftest_simpler.EXAMPLES / name / "main.py"
+    r = subprocess.run([sys.executable, str(main), "-p", "cuda", "-n", "2"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,74 @@
+"""What a Python sub-task sees: fn(args), with args.array(i) a writable
+NumPy view of tensor i in shared memory (zero-copy) and args.scalar(i).
+Tensors stay raw ChipTensor bytes until asked for."""
+
+from __future__ import annotations
+
+from ..task_interface import ArgDirection, DataType
+from . import layout as L
+
+_NP_DTYPES: dict = {}
+
+
+def _np_dtype(code: int):
+    dt = _NP_DTYPES.get(code)
+    if dt is None:
+        dt = _NP_DTYPES[code] = DataType(code).to_numpy()
+    return dt
+
+
+class SubTaskArgs:
+    __slots__ = ("_raw", "_nt", "_s", "_dirs", "_tags", "_maps")
+
+    def __init__(self, raw, nt, scalars, dirs, tags, maps):
+        self._raw = raw
+        self._nt = nt
+        self._s = scalars
+        self._dirs = dirs
+        self._tags = tags
+        self._maps = maps
+
+    @property
+    def tensor_count(self) -> int:
+        return self._nt
+
+    @property
+    def scalar_count(self) -> int:
+        return len(self._s)
+
+    def scalar(self, i: int) -> int:
+        if not 0 <= i < len(self._s):
+            raise IndexError(f"scalar {i}: the task has {len(self._s)}")
+        return self._s[i]
+
+    def _tensor(self, i: int):
+        if not 0 <= i < self._nt:
+            raise IndexError(f"tensor {i}: the task has {self._nt}")
+        return L.TENSOR.unpack_from(self._raw, 96 * i)
+
+    def direction(self, i: int) -> ArgDirection:
+        self._tensor(i)
+        return ArgDirection(self._dirs[i])
+
+    def dtype(self, i: int) -> DataType:
+        return DataType(self._tensor(i)[4])
+
+    def shape(self, i: int) -> tuple:
+        f = self._tensor(i)
+        return tuple(f[5:5 + f[3]])
+
+    def array(self, i: int):
+        """Tensor i as a NumPy array over the shared buffer (writes land in
+        the buffer; no copy)."""
+        import numpy as np
+
+        f = self._tensor(i)
+        addr, _, start, nd, code = f[:5]
+        m, _ = self._maps[self._tags[i] - 1]
+        dt = _np_dtype(code)
+        item = dt.itemsize
+        return np.ndarray(f[5:5 + nd], dtype=dt, buffer=m.mm, offset=addr - m.addr + start * item,
+                          strides=tuple(x * item for x in f[11:11 + nd]))
+
+    def __repr__(self) -> str:
+        return f"SubTaskArgs(tensors={self._nt}, scalars={len(self._s)})"

@@ -1,0 +1,437 @@
+"""The level-3 scheduler (in the parent): tasks, their dependencies, and
+their handoff to the children's mailboxes.
+
+A submitted task resolves its tensors (shared buffers or the target
+child's device memory), asks the TensorMap (the level-2 one, through
+simpler_depmap_*) for its live producers, and waits for them; a ready task
+goes to a free task frame of its child, or queues for one. Completions are
+collected whenever the parent drives the engine (submits, waits, done()).
+A failed task poisons its dependents and fails its run (with the first
+error, naming the worker); a child that dies fails what it held.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import threading
+import time
+
+from .. import _errors
+from .._lib import check, lib
+from . import layout as L
+from .endpoint import wait_until
+
+PENDING, READY, RUNNING, DONE, FAILED, CANCELLED = range(6)
+# Outstanding tasks above which a submit waits for some to finish (the
+# level-3 counterpart of a full task ring).
+WINDOW = 16384
+_MAX_PRODUCERS = 4096
+# The longest a posted task waits for its child's wakeup while the
+# orchestration goes on submitting.
+WAKE_DELAY_S = 20e-6
+
+
+_PACKERS: dict = {}
+
+
+def _packer(code: str, n: int):
+    """struct.Struct("<{n}{code}"), cached."""
+    p = _PACKERS.get((code, n))
+    if p is None:
+        p = _PACKERS[(code, n)] = L.struct.Struct(f"<{n}{code}")
+    return p
+
+
+class Task:
+    __slots__ = ("id", "run", "ep", "kind", "slot", "cfg", "nt", "ns", "tags", "dirs", "tensors", "scalars",
+                 "shm", "dev", "pending", "consumers", "state", "in_map", "label")
+
+    def __init__(self, tid, run, ep, kind, slot, label):
+        self.id = tid
+        self.run = run
+        self.ep = ep
+        self.kind = kind
+        self.slot = slot
+        self.label = label
+        self.cfg = 0
+        self.nt = self.ns = 0
+        self.tags = self.dirs = self.tensors = self.scalars = b""
+        self.shm = ()
+        self.dev = ()  # device allocations (bases) of its chip it names
+        self.pending = 0
+        self.consumers = []
+        self.state = PENDING
+        self.in_map = False
+
+
+class Run:
+    """One run (one orchestration call): outstanding tasks and first error."""
+
+    def __init__(self, rid: int):
+        self.id = rid
+        self.outstanding = 0
+        self.tasks = 0
+        self.error = None  # (status, message)
+        self.closed = False  # the orchestration has returned
+
+    @property
+    def done(self) -> bool:
+        return self.closed and self.outstanding == 0
+
+    def fail(self, status: int, message: str) -> None:
+        if self.error is None:
+            self.error = (status, message)
+
+
+class Engine:
+    def __init__(self, endpoints, mv, parent_efd: int):
+        self.eps = endpoints
+        self.chips = [e for e in endpoints if e.role == "chip"]
+        self.subs = [e for e in endpoints if e.role == "sub"]
+        self.mv = mv
+        self.parent_efd = parent_efd
+        h = ctypes.c_void_p()
+        check(lib().simpler_depmap_create(ctypes.byref(h)))
+        self.depmap = h
+        self.next_id = 1
+        self.next_run = 1
+        self.live = {}  # task id -> Task (unfinished)
+        self.inflight = []  # (endpoint, frame)
+        self.lock = threading.RLock()
+        self.defer = False  # set while an orchestration function runs
+        self._to_wake = {}  # endpoint -> when its wake was deferred
+        self.buffers = {}  # idx -> Buffer
+        self.buf_bases = []  # sorted parent base addresses
+        self.buf_by_base = {}  # base -> idx
+        self.next_buf = 0
+        self.config_keys = {}  # config repr -> index (0 = the default)
+        self.config_fields = {}
+        self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
+        self._nprod = ctypes.c_uint32()
+        self._nprod_ref = ctypes.byref(self._nprod)
+        self._dm_submit = lib().simpler_depmap_submit
+        self._dm_finish = lib().simpler_depmap_finish
+
+    def close(self) -> None:
+        if self.depmap:
+            lib().simpler_depmap_destroy(self.depmap)
+            self.depmap = None
+
+    # ---- shared buffers -------------------------------------------------------
+
+    def add_buffer(self, buf) -> None:
+        idx = self.next_buf
+        self.next_buf += 1
+        buf._l3_idx = idx
+        buf._l3_engine = self
+        self.buffers[idx] = buf
+        base = buf.ptr
+        bisect.insort(self.buf_bases, base)
+        self.buf_by_base[base] = idx
+
+    def drop_buffer(self, buf) -> list:
+        """Forgets a closed buffer; returns the children that had mapped it."""
+        idx = getattr(buf, "_l3_idx", None)
+        if idx is None or self.buffers.pop(idx, None) is None:
+            return []
+        base = next((b for b, i in self.buf_by_base.items() if i == idx), None)
+        if base is not None:
+            del self.buf_by_base[base]
+            self.buf_bases.remove(base)
+        holders = [ep for ep in self.eps if idx in ep.mapped]
+        for ep in holders:
+            ep.mapped.discard(idx)
+        return holders
+
+    def _find_buffer(self, addr: int):
+        i = bisect.bisect_right(self.buf_bases, addr) - 1
+        if i >= 0:
+            base = self.buf_bases[i]
+            idx = self.buf_by_base[base]
+            if addr < base + self.buffers[idx].nbytes:
+                return idx, base
+        return None
+
+    # ---- argument resolution --------------------------------------------------
+
+    def resolve(self, ep, args, tid: int, label: str):
+        """(the tensors as ChipTensor bytes rebased onto their allocations
+        with TensorMap keys, tags, buffer indices used). ep is None for a
+        sub-task."""
+        tensors = args._tensors
+        n = len(tensors)
+        what = f"task {tid} ({label})"  # for messages only
+        if n > L.MAX_TENSORS:
+            raise ValueError(f"{what}: {n} tensors (at most {L.MAX_TENSORS})")
+        raw = bytearray(96 * n)
+        tags = []
+        used = set()
+        dev = []
+        head = L.TENSOR_HEAD
+        for i, t in enumerate(tensors):
+            c = t._c
+            raw[96 * i:96 * i + 96] = bytes(c)
+            addr = c.buffer.addr
+            hit = None
+            if t._keep is None and ep is not None:
+                hit = ep.find_alloc(addr)
+            if hit is not None:
+                base, size = hit
+                key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
+                tags.append(0)
+                dev.append(base)
+            else:
+                found = self._find_buffer(addr)
+                if found is None:
+                    where = "create_buffer memory" + ("" if ep is None else f" or device memory of {ep.label}")
+                    raise ValueError(f"{what}: tensor {i} at 0x{addr:x} is not {where}")
+                idx, base = found
+                size = self.buffers[idx].nbytes
+                key = base
+                tags.append(idx + 1)
+                used.add(idx)
+            delta = addr - base
+            item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
+            if delta % item:
+                raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
+                                 f"its element size {item}")
+            head.pack_into(raw, 96 * i, key, size, c.start_offset + delta // item)
+        return bytes(raw), tags, (used, dev)
+
+    # ---- submission -----------------------------------------------------------
+
+    def new_run(self) -> Run:
+        r = Run(self.next_run)
+        self.next_run += 1
+        return r
+
+    def submit(self, run, ep, kind, slot, label, args=None, access=None, cfg=0) -> int:
+        """Queues one task; returns its id. `access` lists the tensors'
+        ArgDirection values; ep is None for a sub-task (any sub-worker)."""
+        with self.lock:
+            if len(self.live) >= WINDOW:
+                self.wait(lambda: len(self.live) < WINDOW, None)
+            tid = self.next_id
+            self.next_id += 1
+            task = Task(tid, run, ep, kind, slot, label)
+            task.cfg = cfg
+            run.outstanding += 1
+            run.tasks += 1
+            self.live[tid] = task
+            if run.error is not None:  # the run has failed: later submits are no-ops
+                self._finish(task, CANCELLED, None)
+                return tid
+            if args is not None and (args._tensors or args._scalars):
+                try:
+                    arr, tags, used = self.resolve(ep, args, tid, label)
+                except BaseException:
+                    self._fail_now(task, 0, "")
+                    raise
+                nt = len(tags)
+                if nt:
+                    st = self._dm_submit(self.depmap, tid, arr, _packer("i", nt).pack(*access), nt, self._producers,
+                                         _MAX_PRODUCERS, self._nprod_ref)
+                    if st:
+                        detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
+                        self._fail_now(task, st, detail)
+                        raise _errors.error_for(st, f"{label}: {detail}")
+                    task.in_map = True
+                    live = self.live
+                    for i in range(self._nprod.value):
+                        p = live.get(self._producers[i])
+                        if p is not None and p.state < DONE:
+                            p.consumers.append(task)
+                            task.pending += 1
+                    task.tensors = arr
+                    task.tags = _packer("I", nt).pack(*tags)
+                    task.dirs = bytes(access)
+                    task.shm = tuple(used[0])
+                    task.dev = tuple(used[1])
+                    task.nt = nt
+                ns = len(args._scalars)
+                if ns > L.MAX_SCALARS:
+                    self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
+                    raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
+                task.ns = ns
+                task.scalars = _packer("Q", ns).pack(*args._scalars)
+            if task.pending == 0:
+                self._ready(task)
+            self.poll()
+            return tid
+
+    def _fail_now(self, task, status, message):
+        self.live.pop(task.id, None)
+        task.run.outstanding -= 1
+        task.run.tasks -= 1
+        if task.in_map:
+            lib().simpler_depmap_finish(self.depmap, task.id)
+
+    def _ready(self, task) -> None:
+        ep = task.ep
+        if ep is None:  # a sub-task goes to the least loaded sub-worker
+            subs = self.subs
+            if len(subs) == 1:
+                ep = subs[0]
+            else:
+                alive = [e for e in subs if not e.dead] or subs
+                ep = min(alive, key=lambda e: len(e.ready) + (e.busy[0] is not None) + (e.busy[1] is not None))
+            task.ep = ep
+        task.state = READY
+        if ep.dead:
+            self._finish(task, FAILED, (_errors.DISPATCH, ep.dead))
+            return
+        ep.ready.append(task)
+        self._dispatch(ep)
+
+    def _dispatch(self, ep) -> None:
+        mv = self.mv
+        while ep.ready:
+            f = ep.free_frame()
+            if f < 0:
+                return
+            task = ep.ready.popleft()
+            if task.run.error is not None:
+                self._finish(task, CANCELLED, None)
+                continue
+            off = ep.frames[f]
+            maps = [i for i in task.shm if i not in ep.mapped]
+            if len(maps) > L.MAX_MAPS:
+                ep.control(self.waiter, "map", [self._map_entry(i) for i in maps])
+                ep.mapped.update(maps)
+                maps = []
+            for j, idx in enumerate(maps):
+                b = self.buffers[idx]
+                L.MAP.pack_into(mv, off + L.F_MAPS + j * L.MAP_ENTRY, idx, 0, b.nbytes, b.ptr,
+                                b.shm.name.encode())
+                ep.mapped.add(idx)
+            nt, ns = task.nt, task.ns
+            if nt:
+                mv[off + L.F_TAGS:off + L.F_TAGS + 4 * nt] = task.tags
+                mv[off + L.F_DIRS:off + L.F_DIRS + nt] = task.dirs
+                mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt] = task.tensors
+            if ns:
+                mv[off + L.F_SCALARS:off + L.F_SCALARS + 8 * ns] = task.scalars
+            ep.seq = (ep.seq + 1) & 0xFFFFFFFF
+            L.HDR.pack_into(mv, off + L.F_HDR, ep.seq, task.id, task.kind, task.slot, task.cfg, nt, ns, len(maps))
+            L.U32.pack_into(mv, off, L.POSTED)
+            ep.busy[f] = task
+            task.state = RUNNING
+            self.inflight.append((ep, f))
+            if self.defer and ep.free_frame() >= 0:
+                # Wake later (coalescing): the child that finishes a task faster than the orchestration
+                # submits the next sleeps after each one, and every wake is a syscall plus, on a busy
+                # host, a lost time slice for this process. flush_wakes() at the latest.
+                if ep not in self._to_wake:
+                    self._to_wake[ep] = time.perf_counter()
+            else:
+                self._to_wake.pop(ep, None)
+                ep.wake()
+        if self._to_wake:
+            now = time.perf_counter()
+            for e, t in list(self._to_wake.items()):
+                if now - t > WAKE_DELAY_S:
+                    del self._to_wake[e]
+                    e.wake()
+
+    def flush_wakes(self) -> None:
+        while self._to_wake:
+            self._to_wake.popitem()[0].wake()
+
+    def _map_entry(self, idx):
+        b = self.buffers[idx]
+        return (idx, b.shm.name, b.nbytes, b.ptr)
+
+    # ---- completion -----------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Collects finished frames (no blocking); True if any."""
+        got = False
+        i = 0
+        inflight = self.inflight
+        unpack, mv = L.U32.unpack_from, self.mv
+        while i < len(inflight):
+            ep, f = inflight[i]
+            if unpack(mv, ep.frames[f])[0] == L.DONE:
+                status, msg = ep.completion(f)
+                task = ep.busy[f]
+                ep.busy[f] = None
+                inflight.pop(i)
+                if status:
+                    self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
+                else:
+                    self._finish(task, DONE, None)
+                self._dispatch(ep)
+                got = True
+            else:
+                i += 1
+        return got
+
+    def _finish(self, task, state, error) -> None:
+        if task.state >= DONE:
+            return
+        task.state = state
+        self.live.pop(task.id, None)
+        if task.in_map:
+            self._dm_finish(self.depmap, task.id)
+        run = task.run
+        run.outstanding -= 1
+        if state == DONE:
+            for c in task.consumers:
+                c.pending -= 1
+                if c.pending == 0 and c.state == PENDING:
+                    self._ready(c)
+        else:
+            if error is not None:
+                run.fail(*error)
+            for c in task.consumers:
+                if c.state == PENDING:
+                    c.run.fail(_errors.DISPATCH, f"task {c.id} ({c.label}) not run: producer task {task.id} failed")
+                    self._finish(c, CANCELLED, None)
+        task.consumers = ()
+
+    def on_death(self, ep) -> None:
+        msg = ep.mark_dead()
+        for f, task in enumerate(ep.busy):
+            if task is not None:
+                ep.busy[f] = None
+                self.inflight = [(e, g) for e, g in self.inflight if e is not ep]
+                self._finish(task, FAILED, (_errors.DISPATCH, f"{msg} while running task {task.id} ({task.label})"))
+        while ep.ready:
+            task = ep.ready.popleft()
+            self._finish(task, FAILED, (_errors.DISPATCH, f"{msg} before task {task.id} ({task.label}) started"))
+
+    # ---- waiting --------------------------------------------------------------
+
+    def waiter(self, pred, endpoints, timeout=None) -> bool:
+        self.flush_wakes()
+        return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
+
+    def _any_done(self) -> bool:
+        for ep, f in self.inflight:
+            if ep.done(f):
+                return True
+        return False
+
+    def wait(self, cond, timeout) -> bool:
+        """Drives the engine until cond() holds; False on timeout."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            self.poll()
+            if cond():
+                return True
+            if not self.inflight:
+                # Nothing running and cond() unmet: a child with queued work died or
+                # everything left waits on something that cannot finish.
+                for ep in self.eps:
+                    if ep.ready and not ep.dead:
+                        self._dispatch(ep)
+                if not self.inflight:
+                    if cond():
+                        return True
+                    raise _errors.SimplerError(_errors.INTERNAL, "level-3 engine stalled: nothing is running")
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                return False
+            eps = list({id(e): e for e, _ in self.inflight}.values())
+            self.waiter(self._any_done, eps, left)

@@ -1,0 +1,41 @@
+"""Shared-memory segments seen from a child: mapped by name with no
+resource-tracker registration (the parent owns and unlinks every segment;
+a child that registered too would make the tracker warn or unlink twice)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import _posixshmem
+
+
+class Mapping:
+    """One segment mapped into this process; `addr` is its base address."""
+
+    def __init__(self, name: str, size: int):
+        fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+        try:
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.size = size
+        self._anchor = ctypes.c_char.from_buffer(self.mm)
+        self.addr = ctypes.addressof(self._anchor)
+
+    @property
+    def buf(self) -> memoryview:
+        return memoryview(self.mm)
+
+    def close(self) -> None:
+        self._anchor = None
+        try:
+            self.mm.close()
+        except BufferError:  # a view is still alive somewhere; the mapping goes at exit
+            pass
+
+
+def buffer_address(buf) -> int:
+    """Base address of a writable buffer (a SharedMemory's .buf)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))

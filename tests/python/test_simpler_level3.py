@@ -1,0 +1,538 @@
+"""Level 3: a Worker over child processes (cpu chips and Python
+sub-workers): dependencies across children, post-init registration, crashes,
+timeouts, domains, and a clean shutdown (no zombies, no leaked /dev/shm)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from simpler import SimplerError, SimplerTimeoutError, Worker
+from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs, ChipTensor, CoreCallable, DataType
+
+
+def shm_entries() -> set:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+def zombie_children() -> list:
+    """Our children in state Z (a /proc scan; no psutil)."""
+    out = []
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        rest = stat.rsplit(")", 1)[1].split()
+        if int(rest[1]) == me and rest[0] == "Z":
+            out.append(int(pid))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def clean():
+    """Every test leaves no zombie and no shared-memory segment behind."""
+    before = shm_entries()
+    yield
+    assert zombie_children() == []
+    assert shm_entries() - before == set()
+
+
+def gemm_chip() -> ChipCallable:
+    """C = A @ B with the built-in gemm (no compiler needed)."""
+    return ChipCallable.from_tasks([D.IN, D.IN, D.OUT], [{"func_id": 0, "args": [("arg", 0), ("arg", 1), ("arg", 2)]}],
+                                   [(0, CoreCallable.builtin("gemm"))])
+
+
+# Sub-task bodies (module level, so they also pickle when registered after init).
+def fill(args):
+    args.array(0)[:] = float(args.scalar(0))
+
+
+def add_into(args):
+    args.array(2)[:] = args.array(0) + args.array(1)
+
+
+def boom(args):
+    raise RuntimeError("boom from a sub-task")
+
+
+def die(args):
+    os._exit(3)
+
+
+def sigkill_self(args):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def nap(args):
+    time.sleep(args.scalar(0) / 1000.0)
+
+
+def post_init_square(args):
+    a = args.array(0)
+    a[:] = a * a
+
+
+def args_of(*items):
+    a = ChipStorageTaskArgs()
+    for it in items:
+        if isinstance(it, tuple):
+            a.add_tensor(*it)
+        elif isinstance(it, ChipTensor):
+            a.add_tensor(it)
+        else:
+            a.add_scalar(it)
+    return a
+
+
+def test_sub_tasks_follow_their_inputs(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=2) as w:
+        hf, ha = w.register(fill), w.register(add_into)
+        w.init()
+        bufs = [w.create_buffer(4 * 64) for _ in range(3)]
+        t = [b.tensor((64,), DataType.FLOAT32) for b in bufs]
+        bufs[2].numpy(dtype="float32")[:] = np.nan
+
+        def orch(o, args, cfg):
+            o.submit_sub(hf, args_of((t[0], D.OUT), 3))
+            o.submit_sub(hf, args_of((t[1], D.OUT), 4))
+            o.submit_sub(ha, args_of((t[0], D.IN), (t[1], D.IN), (t[2], D.OUT)))
+
+        w.run(orch)
+        assert np.all(bufs[2].numpy(dtype="float32") == 7.0)
+
+
+def test_chip_tasks_then_a_sub_task_that_reads_both(clean):
+    rng = np.random.default_rng(0)
+    m, k, n = 8, 16, 4
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=1) as w:
+        hg = w.register(gemm_chip())
+        ha = w.register(add_into)
+        w.init()
+        a = w.create_buffer(4 * m * k)
+        b = [w.create_buffer(4 * k * n) for _ in range(2)]
+        c = [w.create_buffer(4 * m * n) for _ in range(3)]
+        A = a.numpy((m, k), "float32")
+        A[:] = rng.standard_normal((m, k))
+        Bs = []
+        for bb in b:
+            Bs.append(bb.numpy((k, n), "float32"))
+            Bs[-1][:] = rng.standard_normal((k, n))
+        for cc in c:
+            cc.numpy(dtype="float32")[:] = np.nan
+
+        def orch(o, args, cfg):
+            for i in range(2):
+                o.submit_next_level(hg, args_of(a.tensor((m, k), "float32"), b[i].tensor((k, n), "float32"),
+                                                c[i].tensor((m, n), "float32")), worker=i)
+            o.submit_sub(ha, args_of((c[0].tensor((m * n,), "float32"), D.IN), (c[1].tensor((m * n,), "float32"), D.IN),
+                                     (c[2].tensor((m * n,), "float32"), D.OUT)))
+
+        w.run(orch)
+        ref = A.astype(np.float64) @ (Bs[0].astype(np.float64) + Bs[1])
+        np.testing.assert_allclose(c[2].numpy((m, n), "float32"), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_device_memory_of_a_chip_is_reused_and_checked(clean):
+    m = k = n = 8
+    with Worker(3, platform="cpu", device_ids=[0, 1]) as w:
+        w.init()
+        hg = w.register(gemm_chip())  # after init: shipped to the chips
+        wb = w.malloc(4 * k * n, worker_id=1)
+        B = np.arange(k * n, dtype=np.float32).reshape(k, n) / 10
+        w.copy_to(wb, B, worker_id=1)
+        a, c = w.create_buffer(4 * m * k), w.create_buffer(4 * m * n)
+        for it in range(3):
+            a.numpy((m, k), "float32")[:] = it + 1
+
+            def orch(o, args, cfg):
+                o.submit_next_level(hg, args_of(a.tensor((m, k), "float32"), ChipTensor.make(wb, (k, n), "float32"),
+                                                c.tensor((m, n), "float32")), worker=1)
+
+            w.run(orch)
+            np.testing.assert_allclose(c.numpy((m, n), "float32"), np.full((m, k), it + 1.0) @ B, rtol=1e-5)
+
+        def wrong_chip(o, args, cfg):
+            o.submit_next_level(hg, args_of(a.tensor((m, k), "float32"), ChipTensor.make(wb, (k, n), "float32"),
+                                            c.tensor((m, n), "float32")), worker=0)
+
+        with pytest.raises(ValueError, match="not create_buffer memory or device memory of chip worker 0"):
+            w.run(wrong_chip)
+        back = np.empty((k, n), np.float32)
+        w.copy_from(back, wb, worker_id=1)
+        np.testing.assert_array_equal(back, B)
+
+        def orch_malloc(o, args, cfg):
+            p = o.malloc(0, 256)  # (worker_id, size): the reverse of Worker.malloc
+            assert isinstance(p, int) and p
+
+        w.run(orch_malloc)
+
+
+def test_free_is_refused_while_a_task_names_the_memory(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hg, hn = w.register(gemm_chip()), w.register(nap)
+        w.init()
+        wb = w.malloc(64)
+        a, c = w.create_buffer(64), w.create_buffer(64)
+
+        def orch(o, args, cfg):
+            o.submit_sub(hn, args_of((a.tensor((16,), "float32"), D.OUT), 500))  # the chip task waits for it
+            o.submit_next_level(hg, args_of(a.tensor((4, 4), "float32"), ChipTensor.make(wb, (4, 4), "float32"),
+                                            c.tensor((4, 4), "float32")), worker=0)
+
+        h = w.submit(orch)
+        with pytest.raises(ValueError, match="named by a task that has not finished"):
+            w.free(wb)
+        h.wait()
+        w.free(wb)
+
+
+def test_post_init_registration_and_digest_identity(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        w.init()
+        h = w.register(post_init_square)
+        assert w.register(post_init_square) == h  # same content, same handle
+        buf = w.create_buffer(4 * 8)
+        buf.numpy(dtype="float32")[:] = 3
+        w.run(lambda o, a, c: o.submit_sub(h, args_of((buf.tensor((8,), "float32"), D.INOUT))))
+        assert np.all(buf.numpy(dtype="float32") == 9)
+        h2 = w.register(lambda args: None)
+        try:
+            import cloudpickle  # noqa: F401  (ships the lambda by value)
+
+            w.run(lambda o, a, c: o.submit_sub(h2))
+        except ImportError:  # no pickle for a lambda: parent-only, refused as a sub-task
+            with pytest.raises(ValueError, match="registered after init"):
+                w.run(lambda o, a, c: o.submit_sub(h2))
+
+
+def test_failed_sub_task_poisons_dependents_and_names_the_worker(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hb, hf = w.register(boom), w.register(fill)
+        w.init()
+        buf = w.create_buffer(16)
+        buf.numpy(dtype="float32")[:] = -1
+
+        def orch(o, args, cfg):
+            t = buf.tensor((4,), "float32")
+            o.submit_sub(hb, args_of((t, D.OUT)))
+            o.submit_sub(hf, args_of((t, D.INOUT), 5))  # depends on the failed one: never runs
+
+        with pytest.raises(SimplerError, match="sub-worker 0: task .* failed: RuntimeError: boom"):
+            w.run(orch)
+        assert np.all(buf.numpy(dtype="float32") == -1)
+        w.run(lambda o, a, c: o.submit_sub(hf, args_of((buf.tensor((4,), "float32"), D.OUT), 2)))  # still usable
+        assert np.all(buf.numpy(dtype="float32") == 2)
+
+
+def test_sub_worker_crash_fails_the_run_and_close_reaps(clean):
+    w = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1)
+    try:
+        hd = w.register(die)
+        w.init()
+        pids = w.info["pids"]
+        with pytest.raises(SimplerError, match=r"sub-worker 0 \(pid \d+\) exited with status 3 while running task"):
+            w.run(lambda o, a, c: o.submit_sub(hd))
+        with pytest.raises(SimplerError, match="sub-worker 0"):
+            w.run(lambda o, a, c: o.submit_sub(hd))  # the dead child keeps failing its tasks
+    finally:
+        w.close()
+    assert not any(alive(p) for p in pids)
+
+
+def test_sub_worker_sigkill_inside_a_task_spares_the_other_sub_worker(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=2) as w:
+        hk, hf = w.register(sigkill_self), w.register(fill)
+        w.init()
+        with pytest.raises(SimplerError, match=r"sub-worker \d \(pid \d+\) was killed by signal 9"):
+            w.run(lambda o, a, c: o.submit_sub(hk))
+        buf = w.create_buffer(16)
+        w.run(lambda o, a, c: o.submit_sub(hf, args_of((buf.tensor((4,), "float32"), D.OUT), 6)))  # the live one
+        assert np.all(buf.numpy(dtype="float32") == 6)
+
+
+def test_a_dropped_worker_is_reaped(clean):
+    import gc
+
+    w = Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=1)
+    w.init()
+    pids = w.info["pids"]
+    del w
+    gc.collect()
+    assert not any(alive(p) for p in pids)
+
+
+def test_chip_crash_fails_the_run_with_the_worker_named(clean):
+    w = Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=1)
+    try:
+        hg = w.register(gemm_chip())
+        hn = w.register(nap)
+        w.init()
+        pids = w.info["pids"]
+        a, b, c = (w.create_buffer(4 * 4 * 4) for _ in range(3))
+
+        def orch(o, args, cfg):
+            o.submit_sub(hn, args_of((c.tensor((16,), "float32"), D.OUT), 300))
+            # waits for the nap (it reads c), by which time chip 1 is gone
+            o.submit_next_level(hg, args_of(a.tensor((4, 4), "float32"), b.tensor((4, 4), "float32"),
+                                            c.tensor((4, 4), "float32")), worker=1)
+
+        h = w.submit(orch)
+        os.kill(pids[1], signal.SIGKILL)
+        with pytest.raises(SimplerError, match=r"chip worker 1 \(device 1\) \(pid \d+\) was killed by signal 9"):
+            h.wait(30)
+    finally:
+        w.close()
+    assert not any(alive(p) for p in pids)
+
+
+def test_run_timeout_then_completion(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hn = w.register(nap)
+        w.init()
+        h = w.submit(lambda o, a, c: o.submit_sub(hn, args_of(400)))
+        from simpler import RunHandle
+
+        assert isinstance(h, RunHandle)
+        with pytest.raises(SimplerTimeoutError):
+            h.wait(0.05)
+        assert not h.done()
+        h.wait(30)
+        assert h.done()
+
+
+def test_startup_deadline(clean, monkeypatch):
+    monkeypatch.setenv("SIMPLER_L3_CHILD_START_DELAY_S", "5")
+    w = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1, startup_timeout_s=0.3)
+    with pytest.raises(SimplerTimeoutError, match="did not start within startup_timeout_s=0.3"):
+        w.init()
+    w.close()
+
+
+def test_startup_failure_names_the_worker(clean):
+    w = Worker(3, platform="cuda", device_ids=[0])
+    try:
+        from simpler_setup import available_platforms
+
+        if "cuda" in available_platforms():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    with pytest.raises(SimplerError, match=r"chip worker 0 \(device 0\) failed to start"):
+        w.init()
+    w.close()
+
+
+def test_domain_validation_and_cpu_windows(clean):
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=1) as w:
+        hf = w.register(fill)
+        w.init()
+
+        def bad(o, args, cfg):
+            o.allocate_domain("d", [0, 1], 64, buffers=[32, 48])
+
+        with pytest.raises(ValueError, match=r"buffers \[32, 48\] need 80 bytes; the window holds 64"):
+            w.run(bad)
+        assert w.live_domains() == {}
+        for kw, msg in (({"workers": [0, 2]}, "not a chip"), ({"workers": [0, 0]}, "repeat"),
+                        ({"window_size": 0}, "positive")):
+            args = {"workers": [0, 1], "window_size": 64, **kw}
+            with pytest.raises(ValueError, match=msg):
+                w.run(lambda o, a, c: o.allocate_domain("d", args["workers"], args["window_size"], buffers=[16]))
+        seen = {}
+
+        def orch(o, args, cfg):
+            with o.allocate_domain("ar", [0, 1], 64, buffers=[32, 32]) as dom:
+                seen["live"] = list(w.live_domains())
+                for r in range(len(dom)):
+                    o.submit_sub(hf, args_of((dom[r].buffer(0).tensor((8,), "float32"), D.OUT), r + 1))
+                seen["dom"] = dom
+
+        w.run(orch)
+        assert seen["live"] == ["ar"] and w.live_domains() == {}
+
+
+def test_cpu_domain_allreduce(clean):
+    with Worker(3, platform="cpu", device_ids=[0, 1, 2], num_sub_workers=1) as w:
+        hf = w.register(fill)
+        w.init()
+        box = {}
+
+        def orch(o, args, cfg):
+            box["d"] = d = o.allocate_domain("sum", [0, 1, 2], 128, buffers=[64])
+            for r in range(3):
+                o.submit_sub(hf, args_of((d[r].buffer(0).tensor((16,), "float32"), D.OUT), r + 1))
+
+        w.run(orch)
+        d = box["d"]
+        d.allreduce(0, 16, "float32")
+        for r in range(3):
+            assert np.all(d[r].buffer(0).numpy(dtype="float32")[:16] == 6.0)
+        d.free()
+        assert w.live_domains() == {}
+
+
+def test_level4_composition_shares_the_engine(clean):
+    w3 = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1)
+    w4 = Worker(4, platform="cpu")
+    assert w4.add_worker(w3) == 0
+    hf = w3.register(fill)
+    ha = w3.register(add_into)
+    try:
+        w4.init()
+        bufs = [w4.create_buffer(16) for _ in range(3)]
+        t = [b.tensor((4,), "float32") for b in bufs]
+
+        def l3(o, args, cfg):
+            o.submit_sub(hf, args_of((t[args], D.OUT), args + 1))
+
+        def l4(o, args, cfg):
+            o.submit_next_level(l3, 0, worker=0)
+            o.submit_next_level(l3, 1, worker=0)
+            o.submit_next_level(lambda o3, a, c: o3.submit_sub(ha, args_of((t[0], D.IN), (t[1], D.IN),
+                                                                            (t[2], D.OUT))), None, worker=0)
+
+        w4.run(l4)
+        assert np.all(bufs[2].numpy(dtype="float32") == 3.0)
+    finally:
+        w4.close()
+        w3.close()
+
+
+def test_an_orchestration_that_raises_lets_its_tasks_finish(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hf = w.register(fill)
+        w.init()
+        buf = w.create_buffer(16)
+
+        def orch(o, args, cfg):
+            o.submit_sub(hf, args_of((buf.tensor((4,), "float32"), D.OUT), 8))
+            raise KeyError("from the orchestration")
+
+        with pytest.raises(KeyError):
+            w.run(orch)
+        assert np.all(buf.numpy(dtype="float32") == 8)  # the submitted task ran to completion
+        with pytest.raises(ValueError, match="scope_end without"):
+            w.run(lambda o, a, c: o.scope_end())
+        with pytest.raises(TypeError, match="not a ChipCallable"):
+            w.run(lambda o, a, c: o.submit_next_level(hf, None, worker=0))
+        with pytest.raises(TypeError):  # worker is keyword-only
+            w.run(lambda o, a, c: o.submit_next_level(hf, None, None, 0))
+
+
+def test_bad_calls():
+    with pytest.raises(ValueError, match="device_ids"):
+        Worker(3, device_ids=[0, 0])
+    with pytest.raises(ValueError, match="device_id applies to level 2"):
+        Worker(3, device_id=1)
+    w = Worker(3, platform="cpu", device_ids=[0])
+    with pytest.raises(SimplerError, match="init"):
+        w.malloc(16)
+    with pytest.raises(TypeError, match="Python orchestration function"):
+        w.init()
+        try:
+            w.run(gemm_chip())
+        finally:
+            w.close()
+
+
+def test_cuda_domains_say_what_is_missing():
+    """The cuda domain path loads the driver and NCCL at run time; where one is
+    absent the error names it (the path itself needs GPUs)."""
+    import ctypes.util
+
+    from simpler import SimplerUnsupportedError
+    from simpler.level3 import cuda_domain
+
+    if ctypes.util.find_library("nccl") is None:
+        with pytest.raises(SimplerUnsupportedError, match="NCCL"):
+            cuda_domain._Nccl()
+    if ctypes.util.find_library("cuda") is None:
+        with pytest.raises(SimplerUnsupportedError, match="libcuda"):
+            cuda_domain._Cuda(0)
+    assert ctypes.sizeof(cuda_domain._IpcHandle) == 64 and ctypes.sizeof(cuda_domain._UniqueId) == 128
+
+
+def add_const(args):
+    """out = a + b + scalar (float bits)."""
+    import struct
+
+    k = struct.unpack("<f", struct.pack("<I", args.scalar(0) & 0xFFFFFFFF))[0]
+    args.array(2)[...] = args.array(0) + args.array(1) + k
+
+
+def fill_row(args):
+    args.array(0)[...] = float(args.scalar(0))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_graph_across_chips_and_sub_workers(clean, seed):
+    """A random graph of sub-tasks and chip tasks (each writes a fresh buffer
+    from earlier ones, so only read-after-write matters) gives what running it
+    in order gives; plus rows of one buffer written by separate tasks and read
+    whole by a chip task, which must wait for every row."""
+    rng = np.random.default_rng(seed)
+    nbuf, ntask = 36, 30
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=2) as w:
+        h_add, h_row, h_gemm = w.register(add_const), w.register(fill_row), w.register(gemm_chip())
+        w.init()
+        bufs = [w.create_buffer(64) for _ in range(nbuf)]
+        two = w.create_buffer(64)
+        two.numpy((4, 4), "float32")[:] = 2 * np.eye(4)
+        ref = {}
+        for i in range(4):
+            ref[i] = rng.standard_normal((4, 4)).astype(np.float32)
+            bufs[i].numpy((4, 4), "float32")[:] = ref[i]
+        for b in bufs[4:]:
+            b.numpy(dtype="float32")[:] = np.nan
+        plan = []
+        for t in range(ntask):
+            out = 4 + t
+            srcs = rng.integers(0, out, size=2)
+            if rng.random() < 0.4:
+                plan.append(("chip", int(srcs[0]), out, int(rng.integers(0, 2))))
+                ref[out] = (ref[srcs[0]].astype(np.float64) @ (2 * np.eye(4))).astype(np.float32)
+            else:
+                k = float(rng.integers(-3, 4))
+                plan.append(("sub", (int(srcs[0]), int(srcs[1])), out, k))
+                ref[out] = ref[srcs[0]] + ref[srcs[1]] + np.float32(k)
+        rows, final = bufs[34], bufs[35]
+
+        def tens(i, shape=(4, 4)):
+            return bufs[i].tensor(shape, "float32")
+
+        def orch(o, args, cfg):
+            for kind, src, out, extra in plan:
+                if kind == "chip":
+                    o.submit_next_level(h_gemm, args_of(tens(src), two.tensor((4, 4), "float32"), tens(out)),
+                                        worker=extra)
+                else:
+                    o.submit_sub(h_add, args_of((tens(src[0]), D.IN), (tens(src[1]), D.IN), (tens(out), D.OUT), extra))
+            for r in range(4):
+                o.submit_sub(h_row, args_of((rows.tensor((4,), "float32", 16 * r), D.OUT), r + 1))
+            o.submit_next_level(h_gemm, args_of(rows.tensor((4, 4), "float32"), two.tensor((4, 4), "float32"),
+                                                final.tensor((4, 4), "float32")), worker=1)
+
+        w.run(orch)
+        for t in range(ntask):
+            np.testing.assert_allclose(bufs[4 + t].numpy((4, 4), "float32"), ref[4 + t], rtol=1e-5, atol=1e-5)
+        expect = np.repeat(np.arange(1, 5, dtype=np.float32)[:, None], 4, axis=1) * 2
+        np.testing.assert_array_equal(final.numpy((4, 4), "float32"), expect)

@@ -63,7 +63,7 @@ class CudaBackend final : public Backend {
 
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
+           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 | TC_CAPABILITY_QUANTIZED |
            // gguf: files load into device buffers by copy
            TC_CAPABILITY_GGUF;
   }
@@ -105,6 +105,20 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<CudaQueue>(dev_); }
 
   tc_status gemm(const GemmArgs& a, Queue* q) override { return launch(a, q, cuda::gemm); }
+  // ---- quantized ----
+  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
+    return launch(a, q, cuda::quantize_weights);
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
+    return launch(a, q, cuda::dequantize_weights);
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return launch(a, q, cuda::gemv_quantized);
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return launch(a, q, cuda::fused_rmsnorm_gemv_quantized);
+  }
+  // end quantized
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------

@@ -87,6 +87,11 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+// Quantized weights (cuda/gemv_quantized.cu, cuda/quantize.cu).
+tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
+tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
+tc_status quantize_weights(Device& dev, StreamState* s, const QuantizeWeightsArgs& args);
+tc_status dequantize_weights(Device& dev, StreamState* s, const DequantizeWeightsArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

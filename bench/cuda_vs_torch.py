@@ -8,12 +8,14 @@ and, with --write, stores it in bench/results/h200.md.
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
 512..4096; batched); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
 f16/bf16, causal or not, forward and forward+backward, against PyTorch's
-fastest SDPA backend); conv2d (ResNet-50 layers at batch 32, forward and both
+fastest SDPA backend); quant (quantized GEMV, M=1, Q4_0/Q8_0/Q4_K/Q6_K, GB/s of
+weight bytes against the copy bandwidth); conv2d (ResNet-50 layers at batch 32, forward and both
 backward passes, against cuDNN; informational, no target); transfer (write/read
 of pageable host memory against torch's copies; informational). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
+import itertools
 import statistics
 import subprocess
 import sys
@@ -260,6 +262,49 @@ class Bench:
             self.row("transfer", "read (d2h) %d MiB pageable" % mib, "GB/s", gb / t_r, gb / t_tr, 0.0)
             buf.close()
             del dev
+    # -- quantized GEMV --------------------------------------------------------
+    # Decode (M = 1) streams the weights once: the figure of merit is weight
+    # bytes per second, against what the GPU can copy. The peer is torch's own
+    # copy of a uint8 tensor of the same size (dst.copy_(src)), counted in
+    # bytes read; the issue's target is 85% of that. Both cycle through
+    # enough copies (> 256 MB) that nothing is served from the 50 MB L2, as in
+    # a decoder whose every layer has its own weights. Weights are random
+    # bytes (speed does not depend on the values); X and Y are f16.
+    def quant(self, fmt, N, K, target=0.85):
+        torch = self.torch
+        rng = np.random.default_rng(0)
+        nbytes = tc.quantized_size(fmt, N, K)
+        copies = max(2, -(-(256 << 20) // nbytes))
+        Ws = [self.ctx.buffer(nbytes) for _ in range(copies)]
+        for W in Ws:
+            W.write(rng.integers(0, 256, size=nbytes, dtype=np.uint8))
+        X = self.ctx.buffer_from_array(rng.standard_normal((1, K)).astype(np.float16))
+        Y = self.ctx.buffer(N * 2)
+        nxt = itertools.cycle(Ws)
+        ours_fn = lambda: self.ctx.gemv_quantized_async(X, next(nxt), Y, fmt, 1, N, K, self.stream, dtype="f16")
+        iters = max(20, min(500, int(4e9 / nbytes)))
+        t_ours = timed(ours_fn, self.stream.sync, iters)
+        pairs = [(torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda"),
+                  torch.empty(nbytes, dtype=torch.uint8, device="cuda")) for _ in range(copies)]
+        tnxt = itertools.cycle(pairs)
+
+        def peer_fn():
+            src, dst = next(tnxt)
+            dst.copy_(src)
+        t_peer = timed(peer_fn, torch.cuda.synchronize, iters)
+        # The case also gives ours against the 4225 GB/s the issue quotes for
+        # H200 copies (a copy moves every byte twice: read and write).
+        ours = nbytes / t_ours / 1e9
+        self.row("quant", "%s M=1 %dx%d (%.0f%% of 4225)" % (fmt, N, K, 100 * ours / 4225), "GB/s", ours,
+                 nbytes / t_peer / 1e9, target)
+        for buf in Ws + [X, Y]:
+            buf.close()
+        del pairs
+
+    def quant_suite(self):
+        for fmt in ("q4_0", "q8_0", "q4_k", "q6_k"):
+            for N, K in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)):
+                self.quant(fmt, N, K)
 
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -277,7 +322,7 @@ class Bench:
 
 
 # Every family, in the order of the results table.
-FAMILIES = ("gemm", "attention", "conv2d", "transfer")
+FAMILIES = ("gemm", "attention", "quant", "conv2d", "transfer")
 
 
 def main():

@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
-           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_ATTENTION_BACKWARD |
            // gguf: files load into device buffers by copy
            TC_CAPABILITY_GGUF |
            // conv2d
@@ -142,6 +142,20 @@ class CudaBackend final : public Backend {
     return launch(a, q, cuda::attention_backward);
   }
   // ---- end attention ----
+  // ---- quantized ----
+  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
+    return launch(a, q, cuda::quantize_weights);
+  }
+  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
+    return launch(a, q, cuda::dequantize_weights);
+  }
+  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return launch(a, q, cuda::gemv_quantized);
+  }
+  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
+    return launch(a, q, cuda::fused_rmsnorm_gemv_quantized);
+  }
+  // end quantized
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------

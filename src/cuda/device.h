@@ -113,6 +113,11 @@ tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwa
 // pinned (or device) memory is copied directly. Synchronous.
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n);
 tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
+// Quantized weights (cuda/gemv_quantized.cu, cuda/quantize.cu).
+tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
+tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
+tc_status quantize_weights(Device& dev, StreamState* s, const QuantizeWeightsArgs& args);
+tc_status dequantize_weights(Device& dev, StreamState* s, const DequantizeWeightsArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

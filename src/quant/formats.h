@@ -126,8 +126,8 @@ constexpr FormatInfo kFormats[kNumFormats] = {
     {F32, 0, "f32", 1, 4},
 };
 
-// Null for ids outside TC_QUANT_*.
-TC_QUANT_HD inline const FormatInfo* format_info(int32_t format) {
+// Null for ids outside TC_QUANT_*. Host only: the tables live in host memory.
+inline const FormatInfo* format_info(int32_t format) {
   return format >= 0 && format < kNumFormats ? &kFormats[format] : nullptr;
 }
 
@@ -157,14 +157,14 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
 };
 
 // Null for ids ggml does not define.
-TC_QUANT_HD inline const GgmlTypeInfo* ggml_type_info(int32_t id) {
+inline const GgmlTypeInfo* ggml_type_info(int32_t id) {
   for (const GgmlTypeInfo& t : kGgmlTypes)
     if (t.id == id) return &t;
   return nullptr;
 }
 
 // Our format for a ggml type id, -1 when we do not compute with it.
-TC_QUANT_HD inline int32_t format_from_ggml(int32_t id) {
+inline int32_t format_from_ggml(int32_t id) {
   const GgmlTypeInfo* t = ggml_type_info(id);
   return t ? t->format : -1;
 }

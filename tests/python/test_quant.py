@@ -1,8 +1,10 @@
 """Quantized weights: sizes, quantisers bit-identical to gguf-py's (which
 reproduces ggml's reference quantisers), dequantisation equal to gguf-py's
 for every format, and the GEMV against a float64 NumPy GEMV over the
-dequantised weights, on every instruction-set path. Outputs are poisoned
-first and every element checked; bad arguments leave the buffers as they were.
+dequantised weights, on every instruction-set path and every device (the
+`ctx` fixture: cpu, and cuda where present, whose quantisers must produce the
+CPU's bytes exactly). Outputs are poisoned first and every element checked;
+bad arguments leave the buffers as they were.
 
 gguf-py (PyPI `gguf`) is optional: the cross-checks skip without it.
 """
@@ -145,14 +147,23 @@ def edge_blocks(rng):
 
 
 def quantize(ctx, src, fmt, N, K, dtype="f32"):
+    """W_quant's bytes; on a device other than the CPU they must also equal
+    the CPU's bytes for the same input."""
     W = ctx.buffer_from_array(np.ascontiguousarray(src))
     Q = ctx.buffer_from_array(poison(tc.quantized_size(fmt, N, K)))
     ctx.quantize_weights(W, Q, fmt, N, K, dtype=dtype)
-    return Q.to_numpy((tc.quantized_size(fmt, N, K),), np.uint8)
+    got = Q.to_numpy((tc.quantized_size(fmt, N, K),), np.uint8)
+    if ctx.device not in (None, "cpu"):
+        with tc.Context("cpu") as cpu:
+            want = quantize(cpu, src, fmt, N, K, dtype)
+        mismatch = np.flatnonzero(got != want)
+        assert mismatch.size == 0, "%s on %s: %d bytes differ from the CPU's, first at %d" % (
+            fmt, ctx.device, mismatch.size, mismatch[0])
+    return got
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_1"])
-def test_quantizers_match_gguf_bit_for_bit(cpu_ctx, rng, fmt):
+def test_quantizers_match_gguf_bit_for_bit(ctx, rng, fmt):
     gq = gguf_quants()
     K = 256
     rows = [rng.standard_normal(K) * s for s in (1e-3, 1.0, 30.0)]
@@ -161,7 +172,7 @@ def test_quantizers_match_gguf_bit_for_bit(cpu_ctx, rng, fmt):
     edge = np.concatenate([edge, np.zeros((-edge.size) % K)]).reshape(-1, K)
     x = np.concatenate([np.array(rows), edge]).astype(np.float32)
     N = x.shape[0]
-    ours = quantize(cpu_ctx, x, fmt, N, K)
+    ours = quantize(ctx, x, fmt, N, K)
     with np.errstate(over="ignore"):  # scales beyond f16 become inf, as in ggml
         theirs = np.asarray(gq.quantize(x, ggml_type(fmt)), np.uint8).reshape(-1)
     mismatch = np.flatnonzero(ours != theirs)
@@ -171,27 +182,46 @@ def test_quantizers_match_gguf_bit_for_bit(cpu_ctx, rng, fmt):
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
 @pytest.mark.parametrize("src", ["f16", "bf16"])
-def test_quantizers_from_half_sources(cpu_ctx, rng, fmt, src):
+def test_quantizers_from_half_sources(ctx, rng, fmt, src):
     gq = gguf_quants()
     N, K = 16, 128
     x = random_array(rng, (N, K), src, scale=2.0)
-    ours = quantize(cpu_ctx, x, fmt, N, K, dtype=src)
+    ours = quantize(ctx, x, fmt, N, K, dtype=src)
     theirs = np.asarray(gq.quantize(to_f64(x, src).astype(np.float32), ggml_type(fmt)), np.uint8).reshape(-1)
     assert np.array_equal(ours, theirs)
 
 
-def test_plain_formats_round_like_numpy(cpu_ctx, rng):
+def test_plain_formats_round_like_numpy(ctx, rng):
     gq = gguf_quants()
     x = (rng.standard_normal((4, 64)) * 100).astype(np.float32)
     x[0, :4] = [np.inf, -np.inf, 1e-40, 70000.0]
     with np.errstate(over="ignore"):
-        assert np.array_equal(quantize(cpu_ctx, x, "f16", 4, 64).view(np.float16), x.astype(np.float16).reshape(-1))
-    assert np.array_equal(quantize(cpu_ctx, x, "bf16", 4, 64), np.asarray(gq.quantize(x, ggml_type("bf16")),
-                                                                             np.uint8).reshape(-1))
-    assert np.array_equal(quantize(cpu_ctx, x, "f32", 4, 64).view(np.float32), x.reshape(-1))
+        assert np.array_equal(quantize(ctx, x, "f16", 4, 64).view(np.float16), x.astype(np.float16).reshape(-1))
+    assert np.array_equal(quantize(ctx, x, "bf16", 4, 64), np.asarray(gq.quantize(x, ggml_type("bf16")),
+                                                                         np.uint8).reshape(-1))
+    assert np.array_equal(quantize(ctx, x, "f32", 4, 64).view(np.float32), x.reshape(-1))
 
 
-def test_quantize_unsupported_and_bad_arguments(cpu_ctx):
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q8_k", "f16", "bf16", "f32"])
+@pytest.mark.parametrize("src", ["f32", "f16", "bf16"])
+def test_quantizers_every_format_and_source(ctx, rng, fmt, src):
+    # Every quantisable format from every source dtype, odd N, wide range of
+    # magnitudes and exact ties; on a GPU, byte-equal to the CPU (quantize()).
+    N, K = 7, 512
+    x = random_array(rng, (N, K), src, scale=3.0)
+    x[1] = (rng.integers(-8, 8, K) * 0.125).astype(x.dtype)
+    x[2] = 0
+    x[3] = (rng.standard_normal(K) * np.logspace(-6, 3, K)).astype(x.dtype)
+    got = quantize(ctx, x, fmt, N, K, dtype=src)
+    if fmt in ("q4_0", "q4_1", "q8_0"):
+        gq = gguf_quants()
+        with np.errstate(over="ignore"):
+            want = np.asarray(gq.quantize(to_f64(x, src).astype(np.float32), ggml_type(fmt)), np.uint8).reshape(-1)
+        assert np.array_equal(got, want)
+
+
+def test_quantize_unsupported_and_bad_arguments(ctx):
+    cpu_ctx = ctx
     src = cpu_ctx.buffer_from_array(np.ones((2, 256), np.float16))
     dst = cpu_ctx.buffer_from_array(poison(2 * 210))
     for fmt, status in [("q6_k", tc.TC_ERR_UNSUPPORTED), ("q4_k", tc.TC_ERR_UNSUPPORTED)]:
@@ -217,7 +247,8 @@ def test_quantize_unsupported_and_bad_arguments(cpu_ctx):
 # ---- dequantisation -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_dequantize_matches_gguf_bit_for_bit(cpu_ctx, rng, fmt):
+def test_dequantize_matches_gguf_bit_for_bit(ctx, rng, fmt):
+    cpu_ctx = ctx
     N, K = 5, 512
     w = random_weights(rng, fmt, N, K)
     ref = reference_weights(w, fmt, N, K)
@@ -237,7 +268,8 @@ def test_dequantize_matches_gguf_bit_for_bit(cpu_ctx, rng, fmt):
     assert e.value.status == tc.TC_ERR_INVALID_ARG
 
 
-def test_quantized_matrix_wrapper_dequantizes(cpu_ctx, rng):
+def test_quantized_matrix_wrapper_dequantizes(ctx, rng):
+    cpu_ctx = ctx
     N, K = 7, 64
     w = random_weights(rng, "q8_0", N, K)
     q = tc.QuantizedMatrix(N, K, "q8_0", buffer=cpu_ctx.buffer_from_array(w))
@@ -295,12 +327,14 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
-def test_gemv_int8_activation_error_bound(cpu_ctx, rng, fmt):
+def test_gemv_int8_activation_error_bound(ctx, rng, fmt):
     """f16 activations against Q4_0/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
     of 32 (the AVX512-VNNI path): each activation moves by at most half a step
     of max|x| / 127 of its block. Outlier-heavy activations (one large value
     per block) make that error visible; it must stay within the bound, and
-    the f32 path on the same data stays exact."""
+    the f32 path on the same data stays exact. (The CUDA kernels never
+    quantise activations: they meet the bound with room to spare.)"""
+    cpu_ctx = ctx
     M, N, K = 2, 48, 1024
     w = random_weights(rng, fmt, N, K)
     wd = reference_weights(w, fmt, N, K).astype(np.float64)
@@ -331,17 +365,69 @@ def test_gemv_odd_block_counts(cpu_ctx, rng, isa, fmt):
             run_gemv(cpu_ctx, rng, fmt, M, 7, K, "bf16")
 
 
-def test_gemv_plain_formats_any_k(cpu_ctx, rng):
+def test_gemv_plain_formats_any_k(ctx, rng):
     for fmt in ("f16", "bf16", "f32"):
         for K in (1, 7, 15, 17, 33):
-            run_gemv(cpu_ctx, rng, fmt, 3, 5, K, "f32")
+            run_gemv(ctx, rng, fmt, 3, 5, K, "f32")
+            run_gemv(ctx, rng, fmt, 17, 5, K, "bf16")
 
 
-def test_gemv_large_m_blocks(cpu_ctx, rng):
-    run_gemv(cpu_ctx, rng, "q4_0", 70, 65, 2048, "f32")
+def test_gemv_large_m_blocks(ctx, rng):
+    run_gemv(ctx, rng, "q4_0", 70, 65, 2048, "f32")
 
 
-def test_gemv_async_and_fused(cpu_ctx, rng):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gemv_every_format_every_m(ctx, rng, fmt):
+    # M of 1, a few, 16 (one pass over W) and 33 (tiles of M); odd N; K a
+    # few whole blocks (256 covers the K formats' super-blocks).
+    for M in (1, 3, 16, 33):
+        run_gemv(ctx, rng, fmt, M, 37, 768, "f32")
+    for dtype in ("f16", "bf16"):
+        run_gemv(ctx, rng, fmt, 3, 19, 512, dtype)
+        run_gemv(ctx, rng, fmt, 1, 19, 512, dtype, fused=True)
+    run_gemv(ctx, rng, fmt, 16, 19, 256, "f32", fused=True)
+
+
+def view_at(ctx, arr, offset):
+    """A buffer over the bytes of `arr` placed `offset` bytes into a fresh
+    allocation: misaligned data, as caller memory wrapped by buffer_from_ptr
+    may be. Returns (allocation, view)."""
+    raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    base = ctx.buffer(raw.size + 64)
+    view = ctx.buffer_from_ptr(base.device_ptr() + offset, raw.size)
+    view.write(raw)
+    return base, view
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_1", "q4_k", "q6_k", "q8_k", "f32"])
+@pytest.mark.parametrize("offset", [1, 2, 6])
+def test_gemv_misaligned_buffers(ctx, rng, fmt, offset):
+    # W, X and Y at odd and half-word offsets take the byte-load / staging
+    # paths of a GPU; the results are the same.
+    M, N, K = 3, 21, 512
+    for dtype in ("f16", "f32"):
+        w = random_weights(rng, fmt, N, K)
+        wd = reference_weights(w, fmt, N, K).astype(np.float64)
+        x = random_array(rng, (M, K), dtype)
+        keep = [view_at(ctx, w, offset), view_at(ctx, x, offset),
+                view_at(ctx, poison(M * N * (4 if dtype == "f32" else 2)), offset)]
+        W, X, Y = (v for _, v in keep)
+        ctx.gemv_quantized(X, W, Y, fmt, M, N, K, dtype=dtype)
+        x64 = to_f64(x, dtype)
+        out = to_f64(Y.to_numpy((M, N), np_dtype(dtype)), dtype)
+        assert_close(out, x64 @ wd.T, np.abs(x64) @ np.abs(wd).T, TOLERANCE[dtype], "%s offset %d" % (fmt, offset))
+        # Dequantising from a misaligned W gives the reference bits.
+        D = ctx.buffer_from_array(poison(N * K * 4))
+        ctx.dequantize_weights(W, D, fmt, N, K, dtype="f32")
+        assert np.array_equal(D.to_numpy((N, K), np.float32), reference_weights(w, fmt, N, K))
+        D.close()
+        for base, view in keep:
+            view.close()
+            base.close()
+
+
+def test_gemv_async_and_fused(ctx, rng):
+    cpu_ctx = ctx
     with cpu_ctx.stream() as s:
         run_gemv(cpu_ctx, rng, "q4_k", 3, 64, 512, "f16", stream=s)
         run_gemv(cpu_ctx, rng, "q8_0", 1, 64, 512, "f32", stream=s)
@@ -350,7 +436,8 @@ def test_gemv_async_and_fused(cpu_ctx, rng):
         run_gemv(cpu_ctx, rng, fmt, 1, 40, 512, "f16", fused=True)
 
 
-def test_fused_does_not_write_x(cpu_ctx, rng):
+def test_fused_does_not_write_x(ctx, rng):
+    cpu_ctx = ctx
     M, N, K = 2, 8, 64
     x = random_array(rng, (M, K), "f16")
     X = cpu_ctx.buffer_from_array(x)
@@ -361,7 +448,8 @@ def test_fused_does_not_write_x(cpu_ctx, rng):
     assert np.array_equal(X.to_numpy((M, K), np.float16), x)
 
 
-def test_gemv_bad_arguments_leave_buffers_untouched(cpu_ctx, rng):
+def test_gemv_bad_arguments_leave_buffers_untouched(ctx, rng):
+    cpu_ctx = ctx
     M, N, K = 2, 4, 64
     w = random_weights(rng, "q4_0", N, K)
     X = cpu_ctx.buffer_from_array(random_array(rng, (M, K), "f16"))
@@ -404,9 +492,10 @@ def test_gemv_bad_arguments_leave_buffers_untouched(cpu_ctx, rng):
     assert np.array_equal(W.to_numpy(w.shape, np.uint8), w)
 
 
-def test_gemv_reports_backend_and_capabilities(cpu_ctx, rng):
-    caps = cpu_ctx.runtime_capabilities()
+def test_gemv_reports_backend_and_capabilities(ctx, device, rng):
+    caps = ctx.runtime_capabilities()
     assert tc.capability_available(caps, tc.TC_CAPABILITY_QUANTIZED)
     assert tc.capability_available(caps, "gguf")
-    run_gemv(cpu_ctx, rng, "q4_0", 1, 8, 64, "f16")
-    assert cpu_ctx.last_backend_name() == "portable_cpu"
+    run_gemv(ctx, rng, "q4_0", 1, 8, 64, "f16")
+    if device == "cpu":
+        assert ctx.last_backend_name() == "portable_cpu"

@@ -1,0 +1,374 @@
+// Quantized GEMV on the GPU.
+//
+//   Y[m, n] = sum_k f(X)[m, k] * W[n, k]          m < M, n < N, k < K
+//
+// W quantised row by row (src/quant/formats.h), X and Y in f16, bf16 or f32,
+// f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
+// eps). Accumulation is f32 on f32 activations, for every dtype: the
+// activations are never quantised, so the result differs from the float64
+// product of the dequantised weights only by f32 rounding (the CPU's f32 path;
+// its int8-activation path is an optional speed-up this kernel does not need).
+//
+// At small M the product streams W once at two flops per weight, so it is
+// bound by HBM bandwidth; the design serves that:
+//  - one warp per row of W; its lanes take consecutive parts of consecutive
+//    blocks (quant_formats.cuh), so each warp-wide load covers a contiguous
+//    run of the row, and each lane issues the loads of several parts before
+//    using them (unrolled loop) to keep enough bytes in flight;
+//  - quants become exact floats by byte permutes (no I2F), one FMA per weight
+//    and row of X, the block's scale applied once per run of 4 weights;
+//  - X is read straight from global memory (it is small and every warp reads
+//    the same X: it stays in L1/L2), converted to f32 as it is loaded;
+//  - up to 16 rows of X share one pass over W; larger M loops over tiles of
+//    16 (W is re-read per tile; at that size the product is no longer a GEMV).
+//  - lanes reduce by warp shuffles; no atomics, no shared memory.
+// The fused variant first writes the normalised X as f32 into the stream's
+// workspace (one CTA per row: sum of squares in f64, as the CPU), then runs
+// the same GEMV on it. The plain formats (f16, bf16, f32 weights, any K) take
+// a simpler element-per-lane kernel.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "cuda/device.h"
+#include "cuda/quant_formats.cuh"
+
+namespace tc {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 8;  // rows of W per CTA
+constexpr int kMaxM = 16;  // rows of X per pass over W
+
+// X elements k .. k+3 of one row as f32 (k a multiple of 4, rows 16-byte
+// aligned for f32 and 8-byte aligned for f16/bf16: checked by the launcher).
+template <class T>
+__device__ __forceinline__ float4 load_x4(const T* x);
+template <>
+__device__ __forceinline__ float4 load_x4<float>(const float* x) {
+  return __ldg(reinterpret_cast<const float4*>(x));
+}
+template <>
+__device__ __forceinline__ float4 load_x4<__half>(const __half* x) {
+  const uint2 v = __ldg(reinterpret_cast<const uint2*>(x));
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+template <>
+__device__ __forceinline__ float4 load_x4<__nv_bfloat16>(const __nv_bfloat16* x) {
+  const uint2 v = __ldg(reinterpret_cast<const uint2*>(x));
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                     __uint_as_float(v.y & 0xFFFF0000u));
+}
+
+template <class T>
+__device__ __forceinline__ float load_x1(const T* x);
+template <>
+__device__ __forceinline__ float load_x1<float>(const float* x) { return __ldg(x); }
+template <>
+__device__ __forceinline__ float load_x1<__half>(const __half* x) { return __half2float(__ldg(x)); }
+template <>
+__device__ __forceinline__ float load_x1<__nv_bfloat16>(const __nv_bfloat16* x) {
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const uint16_t*>(x))) << 16);
+}
+
+template <class T>
+__device__ __forceinline__ T to_out(float v);
+template <>
+__device__ __forceinline__ float to_out<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half to_out<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Lane `lane` holds acc[0..MT); row m's sum goes to Y[m, n].
+template <int MT, class T>
+__device__ __forceinline__ void store_rows(float (&acc)[MT], int mt, T* y, int64_t N, int64_t n, int lane) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    const float s = warp_sum(acc[m]);
+    if (m < mt && lane == m % 32) y[int64_t(m) * N + n] = to_out<T>(s);
+  }
+}
+
+// Block formats. x points at the tile's first row (rows of K elements), y at
+// Y[m0, 0]; mt <= MT rows are live.
+template <class F, int A, int MT, class T, class TY>
+__global__ void __launch_bounds__(kWarps * 32) gemv_blocks(const uint8_t* __restrict__ w, const T* __restrict__ x,
+                                                           TY* __restrict__ y, int mt, int64_t N, int64_t K) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;  // the whole warp leaves together
+  const int64_t nb = K / F::kQK;
+  const uint8_t* wr = w + n * nb * F::kBytes;
+  const int units = int(nb) * F::kParts;  // < 2^28: K < 2^31, at most one part per 16 weights
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+#pragma unroll 4
+  for (int u = lane; u < units; u += 32) {
+    const int b = u / F::kParts;
+    qdev::Part<F::kGroups> pt;
+    F::template decode<A>(wr + int64_t(b) * F::kBytes, u % F::kParts, pt);
+    const T* xb = x + b * F::kQK;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= mt) break;
+      float s = 0.0f;
+#pragma unroll
+      for (int g = 0; g < F::kGroups; ++g) {
+        const float4 v = load_x4<T>(xb + int64_t(m) * K + pt.pos[g]);
+        float r = v.x * pt.q[4 * g];
+        r = fmaf(v.y, pt.q[4 * g + 1], r);
+        r = fmaf(v.z, pt.q[4 * g + 2], r);
+        r = fmaf(v.w, pt.q[4 * g + 3], r);
+        s = fmaf(pt.a[g], r, s);
+        if constexpr (F::kMin) s = fmaf(pt.b[g], (v.x + v.y) + (v.z + v.w), s);
+      }
+      acc[m] += s;
+    }
+  }
+  store_rows<MT, TY>(acc, mt, y, N, n, lane);
+}
+
+// Plain formats (f16, bf16, f32 weights; any K): lane k of the warp takes
+// elements k, k + 32, ...
+template <int32_t FMT, int A, int MT, class T, class TY>
+__global__ void __launch_bounds__(kWarps * 32) gemv_plain(const uint8_t* __restrict__ w, const T* __restrict__ x,
+                                                          TY* __restrict__ y, int mt, int64_t N, int64_t K) {
+  constexpr int es = FMT == quant::F32 ? 4 : 2;
+  const int lane = threadIdx.x % 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const uint8_t* wr = w + n * K * es;
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+#pragma unroll 4
+  for (int64_t k = lane; k < K; k += 32) {
+    float wv;
+    if constexpr (FMT == quant::F32) wv = __uint_as_float(qdev::ld32<A>(wr + 4 * k));
+    else if constexpr (FMT == quant::F16) wv = qdev::f16_to_f32(uint16_t(qdev::ld16<A>(wr + 2 * k)));
+    else wv = qdev::bf16_to_f32(uint16_t(qdev::ld16<A>(wr + 2 * k)));
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= mt) break;
+      acc[m] = fmaf(load_x1<T>(x + int64_t(m) * K + k), wv, acc[m]);
+    }
+  }
+  store_rows<MT, TY>(acc, mt, y, N, n, lane);
+}
+
+// xn[m, k] = x[m, k] * rstd[m] * gamma[k] in f32, rstd = 1 / sqrt(mean(x^2) +
+// eps) with the sum of squares in f64 (the CPU's order of operations).
+template <class T>
+__global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamma, float* __restrict__ xn,
+                             int64_t K, float eps) {
+  const T* xr = x + int64_t(blockIdx.x) * K;
+  float* out = xn + int64_t(blockIdx.x) * K;
+  double ss = 0.0;
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+    const double v = double(load_x1<T>(xr + k));
+    ss += v * v;
+  }
+  __shared__ double part[32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (threadIdx.x == 0) part[0] = t;
+  }
+  __syncthreads();
+  const float rstd = float(1.0 / sqrt(part[0] / double(K) + double(eps)));
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
+    out[k] = __fmul_rn(__fmul_rn(load_x1<T>(xr + k), rstd), load_x1<T>(gamma + k));
+}
+
+// ---- launch --------------------------------------------------------------------------------
+
+struct Tile {
+  const void* x;  // first row of the tile
+  void* y;
+  int mt;
+  int64_t N, K;
+};
+
+// Launches the kernel for the tile with MT = 1, 4 or 16 (X in T, Y in TY).
+template <class F, int A, class T, class TY>
+void launch_blocks(const Tile& t, const uint8_t* w, cudaStream_t st) {
+  const dim3 grid(unsigned((t.N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  const T* x = static_cast<const T*>(t.x);
+  TY* y = static_cast<TY*>(t.y);
+  if (t.mt == 1) gemv_blocks<F, A, 1, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+  else if (t.mt <= 4) gemv_blocks<F, A, 4, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+  else gemv_blocks<F, A, 16, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+}
+
+template <int32_t FMT, int A, class T, class TY>
+void launch_plain(const Tile& t, const uint8_t* w, cudaStream_t st) {
+  const dim3 grid(unsigned((t.N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  const T* x = static_cast<const T*>(t.x);
+  TY* y = static_cast<TY*>(t.y);
+  if (t.mt == 1) gemv_plain<FMT, A, 1, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+  else if (t.mt <= 4) gemv_plain<FMT, A, 4, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+  else gemv_plain<FMT, A, 16, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
+}
+
+// The format's kernel at the alignment W has: its natural one (the largest
+// power of two, up to 4, dividing the block size) or byte loads.
+template <class F, class T, class TY>
+void launch_fmt(const Tile& t, const uint8_t* w, bool aligned, cudaStream_t st) {
+  if (aligned) launch_blocks<F, F::kAlign, T, TY>(t, w, st);
+  else launch_blocks<F, 1, T, TY>(t, w, st);
+}
+
+template <class T, class TY>
+void launch_tile(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cudaStream_t st) {
+  switch (fmt) {
+    case quant::Q4_0: launch_fmt<qdev::Q4_0, T, TY>(t, w, aligned, st); break;
+    case quant::Q4_1: launch_fmt<qdev::Q4_1, T, TY>(t, w, aligned, st); break;
+    case quant::Q8_0: launch_fmt<qdev::Q8_0, T, TY>(t, w, aligned, st); break;
+    case quant::Q4_K: launch_fmt<qdev::Q4_K, T, TY>(t, w, aligned, st); break;
+    case quant::Q5_K: launch_fmt<qdev::Q5_K, T, TY>(t, w, aligned, st); break;
+    case quant::Q6_K: launch_fmt<qdev::Q6_K, T, TY>(t, w, aligned, st); break;
+    case quant::Q8_K: launch_fmt<qdev::Q8_K, T, TY>(t, w, aligned, st); break;
+    case quant::F16:
+      if (aligned) launch_plain<quant::F16, 2, T, TY>(t, w, st);
+      else launch_plain<quant::F16, 1, T, TY>(t, w, st);
+      break;
+    case quant::BF16:
+      if (aligned) launch_plain<quant::BF16, 2, T, TY>(t, w, st);
+      else launch_plain<quant::BF16, 1, T, TY>(t, w, st);
+      break;
+    default:
+      if (aligned) launch_plain<quant::F32, 4, T, TY>(t, w, st);
+      else launch_plain<quant::F32, 1, T, TY>(t, w, st);
+      break;
+  }
+}
+
+// X in `xdt` (the call's dtype, or f32 once normalised), Y in `ydt`.
+void launch_any(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned,
+                cudaStream_t st) {
+  if (xdt == TC_DTYPE_F32) {
+    if (ydt == TC_DTYPE_F32) launch_tile<float, float>(fmt, t, w, aligned, st);
+    else if (ydt == TC_DTYPE_F16) launch_tile<float, __half>(fmt, t, w, aligned, st);
+    else launch_tile<float, __nv_bfloat16>(fmt, t, w, aligned, st);
+  } else if (xdt == TC_DTYPE_F16) {
+    launch_tile<__half, __half>(fmt, t, w, aligned, st);
+  } else {
+    launch_tile<__nv_bfloat16, __nv_bfloat16>(fmt, t, w, aligned, st);
+  }
+}
+
+bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// Natural alignment of the format's weight loads.
+size_t weight_alignment(int32_t fmt) {
+  switch (fmt) {
+    case quant::Q4_0: return qdev::Q4_0::kAlign;
+    case quant::Q4_1: return qdev::Q4_1::kAlign;
+    case quant::Q8_0: return qdev::Q8_0::kAlign;
+    case quant::Q4_K: return qdev::Q4_K::kAlign;
+    case quant::Q5_K: return qdev::Q5_K::kAlign;
+    case quant::Q6_K: return qdev::Q6_K::kAlign;
+    case quant::Q8_K: return qdev::Q8_K::kAlign;
+    case quant::F32: return 4;
+    default: return 2;
+  }
+}
+
+tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
+  const char* op = fused ? "fused_rmsnorm_gemv_quantized" : "gemv_quantized";
+  const size_t es = dtype_size(a.dtype);
+  const int64_t M = a.M, N = a.N, K = a.K;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
+  // X rows are read 4 elements at a time: the buffer must be 16-byte (f32)
+  // or 8-byte (f16/bf16) aligned, else it is copied to the workspace first
+  // (K is a multiple of 4 for block formats, so every row then is too). The
+  // plain formats read element by element and only need element alignment.
+  const bool blocks = a.fmt != quant::F16 && a.fmt != quant::BF16 && a.fmt != quant::F32;
+  const bool x_direct = !fused && is_aligned(a.x, blocks ? 4 * es : es);
+  const bool y_direct = is_aligned(a.y, es);
+  // Workspace: the tile's X (f32 when normalised) in the first half, its Y
+  // in the second when Y is not element-aligned.
+  const size_t half_ws = s->workspace_bytes / 2;
+  const size_t x_row = size_t(K) * (fused ? 4 : es), y_row = size_t(N) * es;
+  int64_t tile = kMaxM;
+  if (!x_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / x_row));
+  if (!y_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / y_row));
+  if (tile < 1 || ((!x_direct || !y_direct) && !s->workspace))
+    return fail(TC_ERR_UNSUPPORTED,
+                "%s: a row of X (%lld x %zu bytes) or Y (%lld x %zu bytes) needs staging through the stream's "
+                "%zu-byte workspace and does not fit it",
+                op, (long long)K, fused ? size_t(4) : es, (long long)N, es, s->workspace_bytes);
+  char* ws_x = static_cast<char*>(s->workspace);
+  char* ws_y = ws_x + half_ws;
+  for (int64_t m0 = 0; m0 < M; m0 += tile) {
+    const int mt = int(std::min<int64_t>(tile, M - m0));
+    const char* xsrc = static_cast<const char*>(a.x) + size_t(m0) * size_t(K) * es;
+    char* ydst = static_cast<char*>(a.y) + size_t(m0) * size_t(N) * es;
+    Tile t{xsrc, y_direct ? ydst : ws_y, mt, N, K};
+    tc_dtype xdt = a.dtype;
+    if (fused) {
+      s->last_kernel = "rmsnorm_rows";
+      if (a.dtype == TC_DTYPE_F32)
+        rmsnorm_rows<float><<<mt, 256, 0, s->stream>>>(reinterpret_cast<const float*>(xsrc),
+                                                       static_cast<const float*>(a.gamma),
+                                                       reinterpret_cast<float*>(ws_x), K, a.eps);
+      else if (a.dtype == TC_DTYPE_F16)
+        rmsnorm_rows<__half><<<mt, 256, 0, s->stream>>>(reinterpret_cast<const __half*>(xsrc),
+                                                        static_cast<const __half*>(a.gamma),
+                                                        reinterpret_cast<float*>(ws_x), K, a.eps);
+      else
+        rmsnorm_rows<__nv_bfloat16><<<mt, 256, 0, s->stream>>>(
+            reinterpret_cast<const __nv_bfloat16*>(xsrc), static_cast<const __nv_bfloat16*>(a.gamma),
+            reinterpret_cast<float*>(ws_x), K, a.eps);
+      if (tc_status st = check(cudaGetLastError(), "fused_rmsnorm_gemv_quantized: launch")) return st;
+      t.x = ws_x;
+      xdt = TC_DTYPE_F32;
+    } else if (!x_direct) {
+      s->last_kernel = "gemv_quantized: stage X";
+      if (tc_status st = check(cudaMemcpyAsync(ws_x, xsrc, size_t(mt) * x_row, cudaMemcpyDeviceToDevice, s->stream),
+                               "gemv_quantized: stage X"))
+        return st;
+      t.x = ws_x;
+    }
+    s->last_kernel = "gemv_quantized";
+    launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, s->stream);
+    if (tc_status st = check(cudaGetLastError(), fused ? "fused_rmsnorm_gemv_quantized: launch"
+                                                       : "gemv_quantized: launch"))
+      return st;
+    if (!y_direct) {
+      if (tc_status st = check(cudaMemcpyAsync(ydst, ws_y, size_t(mt) * y_row, cudaMemcpyDeviceToDevice, s->stream),
+                               "gemv_quantized: copy Y"))
+        return st;
+    }
+  }
+  return TC_OK;
+}
+
+}  // namespace
+
+tc_status gemv_quantized(Device&, StreamState* s, const GemvQuantizedArgs& a) { return run(s, a, false); }
+
+tc_status fused_rmsnorm_gemv_quantized(Device&, StreamState* s, const GemvQuantizedArgs& a) {
+  return run(s, a, true);
+}
+
+}  // namespace cuda
+}  // namespace tc

@@ -6,7 +6,8 @@ random data. Prints a table with the ratio ours/torch (>1 = we are faster)
 and, with --write, stores it in bench/results/h200.md.
 
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
-512..4096; batched). Run on a machine with a GPU and PyTorch."""
+512..4096; batched); training (norms, softmax, SwiGLU, RoPE forward and
+backward and AdamW at 16384x8192 bf16, GB/s against the copy bandwidth). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
@@ -115,6 +116,144 @@ class Bench:
         for dt in ("bf16", "f16"):
             self.gemm(1024, 1024, 1024, dt, batch=32, target=0.9)
 
+    # -- training kernels ---------------------------------------------------
+    # Memory-bound: each op's figure is GB/s = (bytes it reads + bytes it
+    # writes, each tensor once) / time. The target compares OUR GB/s with
+    # 0.85 x the H200's measured copy bandwidth (4225 GB/s read + write); the
+    # torch column is PyTorch eager on the same shape for reference. Our
+    # calls are synchronous (the ABI has no _async training calls), so our
+    # time includes one stream synchronisation per call: a conservative figure.
+    COPY_GBPS = 4225.0
+    TRAIN_TARGET = 0.85
+
+    def train_row(self, case, nbytes, t_ours, t_torch, torch_nbytes=None):
+        ours = nbytes / t_ours / 1e9
+        peer = (torch_nbytes or nbytes) / t_torch / 1e9
+        ratio = ours / self.COPY_GBPS
+        ok = "PASS" if ratio >= self.TRAIN_TARGET else "FAIL"
+        label = case + " (ratio = ours / 4225 GB/s copy)"
+        self.rows.append(("training", label, "GB/s", ours, peer, ratio, self.TRAIN_TARGET, ok))
+        print("%-10s %-58s ours %7.1f torch %7.1f GB/s  ours/copy %.3f (target >= %.2f) %s" %
+              ("training", case, ours, peer, ratio, self.TRAIN_TARGET, ok), flush=True)
+
+    def training_suite(self, N=16384, D=8192):
+        import ml_dtypes
+        torch, F, ctx = self.torch, self.torch.nn.functional, self.ctx
+        n, es, eps = N * D, 2, 1e-5
+        S = n * es  # bytes of one [N, D] bf16 tensor
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal(n, dtype=np.float32)
+        b = rng.standard_normal(n, dtype=np.float32)
+        w = (1.0 + 0.1 * rng.standard_normal(D, dtype=np.float32))
+
+        def dev(arr):  # a bf16 device buffer of arr
+            buf = ctx.buffer(arr.size * es)
+            buf.write(arr.astype(ml_dtypes.bfloat16))
+            return buf
+
+        def tdev(arr, shape):
+            return torch.from_numpy(arr).to("cuda", torch.bfloat16).reshape(shape)
+
+        X, DY, G, B = dev(a), dev(b), dev(w), dev(w - 1.0)
+        Y, DX, Z = ctx.buffer(S), ctx.buffer(S), ctx.buffer(S)
+        R, MU = ctx.buffer(N * 4), ctx.buffer(N * 4)
+        DG, DB = ctx.buffer(D * 4), ctx.buffer(D * 4)
+        tx, tdy, tg, tb = tdev(a, (N, D)), tdev(b, (N, D)), tdev(w, (D,)), tdev(w - 1.0, (D,))
+        iters = 20
+        sync = torch.cuda.synchronize
+
+        def both(case, nbytes, ours_fn, torch_fn, torch_nbytes=None):
+            t_ours = timed(ours_fn, lambda: None, iters)
+            t_torch = timed(torch_fn, sync, iters)
+            self.train_row(case, nbytes, t_ours, t_torch, torch_nbytes)
+
+        def grad_fn(out, inputs, grad):  # backward of one op, graph kept for the next call
+            return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
+
+        shape = "%dx%d bf16" % (N, D)
+        # RMSNorm: forward reads X, gamma, writes Y, rstd; backward reads X, dY, gamma, rstd, writes dX, dgamma
+        both("rmsnorm_forward " + shape, 2 * S + D * es + N * 4,
+             lambda: tc.rmsnorm_forward(ctx, X, G, Y, R, N, D, eps=eps, dtype="bf16"),
+             lambda: F.rms_norm(tx, (D,), tg, eps))
+        xr, gr = tx.clone().requires_grad_(), tg.clone().requires_grad_()
+        yr = F.rms_norm(xr, (D,), gr, eps)
+        both("rmsnorm_backward " + shape, 3 * S + D * es + N * 4 + D * 4,
+             lambda: tc.rmsnorm_backward(ctx, X, G, DY, R, DX, DG, N, D, dtype="bf16"),
+             grad_fn(yr, (xr, gr), tdy))
+        # LayerNorm (with beta): the same plus beta, mean and dbeta
+        both("layernorm_forward " + shape, 2 * S + 2 * D * es + 2 * N * 4,
+             lambda: tc.layernorm_forward(ctx, X, G, B, Y, MU, R, N, D, eps=eps, dtype="bf16"),
+             lambda: F.layer_norm(tx, (D,), tg, tb, eps))
+        br = tb.clone().requires_grad_()
+        yl = F.layer_norm(xr, (D,), gr, br, eps)
+        both("layernorm_backward " + shape, 3 * S + D * es + 2 * N * 4 + 2 * D * 4,
+             lambda: tc.layernorm_backward(ctx, X, G, DY, MU, R, DX, N, D, dgamma=DG, dbeta=DB, dtype="bf16"),
+             grad_fn(yl, (xr, gr, br), tdy))
+        # softmax: forward reads X, writes Y; backward reads Y, dY, writes dX
+        both("softmax_forward " + shape, 2 * S,
+             lambda: tc.softmax_forward(ctx, X, Y, N, D, dtype="bf16"),
+             lambda: torch.softmax(tx, -1))
+        ys = torch.softmax(xr, -1)
+        both("softmax_backward " + shape, 3 * S,
+             lambda: tc.softmax_backward(ctx, Y, DY, DX, N, D, dtype="bf16"),
+             grad_fn(ys, (xr,), tdy))
+        # SwiGLU on n elements: forward reads gate, up, writes out; backward reads 3, writes 2
+        both("swiglu_forward %d bf16 (silu(g)*u)" % n, 3 * S,
+             lambda: tc.swiglu_forward(ctx, X, DY, Y, n, dtype="bf16"),
+             lambda: F.silu(tx) * tdy)
+        ug = tdy.clone().requires_grad_()
+        yw = F.silu(xr) * ug
+        both("swiglu_backward %d bf16" % n, 5 * S,
+             lambda: tc.swiglu_backward(ctx, X, DY, Y, DX, Z, n, dtype="bf16"),
+             grad_fn(yw, (xr, ug), tdy))
+        del xr, gr, br, yr, yl, ys, ug, yw
+        # RoPE, half rotation, [4, 64, 4096, 128] = N x D elements, in place: reads and writes X
+        Bt, H, Sq, hd = 4, 64, n // (4 * 64 * 128), 128
+        inv = 10000.0 ** (-np.arange(0, hd // 2) * 2.0 / hd)
+        theta = np.arange(Sq)[:, None] * inv[None, :]
+        cos, sin = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        C, Sn = ctx.buffer(cos.nbytes), ctx.buffer(sin.nbytes)
+        C.write(cos)
+        Sn.write(sin)
+        tq = tx.reshape(Bt, H, Sq, hd)
+        tcos = torch.from_numpy(np.concatenate([cos, cos], 1)).to("cuda", torch.bfloat16)
+        tsin = torch.from_numpy(np.concatenate([sin, sin], 1)).to("cuda", torch.bfloat16)
+
+        def rotate_half(t):
+            return torch.cat((-t[..., hd // 2:], t[..., : hd // 2]), dim=-1)
+
+        case = "%s [%d,%d,%d,%d] bf16 (half)" % ("%s", Bt, H, Sq, hd)
+        both(case % "rope_forward", 2 * S,
+             lambda: tc.rope_forward(ctx, Y, C, Sn, Bt, H, Sq, hd, dtype="bf16"),
+             lambda: tq * tcos + rotate_half(tq) * tsin)
+        qr = tq.clone().requires_grad_()
+        yq = qr * tcos + rotate_half(qr) * tsin
+        both(case % "rope_backward", 2 * S,
+             lambda: tc.rope_backward(ctx, Y, C, Sn, Bt, H, Sq, hd, dtype="bf16"),
+             grad_fn(yq, (qr,), tdy.reshape(Bt, H, Sq, hd)))
+        del qr, yq
+        for buf in (X, DY, G, B, Y, DX, Z, R, MU, DG, DB, C, Sn):
+            buf.close()
+        # AdamW on n f32 parameters: reads p, m, v, g and writes p, m, v. Ours
+        # takes bf16 gradients (26 bytes per parameter); torch's fused AdamW
+        # needs gradients in the parameters' dtype, f32 (28 bytes).
+        P, M, V = ctx.buffer(n * 4), ctx.buffer(n * 4), ctx.buffer(n * 4)
+        P.write(a)
+        M.write(np.zeros(n, np.float32))
+        V.write(np.zeros(n, np.float32))
+        GR = dev(b)
+        tp = torch.nn.Parameter(torch.from_numpy(a).to("cuda"))
+        tp.grad = torch.from_numpy(b).to("cuda")
+        opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=0.01, fused=True)
+        both("adamw_step %d f32 params, grads bf16 (torch f32)" % n, 26 * n,
+             lambda: tc.adamw_step(ctx, P, M, V, GR, "bf16", n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001),
+             opt.step, torch_nbytes=28 * n)
+        for buf in (P, M, V, GR):
+            buf.close()
+        del tp, opt, tx, tdy, tg, tb
+        torch.cuda.empty_cache()
+    # -- end of training kernels ----------------------------------------------
+
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
@@ -132,7 +271,7 @@ class Bench:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="gemm", help="comma-separated: gemm")
+    ap.add_argument("--families", default="gemm", help="comma-separated: gemm, training")
     ap.add_argument("--write", action="store_true", help="store the table in bench/results/h200.md")
     args = ap.parse_args()
     try:

@@ -51,8 +51,27 @@ void Device::init_stream(StreamState* s) {
   else s->workspace = nullptr;
 }
 
+tc_status scratch(StreamState* s, size_t bytes, void** out) {
+  if (bytes > s->scratch_bytes) {
+    size_t want = size_t(1) << 20;  // grow by doubling: few reallocations
+    while (want < bytes) want *= 2;
+    if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    s->scratch = nullptr;
+    s->scratch_bytes = 0;
+    void* p = nullptr;
+    if (tc_status st = check(cudaMallocAsync(&p, want, s->stream), "scratch allocation")) return st;
+    s->scratch = p;
+    s->scratch_bytes = want;
+  }
+  *out = s->scratch;
+  return TC_OK;
+}
+
 void Device::destroy_stream(StreamState* s) {
   cudaSetDevice(index_);
+  if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+  s->scratch = nullptr;
+  s->scratch_bytes = 0;
   if (s->stream) cudaStreamSynchronize(s->stream);
   collect_stream(s, true);
   {

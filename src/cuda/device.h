@@ -26,6 +26,12 @@ struct StreamState {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::string last_kernel;  // named in the detail when the stream fails
+  // Scratch for kernels that need a temporary (partial sums of weight
+  // gradients, row statistics): grown stream-ordered, never shrunk, so
+  // steady-state calls allocate nothing. Work on one stream runs in order, so
+  // successive ops may reuse it.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
   // Storage used by enqueued work, with the event recorded behind it. Work
   // on one stream completes in order, so only the front needs checking.
   struct Pending {
@@ -85,8 +91,24 @@ class Device {
 tc_status check(cudaError_t err, const char* what);
 tc_status check_lt(cublasStatus_t st, const char* what);
 
+// At least `bytes` of s's scratch in *out (stream-ordered: the old block is
+// released after the work already enqueued on s).
+tc_status scratch(StreamState* s, size_t bytes, void** out);
+
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
+// Training kernels: norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu.
+tc_status rmsnorm_forward(Device& dev, StreamState* s, const RmsNormForwardArgs& args);
+tc_status rmsnorm_backward(Device& dev, StreamState* s, const RmsNormBackwardArgs& args);
+tc_status layernorm_forward(Device& dev, StreamState* s, const LayerNormForwardArgs& args);
+tc_status layernorm_backward(Device& dev, StreamState* s, const LayerNormBackwardArgs& args);
+tc_status rope(Device& dev, StreamState* s, const RopeArgs& args);
+tc_status swiglu_forward(Device& dev, StreamState* s, const SwigluForwardArgs& args);
+tc_status swiglu_backward(Device& dev, StreamState* s, const SwigluBackwardArgs& args);
+tc_status softmax_forward(Device& dev, StreamState* s, const SoftmaxForwardArgs& args);
+tc_status softmax_backward(Device& dev, StreamState* s, const SoftmaxBackwardArgs& args);
+tc_status adamw_step(Device& dev, StreamState* s, const AdamwArgs& args);
+tc_status fused_norm_gemv(Device& dev, StreamState* s, const FusedNormGemvArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

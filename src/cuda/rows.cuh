@@ -18,6 +18,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "core/backend.h"
@@ -150,16 +153,33 @@ void with_shape(const RowShape& r, F&& f) {
 }
 
 // Blocks for a grid-stride kernel: as many as are resident at once (so every
-// block stays busy to the end), at most `needed`.
+// block stays busy to the end), at most `needed`. The occupancy query is
+// cached per (device, kernel, block size): it costs microseconds, a
+// noticeable part of a small op.
 inline unsigned resident_grid(const void* kernel, int threads, int64_t needed) {
-  int dev = 0, sms = 1, per_sm = 1;
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int> cache;  // -> resident blocks per device
+  int dev = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
-    cudaGetLastError();
-    per_sm = 1;
+  const auto key = std::make_tuple(dev, kernel, threads);
+  int blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) blocks = it->second;
   }
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * per_sm)));
+  if (!blocks) {
+    int sms = 1, per_sm = 1;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+      cudaGetLastError();
+      per_sm = 1;
+    }
+    blocks = std::max(1, sms * per_sm);
+    std::lock_guard<std::mutex> lock(mu);
+    cache[key] = blocks;
+  }
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, blocks)));
 }
 
 // Calls f(T{}) with T the CUDA element type of `d` (F32, F16 or BF16).

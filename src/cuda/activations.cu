@@ -187,10 +187,8 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-template <class K>
-unsigned elementwise_grid(K k, int64_t nvec) {
-  return resident_grid((const void*)k, kThreads, std::max<int64_t>(1, (nvec + kThreads - 1) / kThreads));
-}
+// One vector (or element) per thread.
+unsigned elementwise_grid(int64_t nvec) { return all_blocks((nvec + kThreads - 1) / kThreads); }
 
 }  // namespace
 
@@ -204,10 +202,10 @@ tc_status swiglu_forward(Device&, StreamState* s, const SwigluForwardArgs& a) {
     s->last_kernel = "swiglu_forward";
     if (aligned16(g) && aligned16(u) && aligned16(o)) {
       auto k = swiglu_forward_k<T, EV>;
-      k<<<elementwise_grid(k, a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, o, a.n);
+      k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, o, a.n);
     } else {
       auto k = swiglu_forward_k<T, 1>;
-      k<<<elementwise_grid(k, a.n), kThreads, 0, s->stream>>>(g, u, o, a.n);
+      k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, o, a.n);
     }
   });
   return check(cudaGetLastError(), "swiglu_forward: launch");
@@ -225,10 +223,10 @@ tc_status swiglu_backward(Device&, StreamState* s, const SwigluBackwardArgs& a) 
     s->last_kernel = "swiglu_backward";
     if (aligned16(g) && aligned16(u) && aligned16(d) && aligned16(dg) && aligned16(du)) {
       auto k = swiglu_backward_k<T, EV>;
-      k<<<elementwise_grid(k, a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
+      k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
     } else {
       auto k = swiglu_backward_k<T, 1>;
-      k<<<elementwise_grid(k, a.n), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
+      k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
     }
   });
   return check(cudaGetLastError(), "swiglu_backward: launch");
@@ -243,12 +241,12 @@ tc_status softmax_forward(Device&, StreamState* s, const SoftmaxForwardArgs& a) 
     if (!sh.in_registers) {
       auto k = softmax_forward_loop<T>;
       s->last_kernel = "softmax_forward_loop";
-      k<<<resident_grid((const void*)k, kRowThreads, a.N), kRowThreads, 0, s->stream>>>(x, y, a.N, a.D);
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(x, y, a.N, a.D);
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = softmax_forward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      const unsigned grid = resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows);
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
       s->last_kernel = "softmax_forward";
       k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(x, y, a.N, a.D);
     });
@@ -266,12 +264,12 @@ tc_status softmax_backward(Device&, StreamState* s, const SoftmaxBackwardArgs& a
     if (!sh.in_registers) {
       auto k = softmax_backward_loop<T>;
       s->last_kernel = "softmax_backward_loop";
-      k<<<resident_grid((const void*)k, kRowThreads, a.N), kRowThreads, 0, s->stream>>>(y, dy, dx, a.N, a.D);
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(y, dy, dx, a.N, a.D);
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = softmax_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      const unsigned grid = resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows);
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
       s->last_kernel = "softmax_backward";
       k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(y, dy, dx, a.N, a.D);
     });

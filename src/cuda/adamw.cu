@@ -86,8 +86,7 @@ tc_status adamw_step(Device&, StreamState* s, const AdamwArgs& a) {
     const bool vec = aligned16(a.params) && aligned16(a.m) && aligned16(a.v) && aligned_to(g, 4 * sizeof(T));
     auto kern = vec ? adamw_k<T, true> : adamw_k<T, false>;
     const int64_t work = vec ? d.n / 4 + 1 : d.n;
-    const unsigned grid =
-        resident_grid((const void*)kern, kThreads, std::max<int64_t>(1, (work + kThreads - 1) / kThreads));
+    const unsigned grid = all_blocks((work + kThreads - 1) / kThreads);  // one group per thread
     s->last_kernel = "adamw_step";
     kern<<<grid, kThreads, 0, s->stream>>>(a.params, a.m, a.v, g, d.n, k);
   });

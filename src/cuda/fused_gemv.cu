@@ -115,7 +115,7 @@ tc_status run(StreamState* s, const FusedNormGemvArgs& a) {
   float* stats = static_cast<float*>(p);
   auto sk = row_stats<T, LN>;
   s->last_kernel = "fused_norm_gemv_stats";
-  sk<<<resident_grid((const void*)sk, kThreads, a.M), kThreads, 0, s->stream>>>(x, a.M, a.K, a.eps, stats);
+  sk<<<all_blocks(a.M), kThreads, 0, s->stream>>>(x, a.M, a.K, a.eps, stats);
   if (tc_status st = check(cudaGetLastError(), "fused_norm_gemv: stats launch")) return st;
   const bool vec = a.K % EV == 0 && aligned16(x) && aligned16(g) && aligned16(b) && aligned16(w);
   auto gk = vec ? norm_gemv<T, EV, LN> : norm_gemv<T, 1, LN>;

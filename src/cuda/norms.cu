@@ -13,11 +13,13 @@
 // Memory: a row is read once into registers (rows.cuh: 16-byte loads, the
 // thread's slice of up to 8 vectors), reduced with warp shuffles and shared
 // memory, and written once: forward = read X + write Y, backward = read X
-// and dY + write dX; gamma stays in registers for all of a block's rows.
-// Weight gradients: every row slot (a block's row position) sums its rows'
-// terms in registers, writes them once to a partial-sum row in the stream's
-// scratch, and sum_partials adds the slots in a fixed order: deterministic,
-// f32 throughout, no atomics. Rows too long for registers (more than 8 x 256
+// and dY + write dX.
+// Weight gradients: the backward grid is the resident blocks, looping over
+// rows; every row slot (a block's row position) sums its rows' terms in
+// registers, writes them once to a partial-sum row in the stream's scratch,
+// and sum_partials adds the slots in a fixed order: deterministic, f32
+// throughout, no atomics. Without weight gradients a block takes one row
+// group (rows.cuh, all_blocks). Rows too long for registers (more than 8 x 256
 // vectors) take the looping kernels, which re-read the row (from L2).
 #include <cmath>
 
@@ -401,13 +403,12 @@ tc_status rmsnorm_forward(Device&, StreamState* s, const RmsNormForwardArgs& a) 
     if (!sh.in_registers) {
       auto k = rms_forward_loop<T>;
       s->last_kernel = "rmsnorm_forward_loop";
-      k<<<resident_grid((const void*)k, kRowThreads, a.N), kRowThreads, 0, s->stream>>>(x, g, y, a.rstd, a.N, a.D,
-                                                                                        a.eps);
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(x, g, y, a.rstd, a.N, a.D, a.eps);
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = rms_forward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      const unsigned grid = resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows);
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
       s->last_kernel = "rmsnorm_forward";
       k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(x, g, y, a.rstd, a.N, a.D, a.eps);
     });
@@ -441,13 +442,15 @@ tc_status rmsnorm_backward(Device&, StreamState* s, const RmsNormBackwardArgs& a
     };
     if (!sh.in_registers) {
       auto k = rms_backward_loop<T>;
-      run(k, dim3(kRowThreads), resident_grid((const void*)k, kRowThreads, a.N), "rmsnorm_backward_loop");
+      run(k, dim3(kRowThreads), a.dgamma ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N),
+          "rmsnorm_backward_loop");
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = rms_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      run(k, dim3(sh.tpr, sh.rows), resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows),
-          "rmsnorm_backward");
+      const int64_t groups = (a.N + sh.rows - 1) / sh.rows;
+      run(k, dim3(sh.tpr, sh.rows),
+          a.dgamma ? resident_grid((const void*)k, sh.tpr * sh.rows, groups) : all_blocks(groups), "rmsnorm_backward");
     });
   });
   return st;
@@ -464,13 +467,12 @@ tc_status layernorm_forward(Device&, StreamState* s, const LayerNormForwardArgs&
     if (!sh.in_registers) {
       auto k = ln_forward_loop<T>;
       s->last_kernel = "layernorm_forward_loop";
-      k<<<resident_grid((const void*)k, kRowThreads, a.N), kRowThreads, 0, s->stream>>>(x, g, b, y, a.mean, a.rstd,
-                                                                                        a.N, a.D, a.eps);
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(x, g, b, y, a.mean, a.rstd, a.N, a.D, a.eps);
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = ln_forward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      const unsigned grid = resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows);
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
       s->last_kernel = "layernorm_forward";
       k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(x, g, b, y, a.mean, a.rstd, a.N, a.D, a.eps);
     });
@@ -506,12 +508,14 @@ tc_status layernorm_backward(Device&, StreamState* s, const LayerNormBackwardArg
     };
     if (!sh.in_registers) {
       auto k = ln_backward_loop<T>;
-      run(k, dim3(kRowThreads), resident_grid((const void*)k, kRowThreads, a.N), "layernorm_backward_loop");
+      run(k, dim3(kRowThreads), want ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N),
+          "layernorm_backward_loop");
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = ln_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
-      run(k, dim3(sh.tpr, sh.rows), resident_grid((const void*)k, sh.tpr * sh.rows, (a.N + sh.rows - 1) / sh.rows),
+      const int64_t groups = (a.N + sh.rows - 1) / sh.rows;
+      run(k, dim3(sh.tpr, sh.rows), want ? resident_grid((const void*)k, sh.tpr * sh.rows, groups) : all_blocks(groups),
           "layernorm_backward");
     });
   });

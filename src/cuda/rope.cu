@@ -121,7 +121,7 @@ void rope_typed(StreamState* s, const RopeArgs& a) {
     int bx = 1;
     while (bx < vpr && bx < kThreads) bx *= 2;
     const int by = kThreads / bx;
-    const unsigned grid = resident_grid((const void*)k, kThreads, (rows + by - 1) / by);
+    const unsigned grid = all_blocks((rows + by - 1) / by);
     k<<<grid, dim3(bx, by), 0, s->stream>>>(x, a.cos_t, a.sin_t, rows, d.seq, D);
   };
   const bool vec_base = aligned16(x);

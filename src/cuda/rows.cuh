@@ -7,9 +7,10 @@
 // pointer allow it, else single elements); a row is handled by TPR threads
 // (blockDim.x, a multiple of 32), thread t holding vectors t, t + TPR, ...,
 // at most NV of them (a template parameter, so the slice is a register
-// array). A block holds blockDim.y rows side by side (short rows) and walks
-// over the rows with a grid stride, so per-block state (gamma in registers,
-// weight-gradient partial sums) is loaded or written once per block.
+// array). A block holds blockDim.y rows side by side (short rows) and loops
+// over row groups with a grid stride: one group per block (all_blocks), or,
+// for kernels that keep weight-gradient partial sums per block, as many
+// groups as it takes with the resident blocks (resident_grid).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -180,6 +181,16 @@ inline unsigned resident_grid(const void* kernel, int threads, int64_t needed) {
     cache[key] = blocks;
   }
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, blocks)));
+}
+
+// Blocks for `needed` units of work, one unit each: the hardware hands
+// blocks to SMs as they free up, so the last wave is at most one unit long
+// (a resident-sized grid-stride grid leaves up to one unit per block, a few
+// per cent, idle at the end). The kernels' grid-stride loops cover a
+// `needed` beyond the grid limit. Kernels with per-block state written at
+// the end (weight-gradient partial sums) use resident_grid instead.
+inline unsigned all_blocks(int64_t needed) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, 0x7fffffff)));
 }
 
 // Calls f(T{}) with T the CUDA element type of `d` (F32, F16 or BF16).

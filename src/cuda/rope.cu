@@ -13,7 +13,7 @@
 // Memory: one read and one write of X in 16-byte vectors (a thread takes E
 // consecutive elements: E pairs of the half layout, from both halves, or
 // E/2 pairs of the interleaved one); the tables are small and re-read from
-// L1/L2 for every batch and head. Blocks are bx x by threads: bx threads
+// L1/L2 for every batch and head, also in 16-byte loads. Blocks are bx x by threads: bx threads
 // over a row's vectors (bx a power of two >= the vectors of a row, up to
 // 256), by rows side by side, rows taken with a grid stride. Rows whose
 // length or alignment does not allow 16-byte accesses use one element at a time.
@@ -51,6 +51,28 @@ __device__ __forceinline__ void store_f(T* p, const float* f) {
   }
 }
 
+// n consecutive table values; with Vec in 16-byte (or, for n = 2, 8-byte)
+// loads: one scalar load per value would cost more L1 wavefronts than the
+// 16-byte accesses of X they serve.
+template <int n, bool Vec>
+__device__ __forceinline__ void load_table(const float* __restrict__ p, float* f) {
+  if constexpr (Vec && n % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < n; i += 4) {
+      const Pack<float, 4> q = load<float, 4>(p + i);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[i + e] = q.v[e];
+    }
+  } else if constexpr (Vec && n == 2) {
+    const Pack<float, 2> q = load<float, 2>(p);
+    f[0] = q.v[0];
+    f[1] = q.v[1];
+  } else {
+#pragma unroll
+    for (int e = 0; e < n; ++e) f[e] = __ldg(p + e);
+  }
+}
+
 __device__ __forceinline__ void rotate(bool inverse, float a, float b, float c, float s, float* ra, float* rb) {
   if (inverse) {
     *ra = fmaf(b, s, a * c);
@@ -74,11 +96,13 @@ __global__ void __launch_bounds__(kThreads)
     const float* s = sin_t + (row % S) * H;
     for (int64_t v = threadIdx.x; v < vpr; v += blockDim.x) {
       const int64_t k = v * E;
-      float a[E], b[E];
+      float a[E], b[E], cv[E], sv[E];
       load_f<T, E, Vec>(xr + k, a);
       load_f<T, E, Vec>(xr + H + k, b);
+      load_table<E, Vec>(c + k, cv);
+      load_table<E, Vec>(s + k, sv);
 #pragma unroll
-      for (int e = 0; e < E; ++e) rotate(Inverse, a[e], b[e], __ldg(c + k + e), __ldg(s + k + e), &a[e], &b[e]);
+      for (int e = 0; e < E; ++e) rotate(Inverse, a[e], b[e], cv[e], sv[e], &a[e], &b[e]);
       store_f<T, E, Vec>(xr + k, a);
       store_f<T, E, Vec>(xr + H + k, b);
     }
@@ -99,13 +123,12 @@ __global__ void __launch_bounds__(kThreads)
     const float* s = sin_t + (row % S) * H;
     for (int64_t v = threadIdx.x; v < vpr; v += blockDim.x) {
       const int64_t k = v * E;
-      float f[E];
+      float f[E], cv[E / 2], sv[E / 2];
       load_f<T, E, Vec>(xr + k, f);
+      load_table<E / 2, Vec>(c + k / 2, cv);
+      load_table<E / 2, Vec>(s + k / 2, sv);
 #pragma unroll
-      for (int q = 0; q < E / 2; ++q) {
-        const int64_t p = k / 2 + q;
-        rotate(Inverse, f[2 * q], f[2 * q + 1], __ldg(c + p), __ldg(s + p), &f[2 * q], &f[2 * q + 1]);
-      }
+      for (int q = 0; q < E / 2; ++q) rotate(Inverse, f[2 * q], f[2 * q + 1], cv[q], sv[q], &f[2 * q], &f[2 * q + 1]);
       store_f<T, E, Vec>(xr + k, f);
     }
   }
@@ -124,7 +147,9 @@ void rope_typed(StreamState* s, const RopeArgs& a) {
     const unsigned grid = all_blocks((rows + by - 1) / by);
     k<<<grid, dim3(bx, by), 0, s->stream>>>(x, a.cos_t, a.sin_t, rows, d.seq, D);
   };
-  const bool vec_base = aligned16(x);
+  // 16-byte accesses: X's rows and the tables' rows start 16-byte aligned
+  // whenever the base pointers are and a row holds whole vectors.
+  const bool vec_base = aligned16(x) && aligned16(a.cos_t) && aligned16(a.sin_t);
   if (d.interleaved) {
     s->last_kernel = "rope_interleaved";
     if (vec_base && D % EV == 0) go(rope_interleaved_k<T, EV, true, Inverse>, D / EV);

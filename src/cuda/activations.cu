@@ -121,8 +121,11 @@ __global__ void __launch_bounds__(kRowThreads) softmax_forward_reg(const T* x, T
   }
 }
 
+// At least 3 resident blocks for slices of up to 4 vectors (at most 85
+// registers): left alone, the compiler keeps y and dy widened to f32 and
+// fits only 2 rows of D = 8192 bf16 on an SM.
 template <class T, int E, int NV>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 3 : 1)
     softmax_backward_reg(const T* y, const T* dy, T* dx, int64_t N, int64_t D) {
   __shared__ float red[32];
   const int V = int(D / E), tpr = blockDim.x;

@@ -74,6 +74,8 @@ __global__ void __launch_bounds__(kThreads)
       acc[j] = 0.0f;
       mu[j] = LN && j < mb ? stats[2 * (m0 + j)] : 0.0f;
     }
+    // Unrolled: several loads of W in flight per warp.
+#pragma unroll 4
     for (int64_t k = int64_t(lane) * E; k < K; k += 32 * E) {
       const Pack<T, E> wv = load<T, E>(wr + k), gv = load<T, E>(gamma + k);
       float gw[E];

@@ -13,10 +13,10 @@
 // Memory: a row is read once into registers (rows.cuh: 16-byte loads, the
 // thread's slice of up to 8 vectors), reduced with warp shuffles and shared
 // memory, and written once: forward = read X + write Y, backward = read X
-// and dY + write dX.
+// and dY + write dX (gamma and beta come from L1/L2).
 // Weight gradients: the backward grid is the resident blocks, looping over
 // rows; every row slot (a block's row position) sums its rows' terms in
-// registers, writes them once to a partial-sum row in the stream's scratch,
+// shared memory, writes them once to a partial-sum row in the stream's scratch,
 // and sum_partials adds the slots in a fixed order: deterministic, f32
 // throughout, no atomics. Without weight gradients a block takes one row
 // group (rows.cuh, all_blocks). Rows too long for registers (more than 8 x 256
@@ -60,6 +60,34 @@ __device__ __forceinline__ float rstd_of(float sum, int64_t D, float eps) {
 }
 
 // ---- registers: one row slice per thread --------------------------------------
+// gamma (and beta) are loaded where they are used, from L1/L2 (every row
+// reads the same D values), not held in registers, so that more rows fit on
+// an SM. For the same reason the backward kernels keep their weight-gradient
+// sums in shared memory, not registers: at D = 8192 bf16 a thread's slice
+// is 32 elements each of x and dy, and the sums would add 32 (LayerNorm:
+// 64) f32 registers, leaving room for 2 blocks an SM; in shared memory
+// (32 or 64 KB a block) 3 fit. Each thread owns its columns' sums, laid out
+// [row slot][vector][element][thread] so a warp's accesses hit distinct
+// banks; nothing is shared, so no barrier is needed. Register caps for
+// slices of up to 4 vectors: RMSNorm 80 (3 blocks of 256; at bf16 a few
+// values spill, to an L1 that 3 x 32 KB of sums leave large), LayerNorm 128
+// (2 blocks: with 3 x 64 KB of sums, spills would not stay in L1).
+template <int NV, int Sums>
+constexpr int kBackwardBlocks = NV <= 4 ? (Sums == 1 ? 3 : 2) : 1;
+
+// Bytes of shared memory for `sums` weight-gradient sums per column of a
+// backward kernel's block (0 when no weight gradient is wanted).
+inline size_t backward_smem(const RowShape& sh, int E, int sums) {
+  return size_t(sums) * sh.rows * sh.tpr * sh.NV * E * sizeof(float);
+}
+
+// Lets kernel k use `smem` bytes of dynamic shared memory (above 48 KB it
+// must ask; before the occupancy query, which otherwise counts 0 blocks).
+template <class K>
+tc_status allow_smem(K k, size_t smem, const char* what) {
+  if (smem <= 48 * 1024) return TC_OK;
+  return check(cudaFuncSetAttribute((const void*)k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+}
 
 // y = x * rstd * g
 template <class T, int E, int NV>
@@ -67,12 +95,6 @@ __global__ void __launch_bounds__(kRowThreads)
     rms_forward_reg(const T* x, const T* gamma, T* y, float* rstd, int64_t N, int64_t D, float eps) {
   __shared__ float red[32];
   const int V = int(D / E), tpr = blockDim.x;
-  Pack<T, E> g[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int v = threadIdx.x + i * tpr;
-    g[i] = v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
-  }
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
@@ -91,9 +113,10 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
+      const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
       Pack<T, E> o;
 #pragma unroll
-      for (int e = 0; e < E; ++e) o.set(e, xv[i].f(e) * rs * g[i].f(e));
+      for (int e = 0; e < E; ++e) o.set(e, xv[i].f(e) * rs * g.f(e));
       store(y + row * D + int64_t(v) * E, o);
     }
     if (rstd && threadIdx.x == 0) rstd[row] = rs;
@@ -103,20 +126,16 @@ __global__ void __launch_bounds__(kRowThreads)
 // dx = r * (g dy - x c), c = r^2 / D * sum dy g x; dgamma partials (dy x r)
 // into partial[slot * D + j] when partial is not null.
 template <class T, int E, int NV>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 1>)
     rms_backward_reg(const T* x, const T* gamma, const T* dy, const float* rstd, T* dx, float* partial, int64_t N,
                      int64_t D) {
   __shared__ float red[32];
+  extern __shared__ float sums[];
   const int V = int(D / E), tpr = blockDim.x;
-  Pack<T, E> g[NV];
-  float acc[NV][E];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int v = threadIdx.x + i * tpr;
-    g[i] = v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[i][e] = 0.0f;
-  }
+  // acc[(i * E + e) * tpr]: this thread's sum for element e of vector i.
+  float* acc = sums + threadIdx.y * (NV * E * tpr) + threadIdx.x;
+  if (partial)
+    for (int k = 0; k < NV * E; ++k) acc[k * tpr] = 0.0f;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
@@ -129,11 +148,12 @@ __global__ void __launch_bounds__(kRowThreads)
       const bool in = ok && v < V;
       xv[i] = in ? load<T, E>(x + row * D + int64_t(v) * E) : zero_pack<T, E>();
       dv[i] = in ? load<T, E>(dy + row * D + int64_t(v) * E) : zero_pack<T, E>();
+      const Pack<T, E> g = in ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const float dyx = dv[i].f(e) * xv[i].f(e);
-        dot = fmaf(dyx, g[i].f(e), dot);
-        acc[i][e] = fmaf(dyx, rs, acc[i][e]);
+        dot = fmaf(dyx, g.f(e), dot);
+        if (partial) acc[(i * E + e) * tpr] = fmaf(dyx, rs, acc[(i * E + e) * tpr]);
       }
     }
     const float c = float(double(rs) * rs * row_sum(dot, red) / double(D));
@@ -142,9 +162,10 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
+      const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
       Pack<T, E> o;
 #pragma unroll
-      for (int e = 0; e < E; ++e) o.set(e, (g[i].f(e) * dv[i].f(e) - xv[i].f(e) * c) * rs);
+      for (int e = 0; e < E; ++e) o.set(e, (g.f(e) * dv[i].f(e) - xv[i].f(e) * c) * rs);
       store(dx + row * D + int64_t(v) * E, o);
     }
   }
@@ -155,7 +176,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const int v = threadIdx.x + i * tpr;
     if (v < V)
 #pragma unroll
-      for (int e = 0; e < E; ++e) p[int64_t(v) * E + e] = acc[i][e];
+      for (int e = 0; e < E; ++e) p[int64_t(v) * E + e] = acc[(i * E + e) * tpr];
   }
 }
 
@@ -166,13 +187,6 @@ __global__ void __launch_bounds__(kRowThreads)
                    float eps) {
   __shared__ float red[32];
   const int V = int(D / E), tpr = blockDim.x;
-  Pack<T, E> g[NV], b[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int v = threadIdx.x + i * tpr;
-    g[i] = v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
-    b[i] = beta && v < V ? load<T, E>(beta + int64_t(v) * E) : zero_pack<T, E>();
-  }
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
@@ -202,11 +216,13 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
+      const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
+      const Pack<T, E> b = beta ? load<T, E>(beta + int64_t(v) * E) : zero_pack<T, E>();
       Pack<T, E> o;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const float xhat = (xv[i].f(e) - mu) * rs;
-        o.set(e, beta ? fmaf(xhat, g[i].f(e), b[i].f(e)) : xhat * g[i].f(e));
+        o.set(e, beta ? fmaf(xhat, g.f(e), b.f(e)) : xhat * g.f(e));
       }
       store(y + row * D + int64_t(v) * E, o);
     }
@@ -220,20 +236,17 @@ __global__ void __launch_bounds__(kRowThreads)
 // dx = rstd (dxhat - m1 - xhat m2); partials: dgamma rows in [0, P D),
 // dbeta rows in [P D, 2 P D), P = gridDim.x * blockDim.y slots.
 template <class T, int E, int NV>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 2>)
     ln_backward_reg(const T* x, const T* gamma, const T* dy, const float* mean, const float* rstd, T* dx,
                     float* partial, int64_t N, int64_t D) {
   __shared__ float red[32];
+  extern __shared__ float sums[];
   const int V = int(D / E), tpr = blockDim.x;
-  Pack<T, E> g[NV];
-  float accg[NV][E], accb[NV][E];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int v = threadIdx.x + i * tpr;
-    g[i] = v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
-#pragma unroll
-    for (int e = 0; e < E; ++e) accg[i][e] = accb[i][e] = 0.0f;
-  }
+  // accg / accb[(i * E + e) * tpr]: this thread's dgamma / dbeta sums.
+  float* accg = sums + threadIdx.y * (2 * NV * E * tpr) + threadIdx.x;
+  float* accb = accg + NV * E * tpr;
+  if (partial)
+    for (int k = 0; k < NV * E; ++k) accg[k * tpr] = accb[k * tpr] = 0.0f;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
@@ -246,13 +259,16 @@ __global__ void __launch_bounds__(kRowThreads)
       const bool in = ok && v < V;
       xv[i] = in ? load<T, E>(x + row * D + int64_t(v) * E) : zero_pack<T, E>();
       dv[i] = in ? load<T, E>(dy + row * D + int64_t(v) * E) : zero_pack<T, E>();
+      const Pack<T, E> g = in ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
 #pragma unroll
       for (int e = 0; e < E; ++e) {  // padding has dy = 0: adds nothing
-        const float d = dv[i].f(e), xhat = (xv[i].f(e) - mu) * rs, dxhat = d * g[i].f(e);
+        const float d = dv[i].f(e), xhat = (xv[i].f(e) - mu) * rs, dxhat = d * g.f(e);
         s1 += dxhat;
         s2 = fmaf(dxhat, xhat, s2);
-        accg[i][e] = fmaf(d, xhat, accg[i][e]);
-        accb[i][e] += d;
+        if (partial) {
+          accg[(i * E + e) * tpr] = fmaf(d, xhat, accg[(i * E + e) * tpr]);
+          accb[(i * E + e) * tpr] += d;
+        }
       }
     }
     const float m1 = float(row_sum(s1, red) / double(D));
@@ -262,10 +278,11 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
+      const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
       Pack<T, E> o;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        const float xhat = (xv[i].f(e) - mu) * rs, dxhat = dv[i].f(e) * g[i].f(e);
+        const float xhat = (xv[i].f(e) - mu) * rs, dxhat = dv[i].f(e) * g.f(e);
         o.set(e, (dxhat - m1 - xhat * m2) * rs);
       }
       store(dx + row * D + int64_t(v) * E, o);
@@ -280,8 +297,8 @@ __global__ void __launch_bounds__(kRowThreads)
     if (v < V)
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        p[int64_t(v) * E + e] = accg[i][e];
-        p[P * D + int64_t(v) * E + e] = accb[i][e];
+        p[int64_t(v) * E + e] = accg[(i * E + e) * tpr];
+        p[P * D + int64_t(v) * E + e] = accb[(i * E + e) * tpr];
       }
   }
 }
@@ -427,7 +444,7 @@ tc_status rmsnorm_backward(Device&, StreamState* s, const RmsNormBackwardArgs& a
     const RowShape sh =
         row_shape(a.D, sizeof(T), aligned16(x) && aligned16(g) && aligned16(dy) && aligned16(dx));
     // Partial sums: one row of D floats per row slot of the grid.
-    auto run = [&](auto k, dim3 block, unsigned grid, const char* name) {
+    auto run = [&](auto k, dim3 block, unsigned grid, size_t smem, const char* name) {
       float* partial = nullptr;
       const int64_t P = int64_t(grid) * block.y;
       if (a.dgamma) {
@@ -436,21 +453,24 @@ tc_status rmsnorm_backward(Device&, StreamState* s, const RmsNormBackwardArgs& a
         partial = static_cast<float*>(p);
       }
       s->last_kernel = name;
-      k<<<grid, block, 0, s->stream>>>(x, g, dy, a.rstd, dx, partial, a.N, a.D);
+      k<<<grid, block, smem, s->stream>>>(x, g, dy, a.rstd, dx, partial, a.N, a.D);
       if ((st = check(cudaGetLastError(), "rmsnorm_backward: launch"))) return;
       if (a.dgamma) st = reduce_partials(s, partial, P, a.D, a.dgamma);
     };
     if (!sh.in_registers) {
       auto k = rms_backward_loop<T>;
-      run(k, dim3(kRowThreads), a.dgamma ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N),
+      run(k, dim3(kRowThreads), a.dgamma ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N), 0,
           "rmsnorm_backward_loop");
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = rms_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
       const int64_t groups = (a.N + sh.rows - 1) / sh.rows;
+      const size_t smem = a.dgamma ? backward_smem(sh, decltype(e)::value, 1) : 0;
+      if ((st = allow_smem(k, smem, "rmsnorm_backward: shared memory"))) return;
       run(k, dim3(sh.tpr, sh.rows),
-          a.dgamma ? resident_grid((const void*)k, sh.tpr * sh.rows, groups) : all_blocks(groups), "rmsnorm_backward");
+          a.dgamma ? resident_grid((const void*)k, sh.tpr * sh.rows, groups, smem) : all_blocks(groups), smem,
+          "rmsnorm_backward");
     });
   });
   return st;
@@ -492,7 +512,7 @@ tc_status layernorm_backward(Device&, StreamState* s, const LayerNormBackwardArg
     const RowShape sh =
         row_shape(a.D, sizeof(T), aligned16(x) && aligned16(g) && aligned16(dy) && aligned16(dx));
     // Partial sums: dgamma rows then dbeta rows, D floats per row slot.
-    auto run = [&](auto k, dim3 block, unsigned grid, const char* name) {
+    auto run = [&](auto k, dim3 block, unsigned grid, size_t smem, const char* name) {
       float* partial = nullptr;
       const int64_t P = int64_t(grid) * block.y;
       if (want) {
@@ -501,21 +521,24 @@ tc_status layernorm_backward(Device&, StreamState* s, const LayerNormBackwardArg
         partial = static_cast<float*>(p);
       }
       s->last_kernel = name;
-      k<<<grid, block, 0, s->stream>>>(x, g, dy, a.mean, a.rstd, dx, partial, a.N, a.D);
+      k<<<grid, block, smem, s->stream>>>(x, g, dy, a.mean, a.rstd, dx, partial, a.N, a.D);
       if ((st = check(cudaGetLastError(), "layernorm_backward: launch"))) return;
       if (a.dgamma && (st = reduce_partials(s, partial, P, a.D, a.dgamma))) return;
       if (a.dbeta) st = reduce_partials(s, partial + P * a.D, P, a.D, a.dbeta);
     };
     if (!sh.in_registers) {
       auto k = ln_backward_loop<T>;
-      run(k, dim3(kRowThreads), want ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N),
+      run(k, dim3(kRowThreads), want ? resident_grid((const void*)k, kRowThreads, a.N) : all_blocks(a.N), 0,
           "layernorm_backward_loop");
       return;
     }
     with_shape<T>(sh, [&](auto e, auto nv) {
       auto k = ln_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
       const int64_t groups = (a.N + sh.rows - 1) / sh.rows;
-      run(k, dim3(sh.tpr, sh.rows), want ? resident_grid((const void*)k, sh.tpr * sh.rows, groups) : all_blocks(groups),
+      const size_t smem = want ? backward_smem(sh, decltype(e)::value, 2) : 0;
+      if ((st = allow_smem(k, smem, "layernorm_backward: shared memory"))) return;
+      run(k, dim3(sh.tpr, sh.rows),
+          want ? resident_grid((const void*)k, sh.tpr * sh.rows, groups, smem) : all_blocks(groups), smem,
           "layernorm_backward");
     });
   });

@@ -154,15 +154,16 @@ void with_shape(const RowShape& r, F&& f) {
 }
 
 // Blocks for a grid-stride kernel: as many as are resident at once (so every
-// block stays busy to the end), at most `needed`. The occupancy query is
-// cached per (device, kernel, block size): it costs microseconds, a
-// noticeable part of a small op.
-inline unsigned resident_grid(const void* kernel, int threads, int64_t needed) {
+// block stays busy to the end), at most `needed`; `smem` is the dynamic
+// shared memory a block uses. The occupancy query is cached per (device,
+// kernel, block size, smem): it costs microseconds, a noticeable part of a
+// small op.
+inline unsigned resident_grid(const void* kernel, int threads, int64_t needed, size_t smem = 0) {
   static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int>, int> cache;  // -> resident blocks per device
+  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;  // -> resident blocks per device
   int dev = 0;
   cudaGetDevice(&dev);
-  const auto key = std::make_tuple(dev, kernel, threads);
+  const auto key = std::make_tuple(dev, kernel, threads, smem);
   int blocks = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -172,7 +173,7 @@ inline unsigned resident_grid(const void* kernel, int threads, int64_t needed) {
   if (!blocks) {
     int sms = 1, per_sm = 1;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1) {
       cudaGetLastError();
       per_sm = 1;
     }

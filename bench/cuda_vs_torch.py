@@ -163,6 +163,9 @@ class Bench:
     def training_suite(self, N=16384, D=8192):
         import ml_dtypes
         torch, F, ctx = self.torch, self.torch.nn.functional, self.ctx
+        # torch.nn.functional.rms_norm is PyTorch >= 2.4; before, its formula
+        rms_norm = getattr(F, "rms_norm", None) or (
+            lambda t, shape, w, e: t * torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + e).to(t.dtype) * w)
         n, es, eps = N * D, 2, 1e-5
         S = n * es  # bytes of one [N, D] bf16 tensor
         rng = np.random.default_rng(0)
@@ -199,9 +202,9 @@ class Bench:
         # RMSNorm: forward reads X, gamma, writes Y, rstd; backward reads X, dY, gamma, rstd, writes dX, dgamma
         both("rmsnorm_forward " + shape, 2 * S + D * es + N * 4,
              lambda: tc.rmsnorm_forward(ctx, X, G, Y, R, N, D, eps=eps, dtype="bf16"),
-             lambda: F.rms_norm(tx, (D,), tg, eps))
+             lambda: rms_norm(tx, (D,), tg, eps))
         xr, gr = tx.clone().requires_grad_(), tg.clone().requires_grad_()
-        yr = F.rms_norm(xr, (D,), gr, eps)
+        yr = rms_norm(xr, (D,), gr, eps)
         both("rmsnorm_backward " + shape, 3 * S + D * es + N * 4 + D * 4,
              lambda: tc.rmsnorm_backward(ctx, X, G, DY, R, DX, DG, N, D, dtype="bf16"),
              grad_fn(yr, (xr, gr), tdy))

@@ -6,12 +6,16 @@ random data. Prints a table with the ratio ours/torch (>1 = we are faster)
 and, with --write, stores it in bench/results/h200.md.
 
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
-512..4096; batched); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
+512..4096; batched); training (RMSNorm, LayerNorm, softmax, SwiGLU, RoPE,
+AdamW forward and backward at 16384x8192 bf16, GB/s against the copy
+bandwidth); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
 f16/bf16, causal or not, forward and forward+backward, against PyTorch's
 fastest SDPA backend); quant (quantized GEMV, M=1, Q4_0/Q8_0/Q4_K/Q6_K, GB/s of
 weight bytes against the copy bandwidth); conv2d (ResNet-50 layers at batch 32, forward and both
 backward passes, against cuDNN; informational, no target); transfer (write/read
 of pageable host memory against torch's copies; informational). Run on a machine with a GPU and PyTorch."""
+512..4096; batched); training (norms, softmax, SwiGLU, RoPE forward and
+backward and AdamW at 16384x8192 bf16, GB/s against the copy bandwidth). Run on a machine with a GPU and PyTorch."""
 
 import argparse
 import datetime
@@ -305,6 +309,171 @@ class Bench:
         for fmt in ("q4_0", "q8_0", "q4_k", "q6_k"):
             for N, K in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)):
                 self.quant(fmt, N, K)
+    # -- training kernels ---------------------------------------------------
+    # Memory-bound: each op's figure is GB/s = (bytes it reads + bytes it
+    # writes, each tensor once) / time. The target compares OUR GB/s with
+    # 0.85 x the H200's measured copy bandwidth (4225 GB/s read + write); the
+    # torch column is PyTorch eager on the same shape for reference. Our
+    # calls are synchronous (the ABI has no _async training calls), so their
+    # wall clock includes one stream synchronisation per call; the GB/s come
+    # from kernel time (the CUDA profiler sees our kernels and torch's) when
+    # the profiler works, and both figures are printed.
+    COPY_GBPS = 4225.0
+    TRAIN_TARGET = 0.85
+
+    def kernel_seconds(self, fn, iters):
+        """GPU time per call summed over every kernel fn launches (ours or
+        torch's), from the CUDA profiler; None where it is unavailable."""
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            fn()
+            self.torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(iters):
+                    fn()
+                self.torch.cuda.synchronize()
+            us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+                     for e in prof.key_averages())
+            return us * 1e-6 / iters if us > 0 else None
+        except Exception as e:  # the profiler is optional: fall back to wall clock
+            print("  (no kernel times: %s)" % e)
+            return None
+
+    def train_row(self, case, nbytes, t_ours, t_torch, k_ours=None, k_torch=None, torch_nbytes=None):
+        """GB/s from kernel time where the profiler gave one (else wall
+        clock, which for our synchronous calls includes a stream sync)."""
+        tb = torch_nbytes or nbytes
+        ours, peer = nbytes / (k_ours or t_ours) / 1e9, tb / (k_torch or t_torch) / 1e9
+        ratio = ours / self.COPY_GBPS
+        ok = "PASS" if ratio >= self.TRAIN_TARGET else "FAIL"
+        how = "kernel time" if k_ours else "wall clock"
+        label = "%s (%s; ratio = ours / 4225 GB/s copy)" % (case, how)
+        self.rows.append(("training", label, "GB/s", ours, peer, ratio, self.TRAIN_TARGET, ok))
+        print("%-10s %-50s ours %7.1f torch %7.1f GB/s (%s; wall: ours %.1f torch %.1f)  ours/copy %.3f "
+              "(target >= %.2f) %s" % ("training", case, ours, peer, how, nbytes / t_ours / 1e9, tb / t_torch / 1e9,
+                                        ratio, self.TRAIN_TARGET, ok), flush=True)
+
+    def training_suite(self, N=16384, D=8192):
+        import ml_dtypes
+        torch, F, ctx = self.torch, self.torch.nn.functional, self.ctx
+        # torch.nn.functional.rms_norm is PyTorch >= 2.4; before, its formula
+        rms_norm = getattr(F, "rms_norm", None) or (
+            lambda t, shape, w, e: t * torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + e).to(t.dtype) * w)
+        n, es, eps = N * D, 2, 1e-5
+        S = n * es  # bytes of one [N, D] bf16 tensor
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal(n, dtype=np.float32)
+        b = rng.standard_normal(n, dtype=np.float32)
+        w = (1.0 + 0.1 * rng.standard_normal(D, dtype=np.float32))
+
+        def dev(arr):  # a bf16 device buffer of arr
+            buf = ctx.buffer(arr.size * es)
+            buf.write(arr.astype(ml_dtypes.bfloat16))
+            return buf
+
+        def tdev(arr, shape):
+            return torch.from_numpy(arr).to("cuda", torch.bfloat16).reshape(shape)
+
+        X, DY, G, B = dev(a), dev(b), dev(w), dev(w - 1.0)
+        Y, DX, Z = ctx.buffer(S), ctx.buffer(S), ctx.buffer(S)
+        R, MU = ctx.buffer(N * 4), ctx.buffer(N * 4)
+        DG, DB = ctx.buffer(D * 4), ctx.buffer(D * 4)
+        tx, tdy, tg, tb = tdev(a, (N, D)), tdev(b, (N, D)), tdev(w, (D,)), tdev(w - 1.0, (D,))
+        iters = 20
+        sync = torch.cuda.synchronize
+
+        def both(case, nbytes, ours_fn, torch_fn, torch_nbytes=None):
+            t_ours = timed(ours_fn, lambda: None, iters)
+            t_torch = timed(torch_fn, sync, iters)
+            k_ours, k_torch = self.kernel_seconds(ours_fn, iters), self.kernel_seconds(torch_fn, iters)
+            self.train_row(case, nbytes, t_ours, t_torch, k_ours, k_torch, torch_nbytes)
+
+        def grad_fn(out, inputs, grad):  # backward of one op, graph kept for the next call
+            return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
+
+        shape = "%dx%d bf16" % (N, D)
+        # RMSNorm: forward reads X, gamma, writes Y, rstd; backward reads X, dY, gamma, rstd, writes dX, dgamma
+        both("rmsnorm_forward " + shape, 2 * S + D * es + N * 4,
+             lambda: tc.rmsnorm_forward(ctx, X, G, Y, R, N, D, eps=eps, dtype="bf16"),
+             lambda: rms_norm(tx, (D,), tg, eps))
+        xr, gr = tx.clone().requires_grad_(), tg.clone().requires_grad_()
+        yr = rms_norm(xr, (D,), gr, eps)
+        both("rmsnorm_backward " + shape, 3 * S + D * es + N * 4 + D * 4,
+             lambda: tc.rmsnorm_backward(ctx, X, G, DY, R, DX, DG, N, D, dtype="bf16"),
+             grad_fn(yr, (xr, gr), tdy))
+        # LayerNorm (with beta): the same plus beta, mean and dbeta
+        both("layernorm_forward " + shape, 2 * S + 2 * D * es + 2 * N * 4,
+             lambda: tc.layernorm_forward(ctx, X, G, B, Y, MU, R, N, D, eps=eps, dtype="bf16"),
+             lambda: F.layer_norm(tx, (D,), tg, tb, eps))
+        br = tb.clone().requires_grad_()
+        yl = F.layer_norm(xr, (D,), gr, br, eps)
+        both("layernorm_backward " + shape, 3 * S + D * es + 2 * N * 4 + 2 * D * 4,
+             lambda: tc.layernorm_backward(ctx, X, G, DY, MU, R, DX, N, D, dgamma=DG, dbeta=DB, dtype="bf16"),
+             grad_fn(yl, (xr, gr, br), tdy))
+        # softmax: forward reads X, writes Y; backward reads Y, dY, writes dX
+        both("softmax_forward " + shape, 2 * S,
+             lambda: tc.softmax_forward(ctx, X, Y, N, D, dtype="bf16"),
+             lambda: torch.softmax(tx, -1))
+        ys = torch.softmax(xr, -1)
+        both("softmax_backward " + shape, 3 * S,
+             lambda: tc.softmax_backward(ctx, Y, DY, DX, N, D, dtype="bf16"),
+             grad_fn(ys, (xr,), tdy))
+        # SwiGLU on n elements: forward reads gate, up, writes out; backward reads 3, writes 2
+        both("swiglu_forward %d bf16 (silu(g)*u)" % n, 3 * S,
+             lambda: tc.swiglu_forward(ctx, X, DY, Y, n, dtype="bf16"),
+             lambda: F.silu(tx) * tdy)
+        ug = tdy.clone().requires_grad_()
+        yw = F.silu(xr) * ug
+        both("swiglu_backward %d bf16" % n, 5 * S,
+             lambda: tc.swiglu_backward(ctx, X, DY, Y, DX, Z, n, dtype="bf16"),
+             grad_fn(yw, (xr, ug), tdy))
+        del xr, gr, br, yr, yl, ys, ug, yw
+        # RoPE, half rotation, [4, 64, 4096, 128] = N x D elements, in place: reads and writes X
+        Bt, H, Sq, hd = 4, 64, n // (4 * 64 * 128), 128
+        inv = 10000.0 ** (-np.arange(0, hd // 2) * 2.0 / hd)
+        theta = np.arange(Sq)[:, None] * inv[None, :]
+        cos, sin = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        C, Sn = ctx.buffer(cos.nbytes), ctx.buffer(sin.nbytes)
+        C.write(cos)
+        Sn.write(sin)
+        tq = tx.reshape(Bt, H, Sq, hd)
+        tcos = torch.from_numpy(np.concatenate([cos, cos], 1)).to("cuda", torch.bfloat16)
+        tsin = torch.from_numpy(np.concatenate([sin, sin], 1)).to("cuda", torch.bfloat16)
+
+        def rotate_half(t):
+            return torch.cat((-t[..., hd // 2:], t[..., : hd // 2]), dim=-1)
+
+        case = "%s [%d,%d,%d,%d] bf16 (half)" % ("%s", Bt, H, Sq, hd)
+        both(case % "rope_forward", 2 * S,
+             lambda: tc.rope_forward(ctx, Y, C, Sn, Bt, H, Sq, hd, dtype="bf16"),
+             lambda: tq * tcos + rotate_half(tq) * tsin)
+        qr = tq.clone().requires_grad_()
+        yq = qr * tcos + rotate_half(qr) * tsin
+        both(case % "rope_backward", 2 * S,
+             lambda: tc.rope_backward(ctx, Y, C, Sn, Bt, H, Sq, hd, dtype="bf16"),
+             grad_fn(yq, (qr,), tdy.reshape(Bt, H, Sq, hd)))
+        del qr, yq
+        for buf in (X, DY, G, B, Y, DX, Z, R, MU, DG, DB, C, Sn):
+            buf.close()
+        # AdamW on n f32 parameters: reads p, m, v, g and writes p, m, v. Ours
+        # takes bf16 gradients (26 bytes per parameter); torch's fused AdamW
+        # needs gradients in the parameters' dtype, f32 (28 bytes).
+        P, M, V = ctx.buffer(n * 4), ctx.buffer(n * 4), ctx.buffer(n * 4)
+        P.write(a)
+        M.write(np.zeros(n, np.float32))
+        V.write(np.zeros(n, np.float32))
+        GR = dev(b)
+        tp = torch.nn.Parameter(torch.from_numpy(a).to("cuda"))
+        tp.grad = torch.from_numpy(b).to("cuda")
+        opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=0.01, fused=True)
+        both("adamw_step %d f32 params, grads bf16 (torch f32)" % n, 26 * n,
+             lambda: tc.adamw_step(ctx, P, M, V, GR, "bf16", n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001),
+             opt.step, torch_nbytes=28 * n)
+        for buf in (P, M, V, GR):
+            buf.close()
+        del tp, opt, tx, tdy, tg, tb
+        torch.cuda.empty_cache()
+    # -- end of training kernels ----------------------------------------------
 
     def write(self, path):
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -322,7 +491,7 @@ class Bench:
 
 
 # Every family, in the order of the results table.
-FAMILIES = ("gemm", "attention", "quant", "conv2d", "transfer")
+FAMILIES = ("gemm", "training", "attention", "quant", "conv2d", "transfer")
 
 
 def main():

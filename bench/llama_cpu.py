@@ -14,6 +14,11 @@ row is read) plus the KV cache read; GB/s = bytes/token * tok/s, compared
 with a NumPy copy's read bandwidth in the same run (1 and 2 threads over
 1 GiB). --write records bench/results/llama-cpu.md with the date, the
 machine and its load.
+
+The file carries a SentencePiece vocabulary (the default model's, padded
+to 32000 pieces), so llama.cpp loads it too: --llama-bench PATH runs
+llama.cpp's `llama-bench` on the same file, threads and token counts right
+after our runs and prints both side by side with the ratio.
 """
 
 import argparse
@@ -47,10 +52,23 @@ def q4_0_random(rng, n, k):
 
 def write_model(path):
     import tensorcore as tc
+    from tensorcore.llama._default import vocabulary
     rng = np.random.default_rng(1100)
     w = tc.GgufWriter()
     w.add_string("general.architecture", "llama")
     w.add_string("general.name", "random-1.1b-q4_0")
+    toks, scores, types = vocabulary()
+    for i in range(V - len(toks)):  # filler pieces, never preferred by the tokenizer
+        toks.append("\u2581filler%d" % i)
+        scores.append(-1e4 - i)
+        types.append(1)
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", toks)
+    w.add_array("tokenizer.ggml.scores", np.asarray(scores, np.float32))
+    w.add_array("tokenizer.ggml.token_type", np.asarray(types, np.int32))
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
     for key, v in [("context_length", 2048), ("embedding_length", E), ("block_count", L),
                    ("feed_forward_length", F), ("attention.head_count", H), ("attention.head_count_kv", HKV),
                    ("rope.dimension_count", D), ("vocab_size", V)]:
@@ -119,6 +137,22 @@ def copy_bandwidth(nbytes=1 << 30, reps=5):
     return out
 
 
+def run_llama_bench(args, path):
+    """llama.cpp's prefill and decode tok/s on the same file (llama-bench -o json)."""
+    import json
+    import subprocess
+    cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill), "-n", str(args.decode),
+           "-r", "3", "-o", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    res = {"binary": os.path.basename(args.llama_bench), "build": "?"}
+    for r in json.loads(out):
+        res["build"] = r.get("build_commit", "?")
+        res["pp" if r["n_prompt"] else "tg"] = float(r["avg_ts"])
+    print("llama.cpp (%s): prefill %d tokens %.1f tok/s; decode %.2f tok/s" % (
+        res["build"], args.prefill, res["pp"], res["tg"]))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=int(os.environ.get("TC_NUM_THREADS", "2")))
@@ -128,13 +162,14 @@ def main():
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
                     help="activations of the weight products (both: measure each)")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
+    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench, run on the same file after ours")
     args = ap.parse_args()
     os.environ["TC_NUM_THREADS"] = str(args.threads)
     import tensorcore as tc
     from tensorcore.llama import Llama
 
     path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
-                                      "tensorcore-random-1.1b-q4_0.gguf")
+                                      "tensorcore-random-1.1b-q4_0-v2.gguf")
     if not os.path.exists(path):
         t0 = time.perf_counter()
         write_model(path)
@@ -169,6 +204,7 @@ def main():
         rows.append((mode, p_tok_s, d_tok_s, best, gbs))
         print("activations %s: prefill %d tokens %.1f tok/s (median of 3); decode %.2f tok/s median, %.2f best, "
               "%.1f MB/token -> %.1f GB/s" % (mode, args.prefill, p_tok_s, d_tok_s, best, bpt / 1e6, gbs))
+    peer = run_llama_bench(args, path) if args.llama_bench else None
     load_after = os.getloadavg()
     print("NumPy copy read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s" % (c1, c2))
     # The summary line is the last mode's: f16 (llama.cpp's arithmetic) when both ran.
@@ -202,6 +238,13 @@ def main():
         ]
         for mode, p_tok_s, d_tok_s, best, gbs in rows:
             lines.append("| %s | %.1f | %.2f | %.2f | %.1f | %.2f |" % (mode, p_tok_s, d_tok_s, best, gbs, gbs / c2))
+        if peer:
+            lines += ["", "llama.cpp (`%s`, build %s) on the same file, %d threads, right after ours:" % (
+                peer["binary"], peer["build"], args.threads), "",
+                "| | prefill tok/s | decode tok/s |", "|---|---|---|",
+                "| llama.cpp | %.1f | %.2f |" % (peer["pp"], peer["tg"]),
+                "| tensorcore (%s) / llama.cpp | %.2fx | %.2fx |" % (
+                    rows[-1][0], rows[-1][1] / peer["pp"], rows[-1][2] / peer["tg"])]
         lines.append("")
         out = REPO / "bench" / "results" / "llama-cpu.md"
         note = REPO / "bench" / "results" / "llama-cpu.notes.md"

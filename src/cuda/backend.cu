@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   uint64_t available_capabilities() const override {
     return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
            TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
-           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_ATTENTION_BACKWARD |
+           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_ATTENTION_BACKWARD | TC_CAPABILITY_TRAINING_KERNELS |
            // gguf: files load into device buffers by copy
            TC_CAPABILITY_GGUF |
            // conv2d
@@ -156,6 +156,35 @@ class CudaBackend final : public Backend {
     return launch(a, q, cuda::fused_rmsnorm_gemv_quantized);
   }
   // end quantized
+  // ---- training kernels (norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu)
+  tc_status rmsnorm_forward(const RmsNormForwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::rmsnorm_forward);
+  }
+  tc_status rmsnorm_backward(const RmsNormBackwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::rmsnorm_backward);
+  }
+  tc_status layernorm_forward(const LayerNormForwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::layernorm_forward);
+  }
+  tc_status layernorm_backward(const LayerNormBackwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::layernorm_backward);
+  }
+  tc_status rope(const RopeArgs& a, Queue* q) override { return launch(a, q, cuda::rope); }
+  tc_status swiglu_forward(const SwigluForwardArgs& a, Queue* q) override { return launch(a, q, cuda::swiglu_forward); }
+  tc_status swiglu_backward(const SwigluBackwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::swiglu_backward);
+  }
+  tc_status softmax_forward(const SoftmaxForwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::softmax_forward);
+  }
+  tc_status softmax_backward(const SoftmaxBackwardArgs& a, Queue* q) override {
+    return launch(a, q, cuda::softmax_backward);
+  }
+  tc_status adamw_step(const AdamwArgs& a, Queue* q) override { return launch(a, q, cuda::adamw_step); }
+  tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue* q) override {
+    return launch(a, q, cuda::fused_norm_gemv);
+  }
+  // ---- end of training kernels
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------

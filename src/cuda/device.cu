@@ -74,6 +74,9 @@ void Device::init_stream(StreamState* s) {
 
 void Device::destroy_stream(StreamState* s) {
   cudaSetDevice(index_);
+  if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+  s->scratch = nullptr;
+  s->scratch_bytes = 0;
   if (s->stream) cudaStreamSynchronize(s->stream);
   collect_stream(s, true);
   {
@@ -81,13 +84,7 @@ void Device::destroy_stream(StreamState* s) {
     streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
   }
   if (s->workspace) cudaFree(s->workspace);
-  if (s->scratch) {
-    cudaFreeAsync(s->scratch, s->stream);
-    cudaStreamSynchronize(s->stream);
-  }
   if (s->stream) cudaStreamDestroy(s->stream);
-  s->scratch = nullptr;
-  s->scratch_bytes = 0;
   s->stream = nullptr;
   s->workspace = nullptr;
 }

@@ -27,8 +27,10 @@ struct StreamState {
   size_t workspace_bytes = 0;
   std::string last_kernel;  // named in the detail when the stream fails
   // Scratch for ops that need temporary device memory (attention backward's
-  // f32 dQ accumulator, conv2d's transposed dY): grown stream-ordered (cudaMallocAsync) when a call
-  // needs more, kept for the next call, freed with the stream.
+  // f32 dQ accumulator, conv2d's transposed dY, partial sums of the norms'
+  // weight gradients): grown stream-ordered (cudaMallocAsync), never shrunk,
+  // so steady-state calls allocate nothing. Work on one stream runs in order,
+  // so successive ops reuse it; it is freed with the stream.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   // Storage used by enqueued work, with the event recorded behind it. Work
@@ -118,6 +120,18 @@ tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& a
 tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
 tc_status quantize_weights(Device& dev, StreamState* s, const QuantizeWeightsArgs& args);
 tc_status dequantize_weights(Device& dev, StreamState* s, const DequantizeWeightsArgs& args);
+// Training kernels: norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu.
+tc_status rmsnorm_forward(Device& dev, StreamState* s, const RmsNormForwardArgs& args);
+tc_status rmsnorm_backward(Device& dev, StreamState* s, const RmsNormBackwardArgs& args);
+tc_status layernorm_forward(Device& dev, StreamState* s, const LayerNormForwardArgs& args);
+tc_status layernorm_backward(Device& dev, StreamState* s, const LayerNormBackwardArgs& args);
+tc_status rope(Device& dev, StreamState* s, const RopeArgs& args);
+tc_status swiglu_forward(Device& dev, StreamState* s, const SwigluForwardArgs& args);
+tc_status swiglu_backward(Device& dev, StreamState* s, const SwigluBackwardArgs& args);
+tc_status softmax_forward(Device& dev, StreamState* s, const SoftmaxForwardArgs& args);
+tc_status softmax_backward(Device& dev, StreamState* s, const SoftmaxBackwardArgs& args);
+tc_status adamw_step(Device& dev, StreamState* s, const AdamwArgs& args);
+tc_status fused_norm_gemv(Device& dev, StreamState* s, const FusedNormGemvArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

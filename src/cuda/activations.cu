@@ -1,0 +1,284 @@
+// SwiGLU and softmax, forward and backward, on the GPU. The maths (as the
+// CPU kernels, src/cpu/activations.cpp):
+//
+// SwiGLU, elementwise over n:
+//   s = sigmoid(g) = 1 / (1 + exp(min(87, -g))),   silu(g) = g s
+//   out   = silu(g) * u
+//   dgate = dout * u * s (1 + g (1 - s)),   dup = dout * silu(g)
+// (exp's argument is capped at 87 as on the CPU, so s stays > 0 and
+// silu(-inf) is -inf, not NaN.)
+// Softmax over the last dimension D of N rows, shifted by the row maximum:
+//   y_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
+//   backward: dx_j = y_j (dy_j - sum_k dy_k y_k)
+//
+// Memory: SwiGLU is a grid-stride loop over 16-byte vectors (read gate, up,
+// write out; backward reads three, writes two), every element loaded before
+// any is stored, so an output may be an input. Softmax keeps a row slice in
+// registers (rows.cuh): one read of X and one write of Y (backward: read Y,
+// dY, write dX); exp(x - m) stays in registers between the sum and the
+// scaling, so f16/bf16 outputs are rounded once. Rows too long for registers
+// loop over the row instead (three reads, from L2 after the first).
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda/device.h"
+#include "cuda/rows.cuh"
+
+namespace tc {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(fminf(87.0f, -g))); }
+
+// ---- SwiGLU: vectors of E elements over [0, n / E), then the tail one by one ----
+
+template <class T, int E>
+__global__ void __launch_bounds__(kThreads) swiglu_forward_k(const T* gate, const T* up, T* out, int64_t n) {
+  const int64_t nvec = n / E, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = t; i < nvec; i += stride) {
+    const Pack<T, E> g = load<T, E>(gate + i * E), u = load<T, E>(up + i * E);
+    Pack<T, E> o;
+#pragma unroll
+    for (int e = 0; e < E; ++e) o.set(e, g.f(e) * sigmoid(g.f(e)) * u.f(e));
+    store(out + i * E, o);
+  }
+  for (int64_t j = nvec * E + t; j < n; j += stride) {
+    const float g = to_f(gate[j]);
+    out[j] = from_f<T>(g * sigmoid(g) * to_f(up[j]));
+  }
+}
+
+template <class T, int E>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_k(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t n) {
+  const int64_t nvec = n / E, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = t; i < nvec; i += stride) {
+    const Pack<T, E> g = load<T, E>(gate + i * E), u = load<T, E>(up + i * E), d = load<T, E>(dout + i * E);
+    Pack<T, E> dg, du;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float gv = g.f(e), s = sigmoid(gv);
+      dg.set(e, d.f(e) * u.f(e) * (s * fmaf(gv, 1.0f - s, 1.0f)));
+      du.set(e, d.f(e) * (gv * s));
+    }
+    store(dgate + i * E, dg);
+    store(dup + i * E, du);
+  }
+  for (int64_t j = nvec * E + t; j < n; j += stride) {
+    const float gv = to_f(gate[j]), u = to_f(up[j]), d = to_f(dout[j]), s = sigmoid(gv);
+    dgate[j] = from_f<T>(d * u * (s * fmaf(gv, 1.0f - s, 1.0f)));
+    dup[j] = from_f<T>(d * (gv * s));
+  }
+}
+
+// ---- softmax, rows in registers ----
+
+template <class T, int E, int NV>
+__global__ void __launch_bounds__(kRowThreads) softmax_forward_reg(const T* x, T* y, int64_t N, int64_t D) {
+  __shared__ float red[32];
+  const int V = int(D / E), tpr = blockDim.x;
+  for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t row = r0 + threadIdx.y;
+    const bool ok = row < N;
+    Pack<T, E> xv[NV];
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      xv[i] = zero_pack<T, E>();
+      if (ok && v < V) {
+        xv[i] = load<T, E>(x + row * D + int64_t(v) * E);
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, xv[i].f(e));
+      }
+    }
+    m = row_max(m, red);
+    float ev[NV][E], sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const bool in = ok && threadIdx.x + i * tpr < V;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        ev[i][e] = in ? expf(xv[i].f(e) - m) : 0.0f;
+        sum += ev[i][e];
+      }
+    }
+    const float inv = 1.0f / row_sum(sum, red);
+    if (!ok) continue;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      if (v >= V) continue;
+      Pack<T, E> o;
+#pragma unroll
+      for (int e = 0; e < E; ++e) o.set(e, ev[i][e] * inv);
+      store(y + row * D + int64_t(v) * E, o);
+    }
+  }
+}
+
+// At least 3 resident blocks for slices of up to 4 vectors (at most 85
+// registers): left alone, the compiler keeps y and dy widened to f32 and
+// fits only 2 rows of D = 8192 bf16 on an SM.
+template <class T, int E, int NV>
+__global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 3 : 1)
+    softmax_backward_reg(const T* y, const T* dy, T* dx, int64_t N, int64_t D) {
+  __shared__ float red[32];
+  const int V = int(D / E), tpr = blockDim.x;
+  for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t row = r0 + threadIdx.y;
+    const bool ok = row < N;
+    Pack<T, E> yv[NV], dv[NV];
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      const bool in = ok && v < V;
+      yv[i] = in ? load<T, E>(y + row * D + int64_t(v) * E) : zero_pack<T, E>();
+      dv[i] = in ? load<T, E>(dy + row * D + int64_t(v) * E) : zero_pack<T, E>();
+#pragma unroll
+      for (int e = 0; e < E; ++e) dot = fmaf(yv[i].f(e), dv[i].f(e), dot);
+    }
+    const float s = row_sum(dot, red);
+    if (!ok) continue;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      if (v >= V) continue;
+      Pack<T, E> o;
+#pragma unroll
+      for (int e = 0; e < E; ++e) o.set(e, yv[i].f(e) * (dv[i].f(e) - s));
+      store(dx + row * D + int64_t(v) * E, o);
+    }
+  }
+}
+
+// ---- softmax, rows too long for registers: one row per block, looping ----
+
+template <class T>
+__global__ void __launch_bounds__(kRowThreads) softmax_forward_loop(const T* x, T* y, int64_t N, int64_t D) {
+  __shared__ float red[32];
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const T* xr = x + row * D;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) m = fmaxf(m, to_f(xr[j]));
+    m = row_max(m, red);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += expf(to_f(xr[j]) - m);
+    // The barriers in row_sum order every read of the row before the first
+    // write, so Y may be X.
+    const float inv = 1.0f / row_sum(sum, red);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) y[row * D + j] = from_f<T>(expf(to_f(xr[j]) - m) * inv);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowThreads)
+    softmax_backward_loop(const T* y, const T* dy, T* dx, int64_t N, int64_t D) {
+  __shared__ float red[32];
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const T* yr = y + row * D;
+    const T* dr = dy + row * D;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dot = fmaf(to_f(yr[j]), to_f(dr[j]), dot);
+    const float s = row_sum(dot, red);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dx[row * D + j] = from_f<T>(to_f(yr[j]) * (to_f(dr[j]) - s));
+  }
+}
+
+// One vector (or element) per thread.
+unsigned elementwise_grid(int64_t nvec) { return all_blocks((nvec + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+tc_status swiglu_forward(Device&, StreamState* s, const SwigluForwardArgs& a) {
+  with_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    constexpr int EV = int(16 / sizeof(T));
+    const T* g = static_cast<const T*>(a.gate);
+    const T* u = static_cast<const T*>(a.up);
+    T* o = static_cast<T*>(a.out);
+    s->last_kernel = "swiglu_forward";
+    if (aligned16(g) && aligned16(u) && aligned16(o)) {
+      auto k = swiglu_forward_k<T, EV>;
+      k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, o, a.n);
+    } else {
+      auto k = swiglu_forward_k<T, 1>;
+      k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, o, a.n);
+    }
+  });
+  return check(cudaGetLastError(), "swiglu_forward: launch");
+}
+
+tc_status swiglu_backward(Device&, StreamState* s, const SwigluBackwardArgs& a) {
+  with_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    constexpr int EV = int(16 / sizeof(T));
+    const T* g = static_cast<const T*>(a.gate);
+    const T* u = static_cast<const T*>(a.up);
+    const T* d = static_cast<const T*>(a.dout);
+    T* dg = static_cast<T*>(a.dgate);
+    T* du = static_cast<T*>(a.dup);
+    s->last_kernel = "swiglu_backward";
+    if (aligned16(g) && aligned16(u) && aligned16(d) && aligned16(dg) && aligned16(du)) {
+      auto k = swiglu_backward_k<T, EV>;
+      k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
+    } else {
+      auto k = swiglu_backward_k<T, 1>;
+      k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
+    }
+  });
+  return check(cudaGetLastError(), "swiglu_backward: launch");
+}
+
+tc_status softmax_forward(Device&, StreamState* s, const SoftmaxForwardArgs& a) {
+  with_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* x = static_cast<const T*>(a.x);
+    T* y = static_cast<T*>(a.y);
+    const RowShape sh = row_shape(a.D, sizeof(T), aligned16(x) && aligned16(y));
+    if (!sh.in_registers) {
+      auto k = softmax_forward_loop<T>;
+      s->last_kernel = "softmax_forward_loop";
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(x, y, a.N, a.D);
+      return;
+    }
+    with_shape<T>(sh, [&](auto e, auto nv) {
+      auto k = softmax_forward_reg<T, decltype(e)::value, decltype(nv)::value>;
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
+      s->last_kernel = "softmax_forward";
+      k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(x, y, a.N, a.D);
+    });
+  });
+  return check(cudaGetLastError(), "softmax_forward: launch");
+}
+
+tc_status softmax_backward(Device&, StreamState* s, const SoftmaxBackwardArgs& a) {
+  with_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* y = static_cast<const T*>(a.y);
+    const T* dy = static_cast<const T*>(a.dy);
+    T* dx = static_cast<T*>(a.dx);
+    const RowShape sh = row_shape(a.D, sizeof(T), aligned16(y) && aligned16(dy) && aligned16(dx));
+    if (!sh.in_registers) {
+      auto k = softmax_backward_loop<T>;
+      s->last_kernel = "softmax_backward_loop";
+      k<<<all_blocks(a.N), kRowThreads, 0, s->stream>>>(y, dy, dx, a.N, a.D);
+      return;
+    }
+    with_shape<T>(sh, [&](auto e, auto nv) {
+      auto k = softmax_backward_reg<T, decltype(e)::value, decltype(nv)::value>;
+      const unsigned grid = all_blocks((a.N + sh.rows - 1) / sh.rows);
+      s->last_kernel = "softmax_backward";
+      k<<<grid, dim3(sh.tpr, sh.rows), 0, s->stream>>>(y, dy, dx, a.N, a.D);
+    });
+  });
+  return check(cudaGetLastError(), "softmax_backward: launch");
+}
+
+}  // namespace cuda
+}  // namespace tc

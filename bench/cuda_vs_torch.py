@@ -13,9 +13,8 @@ f16/bf16, causal or not, forward and forward+backward, against PyTorch's
 fastest SDPA backend); quant (quantized GEMV, M=1, Q4_0/Q8_0/Q4_K/Q6_K, GB/s of
 weight bytes against the copy bandwidth); conv2d (ResNet-50 layers at batch 32, forward and both
 backward passes, against cuDNN; informational, no target); transfer (write/read
-of pageable host memory against torch's copies; informational). Run on a machine with a GPU and PyTorch."""
-512..4096; batched); training (norms, softmax, SwiGLU, RoPE forward and
-backward and AdamW at 16384x8192 bf16, GB/s against the copy bandwidth). Run on a machine with a GPU and PyTorch."""
+of pageable host memory against torch's copies; informational). Run on a
+machine with a GPU and PyTorch."""
 
 import argparse
 import datetime

@@ -88,6 +88,14 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 // Ops (one file per family).
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
 
+// Model ops (cuda/model_ops.cu): the decoder's small ops.
+tc_status embed_rows(Device& dev, StreamState* s, const EmbedRowsArgs& args);
+tc_status add(Device& dev, StreamState* s, const AddArgs& args);
+tc_status convert(Device& dev, StreamState* s, const ConvertArgs& args);
+tc_status rope_kv_append(Device& dev, StreamState* s, const RopeKvAppendArgs& args);
+tc_status heads_to_tokens(Device& dev, StreamState* s, const HeadsToTokensArgs& args);
+tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArgs& args);
+
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);
 void free_pinned(Device& dev, void* ptr);

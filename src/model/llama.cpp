@@ -22,7 +22,10 @@
 // M >= kGemmMinRows, the weights dequantised to the activations' type and a
 // GEMM. RoPE and the cache append are one op (rope_kv_append); attention is
 // the backend's attention op once per kv head for a chunk of tokens, and a
-// one-row decode attention over the cache for a single token.
+// one-row decode attention over the cache for a single token. On a device a
+// one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
+// (stored so at load) and, with f32 activations, takes the norm inside the
+// product (fused_rmsnorm_gemv_quantized): fewer, larger launches.
 //
 // A one-token step on a backend with graphs is recorded once (after its
 // first eager run) and replayed: it reads its position and token from the
@@ -153,6 +156,27 @@ tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M
   return be_->rmsnorm_forward(a, queue_.get());
 }
 
+// y = (rmsnorm(x) * gamma) W^T for the one row of a decode step: the
+// backend's fused op where it may be used (f32 products on a device), else
+// the norm into h and the product.
+tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
+  if (!host_ && act_ == TC_DTYPE_F32 && fused_norm_) {
+    GemvQuantizedArgs a;
+    a.info.name = "llama.norm_gemv";
+    a.fmt = w.fmt;
+    a.M = 1, a.N = w.N, a.K = w.K;
+    a.dtype = TC_DTYPE_F32;
+    a.x = x_, a.w = w.data, a.y = y;
+    a.gamma = gamma;
+    a.eps = float(cfg_.rms_norm_eps);
+    const tc_status st = be_->fused_rmsnorm_gemv_quantized(a, queue_.get());
+    if (st != TC_ERR_UNSUPPORTED) return st;
+    fused_norm_ = false;  // no kernel for it here: nothing was enqueued
+  }
+  TC_TRY(rmsnorm(x_, gamma, h_, 1));
+  return product(w, h_, y, 1);
+}
+
 // Enqueues the forward of n tokens (ids and position in the parameter
 // block). P, the position on the host, is used only by the chunk attention
 // (n > 1): a one-token step depends on nothing but the parameter block.
@@ -180,16 +204,22 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     const LlamaLayer& L = layers_[size_t(l)];
     float* kc = k_cache_ + l * Hkv * C * D;
     float* vc = v_cache_ + l * Hkv * C * D;
-    TC_TRY(rmsnorm(x_, norm(l, 0), h_, n));
-    TC_TRY(product(L.wq, h_, q_, n));
-    TC_TRY(product(L.wk, h_, k_, n));
-    TC_TRY(product(L.wv, h_, v_, n));
     RopeKvAppendArgs r;
     r.info.name = "llama.rope_kv";
     r.n = n, r.H = H, r.Hkv = Hkv, r.D = D, r.C = C;
     r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
+    if (n == 1 && L.wqkv.data) {
+      // One product for q, k and v: [q | k | v] in one row.
+      TC_TRY(norm_product(norm(l, 0), L.wqkv, qkv_));
+      r.q = qkv_, r.k = qkv_ + Dq, r.v = qkv_ + Dq + Dkv;
+    } else {
+      TC_TRY(rmsnorm(x_, norm(l, 0), h_, n));
+      TC_TRY(product(L.wq, h_, q_, n));
+      TC_TRY(product(L.wk, h_, k_, n));
+      TC_TRY(product(L.wv, h_, v_, n));
+      r.q = q_, r.k = k_, r.v = v_;
+    }
     r.pos = params_;
-    r.q = q_, r.k = k_, r.v = v_;
     r.cos_t = cos_, r.sin_t = sin_;
     r.qt = qt_, r.k_cache = kc, r.v_cache = vc;
     TC_TRY(be_->rope_kv_append(r, q));
@@ -227,20 +257,27 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     TC_TRY(product(L.wo, o_, tmp_, n));
     TC_TRY(be_->add(add, q));
 
-    TC_TRY(rmsnorm(x_, norm(l, 1), h_, n));
-    TC_TRY(product(L.w_gate, h_, gate_, n));
-    TC_TRY(product(L.w_up, h_, up_, n));
     SwigluForwardArgs s;
     s.info.name = "llama.swiglu";
     s.n = n * g.n_ff;
     s.dtype = TC_DTYPE_F32;
-    s.gate = gate_, s.up = up_, s.out = gate_;
+    if (n == 1 && L.w_gate_up.data) {
+      // One product for gate and up: [gate | up] in one row.
+      TC_TRY(norm_product(norm(l, 1), L.w_gate_up, gu_));
+      s.gate = gu_, s.up = gu_ + g.n_ff, s.out = gu_;
+    } else {
+      TC_TRY(rmsnorm(x_, norm(l, 1), h_, n));
+      TC_TRY(product(L.w_gate, h_, gate_, n));
+      TC_TRY(product(L.w_up, h_, up_, n));
+      s.gate = gate_, s.up = up_, s.out = gate_;
+    }
     TC_TRY(be_->swiglu_forward(s, q));
-    TC_TRY(product(L.w_down, gate_, tmp_, n));
+    TC_TRY(product(L.w_down, static_cast<const float*>(s.out), tmp_, n));
     TC_TRY(be_->add(add, q));
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
+    if (n == 1) return norm_product(norm(g.n_layer, 0), output_, lg);
     TC_TRY(rmsnorm(x_ + (n - rows) * E, norm(g.n_layer, 0), h_, rows));
     TC_TRY(product(output_, h_, lg, rows));
   }

@@ -44,6 +44,11 @@ struct Matrix {
 
 struct LlamaLayer {
   Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // On a device, where the load laid them out one after the other and their
+  // formats agree: [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each, so a
+  // one-token step reads its inputs' weights in one product (data null
+  // otherwise).
+  Matrix wqkv, w_gate_up;
 };
 
 class Llama {
@@ -93,6 +98,7 @@ class Llama {
   tc_status product(const Matrix& w, const float* x, float* y, int64_t M);
   tc_status product_gemm(const Matrix& w, const float* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M);
+  tc_status norm_product(const float* gamma, const Matrix& w, float* y);
   tc_status convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n);
   const float* norm(int64_t layer, int which) const {  // 0: attn, 1: ffn; layer n_layer: output
     return norms_ + (2 * layer + which) * cfg_.n_embd;
@@ -120,7 +126,7 @@ class Llama {
   // products, the device's logits, the decode attention's partial results.
   float *x_ = nullptr, *h_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *qt_ = nullptr, *o_ = nullptr,
         *ot_ = nullptr, *k_ = nullptr, *v_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr,
-        *partial_ = nullptr;
+        *partial_ = nullptr, *qkv_ = nullptr, *gu_ = nullptr;
   uint16_t *xh_ = nullptr, *yh_ = nullptr;
   // Parameter block [position, n, token ids...] (device memory) and its
   // host staging copy (page-locked on a device; the block itself on a host).
@@ -133,6 +139,9 @@ class Llama {
   // The recorded one-token step (device backends with graphs).
   std::unique_ptr<Graph> graph_;
   bool graph_failed_ = false;
+  // Whether the backend's fused RMSNorm + GEMV may be tried (f32 one-token
+  // products on a device); cleared when it answers that it has no kernel.
+  bool fused_norm_ = true;
 
   int64_t n_past_ = 0;
   tc_dtype act_ = TC_DTYPE_F32;

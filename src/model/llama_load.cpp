@@ -13,6 +13,7 @@
 // positions: theta(p, k) = p * freq_scale * freq_base^(-2k / D), k < D/2.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -46,7 +47,11 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
   std::unique_ptr<Llama> m(new Llama());
   m->ctx_ = ctx;
   m->be_ = ctx->backend.get();
-  m->host_ = m->be_->host_accessible();
+  // TC_LLAMA_DEVICE_PATH=1 runs a host backend the way a device runs: weights
+  // copied, every step on a queue, products of many rows through GEMM, so
+  // the tests exercise that path where no GPU is present.
+  const char* dev_path = std::getenv("TC_LLAMA_DEVICE_PATH");
+  m->host_ = m->be_->host_accessible() && !(dev_path && std::strcmp(dev_path, "1") == 0);
   if (tc_status st = gguf::File::open(path, &m->file_)) return st;
   tc_gguf_llama_config c;
   if (tc_status st = gguf::llama_config(*m->file_, &c)) return st;
@@ -198,15 +203,26 @@ tc_status Llama::place_weights() {
     sin_ = cos_ + rope_half;
     return TC_OK;
   }
-  std::vector<Matrix*> mats{&tok_embd_};
-  if (!g.tied_embeddings) mats.push_back(&output_);
-  for (LlamaLayer& L : layers_)
-    for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mats.push_back(m);
-  size_t total = 0;
+  // Groups stored back to back: a layer's [Wq; Wk; Wv] and [Wgate; Wup]
+  // become one matrix each where the formats agree (LlamaLayer).
+  std::vector<std::vector<Matrix*>> groups{{&tok_embd_}};
+  if (!g.tied_embeddings) groups.push_back({&output_});
+  for (LlamaLayer& L : layers_) {
+    groups.push_back({&L.wq, &L.wk, &L.wv});
+    groups.push_back({&L.wo});
+    groups.push_back({&L.w_gate, &L.w_up});
+    groups.push_back({&L.w_down});
+  }
+  std::vector<Matrix*> mats;
   std::vector<size_t> at;
-  for (const Matrix* m : mats) {
-    at.push_back(total);
-    total += aligned(size_t(m->bytes()));
+  size_t total = 0;
+  for (const auto& grp : groups) {
+    for (Matrix* m : grp) {
+      mats.push_back(m);
+      at.push_back(total);
+      total += size_t(m->bytes());
+    }
+    total = aligned(total);
   }
   const size_t norms_at = total;
   total += aligned(host_norms_.size() * sizeof(float));
@@ -220,6 +236,22 @@ tc_status Llama::place_weights() {
     mats[i]->data = base + at[i];
   }
   if (g.tied_embeddings) output_ = tok_embd_;
+  auto fuse = [](std::initializer_list<const Matrix*> parts, Matrix* out) {
+    const Matrix& first = **parts.begin();
+    *out = first;
+    out->N = 0;
+    for (const Matrix* m : parts) {
+      if (m->fmt != first.fmt || m->K != first.K) {
+        *out = Matrix();
+        return;
+      }
+      out->N += m->N;
+    }
+  };
+  for (LlamaLayer& L : layers_) {
+    fuse({&L.wq, &L.wk, &L.wv}, &L.wqkv);
+    fuse({&L.w_gate, &L.w_up}, &L.w_gate_up);
+  }
   if (tc_status st = be_->copy_in(base + norms_at, host_norms_.data(), host_norms_.size() * sizeof(float))) return st;
   if (tc_status st = be_->copy_in(base + rope_at, host_rope_.data(), host_rope_.size() * sizeof(float))) return st;
   norms_ = reinterpret_cast<const float*>(base + norms_at);
@@ -232,7 +264,7 @@ tc_status Llama::place_weights() {
 // tokens (B), carved into (floats):
 //   x, h, tmp [B, E]; q, qt, o, ot [B, H*D]; k, v [B, Hkv*D]; gate, up [B, F];
 //   logits [B, n_vocab] (device only: a host backend writes the caller's array);
-//   partial [H, decode_attention_splits(n_ctx), D + 2];
+//   partial [H, decode_attention_splits(n_ctx), D + 2]; qkv [H*D + 2 Hkv*D]; gu [2F];
 // then f16 copies of a product's input and output, and the parameter block
 // [position, n, B token ids] (int32).
 tc_status Llama::alloc_state() {
@@ -257,6 +289,7 @@ tc_status Llama::alloc_state() {
   f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
   if (!host_) f32(&logits_, B * V);
   f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
+  f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
   pieces.push_back({reinterpret_cast<void**>(&xh_), size_t(B * std::max({E, Dq, F})) * 2});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
   pieces.push_back({reinterpret_cast<void**>(&params_), size_t(B + 2) * 4});

@@ -222,6 +222,42 @@ def dev(request):
     c.close()
 
 
+@pytest.fixture(params=["cpu", "cpu-device-path"])
+def cpu_paths(request, cpu, monkeypatch):
+    """The CPU context, loading models as usual (weights in place) or, with
+    TC_LLAMA_DEVICE_PATH=1, the way a GPU does (weights copied and the fused
+    layouts, every op on a queue, GEMM for chunks of 32 tokens and more)."""
+    if request.param == "cpu-device-path":
+        monkeypatch.setenv("TC_LLAMA_DEVICE_PATH", "1")
+    return cpu
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_0", "q8_0"])
+def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
+    """Prefill of 40 (GEMM products on a device), a chunk of 5 (GEMV), then
+    single steps (fused products and the decode attention), a reset, and f16
+    activations: the same logits whichever way the model was loaded."""
+    rng = np.random.default_rng(51)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
+    tokens = rng.integers(0, V, 50)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu_paths, n_ctx=64) as m:
+        check_logits(m.eval(tokens[:40]), ref[:40], fmt, "prefill 40")
+        check_logits(m.eval(tokens[40:45]), ref[40:45], fmt, "chunk of 5")
+        for i in range(45, 50):
+            check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], fmt, "step %d" % i)
+        m.reset()
+        check_logits(m.eval(tokens[:3]), ref[:3], fmt, "after reset")
+        last = m.eval(tokens[3:4], last_only=True)
+        check_logits(last[None], ref[3:4], fmt, "last only")
+        tc.llama_set_activations(m.handle, "f16")
+        m.reset()
+        out = np.concatenate([m.eval(tokens[:40]), m.eval(tokens[40:41]), m.eval(tokens[41:42])])
+        err = np.abs(out - ref[:42]).max() / np.abs(ref[:42]).max()
+        assert np.isfinite(out).all() and err < 5e-2, err
+
+
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):

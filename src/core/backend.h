@@ -350,6 +350,17 @@ struct HeadsToTokensArgs {
   float* dst = nullptr;        // [n, H, D]
 };
 
+// rows pieces of row_bytes each, from src + r * src_pitch to dst + r * dst_pitch
+// (bytes; the pieces do not overlap): e.g. the cache prefix of every kv head,
+// packed for one attention call over all heads.
+struct Copy2dArgs {
+  OpInfo info;
+  int64_t rows = 0;
+  size_t row_bytes = 0, src_pitch = 0, dst_pitch = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+
 // One query row per head against the first S = *pos + 1 cache positions:
 //   o[h] = softmax(scale * q[h] K_g^T) V_g,   g = h / (H / Hkv)
 // `partial` is scratch for a split over the cache: decode_attention_splits(C)
@@ -470,6 +481,7 @@ class Backend {
   virtual tc_status convert(const ConvertArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status rope_kv_append(const RopeKvAppendArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status heads_to_tokens(const HeadsToTokensArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status copy_2d(const Copy2dArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status decode_attention(const DecodeAttentionArgs& args, Queue*) { return no_kernel(args.info); }
 
   // ---- Graphs: a queue's work recorded once and replayed as one launch ----

@@ -7,6 +7,7 @@
 //
 //   embed_rows:       dst[i] = dequant(table row tokens[i])
 //   add:              x += y
+//   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i; (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
 //   decode_attention: o_h = sum_j softmax_j(scale q_h . K_g[j]) V_g[j], j <= *pos
@@ -90,6 +91,15 @@ tc_status heads_to_tokens(const HeadsToTokensArgs& a) {
   for (int64_t i = 0; i < a.n; ++i)
     for (int64_t h = 0; h < a.H; ++h)
       std::memcpy(a.dst + (i * a.H + h) * a.D, a.src + (h * a.n + i) * a.D, size_t(a.D) * sizeof(float));
+  return TC_OK;
+}
+
+tc_status copy_2d(const Copy2dArgs& a) {
+  parallel_for(a.rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      std::memcpy(static_cast<char*>(a.dst) + size_t(r) * a.dst_pitch,
+                  static_cast<const char*>(a.src) + size_t(r) * a.src_pitch, a.row_bytes);
+  });
   return TC_OK;
 }
 

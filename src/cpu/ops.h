@@ -49,6 +49,7 @@ tc_status add(const AddArgs& args);
 tc_status convert(const ConvertArgs& args);
 tc_status rope_kv_append(const RopeKvAppendArgs& args);
 tc_status heads_to_tokens(const HeadsToTokensArgs& args);
+tc_status copy_2d(const Copy2dArgs& args);
 tc_status decode_attention(const DecodeAttentionArgs& args);
 
 }  // namespace cpu

@@ -141,6 +141,7 @@ class CudaBackend final : public Backend {
   tc_status decode_attention(const DecodeAttentionArgs& a, Queue* q) override {
     return launch(a, q, cuda::decode_attention);
   }
+  tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return launch(a, q, cuda::copy_2d); }
 
   // Relaxed mode: a kernel's first-use work (a cached scratch's cudaMalloc,
   // a cuBLASLt plan) stays legal in this thread while the stream records.

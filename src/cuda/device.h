@@ -94,6 +94,7 @@ tc_status add(Device& dev, StreamState* s, const AddArgs& args);
 tc_status convert(Device& dev, StreamState* s, const ConvertArgs& args);
 tc_status rope_kv_append(Device& dev, StreamState* s, const RopeKvAppendArgs& args);
 tc_status heads_to_tokens(Device& dev, StreamState* s, const HeadsToTokensArgs& args);
+tc_status copy_2d(Device& dev, StreamState* s, const Copy2dArgs& args);
 tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArgs& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.

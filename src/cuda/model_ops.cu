@@ -11,6 +11,7 @@
 //                     queries (to [H][n][D]) and keys (into the cache at p),
 //                     values copied into the cache at p
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
+//   copy_2d:          cudaMemcpy2DAsync, device to device
 //   decode_attention: one query row per head over S = *pos + 1 cache rows,
 //                     split over the cache (flash-decoding):
 //       piece s covers rows [s c, (s+1) c) with c = ceil(C / splits):
@@ -316,6 +317,13 @@ tc_status heads_to_tokens(Device&, StreamState* s, const HeadsToTokensArgs& a) {
   s->last_kernel = "heads_to_tokens";
   heads_to_tokens_kernel<<<blocks_for(a.n * a.H * a.D, 256), 256, 0, s->stream>>>(a.n, a.H, a.D, a.src, a.dst);
   return check(cudaGetLastError(), "heads_to_tokens: launch");
+}
+
+tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {
+  s->last_kernel = "copy_2d";
+  return check(cudaMemcpy2DAsync(a.dst, a.dst_pitch, a.src, a.src_pitch, a.row_bytes, size_t(a.rows),
+                                 cudaMemcpyDeviceToDevice, s->stream),
+               "copy_2d: cudaMemcpy2DAsync");
 }
 
 tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {

@@ -20,9 +20,10 @@
 // ops then run at once in this thread). Products are the quantized GEMV
 // (M = n rows share one pass over the weights), or on a device, for
 // M >= kGemmMinRows, the weights dequantised to the activations' type and a
-// GEMM. RoPE and the cache append are one op (rope_kv_append); attention is
-// the backend's attention op once per kv head for a chunk of tokens, and a
-// one-row decode attention over the cache for a single token. On a device a
+// GEMM. RoPE and the cache append are one op (rope_kv_append); attention of a
+// chunk is the backend's attention op (once per kv head in place on the
+// host; on a device once for all heads over the cache prefixes packed by
+// copy_2d), and a one-row decode attention over the cache for a single token. On a device a
 // one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
 // (stored so at load) and, with f32 activations, takes the norm inside the
 // product (fused_rmsnorm_gemv_quantized): fewer, larger launches.
@@ -234,18 +235,37 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.o = o_, a.partial = partial_;
       TC_TRY(be_->decode_attention(a, q));
     } else {
-      for (int64_t kh = 0; kh < Hkv; ++kh) {
-        AttentionArgs a;
-        a.info.name = "llama.attention";
-        a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
-        a.d.seq_q = n, a.d.seq_kv = P + n, a.d.head_dim = D;
-        a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
-        a.d.softmax_scale = 1.0 / std::sqrt(double(D));
-        a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = 0;
-        a.q = qt_ + kh * G * n * D;
-        a.k = kc + kh * C * D;
-        a.v = vc + kh * C * D;
-        a.o = ot_ + kh * G * n * D;
+      AttentionArgs a;
+      a.info.name = "llama.attention";
+      a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
+      a.d.seq_q = n, a.d.seq_kv = P + n, a.d.head_dim = D;
+      a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
+      a.d.softmax_scale = 1.0 / std::sqrt(double(D));
+      a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = 0;
+      if (host_) {
+        // Once per kv head, on the cache in place.
+        for (int64_t kh = 0; kh < Hkv; ++kh) {
+          a.q = qt_ + kh * G * n * D;
+          a.k = kc + kh * C * D;
+          a.v = vc + kh * C * D;
+          a.o = ot_ + kh * G * n * D;
+          TC_TRY(be_->attention_forward(a, q));
+        }
+      } else {
+        // One call for every head: the kv heads' prefixes packed [Hkv][P+n][D]
+        // (a batch of Hkv with G query heads each), two strided copies
+        // instead of Hkv launches.
+        Copy2dArgs c;
+        c.info.name = "llama.pack_kv";
+        c.rows = Hkv;
+        c.row_bytes = size_t((P + n) * D) * sizeof(float);
+        c.src_pitch = size_t(C * D) * sizeof(float), c.dst_pitch = c.row_bytes;
+        c.src = kc, c.dst = kpack_;
+        TC_TRY(be_->copy_2d(c, q));
+        c.src = vc, c.dst = vpack_;
+        TC_TRY(be_->copy_2d(c, q));
+        a.d.batch = Hkv;
+        a.q = qt_, a.k = kpack_, a.v = vpack_, a.o = ot_;
         TC_TRY(be_->attention_forward(a, q));
       }
       HeadsToTokensArgs t;

@@ -126,7 +126,8 @@ class Llama {
   // products, the device's logits, the decode attention's partial results.
   float *x_ = nullptr, *h_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *qt_ = nullptr, *o_ = nullptr,
         *ot_ = nullptr, *k_ = nullptr, *v_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr,
-        *partial_ = nullptr, *qkv_ = nullptr, *gu_ = nullptr;
+        *partial_ = nullptr, *qkv_ = nullptr, *gu_ = nullptr,
+        *kpack_ = nullptr, *vpack_ = nullptr;
   uint16_t *xh_ = nullptr, *yh_ = nullptr;
   // Parameter block [position, n, token ids...] (device memory) and its
   // host staging copy (page-locked on a device; the block itself on a host).

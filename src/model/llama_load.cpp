@@ -263,7 +263,8 @@ tc_status Llama::place_weights() {
 // The KV cache, then one scratch buffer for a chunk of up to max_batch_
 // tokens (B), carved into (floats):
 //   x, h, tmp [B, E]; q, qt, o, ot [B, H*D]; k, v [B, Hkv*D]; gate, up [B, F];
-//   logits [B, n_vocab] (device only: a host backend writes the caller's array);
+//   logits [B, n_vocab], kpack, vpack [Hkv, n_ctx, D] (device only: a host
+//   backend writes the caller's array and attends per kv head in place);
 //   partial [H, decode_attention_splits(n_ctx), D + 2]; qkv [H*D + 2 Hkv*D]; gu [2F];
 // then f16 copies of a product's input and output, and the parameter block
 // [position, n, B token ids] (int32).
@@ -287,7 +288,7 @@ tc_status Llama::alloc_state() {
   f32(&x_, B * E), f32(&h_, B * E), f32(&tmp_, B * E);
   f32(&q_, B * Dq), f32(&qt_, B * Dq), f32(&o_, B * Dq), f32(&ot_, B * Dq);
   f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
-  if (!host_) f32(&logits_, B * V);
+  if (!host_) f32(&logits_, B * V), f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
   f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
   f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
   pieces.push_back({reinterpret_cast<void**>(&xh_), size_t(B * std::max({E, Dq, F})) * 2});

@@ -105,6 +105,8 @@ tc_status copy_2d(const Copy2dArgs& a) {
 
 // One query row per head, the whole prefix of the cache at once: scores,
 // their maximum, the exponentials and their sum, then the weighted values.
+// (A CPU model attends with attention_forward; this kernel serves the device
+// path on the CPU, TC_LLAMA_DEVICE_PATH, and is the reference of the GPU's.)
 tc_status decode_attention(const DecodeAttentionArgs& a) {
   const int64_t D = a.D, S = int64_t(*a.pos) + 1, G = a.H / a.Hkv;
   parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {

@@ -20,11 +20,12 @@
 // ops then run at once in this thread). Products are the quantized GEMV
 // (M = n rows share one pass over the weights), or on a device, for
 // M >= kGemmMinRows, the weights dequantised to the activations' type and a
-// GEMM. RoPE and the cache append are one op (rope_kv_append); attention of a
-// chunk is the backend's attention op (once per kv head in place on the
-// host; on a device once for all heads over the cache prefixes packed by
-// copy_2d), and a one-row decode attention over the cache for a single token. On a device a
-// one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
+// GEMM. RoPE and the cache append are one op (rope_kv_append). Attention is
+// the backend's attention op: on the host once per kv head on the cache in
+// place; on a device, for a chunk, once for all heads over the cache
+// prefixes packed by copy_2d, and for a single token the one-row
+// decode_attention over the cache (its length read from the parameter
+// block, so a recorded step replays). On a device a one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
 // (stored so at load) and, with f32 activations, takes the norm inside the
 // product (fused_rmsnorm_gemv_quantized): fewer, larger launches.
 //
@@ -224,8 +225,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     r.cos_t = cos_, r.sin_t = sin_;
     r.qt = qt_, r.k_cache = kc, r.v_cache = vc;
     TC_TRY(be_->rope_kv_append(r, q));
-    if (n == 1) {
-      // [H][1][D] is [1][H][D]: the decode attention writes token rows.
+    if (n == 1 && !host_) {
+      // [H][1][D] is [1][H][D]: the decode attention writes token rows. Its
+      // length comes from the parameter block, so a recorded step replays.
       DecodeAttentionArgs a;
       a.info.name = "llama.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C;
@@ -242,13 +244,16 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
       a.d.softmax_scale = 1.0 / std::sqrt(double(D));
       a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = 0;
+      // One token: [H][1][D] is already o's [1][H][D].
+      float* heads_out = n == 1 ? o_ : ot_;
       if (host_) {
-        // Once per kv head, on the cache in place.
+        // Once per kv head, on the cache in place (the CPU's vectorised
+        // attention, also for a single token).
         for (int64_t kh = 0; kh < Hkv; ++kh) {
           a.q = qt_ + kh * G * n * D;
           a.k = kc + kh * C * D;
           a.v = vc + kh * C * D;
-          a.o = ot_ + kh * G * n * D;
+          a.o = heads_out + kh * G * n * D;
           TC_TRY(be_->attention_forward(a, q));
         }
       } else {
@@ -268,11 +273,13 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
         a.q = qt_, a.k = kpack_, a.v = vpack_, a.o = ot_;
         TC_TRY(be_->attention_forward(a, q));
       }
-      HeadsToTokensArgs t;
-      t.info.name = "llama.heads_to_tokens";
-      t.n = n, t.H = H, t.D = D;
-      t.src = ot_, t.dst = o_;
-      TC_TRY(be_->heads_to_tokens(t, q));
+      if (n > 1) {
+        HeadsToTokensArgs t;
+        t.info.name = "llama.heads_to_tokens";
+        t.n = n, t.H = H, t.D = D;
+        t.src = ot_, t.dst = o_;
+        TC_TRY(be_->heads_to_tokens(t, q));
+      }
     }
     TC_TRY(product(L.wo, o_, tmp_, n));
     TC_TRY(be_->add(add, q));

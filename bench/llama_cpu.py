@@ -50,13 +50,16 @@ def q4_0_random(rng, n, k):
     return raw.reshape(-1)
 
 
-def write_model(path):
+def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100):
+    """Writes a random LLaMA-shaped Q4_0 model of the given shape (default:
+    this bench's 1.1B) through tensorcore's own GGUF writer."""
     import tensorcore as tc
     from tensorcore.llama._default import vocabulary
-    rng = np.random.default_rng(1100)
+    D = E // H
+    rng = np.random.default_rng(seed)
     w = tc.GgufWriter()
     w.add_string("general.architecture", "llama")
-    w.add_string("general.name", "random-1.1b-q4_0")
+    w.add_string("general.name", name)
     toks, scores, types = vocabulary()
     for i in range(V - len(toks)):  # filler pieces, never preferred by the tokenizer
         toks.append("\u2581filler%d" % i)

@@ -1,13 +1,14 @@
 /* tensorcore: a LLaMA-family decoder over a GGUF file.
  *
- * tc_llama_load maps the file's weights onto the context's device, builds the
- * tokenizer from its tokenizer.ggml.* metadata and allocates a KV cache of
- * n_ctx positions. tc_llama_eval runs the forward for n new tokens at
- * positions [n_past, n_past + n), appends their keys and values to the cache
- * and (optionally) returns their f32 logits [n, n_vocab]; a later eval
- * continues the sequence, tc_llama_reset starts a new one. A model is used by
- * one thread at a time. CPU (host-accessible) contexts only for now: on a
- * CUDA context tc_llama_load is TC_ERR_UNSUPPORTED. */
+ * tc_llama_load maps the file's weights onto the context's device (used in
+ * place from the file's mapping on the CPU, copied once into device memory on
+ * a GPU), builds the tokenizer from its tokenizer.ggml.* metadata and
+ * allocates a KV cache of n_ctx positions and the scratch of a forward.
+ * tc_llama_eval runs the forward for n new tokens at positions
+ * [n_past, n_past + n), appends their keys and values to the cache and
+ * (optionally) returns their f32 logits [n, n_vocab] to host memory; a later
+ * eval continues the sequence, tc_llama_reset starts a new one. A model is
+ * used by one thread at a time. */
 #ifndef TENSORCORE_LLAMA_H
 #define TENSORCORE_LLAMA_H
 

@@ -283,6 +283,106 @@ struct AttentionBackwardArgs {
 };
 // ---- end attention ----
 
+// ---- model ops (src/model: the LLaMA forward on any device) ----
+// The small steps between the big ops of a decoder, so that a forward is
+// backend ops only and runs where its buffers are. Values that change from
+// one decode step to the next (the position, the token ids) are read from
+// device memory (`pos`, `tokens`: int32 the model writes before the step),
+// so a step captured once as a graph replays unchanged. All f32 unless said.
+
+// dst[i, :] = row tokens[i] of `table` (rows of K weights in format fmt,
+// row_bytes apart), dequantised exactly as quant::dequantize_row does.
+struct EmbedRowsArgs {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t n = 0, K = 0;
+  uint64_t row_bytes = 0;
+  const void* table = nullptr;
+  const int32_t* tokens = nullptr;  // n ids, valid rows of the table
+  float* dst = nullptr;             // [n, K]
+};
+
+// x[i] += y[i] for i < n (the residual add).
+struct AddArgs {
+  OpInfo info;
+  int64_t n = 0;
+  float* x = nullptr;
+  const float* y = nullptr;
+};
+
+// dst[i] = src[i] converted; one of src_dtype / dst_dtype is F32, the other
+// F16 or BF16 (round to nearest even, as core/half.h).
+struct ConvertArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype src_dtype = TC_DTYPE_F32, dst_dtype = TC_DTYPE_F16;
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+
+// Interleaved RoPE on the new tokens' queries and keys, and the cache append.
+// Token i (< n) is at position p = *pos + i; with (a, b) = (x[2k], x[2k+1]),
+// c = cos_t[p, k], s = sin_t[p, k]:  a' = a c - b s,  b' = b c + a s.
+//   qt[h, i, :]          = rope(q[i, h*D : (h+1)*D])      h < H
+//   k_cache[g, p, :]     = rope(k[i, g*D : (g+1)*D])      g < Hkv
+//   v_cache[g, p, :]     = v[i, g*D : (g+1)*D]
+struct RopeKvAppendArgs {
+  OpInfo info;
+  int64_t n = 0, H = 0, Hkv = 0, D = 0;
+  int64_t C = 0;                   // cache positions per kv head
+  int64_t ldq = 0, ldk = 0, ldv = 0;  // elements between consecutive tokens of q, k, v
+  const int32_t* pos = nullptr;    // device memory
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* cos_t = nullptr;    // [C, D/2]
+  const float* sin_t = nullptr;
+  float* qt = nullptr;             // [H, n, D]
+  float* k_cache = nullptr;        // [Hkv, C, D]
+  float* v_cache = nullptr;
+};
+
+// dst[i, h, :] = src[h, i, :]: attention's head-major output back to token rows.
+struct HeadsToTokensArgs {
+  OpInfo info;
+  int64_t n = 0, H = 0, D = 0;
+  const float* src = nullptr;  // [H, n, D]
+  float* dst = nullptr;        // [n, H, D]
+};
+
+// rows pieces of row_bytes each, from src + r * src_pitch to dst + r * dst_pitch
+// (bytes; the pieces do not overlap): e.g. the cache prefix of every kv head,
+// packed for one attention call over all heads.
+struct Copy2dArgs {
+  OpInfo info;
+  int64_t rows = 0;
+  size_t row_bytes = 0, src_pitch = 0, dst_pitch = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+
+// One query row per head against the first S = *pos + 1 cache positions:
+//   o[h] = softmax(scale * q[h] K_g^T) V_g,   g = h / (H / Hkv)
+// `partial` is scratch for a split over the cache: decode_attention_splits(C)
+// partial results (D + 2 floats each) per head.
+struct DecodeAttentionArgs {
+  OpInfo info;
+  int64_t H = 0, Hkv = 0, D = 0, C = 0;
+  float scale = 0.0f;
+  const int32_t* pos = nullptr;  // device memory
+  const float* q = nullptr;      // [H, D]
+  const float* k_cache = nullptr;  // [Hkv, C, D]
+  const float* v_cache = nullptr;
+  float* o = nullptr;            // [H, D]
+  float* partial = nullptr;      // [H, decode_attention_splits(C), D + 2]
+};
+// At most 128 pieces, each of at least 64 cache positions.
+inline int64_t decode_attention_splits(int64_t C) {
+  const int64_t s = (C + 63) / 64;
+  return s < 128 ? s : 128;
+}
+// ---- end model ops ----
+
 // The backend side of a stream: an ordered queue of work.
 class Queue {
  public:
@@ -290,6 +390,12 @@ class Queue {
   // Waits for all enqueued work; returns the first failure since the last
   // sync and its detail.
   virtual tc_status sync(std::string* detail) = 0;
+};
+
+// A recorded sequence of a queue's work (Backend::begin_capture).
+class Graph {
+ public:
+  virtual ~Graph() = default;
 };
 
 class Backend {
@@ -368,6 +474,29 @@ class Backend {
   virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
   // end quantized
+
+  // ---- model ops (see the args above) ----
+  virtual tc_status embed_rows(const EmbedRowsArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status add(const AddArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status convert(const ConvertArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status rope_kv_append(const RopeKvAppendArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status heads_to_tokens(const HeadsToTokensArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status copy_2d(const Copy2dArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status decode_attention(const DecodeAttentionArgs& args, Queue*) { return no_kernel(args.info); }
+
+  // ---- Graphs: a queue's work recorded once and replayed as one launch ----
+  // (CUDA graphs). Between begin_capture and end_capture the ops enqueued on
+  // `queue` are recorded, not run; the pointers they were given are baked
+  // in, so values that change per replay must be read from device memory
+  // the caller updates on the queue before replay. Backends without graphs
+  // answer TC_ERR_UNSUPPORTED.
+  virtual bool supports_graphs() const { return false; }
+  virtual tc_status begin_capture(Queue* queue);
+  // Ends the capture started on `queue`; *out is the graph when the capture
+  // and its instantiation succeeded.
+  virtual tc_status end_capture(Queue* queue, std::unique_ptr<Graph>* out);
+  virtual tc_status replay(Graph& graph, Queue* queue);
+  // ---- end model ops ----
 };
 
 // Backend factories. make_cuda_backend returns null with a detail recorded

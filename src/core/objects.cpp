@@ -53,6 +53,17 @@ tc_status Backend::no_kernel(const OpInfo& info) const {
   return fail(TC_ERR_UNSUPPORTED, "%s has no %s kernel in this build", info.name, backend);
 }
 
+// Graphs (Backend::begin_capture): none unless a backend has them.
+tc_status Backend::begin_capture(Queue*) {
+  return fail(TC_ERR_UNSUPPORTED, "graph capture: the %s backend has no graphs", tc_backend_name(kind()));
+}
+tc_status Backend::end_capture(Queue*, std::unique_ptr<Graph>*) {
+  return fail(TC_ERR_UNSUPPORTED, "graph capture: the %s backend has no graphs", tc_backend_name(kind()));
+}
+tc_status Backend::replay(Graph&, Queue*) {
+  return fail(TC_ERR_UNSUPPORTED, "graph replay: the %s backend has no graphs", tc_backend_name(kind()));
+}
+
 Storage::~Storage() {
   if (owned && data && backend) {
     if (tier == TC_TIER_L1_HOST_RAM) backend->release_host(data);

@@ -156,6 +156,22 @@ class CpuBackend final : public Backend {
     return cpu::run_on(q, a, cpu::fused_rmsnorm_gemv_quantized);
   }
   // end quantized
+
+  // ---- model ops
+  tc_status embed_rows(const EmbedRowsArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::embed_rows); }
+  tc_status add(const AddArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::add); }
+  tc_status convert(const ConvertArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::convert); }
+  tc_status rope_kv_append(const RopeKvAppendArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::rope_kv_append);
+  }
+  tc_status heads_to_tokens(const HeadsToTokensArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::heads_to_tokens);
+  }
+  tc_status decode_attention(const DecodeAttentionArgs& a, Queue* q) override {
+    return cpu::run_on(q, a, cpu::decode_attention);
+  }
+  tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::copy_2d); }
+  // ---- end model ops
 };
 
 }  // namespace

@@ -43,5 +43,14 @@ tc_status attention_forward(const AttentionArgs& args);
 tc_status attention_backward(const AttentionBackwardArgs& args);
 // ---- end attention ----
 
+// model_ops.cpp: the decoder's small ops
+tc_status embed_rows(const EmbedRowsArgs& args);
+tc_status add(const AddArgs& args);
+tc_status convert(const ConvertArgs& args);
+tc_status rope_kv_append(const RopeKvAppendArgs& args);
+tc_status heads_to_tokens(const HeadsToTokensArgs& args);
+tc_status copy_2d(const Copy2dArgs& args);
+tc_status decode_attention(const DecodeAttentionArgs& args);
+
 }  // namespace cpu
 }  // namespace tc

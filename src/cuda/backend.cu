@@ -66,10 +66,31 @@ class CudaQueue final : public Queue {
     return TC_ERR_DISPATCH;
   }
   cuda::StreamState* state() { return &state_; }
+  // While a graph is being captured on the stream, ops are recorded, not
+  // run: no events may be recorded behind them nor queried (the storage of a
+  // captured op belongs to whoever replays the graph).
+  bool capturing = false;
 
  private:
   cuda::Device& dev_;
   cuda::StreamState state_;
+};
+
+// A captured stream's work, instantiated once and launched per replay.
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(int device, cudaGraph_t graph, cudaGraphExec_t exec) : device_(device), graph_(graph), exec_(exec) {}
+  ~CudaGraph() override {
+    cudaSetDevice(device_);
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  int device_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
 };
 
 class CudaBackend final : public Backend {
@@ -187,6 +208,60 @@ class CudaBackend final : public Backend {
   // ---- end of training kernels
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
+  // ---- model ops (cuda/model_ops.cu) and graphs ----
+  tc_status embed_rows(const EmbedRowsArgs& a, Queue* q) override { return launch(a, q, cuda::embed_rows); }
+  tc_status add(const AddArgs& a, Queue* q) override { return launch(a, q, cuda::add); }
+  tc_status convert(const ConvertArgs& a, Queue* q) override { return launch(a, q, cuda::convert); }
+  tc_status rope_kv_append(const RopeKvAppendArgs& a, Queue* q) override {
+    return launch(a, q, cuda::rope_kv_append);
+  }
+  tc_status heads_to_tokens(const HeadsToTokensArgs& a, Queue* q) override {
+    return launch(a, q, cuda::heads_to_tokens);
+  }
+  tc_status decode_attention(const DecodeAttentionArgs& a, Queue* q) override {
+    return launch(a, q, cuda::decode_attention);
+  }
+  tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return launch(a, q, cuda::copy_2d); }
+
+  // Relaxed mode: a kernel's first-use work (a cached scratch's cudaMalloc,
+  // a cuBLASLt plan) stays legal in this thread while the stream records.
+  bool supports_graphs() const override { return true; }
+  tc_status begin_capture(Queue* q) override {
+    cudaSetDevice(dev_.index());
+    auto* cq = static_cast<CudaQueue*>(q);
+    if (tc_status st = cuda::check(cudaStreamBeginCapture(cq->state()->stream, cudaStreamCaptureModeRelaxed),
+                                   "graph capture: cudaStreamBeginCapture"))
+      return st;
+    cq->capturing = true;
+    return TC_OK;
+  }
+  tc_status end_capture(Queue* q, std::unique_ptr<Graph>* out) override {
+    cudaSetDevice(dev_.index());
+    auto* cq = static_cast<CudaQueue*>(q);
+    cq->capturing = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(cq->state()->stream, &graph);
+    if (err != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      return cuda::check(err, "graph capture: cudaStreamEndCapture");
+    }
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    if (err != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      return cuda::check(err, "graph capture: cudaGraphInstantiate");
+    }
+    *out = std::make_unique<CudaGraph>(dev_.index(), graph, exec);
+    return TC_OK;
+  }
+  tc_status replay(Graph& g, Queue* q) override {
+    cudaSetDevice(dev_.index());
+    cuda::StreamState* s = static_cast<CudaQueue*>(q)->state();
+    s->last_kernel = "graph replay";
+    return cuda::check(cudaGraphLaunch(static_cast<CudaGraph&>(g).exec(), s->stream), "graph replay: cudaGraphLaunch");
+  }
+  // ---- end model ops
+
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
   bool supports_tiers() const override { return true; }
   void* alloc_host(size_t n) override { return cuda::alloc_pinned(dev_, n); }
@@ -210,7 +285,7 @@ class CudaBackend final : public Backend {
       cuda::StreamState* s = static_cast<CudaQueue*>(q)->state();
       tc_status st = trace::run(args.info, TC_BACKEND_CUDA, [&] { return op(dev_, s, args); });
       note_cuda_kernel(s->last_kernel.c_str());
-      if (st == TC_OK) dev_.keep_until_done(s, args.info.keep);
+      if (st == TC_OK && !static_cast<CudaQueue*>(q)->capturing) dev_.keep_until_done(s, args.info.keep);
       return st;
     }
     cuda::StreamState* s = dev_.default_stream();

@@ -133,6 +133,15 @@ tc_status softmax_backward(Device& dev, StreamState* s, const SoftmaxBackwardArg
 tc_status adamw_step(Device& dev, StreamState* s, const AdamwArgs& args);
 tc_status fused_norm_gemv(Device& dev, StreamState* s, const FusedNormGemvArgs& args);
 
+// Model ops (cuda/model_ops.cu): the decoder's small ops.
+tc_status embed_rows(Device& dev, StreamState* s, const EmbedRowsArgs& args);
+tc_status add(Device& dev, StreamState* s, const AddArgs& args);
+tc_status convert(Device& dev, StreamState* s, const ConvertArgs& args);
+tc_status rope_kv_append(Device& dev, StreamState* s, const RopeKvAppendArgs& args);
+tc_status heads_to_tokens(Device& dev, StreamState* s, const HeadsToTokensArgs& args);
+tc_status copy_2d(Device& dev, StreamState* s, const Copy2dArgs& args);
+tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArgs& args);
+
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);
 void free_pinned(Device& dev, void* ptr);

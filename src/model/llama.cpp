@@ -1,5 +1,5 @@
-// The LLaMA forward for n new tokens at positions [n_past, n_past + n), all
-// activations f32 (rows are tokens, E = n_embd, D = head_dim, G = H / Hkv):
+// The LLaMA forward for n new tokens at positions [P, P + n), P = n_past,
+// all activations f32 (rows are tokens, E = n_embd, D = head_dim, G = H / Hkv):
 //
 //   x = token_embd[tokens]                                        [n, E]
 //   per layer:
@@ -8,20 +8,31 @@
 //     q, k rotated by RoPE, interleaved pairs (x[2i], x[2i+1]) - the GGUF
 //       convention: converters permute Wq/Wk rows so that this equals the
 //       half-rotation of the original checkpoint
-//     K/V cache[layer][g][n_past + i] = k, v of token i, kv head g
+//     K/V cache[layer][g][P + i] = k, v of token i, kv head g
 //     o_h = softmax(q_h K_g^T / sqrt(D) + causal mask) V_g    (g = h / G)
-//       the mask is bottom-right aligned: query i sees keys j <= n_past + i
+//       the mask is bottom-right aligned: query i sees keys j <= P + i
 //     x += o Wo^T
 //     h = rmsnorm(x) * ffn_norm
 //     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
 //   logits = (rmsnorm(x) * output_norm) Wout^T                    [n, n_vocab]
 //
-// Every product is the backend's quantized GEMV (M = n rows share one pass
-// over the weights); norms, RoPE, SwiGLU and attention are backend ops on
-// sub-ranges of the scratch and cache. The layout changes between the
-// projections' [n][H][D] rows and attention's [H][n][D] heads, the cache
-// append and the residual adds are plain loops (the model requires a
-// host-accessible backend, checked at load).
+// Every step is a backend op on the model's queue (none on a host backend:
+// ops then run at once in this thread). Products are the quantized GEMV
+// (M = n rows share one pass over the weights), or on a device, for
+// M >= kGemmMinRows, the weights dequantised to the activations' type and a
+// GEMM. RoPE and the cache append are one op (rope_kv_append). Attention is
+// the backend's attention op: on the host once per kv head on the cache in
+// place; on a device, for a chunk, once for all heads over the cache
+// prefixes packed by copy_2d, and for a single token the one-row
+// decode_attention over the cache (its length read from the parameter
+// block, so a recorded step replays). On a device a one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
+// (stored so at load) and, with f32 activations, takes the norm inside the
+// product (fused_rmsnorm_gemv_quantized): fewer, larger launches.
+//
+// A one-token step on a backend with graphs is recorded once (after its
+// first eager run) and replayed: it reads its position and token from the
+// parameter block, which each eval updates with one copy before the replay.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -30,37 +41,111 @@
 #include "core/objects.h"
 #include "model/llama.h"
 #include "quant/formats.h"
+#include "tensorcore/buffer.h"
 
 namespace tc {
 namespace model {
 
+#define TC_TRY(expr)                        \
+  do {                                      \
+    if (tc_status st_ = (expr)) return st_; \
+  } while (0)
+
+void Llama::set_activations(tc_dtype t) {
+  if (t != act_) graph_.reset();  // the recorded step has the other products
+  act_ = t;
+}
+
+tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
+  ConvertArgs c;
+  c.info.name = "llama.convert";
+  c.n = n;
+  c.src_dtype = from, c.dst_dtype = to;
+  c.src = src, c.dst = dst;
+  return be_->convert(c, queue_.get());
+}
 
 // With f16 activations (set_activations) X is rounded to f16 and the GEMV
 // may take its integer path (X quantised to 8 bits per block of 32 on VNNI
 // processors, as llama.cpp computes); Y comes back through f16. Everything
 // outside the products stays f32.
-tc_status Llama::gemv(const Matrix& w, const float* x, float* y, int64_t M) {
-  if (act_ == TC_DTYPE_F16) {
-    if (xh_.size() < size_t(M * w.K)) xh_.resize(size_t(M * w.K));
-    if (yh_.size() < size_t(M * w.N)) yh_.resize(size_t(M * w.N));
-    for (int64_t i = 0; i < M * w.K; ++i) xh_[size_t(i)] = f32_to_f16(x[i]);
-    GemvQuantizedArgs a;
-    a.info.name = "llama.gemv";
-    a.fmt = w.fmt;
-    a.M = M, a.N = w.N, a.K = w.K;
-    a.dtype = TC_DTYPE_F16;
-    a.x = xh_.data(), a.w = w.data, a.y = yh_.data();
-    if (tc_status st = ctx_->backend->gemv_quantized(a, nullptr)) return st;
-    for (int64_t i = 0; i < M * w.N; ++i) y[i] = f16_to_f32(yh_[size_t(i)]);
-    return TC_OK;
-  }
+tc_status Llama::product(const Matrix& w, const float* x, float* y, int64_t M) {
+  if (!host_ && M >= kGemmMinRows) return product_gemm(w, x, y, M);
   GemvQuantizedArgs a;
   a.info.name = "llama.gemv";
   a.fmt = w.fmt;
   a.M = M, a.N = w.N, a.K = w.K;
+  a.w = w.data;
+  if (act_ == TC_DTYPE_F16) {
+    TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * w.K));
+    a.dtype = TC_DTYPE_F16;
+    a.x = xh_, a.y = yh_;
+    TC_TRY(be_->gemv_quantized(a, queue_.get()));
+    return convert(yh_, TC_DTYPE_F16, y, TC_DTYPE_F32, M * w.N);
+  }
   a.dtype = TC_DTYPE_F32;
-  a.x = x, a.w = w.data, a.y = y;
-  return ctx_->backend->gemv_quantized(a, nullptr);
+  a.x = x, a.y = y;
+  return be_->gemv_quantized(a, queue_.get());
+}
+
+// Y = X W^T as W dequantised (to f16 with f16 activations, else f32) and a
+// GEMM: f16 x f16 with f32 accumulation, or exact f32 (no TF32), so the
+// numerics are those of the GEMV path. The dequantised copy is one matrix
+// at a time in a scratch buffer grown on demand (a chunk's products are
+// never recorded in a graph, so growing it here is safe).
+tc_status Llama::product_gemm(const Matrix& w, const float* x, float* y, int64_t M) {
+  const bool f16 = act_ == TC_DTYPE_F16;
+  const size_t need = size_t(w.N) * size_t(w.K) * (f16 ? 2 : 4);
+  if (need > wdq_bytes_) {
+    if (wdq_) {
+      // The queue may still read the old copy.
+      std::string detail;
+      if (tc_status st = queue_->sync(&detail)) return fail_with(st, "llama: " + detail);
+      for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
+        if ((*it)->bytes() == wdq_) {
+          tc_buffer_free(*it);
+          buffers_.erase(it);
+          break;
+        }
+      wdq_ = nullptr, wdq_bytes_ = 0;
+    }
+    // Sized for the largest matrix so it grows at most once per dtype.
+    size_t most = size_t(output_.N) * size_t(output_.K);
+    for (const LlamaLayer& L : layers_)
+      for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        most = std::max(most, size_t(m->N) * size_t(m->K));
+    TC_TRY(alloc(most * (f16 ? 2 : 4), &wdq_));
+    wdq_bytes_ = most * (f16 ? 2 : 4);
+  }
+  DequantizeWeightsArgs dq;
+  dq.info.name = "llama.dequantize";
+  dq.fmt = w.fmt;
+  dq.N = w.N, dq.K = w.K;
+  dq.dtype = f16 ? TC_DTYPE_F16 : TC_DTYPE_F32;
+  dq.src = w.data, dq.dst = wdq_;
+  TC_TRY(be_->dequantize_weights(dq, queue_.get()));
+  GemmArgs g;
+  g.info.name = "llama.gemm";
+  tc_gemm_desc& d = g.d;
+  std::memset(&d, 0, sizeof d);
+  d.M = M, d.N = w.N, d.K = w.K;
+  d.dtype = f16 ? TC_DTYPE_F16 : TC_DTYPE_F32;
+  d.accum = TC_DTYPE_F32;
+  d.alpha = 1.0, d.beta = 0.0;
+  d.transpose_a = 0, d.transpose_b = 1;
+  d.lda = w.K, d.ldb = w.K, d.ldc = w.N;
+  d.batch = 1;
+  d.stride_a = M * w.K, d.stride_b = w.N * w.K, d.stride_c = M * w.N;
+  d.allow_tf32 = 0;
+  g.b = wdq_;
+  if (f16) {
+    TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * w.K));
+    g.a = xh_, g.c = yh_;
+    TC_TRY(be_->gemm(g, queue_.get()));
+    return convert(yh_, TC_DTYPE_F16, y, TC_DTYPE_F32, M * w.N);
+  }
+  g.a = x, g.c = y;
+  return be_->gemm(g, queue_.get());
 }
 
 tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M) {
@@ -70,76 +155,88 @@ tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M
   a.dtype = TC_DTYPE_F32;
   a.eps = float(cfg_.rms_norm_eps);
   a.x = x, a.gamma = gamma, a.y = y;
-  return ctx_->backend->rmsnorm_forward(a, nullptr);
+  return be_->rmsnorm_forward(a, queue_.get());
 }
 
-// Embedding rows: each token's row of token_embd, dequantised to f32.
-tc_status Llama::embed(const int32_t* tokens, int64_t n, float* x) {
-  for (int64_t i = 0; i < n; ++i) {
-    DequantizeWeightsArgs a;
-    a.info.name = "llama.embed";
-    a.fmt = tok_embd_.fmt;
-    a.N = 1, a.K = cfg_.n_embd;
+// y = (rmsnorm(x) * gamma) W^T for the one row of a decode step: the
+// backend's fused op where it may be used (f32 products on a device), else
+// the norm into h and the product.
+tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
+  if (!host_ && act_ == TC_DTYPE_F32 && fused_norm_) {
+    GemvQuantizedArgs a;
+    a.info.name = "llama.norm_gemv";
+    a.fmt = w.fmt;
+    a.M = 1, a.N = w.N, a.K = w.K;
     a.dtype = TC_DTYPE_F32;
-    a.src = tok_embd_.data + uint64_t(tokens[i]) * tok_embd_.row_bytes;
-    a.dst = x + i * cfg_.n_embd;
-    if (tc_status st = ctx_->backend->dequantize_weights(a, nullptr)) return st;
+    a.x = x_, a.w = w.data, a.y = y;
+    a.gamma = gamma;
+    a.eps = float(cfg_.rms_norm_eps);
+    const tc_status st = be_->fused_rmsnorm_gemv_quantized(a, queue_.get());
+    if (st != TC_ERR_UNSUPPORTED) return st;
+    fused_norm_ = false;  // no kernel for it here: nothing was enqueued
   }
-  return TC_OK;
+  TC_TRY(rmsnorm(x_, gamma, h_, 1));
+  return product(w, h_, y, 1);
 }
 
-tc_status Llama::eval(const int32_t* tokens, int64_t n, float* logits, bool all) {
+// Enqueues the forward of n tokens (ids and position in the parameter
+// block). P, the position on the host, is used only by the chunk attention
+// (n > 1): a one-token step depends on nothing but the parameter block.
+tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
   const tc_llama_config& g = cfg_;
-  const int64_t E = g.n_embd, H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim, F = g.n_ff;
-  const int64_t G = H / Hkv, Dq = H * D, Dkv = Hkv * D, C = g.n_ctx, P = n_past_;
-  // Scratch: x, h, tmp [n, E]; q, qt, o, ot [n, Dq]; k, v [n, Dkv]; gate, up [n, F].
-  const size_t need = size_t(n) * size_t(3 * E + 4 * Dq + 2 * Dkv + 2 * F);
-  if (scratch_.size() < need) scratch_.resize(need);
-  float* x = scratch_.data();
-  float* h = x + n * E;
-  float* tmp = h + n * E;
-  float* q = tmp + n * E;
-  float* qt = q + n * Dq;
-  float* o = qt + n * Dq;
-  float* ot = o + n * Dq;
-  float* k = ot + n * Dq;
-  float* v = k + n * Dkv;
-  float* gate = v + n * Dkv;
-  float* up = gate + n * F;
+  const int64_t E = g.n_embd, H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim;
+  const int64_t G = H / Hkv, Dq = H * D, Dkv = Hkv * D, C = g.n_ctx;
+  Queue* q = queue_.get();
 
-  if (tc_status st = embed(tokens, n, x)) return st;
+  EmbedRowsArgs e;
+  e.info.name = "llama.embed";
+  e.fmt = tok_embd_.fmt;
+  e.n = n, e.K = E;
+  e.row_bytes = tok_embd_.row_bytes;
+  e.table = tok_embd_.data;
+  e.tokens = params_ + 2;
+  e.dst = x_;
+  TC_TRY(be_->embed_rows(e, q));
+  AddArgs add;
+  add.info.name = "llama.residual";
+  add.n = n * E;
+  add.x = x_, add.y = tmp_;
+
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
-    tc_status st;
-    if ((st = rmsnorm(x, L.attn_norm.data(), h, n)) || (st = gemv(L.wq, h, q, n)) || (st = gemv(L.wk, h, k, n)) ||
-        (st = gemv(L.wv, h, v, n)))
-      return st;
-    // q [n][H][D] -> qt [H][n][D]; k, v into the cache rows P .. P+n-1.
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t hh = 0; hh < H; ++hh)
-        std::memcpy(qt + (hh * n + i) * D, q + i * Dq + hh * D, size_t(D) * sizeof(float));
     float* kc = k_cache_ + l * Hkv * C * D;
     float* vc = v_cache_ + l * Hkv * C * D;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t kh = 0; kh < Hkv; ++kh) {
-        std::memcpy(kc + (kh * C + P + i) * D, k + i * Dkv + kh * D, size_t(D) * sizeof(float));
-        std::memcpy(vc + (kh * C + P + i) * D, v + i * Dkv + kh * D, size_t(D) * sizeof(float));
-      }
-    RopeArgs r;
-    r.info.name = "llama.rope";
-    r.d.batch = 1, r.d.heads = H, r.d.seq = n, r.d.head_dim = D;
-    r.d.dtype = TC_DTYPE_F32;
-    r.d.interleaved = 1;
-    r.cos_t = cos_.data() + P * (D / 2);
-    r.sin_t = sin_.data() + P * (D / 2);
-    r.x = qt;
-    if ((st = ctx_->backend->rope(r, nullptr))) return st;
-    r.d.heads = 1;
-    for (int64_t kh = 0; kh < Hkv; ++kh) {
-      r.x = kc + (kh * C + P) * D;
-      if ((st = ctx_->backend->rope(r, nullptr))) return st;
+    RopeKvAppendArgs r;
+    r.info.name = "llama.rope_kv";
+    r.n = n, r.H = H, r.Hkv = Hkv, r.D = D, r.C = C;
+    r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
+    if (n == 1 && L.wqkv.data) {
+      // One product for q, k and v: [q | k | v] in one row.
+      TC_TRY(norm_product(norm(l, 0), L.wqkv, qkv_));
+      r.q = qkv_, r.k = qkv_ + Dq, r.v = qkv_ + Dq + Dkv;
+    } else {
+      TC_TRY(rmsnorm(x_, norm(l, 0), h_, n));
+      TC_TRY(product(L.wq, h_, q_, n));
+      TC_TRY(product(L.wk, h_, k_, n));
+      TC_TRY(product(L.wv, h_, v_, n));
+      r.q = q_, r.k = k_, r.v = v_;
     }
-    for (int64_t kh = 0; kh < Hkv; ++kh) {
+    r.pos = params_;
+    r.cos_t = cos_, r.sin_t = sin_;
+    r.qt = qt_, r.k_cache = kc, r.v_cache = vc;
+    TC_TRY(be_->rope_kv_append(r, q));
+    if (n == 1 && !host_) {
+      // [H][1][D] is [1][H][D]: the decode attention writes token rows. Its
+      // length comes from the parameter block, so a recorded step replays.
+      DecodeAttentionArgs a;
+      a.info.name = "llama.decode_attention";
+      a.H = H, a.Hkv = Hkv, a.D = D, a.C = C;
+      a.scale = float(1.0 / std::sqrt(double(D)));
+      a.pos = params_;
+      a.q = qt_, a.k_cache = kc, a.v_cache = vc;
+      a.o = o_, a.partial = partial_;
+      TC_TRY(be_->decode_attention(a, q));
+    } else {
       AttentionArgs a;
       a.info.name = "llama.attention";
       a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
@@ -147,34 +244,132 @@ tc_status Llama::eval(const int32_t* tokens, int64_t n, float* logits, bool all)
       a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
       a.d.softmax_scale = 1.0 / std::sqrt(double(D));
       a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = 0;
-      a.q = qt + kh * G * n * D;
-      a.k = kc + kh * C * D;
-      a.v = vc + kh * C * D;
-      a.o = ot + kh * G * n * D;
-      if ((st = ctx_->backend->attention_forward(a, nullptr))) return st;
+      // One token: [H][1][D] is already o's [1][H][D].
+      float* heads_out = n == 1 ? o_ : ot_;
+      if (host_) {
+        // Once per kv head, on the cache in place (the CPU's vectorised
+        // attention, also for a single token).
+        for (int64_t kh = 0; kh < Hkv; ++kh) {
+          a.q = qt_ + kh * G * n * D;
+          a.k = kc + kh * C * D;
+          a.v = vc + kh * C * D;
+          a.o = heads_out + kh * G * n * D;
+          TC_TRY(be_->attention_forward(a, q));
+        }
+      } else {
+        // One call for every head: the kv heads' prefixes packed [Hkv][P+n][D]
+        // (a batch of Hkv with G query heads each), two strided copies
+        // instead of Hkv launches.
+        Copy2dArgs c;
+        c.info.name = "llama.pack_kv";
+        c.rows = Hkv;
+        c.row_bytes = size_t((P + n) * D) * sizeof(float);
+        c.src_pitch = size_t(C * D) * sizeof(float), c.dst_pitch = c.row_bytes;
+        c.src = kc, c.dst = kpack_;
+        TC_TRY(be_->copy_2d(c, q));
+        c.src = vc, c.dst = vpack_;
+        TC_TRY(be_->copy_2d(c, q));
+        a.d.batch = Hkv;
+        a.q = qt_, a.k = kpack_, a.v = vpack_, a.o = ot_;
+        TC_TRY(be_->attention_forward(a, q));
+      }
+      if (n > 1) {
+        HeadsToTokensArgs t;
+        t.info.name = "llama.heads_to_tokens";
+        t.n = n, t.H = H, t.D = D;
+        t.src = ot_, t.dst = o_;
+        TC_TRY(be_->heads_to_tokens(t, q));
+      }
     }
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t hh = 0; hh < H; ++hh)
-        std::memcpy(o + i * Dq + hh * D, ot + (hh * n + i) * D, size_t(D) * sizeof(float));
-    if ((st = gemv(L.wo, o, tmp, n))) return st;
-    for (int64_t j = 0; j < n * E; ++j) x[j] += tmp[j];
+    TC_TRY(product(L.wo, o_, tmp_, n));
+    TC_TRY(be_->add(add, q));
 
-    if ((st = rmsnorm(x, L.ffn_norm.data(), h, n)) || (st = gemv(L.w_gate, h, gate, n)) ||
-        (st = gemv(L.w_up, h, up, n)))
-      return st;
     SwigluForwardArgs s;
     s.info.name = "llama.swiglu";
-    s.n = n * F;
+    s.n = n * g.n_ff;
     s.dtype = TC_DTYPE_F32;
-    s.gate = gate, s.up = up, s.out = gate;
-    if ((st = ctx_->backend->swiglu_forward(s, nullptr)) || (st = gemv(L.w_down, gate, tmp, n))) return st;
-    for (int64_t j = 0; j < n * E; ++j) x[j] += tmp[j];
+    if (n == 1 && L.w_gate_up.data) {
+      // One product for gate and up: [gate | up] in one row.
+      TC_TRY(norm_product(norm(l, 1), L.w_gate_up, gu_));
+      s.gate = gu_, s.up = gu_ + g.n_ff, s.out = gu_;
+    } else {
+      TC_TRY(rmsnorm(x_, norm(l, 1), h_, n));
+      TC_TRY(product(L.w_gate, h_, gate_, n));
+      TC_TRY(product(L.w_up, h_, up_, n));
+      s.gate = gate_, s.up = up_, s.out = gate_;
+    }
+    TC_TRY(be_->swiglu_forward(s, q));
+    TC_TRY(product(L.w_down, static_cast<const float*>(s.out), tmp_, n));
+    TC_TRY(be_->add(add, q));
   }
-  if (logits) {
+  if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
-    const int64_t first = all ? 0 : n - 1, rows = n - first;
-    if (tc_status st = rmsnorm(x + first * E, output_norm_.data(), h, rows)) return st;
-    if (tc_status st = gemv(output_, h, logits, rows)) return st;
+    if (n == 1) return norm_product(norm(g.n_layer, 0), output_, lg);
+    TC_TRY(rmsnorm(x_ + (n - rows) * E, norm(g.n_layer, 0), h_, rows));
+    TC_TRY(product(output_, h_, lg, rows));
+  }
+  return TC_OK;
+}
+
+// Records the one-token step (the eager run before it has done the lazy
+// work of the kernels: plans, scratch). A backend or kernel that cannot be
+// recorded leaves the model on eager steps, which compute the same.
+void Llama::capture_decode_step() {
+  if (tc_status st = be_->begin_capture(queue_.get())) {
+    (void)st;
+    graph_failed_ = true;
+    return;
+  }
+  tc_status st = forward(1, 0, logits_, 1);
+  std::unique_ptr<Graph> graph;
+  tc_status end = be_->end_capture(queue_.get(), &graph);
+  if (st || end || !graph) graph_failed_ = true;
+  else graph_ = std::move(graph);
+}
+
+tc_status Llama::step(const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows) {
+  params_host_[0] = int32_t(P);
+  params_host_[1] = int32_t(n);
+  std::memcpy(params_host_ + 2, tokens, size_t(n) * sizeof(int32_t));
+  if (host_) return forward(n, P, logits, rows);  // params_host_ is the block itself
+
+  Queue* q = queue_.get();
+  TC_TRY(be_->copy_async(params_, params_host_, size_t(n + 2) * sizeof(int32_t), true, q));
+  if (n == 1 && be_->supports_graphs() && !graph_failed_) {
+    if (graph_) {
+      TC_TRY(be_->replay(*graph_, q));
+    } else {
+      TC_TRY(forward(1, P, logits_, 1));
+      capture_decode_step();
+    }
+  } else {
+    TC_TRY(forward(n, P, logits ? logits_ : nullptr, rows));
+  }
+  if (logits) TC_TRY(be_->copy_async(logits, logits_, size_t(rows * cfg_.n_vocab) * sizeof(float), false, q));
+  // The staging block and the logits are reused by the next chunk.
+  std::string detail;
+  if (tc_status st = q->sync(&detail)) return fail_with(st, "tc_llama_eval: " + detail);
+  return TC_OK;
+}
+
+// A failure leaves the queue drained, so the next eval starts clean.
+tc_status Llama::finish(tc_status st) {
+  if (st && queue_) {
+    const std::string detail = last_detail();
+    std::string ignored;
+    queue_->sync(&ignored);
+    fail_with(st, detail);
+  }
+  return st;
+}
+
+tc_status Llama::eval(const int32_t* tokens, int64_t n, float* logits, bool all) {
+  const int64_t V = cfg_.n_vocab;
+  for (int64_t c0 = 0; c0 < n; c0 += max_batch_) {
+    const int64_t m = std::min(max_batch_, n - c0);
+    const bool last = c0 + m == n;
+    float* out = !logits ? nullptr : all ? logits + c0 * V : last ? logits : nullptr;
+    if (tc_status st = finish(step(tokens + c0, m, n_past_ + c0, out, all ? m : 1))) return st;
   }
   n_past_ += n;
   return TC_OK;

@@ -1,11 +1,20 @@
-// A LLaMA-family decoder over a GGUF file (include/tensorcore/llama.h).
+// A LLaMA-family decoder over a GGUF file (include/tensorcore/llama.h), on
+// any backend: the forward is backend ops only, on one queue.
 //
-// The weights stay in the file's read-only mapping and are used in place by
-// the backend's quantized GEMV (every format the file may hold, F32 and F16
-// included). Activations are f32. The KV cache is f32, laid out
+// Weights: on a host-accessible backend (the CPU) the matrices stay in the
+// file's read-only mapping and are used in place; on a device they are
+// copied once at load, in their own formats, into one device buffer with
+// the norms and the RoPE tables. The quantized GEMV computes every format
+// (F32 and F16 included). Activations are f32. The KV cache is f32, laid out
 // [layer][kv head][n_ctx][head_dim] so that one kv head's keys for positions
-// [0, n_past + n) are one contiguous [Skv, D] matrix: attention runs once per
-// kv head over pointer offsets, with the H / Hkv query heads that read it.
+// [0, n_past + n) are one contiguous [Skv, D] matrix.
+//
+// Everything a step writes lives in buffers of the context allocated at
+// load, sized for the largest chunk an eval runs at once (max_batch tokens;
+// longer evals run in chunks). The position and the token ids of a step are
+// in a small parameter block in device memory, written before the step and
+// read by the kernels, so a one-token step can be recorded once as a graph
+// (Backend::begin_capture) and replayed for every later token.
 #pragma once
 
 #include <cstdint>
@@ -13,31 +22,40 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "gguf/file.h"
 #include "tensorcore/llama.h"
 
 struct tc_context_s;
+struct tc_buffer_s;
 
 namespace tc {
 namespace model {
 
-// A weight matrix of N rows of K weights in format `fmt` (TC_QUANT_*).
+// A weight matrix of N rows of K weights in format `fmt` (TC_QUANT_*), in
+// the mapping (host) or in the weight buffer (device).
 struct Matrix {
   const uint8_t* data = nullptr;
   int32_t fmt = -1;
   int64_t N = 0, K = 0;
   uint64_t row_bytes = 0;
+  uint64_t bytes() const { return uint64_t(N) * row_bytes; }
 };
 
 struct LlamaLayer {
-  std::vector<float> attn_norm, ffn_norm;  // [n_embd], widened to f32
   Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // On a device, where the load laid them out one after the other and their
+  // formats agree: [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each, so a
+  // one-token step reads its inputs' weights in one product (data null
+  // otherwise).
+  Matrix wqkv, w_gate_up;
 };
 
 class Llama {
  public:
   // Reads the configuration, checks every tensor's presence, type and shape,
-  // and allocates the KV cache in `ctx` (n_ctx <= 0: the default).
+  // places the weights on the context's device and allocates the KV cache
+  // and the scratch (n_ctx <= 0: the default).
   static tc_status load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::unique_ptr<Llama>* out);
   ~Llama();
 
@@ -46,38 +64,88 @@ class Llama {
   void reset() { n_past_ = 0; }
   // Element type of the weight products' activations: F32 (exact) or F16.
   tc_dtype activations() const { return act_; }
-  void set_activations(tc_dtype t) { act_ = t; }
+  void set_activations(tc_dtype t);
 
   // Runs tokens at [n_past, n_past + n) (validated by the caller) and writes
-  // the logits of every token (all) or of the last one to `logits` (may be
-  // null). n_past advances only on success.
+  // the logits of every token (all) or of the last one to `logits` (host
+  // memory; may be null). n_past advances only on success.
   tc_status eval(const int32_t* tokens, int64_t n, float* logits, bool all);
 
-  // Tokenizer vocabulary from the file (built by the C API); false when the
-  // file has none.
+  // Tokenizer vocabulary from the file (built by the C API).
   const gguf::File& file() const { return *file_; }
+
+  // Products with at least this many rows run as dequantise + GEMM on a
+  // device (a GEMV re-reads its weights per block of rows; a tensor-core
+  // GEMM is faster once the rows fill its tiles).
+  static constexpr int64_t kGemmMinRows = 32;
+  // The largest number of tokens one forward runs (the scratch's size).
+  static constexpr int64_t kMaxBatch = 512;
 
  private:
   Llama() = default;
   tc_status check_and_bind(const char* path);
-  tc_status gemv(const Matrix& w, const float* x, float* y, int64_t M);
+  tc_status place_weights();
+  tc_status alloc_state();
+  tc_status alloc(size_t bytes, void** out);
+
+  // One chunk of n tokens at position P whose ids are in the parameter
+  // block; logits of the last `rows` tokens into `lg` (skipped when null).
+  tc_status step(const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows);
+  tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows);
+  void capture_decode_step();
+  tc_status finish(tc_status st);
+
+  tc_status product(const Matrix& w, const float* x, float* y, int64_t M);
+  tc_status product_gemm(const Matrix& w, const float* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M);
-  tc_status embed(const int32_t* tokens, int64_t n, float* x);
+  tc_status norm_product(const float* gamma, const Matrix& w, float* y);
+  tc_status convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n);
+  const float* norm(int64_t layer, int which) const {  // 0: attn, 1: ffn; layer n_layer: output
+    return norms_ + (2 * layer + which) * cfg_.n_embd;
+  }
 
   tc_context_s* ctx_ = nullptr;
+  Backend* be_ = nullptr;
+  bool host_ = true;              // buffers are host memory: weights used in place, no queue
+  std::unique_ptr<Queue> queue_;  // device only: every op of a forward, in order
   std::unique_ptr<gguf::File> file_;
   tc_llama_config cfg_{};
   Matrix tok_embd_, output_;
-  std::vector<float> output_norm_;
   std::vector<LlamaLayer> layers_;
-  std::vector<float> cos_, sin_;  // [n_ctx, head_dim / 2]
-  struct tc_buffer_s* kv_ = nullptr;  // K then V caches, f32
+  std::vector<float> host_norms_;    // [attn, ffn] per layer, then output_norm, each [n_embd]
+  std::vector<float> host_rope_;     // cos [n_ctx, D/2] then sin
+  const float* norms_ = nullptr;     // host_norms_ or its device copy
+  const float* cos_ = nullptr;
+  const float* sin_ = nullptr;
+  std::vector<tc_buffer_s*> buffers_;  // freed with the model
+
   float* k_cache_ = nullptr;
   float* v_cache_ = nullptr;
+  int64_t max_batch_ = 0;
+  // Scratch (see alloc_state): f32 activations, f16 copies for the
+  // products, the device's logits, the decode attention's partial results.
+  float *x_ = nullptr, *h_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *qt_ = nullptr, *o_ = nullptr,
+        *ot_ = nullptr, *k_ = nullptr, *v_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr,
+        *partial_ = nullptr, *qkv_ = nullptr, *gu_ = nullptr,
+        *kpack_ = nullptr, *vpack_ = nullptr;
+  uint16_t *xh_ = nullptr, *yh_ = nullptr;
+  // Parameter block [position, n, token ids...] (device memory) and its
+  // host staging copy (page-locked on a device; the block itself on a host).
+  int32_t* params_ = nullptr;
+  int32_t* params_host_ = nullptr;
+  bool params_pinned_ = false;
+  // Dequantised weights for the GEMM path, one matrix at a time.
+  void* wdq_ = nullptr;
+  size_t wdq_bytes_ = 0;
+  // The recorded one-token step (device backends with graphs).
+  std::unique_ptr<Graph> graph_;
+  bool graph_failed_ = false;
+  // Whether the backend's fused RMSNorm + GEMV may be tried (f32 one-token
+  // products on a device); cleared when it answers that it has no kernel.
+  bool fused_norm_ = true;
+
   int64_t n_past_ = 0;
-  std::vector<float> scratch_;
   tc_dtype act_ = TC_DTYPE_F32;
-  std::vector<uint16_t> xh_, yh_;  // f16 activations of a product
 };
 
 }  // namespace model

@@ -11,7 +11,9 @@
 //
 // (GGUF lists dims[0] = row length first.) RoPE tables for the cache's
 // positions: theta(p, k) = p * freq_scale * freq_base^(-2k / D), k < D/2.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -34,16 +36,22 @@ Llama::~Llama() {
   // own status and detail.
   const tc_status st = last_status();
   const std::string detail = last_detail();
-  if (kv_) tc_buffer_free(kv_);
+  graph_.reset();
+  queue_.reset();  // waits for the queue's work
+  for (tc_buffer_s* b : buffers_) tc_buffer_free(b);
+  if (params_pinned_) be_->release_host(params_host_);
   if (st != TC_OK) fail_with(st, detail);
 }
 
 tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::unique_ptr<Llama>* out) {
-  if (!ctx->backend->host_accessible())
-    return fail(TC_ERR_UNSUPPORTED,
-                "tc_llama_load: the context's device backend has no LLaMA decode kernels in this build (CPU only)");
   std::unique_ptr<Llama> m(new Llama());
   m->ctx_ = ctx;
+  m->be_ = ctx->backend.get();
+  // TC_LLAMA_DEVICE_PATH=1 runs a host backend the way a device runs: weights
+  // copied, every step on a queue, products of many rows through GEMM, so
+  // the tests exercise that path where no GPU is present.
+  const char* dev_path = std::getenv("TC_LLAMA_DEVICE_PATH");
+  m->host_ = m->be_->host_accessible() && !(dev_path && std::strcmp(dev_path, "1") == 0);
   if (tc_status st = gguf::File::open(path, &m->file_)) return st;
   tc_gguf_llama_config c;
   if (tc_status st = gguf::llama_config(*m->file_, &c)) return st;
@@ -79,23 +87,17 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
 
   g.n_ctx = n_ctx > 0 ? n_ctx : (g.n_ctx_train > 0 ? std::min<int64_t>(g.n_ctx_train, 2048) : 2048);
   const int64_t D = g.head_dim, half = D / 2;
-  // Cache: 2 * n_layer * n_head_kv * n_ctx * D floats.
-  const double cache_floats = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(D);
-  if (cache_floats * 4 > double(INT64_MAX / 2))
-    return fail(TC_ERR_INVALID_SHAPE, "tc_llama_load: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);
-  const size_t cache_bytes = size_t(cache_floats) * sizeof(float);
-  if (tc_status st = tc_buffer_alloc(ctx, cache_bytes, &m->kv_)) return st;
-  m->k_cache_ = reinterpret_cast<float*>(m->kv_->bytes());
-  m->v_cache_ = m->k_cache_ + size_t(cache_floats / 2);
-
-  m->cos_.resize(size_t(g.n_ctx * half));
-  m->sin_.resize(size_t(g.n_ctx * half));
+  m->host_rope_.resize(size_t(2 * g.n_ctx * half));
+  float* cos_t = m->host_rope_.data();
+  float* sin_t = cos_t + g.n_ctx * half;
   for (int64_t p = 0; p < g.n_ctx; ++p)
     for (int64_t k = 0; k < half; ++k) {
       const double theta = double(p) * g.rope_freq_scale * std::pow(g.rope_freq_base, -2.0 * double(k) / double(D));
-      m->cos_[size_t(p * half + k)] = float(std::cos(theta));
-      m->sin_[size_t(p * half + k)] = float(std::sin(theta));
+      cos_t[p * half + k] = float(std::cos(theta));
+      sin_t[p * half + k] = float(std::sin(theta));
     }
+  if (tc_status st = m->place_weights()) return st;
+  if (tc_status st = m->alloc_state()) return st;
 
   const gguf::File& f = *m->file_;
   auto id = [&](const char* key, int32_t* out) {
@@ -137,11 +139,12 @@ tc_status Llama::check_and_bind(const char* path) {
     out->row_bytes = uint64_t(k / fi->block_elems) * uint64_t(fi->block_bytes);
     return TC_OK;
   };
-  auto vector = [&](const std::string& name, std::vector<float>* out) -> tc_status {
+  // Norms widened to f32 into host_norms_ at `slot` (norm()'s order).
+  host_norms_.assign(size_t((2 * g.n_layer + 1) * g.n_embd), 0.0f);
+  auto vector = [&](const std::string& name, int64_t slot) -> tc_status {
     Matrix v;
     if (tc_status st = matrix(name, 0, g.n_embd, false, &v)) return st;
-    out->resize(size_t(g.n_embd));
-    quant::dequantize_row(v.fmt, v.data, out->data(), g.n_embd);
+    quant::dequantize_row(v.fmt, v.data, host_norms_.data() + slot * g.n_embd, g.n_embd);
     return TC_OK;
   };
   if (g.n_vocab <= 0 || g.n_vocab > INT32_MAX)
@@ -150,7 +153,7 @@ tc_status Llama::check_and_bind(const char* path) {
   if (tc_status st = matrix("output.weight", g.n_vocab, g.n_embd, true, &output_)) return st;
   g.tied_embeddings = output_.data == nullptr;
   if (g.tied_embeddings) output_ = tok_embd_;
-  if (tc_status st = vector("output_norm.weight", &output_norm_)) return st;
+  if (tc_status st = vector("output_norm.weight", 2 * g.n_layer)) return st;
   // The feed-forward width from the first layer's gate (the metadata may be
   // absent or a per-layer array).
   if (const gguf::TensorInfo* t = f.find_tensor("blk.0.ffn_gate.weight"); t && t->n_dims == 2) g.n_ff = t->dims[1];
@@ -161,7 +164,7 @@ tc_status Llama::check_and_bind(const char* path) {
     LlamaLayer& L = layers_[size_t(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     tc_status st;
-    if ((st = vector(p + "attn_norm.weight", &L.attn_norm)) || (st = vector(p + "ffn_norm.weight", &L.ffn_norm)) ||
+    if ((st = vector(p + "attn_norm.weight", 2 * i)) || (st = vector(p + "ffn_norm.weight", 2 * i + 1)) ||
         (st = matrix(p + "attn_q.weight", Dq, E, false, &L.wq)) ||
         (st = matrix(p + "attn_k.weight", Dkv, E, false, &L.wk)) ||
         (st = matrix(p + "attn_v.weight", Dkv, E, false, &L.wv)) ||
@@ -172,6 +175,142 @@ tc_status Llama::check_and_bind(const char* path) {
       return st;
   }
   g.weight_type = layers_[0].wq.fmt;
+  return TC_OK;
+}
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+tc_status Llama::alloc(size_t bytes, void** out) {
+  tc_buffer_s* b = nullptr;
+  if (tc_status st = tc_buffer_alloc(ctx_, std::max<size_t>(bytes, 1), &b)) return st;
+  buffers_.push_back(b);
+  *out = b->bytes();
+  return TC_OK;
+}
+
+// On the host the matrices stay in the mapping and the norms and RoPE tables
+// in their vectors. On a device everything is copied once into one buffer,
+// in the file's formats: each matrix, the norms, the tables, 256-byte aligned.
+tc_status Llama::place_weights() {
+  const tc_llama_config& g = cfg_;
+  const size_t rope_half = size_t(g.n_ctx * (g.head_dim / 2));
+  if (host_) {
+    norms_ = host_norms_.data();
+    cos_ = host_rope_.data();
+    sin_ = cos_ + rope_half;
+    return TC_OK;
+  }
+  // Groups stored back to back: a layer's [Wq; Wk; Wv] and [Wgate; Wup]
+  // become one matrix each where the formats agree (LlamaLayer).
+  std::vector<std::vector<Matrix*>> groups{{&tok_embd_}};
+  if (!g.tied_embeddings) groups.push_back({&output_});
+  for (LlamaLayer& L : layers_) {
+    groups.push_back({&L.wq, &L.wk, &L.wv});
+    groups.push_back({&L.wo});
+    groups.push_back({&L.w_gate, &L.w_up});
+    groups.push_back({&L.w_down});
+  }
+  std::vector<Matrix*> mats;
+  std::vector<size_t> at;
+  size_t total = 0;
+  for (const auto& grp : groups) {
+    for (Matrix* m : grp) {
+      mats.push_back(m);
+      at.push_back(total);
+      total += size_t(m->bytes());
+    }
+    total = aligned(total);
+  }
+  const size_t norms_at = total;
+  total += aligned(host_norms_.size() * sizeof(float));
+  const size_t rope_at = total;
+  total += aligned(host_rope_.size() * sizeof(float));
+  void* base_v = nullptr;
+  if (tc_status st = alloc(total, &base_v)) return st;
+  uint8_t* base = static_cast<uint8_t*>(base_v);
+  for (size_t i = 0; i < mats.size(); ++i) {
+    if (tc_status st = be_->copy_in(base + at[i], mats[i]->data, size_t(mats[i]->bytes()))) return st;
+    mats[i]->data = base + at[i];
+  }
+  if (g.tied_embeddings) output_ = tok_embd_;
+  auto fuse = [](std::initializer_list<const Matrix*> parts, Matrix* out) {
+    const Matrix& first = **parts.begin();
+    *out = first;
+    out->N = 0;
+    for (const Matrix* m : parts) {
+      if (m->fmt != first.fmt || m->K != first.K) {
+        *out = Matrix();
+        return;
+      }
+      out->N += m->N;
+    }
+  };
+  for (LlamaLayer& L : layers_) {
+    fuse({&L.wq, &L.wk, &L.wv}, &L.wqkv);
+    fuse({&L.w_gate, &L.w_up}, &L.w_gate_up);
+  }
+  if (tc_status st = be_->copy_in(base + norms_at, host_norms_.data(), host_norms_.size() * sizeof(float))) return st;
+  if (tc_status st = be_->copy_in(base + rope_at, host_rope_.data(), host_rope_.size() * sizeof(float))) return st;
+  norms_ = reinterpret_cast<const float*>(base + norms_at);
+  cos_ = reinterpret_cast<const float*>(base + rope_at);
+  sin_ = cos_ + rope_half;
+  return TC_OK;
+}
+
+// The KV cache, then one scratch buffer for a chunk of up to max_batch_
+// tokens (B), carved into (floats):
+//   x, h, tmp [B, E]; q, qt, o, ot [B, H*D]; k, v [B, Hkv*D]; gate, up [B, F];
+//   logits [B, n_vocab], kpack, vpack [Hkv, n_ctx, D] (device only: a host
+//   backend writes the caller's array and attends per kv head in place);
+//   partial [H, decode_attention_splits(n_ctx), D + 2]; qkv [H*D + 2 Hkv*D]; gu [2F];
+// then f16 copies of a product's input and output, and the parameter block
+// [position, n, B token ids] (int32).
+tc_status Llama::alloc_state() {
+  const tc_llama_config& g = cfg_;
+  const int64_t E = g.n_embd, H = g.n_head, D = g.head_dim, Dq = H * D, Dkv = g.n_head_kv * D, F = g.n_ff;
+  const int64_t V = g.n_vocab;
+  // Cache: 2 * n_layer * n_head_kv * n_ctx * D floats.
+  const double cache_floats = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(D);
+  if (cache_floats * 4 > double(INT64_MAX / 2))
+    return fail(TC_ERR_INVALID_SHAPE, "tc_llama_load: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);
+  void* kv = nullptr;
+  if (tc_status st = alloc(size_t(cache_floats) * sizeof(float), &kv)) return st;
+  k_cache_ = static_cast<float*>(kv);
+  v_cache_ = k_cache_ + size_t(cache_floats / 2);
+
+  const int64_t B = max_batch_ = std::min<int64_t>(g.n_ctx, kMaxBatch);
+  const int64_t widest_out = std::max({Dq, Dkv, E, F, V});
+  std::vector<std::pair<void**, size_t>> pieces;
+  auto f32 = [&](float** p, int64_t n) { pieces.push_back({reinterpret_cast<void**>(p), size_t(n) * 4}); };
+  f32(&x_, B * E), f32(&h_, B * E), f32(&tmp_, B * E);
+  f32(&q_, B * Dq), f32(&qt_, B * Dq), f32(&o_, B * Dq), f32(&ot_, B * Dq);
+  f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
+  if (!host_) f32(&logits_, B * V), f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
+  f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
+  f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
+  pieces.push_back({reinterpret_cast<void**>(&xh_), size_t(B * std::max({E, Dq, F})) * 2});
+  pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
+  pieces.push_back({reinterpret_cast<void**>(&params_), size_t(B + 2) * 4});
+  size_t total = 0;
+  for (auto& p : pieces) total += aligned(p.second);
+  void* base_v = nullptr;
+  if (tc_status st = alloc(total, &base_v)) return st;
+  char* base = static_cast<char*>(base_v);
+  for (auto& p : pieces) {
+    *p.first = base;
+    base += aligned(p.second);
+  }
+  if (host_) {
+    params_host_ = params_;
+    return TC_OK;
+  }
+  params_host_ = static_cast<int32_t*>(be_->alloc_host(size_t(B + 2) * 4));
+  if (!params_host_) return fail(TC_ERR_ALLOC, "tc_llama_load: %lld bytes of host memory", (long long)(B + 2) * 4);
+  params_pinned_ = true;
+  queue_ = be_->create_queue();
   return TC_OK;
 }
 

@@ -2,7 +2,10 @@
 float64 NumPy forward on the dequantised weights of small random models:
 prefill then one-token steps, GQA, tied embeddings, every weight format,
 greedy generation, the tokenizer from the file, and clean errors for bad
-files and bad calls."""
+files and bad calls. The numerical tests run on every device present (the
+`dev` fixture: cpu, and cuda where a GPU is usable); on CUDA a chunk of at
+least 32 tokens takes the dequantise + GEMM products and one-token steps
+replay a recorded graph after the first."""
 
 import os
 
@@ -10,6 +13,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
+from conftest import DEVICES
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
 
@@ -210,15 +214,59 @@ def cpu():
     c.close()
 
 
+@pytest.fixture(scope="module", params=DEVICES)
+def dev(request):
+    """A context on each device present, shared by the module's tests."""
+    c = tc.Context(request.param)
+    yield c
+    c.close()
+
+
+@pytest.fixture(params=["cpu", "cpu-device-path"])
+def cpu_paths(request, cpu, monkeypatch):
+    """The CPU context, loading models as usual (weights in place) or, with
+    TC_LLAMA_DEVICE_PATH=1, the way a GPU does (weights copied and the fused
+    layouts, every op on a queue, GEMM for chunks of 32 tokens and more)."""
+    if request.param == "cpu-device-path":
+        monkeypatch.setenv("TC_LLAMA_DEVICE_PATH", "1")
+    return cpu
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_0", "q8_0"])
+def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
+    """Prefill of 40 (GEMM products on a device), a chunk of 5 (GEMV), then
+    single steps (fused products and the decode attention), a reset, and f16
+    activations: the same logits whichever way the model was loaded."""
+    rng = np.random.default_rng(51)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
+    tokens = rng.integers(0, V, 50)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=cpu_paths, n_ctx=64) as m:
+        check_logits(m.eval(tokens[:40]), ref[:40], fmt, "prefill 40")
+        check_logits(m.eval(tokens[40:45]), ref[40:45], fmt, "chunk of 5")
+        for i in range(45, 50):
+            check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], fmt, "step %d" % i)
+        m.reset()
+        check_logits(m.eval(tokens[:3]), ref[:3], fmt, "after reset")
+        last = m.eval(tokens[3:4], last_only=True)
+        check_logits(last[None], ref[3:4], fmt, "last only")
+        tc.llama_set_activations(m.handle, "f16")
+        m.reset()
+        out = np.concatenate([m.eval(tokens[:40]), m.eval(tokens[40:41]), m.eval(tokens[41:42])])
+        err = np.abs(out - ref[:42]).max() / np.abs(ref[:42]).max()
+        assert np.isfinite(out).all() and err < 5e-2, err
+
+
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])
 @pytest.mark.parametrize("tied", [False, True])
-def test_prefill_then_steps_match_reference(tmp_path, cpu, fmt, tied):
+def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):
     rng = np.random.default_rng(1 + len(fmt) + 7 * tied)
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng, tied), fmt)
     tokens = rng.integers(0, V, 12)
     ref = reference(w, tokens)
-    with Llama(path, ctx=cpu, n_ctx=64) as m:
+    with Llama(path, ctx=dev, n_ctx=64) as m:
         assert m.config["tied_embeddings"] == int(tied)
         assert (m.config["n_head"], m.config["n_head_kv"], m.config["n_vocab"]) == (H, HKV, V)
         out = m.eval(tokens[:7])
@@ -233,7 +281,7 @@ def test_prefill_then_steps_match_reference(tmp_path, cpu, fmt, tied):
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "f16"])
-def test_f16_activations(tmp_path, cpu, fmt):
+def test_f16_activations(tmp_path, dev, fmt):
     """Faster products (f16 activations, int8 dot products on VNNI): close to
     the exact forward, and the bad dtype is refused."""
     rng = np.random.default_rng(21)
@@ -241,7 +289,7 @@ def test_f16_activations(tmp_path, cpu, fmt):
     w = write_model(path, make_weights(rng), fmt)
     tokens = rng.integers(0, V, 10)
     ref = reference(w, tokens)
-    with Llama(path, ctx=cpu, activations="f16") as m:
+    with Llama(path, ctx=dev, activations="f16") as m:
         out = np.concatenate([m.eval(tokens[:6]), m.eval(tokens[6:8]), m.eval(tokens[8:9]), m.eval(tokens[9:])])
         err = np.abs(out - ref).max() / np.abs(ref).max()
         assert np.isfinite(out).all() and err < 5e-2, err  # int8 activations: ~2e-2 as llama.cpp
@@ -251,22 +299,22 @@ def test_f16_activations(tmp_path, cpu, fmt):
         check_logits(m.eval(tokens), ref, fmt, "back to f32")
 
 
-def test_rope_base_and_scale_from_metadata(tmp_path, cpu):
+def test_rope_base_and_scale_from_metadata(tmp_path, dev):
     rng = np.random.default_rng(5)
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "f32", rope_base=500.0, rope_scale=4.0)
     tokens = rng.integers(0, V, 9)
-    with Llama(path, ctx=cpu) as m:
+    with Llama(path, ctx=dev) as m:
         assert m.config["rope_freq_base"] == 500.0 and m.config["rope_freq_scale"] == 0.25
         check_logits(m.eval(tokens), reference(w, tokens, 500.0, 0.25), "f32", "scaled rope")
 
 
-def test_greedy_generate_matches_reference(tmp_path, cpu):
+def test_greedy_generate_matches_reference(tmp_path, dev):
     rng = np.random.default_rng(11)
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0")
     prompt = list(rng.integers(0, V, 5))
-    with Llama(path, ctx=cpu) as m:
+    with Llama(path, ctx=dev) as m:
         got = m.generate(prompt, 6)
     seq = list(prompt)
     for _ in range(6):
@@ -308,12 +356,12 @@ def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
         assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
 
 
-def test_file_without_vocabulary_runs_on_ids(tmp_path, cpu):
+def test_file_without_vocabulary_runs_on_ids(tmp_path, dev):
     rng = np.random.default_rng(8)
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0", tokenizer=None)
     tokens = rng.integers(0, V, 6)
-    with Llama(path, ctx=cpu) as m:
+    with Llama(path, ctx=dev) as m:
         assert m.n_vocab == V and m.bos_id == -1
         check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
         _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
@@ -360,10 +408,10 @@ def test_bad_files(tmp_path, cpu):
     assert cpu.closed is False
 
 
-def test_bad_calls_leave_state(tmp_path, cpu):
+def test_bad_calls_leave_state(tmp_path, dev):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(4)), "f32")
-    with Llama(path, ctx=cpu, n_ctx=8) as m:
+    with Llama(path, ctx=dev, n_ctx=8) as m:
         assert m.n_ctx == 8
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
@@ -379,7 +427,7 @@ def test_bad_calls_leave_state(tmp_path, cpu):
         tc.llama_eval(m.handle, [6, 7], last)  # capacity n_vocab: the last token's logits
         assert np.isfinite(last).all() and m.n_past == 7
     _expect(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m._handle if m._handle else 12345, [1])
-    _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_load, cpu, str(path), -1)
+    _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_load, dev, str(path), -1)
 
 
 def test_default_model_is_deterministic(tmp_path, monkeypatch):
@@ -412,7 +460,8 @@ def test_command_line(tmp_path):
     import subprocess
     import sys
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), TC_NUM_THREADS="2")
-    r = subprocess.run([sys.executable, "-m", "tensorcore.llama", "--prompt", "hello world", "-n", "5", "--bench"],
+    r = subprocess.run([sys.executable, "-m", "tensorcore.llama", "--prompt", "hello world", "-n", "5", "--bench",
+                        "--device", "cpu"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().split("\n")
@@ -444,7 +493,7 @@ def test_corrupted_files_fail_cleanly(tmp_path, cpu):
             assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)
 
 
-def test_long_chunks_match_reference(tmp_path, cpu):
+def test_long_chunks_match_reference(tmp_path, dev):
     """Several attention tiles and GEMV row blocks: 40 tokens, then a chunk of
     17 after them, then single steps."""
     rng = np.random.default_rng(41)
@@ -452,9 +501,23 @@ def test_long_chunks_match_reference(tmp_path, cpu):
     w = write_model(path, make_weights(rng), "q8_0")
     tokens = rng.integers(0, V, 60)
     ref = reference(w, tokens)
-    with Llama(path, ctx=cpu, n_ctx=60) as m:
+    with Llama(path, ctx=dev, n_ctx=60) as m:
         check_logits(m.eval(tokens[:40]), ref[:40], "q8_0", "prefill 40")
         check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
         for i in range(57, 60):
             check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q8_0", "step %d" % i)
         _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1])
+
+
+def test_eval_longer_than_a_chunk(tmp_path, dev):
+    """An eval of more tokens than one forward runs at once (512) is split
+    into chunks; every token's logits match, and decoding continues."""
+    rng = np.random.default_rng(43)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q4_0")
+    tokens = rng.integers(0, V, 530)
+    ref = reference(w, tokens)
+    with Llama(path, ctx=dev, n_ctx=530) as m:
+        check_logits(m.eval(tokens[:527]), ref[:527], "q4_0", "527 tokens")
+        for i in range(527, 530):
+            check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q4_0", "step %d" % i)

@@ -58,16 +58,19 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None):
 class Llama:
     """A llama-family model loaded from a GGUF file (None: the default model).
 
-    ctx: a Context (default: a new CPU context, closed with the model).
+    ctx: a Context: the model runs on its device (default: a new context
+    on `device`, "cpu" unless given, closed with the model). On a GPU the
+    weights are copied to device memory at load and each one-token step
+    after the first replays a recorded CUDA graph.
     n_ctx: KV cache positions (default min(context_length, 2048)).
     activations: "f32" (exact weight products) or "f16" (faster: f16
     activations into the products, int8 dot products on VNNI processors, as
     llama.cpp computes; logits within a few 1e-2)."""
 
-    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f32"):
+    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f32", device=None):
         self.path = str(path) if path is not None else default_model_path()
         self._own_ctx = ctx is None
-        self.ctx = Context("cpu") if ctx is None else ctx
+        self.ctx = Context(device or "cpu") if ctx is None else ctx
         self._handle = None
         try:
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)

@@ -1,4 +1,4 @@
-"""python -m tensorcore.llama [MODEL.gguf] --prompt TEXT -n N [--bench]
+"""python -m tensorcore.llama [MODEL.gguf] --prompt TEXT -n N [--device cpu|cuda] [--bench]
 
 Runs a llama-family GGUF model (the embedded default model when no file is
 named): prints the prompt and the generated text as it arrives, then the
@@ -17,6 +17,7 @@ def main(argv=None):
     ap.add_argument("--prompt", "-p", default="Hello, the model says", help="prompt text")
     ap.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate")
     ap.add_argument("--n-ctx", type=int, default=0, help="KV cache positions (default min(context_length, 2048))")
+    ap.add_argument("--device", "-d", default="cpu", help="device of the model: cpu, cuda or cuda:N")
     ap.add_argument("--threads", "-t", type=int, default=0, help="CPU threads (TC_NUM_THREADS)")
     ap.add_argument("--activations", choices=["f32", "f16"], default="f32",
                     help="f16: faster weight products (int8 dot products on VNNI processors, as llama.cpp)")
@@ -29,12 +30,14 @@ def main(argv=None):
     if args.threads > 0:
         os.environ["TC_NUM_THREADS"] = str(args.threads)  # read when the thread pool starts
 
+    from .._objects import Context
     from . import Llama
 
     if args.n_predict < 1:
         ap.error("-n must be >= 1")
     out = sys.stdout
-    with Llama(args.model, n_ctx=args.n_ctx or None, activations=args.activations) as m:
+    ctx = Context(args.device)
+    with ctx, Llama(args.model, ctx=ctx, n_ctx=args.n_ctx or None, activations=args.activations) as m:
         prompt = m.tokenize(args.prompt, add_bos=m.bos_id >= 0)
         out.write(args.prompt)
         out.flush()

@@ -1,0 +1,291 @@
+// The decoder's model ops (core/backend.h, "model ops") on every device
+// present, called through the context's backend (they have no C ABI), each
+// against a double-precision reference on fresh random inputs, outputs
+// poisoned first:
+//   embed_rows       every weight format, bit-identical to tc_dequantize_weights
+//                    on the CPU (ggml's dequantize_row_*)
+//   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched
+//   decode_attention GQA, positions at the start, middle and end of a cache
+//                    long enough to be split into several pieces
+//   add, convert, heads_to_tokens, copy_2d
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/half.h"
+#include "core/objects.h"
+#include "quant/formats.h"
+#include "tensorcore/tensorcore.h"
+
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r = [] {
+    uint64_t seed = std::random_device{}();
+    if (const char* s = std::getenv("TC_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
+    std::printf("test_model_ops seed %llu (TC_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    return std::mt19937_64(seed);
+  }();
+  return r;
+}
+
+std::vector<float> randn(size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng());
+  return v;
+}
+
+// A context on `device` and buffers in it, freed at the end.
+struct Dev {
+  tc_context ctx = nullptr;
+  std::vector<tc_buffer> bufs;
+  explicit Dev(const std::string& device) { EXPECT_EQ(tc_init_device(device.c_str(), &ctx), TC_OK); }
+  ~Dev() {
+    for (tc_buffer b : bufs) tc_buffer_free(b);
+    tc_shutdown(ctx);
+  }
+  tc::Backend& be() { return *ctx->backend; }
+  template <class T>
+  T* put(const std::vector<T>& host) {
+    tc_buffer b = nullptr;
+    EXPECT_EQ(tc_buffer_alloc(ctx, std::max<size_t>(host.size() * sizeof(T), 1), &b), TC_OK);
+    EXPECT_EQ(tc_buffer_write(b, 0, host.data(), host.size() * sizeof(T)), TC_OK);
+    bufs.push_back(b);
+    return reinterpret_cast<T*>(b->bytes());
+  }
+  template <class T>
+  std::vector<T> get(const T* dev, size_t n) {
+    std::vector<T> out(n);
+    for (tc_buffer b : bufs)
+      if (reinterpret_cast<const char*>(dev) == b->bytes()) EXPECT_EQ(tc_buffer_read(b, 0, out.data(), n * sizeof(T)), TC_OK);
+    return out;
+  }
+};
+
+std::vector<std::string> devices() {
+  std::vector<std::string> d{"cpu"};
+  if (tc_cuda_device_count() > 0) d.push_back("cuda");
+  return d;
+}
+
+class ModelOps : public ::testing::TestWithParam<std::string> {};
+
+// Random blocks of `fmt` with finite, initialised-model-sized scales.
+std::vector<uint8_t> random_rows(int32_t fmt, int64_t rows, int64_t K) {
+  const tc::quant::FormatInfo* fi = tc::quant::format_info(fmt);
+  const int64_t nb = K / fi->block_elems, bb = fi->block_bytes;
+  std::vector<uint8_t> raw(size_t(rows * nb * bb));
+  for (uint8_t& b : raw) b = uint8_t(rng()());
+  std::uniform_real_distribution<float> scale(0.01f, 0.1f);
+  for (int64_t blk = 0; blk < rows * nb; ++blk) {
+    uint8_t* p = raw.data() + blk * bb;
+    auto h = [&](size_t at) {
+      const uint16_t v = tc::f32_to_f16(scale(rng()));
+      std::memcpy(p + at, &v, 2);
+    };
+    switch (fmt) {
+      case tc::quant::Q4_0: case tc::quant::Q8_0: h(0); break;
+      case tc::quant::Q4_1: case tc::quant::Q4_K: case tc::quant::Q5_K: h(0), h(2); break;
+      case tc::quant::Q6_K: h(208); break;
+      case tc::quant::Q8_K: { const float d = scale(rng()); std::memcpy(p, &d, 4); break; }
+      case tc::quant::F16: for (int64_t i = 0; i < bb; i += 2) h(size_t(i)); break;
+      case tc::quant::BF16: for (int64_t i = 0; i < bb; i += 2) { const uint16_t v = tc::f32_to_bf16(scale(rng())); std::memcpy(p + i, &v, 2); } break;
+      case tc::quant::F32: { const float v = scale(rng()); std::memcpy(p, &v, 4); break; }
+    }
+  }
+  return raw;
+}
+
+TEST_P(ModelOps, EmbedRowsEveryFormat) {
+  Dev dev(GetParam());
+  Dev cpu("cpu");
+  const int64_t rows = 7, K = 512;
+  for (int32_t fmt = 0; fmt < tc::quant::kNumFormats; ++fmt) {
+    SCOPED_TRACE(tc::quant::format_info(fmt)->name);
+    const std::vector<uint8_t> table = random_rows(fmt, rows, K);
+    const uint64_t row_bytes = table.size() / rows;
+    // The reference: the whole table dequantised on the CPU.
+    tc_buffer tq = nullptr, ty = nullptr;
+    ASSERT_EQ(tc_buffer_alloc(cpu.ctx, table.size(), &tq), TC_OK);
+    ASSERT_EQ(tc_buffer_alloc(cpu.ctx, size_t(rows * K) * 4, &ty), TC_OK);
+    ASSERT_EQ(tc_buffer_write(tq, 0, table.data(), table.size()), TC_OK);
+    ASSERT_EQ(tc_dequantize_weights(cpu.ctx, tq, ty, tc_quant_type(fmt), 0, rows, K, TC_DTYPE_F32), TC_OK);
+    std::vector<float> ref(size_t(rows * K));
+    ASSERT_EQ(tc_buffer_read(ty, 0, ref.data(), ref.size() * 4), TC_OK);
+    tc_buffer_free(tq);
+    tc_buffer_free(ty);
+
+    const std::vector<int32_t> tokens{3, 0, 6, 3, 1};
+    tc::EmbedRowsArgs a;
+    a.info.name = "test.embed_rows";
+    a.fmt = fmt, a.n = int64_t(tokens.size()), a.K = K, a.row_bytes = row_bytes;
+    a.table = dev.put(table);
+    a.tokens = dev.put(tokens);
+    a.dst = dev.put(std::vector<float>(tokens.size() * K, NAN));
+    ASSERT_EQ(dev.be().embed_rows(a, nullptr), TC_OK);
+    const std::vector<float> out = dev.get(a.dst, tokens.size() * K);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_EQ(out[i * K + k], ref[tokens[i] * K + k]) << "token " << i << " weight " << k;
+  }
+}
+
+TEST_P(ModelOps, RopeKvAppend) {
+  Dev dev(GetParam());
+  const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
+  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
+  const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
+  std::vector<float> cs(C * half), sn(C * half);
+  for (int64_t p = 0; p < C; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
+      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
+    }
+  const std::vector<float> cache_init(Hkv * C * D, -7.0f);
+  tc::RopeKvAppendArgs a;
+  a.info.name = "test.rope_kv_append";
+  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  a.pos = dev.put(std::vector<int32_t>{int32_t(P)});
+  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
+  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
+  a.k_cache = dev.put(cache_init), a.v_cache = dev.put(cache_init);
+  ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
+  const auto qt = dev.get(a.qt, H * n * D), kc = dev.get(a.k_cache, Hkv * C * D), vc = dev.get(a.v_cache, Hkv * C * D);
+  auto rot = [&](const float* x, int64_t p, int64_t d) {
+    const double c = cs[p * half + d / 2], s = sn[p * half + d / 2];
+    const double a0 = x[d & ~int64_t(1)], b0 = x[d | 1];
+    return d % 2 == 0 ? a0 * c - b0 * s : b0 * c + a0 * s;
+  };
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_NEAR(qt[(h * n + i) * D + d], rot(&q[i * ldq + h * D], P + i, d), 1e-5);
+      for (int64_t g = 0; g < Hkv; ++g) {
+        EXPECT_NEAR(kc[(g * C + P + i) * D + d], rot(&k[i * ldk + g * D], P + i, d), 1e-5);
+        EXPECT_EQ(vc[(g * C + P + i) * D + d], v[i * ldv + g * D + d]);
+      }
+    }
+  for (int64_t g = 0; g < Hkv; ++g)
+    for (int64_t p = 0; p < C; ++p)
+      if (p < P || p >= P + n)
+        for (int64_t d = 0; d < D; ++d) {
+          ASSERT_EQ(kc[(g * C + p) * D + d], -7.0f) << "k cache row " << p << " written";
+          ASSERT_EQ(vc[(g * C + p) * D + d], -7.0f) << "v cache row " << p << " written";
+        }
+}
+
+TEST_P(ModelOps, DecodeAttention) {
+  Dev dev(GetParam());
+  for (int64_t D : {64, 40}) {
+    const int64_t H = 8, Hkv = 2, C = 300, G = H / Hkv;  // 5 pieces of 60 positions
+    const std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    for (int32_t pos : {0, 57, 60, 299}) {
+      SCOPED_TRACE("D " + std::to_string(D) + " pos " + std::to_string(pos));
+      tc::DecodeAttentionArgs a;
+      a.info.name = "test.decode_attention";
+      a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
+      a.pos = dev.put(std::vector<int32_t>{pos});
+      a.q = dev.put(q), a.k_cache = dev.put(K), a.v_cache = dev.put(V);
+      a.o = dev.put(std::vector<float>(H * D, NAN));
+      a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+      const auto o = dev.get(a.o, H * D);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / G;
+        std::vector<double> s(size_t(pos) + 1);
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j <= pos; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += double(q[h * D + d]) * K[(g * C + j) * D + d];
+          m = std::max(m, s[j] = dot * scale);
+        }
+        for (double& x : s) l += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double ref = 0;
+          for (int64_t j = 0; j <= pos; ++j) ref += s[j] * V[(g * C + j) * D + d];
+          ASSERT_NEAR(o[h * D + d], ref / l, 1e-5 * (1 + std::fabs(ref / l))) << "head " << h << " d " << d;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ModelOps, AddConvertHeadsToTokens) {
+  Dev dev(GetParam());
+  const int64_t n = 1000;
+  const std::vector<float> x = randn(n), y = randn(n);
+  tc::AddArgs a;
+  a.info.name = "test.add";
+  a.n = n;
+  a.x = dev.put(x), a.y = dev.put(y);
+  ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
+  const auto sum = dev.get(a.x, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], x[i] + y[i]);
+
+  for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16}) {
+    tc::ConvertArgs c;
+    c.info.name = "test.convert";
+    c.n = n, c.src_dtype = TC_DTYPE_F32, c.dst_dtype = t;
+    c.src = dev.put(x);
+    uint16_t* narrow = dev.put(std::vector<uint16_t>(n, 0xFFFF));
+    c.dst = narrow;
+    ASSERT_EQ(dev.be().convert(c, nullptr), TC_OK);
+    const auto bits = dev.get(narrow, n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bits[i], t == TC_DTYPE_F16 ? tc::f32_to_f16(x[i]) : tc::f32_to_bf16(x[i])) << i;
+    c.src_dtype = t, c.dst_dtype = TC_DTYPE_F32;
+    c.src = narrow;
+    float* wide = dev.put(std::vector<float>(n, NAN));
+    c.dst = wide;
+    ASSERT_EQ(dev.be().convert(c, nullptr), TC_OK);
+    const auto back = dev.get(wide, n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(back[i], t == TC_DTYPE_F16 ? tc::f16_to_f32(bits[i]) : tc::bf16_to_f32(bits[i])) << i;
+  }
+
+  const int64_t T = 5, H = 3, D = 7;
+  const std::vector<float> src = randn(H * T * D);
+  tc::HeadsToTokensArgs t;
+  t.info.name = "test.heads_to_tokens";
+  t.n = T, t.H = H, t.D = D;
+  t.src = dev.put(src);
+  t.dst = dev.put(std::vector<float>(T * H * D, NAN));
+  ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
+  const auto out = dev.get(t.dst, T * H * D);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[(i * H + h) * D + d], src[(h * T + i) * D + d]);
+}
+
+TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
+  Dev dev(GetParam());
+  const int64_t heads = 3, C = 10, D = 4, S = 6;
+  const std::vector<float> cache = randn(heads * C * D);
+  tc::Copy2dArgs c;
+  c.info.name = "test.copy_2d";
+  c.rows = heads;
+  c.row_bytes = size_t(S * D) * 4, c.src_pitch = size_t(C * D) * 4, c.dst_pitch = c.row_bytes;
+  c.src = dev.put(cache);
+  float* dst = dev.put(std::vector<float>(heads * S * D + 1, -3.0f));
+  c.dst = dst;
+  ASSERT_EQ(dev.be().copy_2d(c, nullptr), TC_OK);
+  const auto out = dev.get(dst, heads * S * D + 1);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t e = 0; e < S * D; ++e) ASSERT_EQ(out[h * S * D + e], cache[h * C * D + e]);
+  EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ModelOps, ::testing::ValuesIn(devices()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace

@@ -146,8 +146,13 @@ def run_llama_bench(args, path):
     import subprocess
     cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill), "-n", str(args.decode),
            "-r", "3", "-o", "json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    res = {"binary": os.path.basename(args.llama_bench), "build": "?"}
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:  # some builds crash in their repacked (AMX) Q4_0 path; plain ggml kernels then
+        print("llama-bench failed (exit %d); again with --repack 0" % proc.returncode)
+        cmd += ["--repack", "0"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out = proc.stdout
+    res = {"binary": os.path.basename(args.llama_bench) + (" --repack 0" if "--repack" in cmd else ""), "build": "?"}
     for r in json.loads(out):
         res["build"] = r.get("build_commit", "?")
         res["pp" if r["n_prompt"] else "tg"] = float(r["avg_ts"])

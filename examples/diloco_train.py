@@ -10,11 +10,15 @@ GPL, Apache, Artistic, MPL, ... license texts) by N worker processes
           step (Nesterov, lr 0.7, momentum 0.9) averages the workers' progress
 
 Both see the same number of tokens per worker per step and take the same
-number of steps. The report compares held-out loss curves and the bytes each
+number of steps. Forward, backward and AdamW run on tensorcore's kernels
+(tiny_llama.TcModel / TcAdamW; `--kernels numpy` selects the NumPy
+reference). The report compares held-out loss curves and the bytes each
 worker put on the wire, draws them (PNG), saves the DiLoCo model as a
-llama-architecture GGUF and greedily decodes a prompt from that file.
+llama-architecture GGUF and greedily decodes a prompt from that file with
+tensorcore's LLaMA harness (tensorcore.llama.Llama), checking that the
+harness and the training model agree.
 
-    python examples/diloco_train.py [--workers 4] [--steps 800] [--H 100] [--compress none]
+    python examples/diloco_train.py [--workers 4] [--steps 800] [--H 100] [--compress none] [--kernels tc]
 """
 
 import argparse
@@ -59,8 +63,13 @@ def lr_at(step, base, warmup, total):
     return base * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress)))
 
 
-def evaluate(cfg, p, held, mm, batches):
-    return float(np.mean([M.forward(cfg, p, x, mm, y) for x, y in batches]))
+def evaluate(net, batches):
+    return float(np.mean([net.loss(x, y) for x, y in batches]))
+
+
+def config(args):
+    return M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq,
+                    rope_interleaved=args.rope == "interleaved")
 
 
 # ---- one worker ----------------------------------------------------------------------
@@ -68,12 +77,12 @@ def evaluate(cfg, p, held, mm, batches):
 def worker(args):
     import tensorcore as tc
     rank, world = args.rank, args.workers
-    cfg = M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq)
+    cfg = config(args)
     train, held = corpus()
     rng_eval = np.random.default_rng(12345)
     eval_batches = [batch(held, rng_eval, args.batch, cfg.seq) for _ in range(args.eval_batches)]
     ctx = tc.Context("cpu")
-    mm = M.MatMul(ctx if args.gemm == "tc" else None)
+    kctx = ctx if args.kernels == "tc" else None  # None: the NumPy reference kernels
     dist = ctx.dist("gloo", world, rank, args.url, timeout=300)
     n = cfg.size()
     theta_buf = ctx.buffer(n * 4)
@@ -81,12 +90,12 @@ def worker(args):
     if args.init:
         theta[...] = np.load(args.init)  # the shared pretrained checkpoint
     else:
-        M.init(cfg, theta, seed=0)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
-    p = M.views(cfg, theta)
+        M.init(cfg, theta, seed=args.seed)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
     grad_buf = ctx.buffer(n * 4)
     grad = np.ctypeslib.as_array(ctypes_ptr(grad_buf.map()), (n,))
-    G = M.views(cfg, grad)
-    opt = M.AdamW(cfg, n, lr=args.lr, wd=args.wd)
+    # The model reads theta_buf and writes grad_buf in place; AdamW updates theta_buf.
+    net = M.model(cfg, theta, grad, kctx)
+    opt = M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
     rng = np.random.default_rng([7, rank])
     log = {"train": [], "eval": [], "bytes": 0.0, "outer_bytes": [], "seconds": 0.0}
     d = None
@@ -95,21 +104,20 @@ def worker(args):
                         outer_optimizer="nesterov", compress=args.compress)
         d.add_parameter("model", theta_buf, n)
     if rank == 0:
-        log["eval"].append((0, evaluate(cfg, p, held, mm, eval_batches)))
+        log["eval"].append((0, evaluate(net, eval_batches)))
     t0 = time.time()
     for step in range(args.steps):
         x, y = batch(train, rng, args.batch, cfg.seq)
-        loss, cache = M.forward(cfg, p, x, mm, y, keep=True)
-        M.backward(cfg, p, G, cache, y, mm)
+        loss = net.loss_and_grad(x, y)
         log["train"].append(float(loss))
         if args.mode == "ddp":
             dist.allreduce(grad_buf, n, "f32", "avg")
-        opt.step(theta, grad, lr_at(step, args.lr, args.warmup, args.steps))
+        opt.step(lr_at(step, args.lr, args.warmup, args.steps))
         if d is not None and d.step():
             d.apply_outer()
             log["outer_bytes"].append(d.last_outer_bytes_sent)
         if rank == 0 and (step + 1) % args.H == 0:
-            log["eval"].append((step + 1, evaluate(cfg, p, held, mm, eval_batches)))
+            log["eval"].append((step + 1, evaluate(net, eval_batches)))
             print("[%s] step %d eval %.4f (%.1fs)" % (args.mode, step + 1, log["eval"][-1][1], time.time() - t0),
                   flush=True)
     log["seconds"] = time.time() - t0
@@ -155,7 +163,7 @@ def run_mode(args, mode, out):
 
 
 SHARED = ("workers", "steps", "pretrain", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
-          "outer_lr", "eval_batches", "gemm")
+          "outer_lr", "eval_batches", "kernels", "rope", "seed")
 
 
 def smooth(v, k=25):
@@ -213,30 +221,36 @@ def plot_without_matplotlib(results, path):
                            chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
-def pretrain(args, cfg, train, path):
+def pretrain(args, cfg, train, path, kctx):
     """The shared starting checkpoint: `--pretrain` steps of one worker
     (no communication), as DiLoCo's authors start from a pretrained model."""
     theta = np.zeros(cfg.size(), np.float32)
-    M.init(cfg, theta, seed=0)
-    p, grad = M.views(cfg, theta), np.zeros_like(theta)
-    opt, rng, mm = M.AdamW(cfg, theta.size, lr=args.lr, wd=args.wd), np.random.default_rng(99), M.MatMul(None)
+    M.init(cfg, theta, seed=args.seed)
+    grad = np.zeros_like(theta)
+    net, opt = M.model(cfg, theta, grad, kctx), M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
+    rng = np.random.default_rng(99)
     for step in range(args.pretrain):
         x, y = batch(train, rng, args.batch, cfg.seq)
-        loss, cache = M.forward(cfg, p, x, mm, y, keep=True)
-        M.backward(cfg, p, M.views(cfg, grad), cache, y, mm)
-        opt.step(theta, grad, lr_at(step, args.lr, args.warmup, args.pretrain))
+        loss = net.loss_and_grad(x, y)
+        opt.step(lr_at(step, args.lr, args.warmup, args.pretrain))
     np.save(path, theta)
     print("pretrained %d steps on one worker: train loss %.4f" % (args.pretrain, loss), flush=True)
 
 
 def driver(args):
+    import tensorcore as tc
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = M.Config(dim=args.dim, layers=args.layers, heads=args.heads, ffn=args.ffn, seq=args.seq)
+    cfg = config(args)
     train, held = corpus()
     print("corpus: %d train bytes, %d held-out bytes; model %d parameters" % (len(train), len(held), cfg.size()))
+    ctx = tc.Context("cpu")
+    kctx = ctx if args.kernels == "tc" else None
+    t_start = time.time()
     if args.pretrain:
-        pretrain(args, cfg, train, out / "pretrained.npy")
+        t0 = time.time()
+        pretrain(args, cfg, train, out / "pretrained.npy", kctx)
+        print("pretrain: %.0f s" % (time.time() - t0), flush=True)
     results = {}
     for mode in ("ddp", "diloco"):
         t0 = time.time()
@@ -249,29 +263,34 @@ def driver(args):
     ratio = sent["ddp"] / max(sent["diloco"], 1.0)
     title = "%d workers, %d steps, H=%d, compress=%s" % (args.workers, args.steps, args.H, args.compress)
     plot(results, out / "diloco_loss.png", title)
-    # The DiLoCo model as GGUF, decoded back from the file.
+    # The DiLoCo model as GGUF, decoded greedily from the file by tensorcore's
+    # LLaMA harness (KV cache) up to the trained context length.
     theta = np.load(out / "diloco_theta.npy")
-    p = M.views(cfg, theta)
     gguf_path = out / "tiny-llama-diloco.gguf"
-    M.save_gguf(cfg, p, gguf_path)
-    prompt = "This program is free software; "
-    text = M.decode_gguf(gguf_path, prompt, 80)
-    # The same greedy decode from the in-memory model (half-rotation RoPE):
-    toks = list(prompt.encode())
-    for _ in range(80):
-        logits = M.forward(cfg, p, np.array([toks[-cfg.seq:]]), M.MatMul(None))
-        toks.append(int(np.argmax(logits[0, -1])))
-    same = bytes(toks).decode("utf-8", "replace") == text
+    M.save_gguf(cfg, theta, gguf_path)
+    prompt = list(b"This program is free software; ")
+    new, harness_logits = M.decode_gguf(gguf_path, prompt, cfg.seq - len(prompt))
+    text = bytes(prompt + new).decode("utf-8", "replace")
+    # The training model on the same sequence, in one forward: it decodes the
+    # same text greedily iff its argmax reproduces every new token.
+    ours = M.model(cfg, theta, np.zeros_like(theta), kctx).logits(np.array([prompt + new[:-1]]))[0]
+    same = [int(t) for t in np.argmax(ours[len(prompt) - 1:], -1)] == new
+    logit_diff = float(np.max(np.abs(ours - harness_logits)))
+    ctx.close()
     report = {
         "config": {k: getattr(args, k) for k in SHARED}, "parameters": cfg.size(),
         "final_eval_loss": final, "relative_gap": gap, "bytes_per_worker": sent, "bytes_ratio": ratio,
-        "seconds": secs, "eval_curves": {m: results[m][0]["eval"] for m in results},
+        "best_eval_loss": {m: min(v for _, v in results[m][0]["eval"]) for m in results},
+        "train_loss_last_100": {m: float(np.mean([lg["train"][-100:] for lg in results[m]])) for m in results},
+        "seconds": secs, "total_wall_seconds": time.time() - t_start,
+        "eval_curves": {m: results[m][0]["eval"] for m in results},
         "gguf": str(gguf_path.name), "gguf_bytes": gguf_path.stat().st_size, "decoded": text,
-        "decode_matches_training_model": same,
+        "decode_matches_training_model": same, "decode_max_abs_logit_diff": logit_diff,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps({k: report[k] for k in ("final_eval_loss", "relative_gap", "bytes_per_worker", "bytes_ratio",
-                                            "seconds", "decode_matches_training_model")}, indent=1))
+                                            "seconds", "decode_matches_training_model", "decode_max_abs_logit_diff")},
+                     indent=1))
     print("decoded from GGUF: %r" % text)
 
 
@@ -294,7 +313,12 @@ def main():
     ap.add_argument("--pretrain", type=int, default=0, help="steps of one-worker pretraining both runs start from")
     ap.add_argument("--init", default="")
     ap.add_argument("--eval-batches", dest="eval_batches", type=int, default=16)
-    ap.add_argument("--gemm", default="tc", choices=["tc", "numpy"], help="matrix products through tc.gemm or NumPy")
+    ap.add_argument("--kernels", default="tc", choices=["tc", "numpy"],
+                    help="forward/backward and AdamW on tensorcore's kernels, or the NumPy reference")
+    ap.add_argument("--rope", default="half", choices=["half", "interleaved"],
+                    help="RoPE pairs (k, k + hd/2), as the recorded runs (Wq/Wk are permuted into GGUF's order on "
+                    "export), or (2k, 2k+1) as GGUF")
+    ap.add_argument("--seed", type=int, default=0, help="of the initial weights")
     ap.add_argument("--out", default=str(HERE / "diloco_train_out"))
     ap.add_argument("--role", default="driver")
     ap.add_argument("--mode")

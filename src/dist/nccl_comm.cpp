@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -23,6 +24,15 @@ namespace {
 
 ncclDataType_t nccl_type(tc_dtype d) {
   return d == TC_DTYPE_F16 ? ncclFloat16 : d == TC_DTYPE_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+// TC_NCCL_BLOCKING=1 creates blocking communicators: NCCL calls then return
+// only once enqueued (no ncclInProgress polling), at the price of an
+// initialisation that cannot be timed out. For measuring the cost of the
+// non-blocking mode; the default stays non-blocking.
+int nccl_blocking() {
+  const char* v = std::getenv("TC_NCCL_BLOCKING");
+  return v && std::strcmp(v, "1") == 0 ? 1 : 0;
 }
 
 ncclRedOp_t nccl_op(int32_t op) {
@@ -92,7 +102,7 @@ class NcclComm final : public Comm {
   tc_status fork(std::unique_ptr<Comm>* out) override {
     ncclComm_t child = nullptr;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    cfg.blocking = nccl_blocking();
     tc_status st = run("fork", [&] { return ncclCommSplit(comm_, 0, rank_, &child, &cfg); }, false);
     if (st) return st;
     if (tc_status w = wait_ready(child, timeout_ms_, "fork")) return w;
@@ -178,7 +188,7 @@ tc_status make_nccl_comm(const GroupSpec& spec, std::unique_ptr<Comm>* out) {
   if (ce != cudaSuccess) return fail(TC_ERR_NO_DEVICE, "nccl: cudaSetDevice(%d): %s", spec.cuda_device,
                                      cudaGetErrorString(ce));
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
+  cfg.blocking = nccl_blocking();
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, spec.size, id, spec.rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) return fail(TC_ERR_INTERNAL, "ncclCommInitRankConfig: %s", ncclGetErrorString(r));

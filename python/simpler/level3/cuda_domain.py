@@ -211,9 +211,6 @@ class _Cuda:
 
 class _Nccl:
     def __init__(self):
-        # NVLink multicast (NVLS) stays off: NCCL reads this when a
-        # communicator is created, and the child's environment is its own.
-        os.environ["NCCL_NVLS_ENABLE"] = "0"
         lib = None
         for name in ("libnccl.so.2", "libnccl.so"):
             try:
@@ -224,6 +221,10 @@ class _Nccl:
         if lib is None:
             raise _errors.SimplerUnsupportedError(_errors.UNSUPPORTED, "communication domains on cuda need NCCL "
                                                   "(libnccl.so.2), which this machine does not have")
+        # NVLink multicast (NVLS) stays off: NCCL reads this when a
+        # communicator is created (this runs in a chip child, whose
+        # environment is its own).
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
         P, I = ctypes.c_void_p, ctypes.c_int
         self.ncclGetErrorString = _fn(lib, "ncclGetErrorString", [I], ctypes.c_char_p)
         self.ncclGetUniqueId = _fn(lib, "ncclGetUniqueId", [ctypes.POINTER(_UniqueId)])

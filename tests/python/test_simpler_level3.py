@@ -715,3 +715,42 @@ def test_unanswered_control_request_kills_the_child_and_names_it(clean):
         with pytest.raises(SimplerError, match=r"sub-worker 0 \(pid \d+\) was killed: no reply to control request"):
             h.wait(10)
         assert not alive(pid)
+
+
+def test_thread_pool_survives_fork(clean):
+    """A level-3 Worker forks its children after this process may have run
+    level-2 work, which starts tensorcore's thread pool; a forked child's
+    first parallel kernel (a cuda chip's staged copy_to, a cpu op) must not
+    wait for pool threads that only exist in the parent."""
+    import tensorcore as tc
+
+    with Worker(2, platform="cpu", num_cores=1) as w2:
+        w2.init()
+        h = w2.register(ChipCallable.from_tasks([], [], []))
+        w2.run(h)
+
+    def softmax():
+        with tc.Context("cpu") as ctx:
+            x = ctx.buffer_from_array(np.random.default_rng(0).random((2048, 1024), dtype=np.float32))
+            y = ctx.buffer_from_array(np.zeros((2048, 1024), np.float32))
+            tc.softmax_forward(ctx, x, y, 2048, 1024, dtype="f32")
+
+    softmax()  # the pool has run a job here
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            softmax()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung in its first parallel kernel")

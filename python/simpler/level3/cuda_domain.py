@@ -17,6 +17,7 @@ import ctypes
 import os
 
 from .. import _errors
+from .endpoint import ChildDied
 
 _NCCL_DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
                 "float32": 7, "float64": 8, "bfloat16": 9}
@@ -64,7 +65,12 @@ def _collective(worker, eps, op, per_ep_args):
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
     if errors:
-        err = errors[0]
+        # The cause before its consequences: a member that failed outright
+        # rather than one that then waited for it (NCCL) until its deadline.
+        causes = [e for e in errors if not isinstance(e, (ChildDied, _errors.SimplerTimeoutError))]
+        err = (causes or errors)[0]
+        if isinstance(err, ChildDied):
+            err = _errors.SimplerError(_errors.DISPATCH, str(err))
         err.domain_done = [ep for ep in posted if id(ep) in out]  # the members that did the step
         raise err
     return [out[id(ep)] for ep in eps]
@@ -270,11 +276,15 @@ def child_op(child, action: str, *args):
         name, size = args
         ptr = ctypes.c_uint64()
         cuda.check(cuda.cuMemAlloc(ctypes.byref(ptr), size), "cuMemAlloc")
-        st[name] = {"own": ptr.value, "peers": [], "comm": None, "size": size}  # freed by "free" from here on
-        cuda.check(cuda.cuMemsetD8(ptr.value, 0, size), "cuMemsetD8")
-        cuda.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")  # zeroed before any peer reads it
         handle = _IpcHandle()
-        cuda.check(cuda.cuIpcGetMemHandle(ctypes.byref(handle), ptr.value), "cuIpcGetMemHandle")
+        try:
+            cuda.check(cuda.cuMemsetD8(ptr.value, 0, size), "cuMemsetD8")
+            cuda.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")  # zeroed before any peer reads it
+            cuda.check(cuda.cuIpcGetMemHandle(ctypes.byref(handle), ptr.value), "cuIpcGetMemHandle")
+        except BaseException:
+            cuda.cuMemFree(ptr.value)  # the parent frees only the members whose alloc succeeded
+            raise
+        st[name] = {"own": ptr.value, "peers": [], "comm": None, "size": size}
         return ptr.value, bytes(handle)  # all 64 bytes (the buffer protocol, not the field)
     if action == "nccl_id":
         nccl = st.setdefault("_nccl", _Nccl())

@@ -266,6 +266,12 @@ def _close(st, cuda, d) -> None:
         raise first
 
 
+def _nccl_of(st) -> _Nccl:
+    if "_nccl" not in st:
+        st["_nccl"] = _Nccl()  # loaded once per child, on first use
+    return st["_nccl"]
+
+
 def child_op(child, action: str, *args):
     st = child.domains
     if "_cuda" not in st:
@@ -287,7 +293,7 @@ def child_op(child, action: str, *args):
         st[name] = {"own": ptr.value, "peers": [], "comm": None, "size": size}
         return ptr.value, bytes(handle)  # all 64 bytes (the buffer protocol, not the field)
     if action == "nccl_id":
-        nccl = st.setdefault("_nccl", _Nccl())
+        nccl = _nccl_of(st)
         uid = _UniqueId()
         nccl.check(nccl.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
         return bytes(uid)
@@ -314,7 +320,7 @@ def child_op(child, action: str, *args):
         _, uid, nranks, rank = args
         if nranks == 1:
             return None
-        nccl = st.setdefault("_nccl", _Nccl())
+        nccl = _nccl_of(st)
         u = _from_bytes(_UniqueId, uid, "the NCCL unique id")
         comm = ctypes.c_void_p()
         nccl.check(nccl.ncclCommInitRank(ctypes.byref(comm), nranks, u, rank), "ncclCommInitRank")

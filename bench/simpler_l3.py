@@ -16,10 +16,16 @@ Targets: <= 20 us per run, <= 4 us per task (the original reports about
 43 us per run + 8 us per task).
 
 TP FFN (cuda only, needs two GPUs; skipped elsewhere): examples/simpler/
-l3_tp_ffn at a large size on two GPUs against the same block on one;
+l3_tp_ffn at --tp-shape on two GPUs against the same block on one;
 target >= 1.7x.
 
-    PYTHONPATH=python python bench/simpler_l3.py [--reps 30] [--runs 100] [--no-write]
+    PYTHONPATH=python python bench/simpler_l3.py [--quick] [--reps 10] [--runs 100] [--no-write]
+
+Bounded: every control request and every timed run has a deadline
+(--timeout-s, an error naming the worker when one is missed), and a part
+that would start after --budget-s of the bench has passed is skipped and
+reported as such. The defaults end in well under a minute on a 32-thread
+host with two GPUs; --quick is a smoke run of a few seconds.
 
 Appends (or replaces) the level-3 section of bench/results/simpler.md.
 """
@@ -92,17 +98,26 @@ def children_cpu(pids) -> float:
 CPU = {}  # (orch name, arg) -> CPU us per run (parent + children)
 
 
+TIMEOUT_S = 30.0  # --timeout-s: the longest one run (or one control request) may take
+
+
+def run_bounded(w, orch, arg=None):
+    """w.run with a deadline: a run that has not finished after TIMEOUT_S
+    raises (naming the run) instead of hanging the bench."""
+    w.submit(orch, arg).result(TIMEOUT_S)
+
+
 def time_runs(w, orch, arg, runs, reps):
     """Best wall-clock us per run over `reps` timings; also records CPU us per run in CPU."""
     for _ in range(max(3, runs // 10)):
-        w.run(orch, arg)
+        run_bounded(w, orch, arg)
     out, cpu = [], []
     pids = w.info["pids"]
     for _ in range(reps):
         c0, k0 = time.process_time(), children_cpu(pids)
         t0 = time.perf_counter()
         for _ in range(runs):
-            w.run(orch, arg)
+            run_bounded(w, orch, arg)
         out.append((time.perf_counter() - t0) / runs * 1e6)
         cpu.append((time.process_time() - c0 + children_cpu(pids) - k0) / runs * 1e6)
     # The minimum: on a shared host the other tenants only ever add time.
@@ -113,7 +128,8 @@ def time_runs(w, orch, arg, runs, reps):
 def dispatch(args) -> list:
     rows = []
     empty_chip = ChipCallable.from_tasks([], [], [])
-    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=args.subs, num_cores=1) as w:
+    with Worker(3, platform="cpu", device_ids=[0, 1], num_sub_workers=args.subs, num_cores=1,
+                control_timeout_s=TIMEOUT_S, startup_timeout_s=TIMEOUT_S) as w:
         h_sub, h_slice, h_chip = w.register(empty_sub), w.register(write_slice), w.register(empty_chip)
         w.init()
         nmax = max(args.tasks)
@@ -180,22 +196,26 @@ def tp_ffn(args):
     m, dm, hidden = args.tp_shape
     times = {}
     for devices in (1, 2):
+        t_start = time.perf_counter()
         # The hidden activations (two [M, H / devices] f32 per chip) live in the heap ring.
         heap = 2 * m * (hidden // devices) * 4 + (16 << 20)
         with Worker(3, platform="cuda", device_ids=list(range(devices)), num_sub_workers=1,
-                    heap_ring_size=heap) as w:
+                    heap_ring_size=heap, control_timeout_s=TIMEOUT_S, startup_timeout_s=TIMEOUT_S) as w:
             ffn = ex.TpFfn(w, "cuda", devices, m, dm, hidden)
             w.init()
             ffn.load()
-            ffn.x.numpy((m, dm), "float32")[:] = np.random.default_rng(0).standard_normal((m, dm))
+            t_loaded = time.perf_counter()
+            ffn.x.numpy((m, dm), "float32")[:] = np.random.default_rng(0).standard_normal((m, dm), dtype=np.float32)
             for _ in range(2):
-                w.run(ffn.orch, "partials")
+                run_bounded(w, ffn.orch, "partials")
             ts = []
-            for _ in range(args.reps):
+            for _ in range(args.tp_reps):
                 t0 = time.perf_counter()
-                w.run(ffn.orch, "partials")
+                run_bounded(w, ffn.orch, "partials")
                 ts.append(time.perf_counter() - t0)
             times[devices] = statistics.median(ts)
+        print(f"TP FFN {args.tp_shape} on {devices} GPU(s): set-up {t_loaded - t_start:.1f} s, "
+              f"{times[devices] * 1e3:.2f} ms per run (median of {args.tp_reps})", flush=True)
     return times
 
 
@@ -245,21 +265,52 @@ def write(rows, tp, args):
 
 
 def main():
+    global TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: few repetitions, two task counts, a small TP shape (not for the results file)")
+    ap.add_argument("--reps", type=int, default=None, help="timings per point (default 10; 3 with --quick)")
+    ap.add_argument("--runs", type=int, default=None, help="about this many tasks per timing (default 100; 30 quick)")
     ap.add_argument("--subs", type=int, default=1)
-    ap.add_argument("--tasks", type=int, nargs="+", default=[1, 4, 16, 64])
-    ap.add_argument("--tp-shape", type=int, nargs=3, default=[4096, 8192, 32768], metavar=("M", "D", "H"))
+    ap.add_argument("--tasks", type=int, nargs="+", default=None, help="tasks per run (default 1 4 16 64)")
+    ap.add_argument("--tp-shape", type=int, nargs=3, default=None, metavar=("M", "D", "H"),
+                    help="TP FFN shape (default 2048 4096 16384: 256 MiB per weight; 512 1024 4096 quick)")
+    ap.add_argument("--tp-reps", type=int, default=None, help="TP FFN timed runs per GPU count (default 10; 3 quick)")
+    ap.add_argument("--timeout-s", type=float, default=30.0,
+                    help="deadline of one run or control request (an error naming the worker past it)")
+    ap.add_argument("--budget-s", type=float, default=50.0, help="parts that would start later than this are skipped")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    rows = dispatch(args)
-    args.l2_us = level2_run(args)
-    print(f"level-2 empty run (for reference): {args.l2_us:.1f} us")
-    tp = tp_ffn(args)
+    q = args.quick
+    args.reps = args.reps or (3 if q else 10)
+    args.runs = args.runs or (30 if q else 100)
+    args.tasks = args.tasks or ([1, 16] if q else [1, 4, 16, 64])
+    args.tp_shape = args.tp_shape or ([512, 1024, 4096] if q else [2048, 4096, 16384])
+    args.tp_reps = args.tp_reps or (3 if q else 10)
+    TIMEOUT_S = args.timeout_s
+    t0 = time.perf_counter()
+
+    def part(name, fn):
+        spent = time.perf_counter() - t0
+        if spent > args.budget_s:
+            print(f"{name}: skipped ({spent:.0f} s spent, --budget-s {args.budget_s:g})", flush=True)
+            return None
+        t = time.perf_counter()
+        out = fn(args)
+        print(f"[{name}: {time.perf_counter() - t:.1f} s]", flush=True)
+        return out
+
+    # The level-3 parts fork their children first; the level-2 run, which
+    # runs the runtime in this process, comes last.
+    rows = part("dispatch", dispatch)
+    tp = part("TP FFN", tp_ffn)
     if tp:
         print(f"TP FFN: 1 GPU {tp[1] * 1e3:.2f} ms, 2 GPUs {tp[2] * 1e3:.2f} ms, {tp[1] / tp[2]:.2f}x")
-    if not args.no_write:
+    l2 = part("level-2 run", level2_run)
+    args.l2_us = float("nan") if l2 is None else l2
+    print(f"level-2 empty run (for reference): {args.l2_us:.1f} us")
+    print(f"total {time.perf_counter() - t0:.1f} s")
+    if not args.no_write and rows is not None and not q:
         write(rows, tp, args)
 
 

@@ -1,10 +1,13 @@
 #include "cpu/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -92,10 +95,34 @@ int configured_threads() {
   return hw ? int(std::min(hw, 1024u)) : 1;
 }
 
+// The pool of this process. After fork() the child has only the forking
+// thread: the parent's workers are gone and its mutexes may be held by
+// threads that no longer exist, so a job handed to the inherited pool would
+// wait forever (a level-3 chip child of a process that ran kernels before
+// forking). The atfork handler makes the child leak the parent's pool and
+// start a fresh one on first use.
+std::atomic<Pool*> g_pool{nullptr};
+std::mutex g_create_mu;
+
+void forget_pool_in_child() {
+  g_pool.store(nullptr, std::memory_order_relaxed);
+  new (&g_create_mu) std::mutex();  // it may have been held by another thread at fork()
+  t_in_pool = false;
+}
+
 Pool& pool() {
   // Never destroyed: worker threads must not be joined from static
   // destructors while other statics they use are gone.
-  static Pool* p = new Pool(configured_threads());
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p) return *p;
+  std::lock_guard<std::mutex> lock(g_create_mu);
+  p = g_pool.load(std::memory_order_relaxed);
+  if (!p) {
+    static const bool registered = pthread_atfork(nullptr, nullptr, forget_pool_in_child) == 0;
+    (void)registered;
+    p = new Pool(configured_threads());
+    g_pool.store(p, std::memory_order_release);
+  }
   return *p;
 }
 

@@ -95,9 +95,11 @@ def test_pmu_reads_cupti_counters(chain_chip, tmp_path, event_type):
         assert read_f32(w, p, 1)[0] == 4
     names = json.loads((tmp_path / "pmu_metrics.json").read_text())["counters"]
     assert names[0] == "gpu__time_duration.sum" and "none" not in names
-    with open(tmp_path / "pmu.csv") as fh:
-        rows = list(csv.DictReader(fh))
-    assert len(rows) == 4 and all(float(r["counter0"]) > 0 for r in rows), rows  # every kernel took some time
+    text = (tmp_path / "pmu.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    # Every kernel took some time: each task got its own range's counters.
+    assert len(rows) == 4 and all(float(r["counter0"]) > 0 for r in rows), f"pmu.csv ({names}):\n{text}"
+    assert len({r["task_id"] for r in rows}) == 4, f"pmu.csv:\n{text}"
 
 
 def test_cpu_kernel_on_cuda_is_refused():

@@ -536,3 +536,221 @@ def test_random_graph_across_chips_and_sub_workers(clean, seed):
             np.testing.assert_allclose(bufs[4 + t].numpy((4, 4), "float32"), ref[4 + t], rtol=1e-5, atol=1e-5)
         expect = np.repeat(np.arange(1, 5, dtype=np.float32)[:, None], 4, axis=1) * 2
         np.testing.assert_array_equal(final.numpy((4, 4), "float32"), expect)
+
+
+def test_ipc_handle_and_nccl_id_travel_whole():
+    """The opaque CUDA IPC handle (64 bytes) and NCCL id (128 bytes) hold
+    zero bytes; they must cross the control channel whole (a c_char field
+    read back as a C string cut them at the first zero)."""
+    import ctypes
+    import pickle
+
+    from simpler.level3 import cuda_domain as cd
+
+    for cls in (cd._IpcHandle, cd._UniqueId):
+        h = cls()
+        raw = bytes([7, 0, 0, 0]) + bytes(range(1, ctypes.sizeof(cls) - 3))
+        ctypes.memmove(ctypes.addressof(h), raw, len(raw))
+        sent = pickle.loads(pickle.dumps(bytes(h)))
+        assert sent == raw
+        assert bytes(cd._from_bytes(cls, sent, "x")) == raw
+        with pytest.raises(SimplerError, match=f"expected {ctypes.sizeof(cls)} bytes, got 4"):
+            cd._from_bytes(cls, raw[:4], "x")
+
+
+class _FakeCuda:
+    """The driver calls of a cuda domain, faked so that the protocol (alloc,
+    open, NCCL id and init, allreduce, two-step teardown) runs across real
+    child processes without a GPU. Each call is logged to $FAKE_CUDA_LOG."""
+
+    def __init__(self, device):
+        self.device = device
+
+    @staticmethod
+    def check(r, what):
+        if r:
+            raise SimplerError(-11, f"{what}: {r}")
+
+    def log(self, *what):
+        with open(os.environ["FAKE_CUDA_LOG"], "a") as f:
+            f.write(" ".join(str(w) for w in (self.device,) + what) + "\n")
+
+    def current(self):
+        pass
+
+    def cuMemAlloc(self, ref, size):
+        ref._obj.value = (self.device + 1) << 32
+        self.log("alloc", size)
+        return 0
+
+    def cuMemsetD8(self, ptr, v, n):
+        return 0
+
+    def cuCtxSynchronize(self):
+        return 0
+
+    def cuIpcGetMemHandle(self, ref, ptr):
+        import struct
+
+        import ctypes
+
+        raw = struct.pack("<IIQ", 7, 0, ptr) + bytes(48)  # zero bytes early on, as real handles have
+        ctypes.memmove(ctypes.addressof(ref._obj), raw, 64)
+        return 0
+
+    def cuIpcOpenMemHandle(self, ref, handle, flags):
+        import struct
+
+        magic, _, ptr = struct.unpack_from("<IIQ", bytes(handle))
+        if magic != 7 or flags != 1:
+            return 1
+        ref._obj.value = ptr + 0x100 * (self.device + 1)
+        self.log("open", hex(ptr))
+        return 0
+
+    def cuIpcCloseMemHandle(self, p):
+        self.log("close", hex(p))
+        return 0
+
+    def cuMemFree(self, p):
+        self.log("free", hex(p))
+        return 0
+
+
+class _FakeNccl:
+    ID = bytes([1, 0, 2, 0]) + bytes(range(124))
+
+    check = staticmethod(_FakeCuda.check)
+
+    def ncclGetUniqueId(self, ref):
+        import ctypes
+
+        ctypes.memmove(ctypes.addressof(ref._obj), self.ID, 128)
+        return 0
+
+    def ncclCommInitRank(self, ref, n, uid, rank):
+        if bytes(uid) != self.ID:
+            return 4  # ncclInvalidArgument
+        ref._obj.value = 0xC0 + rank
+        return 0
+
+    def ncclAllReduce(self, send, recv, count, dtype, op, comm, stream):
+        _FakeCuda(comm.value - 0xC0).log("allreduce", hex(send), count, dtype, op)
+        return 0
+
+    def ncclCommDestroy(self, comm):
+        _FakeCuda(comm.value - 0xC0).log("destroy")
+        return 0
+
+
+def test_cuda_domain_protocol_across_children(clean, monkeypatch, tmp_path):
+    from simpler.level3 import cuda_domain as cd
+    from simpler.level3.domain import CommDomain
+
+    log = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setattr(cd, "_Cuda", _FakeCuda)  # the children inherit the fakes at fork
+    monkeypatch.setattr(cd, "_Nccl", _FakeNccl)
+    with Worker(3, platform="cpu", device_ids=[0, 1]) as w:
+        w.init()
+        d = CommDomain(w, "g", [0, 1], 256, [128, 64])
+        cd.allocate(w, d)
+        assert d.ranks[0].window.ptr == 1 << 32 and d.ranks[1].window.ptr == 2 << 32
+        assert d.ranks[0].peer(1).ptr == (2 << 32) + 0x100 and d.ranks[1].peer(0).ptr == (1 << 32) + 0x200
+        assert d.ranks[0].peer(0).ptr == 1 << 32
+        cd.allreduce(w, d, 1, 16, "float32", "sum")
+        cd.free(w, d)
+        assert d.backend is None
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(c[:2] for c in calls if c[1] in ("alloc", "open")) == [["0", "alloc"], ["0", "open"],
+                                                                          ["1", "alloc"], ["1", "open"]]
+    assert sorted((c[0], c[2]) for c in calls if c[1] == "allreduce") == [("0", hex((1 << 32) + 128)),
+                                                                          ("1", hex((2 << 32) + 128))]
+    # Every communicator and peer mapping goes before any window is freed.
+    first_free = min(i for i, c in enumerate(calls) if c[1] == "free")
+    assert all(i < first_free for i, c in enumerate(calls) if c[1] in ("destroy", "close"))
+    assert sorted(c[0] for c in calls if c[1] == "destroy") == ["0", "1"]
+    assert sorted(c[2] for c in calls if c[1] == "free") == [hex(1 << 32), hex(2 << 32)]
+
+
+def test_cuda_domain_failed_open_frees_every_window(clean, monkeypatch, tmp_path):
+    from simpler.level3 import cuda_domain as cd
+    from simpler.level3.domain import CommDomain
+
+    class BadOpen(_FakeCuda):
+        def cuIpcOpenMemHandle(self, ref, handle, flags):
+            return 201 if self.device == 1 else super().cuIpcOpenMemHandle(ref, handle, flags)
+
+    log = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setattr(cd, "_Cuda", BadOpen)
+    monkeypatch.setattr(cd, "_Nccl", _FakeNccl)
+    with Worker(3, platform="cpu", device_ids=[0, 1]) as w:
+        w.init()
+        d = CommDomain(w, "g", [0, 1], 256, [128])
+        with pytest.raises(SimplerError, match=r"chip worker 1 \(device 1\): cuIpcOpenMemHandle \(rank 0's window\)"):
+            cd.allocate(w, d)
+        calls = [line.split() for line in log.read_text().splitlines()]
+        assert sorted(c[2] for c in calls if c[1] == "free") == [hex(1 << 32), hex(2 << 32)]
+        assert [c[0] for c in calls if c[1] == "close"] == ["0"]  # rank 0 had opened rank 1's window
+        cd.allocate(w, CommDomain(w, "g", [0], 64, []))  # the channels still answer
+
+
+def slow_sub(args):
+    time.sleep(float(args.scalar(0)))
+
+
+def test_unanswered_control_request_kills_the_child_and_names_it(clean):
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1, control_timeout_s=0.5) as w:
+        hs = w.register(slow_sub)
+        w.init()
+        pid = w._sub_eps[0].pid
+        h = w.submit(lambda o, a, c: o.submit_sub(hs, args_of(30)))
+        time.sleep(0.2)  # the sub-worker is inside the task: it takes control requests between tasks
+        t0 = time.perf_counter()
+        with pytest.raises(SimplerTimeoutError, match=r"sub-worker 0 \(pid \d+\) did not answer control request "
+                                                      r"'register' within 0.5 s"):
+            w.register(nap)
+        assert time.perf_counter() - t0 < 10
+        with pytest.raises(SimplerError, match=r"sub-worker 0 \(pid \d+\) was killed: no reply to control request"):
+            h.wait(10)
+        assert not alive(pid)
+
+
+def test_thread_pool_survives_fork(clean):
+    """A level-3 Worker forks its children after this process may have run
+    level-2 work, which starts tensorcore's thread pool; a forked child's
+    first parallel kernel (a cuda chip's staged copy_to, a cpu op) must not
+    wait for pool threads that only exist in the parent."""
+    import tensorcore as tc
+
+    with Worker(2, platform="cpu", num_cores=1) as w2:
+        w2.init()
+        h = w2.register(ChipCallable.from_tasks([], [], []))
+        w2.run(h)
+
+    def softmax():
+        with tc.Context("cpu") as ctx:
+            x = ctx.buffer_from_array(np.random.default_rng(0).random((2048, 1024), dtype=np.float32))
+            y = ctx.buffer_from_array(np.zeros((2048, 1024), np.float32))
+            tc.softmax_forward(ctx, x, y, 2048, 1024, dtype="f32")
+
+    softmax()  # the pool has run a job here
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            softmax()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung in its first parallel kernel")

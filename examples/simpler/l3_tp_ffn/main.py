@@ -57,8 +57,9 @@ class TpFfn:
         rng = np.random.default_rng(seed)
         self.w, self.devices, self.m, self.dm = w, devices, m, dm
         self.hd = hidden // devices
-        self.W1 = (rng.standard_normal((dm, hidden)) / np.sqrt(dm)).astype(np.float32)
-        self.W2 = (rng.standard_normal((hidden, dm)) / np.sqrt(hidden)).astype(np.float32)
+        # Drawn in f32 directly: no f64 temporaries twice the size of the weights.
+        self.W1 = rng.standard_normal((dm, hidden), dtype=np.float32) * np.float32(1 / np.sqrt(dm))
+        self.W2 = rng.standard_normal((hidden, dm), dtype=np.float32) * np.float32(1 / np.sqrt(hidden))
         self.h_chip = w.register(build(platform, m, self.hd))
         self.h_reduce = w.register(reduce_partials)
 

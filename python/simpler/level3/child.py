@@ -56,6 +56,9 @@ class Child:
         if self.role == "chip":
             from ..worker import Worker
 
+            # Never NVLink multicast (NVLS) for the NCCL communicators of
+            # communication domains; set before anything here loads NCCL.
+            os.environ["NCCL_NVLS_ENABLE"] = "0"
             s = self.spec
             # cpu "devices" are processes of one host: each drives the one cpu device.
             dev = 0 if s["platform"] == "cpu" else s["device_id"]

@@ -119,13 +119,25 @@ class CommDomain:
         """In place over buffer `buffer` of every rank's window, run from
         host code once the tasks writing it have finished: NCCL on cuda, the
         shared windows directly on cpu."""
+        import numpy as np
+
         if self.freed:
             raise ValueError(f"domain {self.name!r} is freed")
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 0 <= buffer < len(self.buffers):
+            raise IndexError(f"domain {self.name!r}: buffer {buffer!r} (it has {len(self.buffers)})")
+        if dtype == "bfloat16":  # NCCL has it; NumPy only through ml_dtypes
+            itemsize = 2
+        else:
+            dt = np.dtype(dtype)  # "float32", np.float32 and np.dtype("float32") alike
+            dtype, itemsize = dt.name, dt.itemsize
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0 or \
+                count * itemsize > self.buffers[buffer]:
+            raise ValueError(f"allreduce: count {count!r} x {dtype} does not fit buffer {buffer} "
+                             f"({self.buffers[buffer]} bytes)")
         if self._owner.platform == "cuda":
             from . import cuda_domain
 
-            return cuda_domain.allreduce(self._owner, self, buffer, count, str(dtype), op)
-        import numpy as np
+            return cuda_domain.allreduce(self._owner, self, buffer, count, dtype, op)
 
         ops = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
         if op not in ops and op != "avg":

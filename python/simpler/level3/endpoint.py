@@ -24,6 +24,13 @@ from . import layout as L
 # from the process count and the host's load; SIMPLER_L3_SPIN_US overrides it.
 SPIN_S = 0.0
 
+# The longest a control request (registration, malloc, copies, domain
+# set-up, NCCL initialisation) may go unanswered before its child is deemed
+# hung: the child is then killed, its tasks fail, and the caller gets a
+# SimplerTimeoutError naming it. A Worker's `control_timeout_s` sets it per
+# endpoint; SIMPLER_L3_CONTROL_TIMEOUT_S overrides this default.
+CONTROL_TIMEOUT_S = float(os.environ.get("SIMPLER_L3_CONTROL_TIMEOUT_S", "") or 300.0)
+
 
 def set_spin(processes: int) -> None:
     global SPIN_S
@@ -65,6 +72,9 @@ class Endpoint:
         self.allocs = {}  # device allocations (chip): base -> size
         self.alloc_bases = []  # sorted
         self._blob = None
+        self.control_timeout_s = CONTROL_TIMEOUT_S
+        self._ctrl_op = None  # the request awaiting its reply
+        self.kill_reason = None  # why the parent killed the child, once it has
 
     # ---- device memory (chip) ---------------------------------------------------
 
@@ -108,7 +118,8 @@ class Endpoint:
         if pid == 0:
             return False
         if self.dead is None:
-            self.dead = f"{self.label} (pid {self.pid}) {_describe_exit(status)}"
+            how = f"was killed: {self.kill_reason}" if self.kill_reason else _describe_exit(status)
+            self.dead = f"{self.label} (pid {self.pid}) {how}"
         self.pid = 0
         if self.pidfd >= 0:
             os.close(self.pidfd)
@@ -164,11 +175,12 @@ class Endpoint:
 
     # ---- control --------------------------------------------------------------
 
-    def control(self, waiter, op: str, *args):
+    def control(self, waiter, op: str, *args, timeout: float | None = None):
         """Sends one request and waits for the reply (the child takes it
-        between tasks). Raises the child's error or ChildDied."""
+        between tasks), at most `timeout` s (default control_timeout_s).
+        Raises the child's error, ChildDied, or SimplerTimeoutError."""
         self.control_post(op, *args)
-        return self.control_collect(waiter)
+        return self.control_collect(waiter, timeout)
 
     def control_post(self, op: str, *args) -> None:
         """The first half of control(): several children can then work on a
@@ -185,18 +197,24 @@ class Endpoint:
         self.mv[off:off + len(payload)] = payload
         L.U32.pack_into(self.mv, self.base + L.C_CTRL_LEN, len(payload))
         L.U32.pack_into(self.mv, self.base + L.C_CTRL_STATE, L.CTRL_REQUEST)
+        self._ctrl_op = op if op != "domain" or not args else f"domain {args[0]}"
         os.eventfd_write(self.efd, 1)
 
-    def control_collect(self, waiter):
+    def control_collect(self, waiter, timeout: float | None = None):
         off = self.base + L.CHILD_HEADER
+        limit = self.control_timeout_s if timeout is None else timeout
         try:
-            ok = waiter(lambda: L.U32.unpack_from(self.mv, self.base + L.C_CTRL_STATE)[0] == L.CTRL_REPLY, [self])
+            replied = lambda: L.U32.unpack_from(self.mv, self.base + L.C_CTRL_STATE)[0] == L.CTRL_REPLY  # noqa: E731
+            ok = waiter(replied, [self], limit)
             if not ok:
+                if self.dead is None and not self.reap(block=False):
+                    self._stop_unanswering(waiter, limit)
                 raise ChildDied(self.mark_dead())
             n = L.U32.unpack_from(self.mv, self.base + L.C_CTRL_LEN)[0]
             kind, value = pickle.loads(bytes(self.mv[off:off + n]))
             L.U32.pack_into(self.mv, self.base + L.C_CTRL_STATE, L.CTRL_IDLE)
         finally:
+            self._ctrl_op = None
             if self._blob is not None:
                 self._blob.close()
                 self._blob.unlink()
@@ -205,6 +223,21 @@ class Endpoint:
             status, message = value
             raise _errors.error_for(status, f"{self.label}: {message}")
         return value
+
+    def _stop_unanswering(self, waiter, limit: float) -> None:
+        """The child is alive but left a control request unanswered past its
+        deadline: it is hung (or far slower than any control operation
+        should be). Its control channel can no longer be trusted (a late
+        reply would answer the next request), so it is killed; waiting on
+        its pidfd lets the waiter's death handler fail its tasks."""
+        op, pid = self._ctrl_op, self.pid
+        self.kill_reason = f"no reply to control request '{op}' within {limit:g} s"
+        self.kill()
+        waiter(lambda: False, [self], 5.0)
+        self.mark_dead()
+        raise _errors.SimplerTimeoutError(
+            _errors.TIMEOUT, f"{self.label} (pid {pid}) did not answer control request '{op}' within "
+            f"{limit:g} s (control_timeout_s); the child was killed and its tasks failed")
 
 
 def _describe_exit(status: int) -> str:

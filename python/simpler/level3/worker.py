@@ -21,7 +21,7 @@ from .memory import MemoryOps
 from .orchestrator import Orchestrator, as_config
 
 KEYS = {"platform", "runtime", "device_ids", "num_sub_workers", "heap_ring_size", "num_cores", "enable_sdma",
-        "startup_timeout_s"}
+        "startup_timeout_s", "control_timeout_s"}
 REMOTE_KEYS = {"remote_heap_ring_size", "remote_session_timeout_s"}
 PLATFORMS = ("cpu", "cuda")
 RUNTIMES = ("tensormap_and_ringbuffer", "host_build_graph")
@@ -101,9 +101,13 @@ class HierWorker(MemoryOps, Worker):
         t = config.get("startup_timeout_s", 60.0)
         if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
             raise ValueError(f"Worker: startup_timeout_s must be a positive number, got {t!r}")
+        c = config.get("control_timeout_s")
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c <= 0):
+            raise ValueError(f"Worker: control_timeout_s must be a positive number, got {c!r}")
         self.device_ids = ids
         self.num_sub_workers = subs
         self.startup_timeout_s = float(t)
+        self.control_timeout_s = None if c is None else float(c)
         self._heap = config.get("heap_ring_size") or 0
         self._cores = config.get("num_cores") or 0
         self._registry = Registry()
@@ -180,6 +184,8 @@ class HierWorker(MemoryOps, Worker):
             if owner is not self:
                 label = f"worker {self._added.index(owner)}: {label}"
             ep = Endpoint(slot, role, k, label, mv)
+            if self.control_timeout_s is not None:
+                ep.control_timeout_s = self.control_timeout_s
             ep.owner = owner
             ep.device = dev
             eps.append(ep)

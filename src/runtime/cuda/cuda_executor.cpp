@@ -287,27 +287,36 @@ class CudaExecutor final : public Executor {
   }
 
   // Reads the counters of the kernels launched since the session opened and
-  // gives them to the diagnostics (range i is the i-th kernel_entry launched).
+  // gives them to the diagnostics. CUPTI numbers auto ranges in launch order
+  // (their names are those numbers, never kernel names), and only task
+  // kernels launch while a session is open (a built-in op closes it first),
+  // so range i is the kernel of pmu_tasks_[i]; a count that differs means
+  // something else launched kernels on the context, and no attribution
+  // would be right.
   void pmu_flush() {
     if (!pmu_) return;
     Engine* eng = engine_.load();
+    // Every counted kernel has finished before the session stops.
+    CUresult sr = CUDA_SUCCESS;
+    for (int s = 0; s < nstreams_ && sr == CUDA_SUCCESS; s++) sr = cu().cuStreamSynchronize(streams_[s]);
     std::vector<cuda::PmuRange> ranges;
-    Error e = pmu_->finish(&ranges);
+    Error e = sr == CUDA_SUCCESS ? pmu_->finish(&ranges) : cu_error(sr, "enable_pmu: waiting for counted kernels");
     pmu_.reset();
+    std::vector<uint64_t> tasks;
+    tasks.swap(pmu_tasks_);
     if (!eng) return;
+    if (e.ok() && ranges.size() != tasks.size())
+      e = make_error(TC_ERR_DISPATCH, "enable_pmu: CUPTI counted %zu kernel(s) where %zu task kernel(s) were launched "
+                     "(another kernel ran on this device's context while counting), so no range can be attributed",
+                     ranges.size(), tasks.size());
     if (!e.ok()) {
       eng->report_fatal(e);
       return;
     }
     Diagnostics* d = eng->diag();
-    size_t k = 0;
-    for (const cuda::PmuRange& r : ranges) {
-      if (r.name.find("kernel_entry") == std::string::npos) continue;  // tensorcore's own kernels
-      if (k < pmu_tasks_.size() && d) d->set_pmu(pmu_tasks_[k], r.values);
-      k++;
-    }
-    if (d) d->set_pmu_names(cuda::pmu_metric_names(pmu_type_));
-    pmu_tasks_.clear();
+    if (!d) return;
+    for (size_t k = 0; k < tasks.size(); k++) d->set_pmu(tasks[k], ranges[k].values);
+    d->set_pmu_names(cuda::pmu_metric_names(pmu_type_));
   }
 
   void release_span(uint64_t span_index) {
@@ -407,6 +416,7 @@ class CudaExecutor final : public Executor {
       t->core = chosen;
       t->state.store(kRunning, std::memory_order_release);
       if (t->kernel->builtin) {
+        pmu_flush();  // tensorcore's kernels must not become ranges of the session
         run_builtin_now(t, eng, st);
         continue;
       }

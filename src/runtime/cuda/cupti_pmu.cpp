@@ -1,8 +1,11 @@
 // Hardware counters of each kernel through CUPTI's range profiler
 // (enable_pmu on cuda). Auto ranges with kernel replay: every kernel launched
-// while a session is open becomes one range, replayed by CUPTI as many times
-// as its metrics need. The executor launches one task at a time while
-// counting, so range i belongs to the i-th kernel it launched.
+// on the context while a session is open becomes one range, replayed by
+// CUPTI as many times as its metrics need. CUPTI serialises the launches and
+// numbers the ranges in launch order; their names are those numbers ("0",
+// "1", ...), not kernel names, so the executor maps range i to the i-th
+// kernel it launched (and closes the session before anything else launches
+// kernels on the context, e.g. a built-in op).
 //
 // libcupti is loaded at run time like the driver; without it enable_pmu on
 // cuda fails with an explicit error.
@@ -108,6 +111,7 @@ struct PmuSession::Impl {
   std::vector<uint8_t> config, counter_data;
   std::vector<const char*> metrics;
   bool started = false;
+  size_t max_ranges = 0;
   std::unique_lock<std::mutex> guard{g_session_mu, std::defer_lock};
 };
 
@@ -140,6 +144,7 @@ Error PmuSession::open(CUcontext ctx, int device_index, int event_type, size_t m
   if (!g_ok) return g_error;
   Impl& s = *impl_;
   s.guard.lock();
+  s.max_ranges = max_ranges;
   CUpti_Profiler_Initialize_Params init{};
   init.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
   CUPTI_TRY(g_cupti.cuptiProfilerInitialize(&init), "profiler initialisation");
@@ -239,10 +244,18 @@ Error PmuSession::finish(std::vector<PmuRange>* out) {
   stop.pRangeProfilerObject = s.profiler;
   s.started = false;
   CUPTI_TRY(g_cupti.cuptiRangeProfilerStop(&stop), "stopping");
+  // Kernel replay runs every pass of a kernel inside its launch: all of them
+  // are in once the session stops, or the values would be partial.
+  if (!stop.isAllPassSubmitted)
+    return make_error(TC_ERR_DISPATCH, "CUPTI: not every replay pass was submitted when the session stopped");
   CUpti_RangeProfiler_DecodeData_Params dec{};
   dec.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
   dec.pRangeProfilerObject = s.profiler;
   CUPTI_TRY(g_cupti.cuptiRangeProfilerDecodeData(&dec), "decoding");
+  // A dropped range would shift every later range onto the wrong kernel.
+  if (dec.numOfRangeDropped)
+    return make_error(TC_ERR_DISPATCH, "CUPTI dropped %zu range(s) of this session (more kernels than the %zu the "
+                      "counter data holds)", size_t(dec.numOfRangeDropped), s.max_ranges);
   CUpti_RangeProfiler_GetCounterDataInfo_Params info{};
   info.structSize = CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE;
   info.pCounterDataImage = s.counter_data.data();
@@ -256,6 +269,7 @@ Error PmuSession::finish(std::vector<PmuRange>* out) {
     ri.counterDataImageSize = s.counter_data.size();
     ri.rangeIndex = i;
     ri.rangeDelimiter = "/";
+    // (the range's number in auto range mode: kept for messages only)
     if (g_cupti.cuptiRangeProfilerCounterDataGetRangeInfo(&ri) == CUPTI_SUCCESS && ri.rangeName) r.name = ri.rangeName;
     double values[8] = {};
     CUpti_Profiler_Host_EvaluateToGpuValues_Params ev{};

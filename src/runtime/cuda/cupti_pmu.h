@@ -19,11 +19,13 @@ namespace cuda {
 const std::vector<std::string>& pmu_metric_names(int event_type);
 
 struct PmuRange {
-  std::string name;  // the kernel's name
+  std::string name;  // CUPTI's name of the range: in auto range mode its launch number ("0", "1", ...)
   std::array<double, 8> values{};
 };
 
-// Counts every kernel launched on `ctx` between open() and finish().
+// Counts every kernel launched on `ctx` between open() and finish(); finish()
+// returns one range per kernel, in launch order, or an error when CUPTI
+// dropped ranges or did not complete every replay pass.
 class PmuSession {
  public:
   PmuSession();

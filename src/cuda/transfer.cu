@@ -95,7 +95,13 @@ tc_status drain(Staging* st, tc_status status) {
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
   cudaSetDevice(dev.index());
   Staging* st = n < kDirectBelow || directly_copyable(src) ? nullptr : staging_of(dev.index());
-  if (!st) return check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer write");
+  if (!st) {
+    // From pageable memory cudaMemcpy may return once the bytes are in the
+    // driver's staging, before the DMA lands; work on our non-blocking
+    // streams does not wait for the legacy stream, so wait for it here.
+    if (tc_status e = check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer write")) return e;
+    return check(cudaStreamSynchronize(cudaStreamLegacy), "buffer write");
+  }
   std::lock_guard<std::mutex> lock(st->mu);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);

@@ -130,10 +130,10 @@ __global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 5 : 1)
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
-      Pack<T, E> o;
+      float o[E];
 #pragma unroll
-      for (int e = 0; e < E; ++e) o.set(e, ev[i][e] * inv);
-      store(y + row * D + int64_t(v) * E, o);
+      for (int e = 0; e < E; ++e) o[e] = ev[i][e] * inv;
+      store(y + row * D + int64_t(v) * E, to_pack<T, E>(o));
     }
   }
 }

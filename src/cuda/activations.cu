@@ -32,6 +32,15 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(fminf(87.0f, -g))); }
 
+// exp(d) for softmax's d = x - max <= 0, as 2^(d log2 e): the multiply and
+// exp2f (MUFU.EX2 with its subnormal fix-up) are about half of expf's
+// instructions, which softmax's forward pass, one exp per element, spends
+// most of its issue slots on. The product's rounding is a relative error of
+// |d| 2^-24 in the result (under 6e-6 for any d whose exp is a normal f32),
+// exp2f's 2 ulp add 2.4e-7: within the f32 tolerance of 1e-5. -inf (masked)
+// gives 0 and NaN stays NaN, as with expf.
+__device__ __forceinline__ float exp_shifted(float d) { return exp2f(d * 1.4426950408889634f); }
+
 // ---- SwiGLU: vectors of E elements over [0, n / E), then the tail one by one ----
 
 template <class T, int E>
@@ -77,8 +86,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- softmax, rows in registers ----
 
+// At least 5 resident blocks for slices of up to 4 vectors (at most 48
+// registers; 62 before, 4 blocks): a block holds its row's
+// loads in flight only until the row is in registers, then spends the
+// maximum, the exponentials and the sum without any, so more rows an SM
+// keep more bytes in flight. The slice of x stays packed across the maximum
+// (keep_packed); the 32 exponentials are what must stay in f32.
 template <class T, int E, int NV>
-__global__ void __launch_bounds__(kRowThreads) softmax_forward_reg(const T* x, T* y, int64_t N, int64_t D) {
+__global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 5 : 1)
+    softmax_forward_reg(const T* x, T* y, int64_t N, int64_t D) {
   __shared__ float red[32];
   const int V = int(D / E), tpr = blockDim.x;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
@@ -100,10 +116,11 @@ __global__ void __launch_bounds__(kRowThreads) softmax_forward_reg(const T* x, T
     float ev[NV][E], sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
+      keep_packed(xv[i]);
       const bool in = ok && threadIdx.x + i * tpr < V;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        ev[i][e] = in ? expf(xv[i].f(e) - m) : 0.0f;
+        ev[i][e] = in ? exp_shifted(xv[i].f(e) - m) : 0.0f;
         sum += ev[i][e];
       }
     }
@@ -113,10 +130,10 @@ __global__ void __launch_bounds__(kRowThreads) softmax_forward_reg(const T* x, T
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
-      Pack<T, E> o;
+      float o[E];
 #pragma unroll
-      for (int e = 0; e < E; ++e) o.set(e, ev[i][e] * inv);
-      store(y + row * D + int64_t(v) * E, o);
+      for (int e = 0; e < E; ++e) o[e] = ev[i][e] * inv;
+      store(y + row * D + int64_t(v) * E, to_pack<T, E>(o));
     }
   }
 }
@@ -168,11 +185,11 @@ __global__ void __launch_bounds__(kRowThreads) softmax_forward_loop(const T* x, 
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) m = fmaxf(m, to_f(xr[j]));
     m = row_max(m, red);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += expf(to_f(xr[j]) - m);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += exp_shifted(to_f(xr[j]) - m);
     // The barriers in row_sum order every read of the row before the first
     // write, so Y may be X.
     const float inv = 1.0f / row_sum(sum, red);
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) y[row * D + j] = from_f<T>(expf(to_f(xr[j]) - m) * inv);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) y[row * D + j] = from_f<T>(exp_shifted(to_f(xr[j]) - m) * inv);
   }
 }
 

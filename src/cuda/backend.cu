@@ -326,7 +326,8 @@ class CudaBackend final : public Backend {
     h.b = hb.data() + (static_cast<const char*>(a.b) - static_cast<const char*>(sb->data));
     h.c = hc.data() + (static_cast<char*>(a.c) - static_cast<char*>(sc->data));
     if (tc_status st = trace::run(a.info, TC_BACKEND_PORTABLE_CPU, [&] { return cpu::gemm(h); })) return st;
-    return cuda::copy_to_device(dev_, sc->data, hc.data(), sc->size);  // complete on return
+    return cuda::copy_and_wait(sc->data, hc.data(), sc->size, cudaMemcpyDefault,
+                               "gemm (CPU fallback): copy of C to the device");
   }
 
   cuda::Device dev_;

@@ -115,6 +115,9 @@ tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwa
 // pinned (or device) memory is copied directly. Synchronous.
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n);
 tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
+// One copy that has landed when this returns (cudaMemcpy alone does not
+// guarantee it for pageable sources or device destinations; see transfer.cu).
+tc_status copy_and_wait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
 // Quantized weights (cuda/gemv_quantized.cu, cuda/quantize.cu).
 tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
 tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);

@@ -65,15 +65,25 @@ __device__ __forceinline__ float rstd_of(float sum, int64_t D, float eps) {
 // an SM. For the same reason the backward kernels keep their weight-gradient
 // sums in shared memory, not registers: at D = 8192 bf16 a thread's slice
 // is 32 elements each of x and dy, and the sums would add 32 (LayerNorm:
-// 64) f32 registers, leaving room for 2 blocks an SM; in shared memory
-// (32 or 64 KB a block) 3 fit. Each thread owns its columns' sums, laid out
-// [row slot][vector][element][thread] so a warp's accesses hit distinct
-// banks; nothing is shared, so no barrier is needed. Register caps for
-// slices of up to 4 vectors: RMSNorm 80 (3 blocks of 256; at bf16 a few
-// values spill, to an L1 that 3 x 32 KB of sums leave large), LayerNorm 128
-// (2 blocks: with 3 x 64 KB of sums, spills would not stay in L1).
+// 64) f32 registers. Each thread owns its columns' sums, read and written
+// as float4 (one 16-byte access per 4 sums; single floats when a vector is
+// 1 element), laid out [row slot][vector][group of 4][thread] so that a
+// warp's accesses are consecutive words (conflict-free); nothing is shared,
+// so no barrier is needed. The slices of x and dy stay packed across the
+// row reduction (keep_packed, rows.cuh): 32 registers for 64 bf16 values
+// instead of 64, which is what lets more rows fit. Register caps for slices
+// of up to 4 vectors (256 threads): RMSNorm 64 (4 blocks an SM, with 4 x 32
+// KB of sums), LayerNorm 80 (3 blocks: 3 x 64 KB of sums is what shared
+// memory holds).
 template <int NV, int Sums>
-constexpr int kBackwardBlocks = NV <= 4 ? (Sums == 1 ? 3 : 2) : 1;
+constexpr int kBackwardBlocks = NV <= 4 ? (Sums == 1 ? 4 : 3) : 1;
+
+// Weight-gradient sums: L per shared-memory access (a float4 when a vector
+// holds a multiple of 4 elements), E / L accesses per vector.
+template <int E>
+using SumVec = std::conditional_t<E % 4 == 0, float4, float>;
+template <int E>
+constexpr int kSumLanes = E % 4 == 0 ? 4 : 1;
 
 // Bytes of shared memory for `sums` weight-gradient sums per column of a
 // backward kernel's block (0 when no weight gradient is wanted).
@@ -129,44 +139,58 @@ template <class T, int E, int NV>
 __global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 1>)
     rms_backward_reg(const T* x, const T* gamma, const T* dy, const float* rstd, T* dx, float* partial, int64_t N,
                      int64_t D) {
+  using A = SumVec<E>;
+  constexpr int L = kSumLanes<E>, Q = E / L;
   __shared__ float red[32];
-  extern __shared__ float sums[];
+  extern __shared__ float4 sums[];
   const int V = int(D / E), tpr = blockDim.x;
-  // acc[(i * E + e) * tpr]: this thread's sum for element e of vector i.
-  float* acc = sums + threadIdx.y * (NV * E * tpr) + threadIdx.x;
+  // acc[(i * Q + q) * tpr]: this thread's sums for elements [q L, q L + L) of vector i.
+  A* acc = reinterpret_cast<A*>(sums) + threadIdx.y * (NV * Q * tpr) + threadIdx.x;
   if (partial)
-    for (int k = 0; k < NV * E; ++k) acc[k * tpr] = 0.0f;
+    for (int k = 0; k < NV * Q; ++k) acc[k * tpr] = A{};
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
     const float rs = ok ? rstd[row] : 0.0f;
     Pack<T, E> xv[NV], dv[NV];
-    float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       const bool in = ok && v < V;
       xv[i] = in ? load<T, E>(x + row * D + int64_t(v) * E) : zero_pack<T, E>();
       dv[i] = in ? load<T, E>(dy + row * D + int64_t(v) * E) : zero_pack<T, E>();
-      const Pack<T, E> g = in ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
+    }
+    float dot = 0.0f;
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float dyx = dv[i].f(e) * xv[i].f(e);
-        dot = fmaf(dyx, g.f(e), dot);
-        if (partial) acc[(i * E + e) * tpr] = fmaf(dyx, rs, acc[(i * E + e) * tpr]);
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      const Pack<T, E> g = ok && v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        A s = partial ? acc[(i * Q + q) * tpr] : A{};
+#pragma unroll
+        for (int l = 0; l < L; ++l) {  // padding has x = dy = 0: adds nothing
+          const int e = q * L + l;
+          const float dyx = dv[i].f(e) * xv[i].f(e);
+          dot = fmaf(dyx, g.f(e), dot);
+          lane(s, l) = fmaf(dyx, rs, lane(s, l));
+        }
+        if (partial) acc[(i * Q + q) * tpr] = s;
       }
     }
     const float c = float(double(rs) * rs * row_sum(dot, red) / double(D));
     if (!ok) continue;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
+      keep_packed(xv[i]);
+      keep_packed(dv[i]);
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
       const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
-      Pack<T, E> o;
+      float o[E];
 #pragma unroll
-      for (int e = 0; e < E; ++e) o.set(e, (g.f(e) * dv[i].f(e) - xv[i].f(e) * c) * rs);
-      store(dx + row * D + int64_t(v) * E, o);
+      for (int e = 0; e < E; ++e) o[e] = (g.f(e) * dv[i].f(e) - xv[i].f(e) * c) * rs;
+      store(dx + row * D + int64_t(v) * E, to_pack<T, E>(o));
     }
   }
   if (!partial) return;
@@ -176,7 +200,7 @@ __global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 1>)
     const int v = threadIdx.x + i * tpr;
     if (v < V)
 #pragma unroll
-      for (int e = 0; e < E; ++e) p[int64_t(v) * E + e] = acc[(i * E + e) * tpr];
+      for (int q = 0; q < Q; ++q) *reinterpret_cast<A*>(p + int64_t(v) * E + q * L) = acc[(i * Q + q) * tpr];
   }
 }
 
@@ -239,35 +263,50 @@ template <class T, int E, int NV>
 __global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 2>)
     ln_backward_reg(const T* x, const T* gamma, const T* dy, const float* mean, const float* rstd, T* dx,
                     float* partial, int64_t N, int64_t D) {
+  using A = SumVec<E>;
+  constexpr int L = kSumLanes<E>, Q = E / L;
   __shared__ float red[32];
-  extern __shared__ float sums[];
+  extern __shared__ float4 sums[];
   const int V = int(D / E), tpr = blockDim.x;
-  // accg / accb[(i * E + e) * tpr]: this thread's dgamma / dbeta sums.
-  float* accg = sums + threadIdx.y * (2 * NV * E * tpr) + threadIdx.x;
-  float* accb = accg + NV * E * tpr;
+  // accg / accb[(i * Q + q) * tpr]: this thread's dgamma / dbeta sums for
+  // elements [q L, q L + L) of vector i.
+  A* accg = reinterpret_cast<A*>(sums) + threadIdx.y * (2 * NV * Q * tpr) + threadIdx.x;
+  A* accb = accg + NV * Q * tpr;
   if (partial)
-    for (int k = 0; k < NV * E; ++k) accg[k * tpr] = accb[k * tpr] = 0.0f;
+    for (int k = 0; k < NV * Q; ++k) accg[k * tpr] = accb[k * tpr] = A{};
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
     const bool ok = row < N;
     const float mu = ok ? mean[row] : 0.0f, rs = ok ? rstd[row] : 0.0f;
     Pack<T, E> xv[NV], dv[NV];
-    float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int v = threadIdx.x + i * tpr;
       const bool in = ok && v < V;
       xv[i] = in ? load<T, E>(x + row * D + int64_t(v) * E) : zero_pack<T, E>();
       dv[i] = in ? load<T, E>(dy + row * D + int64_t(v) * E) : zero_pack<T, E>();
-      const Pack<T, E> g = in ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
+    }
+    float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-      for (int e = 0; e < E; ++e) {  // padding has dy = 0: adds nothing
-        const float d = dv[i].f(e), xhat = (xv[i].f(e) - mu) * rs, dxhat = d * g.f(e);
-        s1 += dxhat;
-        s2 = fmaf(dxhat, xhat, s2);
+    for (int i = 0; i < NV; ++i) {
+      const int v = threadIdx.x + i * tpr;
+      const Pack<T, E> g = ok && v < V ? load<T, E>(gamma + int64_t(v) * E) : zero_pack<T, E>();
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        A sg = partial ? accg[(i * Q + q) * tpr] : A{};
+        A sb = partial ? accb[(i * Q + q) * tpr] : A{};
+#pragma unroll
+        for (int l = 0; l < L; ++l) {  // padding has dy = 0: adds nothing
+          const int e = q * L + l;
+          const float d = dv[i].f(e), xhat = (xv[i].f(e) - mu) * rs, dxhat = d * g.f(e);
+          s1 += dxhat;
+          s2 = fmaf(dxhat, xhat, s2);
+          lane(sg, l) = fmaf(d, xhat, lane(sg, l));
+          lane(sb, l) += d;
+        }
         if (partial) {
-          accg[(i * E + e) * tpr] = fmaf(d, xhat, accg[(i * E + e) * tpr]);
-          accb[(i * E + e) * tpr] += d;
+          accg[(i * Q + q) * tpr] = sg;
+          accb[(i * Q + q) * tpr] = sb;
         }
       }
     }
@@ -276,16 +315,18 @@ __global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 2>)
     if (!ok) continue;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
+      keep_packed(xv[i]);
+      keep_packed(dv[i]);
       const int v = threadIdx.x + i * tpr;
       if (v >= V) continue;
       const Pack<T, E> g = load<T, E>(gamma + int64_t(v) * E);
-      Pack<T, E> o;
+      float o[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const float xhat = (xv[i].f(e) - mu) * rs, dxhat = dv[i].f(e) * g.f(e);
-        o.set(e, (dxhat - m1 - xhat * m2) * rs);
+        o[e] = (dxhat - m1 - xhat * m2) * rs;
       }
-      store(dx + row * D + int64_t(v) * E, o);
+      store(dx + row * D + int64_t(v) * E, to_pack<T, E>(o));
     }
   }
   if (!partial) return;
@@ -296,9 +337,9 @@ __global__ void __launch_bounds__(kRowThreads, kBackwardBlocks<NV, 2>)
     const int v = threadIdx.x + i * tpr;
     if (v < V)
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        p[int64_t(v) * E + e] = accg[(i * E + e) * tpr];
-        p[P * D + int64_t(v) * E + e] = accb[(i * E + e) * tpr];
+      for (int q = 0; q < Q; ++q) {
+        *reinterpret_cast<A*>(p + int64_t(v) * E + q * L) = accg[(i * Q + q) * tpr];
+        *reinterpret_cast<A*>(p + P * D + int64_t(v) * E + q * L) = accb[(i * Q + q) * tpr];
       }
   }
 }

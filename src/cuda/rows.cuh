@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -33,7 +34,13 @@ namespace cuda {
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+// bf16 is the top half of an f32: widening is a shift of the bits, written
+// as integer operations the compiler sees through (cuda_bf16.h's conversion
+// is an asm block it cannot move or rematerialise, which keeps widened copies
+// of a packed slice alive and costs registers).
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
+  return __uint_as_float(uint32_t(static_cast<__nv_bfloat16_raw>(v).x) << 16);
+}
 
 template <class T>
 __device__ __forceinline__ T from_f(float v);
@@ -42,15 +49,44 @@ __device__ __forceinline__ float from_f<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  // cvt.rn.bf16.f32 as __float2bfloat16_rn, into a plain register: the
+  // header's version writes through a reinterpret_cast of the result, which
+  // left packed bf16 slices in local memory (spilled) in the row kernels.
+  __nv_bfloat16_raw r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v));
+  return __nv_bfloat16(r);
+}
 
 // E consecutive elements, loaded and stored as one access (16 bytes when
 // E * sizeof(T) == 16; the pointer must then be 16-byte aligned).
-template <class T, int E>
+template <class T, int E, class = void>
 struct alignas(sizeof(T) * E) Pack {
   T v[E];
   __device__ __forceinline__ float f(int e) const { return to_f(v[e]); }
   __device__ __forceinline__ void set(int e, float x) { v[e] = from_f<T>(x); }
+};
+
+// Bits of an f16 or bf16 value, and the value from its bits.
+__device__ __forceinline__ uint32_t bits_of(__half h) { return static_cast<__half_raw>(h).x; }
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat16 h) { return static_cast<__nv_bfloat16_raw>(h).x; }
+
+// f16 and bf16 pairs held as 32-bit words (element 2k in the low half of
+// word k, as in memory): held as 16-bit values, ptxas gives each its own
+// 32-bit register, doubling a packed slice's registers (seen as spills of
+// the bf16 row kernels at 64-80 registers).
+template <class T, int E>
+struct alignas(sizeof(T) * E) Pack<T, E, std::enable_if_t<sizeof(T) == 2 && E % 2 == 0>> {
+  uint32_t w[E / 2];
+  __device__ __forceinline__ float f(int e) const {
+    const uint32_t x = w[e / 2];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(e % 2 ? x & 0xffff0000u : x << 16);
+    else return __half2float(__ushort_as_half((unsigned short)(e % 2 ? x >> 16 : x & 0xffffu)));
+  }
+  __device__ __forceinline__ void set(int e, float x) {
+    const uint32_t b = bits_of(from_f<T>(x));
+    w[e / 2] = e % 2 ? (w[e / 2] & 0xffffu) | (b << 16) : (w[e / 2] & 0xffff0000u) | b;
+  }
 };
 
 template <class T, int E>
@@ -61,13 +97,59 @@ template <class T, int E>
 __device__ __forceinline__ void store(T* p, const Pack<T, E>& v) {
   *reinterpret_cast<Pack<T, E>*>(p) = v;
 }
+// +0 in every element (all bits clear, for each of f32, f16 and bf16),
+// built from integers rather than converted: the conversion of bf16 is an
+// asm block, opaque to the compiler, which then cannot fold the padding.
 template <class T, int E>
 __device__ __forceinline__ Pack<T, E> zero_pack() {
   Pack<T, E> p;
-#pragma unroll
-  for (int e = 0; e < E; ++e) p.v[e] = from_f<T>(0.0f);
+  memset(&p, 0, sizeof(p));
   return p;
 }
+
+// A pack from E floats, rounded to nearest even; f16 and bf16 two at a
+// time (one cvt.rn.{f16,bf16}x2.f32 per pair, straight into the 32-bit
+// register the 16-byte store takes).
+template <class T, int E>
+__device__ __forceinline__ Pack<T, E> to_pack(const float (&f)[E]) {
+  Pack<T, E> p;
+  if constexpr (!std::is_same_v<T, float> && E % 2 == 0) {
+    uint32_t w[E / 2];
+#pragma unroll
+    for (int k = 0; k < E / 2; ++k) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[k]) : "f"(f[2 * k + 1]), "f"(f[2 * k]));
+      else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[k]) : "f"(f[2 * k + 1]), "f"(f[2 * k]));
+    }
+    memcpy(&p, w, sizeof(w));
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) p.set(e, f[e]);
+  }
+  return p;
+}
+
+// Makes the compiler treat the pack's bits as values it cannot see through:
+// element conversions made before this point cannot be reused after it, so
+// a row slice stays packed (16 bytes = 4 registers for 8 f16/bf16 elements)
+// across a row reduction and is widened again where it is used, instead of
+// being held widened to f32 (twice the registers: fewer rows per SM, or
+// spills). Costs no instruction (an empty asm with the words as in/out).
+template <class T, int E>
+__device__ __forceinline__ void keep_packed(Pack<T, E>& p) {
+  if constexpr (sizeof(Pack<T, E>) % 4 == 0) {
+    uint32_t w[sizeof(Pack<T, E>) / 4];
+    memcpy(w, &p, sizeof(w));
+#pragma unroll
+    for (int k = 0; k < int(sizeof(w) / 4); ++k) asm volatile("" : "+r"(w[k]));
+    memcpy(&p, w, sizeof(w));
+  }
+}
+
+// Element l (a compile-time constant after unrolling) of a float4, or the float itself.
+__device__ __forceinline__ float& lane(float4& v, int l) { return l == 0 ? v.x : l == 1 ? v.y : l == 2 ? v.z : v.w; }
+__device__ __forceinline__ float& lane(float& v, int) { return v; }
 
 // ---- reductions ----
 

@@ -16,8 +16,14 @@
 // so each chunk's host copy is split over the CPU thread pool (1 MiB slices).
 //
 // Host memory that is already pinned (cudaHostAlloc, cudaHostRegister) or is
-// device/managed memory is copied directly with one cudaMemcpy, as are small
-// copies, where the driver's own staging is as fast.
+// device/managed memory is copied directly, as are small copies, where the
+// driver's own staging is as fast. A direct copy is enqueued on the legacy
+// stream and waited for: a plain cudaMemcpy from pageable memory returns once
+// the bytes sit in the driver's staging buffer, before its DMA has landed
+// (and a device-to-device one returns at once), and the ops' kernels run on
+// non-blocking streams that are not ordered after the legacy stream, so a
+// kernel launched right after tc_buffer_write could read the buffer's old
+// bytes (seen as a RoPE table read stale by the kernel that followed its upload).
 //
 // The bounce buffer and its stream are per device and live for the process
 // (freeing pinned memory from a static destructor would run after the CUDA
@@ -92,16 +98,15 @@ tc_status drain(Staging* st, tc_status status) {
 
 }  // namespace
 
+tc_status copy_and_wait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what) {
+  if (tc_status e = check(cudaMemcpyAsync(dst, src, n, kind, cudaStreamLegacy), what)) return e;
+  return check(cudaStreamSynchronize(cudaStreamLegacy), what);
+}
+
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
   cudaSetDevice(dev.index());
   Staging* st = n < kDirectBelow || directly_copyable(src) ? nullptr : staging_of(dev.index());
-  if (!st) {
-    // From pageable memory cudaMemcpy may return once the bytes are in the
-    // driver's staging, before the DMA lands; work on our non-blocking
-    // streams does not wait for the legacy stream, so wait for it here.
-    if (tc_status e = check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer write")) return e;
-    return check(cudaStreamSynchronize(cudaStreamLegacy), "buffer write");
-  }
+  if (!st) return copy_and_wait(dst, src, n, cudaMemcpyDefault, "buffer write");
   std::lock_guard<std::mutex> lock(st->mu);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
@@ -121,7 +126,7 @@ tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
 tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n) {
   cudaSetDevice(dev.index());
   Staging* st = n < kDirectBelow || directly_copyable(dst) ? nullptr : staging_of(dev.index());
-  if (!st) return check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer read");
+  if (!st) return copy_and_wait(dst, src, n, cudaMemcpyDefault, "buffer read");
   std::lock_guard<std::mutex> lock(st->mu);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);

@@ -333,6 +333,52 @@ def test_rope_uses_the_table_row_of_each_position(ctx, rng):
     assert_close(get(X, x.shape, "f32"), y, scale, 1e-5, "per-position angles")
 
 
+# [batch, heads, seq, head_dim]: one pair; rows below, at and above a GPU
+# block's row count for head_dim 128 (32 rows of 8 vectors in bf16/f16, 16
+# of 16 in f32) and its vector width; head_dim 96 and 80 (vector counts that
+# are not powers of two), 6 (no 16-byte vectors), 256 and 512 (a row wider
+# than a block's x extent in f32), and 1024 rows of 128 (the shape whose
+# freshly written tables were once read stale on the GPU).
+ROPE_SHAPES = [(1, 1, 1, 2), (1, 1, 31, 128), (1, 1, 33, 128), (2, 8, 64, 128), (3, 2, 17, 96), (1, 5, 9, 80),
+               (2, 3, 11, 6), (1, 2, 40, 256), (1, 1, 3, 512)]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shape", ROPE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_shapes(ctx, rng, dtype, shape, interleaved):
+    B, H, S, D = shape
+    x, x64 = rnd(rng, shape, dtype)
+    cos, sin = rope_tables(S, D)
+    for inverse in (False, True):
+        X = up(ctx, x)
+        fn = tc.rope_backward if inverse else tc.rope_forward
+        fn(ctx, X, up(ctx, cos), up(ctx, sin), B, H, S, D, dtype=dtype, interleaved=interleaved)
+        y, scale = rope_ref(x64, cos, sin, interleaved, inverse=inverse)
+        check(get(X, shape, dtype), y, scale, dtype, "rope %s %s interleaved=%s" % (
+            "backward" if inverse else "forward", shape, interleaved))
+
+
+def test_rope_reads_the_tables_just_written(ctx, rng):
+    """The tables are rewritten with new angles right before each call, into
+    the same buffers: the op must see the new values, never the previous
+    call's (a host-to-device copy must have landed when tc_buffer_write
+    returns, whatever stream the next kernel runs on)."""
+    B, H, S, D = 2, 8, 64, 128
+    x = f32(rng.standard_normal((B, H, S, D)))
+    C, Sn = up(ctx, np.zeros((S, D // 2), np.float32)), up(ctx, np.zeros((S, D // 2), np.float32))
+    X = up(ctx, x)
+    for i in range(8):
+        theta = rng.uniform(-3, 3, size=(S, D // 2))
+        cos, sin = f32(np.cos(theta)), f32(np.sin(theta))
+        C.write(cos)
+        Sn.write(sin)
+        X.write(x)
+        tc.rope_forward(ctx, X, C, Sn, B, H, S, D, dtype="f32")
+        y, scale = rope_ref(x.astype(np.float64), cos, sin, False)
+        assert_close(get(X, x.shape, "f32"), y, scale, 1e-5, "round %d" % i)
+
+
 # ---- SwiGLU ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [1, 7, 16, 65, 4099, 100000])

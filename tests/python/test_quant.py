@@ -262,7 +262,7 @@ def test_dequantize_matches_gguf_bit_for_bit(ctx, rng, fmt):
         Y2 = cpu_ctx.buffer_from_array(poison(K * 2))
         cpu_ctx.dequantize_weights(W, Y2, fmt, 1, K, dtype=dtype, row_offset=3)
         row = to_f64(Y2.to_numpy((1, K), np_dtype(dtype)), dtype)
-        assert_close(row, ref[3:4], np.abs(ref[3:4]), 2.0 ** -8, "row 3 as %s" % dtype)
+        assert_close(row, ref[3:4], np.abs(ref[3:4]), 2.0 ** -8, "row 3 as %s" % dtype, out_dtype=dtype)
     with pytest.raises(tc.TensorcoreError) as e:
         cpu_ctx.dequantize_weights(W, Y, fmt, 1, K, row_offset=N)  # past the last row
     assert e.value.status == tc.TC_ERR_INVALID_ARG

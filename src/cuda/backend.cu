@@ -318,16 +318,14 @@ class CudaBackend final : public Backend {
     const StorageRef& sc = a.info.keep[2];
     std::vector<char> ha(sa->size), hb(sb->size), hc(sc->size);
     for (auto [host, st] : {std::pair{&ha, &sa}, {&hb, &sb}, {&hc, &sc}})
-      if (tc_status e = cuda::check(cudaMemcpy(host->data(), (*st)->data, (*st)->size, cudaMemcpyDefault),
-                                    "gemm (CPU fallback): copy to host"))
+      if (tc_status e = cuda::copy_sync(host->data(), (*st)->data, (*st)->size, "gemm (CPU fallback): copy to host"))
         return e;
     GemmArgs h = a;
     h.a = ha.data() + (static_cast<const char*>(a.a) - static_cast<const char*>(sa->data));
     h.b = hb.data() + (static_cast<const char*>(a.b) - static_cast<const char*>(sb->data));
     h.c = hc.data() + (static_cast<char*>(a.c) - static_cast<char*>(sc->data));
     if (tc_status st = trace::run(a.info, TC_BACKEND_PORTABLE_CPU, [&] { return cpu::gemm(h); })) return st;
-    return cuda::check(cudaMemcpy(sc->data, hc.data(), sc->size, cudaMemcpyDefault),
-                       "gemm (CPU fallback): copy of C to the device");
+    return cuda::copy_sync(sc->data, hc.data(), sc->size, "gemm (CPU fallback): copy of C to the device");
   }
 
   cuda::Device dev_;

@@ -115,6 +115,10 @@ tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwa
 // pinned (or device) memory is copied directly. Synchronous.
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n);
 tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
+// A copy in any direction that has landed when it returns (cudaMemcpy does not
+// promise that for small pageable or device-to-device copies, and the
+// non-blocking streams of the ops are not ordered after it).
+tc_status copy_sync(void* dst, const void* src, size_t n, const char* what);
 // Quantized weights (cuda/gemv_quantized.cu, cuda/quantize.cu).
 tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
 tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);

@@ -31,7 +31,7 @@ void free_pinned(Device& dev, void* ptr) {
 tc_status copy_tier(Device& dev, StreamState* s, void* dst, const void* src, size_t n, bool to_device) {
   cudaSetDevice(dev.index());
   const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-  if (!s) return check(cudaMemcpy(dst, src, n, kind), "tier move copy");
+  if (!s) return copy_sync(dst, src, n, "tier move copy");
   s->last_kernel = to_device ? "tier_copy_h2d" : "tier_copy_d2h";
   return check(cudaMemcpyAsync(dst, src, n, kind, s->stream), "tier move copy (async)");
 }

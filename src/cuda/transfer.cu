@@ -16,8 +16,15 @@
 // so each chunk's host copy is split over the CPU thread pool (1 MiB slices).
 //
 // Host memory that is already pinned (cudaHostAlloc, cudaHostRegister) or is
-// device/managed memory is copied directly with one cudaMemcpy, as are small
-// copies, where the driver's own staging is as fast.
+// device/managed memory is copied directly, as are small copies, where the
+// driver's own staging is as fast. A direct copy is a cudaMemcpyAsync on the
+// legacy default stream followed by a synchronisation of that stream, not a
+// plain cudaMemcpy: cudaMemcpy returns once a small pageable host source has
+// been staged (before its DMA lands) and does not wait for device-to-device
+// copies at all, and the ops run on non-blocking streams that do not order
+// themselves after the legacy stream. A kernel launched right after a write
+// could otherwise run before the written bytes arrive (and have its output
+// overwritten by them).
 //
 // The bounce buffer and its stream are per device and live for the process
 // (freeing pinned memory from a static destructor would run after the CUDA
@@ -92,10 +99,16 @@ tc_status drain(Staging* st, tc_status status) {
 
 }  // namespace
 
+// See the top of the file for why this is not a plain cudaMemcpy.
+tc_status copy_sync(void* dst, const void* src, size_t n, const char* what) {
+  if (tc_status e = check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cudaStreamLegacy), what)) return e;
+  return check(cudaStreamSynchronize(cudaStreamLegacy), what);
+}
+
 tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
   cudaSetDevice(dev.index());
   Staging* st = n < kDirectBelow || directly_copyable(src) ? nullptr : staging_of(dev.index());
-  if (!st) return check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer write");
+  if (!st) return copy_sync(dst, src, n, "buffer write");
   std::lock_guard<std::mutex> lock(st->mu);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
@@ -115,7 +128,7 @@ tc_status copy_to_device(Device& dev, void* dst, const void* src, size_t n) {
 tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n) {
   cudaSetDevice(dev.index());
   Staging* st = n < kDirectBelow || directly_copyable(dst) ? nullptr : staging_of(dev.index());
-  if (!st) return check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "buffer read");
+  if (!st) return copy_sync(dst, src, n, "buffer read");
   std::lock_guard<std::mutex> lock(st->mu);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);

@@ -17,6 +17,11 @@
 // it instruction- and L1-bound far below HBM bandwidth. Here per 4 weights:
 // one mask (or shift) and one dp4a, and X costs 1.25 bytes per weight.
 //
+// Launches: for M = 1 (decode) one kernel, gemv1, whose CTAs each quantise
+// X into shared memory before their rows; for M > 1 a pre-kernel
+// (quantize_x in gemv_quantized.cu) writes the int8 X to the stream's
+// workspace, and gemv takes up to 8 rows of X per pass over W.
+//
 // Layout of the work: one warp per row of W (8 rows per CTA). kLanes
 // consecutive lanes share a block of weights, each taking a fixed piece of
 // it (a half block of Q4_0 / Q8_0, an eighth of a Q4_K / Q6_K super-block),
@@ -44,16 +49,17 @@ namespace q8act {
 __device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(uint16_t(bits))); }
 
 // X of the tile, quantised: row m's int8 values at xq + m K (16-byte
-// aligned: the tile sits 256-aligned in the workspace and K % 32 == 0), its
-// (dx, sx) of block j at xd[m K / 32 + j].
+// aligned: 256-aligned in the workspace or shared memory, and K % 32 == 0),
+// its (dx, sx) of block j at xd[m K / 32 + j].
 struct XQ {
   const int8_t* xq;
   const float2* xd;
   int64_t K;
 };
 
-__device__ __forceinline__ int2 ld_x8(const int8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
-__device__ __forceinline__ int4 ld_x16(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+// X loads: generic (not __ldg), as X is in shared memory for M = 1.
+__device__ __forceinline__ int2 ld_x8(const int8_t* p) { return *reinterpret_cast<const int2*>(p); }
+__device__ __forceinline__ int4 ld_x16(const int8_t* p) { return *reinterpret_cast<const int4*>(p); }
 
 constexpr uint32_t kLo = 0x0F0F0F0Fu;
 
@@ -79,7 +85,7 @@ struct Q4_0 {
       if (m >= mt) break;
       const int8_t* xb = x.xq + m * x.K + 32 * b;
       const int2 lo = ld_x8(xb + 8 * p), hi = ld_x8(xb + 16 + 8 * p);
-      const float2 ds = __ldg(x.xd + m * (x.K / 32) + b);
+      const float2 ds = x.xd[m * (x.K / 32) + b];
       int s = __dp4a(int(r.v0 & kLo), lo.x, 0);
       s = __dp4a(int(r.v1 & kLo), lo.y, s);
       s = __dp4a(int((r.v0 >> 4) & kLo), hi.x, s);
@@ -112,7 +118,7 @@ struct Q8_0 {
     for (int m = 0; m < MT; ++m) {
       if (m >= mt) break;
       const int4 xv = ld_x16(x.xq + m * x.K + 32 * b + 16 * p);
-      const float dx = __ldg(x.xd + m * (x.K / 32) + b).x;
+      const float dx = x.xd[m * (x.K / 32) + b].x;
       int s = __dp4a(int(r.v[0]), xv.x, 0);
       s = __dp4a(int(r.v[1]), xv.y, s);
       s = __dp4a(int(r.v[2]), xv.z, s);
@@ -157,14 +163,14 @@ struct Q4_K {
       const int8_t* xb = x.xq + m * x.K + 256 * b + 64 * c + 16 * (l & 1);
       const int4 xl = ld_x16(xb), xh = ld_x16(xb + 32);
       const float2* xd = x.xd + m * (x.K / 32) + 8 * b + 2 * c;
-      const float2 d0 = __ldg(xd), d1 = __ldg(xd + 1);
+      const float2 d0 = xd[0], d1 = xd[1];
       int sl = __dp4a(int(r.v[0] & kLo), xl.x, 0), sh = __dp4a(int((r.v[0] >> 4) & kLo), xh.x, 0);
       sl = __dp4a(int(r.v[1] & kLo), xl.y, sl), sh = __dp4a(int((r.v[1] >> 4) & kLo), xh.y, sh);
       sl = __dp4a(int(r.v[2] & kLo), xl.z, sl), sh = __dp4a(int((r.v[2] >> 4) & kLo), xh.z, sh);
       sl = __dp4a(int(r.v[3] & kLo), xl.w, sl), sh = __dp4a(int((r.v[3] >> 4) & kLo), xh.w, sh);
-      const float dot = fmaf(sc0 * d0.x, float(sl), sc1 * d1.x * float(sh));
+      const float dots = fmaf(sc0 * d0.x, float(sl), sc1 * d1.x * float(sh));
       const float mins = fmaf(m0, d0.y, m1 * d1.y);
-      acc[m] = fmaf(d, dot, fmaf(-0.5f * dmin, mins, acc[m]));
+      acc[m] = fmaf(d, dots, fmaf(-0.5f * dmin, mins, acc[m]));
     }
   }
 };
@@ -223,26 +229,49 @@ struct Q6_K {
       for (int t = 0; t < 4; ++t) {
         const int2 xv = ld_x8(xb + 32 * t);
         const int si = __dp4a(q[t][1], xv.y, __dp4a(q[t][0], xv.x, 0));
-        s = fmaf(sc[t] * __ldg(xd + t).x, float(si), s);
+        s = fmaf(sc[t] * xd[t].x, float(si), s);
       }
       acc[m] = fmaf(d, s, acc[m]);
     }
   }
 };
 
-// Y[m, n] for the tile's rows m < mt <= MT; one warp per row n of W.
-template <class F, int A, int MT, class TY, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ w, XQ x, TY* __restrict__ y, int mt,
-                                                    int64_t N) {
-  constexpr int kStep = 32 / F::kLanes, U = F::kUnroll;  // blocks per warp step; steps per round
-  const int lane = threadIdx.x % 32, piece = lane % F::kLanes;
-  const int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (n >= N) return;  // the whole warp leaves together
-  const int64_t nb = x.K / F::kQK;
-  const uint8_t* wr = w + n * nb * F::kBytes;
-  float acc[MT];
+// One block of 32 activations quantised by the 32 lanes of a warp (lane i
+// holds x[i]): dx = max|x| / 127, xq = round-to-nearest-even(x * (1 / dx)),
+// sx = dx sum(xq): the CPU's quantize_block, operation for operation.
+__device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, float2* xd) {
+  float amax = fabsf(v);
 #pragma unroll
-  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  const int q = max(-128, min(127, __float2int_rn(__fmul_rn(v, id))));
+  xq[lane] = int8_t(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) *xd = make_float2(d, d * float(sum));
+}
+
+__device__ __forceinline__ float x_at(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float x_at(const __half* p) { return __half2float(__ldg(p)); }
+__device__ __forceinline__ float x_at(const __nv_bfloat16* p) {
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+
+template <class TY>
+__device__ __forceinline__ void store(TY* y, float s) {
+  if constexpr (std::is_same<TY, __half>::value) *y = __float2half_rn(s);
+  else *y = __float2bfloat16_rn(s);
+}
+
+// Row n of W (at wr) against the tile's mt <= MT rows of X, into the
+// lane's partial sums acc[m].
+template <class F, int A, int MT>
+__device__ __forceinline__ void row_dot(const uint8_t* wr, const XQ& x, int mt, int lane, float (&acc)[MT]) {
+  constexpr int kStep = 32 / F::kLanes, U = F::kUnroll;  // blocks per warp step; steps per round
+  const int piece = lane % F::kLanes;
+  const int64_t nb = x.K / F::kQK;
   int64_t b = lane / F::kLanes;
   // Full rounds: all U loads first, then the arithmetic.
   for (; b + (U - 1) * kStep < nb; b += U * kStep) {
@@ -253,16 +282,53 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ 
     for (int u = 0; u < U; ++u) F::template dot<MT>(r[u], piece, b + u * kStep, x, mt, acc);
   }
   for (; b < nb; b += kStep) F::template dot<MT>(F::template load<A>(wr + b * F::kBytes, piece), piece, b, x, mt, acc);
+}
+
+// Y[m, n] for the tile's rows m < mt <= MT, X quantised beforehand (by
+// quantize_x of gemv_quantized.cu); one warp per row n of W.
+template <class F, int A, int MT, class TY, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ w, XQ x, TY* __restrict__ y, int mt,
+                                                    int64_t N) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;  // the whole warp leaves together
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  row_dot<F, A, MT>(w + n * (x.K / F::kQK) * F::kBytes, x, mt, lane, acc);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float s = acc[m];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (m < mt && lane == 0) {
-      if constexpr (std::is_same<TY, __half>::value) y[int64_t(m) * N + n] = __float2half_rn(s);
-      else y[int64_t(m) * N + n] = __float2bfloat16_rn(s);
-    }
+    if (m < mt && lane == 0) store(y + int64_t(m) * N + n, s);
   }
+}
+
+// M = 1 in one launch: each CTA first quantises the row of X (xs, K elements
+// of T) into its shared memory (K + K / 4 bytes,
+// dynamic), then its warps take one row of W each. X is re-read by every
+// CTA, from L2: K (f16) bytes against the 8 rows' 8 x 0.56 K (Q4_0) or more
+// bytes of W, and it saves the separate quantisation launch and its
+// dependency wait, which at 4096 x 4096 Q4_0 (2 us of W at full bandwidth)
+// would cost as much as the product.
+template <class F, int A, class T, class TY, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) gemv1(const uint8_t* __restrict__ w, const T* __restrict__ xs,
+                                                     TY* __restrict__ y, int64_t N, int64_t K) {
+  extern __shared__ int4 smem[];  // int4: 16-byte aligned
+  int8_t* xq = reinterpret_cast<int8_t*>(smem);
+  float2* xd = reinterpret_cast<float2*>(xq + K);  // K % 32 == 0: 8-byte aligned
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t j = warp; j < K / 32; j += kWarps) quantize_block(x_at(xs + 32 * j + lane), lane, xq + 32 * j, xd + j);
+  __syncthreads();
+  const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
+  if (n >= N) return;  // the whole warp leaves together
+  float acc[1] = {0.0f};
+  row_dot<F, A, 1>(w + n * (K / F::kQK) * F::kBytes, XQ{xq, xd, K}, 1, lane, acc);
+  float s = acc[0];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) store(y + n, s);
 }
 
 }  // namespace q8act

@@ -6,9 +6,10 @@
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
 // eps). Two paths, chosen as the CPU chooses on an AVX512-VNNI processor:
 //  - f16/bf16 activations against Q4_0, Q8_0, Q4_K or Q6_K: X (normalised
-//    in f32 first when fused) is quantised to 8 bits per block of 32 by a
-//    small pre-kernel into the stream's workspace, and the products are
-//    int8 dot products (__dp4a): gemv_q8act.cuh. Each activation moves by at
+//    in f32 first when fused) is quantised to 8 bits per block of 32 (in
+//    each CTA's shared memory at M = 1, else by a small pre-kernel into the
+//    stream's workspace), and the products are int8 dot products (__dp4a):
+//    gemv_q8act.cuh. Each activation moves by at
 //    most half a quantisation step, the CPU's VNNI contract;
 //  - otherwise (f32 activations, the other formats, or TC_CUDA_GEMV_LEGACY=1
 //    in the environment, read once): the activations are never quantised,
@@ -17,7 +18,8 @@
 //
 // At small M the product streams W once at two flops per weight, so it is
 // bound by HBM bandwidth; the design serves that:
-//  - one warp per row of W; its lanes take consecutive parts of consecutive
+//  - one warp per row of W (four rows, sharing each load of X, for f32 X and
+//    Y at M = 1: gemv_blocks_f32_rows); its lanes take consecutive parts of consecutive
 //    blocks (quant_formats.cuh), so each warp-wide load covers a contiguous
 //    run of the row, and each lane issues the loads of several parts before
 //    using them (unrolled loop) to keep enough bytes in flight;
@@ -158,14 +160,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_blocks(const uint8_t* __rest
 // 7 (Q4_0) to 4 (Q8_0) times the weight bytes, so at 4 TB/s of W the L1
 // traffic of X alone exceeds what the SMs' L1 can serve; sharing X over 4
 // rows cuts it 4 times, and a lane has 4 rows' loads in flight at once.
-constexpr int kRowsF32 = 4;
+// CTAs of 4 warps (16 rows): 4096 rows still make 256 CTAs, about two per SM.
+constexpr int kRowsF32 = 4, kWarpsF32 = 4;
 
 template <class F, int A>
-__global__ void __launch_bounds__(kWarps * 32) gemv_blocks_f32_rows(const uint8_t* __restrict__ w,
+__global__ void __launch_bounds__(kWarpsF32 * 32) gemv_blocks_f32_rows(const uint8_t* __restrict__ w,
                                                                     const float* __restrict__ x,
                                                                     float* __restrict__ y, int64_t N, int64_t K) {
   const int lane = threadIdx.x % 32;
-  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsF32;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWarpsF32 + threadIdx.x / 32) * kRowsF32;
   if (n0 >= N) return;  // the whole warp leaves together
   const int64_t nb = K / F::kQK;
   const int units = int(nb) * F::kParts;
@@ -185,12 +188,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_blocks_f32_rows(const uint8_
     F::template decode<A>(wr[0] + int64_t(b) * F::kBytes, p, pt);
     const float* xb = x + b * F::kQK;
     float4 v[F::kGroups];
-    float vs[F::kGroups];
 #pragma unroll
-    for (int g = 0; g < F::kGroups; ++g) {
-      v[g] = load_x4<float>(xb + pt.pos[g]);
-      vs[g] = (v[g].x + v[g].y) + (v[g].z + v[g].w);
-    }
+    for (int g = 0; g < F::kGroups; ++g) v[g] = load_x4<float>(xb + pt.pos[g]);
 #pragma unroll
     for (int r = 0; r < kRowsF32; ++r) {
       if (r > 0) F::template decode<A>(wr[r] + int64_t(b) * F::kBytes, p, pt);
@@ -202,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_blocks_f32_rows(const uint8_
         t = fmaf(v[g].z, pt.q[4 * g + 2], t);
         t = fmaf(v[g].w, pt.q[4 * g + 3], t);
         s = fmaf(pt.a[g], t, s);
-        if constexpr (F::kMin) s = fmaf(pt.b[g], vs[g], s);
+        if constexpr (F::kMin) s = fmaf(pt.b[g], (v[g].x + v[g].y) + (v[g].z + v[g].w), s);
       }
       acc[r] += s;
     }
@@ -269,27 +268,15 @@ __global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamm
     out[k] = __fmul_rn(__fmul_rn(load_x1<T>(xr + k), rstd), load_x1<T>(gamma + k));
 }
 
-// The 8-bit activations of gemv_q8act.cuh: one warp per block of 32 of X
-// (rows of K back to back), as the CPU's quantize_block:
-//   dx = max|x| / 127, xq = round-to-nearest-even(x * (1 / dx)), sx = dx sum(xq).
+// The 8-bit activations of gemv_q8act.cuh for M > 1: one warp per block of
+// 32 of X (rows of K back to back).
 template <class T>
 __global__ void __launch_bounds__(256) quantize_x(const T* __restrict__ x, int8_t* __restrict__ xq,
                                                   float2* __restrict__ xd, int64_t nblocks) {
   const int lane = threadIdx.x % 32;
   const int64_t blk = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
   if (blk >= nblocks) return;  // the whole warp leaves together
-  const float v = load_x1<T>(x + blk * 32 + lane);
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const int q = max(-128, min(127, __float2int_rn(__fmul_rn(v, id))));
-  xq[blk * 32 + lane] = int8_t(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) xd[blk] = make_float2(d, d * float(sum));
+  q8act::quantize_block(load_x1<T>(x + blk * 32 + lane), lane, xq + blk * 32, xd + blk);
 }
 
 // ---- launch --------------------------------------------------------------------------------
@@ -321,9 +308,9 @@ void launch_blocks(const Tile& t, const uint8_t* w, cudaStream_t st) {
   TY* y = static_cast<TY*>(t.y);
   if constexpr (std::is_same<T, float>::value && std::is_same<TY, float>::value) {
     if (t.mt == 1 && !legacy_only()) {
-      const int64_t rows_per_cta = int64_t(kWarps) * kRowsF32;
+      const int64_t rows_per_cta = int64_t(kWarpsF32) * kRowsF32;
       const dim3 grid4(unsigned((t.N + rows_per_cta - 1) / rows_per_cta));
-      gemv_blocks_f32_rows<F, A><<<grid4, block, 0, st>>>(w, x, y, t.N, t.K);
+      gemv_blocks_f32_rows<F, A><<<grid4, kWarpsF32 * 32, 0, st>>>(w, x, y, t.N, t.K);
       return;
     }
   }
@@ -395,24 +382,21 @@ bool int8_format(int32_t fmt) {
   return fmt == quant::Q4_0 || fmt == quant::Q8_0 || fmt == quant::Q4_K || fmt == quant::Q6_K;
 }
 
-// Rows per launch of the 8-bit kernel: 1 or up to 8 (larger tiles take
-// several launches, each streaming W once).
+// Rows per launch of the 8-bit kernel for M > 1 (larger tiles take several
+// launches, each streaming W once).
 constexpr int kQ8Rows = 8;
-
-template <class F, int A, class TY>
-void launch_q8(const q8act::XQ& x, const uint8_t* w, TY* y, int mt, int64_t N, cudaStream_t st) {
-  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
-  if (mt == 1) q8act::gemv<F, A, 1, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
-  else q8act::gemv<F, A, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
-}
+// Largest K whose quantised row fits the default 48 KB of dynamic shared
+// memory of the one-launch M = 1 kernel (K + K / 4 bytes).
+constexpr int64_t kQ8SmemK = (48 << 10) * 4 / 5;
 
 template <class F, class TY>
 void launch_q8_fmt(const q8act::XQ& x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N, cudaStream_t st) {
-  if (aligned) launch_q8<F, F::kAlign, TY>(x, w, y, mt, N, st);
-  else launch_q8<F, 1, TY>(x, w, y, mt, N, st);
+  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  if (aligned) q8act::gemv<F, F::kAlign, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
+  else q8act::gemv<F, 1, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
 }
 
-// Y rows [0, mt) of the tile (Y of dtype ydt at y) from the quantised X.
+// Y rows [0, mt) of the tile from its X quantised into xq / xd.
 template <class TY>
 void launch_q8_rows(int32_t fmt, q8act::XQ x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N,
                     cudaStream_t st) {
@@ -429,10 +413,44 @@ void launch_q8_rows(int32_t fmt, q8act::XQ x, const uint8_t* w, bool aligned, TY
   }
 }
 
-// Quantises the tile's X (dtype xdt, mt rows of K) into xq / xd, then runs
-// the 8-bit GEMV into Y (dtype ydt: f16 or bf16).
+// M = 1, one launch (X of T quantised in each CTA's shared memory).
+template <class F, class T, class TY>
+void launch_q8_one_fmt(const T* x, const uint8_t* w, bool aligned, TY* y, int64_t N, int64_t K, cudaStream_t st) {
+  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  const size_t smem = size_t(K) + size_t(K) / 4;
+  if (aligned) q8act::gemv1<F, F::kAlign, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
+  else q8act::gemv1<F, 1, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
+}
+
+template <class T, class TY>
+void launch_q8_one(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cudaStream_t st) {
+  const T* x = static_cast<const T*>(t.x);
+  TY* y = static_cast<TY*>(t.y);
+  switch (fmt) {
+    case quant::Q4_0: launch_q8_one_fmt<q8act::Q4_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    case quant::Q8_0: launch_q8_one_fmt<q8act::Q8_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    case quant::Q4_K: launch_q8_one_fmt<q8act::Q4_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    default: launch_q8_one_fmt<q8act::Q6_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+  }
+}
+
+// The tile's Y (dtype ydt: f16 or bf16) from its X (dtype xdt: the call's,
+// or f32 once normalised): one launch for a single row of moderate K, else
+// quantise X into xq / xd, then the product.
 void launch_q8_tile(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned,
                     int8_t* xq, float2* xd, cudaStream_t st) {
+  if (t.mt == 1 && t.K <= kQ8SmemK) {
+    const bool h = ydt == TC_DTYPE_F16;
+    if (xdt == TC_DTYPE_F32) {
+      if (h) launch_q8_one<float, __half>(fmt, t, w, aligned, st);
+      else launch_q8_one<float, __nv_bfloat16>(fmt, t, w, aligned, st);
+    } else if (xdt == TC_DTYPE_F16) {
+      launch_q8_one<__half, __half>(fmt, t, w, aligned, st);
+    } else {
+      launch_q8_one<__nv_bfloat16, __nv_bfloat16>(fmt, t, w, aligned, st);
+    }
+    return;
+  }
   const int64_t nblocks = int64_t(t.mt) * (t.K / 32);
   const unsigned grid = unsigned((nblocks + 7) / 8);
   if (xdt == TC_DTYPE_F32) quantize_x<float><<<grid, 256, 0, st>>>(static_cast<const float*>(t.x), xq, xd, nblocks);
@@ -469,13 +487,14 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
   const int64_t M = a.M, N = a.N, K = a.K;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
-  // X rows are read 4 elements at a time: the buffer must be 16-byte (f32)
-  // or 8-byte (f16/bf16) aligned, else it is copied to the workspace first
+  // X rows are read 4 elements at a time by the f32 kernels: the buffer
+  // must be 16-byte (f32) or 8-byte (f16/bf16) aligned, else it is copied
+  // to the workspace first
   // (K is a multiple of 4 for block formats, so every row then is too). The
   // plain formats read element by element and only need element alignment.
   const bool blocks = a.fmt != quant::F16 && a.fmt != quant::BF16 && a.fmt != quant::F32;
-  // The 8-bit path (see the top of the file); its pre-kernel reads X element
-  // by element.
+  // The 8-bit path (see the top of the file); it quantises X reading it
+  // element by element.
   const bool q8 = a.dtype != TC_DTYPE_F32 && int8_format(a.fmt) && !legacy_only() && s->workspace;
   const bool x_direct = !fused && is_aligned(a.x, blocks && !q8 ? 4 * es : es);
   const bool y_direct = is_aligned(a.y, es);

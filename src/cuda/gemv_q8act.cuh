@@ -266,13 +266,13 @@ __device__ __forceinline__ void store(TY* y, float s) {
 }
 
 // Row n of W (at wr) against the tile's mt <= MT rows of X, into the
-// lane's partial sums acc[m].
+// lane's partial sums acc[m], from the lane's block b on.
 template <class F, int A, int MT>
-__device__ __forceinline__ void row_dot(const uint8_t* wr, const XQ& x, int mt, int lane, float (&acc)[MT]) {
+__device__ __forceinline__ void row_dot(const uint8_t* wr, const XQ& x, int mt, int lane, float (&acc)[MT],
+                                        int64_t b) {
   constexpr int kStep = 32 / F::kLanes, U = F::kUnroll;  // blocks per warp step; steps per round
   const int piece = lane % F::kLanes;
   const int64_t nb = x.K / F::kQK;
-  int64_t b = lane / F::kLanes;
   // Full rounds: all U loads first, then the arithmetic.
   for (; b + (U - 1) * kStep < nb; b += U * kStep) {
     typename F::Raw r[U];
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ 
   float acc[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-  row_dot<F, A, MT>(w + n * (x.K / F::kQK) * F::kBytes, x, mt, lane, acc);
+  row_dot<F, A, MT>(w + n * (x.K / F::kQK) * F::kBytes, x, mt, lane, acc, lane / F::kLanes);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float s = acc[m];
@@ -306,25 +306,57 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ 
 }
 
 // M = 1 in one launch: each CTA first quantises the row of X (xs, K elements
-// of T) into its shared memory (K + K / 4 bytes,
-// dynamic), then its warps take one row of W each. X is re-read by every
-// CTA, from L2: K (f16) bytes against the 8 rows' 8 x 0.56 K (Q4_0) or more
-// bytes of W, and it saves the separate quantisation launch and its
-// dependency wait, which at 4096 x 4096 Q4_0 (2 us of W at full bandwidth)
-// would cost as much as the product.
+// of T) into its shared memory (K + K / 4 bytes, dynamic), then its warps
+// take one row of W each. X is re-read by every CTA, from L2: K (f16) bytes
+// against the 8 rows' 8 x 0.56 K (Q4_0) or more bytes of W, and it saves the
+// separate quantisation launch and its dependency wait, which at 4096 x 4096
+// Q4_0 (2 us of W at full bandwidth) would cost as much as the product. The
+// X loads of a warp are all issued before any block is quantised, and the
+// first round of W loads before that, so the prologue overlaps the stream
+// of W instead of preceding it.
 template <class F, int A, class T, class TY, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) gemv1(const uint8_t* __restrict__ w, const T* __restrict__ xs,
                                                      TY* __restrict__ y, int64_t N, int64_t K) {
+  constexpr int kStep = 32 / F::kLanes, U = F::kUnroll, kQ = 16;
   extern __shared__ int4 smem[];  // int4: 16-byte aligned
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float2* xd = reinterpret_cast<float2*>(xq + K);  // K % 32 == 0: 8-byte aligned
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int64_t j = warp; j < K / 32; j += kWarps) quantize_block(x_at(xs + 32 * j + lane), lane, xq + 32 * j, xd + j);
-  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, piece = lane % F::kLanes;
   const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t nb = K / F::kQK, nbx = K / 32;
+  // The first round of W (rows past N load row N - 1 and store nothing).
+  const uint8_t* wr = w + (n < N ? n : N - 1) * nb * F::kBytes;
+  int64_t b = lane / F::kLanes;
+  const bool first = b + (U - 1) * kStep < nb;
+  typename F::Raw r[U];
+  if (first) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) r[u] = F::template load<A>(wr + (b + u * kStep) * F::kBytes, piece);
+  }
+  // X, kQ blocks of 32 per warp at a time, loads first.
+  for (int64_t j0 = warp; j0 < nbx; j0 += int64_t(kWarps) * kQ) {
+    float v[kQ];
+#pragma unroll
+    for (int i = 0; i < kQ; ++i) {
+      const int64_t j = j0 + int64_t(i) * kWarps;
+      v[i] = j < nbx ? x_at(xs + 32 * j + lane) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kQ; ++i) {
+      const int64_t j = j0 + int64_t(i) * kWarps;
+      if (j < nbx) quantize_block(v[i], lane, xq + 32 * j, xd + j);  // j is the same for the whole warp
+    }
+  }
+  __syncthreads();
   if (n >= N) return;  // the whole warp leaves together
+  const XQ x{xq, xd, K};
   float acc[1] = {0.0f};
-  row_dot<F, A, 1>(w + n * (K / F::kQK) * F::kBytes, XQ{xq, xd, K}, 1, lane, acc);
+  if (first) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) F::template dot<1>(r[u], piece, b + u * kStep, x, 1, acc);
+    b += U * kStep;
+  }
+  row_dot<F, A, 1>(wr, x, 1, lane, acc, b);
   float s = acc[0];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);

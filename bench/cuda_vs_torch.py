@@ -272,8 +272,9 @@ class Bench:
     # bytes read; the issue's target is 85% of that. Both cycle through
     # enough copies (> 256 MB) that nothing is served from the 50 MB L2, as in
     # a decoder whose every layer has its own weights. Weights are random
-    # bytes (speed does not depend on the values); X and Y are f16.
-    def quant(self, fmt, N, K, target=0.85):
+    # bytes (speed does not depend on the values); X and Y are f16 (the
+    # 8-bit activation kernels), or f32 for the exact f32 kernels.
+    def quant(self, fmt, N, K, target=0.85, dtype="f16"):
         torch = self.torch
         rng = np.random.default_rng(0)
         nbytes = tc.quantized_size(fmt, N, K)
@@ -281,10 +282,11 @@ class Bench:
         Ws = [self.ctx.buffer(nbytes) for _ in range(copies)]
         for W in Ws:
             W.write(rng.integers(0, 256, size=nbytes, dtype=np.uint8))
-        X = self.ctx.buffer_from_array(rng.standard_normal((1, K)).astype(np.float16))
-        Y = self.ctx.buffer(N * 2)
+        xdt = np.float16 if dtype == "f16" else np.float32
+        X = self.ctx.buffer_from_array(rng.standard_normal((1, K)).astype(xdt))
+        Y = self.ctx.buffer(N * (2 if dtype == "f16" else 4))
         nxt = itertools.cycle(Ws)
-        ours_fn = lambda: self.ctx.gemv_quantized_async(X, next(nxt), Y, fmt, 1, N, K, self.stream, dtype="f16")
+        ours_fn = lambda: self.ctx.gemv_quantized_async(X, next(nxt), Y, fmt, 1, N, K, self.stream, dtype=dtype)
         iters = max(20, min(500, int(4e9 / nbytes)))
         t_ours = timed(ours_fn, self.stream.sync, iters)
         pairs = [(torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda"),
@@ -298,7 +300,7 @@ class Bench:
         # The case also gives ours against the 4225 GB/s the issue quotes for
         # H200 copies (a copy moves every byte twice: read and write).
         ours = nbytes / t_ours / 1e9
-        self.row("quant", "%s M=1 %dx%d (%.0f%% of 4225)" % (fmt, N, K, 100 * ours / 4225), "GB/s", ours,
+        self.row("quant", "%s M=1 %dx%d %s (%.0f%% of 4225)" % (fmt, N, K, dtype, 100 * ours / 4225), "GB/s", ours,
                  nbytes / t_peer / 1e9, target)
         for buf in Ws + [X, Y]:
             buf.close()
@@ -308,6 +310,7 @@ class Bench:
         for fmt in ("q4_0", "q8_0", "q4_k", "q6_k"):
             for N, K in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)):
                 self.quant(fmt, N, K)
+            self.quant(fmt, 14336, 4096, dtype="f32")
     # -- training kernels ---------------------------------------------------
     # Memory-bound: each op's figure is GB/s = (bytes it reads + bytes it
     # writes, each tensor once) / time. The target compares OUR GB/s with

@@ -318,8 +318,7 @@ class CudaBackend final : public Backend {
     const StorageRef& sc = a.info.keep[2];
     std::vector<char> ha(sa->size), hb(sb->size), hc(sc->size);
     for (auto [host, st] : {std::pair{&ha, &sa}, {&hb, &sb}, {&hc, &sc}})
-      if (tc_status e = cuda::check(cudaMemcpy(host->data(), (*st)->data, (*st)->size, cudaMemcpyDefault),
-                                    "gemm (CPU fallback): copy to host"))
+      if (tc_status e = cuda::copy_and_wait(host->data(), (*st)->data, (*st)->size, cudaMemcpyDefault, "gemm (CPU fallback): copy to host"))
         return e;
     GemmArgs h = a;
     h.a = ha.data() + (static_cast<const char*>(a.a) - static_cast<const char*>(sa->data));

@@ -4,14 +4,22 @@
 //
 // W quantised row by row (src/quant/formats.h), X and Y in f16, bf16 or f32,
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
-// eps). Accumulation is f32 on f32 activations, for every dtype: the
-// activations are never quantised, so the result differs from the float64
-// product of the dequantised weights only by f32 rounding (the CPU's f32 path;
-// its int8-activation path is an optional speed-up this kernel does not need).
+// eps). Two paths, chosen as the CPU chooses on an AVX512-VNNI processor:
+//  - f16/bf16 activations against Q4_0, Q8_0, Q4_K or Q6_K: X (normalised
+//    in f32 first when fused) is quantised to 8 bits per block of 32 (in
+//    each CTA's shared memory at M = 1, else by a small pre-kernel into the
+//    stream's workspace), and the products are int8 dot products (__dp4a):
+//    gemv_q8act.cuh. Each activation moves by at
+//    most half a quantisation step, the CPU's VNNI contract;
+//  - otherwise (f32 activations, the other formats, or TC_CUDA_GEMV_LEGACY=1
+//    in the environment, read once): the activations are never quantised,
+//    accumulation is f32, and the result differs from the float64 product of
+//    the dequantised weights only by f32 rounding. The kernels below.
 //
 // At small M the product streams W once at two flops per weight, so it is
 // bound by HBM bandwidth; the design serves that:
-//  - one warp per row of W; its lanes take consecutive parts of consecutive
+//  - one warp per row of W (four rows, sharing each load of X, for f32 X and
+//    Y at M = 1: gemv_blocks_f32_rows); its lanes take consecutive parts of consecutive
 //    blocks (quant_formats.cuh), so each warp-wide load covers a contiguous
 //    run of the row, and each lane issues the loads of several parts before
 //    using them (unrolled loop) to keep enough bytes in flight;
@@ -31,10 +39,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "cuda/device.h"
+#include "cuda/gemv_q8act.cuh"
 #include "cuda/quant_formats.cuh"
 
 namespace tc {
@@ -142,6 +154,65 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_blocks(const uint8_t* __rest
   store_rows<MT, TY>(acc, mt, y, N, n, lane);
 }
 
+// f32 X and Y, one row of X (the exact decode GEMV): as gemv_blocks, but each
+// warp takes kRowsF32 rows of W and loads each part's X once for all of them.
+// gemv_blocks reads 16 bytes of f32 X from L1 per 4 weights and row of W,
+// 7 (Q4_0) to 4 (Q8_0) times the weight bytes, so at 4 TB/s of W the L1
+// traffic of X alone exceeds what the SMs' L1 can serve; sharing X over 4
+// rows cuts it 4 times, and a lane has 4 rows' loads in flight at once.
+// CTAs of 4 warps (16 rows): 4096 rows still make 256 CTAs, about two per SM.
+constexpr int kRowsF32 = 4, kWarpsF32 = 4;
+
+template <class F, int A>
+__global__ void __launch_bounds__(kWarpsF32 * 32) gemv_blocks_f32_rows(const uint8_t* __restrict__ w,
+                                                                    const float* __restrict__ x,
+                                                                    float* __restrict__ y, int64_t N, int64_t K) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWarpsF32 + threadIdx.x / 32) * kRowsF32;
+  if (n0 >= N) return;  // the whole warp leaves together
+  const int64_t nb = K / F::kQK;
+  const int units = int(nb) * F::kParts;
+  // Rows past N re-read row N - 1 (in bounds) and are not stored.
+  const uint8_t* wr[kRowsF32];
+#pragma unroll
+  for (int r = 0; r < kRowsF32; ++r) wr[r] = w + (n0 + r < N ? n0 + r : N - 1) * nb * F::kBytes;
+  float acc[kRowsF32];
+#pragma unroll
+  for (int r = 0; r < kRowsF32; ++r) acc[r] = 0.0f;
+#pragma unroll 2
+  for (int u = lane; u < units; u += 32) {
+    const int b = u / F::kParts, p = u % F::kParts;
+    // The part's X once (positions depend on the part only, not the row),
+    // then each row's part decoded and dotted with it.
+    qdev::Part<F::kGroups> pt;
+    F::template decode<A>(wr[0] + int64_t(b) * F::kBytes, p, pt);
+    const float* xb = x + b * F::kQK;
+    float4 v[F::kGroups];
+#pragma unroll
+    for (int g = 0; g < F::kGroups; ++g) v[g] = load_x4<float>(xb + pt.pos[g]);
+#pragma unroll
+    for (int r = 0; r < kRowsF32; ++r) {
+      if (r > 0) F::template decode<A>(wr[r] + int64_t(b) * F::kBytes, p, pt);
+      float s = 0.0f;
+#pragma unroll
+      for (int g = 0; g < F::kGroups; ++g) {
+        float t = v[g].x * pt.q[4 * g];
+        t = fmaf(v[g].y, pt.q[4 * g + 1], t);
+        t = fmaf(v[g].z, pt.q[4 * g + 2], t);
+        t = fmaf(v[g].w, pt.q[4 * g + 3], t);
+        s = fmaf(pt.a[g], t, s);
+        if constexpr (F::kMin) s = fmaf(pt.b[g], (v[g].x + v[g].y) + (v[g].z + v[g].w), s);
+      }
+      acc[r] += s;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsF32; ++r) {
+    const float s = warp_sum(acc[r]);
+    if (n0 + r < N && lane == r) y[n0 + r] = s;
+  }
+}
+
 // Plain formats (f16, bf16, f32 weights; any K): lane k of the warp takes
 // elements k, k + 32, ...
 template <int32_t FMT, int A, int MT, class T, class TY>
@@ -197,7 +268,30 @@ __global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamm
     out[k] = __fmul_rn(__fmul_rn(load_x1<T>(xr + k), rstd), load_x1<T>(gamma + k));
 }
 
+// The 8-bit activations of gemv_q8act.cuh for M > 1: one warp per block of
+// 32 of X (rows of K back to back).
+template <class T>
+__global__ void __launch_bounds__(256) quantize_x(const T* __restrict__ x, int8_t* __restrict__ xq,
+                                                  float2* __restrict__ xd, int64_t nblocks) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blk = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (blk >= nblocks) return;  // the whole warp leaves together
+  q8act::quantize_block(load_x1<T>(x + blk * 32 + lane), lane, xq + blk * 32, xd + blk);
+}
+
 // ---- launch --------------------------------------------------------------------------------
+
+// Whether TC_CUDA_GEMV_LEGACY=1 asks for the kernels of before the 8-bit
+// path and the shared-X f32 kernel, everywhere (read once): a bypass if those
+// regress.
+bool legacy_only() {
+  static const bool v = [] {
+    const char* e = std::getenv("TC_CUDA_GEMV_LEGACY");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
+
 
 struct Tile {
   const void* x;  // first row of the tile
@@ -212,6 +306,14 @@ void launch_blocks(const Tile& t, const uint8_t* w, cudaStream_t st) {
   const dim3 grid(unsigned((t.N + kWarps - 1) / kWarps)), block(kWarps * 32);
   const T* x = static_cast<const T*>(t.x);
   TY* y = static_cast<TY*>(t.y);
+  if constexpr (std::is_same<T, float>::value && std::is_same<TY, float>::value) {
+    if (t.mt == 1 && !legacy_only()) {
+      const int64_t rows_per_cta = int64_t(kWarpsF32) * kRowsF32;
+      const dim3 grid4(unsigned((t.N + rows_per_cta - 1) / rows_per_cta));
+      gemv_blocks_f32_rows<F, A><<<grid4, kWarpsF32 * 32, 0, st>>>(w, x, y, t.N, t.K);
+      return;
+    }
+  }
   if (t.mt == 1) gemv_blocks<F, A, 1, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
   else if (t.mt <= 4) gemv_blocks<F, A, 4, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
   else gemv_blocks<F, A, 16, T, TY><<<grid, block, 0, st>>>(w, x, y, t.mt, t.N, t.K);
@@ -274,6 +376,94 @@ void launch_any(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const ui
   }
 }
 
+// ---- the 8-bit activation path ----------------------------------------------------------
+
+bool int8_format(int32_t fmt) {
+  return fmt == quant::Q4_0 || fmt == quant::Q8_0 || fmt == quant::Q4_K || fmt == quant::Q6_K;
+}
+
+// Rows per launch of the 8-bit kernel for M > 1 (larger tiles take several
+// launches, each streaming W once).
+constexpr int kQ8Rows = 8;
+// Largest K whose quantised row fits the default 48 KB of dynamic shared
+// memory of the one-launch M = 1 kernel (K + K / 4 bytes).
+constexpr int64_t kQ8SmemK = (48 << 10) * 4 / 5;
+
+template <class F, class TY>
+void launch_q8_fmt(const q8act::XQ& x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N, cudaStream_t st) {
+  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  if (aligned) q8act::gemv<F, F::kAlign, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
+  else q8act::gemv<F, 1, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
+}
+
+// Y rows [0, mt) of the tile from its X quantised into xq / xd.
+template <class TY>
+void launch_q8_rows(int32_t fmt, q8act::XQ x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N,
+                    cudaStream_t st) {
+  for (int m0 = 0; m0 < mt; m0 += kQ8Rows) {
+    const int r = std::min(kQ8Rows, mt - m0);
+    q8act::XQ xr{x.xq + int64_t(m0) * x.K, x.xd + int64_t(m0) * (x.K / 32), x.K};
+    TY* yr = y + int64_t(m0) * N;
+    switch (fmt) {
+      case quant::Q4_0: launch_q8_fmt<q8act::Q4_0, TY>(xr, w, aligned, yr, r, N, st); break;
+      case quant::Q8_0: launch_q8_fmt<q8act::Q8_0, TY>(xr, w, aligned, yr, r, N, st); break;
+      case quant::Q4_K: launch_q8_fmt<q8act::Q4_K, TY>(xr, w, aligned, yr, r, N, st); break;
+      default: launch_q8_fmt<q8act::Q6_K, TY>(xr, w, aligned, yr, r, N, st); break;
+    }
+  }
+}
+
+// M = 1, one launch (X of T quantised in each CTA's shared memory).
+template <class F, class T, class TY>
+void launch_q8_one_fmt(const T* x, const uint8_t* w, bool aligned, TY* y, int64_t N, int64_t K, cudaStream_t st) {
+  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
+  const size_t smem = size_t(K) + size_t(K) / 4;
+  if (aligned) q8act::gemv1<F, F::kAlign, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
+  else q8act::gemv1<F, 1, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
+}
+
+template <class T, class TY>
+void launch_q8_one(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cudaStream_t st) {
+  const T* x = static_cast<const T*>(t.x);
+  TY* y = static_cast<TY*>(t.y);
+  switch (fmt) {
+    case quant::Q4_0: launch_q8_one_fmt<q8act::Q4_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    case quant::Q8_0: launch_q8_one_fmt<q8act::Q8_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    case quant::Q4_K: launch_q8_one_fmt<q8act::Q4_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+    default: launch_q8_one_fmt<q8act::Q6_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
+  }
+}
+
+// The tile's Y (dtype ydt: f16 or bf16) from its X (dtype xdt: the call's,
+// or f32 once normalised): one launch for a single row of moderate K, else
+// quantise X into xq / xd, then the product.
+void launch_q8_tile(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned,
+                    int8_t* xq, float2* xd, cudaStream_t st) {
+  if (t.mt == 1 && t.K <= kQ8SmemK) {
+    const bool h = ydt == TC_DTYPE_F16;
+    if (xdt == TC_DTYPE_F32) {
+      if (h) launch_q8_one<float, __half>(fmt, t, w, aligned, st);
+      else launch_q8_one<float, __nv_bfloat16>(fmt, t, w, aligned, st);
+    } else if (xdt == TC_DTYPE_F16) {
+      launch_q8_one<__half, __half>(fmt, t, w, aligned, st);
+    } else {
+      launch_q8_one<__nv_bfloat16, __nv_bfloat16>(fmt, t, w, aligned, st);
+    }
+    return;
+  }
+  const int64_t nblocks = int64_t(t.mt) * (t.K / 32);
+  const unsigned grid = unsigned((nblocks + 7) / 8);
+  if (xdt == TC_DTYPE_F32) quantize_x<float><<<grid, 256, 0, st>>>(static_cast<const float*>(t.x), xq, xd, nblocks);
+  else if (xdt == TC_DTYPE_F16)
+    quantize_x<__half><<<grid, 256, 0, st>>>(static_cast<const __half*>(t.x), xq, xd, nblocks);
+  else quantize_x<__nv_bfloat16><<<grid, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(t.x), xq, xd, nblocks);
+  const q8act::XQ x{xq, xd, t.K};
+  if (ydt == TC_DTYPE_F16) launch_q8_rows<__half>(fmt, x, w, aligned, static_cast<__half*>(t.y), t.mt, t.N, st);
+  else launch_q8_rows<__nv_bfloat16>(fmt, x, w, aligned, static_cast<__nv_bfloat16*>(t.y), t.mt, t.N, st);
+}
+
+size_t round256(size_t n) { return (n + 255) / 256 * 256; }
+
 bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
 // Natural alignment of the format's weight loads.
@@ -297,12 +487,16 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
   const int64_t M = a.M, N = a.N, K = a.K;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
-  // X rows are read 4 elements at a time: the buffer must be 16-byte (f32)
-  // or 8-byte (f16/bf16) aligned, else it is copied to the workspace first
+  // X rows are read 4 elements at a time by the f32 kernels: the buffer
+  // must be 16-byte (f32) or 8-byte (f16/bf16) aligned, else it is copied
+  // to the workspace first
   // (K is a multiple of 4 for block formats, so every row then is too). The
   // plain formats read element by element and only need element alignment.
   const bool blocks = a.fmt != quant::F16 && a.fmt != quant::BF16 && a.fmt != quant::F32;
-  const bool x_direct = !fused && is_aligned(a.x, blocks ? 4 * es : es);
+  // The 8-bit path (see the top of the file); it quantises X reading it
+  // element by element.
+  const bool q8 = a.dtype != TC_DTYPE_F32 && int8_format(a.fmt) && !legacy_only() && s->workspace;
+  const bool x_direct = !fused && is_aligned(a.x, blocks && !q8 ? 4 * es : es);
   const bool y_direct = is_aligned(a.y, es);
   // Workspace: the tile's X (f32 when normalised) in the first half, its Y
   // in the second when Y is not element-aligned.
@@ -311,6 +505,10 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
   int64_t tile = kMaxM;
   if (!x_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / x_row));
   if (!y_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / y_row));
+  // 8-bit path: the tile's int8 X and its (dx, sx) per block of 32 follow
+  // the staged or normalised X in the first half (each part 256-aligned).
+  const size_t q_row = size_t(K) + size_t(K) / 32 * sizeof(float2);
+  if (q8) tile = std::min<int64_t>(tile, int64_t((half_ws - 1024) / ((x_direct ? 0 : x_row) + q_row)));
   if (tile < 1 || ((!x_direct || !y_direct) && !s->workspace))
     return fail(TC_ERR_UNSUPPORTED,
                 "%s: a row of X (%lld x %zu bytes) or Y (%lld x %zu bytes) needs staging through the stream's "
@@ -348,8 +546,16 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
         return st;
       t.x = ws_x;
     }
-    s->last_kernel = "gemv_quantized";
-    launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, s->stream);
+    if (q8) {
+      char* qbase = ws_x + (t.x == ws_x ? round256(size_t(mt) * x_row) : 0);
+      int8_t* xq = reinterpret_cast<int8_t*>(qbase);
+      float2* xd = reinterpret_cast<float2*>(qbase + round256(size_t(mt) * size_t(K)));
+      s->last_kernel = "gemv_quantized (8-bit activations)";
+      launch_q8_tile(xdt, a.dtype, a.fmt, t, w, w_aligned, xq, xd, s->stream);
+    } else {
+      s->last_kernel = "gemv_quantized";
+      launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, s->stream);
+    }
     if (tc_status st = check(cudaGetLastError(), fused ? "fused_rmsnorm_gemv_quantized: launch"
                                                        : "gemv_quantized: launch"))
       return st;

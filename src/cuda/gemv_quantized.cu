@@ -4,15 +4,18 @@
 //
 // W quantised row by row (src/quant/formats.h), X and Y in f16, bf16 or f32,
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
-// eps). Two paths, chosen as the CPU chooses on an AVX512-VNNI processor:
-//  - f16/bf16 activations against Q4_0, Q8_0, Q4_K or Q6_K: X (normalised
+// eps). Two paths:
+//  - with TC_CUDA_GEMV_INT8=1 (read once; off by default, see
+//    int8_activations()), f16/bf16 activations against Q4_0, Q8_0, Q4_K or
+//    Q6_K, as the CPU chooses on an AVX512-VNNI processor: X (normalised
 //    in f32 first when fused) is quantised to 8 bits per block of 32 (in
 //    each CTA's shared memory at M = 1, else by a small pre-kernel into the
 //    stream's workspace), and the products are int8 dot products (__dp4a):
 //    gemv_q8act.cuh. Each activation moves by at
 //    most half a quantisation step, the CPU's VNNI contract;
-//  - otherwise (f32 activations, the other formats, or TC_CUDA_GEMV_LEGACY=1
-//    in the environment, read once): the activations are never quantised,
+//  - otherwise (the default; f32 activations, the other formats, or
+//    TC_CUDA_GEMV_LEGACY=1 in the environment, read once): the activations
+//    are never quantised,
 //    accumulation is f32, and the result differs from the float64 product of
 //    the dequantised weights only by f32 rounding. The kernels below.
 //
@@ -292,6 +295,17 @@ bool legacy_only() {
   return v;
 }
 
+// Whether TC_CUDA_GEMV_INT8=1 asks for the 8-bit activation (__dp4a) path for
+// f16/bf16 X (read once). Off by default: on the H200 it measured no faster
+// than the exact kernels (Q4_0 14336x4096: 21% of copy bandwidth against 24%;
+// LLaMA-7B decode 172 tok/s against 200) and it rounds the activations.
+bool int8_activations() {
+  static const bool v = [] {
+    const char* e = std::getenv("TC_CUDA_GEMV_INT8");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
 
 struct Tile {
   const void* x;  // first row of the tile
@@ -495,7 +509,8 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
   const bool blocks = a.fmt != quant::F16 && a.fmt != quant::BF16 && a.fmt != quant::F32;
   // The 8-bit path (see the top of the file); it quantises X reading it
   // element by element.
-  const bool q8 = a.dtype != TC_DTYPE_F32 && int8_format(a.fmt) && !legacy_only() && s->workspace;
+  const bool q8 = a.dtype != TC_DTYPE_F32 && int8_format(a.fmt) && int8_activations() && !legacy_only() &&
+                  s->workspace;
   const bool x_direct = !fused && is_aligned(a.x, blocks && !q8 ? 4 * es : es);
   const bool y_direct = is_aligned(a.y, es);
   // Workspace: the tile's X (f32 when normalised) in the first half, its Y

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from multiprocessing import shared_memory
 from typing import Any
 
 from . import _errors
 from ._lib import CWorkerConfig, CWorkerInfo, check, lib
+from .level3.shm import create as _create_segment
 from .task_interface import CallConfig, ChipCallable, ChipStorageTaskArgs, ChipTensor, DataType
 
 __all__ = ["Worker", "RunHandle", "CallableHandle", "Buffer"]
@@ -85,7 +85,7 @@ class Buffer:
     def __init__(self, nbytes: int):
         if nbytes <= 0:
             raise ValueError(f"create_buffer: nbytes must be > 0, got {nbytes}")
-        self.shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.shm = _create_segment(nbytes)
         self.nbytes = nbytes
         self._closed = False
         self._ptr = None

@@ -16,7 +16,10 @@ from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageT
 
 
 def shm_entries() -> set:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+    """Segments this test process created (simpler names them
+    simpler_<pid>_*; parallel tests' segments carry their own pid)."""
+    mine = "simpler_%d_" % os.getpid()
+    return {n for n in os.listdir("/dev/shm") if n.startswith(mine)}
 
 
 def zombie_children() -> list:

@@ -11,9 +11,9 @@ import select
 import signal
 import time
 from collections import deque
-from multiprocessing import shared_memory
 
 from .. import _errors
+from . import shm
 from . import layout as L
 
 # Spin this long before blocking (both sides). A spinning wait keeps a
@@ -190,7 +190,7 @@ class Endpoint:
         payload = pickle.dumps((op,) + args, protocol=pickle.HIGHEST_PROTOCOL)
         self._blob = None
         if len(payload) > L.CTRL_BYTES:
-            self._blob = shared_memory.SharedMemory(create=True, size=len(payload))
+            self._blob = shm.create(len(payload))
             self._blob.buf[:len(payload)] = payload
             payload = pickle.dumps(("blob", self._blob.name, len(payload)))
         off = self.base + L.CHILD_HEADER

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from multiprocessing import shared_memory
 
 from .. import _errors
 from ..worker import Buffer, _host_view
+from . import shm
 from .endpoint import ChildDied
 
 
@@ -67,7 +67,7 @@ class MemoryOps:
         addr, size, keep = _host_view(obj, writable)
         if size is None:
             raise ValueError("copy: at level 3 the host side is a Buffer or an object with the buffer protocol")
-        tmp = shared_memory.SharedMemory(create=True, size=max(1, size))
+        tmp = shm.create(max(1, size))
         return tmp.name, max(1, size), size, tmp, (addr, size, keep)
 
     def copy_to(self, dst: int, src, nbytes: int | None = None, worker_id: int = 0) -> None:

@@ -7,8 +7,20 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import secrets
+from multiprocessing import shared_memory
 
 import _posixshmem
+
+# Segments this process creates are named simpler_<pid>_<random>, so a leak
+# check can tell them from other programs' (or parallel tests') segments.
+PREFIX = "simpler_"
+
+
+def create(size: int) -> shared_memory.SharedMemory:
+    """A new segment of `size` bytes owned by this process."""
+    name = "%s%d_%s" % (PREFIX, os.getpid(), secrets.token_hex(6))
+    return shared_memory.SharedMemory(name=name, create=True, size=size)
 
 
 class Mapping:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
-from multiprocessing import shared_memory
 
 from .. import _errors
 from ..task_interface import CallConfig, ChipCallable
 from ..worker import CallableHandle, RunHandle, Worker
+from . import shm
 from . import domain as _domain
 from . import layout as L
 from .callables import Registry, pickle_callable
@@ -174,7 +174,7 @@ class HierWorker(MemoryOps, Worker):
             as_config(prewarm_config)
         leaves = self._leaves()
         set_spin(len(leaves) + 1)
-        self._mailbox = shared_memory.SharedMemory(create=True, size=L.segment_bytes(max(1, len(leaves))))
+        self._mailbox = shm.create(L.segment_bytes(max(1, len(leaves))))
         mv = self._mailbox.buf
         mv[:L.segment_bytes(max(1, len(leaves)))] = bytes(L.segment_bytes(max(1, len(leaves))))
         self._parent_efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)

@@ -155,15 +155,14 @@ class CudaBackend final : public Backend {
   tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
     return launch(a, q, cuda::conv2d_backward_weight);
   }
-  // ---- attention ----
+  // ---- attention (cuda/attention.cu, attention_backward.cu)
   tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
     return launch(a, q, cuda::attention_forward);
   }
   tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
     return launch(a, q, cuda::attention_backward);
   }
-  // ---- end attention ----
-  // ---- quantized ----
+  // ---- quantized weights (cuda/gemv_quantized.cu, quantize.cu)
   tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
     return launch(a, q, cuda::quantize_weights);
   }
@@ -176,7 +175,6 @@ class CudaBackend final : public Backend {
   tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
     return launch(a, q, cuda::fused_rmsnorm_gemv_quantized);
   }
-  // end quantized
   // ---- training kernels (norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu)
   tc_status rmsnorm_forward(const RmsNormForwardArgs& a, Queue* q) override {
     return launch(a, q, cuda::rmsnorm_forward);
@@ -205,7 +203,6 @@ class CudaBackend final : public Backend {
   tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue* q) override {
     return launch(a, q, cuda::fused_norm_gemv);
   }
-  // ---- end of training kernels
   // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
 
   // ---- model ops (cuda/model_ops.cu) and graphs ----
@@ -260,7 +257,6 @@ class CudaBackend final : public Backend {
     s->last_kernel = "graph replay";
     return cuda::check(cudaGraphLaunch(static_cast<CudaGraph&>(g).exec(), s->stream), "graph replay: cudaGraphLaunch");
   }
-  // ---- end model ops
 
   // ---- Memory tiers (cuda/tiers.cu) -----------------------------------------
   bool supports_tiers() const override { return true; }

@@ -757,3 +757,42 @@ def test_thread_pool_survives_fork(clean):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked child hung in its first parallel kernel")
+
+
+def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
+    """A domain peer's window as chip 0 maps it and the same window on its
+    owner, chip 1, are one tensor for the dependencies (the owner's key), while
+    chip 0's task is handed its own mapping's address."""
+    from simpler.level3 import engine as E
+    from simpler.level3 import layout as L
+    from simpler.level3.endpoint import Endpoint
+
+    class FakeChip:
+        add_alloc, drop_alloc, find_alloc = Endpoint.add_alloc, Endpoint.drop_alloc, Endpoint.find_alloc
+
+        def __init__(self, slot):
+            self.slot, self.label = slot, "chip %d" % slot
+            self.allocs, self.alloc_bases, self.aliases = {}, [], {}
+
+    eng = E.Engine.__new__(E.Engine)
+    eng.buffers, eng._find_buffer = [], lambda addr: None
+    c0, c1 = FakeChip(0), FakeChip(1)
+    own0, own1, peer1_in_0 = 0x10000, 0x20000, 0x30000
+    c0.add_alloc(own0, 4096, alias=(0, own0))
+    c0.add_alloc(peer1_in_0, 4096, alias=(1, own1))
+    c1.add_alloc(own1, 4096, alias=(1, own1))
+    a = ChipStorageTaskArgs()
+    a.add_tensor(ChipTensor.make(peer1_in_0 + 64, (4,), DataType.FLOAT32))
+    a.add_tensor(ChipTensor.make(own0, (8,), DataType.FLOAT32))
+    b = ChipStorageTaskArgs()
+    b.add_tensor(ChipTensor.make(own1 + 64, (4,), DataType.FLOAT32))
+    raw0, _, used0 = eng.resolve(c0, a, 1, "viewer")
+    raw1, _, used1 = eng.resolve(c1, b, 2, "owner")
+    head = L.TENSOR_HEAD
+    assert head.unpack_from(raw0, 0) == head.unpack_from(raw1, 0)  # one key
+    addr, size, start = head.unpack_from(used0[2], 0)
+    assert (addr & L.DEV_MASK, size, start) == (peer1_in_0, 4096, 16)  # the viewer's mapping
+    assert used0[2][24:96] == raw0[24:96] and used0[2][96:] == raw0[96:]  # the rest as it is
+    assert used1[2] is None  # nothing aliased: the keys are the addresses
+    c0.drop_alloc(peer1_in_0)
+    assert peer1_in_0 not in c0.aliases

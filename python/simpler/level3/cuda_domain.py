@@ -112,7 +112,9 @@ def allocate(worker, d) -> None:
     d.backend = {"eps": eps, "ptrs": ptrs, "views": views}
     for r, ep in enumerate(eps):
         for k, p in enumerate(views[r]):
-            ep.add_alloc(p, d.window_size)  # each window is device memory of chip r, as r sees it
+            # Each window is device memory of chip r as r sees it, and names
+            # rank k's window for the dependencies (one key per window).
+            ep.add_alloc(p, d.window_size, alias=None if k == r else (eps[k].slot, ptrs[k]))
         rank = DomainRank(d, r, d.workers[r], DeviceWindow(ptrs[r], d.window_size))
         rank.peer = (lambda r_: (lambda k: DeviceWindow(views[r_][k], d.window_size)))(r)
         d.ranks.append(rank)

@@ -70,6 +70,10 @@ class Endpoint:
         self.configs: dict = {}  # config key -> index in the child
         self.ready = deque()  # tasks ready for this child, oldest first
         self.allocs = {}  # device allocations (chip): base -> size
+        # Mappings of another chip's memory (a domain peer's window): base ->
+        # (owner's slot, owner's base), so dependencies see one tensor however
+        # many chips address it.
+        self.aliases = {}
         self.alloc_bases = []  # sorted
         self._blob = None
         self.control_timeout_s = CONTROL_TIMEOUT_S
@@ -78,13 +82,16 @@ class Endpoint:
 
     # ---- device memory (chip) ---------------------------------------------------
 
-    def add_alloc(self, base: int, size: int) -> None:
+    def add_alloc(self, base: int, size: int, alias=None) -> None:
         self.allocs[base] = size
         bisect.insort(self.alloc_bases, base)
+        if alias is not None:
+            self.aliases[base] = alias
 
     def drop_alloc(self, base: int) -> None:
         if self.allocs.pop(base, None) is not None:
             self.alloc_bases.remove(base)
+        self.aliases.pop(base, None)
 
     def find_alloc(self, addr: int):
         """(base, size) of the allocation holding addr, or None."""

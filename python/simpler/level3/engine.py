@@ -157,8 +157,10 @@ class Engine:
 
     def resolve(self, ep, args, tid: int, label: str):
         """(the tensors as ChipTensor bytes rebased onto their allocations
-        with TensorMap keys, tags, buffer indices used). ep is None for a
-        sub-task."""
+        with TensorMap keys, tags, (buffer indices used, device bases used,
+        the tensors as the child must see them when that differs: a domain
+        peer's window is keyed by its owner but addressed by this chip's
+        mapping)). ep is None for a sub-task."""
         tensors = args._tensors
         n = len(tensors)
         what = f"task {tid} ({label})"  # for messages only
@@ -168,17 +170,33 @@ class Engine:
         tags = []
         used = set()
         dev = []
+        child = None  # the tensors as the child sees them, where they differ from the keys
         head = L.TENSOR_HEAD
         for i, t in enumerate(tensors):
             c = t._c
-            raw[96 * i:96 * i + 96] = bytes(c)
+            raw[96 * i:96 * i + 96] = cb = bytes(c)
+            if child is not None:
+                child[96 * i:96 * i + 96] = cb
             addr = c.buffer.addr
             hit = None
+            aliased = False
             if t._keep is None and ep is not None:
                 hit = ep.find_alloc(addr)
             if hit is not None:
                 base, size = hit
                 key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
+                alias = ep.aliases.get(base)
+                if alias is not None and alias != (ep.slot, base):
+                    aliased = True
+                    # Another chip's memory as this chip maps it: the child
+                    # gets its own address, the dependencies the owner's.
+                    if child is None:
+                        child = bytearray(raw)
+                    dep_key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
+                    delta = addr - base
+                    item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
+                    head.pack_into(child, 96 * i, key, size, c.start_offset + delta // item)
+                    key = dep_key
                 tags.append(0)
                 dev.append(base)
             else:
@@ -197,7 +215,9 @@ class Engine:
                 raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
                                  f"its element size {item}")
             head.pack_into(raw, 96 * i, key, size, c.start_offset + delta // item)
-        return bytes(raw), tags, (used, dev)
+            if child is not None and not aliased:
+                head.pack_into(child, 96 * i, key, size, c.start_offset + delta // item)
+        return bytes(raw), tags, (used, dev, bytes(child) if child is not None else None)
 
     # ---- submission -----------------------------------------------------------
 
@@ -243,7 +263,7 @@ class Engine:
                         if p is not None and p.state < DONE:
                             p.consumers.append(task)
                             task.pending += 1
-                    task.tensors = arr
+                    task.tensors = arr if used[2] is None else used[2]
                     task.tags = _packer("I", nt).pack(*tags)
                     task.dirs = bytes(access)
                     task.shm = tuple(used[0])

@@ -5,7 +5,6 @@
 // elsewhere.
 #include <cuda_runtime.h>
 
-#include <strings.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "core/trace.h"
@@ -36,18 +36,10 @@ void fill_device_info(const cudaDeviceProp& p, int index, struct tc_device_info*
   out->memory_bytes = p.totalGlobalMem;
 }
 
-// "0", "false", "off", "no" (any case) are off; any other non-empty value is on.
-bool env_is(const char* name, bool on) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return false;
-  const bool off = !std::strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no");
-  return on ? !off : off;
-}
-
 // TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 (read when a
 // context is created) run its GEMMs on the CPU backend instead of cuBLASLt.
 bool cuda_gemm_disabled() {
-  return env_is("TC_DISABLE_CUDA_GEMM", true) || env_is("TC_CUDA_GEMM", false) || env_is("TC_USE_CUDA_GEMM", false);
+  return env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM");
 }
 
 class CudaQueue final : public Queue {

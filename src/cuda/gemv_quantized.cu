@@ -48,6 +48,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/env.h"
 #include "cuda/device.h"
 #include "cuda/gemv_q8act.cuh"
 #include "cuda/quant_formats.cuh"
@@ -288,10 +289,7 @@ __global__ void __launch_bounds__(256) quantize_x(const T* __restrict__ x, int8_
 // path and the shared-X f32 kernel, everywhere (read once): a bypass if those
 // regress.
 bool legacy_only() {
-  static const bool v = [] {
-    const char* e = std::getenv("TC_CUDA_GEMV_LEGACY");
-    return e && *e && std::strcmp(e, "0") != 0;
-  }();
+  static const bool v = env_on("TC_CUDA_GEMV_LEGACY");
   return v;
 }
 
@@ -300,10 +298,7 @@ bool legacy_only() {
 // than the exact kernels (Q4_0 14336x4096: 21% of copy bandwidth against 24%;
 // LLaMA-7B decode 172 tok/s against 200) and it rounds the activations.
 bool int8_activations() {
-  static const bool v = [] {
-    const char* e = std::getenv("TC_CUDA_GEMV_INT8");
-    return e && *e && std::strcmp(e, "0") != 0;
-  }();
+  static const bool v = env_on("TC_CUDA_GEMV_INT8");
   return v;
 }
 

@@ -10,10 +10,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "dist/comm.h"
 
@@ -30,10 +30,7 @@ ncclDataType_t nccl_type(tc_dtype d) {
 // only once enqueued (no ncclInProgress polling), at the price of an
 // initialisation that cannot be timed out. For measuring the cost of the
 // non-blocking mode; the default stays non-blocking.
-int nccl_blocking() {
-  const char* v = std::getenv("TC_NCCL_BLOCKING");
-  return v && std::strcmp(v, "1") == 0 ? 1 : 0;
-}
+int nccl_blocking() { return env_on("TC_NCCL_BLOCKING") ? 1 : 0; }
 
 ncclRedOp_t nccl_op(int32_t op) {
   return op == TC_REDUCE_AVG ? ncclAvg : op == TC_REDUCE_MAX ? ncclMax : op == TC_REDUCE_MIN ? ncclMin : ncclSum;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "gguf/llama_config.h"
@@ -50,8 +51,7 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
   // TC_LLAMA_DEVICE_PATH=1 runs a host backend the way a device runs: weights
   // copied, every step on a queue, products of many rows through GEMM, so
   // the tests exercise that path where no GPU is present.
-  const char* dev_path = std::getenv("TC_LLAMA_DEVICE_PATH");
-  m->host_ = m->be_->host_accessible() && !(dev_path && std::strcmp(dev_path, "1") == 0);
+  m->host_ = m->be_->host_accessible() && !env_on("TC_LLAMA_DEVICE_PATH");
   if (tc_status st = gguf::File::open(path, &m->file_)) return st;
   tc_gguf_llama_config c;
   if (tc_status st = gguf::llama_config(*m->file_, &c)) return st;

@@ -179,24 +179,18 @@ class Engine:
                 child[96 * i:96 * i + 96] = cb
             addr = c.buffer.addr
             hit = None
-            aliased = False
             if t._keep is None and ep is not None:
                 hit = ep.find_alloc(addr)
             if hit is not None:
                 base, size = hit
-                key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
+                key = child_key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
                 alias = ep.aliases.get(base)
                 if alias is not None and alias != (ep.slot, base):
-                    aliased = True
                     # Another chip's memory as this chip maps it: the child
                     # gets its own address, the dependencies the owner's.
+                    key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
                     if child is None:
                         child = bytearray(raw)
-                    dep_key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
-                    delta = addr - base
-                    item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
-                    head.pack_into(child, 96 * i, key, size, c.start_offset + delta // item)
-                    key = dep_key
                 tags.append(0)
                 dev.append(base)
             else:
@@ -206,7 +200,7 @@ class Engine:
                     raise ValueError(f"{what}: tensor {i} at 0x{addr:x} is not {where}")
                 idx, base = found
                 size = self.buffers[idx].nbytes
-                key = base
+                key = child_key = base
                 tags.append(idx + 1)
                 used.add(idx)
             delta = addr - base
@@ -214,9 +208,10 @@ class Engine:
             if delta % item:
                 raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
                                  f"its element size {item}")
-            head.pack_into(raw, 96 * i, key, size, c.start_offset + delta // item)
-            if child is not None and not aliased:
-                head.pack_into(child, 96 * i, key, size, c.start_offset + delta // item)
+            start = c.start_offset + delta // item
+            head.pack_into(raw, 96 * i, key, size, start)
+            if child is not None:
+                head.pack_into(child, 96 * i, child_key, size, start)
         return bytes(raw), tags, (used, dev, bytes(child) if child is not None else None)
 
     # ---- submission -----------------------------------------------------------

@@ -371,7 +371,16 @@ Error Worker::bind_args(const LoadedChip& chip, const simpler_task_args& a, RunS
       // Host memory is the cpu device's memory: no copy.
       run->regions.push_back(Region{t.buffer.addr, t.buffer.size});
     } else {
-      run->host.push_back(HostArg{i, t.buffer.addr, t.buffer.size, dir, 0});
+      // Only the bytes the view can touch are staged (the view then starts
+      // at element 0 of its staging copy), so runs that write disjoint parts
+      // of one host buffer, such as two devices filling the halves of a
+      // shared output, never copy each other's stale bytes back.
+      // (An empty view keeps its whole buffer.)
+      const ByteRange r = byte_range(t);
+      const bool empty = r.hi == r.lo;
+      const uint64_t lo = empty ? 0 : r.lo, bytes = empty ? t.buffer.size : r.hi - r.lo;
+      t.start_offset -= lo / elem_size(t);
+      run->host.push_back(HostArg{i, t.buffer.addr + lo, bytes, dir, 0});
     }
   }
   // Overlapping host regions merge (two views of one array).

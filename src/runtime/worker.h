@@ -53,8 +53,8 @@ struct LoadedChip {
 
 struct HostArg {
   uint32_t index;      // tensor argument
-  uint64_t host;       // caller's host address of element 0's allocation
-  uint64_t bytes;
+  uint64_t host;       // caller's host address of the first byte the view touches
+  uint64_t bytes;      // the bytes it can touch (staged in and back)
   int32_t direction;   // SIMPLER_ARG_*
   uint64_t device = 0; // staging allocation (cuda)
 };

@@ -91,6 +91,7 @@ Error Worker::stage_in(RunState& run) {
     if (Error e = device_->alloc(h.bytes, true, &h.device); !e.ok()) return e;
     ChipTensor& t = run.tensors[h.index];
     t.buffer.addr = h.device;
+    t.buffer.size = h.bytes;
     run.regions.push_back(Region{h.device, h.bytes});
     if (h.direction == SIMPLER_ARG_IN || h.direction == SIMPLER_ARG_INOUT) {
       if (Error e = device_->copy_in(h.device, reinterpret_cast<const void*>(h.host), h.bytes); !e.ok()) return e;

@@ -19,6 +19,8 @@ token_embd (one row), plus the f32 KV cache read; GB/s = bytes/token * tok/s.
 Targets: decode >= 720 tok/s, prefill >= 11400 tok/s; printed as ratios, and
 the last line gives each phase's faster mode.
 --write records bench/results/llama-cuda.md with the date and the GPU.
+--profile prints instead where each phase's device time goes, kernel by
+kernel (CUPTI through torch.profiler).
 """
 
 import argparse
@@ -75,6 +77,48 @@ def run(path, device, mode, n_prefill, n_decode):
     return n_prefill / np.median(prefill), 1.0 / np.median(steady), 1.0 / np.min(steady), info
 
 
+def profile(path, device, mode, n_prefill, n_decode, top=12):
+    """Device time per kernel of one prefill and of n_decode decode steps,
+    from CUPTI through torch.profiler (it records every kernel of the
+    process, ours included): where each phase's time goes."""
+    import tensorcore as tc
+    import torch
+    from tensorcore.llama import Llama
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    torch.cuda.init()
+    with tc.Context(device) as ctx, Llama(path, ctx=ctx, n_ctx=n_prefill + n_decode + 8, activations=mode) as m:
+        prompt = np.random.default_rng(0).integers(3, m.n_vocab, n_prefill)
+        m.eval(prompt, last_only=True)
+        tok = 1
+        for _ in range(3):  # records the step graph
+            tok = int(np.argmax(m.eval([tok], last_only=True)))
+        m.reset()
+        for phase in ("prefill", "decode"):
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                t0 = time.perf_counter()
+                if phase == "prefill":
+                    m.eval(prompt, last_only=True)
+                    steps = 1
+                else:
+                    for _ in range(n_decode):
+                        tok = int(np.argmax(m.eval([tok], last_only=True)))
+                    steps = n_decode
+                wall = time.perf_counter() - t0
+            per = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    t = per.setdefault(e.name, [0.0, 0])
+                    t[0] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                    t[1] += 1
+            total = sum(v[0] for v in per.values())
+            print("%s (%s activations): wall %.2f ms per step, kernels %.2f ms per step" % (
+                phase, mode, wall * 1e3 / steps, total / 1e3 / steps))
+            for name, (us, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[:top]:
+                print("  %7.3f ms  %5.1f%%  %6d x  %s" % (us / 1e3 / steps, 100 * us / max(total, 1e-9), n // steps,
+                                                        name[:110]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -83,6 +127,8 @@ def main():
     ap.add_argument("--model", help="GGUF file to use instead of the random 7B model")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cuda.md")
+    ap.add_argument("--profile", action="store_true",
+                    help="print the device time per kernel of a prefill and of --decode steps (needs PyTorch)")
     args = ap.parse_args()
 
     path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
@@ -92,6 +138,10 @@ def main():
         write_model(path, E, L, H, HKV, F, V, name="random-7b-q4_0", seed=7000)
         print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
     modes = ["f16", "f32"] if args.activations == "both" else [args.activations]
+    if args.profile:
+        for mode in modes:
+            profile(path, args.device, mode, args.prefill, args.decode)
+        return
     bpt = bytes_per_token(args.prefill + args.decode // 2)
     rows = []
     for mode in modes:

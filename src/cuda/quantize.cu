@@ -15,10 +15,20 @@
 // low byte kept), as the CPU does; f16 conversions round to nearest even
 // through the same bit manipulation as src/core/half.h.
 //
-// dequantize_weights: one thread per output element, weight_at of
-// quant_formats.cuh (ggml's operation order), narrowed to f16 / bf16 with the
-// CPU's rounding.
+// dequantize_weights: weight_at of quant_formats.cuh (ggml's operation
+// order), narrowed to f16 / bf16 with the CPU's rounding. It turns a whole
+// weight matrix into the operand of a GEMM (the LLaMA prefill: 6.5 G weights
+// per 7B forward), so it must run at memory speed: one thread per quant
+// block, the format a template parameter (weight_at's switch folds away),
+// each 16 bytes of output one vector store (dequantize_blocks). Outputs not
+// 16-byte aligned row by row, and the plain formats, take one thread per
+// element (dequantize_elems).
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -167,6 +177,52 @@ __global__ void dequantize_elems(const uint8_t* __restrict__ src, uint8_t* __res
   }
 }
 
+// Rows of K weights in block format F, thread per block: block b of row r
+// (i = r nb + b) becomes qk consecutive outputs, stored 16 bytes at a time.
+// The caller checked that dst and every row and block start in it are
+// 16-byte aligned.
+template <int32_t F, class Out>
+__global__ void dequantize_blocks(const uint8_t* __restrict__ src, Out* __restrict__ dst, int64_t nblocks, int64_t nb,
+                                  int qk, int block_bytes) {
+  constexpr int kPer = 16 / sizeof(Out);  // outputs per vector store
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nblocks; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / nb, b = i - r * nb;
+    const uint8_t* blk = src + i * block_bytes;  // rows are contiguous: block b of row r is block i
+    Out* out = dst + (r * nb + b) * qk;
+    for (int j0 = 0; j0 < qk; j0 += kPer) {
+      uint4 v;
+      uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+      if constexpr (sizeof(Out) == 4) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w[e] = __float_as_uint(qdev::weight_at(F, blk, j0 + e));
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lo = qdev::weight_at(F, blk, j0 + 2 * e), hi = qdev::weight_at(F, blk, j0 + 2 * e + 1);
+          constexpr bool h = std::is_same_v<Out, __half>;
+          w[e] = uint32_t(h ? f32_to_f16(lo) : f32_to_bf16(lo)) | uint32_t(h ? f32_to_f16(hi) : f32_to_bf16(hi)) << 16;
+        }
+      }
+      *reinterpret_cast<uint4*>(out + j0) = v;
+    }
+  }
+}
+
+template <int32_t F>
+void launch_dequantize_blocks(const DequantizeWeightsArgs& a, int qk, int block_bytes, cudaStream_t stream) {
+  const int64_t nb = a.K / qk, nblocks = a.N * nb;
+  const unsigned grid = unsigned(std::min<int64_t>((nblocks + 255) / 256, int64_t(1) << 20));
+  const uint8_t* src = static_cast<const uint8_t*>(a.src);
+  if (a.dtype == TC_DTYPE_F32)
+    dequantize_blocks<F, float><<<grid, 256, 0, stream>>>(src, static_cast<float*>(a.dst), nblocks, nb, qk, block_bytes);
+  else if (a.dtype == TC_DTYPE_F16)
+    dequantize_blocks<F, __half><<<grid, 256, 0, stream>>>(src, static_cast<__half*>(a.dst), nblocks, nb, qk,
+                                                            block_bytes);
+  else
+    dequantize_blocks<F, __nv_bfloat16><<<grid, 256, 0, stream>>>(src, static_cast<__nv_bfloat16*>(a.dst), nblocks,
+                                                                   nb, qk, block_bytes);
+}
+
 unsigned grid_for(int64_t n, int threads) {
   const int64_t g = (n + threads - 1) / threads;
   return unsigned(g < 65536 * 16 ? g : 65536 * 16);  // grid-stride loops cover the rest
@@ -194,6 +250,23 @@ tc_status quantize_weights(Device&, StreamState* s, const QuantizeWeightsArgs& a
 
 tc_status dequantize_weights(Device&, StreamState* s, const DequantizeWeightsArgs& a) {
   const quant::FormatInfo& f = *quant::format_info(a.fmt);
+  const int esize = a.dtype == TC_DTYPE_F32 ? 4 : 2;
+  const bool vectors = f.block_elems > 1 && reinterpret_cast<uintptr_t>(a.dst) % 16 == 0 &&
+                       (int64_t(f.block_elems) * esize) % 16 == 0;  // rows hold whole blocks: aligned too
+  if (vectors) {
+    s->last_kernel = "dequantize_blocks";
+    switch (a.fmt) {
+      case quant::Q4_0: launch_dequantize_blocks<quant::Q4_0>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q4_1: launch_dequantize_blocks<quant::Q4_1>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q8_0: launch_dequantize_blocks<quant::Q8_0>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q4_K: launch_dequantize_blocks<quant::Q4_K>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q5_K: launch_dequantize_blocks<quant::Q5_K>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q6_K: launch_dequantize_blocks<quant::Q6_K>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q8_K: launch_dequantize_blocks<quant::Q8_K>(a, f.block_elems, f.block_bytes, s->stream); break;
+      default: return fail(TC_ERR_INTERNAL, "dequantize_weights: format %d has no block kernel", int(a.fmt));
+    }
+    return check(cudaGetLastError(), "dequantize_weights: launch");
+  }
   s->last_kernel = "dequantize_elems";
   dequantize_elems<<<grid_for(a.N * a.K, 256), 256, 0, s->stream>>>(static_cast<const uint8_t*>(a.src),
                                                                     static_cast<uint8_t*>(a.dst), a.fmt, a.dtype, a.N,

@@ -257,6 +257,12 @@ def test_dequantize_matches_gguf_bit_for_bit(ctx, rng, fmt):
     cpu_ctx.dequantize_weights(W, Y, fmt, N, K)
     got = Y.to_numpy((N, K), np.float32)
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    # The whole matrix in f16 and bf16: the f32 weights rounded to nearest even.
+    for dtype in ("f16", "bf16"):
+        Yh = cpu_ctx.buffer_from_array(poison(N * K * 2))
+        cpu_ctx.dequantize_weights(W, Yh, fmt, N, K, dtype=dtype)
+        want = ref.astype(np_dtype(dtype))
+        assert np.array_equal(Yh.to_numpy((N, K), np_dtype(dtype)).view(np.uint16), want.view(np.uint16)), dtype
     # One row from an offset (an embedding lookup), in f16 and bf16.
     for dtype in ("f16", "bf16"):
         Y2 = cpu_ctx.buffer_from_array(poison(K * 2))

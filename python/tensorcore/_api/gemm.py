@@ -9,6 +9,7 @@ bf16/f32, i8/i32 (C is int32; alpha and beta must be integers).
 """
 
 from ctypes import POINTER, byref
+from functools import lru_cache
 
 from .._args import f64, flag, i64
 from .._constants import accum_code, dtype_code
@@ -26,8 +27,20 @@ _tc_gemm_batched_async = declare("tc_gemm_batched_async", tc_status, handle, han
                                  POINTER(TCGemmDesc), handle)
 
 
-def _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32,
-          batch=1, stride_a=0, stride_b=0, stride_c=0):
+def _desc(*args):
+    """The descriptor of a call. A loop of GEMMs repeats the same shapes, and
+    converting and checking a dozen arguments costs more host time than a
+    small GEMM takes on a GPU, so descriptors are cached by their arguments
+    (the C functions take them as const). Unhashable arguments are checked
+    and converted afresh."""
+    try:
+        return _cached_desc(*args)
+    except TypeError:
+        return _make_desc(*args)
+
+
+def _make_desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32,
+               batch=1, stride_a=0, stride_b=0, stride_c=0):
     return TCGemmDesc(
         M=i64(M, fn, "M"), N=i64(N, fn, "N"), K=i64(K, fn, "K"),
         dtype=dtype_code(dtype), accum=accum_code(accum),
@@ -38,6 +51,9 @@ def _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda,
         stride_a=i64(stride_a, fn, "stride_a"), stride_b=i64(stride_b, fn, "stride_b"),
         stride_c=i64(stride_c, fn, "stride_c"),
         allow_tf32=flag(allow_tf32))
+
+
+_cached_desc = lru_cache(maxsize=256, typed=True)(_make_desc)  # typed: 4.0 or True is not 4
 
 
 def _operands(fn, ctx, A, B, C):

@@ -108,9 +108,15 @@ class Bench:
         else:
             peer_fn = lambda: torch.bmm(ta, tb)
         t_peer = timed(peer_fn, torch.cuda.synchronize, iters)
+        # Kernel time too: where the GEMM takes about as long as a call from
+        # Python, the wall-clock ratio measures the call path, not cuBLASLt.
+        k_peer = self.kernel_seconds(peer_fn, iters)
         torch.backends.cuda.matmul.allow_tf32 = False
+        k_ours = self.kernel_seconds(ours_fn, iters)
         unit = "TOP/s" if dtype == "i8" else "TFLOP/s"
         case = "%s %dx%dx%d%s" % (dtype, M, N, K, " x%d" % batch if batch > 1 else "")
+        if k_ours and k_peer:
+            case += " (kernel: %.0f vs %.0f)" % (flops / k_ours / 1e12, flops / k_peer / 1e12)
         self.row("gemm", case, unit, flops / t_ours / 1e12, flops / t_peer / 1e12, target)
         for buf in (A, B, C):
             buf.close()

@@ -483,18 +483,46 @@ class Bench:
         torch.cuda.empty_cache()
     # -- end of training kernels ----------------------------------------------
 
-    def write(self, path):
+    def write(self, path, families):
+        """The table of this run's families; rows of the families it did not
+        run are kept from the file's previous table (with its date), and so
+        is anything written below that table."""
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
+        kept, tail, old_date = {}, [], None
+        if Path(path).exists():
+            old = Path(path).read_text().split("\n")
+            in_table = False
+            for i, line in enumerate(old):
+                if line.startswith("Date: ") and old_date is None:
+                    old_date = line[len("Date: "):].split(".")[0]
+                if line.startswith("| family |"):
+                    in_table = True
+                elif in_table and line.startswith("| ") and not line.startswith("|---"):
+                    fam = line.split("|")[1].strip()
+                    if fam not in families:
+                        kept.setdefault(fam, []).append(line)
+                elif in_table and not line.startswith("|"):
+                    tail = old[i:]
+                    break
+        run = [f for f in FAMILIES if f in families]
         lines = ["# tensorcore CUDA backend vs PyTorch", "",
                  "Date: %s. GPU: %s. PyTorch %s (CUDA %s). %s." % (
                      datetime.date.today(), gpu, self.torch.__version__, self.torch.version.cuda, tc.version()),
                  "Method: bench/cuda_vs_torch.py; median of 5 repeats of back-to-back launches after warm-up, "
-                 "random data; ratio = ours / torch.", "",
-                 "| family | case | unit | ours | torch | ratio | target | |", "|---|---|---|---|---|---|---|---|"]
-        for f, c, u, o, p, r, t, ok in self.rows:
-            lines.append("| %s | %s | %s | %.1f | %.1f | %.3f | >= %.2f | %s |" % (f, c, u, o, p, r, t, ok))
-        Path(path).write_text("\n".join(lines) + "\n")
+                 "random data; ratio = ours / torch."]
+        if kept:
+            lines.append("Families measured on this date: %s; the rows of %s are from the previous run (%s)." % (
+                ", ".join(run), ", ".join(f for f in FAMILIES if f in kept), old_date or "an earlier date"))
+        lines += ["", "| family | case | unit | ours | torch | ratio | target | |", "|---|---|---|---|---|---|---|---|"]
+        for fam in FAMILIES:
+            if fam in kept:
+                lines += kept[fam]
+                continue
+            for f, c, u, o, p, r, t, ok in self.rows:
+                if f == fam:
+                    lines.append("| %s | %s | %s | %.1f | %.1f | %.3f | >= %.2f | %s |" % (f, c, u, o, p, r, t, ok))
+        Path(path).write_text("\n".join(lines + tail).rstrip("\n") + "\n")
         print("wrote", path)
 
 
@@ -514,10 +542,11 @@ def main():
     if not torch.cuda.is_available() or tc.cuda_device_count() == 0:
         sys.exit("no CUDA device")
     b = Bench(torch, "cuda")
-    for fam in (FAMILIES if args.families == "all" else args.families.split(",")):
+    families = FAMILIES if args.families == "all" else tuple(args.families.split(","))
+    for fam in families:
         getattr(b, fam + "_suite")()
     if args.write:
-        b.write(ROOT / "bench/results/h200.md")
+        b.write(ROOT / "bench/results/h200.md", families)
 
 
 if __name__ == "__main__":

@@ -314,7 +314,9 @@ def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
         assert kernel == "cudnn_sdpa_fprop", kernel
 
 
-@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=["a", "b", "c"])
+@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[
+    "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv)
+    for dt, D, hkv, c, sq, skv in CUDNN_CASES[:3]])
 def test_cudnn_switch_off_runs_our_kernels(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
     """TC_CUDA_ATTENTION_CUDNN=0: the same shapes on our tensor-core kernels."""
     if actx.device != "cuda":

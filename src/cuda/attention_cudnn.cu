@@ -533,12 +533,11 @@ int runtime_version() {
   return v;
 }
 
-// Our semantics in cuDNN's terms, or why not (a reason cached per key).
-const char* unsupported(const tc_attention_desc& d, const float* alibi, bool backward, int device) {
+// Whether cuDNN's engines take the case, from what the key holds only (the
+// verdict is cached per key); window and ALiBi are ruled out per call.
+const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
   if (d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16) return "dtype is not f16/bf16";
   if (d.head_dim % 8 != 0 || d.head_dim > 256) return "head_dim is not a multiple of 8 up to 256";
-  if (d.window_size > 0) return "sliding window";
-  if (alibi) return "ALiBi";
   const int v = runtime_version();
   if (v < 90000) return "cuDNN runtime older than 9.0";
   if (v == 91000 || v == 91001) return "cuDNN 9.10.0/9.10.1 (known SDPA bugs)";
@@ -560,8 +559,7 @@ const char* unsupported(const tc_attention_desc& d, const float* alibi, bool bac
 
 // The cached plan for `k` (built on first use), or null with the reason in
 // *why. Called with state().mu held.
-Plan* plan_for(const Key& k, const tc_attention_desc& d, const float* alibi, cudnnHandle_t* handle_out,
-               cudaStream_t stream) {
+Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_out, cudaStream_t stream) {
   State& S = state();
   auto it = S.plans.find(k);
   if (it == S.plans.end()) {
@@ -574,7 +572,7 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, const float* alibi, cud
     }
     std::unique_ptr<Plan> p(new Plan);
     const char* dir = k.backward ? "bprop" : "fprop";
-    if (const char* no = unsupported(d, alibi, k.backward, k.device)) {
+    if (const char* no = unsupported(d, k.backward, k.device)) {
       p->why = no;
     } else if (S.handle_failed.count(k.device)) {
       p->why = S.handle_failed[k.device];
@@ -655,19 +653,23 @@ tc_status execute(StreamState* s, cudnnHandle_t h, const Plan& p, const std::vec
   return st == CUDNN_STATUS_SUCCESS ? TC_OK : cudnn_fail(st, what);
 }
 
-bool enabled() { return !env_off("TC_CUDA_ATTENTION_CUDNN"); }
+// Per call, before any cache lookup: the switch, and what the key does not
+// hold (a window or ALiBi changes the graph; cuDNN is not asked for either).
+bool wanted(const tc_attention_desc& d, const float* alibi) {
+  return !env_off("TC_CUDA_ATTENTION_CUDNN") && d.window_size <= 0 && !alibi;
+}
 
 }  // namespace
 
 bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
-  if (!enabled()) return false;
   const tc_attention_desc& d = a.d;
+  if (!wanted(d, a.alibi)) return false;
   if (!aligned16({a.q, a.k, a.v, a.o, a.lse})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
   cudnnHandle_t h = nullptr;
   const Key k = make_key(s->device, false, d, a.lse != nullptr);
-  Plan* p = plan_for(k, d, a.alibi, &h, s->stream);
+  Plan* p = plan_for(k, d, &h, s->stream);
   if (!p) return false;
 
   void* ws = nullptr;
@@ -694,14 +696,14 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
 }
 
 bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_status* out) {
-  if (!enabled()) return false;
   const tc_attention_desc& d = a.d;
+  if (!wanted(d, a.alibi)) return false;
   if (!aligned16({a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk, a.dv})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
   cudnnHandle_t h = nullptr;
   const Key k = make_key(s->device, true, d, true);
-  Plan* p = plan_for(k, d, a.alibi, &h, s->stream);
+  Plan* p = plan_for(k, d, &h, s->stream);
   if (!p) return false;
 
   // Workspace: the plan's, then Dd [B, H, Sq] and the dQ accumulator [B, H, Sq, D] (f32).

@@ -314,6 +314,33 @@ def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
         assert kernel == "cudnn_sdpa_fprop", kernel
 
 
+def test_cudnn_leaves_window_and_alibi_to_our_kernels(actx, rng, monkeypatch):
+    """A shape cuDNN has a plan for, then the same shape with a window and
+    with ALiBi: those run our kernels, with their own semantics."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    for alibi, window in ((False, 0), (False, 20), (True, 0)):
+        p = Problem(actx, rng, "bf16", 1, H, 2, 128, 128, 64, alibi)
+        o, lse = p.forward(causal=True, window_size=window)
+        kernel = tc.cuda_last_kernel_name()
+        dq, dk, dv = p.backward(causal=True, window_size=window)
+        bkernel = tc.cuda_last_kernel_name()
+        ro, rlse, _, _, _ = p.reference(True, window)
+        close("O", o, ro, TOLERANCE["bf16"])
+        close("LSE", lse, rlse, 2e-3)
+        _, _, rdq, rdk, rdv = p.reference(True, window, o_given=o)
+        fq, fk = p.gradient_floors(o)
+        close("dQ", dq, rdq, 2 * TOLERANCE["bf16"], fq)
+        close("dK", dk, rdk, 2 * TOLERANCE["bf16"], fk)
+        close("dV", dv, rdv, 2 * TOLERANCE["bf16"])
+        if alibi or window:
+            assert kernel.startswith("attention_fwd_mma"), kernel
+            assert bkernel.startswith("attention_bwd_dq_convert"), bkernel
+        elif cudnn_in_build():
+            assert (kernel, bkernel) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (kernel, bkernel)
+
+
 @pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[
     "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv)
     for dt, D, hkv, c, sq, skv in CUDNN_CASES[:3]])

@@ -9,10 +9,13 @@
 //   S    = matmul(Q, K^T)          K^T: K's buffer seen as [B, Hkv, D, Skv]
 //                                  (strides swapped); GQA by head broadcast
 //   S    = S * scale               pointwise MUL, scale a by-value f32
-//   S    = select(S, -FLT_MAX, m)  causal only: m = (r >= c) from
+//   S    = select(S, -FLT_MAX, m)  causal (or window): m = (r >= c) from
 //                                  GEN_INDEX rows r and columns c (int32);
 //                                  bottom-right alignment as r + Skv - Sq
 //                                  (pointwise ADD/SUB of by-value int32s)
+//   S    = select(S, -2^30, w)     window W only: w = (c + W - Skv + Sq > r)
+//                                  on f32 GEN_INDEX rows/columns (ADD of a
+//                                  by-value f32), i.e. keys j > p - W
 //   M    = max_j S                 reduction MAX -> [B, H, Sq, 1]
 //   E    = exp(S - M)              pointwise SUB, EXP
 //   Z    = sum_j E                 reduction ADD -> [B, H, Sq, 1]
@@ -25,7 +28,7 @@
 // Backward ("cudnn_sdpa_bprop"), with the forward's LSE:
 //   Dd   = sum_d dO * O  (* 1)     MUL, reduction ADD, MUL by a by-value 1;
 //                                  non-virtual f32 [B, H, Sq, 1] in workspace
-//   P    = exp(scale Q K^T - LSE)  matmul, MUL, SUB, [causal select], EXP
+//   P    = exp(scale Q K^T - LSE)  matmul, MUL, SUB, [causal/window selects], EXP
 //   dV   = P^T dO                  P^T: a reshape of P to [B, H, Skv, Sq]
 //                                  with swapped strides, io dtype
 //   dS   = (dO V^T * 1 - Dd) * P * scale
@@ -39,18 +42,20 @@
 //
 // What cuDNN runs (otherwise our kernels, attention.cu / attention_backward.cu):
 // f16/bf16, head_dim % 8 == 0 and <= 256 (<= 128 for the backward before
-// sm_90), sm_80 or later, no window, no ALiBi, 16-byte aligned buffers; causal
-// only with Sq <= Skv (cuDNN's bottom-right mask cannot give rows that see no
-// key O = 0 and LSE = -inf), and with Sq < Skv only from cuDNN 9.3 (before 9.6
-// only with Sq and Skv multiples of 64); not on cuDNN 9.10.0/9.10.1 (known
-// SDPA bugs there). Masked scores are -FLT_MAX, not -inf, as cuDNN expects:
-// every row here sees at least one key, so that changes nothing.
+// sm_90), sm_80 or later, no ALiBi, 16-byte aligned buffers; causal or a
+// window (which never looks ahead, so it brings the causal mask) only with
+// Sq <= Skv (cuDNN's bottom-right mask cannot give rows that see no key O = 0
+// and LSE = -inf), and with Sq < Skv only from cuDNN 9.3 (before 9.6 only
+// with Sq and Skv multiples of 64, and no window); a window from cuDNN 9.2;
+// not on cuDNN 9.10.0/9.10.1 (known SDPA bugs there). Masked scores are large
+// negative numbers, not -inf, as cuDNN expects: every row here sees at least
+// one key (key p itself), so that changes nothing.
 //
-// Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, LSE on/off,
-// device), built once from the first engine config of CUDNN_HEUR_MODE_A that
+// Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
+// or not, LSE on/off, device), built once from the first engine config of CUDNN_HEUR_MODE_A that
 // finalises and cached with its workspace size; a shape no engine takes is
-// cached as unsupported. The softmax scale is a by-value input, so it is not
-// part of the key. Execution runs on the caller's stream with the per-stream
+// cached as unsupported. The softmax scale and the window length are
+// by-value inputs, so they are not part of the key. Execution runs on the caller's stream with the per-stream
 // scratch as workspace. TC_CUDA_ATTENTION_CUDNN=0 turns this path off;
 // TC_CUDNN_DEBUG=1 prints to stderr which step or engine rejected a shape
 // and which engine was chosen.
@@ -75,7 +80,9 @@ bool try_cudnn_backward(StreamState*, const AttentionBackwardArgs&, tc_status*) 
 #include <array>
 #include <cfloat>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,10 +134,10 @@ struct Key {
   bool backward;
   int dtype;
   int64_t B, H, Hkv, Sq, Skv, D;
-  bool causal, lse;
+  bool causal, window, lse;  // causal: the right-bound mask (also set by a window)
   bool operator<(const Key& o) const {
-    return std::tie(device, backward, dtype, B, H, Hkv, Sq, Skv, D, causal, lse) <
-           std::tie(o.device, o.backward, o.dtype, o.B, o.H, o.Hkv, o.Sq, o.Skv, o.D, o.causal, o.lse);
+    return std::tie(device, backward, dtype, B, H, Hkv, Sq, Skv, D, causal, window, lse) <
+           std::tie(o.device, o.backward, o.dtype, o.B, o.H, o.Hkv, o.Sq, o.Skv, o.D, o.causal, o.window, o.lse);
   }
 };
 
@@ -287,12 +294,13 @@ class Builder {
 
 // Tensor ids of the variant pack.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kSkv, kSq, kMaskFill, kDO, kDQ, kDK, kDV, kOne, kDd, kDQAcc,
+  kQ = 1, kK, kV, kO, kStats, kScale, kSkv, kSq, kMaskFill, kDO, kDQ, kDK, kDV, kOne, kDd, kDQAcc, kWindow,
+  kWindowFill,
 };
 
 // The by-value scalars, in host memory for cudnnBackendExecute to read.
 struct Scalars {
-  float scale = 1.0f, one = 1.0f, fill = -FLT_MAX;
+  float scale = 1.0f, one = 1.0f, fill = -FLT_MAX, window = 0.0f, window_fill = -1073741824.0f;
   int32_t skv = 0, sq = 0;
 };
 
@@ -322,6 +330,27 @@ Desc causal_mask(Builder& g, Desc s, const Dims& sdims, const Key& k) {
   return out;
 }
 
+// Window on scores `s` already causally masked: keeps column c of row r
+// where c + W - Skv + Sq > r (key j > p - W), else -2^30. The indices are
+// f32 here, as in the pattern cuDNN matches (exact below 2^24).
+Desc window_mask(Builder& g, Desc s, const Dims& sdims) {
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  Desc row = g.virt(f32, sdims, "window: row index");
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, f32, "window: row index", 2);
+  Desc col = g.virt(f32, sdims, "window: column index");
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, f32, "window: column index", 3);
+  Desc shift = g.scalar(kWindow, f32, "window: W - Skv + Sq scalar");
+  Desc c1 = g.virt(f32, sdims, "window: column + W - Skv + Sq");
+  g.pointwise(CUDNN_POINTWISE_ADD, col, shift, nullptr, c1, f32, "window: column + W - Skv + Sq", 3);
+  Desc keep = g.virt(CUDNN_DATA_BOOLEAN, sdims, "window: column + W - Skv + Sq > row");
+  g.pointwise(CUDNN_POINTWISE_CMP_GT, c1, row, nullptr, keep, CUDNN_DATA_BOOLEAN,
+              "window: column + W - Skv + Sq > row");
+  Desc fill = g.scalar(kWindowFill, f32, "window: fill scalar");
+  Desc out = g.virt(f32, sdims, "window: select");
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, fill, keep, out, f32, "window: select");
+  return out;
+}
+
 cudnnDataType_t io_type(const Key& k) { return k.dtype == TC_DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16; }
 
 void build_forward(Builder& g, const Key& k) {
@@ -339,6 +368,7 @@ void build_forward(Builder& g, const Key& k) {
   Desc ss = g.virt(f32, sd, "S * scale");
   g.pointwise(CUDNN_POINTWISE_MUL, s, scale, nullptr, ss, f32, "S * scale");
   if (k.causal) ss = causal_mask(g, ss, sd, k);
+  if (k.window) ss = window_mask(g, ss, sd);
 
   Desc m = g.virt(f32, rd, "softmax: row max");
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, ss, m, "softmax: row max");
@@ -392,6 +422,7 @@ void build_backward(Builder& g, const Key& k) {
   Desc sl = g.virt(f32, sd, "S - LSE");
   g.pointwise(CUDNN_POINTWISE_SUB, ss, stats, nullptr, sl, f32, "S - LSE");
   if (k.causal) sl = causal_mask(g, sl, sd, k);
+  if (k.window) sl = window_mask(g, sl, sd);
   Desc p = g.virt(f32, sd, "P = exp");
   g.pointwise(CUDNN_POINTWISE_EXP, sl, nullptr, nullptr, p, f32, "P = exp");
 
@@ -534,7 +565,7 @@ int runtime_version() {
 }
 
 // Whether cuDNN's engines take the case, from what the key holds only (the
-// verdict is cached per key); window and ALiBi are ruled out per call.
+// verdict is cached per key); ALiBi is ruled out per call.
 const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
   if (d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16) return "dtype is not f16/bf16";
   if (d.head_dim % 8 != 0 || d.head_dim > 256) return "head_dim is not a multiple of 8 up to 256";
@@ -548,17 +579,22 @@ const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
   }
   if (major < 8) return "GPU older than sm_80";
   if (backward && major < 9 && d.head_dim > 128) return "backward head_dim > 128 before sm_90";
-  if (d.causal && d.seq_q != d.seq_kv) {
-    if (d.seq_q > d.seq_kv) return "causal with Sq > Skv (rows without keys)";
+  const bool window = d.window_size > 0;
+  if (window && v < 90200) return "a window needs cuDNN 9.2";
+  if (window && d.seq_kv >= (int64_t(1) << 24)) return "a window with Skv >= 2^24 (f32 indices)";
+  if ((d.causal || window) && d.seq_q != d.seq_kv) {
+    if (d.seq_q > d.seq_kv) return "causal or window with Sq > Skv (rows without keys)";
     if (v < 90300) return "bottom-right causal needs cuDNN 9.3";
     if (v < 90600 && (d.seq_q % 64 != 0 || d.seq_kv % 64 != 0))
       return "bottom-right causal with Sq or Skv not a multiple of 64 needs cuDNN 9.6";
+    if (v < 90600 && window) return "a window with Sq != Skv needs cuDNN 9.6";
   }
   return nullptr;
 }
 
-// The cached plan for `k` (built on first use), or null with the reason in
-// *why. Called with state().mu held.
+// The cached plan for `k` (built on first use), or null when cuDNN does not
+// take the shape (the reason goes to the TC_CUDNN_DEBUG log once). Called
+// with state().mu held.
 Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_out, cudaStream_t stream) {
   State& S = state();
   auto it = S.plans.find(k);
@@ -602,9 +638,10 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_o
       }
     }
     if (!p->ok)
-      debug("%s B=%lld H=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld %s causal=%d lse=%d: not supported, using our kernels: %s",
+      debug("%s B=%lld H=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld %s causal=%d window=%d lse=%d: not supported, "
+            "using our kernels: %s",
             dir, (long long)k.B, (long long)k.H, (long long)k.Hkv, (long long)k.Sq, (long long)k.Skv, (long long)k.D,
-            k.dtype == TC_DTYPE_F16 ? "f16" : "bf16", int(k.causal), int(k.lse), p->why.c_str());
+            k.dtype == TC_DTYPE_F16 ? "f16" : "bf16", int(k.causal), int(k.window), int(k.lse), p->why.c_str());
     it = S.plans.emplace(k, std::move(p)).first;
   }
   if (!it->second->ok) return nullptr;
@@ -612,9 +649,11 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_o
   return it->second.get();
 }
 
+// A window never looks ahead, so it brings the causal (right-bound) mask.
 Key make_key(int device, bool backward, const tc_attention_desc& d, bool lse) {
+  const bool window = d.window_size > 0;
   return Key{device, backward, int(d.dtype), d.batch, d.heads, d.kv_heads, d.seq_q, d.seq_kv, d.head_dim,
-             d.causal != 0, lse};
+             d.causal != 0 || window, window, lse};
 }
 
 bool aligned16(std::initializer_list<const void*> ptrs) {
@@ -653,17 +692,15 @@ tc_status execute(StreamState* s, cudnnHandle_t h, const Plan& p, const std::vec
   return st == CUDNN_STATUS_SUCCESS ? TC_OK : cudnn_fail(st, what);
 }
 
-// Per call, before any cache lookup: the switch, and what the key does not
-// hold (a window or ALiBi changes the graph; cuDNN is not asked for either).
-bool wanted(const tc_attention_desc& d, const float* alibi) {
-  return !env_off("TC_CUDA_ATTENTION_CUDNN") && d.window_size <= 0 && !alibi;
-}
+// Per call, before any cache lookup: the switch, and ALiBi, which the key
+// does not hold (cuDNN's ALiBi uses its own slopes, not the caller's).
+bool wanted(const float* alibi) { return !env_off("TC_CUDA_ATTENTION_CUDNN") && !alibi; }
 
 }  // namespace
 
 bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
   const tc_attention_desc& d = a.d;
-  if (!wanted(d, a.alibi)) return false;
+  if (!wanted(a.alibi)) return false;
   if (!aligned16({a.q, a.k, a.v, a.o, a.lse})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
@@ -683,6 +720,7 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
   c.scale = float(d.softmax_scale);
   c.skv = int32_t(d.seq_kv);
   c.sq = int32_t(d.seq_q);
+  c.window = float(d.window_size - d.seq_kv + d.seq_q);
   std::vector<int64_t> uids{kQ, kK, kV, kO, kScale};
   std::vector<void*> ptrs{const_cast<void*>(a.q), const_cast<void*>(a.k), const_cast<void*>(a.v), a.o, &c.scale};
   if (a.lse) uids.push_back(kStats), ptrs.push_back(a.lse);
@@ -690,6 +728,8 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
     uids.push_back(kMaskFill), ptrs.push_back(&c.fill);
     if (k.Sq != k.Skv) uids.insert(uids.end(), {kSkv, kSq}), ptrs.insert(ptrs.end(), {&c.skv, &c.sq});
   }
+  if (k.window)
+    uids.insert(uids.end(), {kWindow, kWindowFill}), ptrs.insert(ptrs.end(), {&c.window, &c.window_fill});
   s->last_kernel = "cudnn_sdpa_fprop";
   *out = execute(s, h, *p, uids, ptrs, ws, "attention_forward: cuDNN execute");
   return true;
@@ -697,7 +737,7 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
 
 bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_status* out) {
   const tc_attention_desc& d = a.d;
-  if (!wanted(d, a.alibi)) return false;
+  if (!wanted(a.alibi)) return false;
   if (!aligned16({a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk, a.dv})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
@@ -729,6 +769,7 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   c.scale = float(d.softmax_scale);
   c.skv = int32_t(d.seq_kv);
   c.sq = int32_t(d.seq_q);
+  c.window = float(d.window_size - d.seq_kv + d.seq_q);
   std::vector<int64_t> uids{kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kDd, kDQAcc};
   std::vector<void*> ptrs{const_cast<void*>(a.q),   const_cast<void*>(a.k),   const_cast<void*>(a.v),
                           const_cast<void*>(a.o),   const_cast<void*>(a.d_o), const_cast<float*>(a.lse),
@@ -739,6 +780,8 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
     uids.push_back(kMaskFill), ptrs.push_back(&c.fill);
     if (k.Sq != k.Skv) uids.insert(uids.end(), {kSkv, kSq}), ptrs.insert(ptrs.end(), {&c.skv, &c.sq});
   }
+  if (k.window)
+    uids.insert(uids.end(), {kWindow, kWindowFill}), ptrs.insert(ptrs.end(), {&c.window, &c.window_fill});
   s->last_kernel = "cudnn_sdpa_bprop";
   *out = execute(s, h, *p, uids, ptrs, plan_bytes ? base : nullptr, "attention_backward: cuDNN execute");
   return true;

@@ -253,7 +253,7 @@ def test_kernel_paths(actx, rng, monkeypatch, dtype, D, hkv, causal, window, ali
 
 
 # cuDNN's fused attention (src/cuda/attention_cudnn.cu) takes f16/bf16 with
-# head_dim % 8 == 0, no window, no ALiBi, causal only with Sq <= Skv, when
+# head_dim % 8 == 0, no ALiBi, causal or window only with Sq <= Skv, when
 # the library is built with it (tc.version() ends in "+cudnn"). These shapes
 # are ones every cuDNN 9.3+ takes (Sq, Skv multiples of 64 for bottom-right
 # causal before 9.6): the path must be cuDNN's and the numbers right.
@@ -314,30 +314,34 @@ def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
         assert kernel == "cudnn_sdpa_fprop", kernel
 
 
-def test_cudnn_leaves_window_and_alibi_to_our_kernels(actx, rng, monkeypatch):
-    """A shape cuDNN has a plan for, then the same shape with a window and
-    with ALiBi: those run our kernels, with their own semantics."""
+def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
+    """A shape cuDNN has a plan for, then the same shape with windows (cuDNN
+    takes them from 9.2, with its own plan) and with ALiBi (always our
+    kernels): each with its own semantics."""
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
-    for alibi, window in ((False, 0), (False, 20), (True, 0)):
-        p = Problem(actx, rng, "bf16", 1, H, 2, 128, 128, 64, alibi)
-        o, lse = p.forward(causal=True, window_size=window)
+    for causal, alibi, window, sq, skv in ((True, False, 0, 128, 128), (True, False, 20, 128, 128),
+                                           (False, False, 33, 128, 128), (False, False, 20, 64, 192),
+                                           (True, True, 0, 128, 128)):
+        p = Problem(actx, rng, "bf16", 1, H, 2, sq, skv, 64, alibi)
+        o, lse = p.forward(causal=causal, window_size=window)
         kernel = tc.cuda_last_kernel_name()
-        dq, dk, dv = p.backward(causal=True, window_size=window)
+        dq, dk, dv = p.backward(causal=causal, window_size=window)
         bkernel = tc.cuda_last_kernel_name()
-        ro, rlse, _, _, _ = p.reference(True, window)
+        print("causal=%s alibi=%s window=%d %dx%d: %s, %s" % (causal, alibi, window, sq, skv, kernel, bkernel))
+        ro, rlse, _, _, _ = p.reference(causal, window)
         close("O", o, ro, TOLERANCE["bf16"])
         close("LSE", lse, rlse, 2e-3)
-        _, _, rdq, rdk, rdv = p.reference(True, window, o_given=o)
+        _, _, rdq, rdk, rdv = p.reference(causal, window, o_given=o)
         fq, fk = p.gradient_floors(o)
         close("dQ", dq, rdq, 2 * TOLERANCE["bf16"], fq)
         close("dK", dk, rdk, 2 * TOLERANCE["bf16"], fk)
         close("dV", dv, rdv, 2 * TOLERANCE["bf16"])
-        if alibi or window:
+        if alibi:
             assert kernel.startswith("attention_fwd_mma"), kernel
             assert bkernel.startswith("attention_bwd_dq_convert"), bkernel
-        elif cudnn_in_build():
+        elif not window and cudnn_in_build():
             assert (kernel, bkernel) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (kernel, bkernel)
 
 

@@ -41,7 +41,7 @@
 // [B, Hkv, Skv, D], as cuDNN's engines expect.
 //
 // What cuDNN runs (otherwise our kernels, attention.cu / attention_backward.cu):
-// f16/bf16, head_dim % 8 == 0 and <= 256 (<= 128 for the backward before
+// f16/bf16, Sq > 1 (not decode steps), head_dim % 8 == 0 and <= 256 (<= 128 for the backward before
 // sm_90), sm_80 or later, no ALiBi, 16-byte aligned buffers; causal or a
 // window (which never looks ahead, so it brings the causal mask) only with
 // Sq <= Skv (cuDNN's bottom-right mask cannot give rows that see no key O = 0
@@ -54,8 +54,9 @@
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
 // or not, LSE on/off, device), built once from the first engine config of CUDNN_HEUR_MODE_A that
 // finalises and cached with its workspace size; a shape no engine takes is
-// cached as unsupported. The softmax scale and the window length are
-// by-value inputs, so they are not part of the key. Execution runs on the caller's stream with the per-stream
+// cached as unsupported (at most kMaxPlans shapes; beyond, our kernels). The
+// softmax scale and the window length are by-value inputs, so they are not
+// part of the key. Execution runs on the caller's stream with the per-stream
 // scratch as workspace. TC_CUDA_ATTENTION_CUDNN=0 turns this path off;
 // TC_CUDNN_DEBUG=1 prints to stderr which step or engine rejected a shape
 // and which engine was chosen.
@@ -159,7 +160,12 @@ struct State {
   std::map<int, cudnnHandle_t> handles;
   std::map<int, std::string> handle_failed;
   std::map<Key, std::unique_ptr<Plan>> plans;
+  bool cap_noted = false;
 };
+
+// Shapes (with their verdicts) kept; a workload cycling through more shapes
+// than this runs the rest on our kernels.
+constexpr size_t kMaxPlans = 1024;
 
 // Never destroyed: descriptors and handles would otherwise be released after
 // the CUDA runtime during process exit.
@@ -569,6 +575,9 @@ int runtime_version() {
 const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
   if (d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16) return "dtype is not f16/bf16";
   if (d.head_dim % 8 != 0 || d.head_dim > 256) return "head_dim is not a multiple of 8 up to 256";
+  // A decode loop changes Skv every step: a plan per step would cost far more
+  // to build than our kernels take to run.
+  if (d.seq_q == 1) return "decode (Sq == 1)";
   const int v = runtime_version();
   if (v < 90000) return "cuDNN runtime older than 9.0";
   if (v == 91000 || v == 91001) return "cuDNN 9.10.0/9.10.1 (known SDPA bugs)";
@@ -598,6 +607,12 @@ const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
 Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_out, cudaStream_t stream) {
   State& S = state();
   auto it = S.plans.find(k);
+  if (it == S.plans.end() && S.plans.size() >= kMaxPlans) {
+    // Shapes beyond the cap run on our kernels rather than building forever.
+    if (!S.cap_noted) debug("plan cache full (%zu shapes): new shapes use our kernels", S.plans.size());
+    S.cap_noted = true;
+    return nullptr;
+  }
   if (it == S.plans.end()) {
     // Building calls into cuDNN in ways a stream capture would not allow;
     // while capturing, an unbuilt shape runs on our kernels (not cached).

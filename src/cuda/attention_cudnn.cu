@@ -34,15 +34,17 @@
 //   dS   = (dO V^T * 1 - Dd) * P * scale
 //   dK   = dS^T Q                  dS^T: reshape as for P^T, io dtype
 //   dQacc= dS K                    K: a reshape of K^T back to [B,Hkv,Skv,D];
-//                                  dQacc non-virtual f32 in workspace,
+//                                  dQacc non-virtual f32 in workspace (we
+//                                  zero it before cuDNN 9.6; later cuDNN
+//                                  does),
 //   dQ   = identity(dQacc)         converted to the io dtype
 // With GQA (H > Hkv) dV and dK are first formed per query head ([B, H, Skv,
 // D], io dtype, virtual) and summed over the group by a reduction ADD into
 // [B, Hkv, Skv, D], as cuDNN's engines expect.
 //
 // What cuDNN runs (otherwise our kernels, attention.cu / attention_backward.cu):
-// f16/bf16, Sq > 1 (not decode steps), head_dim % 8 == 0 and <= 256 (<= 128 for the backward before
-// sm_90), sm_80 or later, no ALiBi, 16-byte aligned buffers; causal or a
+// f16/bf16, Sq > 1 (not decode steps), head_dim % 8 == 0 and <= 256 (<= 128
+// for the backward before sm_90), sm_80 or later, no ALiBi, 16-byte aligned buffers; causal or a
 // window (which never looks ahead, so it brings the causal mask) only with
 // Sq <= Skv (cuDNN's bottom-right mask cannot give rows that see no key O = 0
 // and LSE = -inf), and with Sq < Skv only from cuDNN 9.3 (before 9.6 only
@@ -52,8 +54,8 @@
 // one key (key p itself), so that changes nothing.
 //
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
-// or not, LSE on/off, device), built once from the first engine config of CUDNN_HEUR_MODE_A that
-// finalises and cached with its workspace size; a shape no engine takes is
+// or not, LSE on/off, device), built once from the first engine config of
+// CUDNN_HEUR_MODE_A that finalises and cached with its workspace size; a shape no engine takes is
 // cached as unsupported (at most kMaxPlans shapes; beyond, our kernels). The
 // softmax scale and the window length are by-value inputs, so they are not
 // part of the key. Execution runs on the caller's stream with the per-stream
@@ -545,7 +547,8 @@ void finish(Builder& g, Plan* p, cudnnHandle_t handle, const char* dir) {
       // Which engine, for the log (best effort).
       int64_t engine_index = -1;
       Desc engine = nullptr;
-      if (debug_on() && cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
+      if (debug_on() &&
+          cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
         if (cudnnBackendGetAttribute(cfgs[size_t(i)], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                      &n, &engine) == CUDNN_STATUS_SUCCESS)
           cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine_index);
@@ -775,7 +778,8 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   void* acc = base + plan_bytes + dd_bytes;
   // cuDNN before 9.6 expects the accumulator zeroed by the caller.
   if (runtime_version() < 90600) {
-    if (tc_status st = check(cudaMemsetAsync(acc, 0, acc_bytes, s->stream), "attention_backward: zero dQ accumulator")) {
+    if (tc_status st =
+            check(cudaMemsetAsync(acc, 0, acc_bytes, s->stream), "attention_backward: zero dQ accumulator")) {
       *out = st;
       return true;
     }

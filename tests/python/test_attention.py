@@ -271,8 +271,12 @@ def cudnn_in_build():
     return "+cudnn" in tc.version()
 
 
-@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES, ids=[
-    "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv) for dt, D, hkv, c, sq, skv in CUDNN_CASES])
+def cudnn_case_id(case):
+    dt, D, hkv, c, sq, skv = case
+    return "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv)
+
+
+@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES, ids=[cudnn_case_id(c) for c in CUDNN_CASES])
 def test_cudnn_path(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
@@ -345,9 +349,7 @@ def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
             assert (kernel, bkernel) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (kernel, bkernel)
 
 
-@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[
-    "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv)
-    for dt, D, hkv, c, sq, skv in CUDNN_CASES[:3]])
+@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[cudnn_case_id(c) for c in CUDNN_CASES[:3]])
 def test_cudnn_switch_off_runs_our_kernels(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
     """TC_CUDA_ATTENTION_CUDNN=0: the same shapes on our tensor-core kernels."""
     if actx.device != "cuda":

@@ -157,6 +157,9 @@ class Bench:
         iters = max(3, min(50, int(2e13 / flops)))
         t_ours = timed(ours_fn, self.stream.sync, iters)
         kernel = tc.cuda_last_kernel_name()
+        if backward:  # name both paths: cudnn_sdpa_* or our attention_* kernels
+            self.ctx.attention_forward(Q, K, V, O, *dims, LSE=L, **kw)
+            kernel = "%s + %s" % (tc.cuda_last_kernel_name(), kernel)
 
         qg, kg, vg = (t.clone().requires_grad_(backward) for t in (q, k, v))
         best = None

@@ -13,7 +13,9 @@
 // O <- O exp(m - m') + exp(s' - m') V'. The fast kernel works in base 2
 // (x = s log2(e), exp2f), which is the same softmax; LSE = m2 ln 2 + ln l.
 //
-// Two paths (the one that ran is s->last_kernel):
+// cuDNN's fused engines run first where they express these semantics
+// exactly (attention_cudnn.cu, "cudnn_sdpa_fprop"); otherwise two paths (the
+// one that ran is s->last_kernel):
 //   attention_fwd_mma<T, DP, BN>  f16/bf16, head_dim % 8 == 0, 16-byte aligned
 //       Q/K/V/O: one CTA of 4 warps per (64-row query tile, head, batch); each
 //       warp owns 16 query rows. Q is staged once in shared memory, K/V tiles
@@ -34,6 +36,7 @@
 
 #include "core/error.h"
 #include "cuda/attention_common.cuh"
+#include "cuda/attention_cudnn.h"
 #include "cuda/device.h"
 
 namespace tc {
@@ -360,6 +363,8 @@ tc_status forward_16bit(StreamState* s, const AttentionArgs& a, const char* tnam
 }  // namespace
 
 tc_status attention_forward(Device&, StreamState* s, const AttentionArgs& a) {
+  tc_status st = TC_OK;
+  if (try_cudnn_forward(s, a, &st)) return st;
   switch (a.d.dtype) {
     case TC_DTYPE_F16: return forward_16bit<__half>(s, a, "f16");
     case TC_DTYPE_BF16: return forward_16bit<__nv_bfloat16>(s, a, "bf16");

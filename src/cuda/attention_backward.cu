@@ -14,7 +14,9 @@
 // group (GQA). Dd is computed first (attention_bwd_dd) into the per-stream
 // scratch.
 //
-// Two paths (the one that ran is s->last_kernel):
+// cuDNN's fused engines run first where they express these semantics
+// exactly (attention_cudnn.cu, "cudnn_sdpa_bprop"); otherwise two paths (the
+// one that ran is s->last_kernel):
 //   attention_bwd_mma<T, DP>  f16/bf16, head_dim % 8 == 0 and <= 128, 16-byte
 //       aligned operands: one CTA of 4 warps per (64-key tile, kv head, batch);
 //       each warp owns 16 keys and keeps their dK, dV in registers over every
@@ -36,6 +38,7 @@
 
 #include "core/error.h"
 #include "cuda/attention_common.cuh"
+#include "cuda/attention_cudnn.h"
 #include "cuda/device.h"
 
 namespace tc {
@@ -520,6 +523,8 @@ tc_status backward_typed(StreamState* s, const AttentionBackwardArgs& a, const s
 }  // namespace
 
 tc_status attention_backward(Device&, StreamState* s, const AttentionBackwardArgs& a) {
+  tc_status st = TC_OK;
+  if (try_cudnn_backward(s, a, &st)) return st;
   switch (a.d.dtype) {
     case TC_DTYPE_F16: return backward_typed<__half>(s, a, "f16");
     case TC_DTYPE_BF16: return backward_typed<__nv_bfloat16>(s, a, "bf16");

@@ -228,7 +228,9 @@ def expected_kernels(dtype, D):
 @pytest.mark.parametrize("dtype,D,hkv,causal,window,alibi,sq,skv", CUDA_PATHS, ids=[
     "%s-D%d-Hkv%d-%s-w%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", w, "alibi" if a else "noalibi", sq, skv)
     for dt, D, hkv, c, w, a, sq, skv in CUDA_PATHS])
-def test_kernel_paths(actx, rng, dtype, D, hkv, causal, window, alibi, sq, skv):
+def test_kernel_paths(actx, rng, monkeypatch, dtype, D, hkv, causal, window, alibi, sq, skv):
+    # Our kernels, also for the cases cuDNN would otherwise take.
+    monkeypatch.setenv("TC_CUDA_ATTENTION_CUDNN", "0")
     p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, D, alibi)
     o, lse = p.forward(causal=causal, window_size=window)
     fwd_kernel = tc.cuda_last_kernel_name() if actx.device == "cuda" else None
@@ -248,6 +250,120 @@ def test_kernel_paths(actx, rng, dtype, D, hkv, causal, window, alibi, sq, skv):
         want_fwd, want_bwd = expected_kernels(dtype, D)
         assert fwd_kernel.startswith(want_fwd), fwd_kernel
         assert bwd_kernel.startswith(want_bwd), bwd_kernel
+
+
+# cuDNN's fused attention (src/cuda/attention_cudnn.cu) takes f16/bf16 with
+# head_dim % 8 == 0, no ALiBi, causal or window only with Sq <= Skv, when
+# the library is built with it (tc.version() ends in "+cudnn"). These shapes
+# are ones every cuDNN 9.3+ takes (Sq, Skv multiples of 64 for bottom-right
+# causal before 9.6): the path must be cuDNN's and the numbers right.
+CUDNN_CASES = [
+    # dtype, D, hkv, causal, sq, skv
+    ("bf16", 64, 4, True, 128, 128),
+    ("f16", 128, 4, False, 128, 128),
+    ("bf16", 128, 2, True, 64, 192),     # bottom-right causal, GQA
+    ("f16", 64, 1, False, 100, 37),      # MQA, ragged sizes, Sq > Skv without a mask
+    ("bf16", 256, 2, False, 64, 64),
+]
+
+
+def cudnn_in_build():
+    return "+cudnn" in tc.version()
+
+
+def cudnn_case_id(case):
+    dt, D, hkv, c, sq, skv = case
+    return "%s-D%d-Hkv%d-%s-%dx%d" % (dt, D, hkv, "causal" if c else "full", sq, skv)
+
+
+@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES, ids=[cudnn_case_id(c) for c in CUDNN_CASES])
+def test_cudnn_path(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, D)
+    o, lse = p.forward(causal=causal)
+    fwd_kernel = tc.cuda_last_kernel_name()
+    dq, dk, dv = p.backward(causal=causal)
+    bwd_kernel = tc.cuda_last_kernel_name()
+    print("paths:", fwd_kernel, bwd_kernel)
+    ro, rlse, _, _, _ = p.reference(causal, 0)
+    tol = TOLERANCE[dtype]
+    close("O", o, ro, tol)
+    close("LSE", lse, rlse, 2e-3)
+    _, _, rdq, rdk, rdv = p.reference(causal, 0, o_given=o)
+    gtol = 2 * tol if dtype == "bf16" else tol
+    fq, fk = p.gradient_floors(o)
+    close("dQ", dq, rdq, gtol, fq)
+    close("dK", dk, rdk, gtol, fk)
+    close("dV", dv, rdv, gtol)
+    if cudnn_in_build():
+        assert fwd_kernel == "cudnn_sdpa_fprop", fwd_kernel
+        assert bwd_kernel == "cudnn_sdpa_bprop", bwd_kernel
+    else:
+        assert fwd_kernel.startswith("attention_fwd_mma"), fwd_kernel
+
+
+def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
+    """The forward without an LSE output (cuDNN's inference graph)."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    p = Problem(actx, rng, "bf16", 2, H, 2, 128, 128, 64)
+    actx.attention_forward(p.Q, p.K, p.V, p.O, **p.dims, dtype="bf16", kv_heads=p.hkv, causal=True)
+    kernel = tc.cuda_last_kernel_name()
+    ro, _, _, _, _ = p.reference(True, 0)
+    close("O", p.read(p.O, p.q), ro, TOLERANCE["bf16"])
+    if cudnn_in_build():
+        assert kernel == "cudnn_sdpa_fprop", kernel
+
+
+def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
+    """A shape cuDNN has a plan for, then the same shape with windows (cuDNN
+    takes them from 9.2, with its own plan) and with ALiBi (always our
+    kernels): each with its own semantics."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    for causal, alibi, window, sq, skv in ((True, False, 0, 128, 128), (True, False, 20, 128, 128),
+                                           (False, False, 33, 128, 128), (False, False, 20, 64, 192),
+                                           (True, True, 0, 128, 128)):
+        p = Problem(actx, rng, "bf16", 1, H, 2, sq, skv, 64, alibi)
+        o, lse = p.forward(causal=causal, window_size=window)
+        kernel = tc.cuda_last_kernel_name()
+        dq, dk, dv = p.backward(causal=causal, window_size=window)
+        bkernel = tc.cuda_last_kernel_name()
+        print("causal=%s alibi=%s window=%d %dx%d: %s, %s" % (causal, alibi, window, sq, skv, kernel, bkernel))
+        ro, rlse, _, _, _ = p.reference(causal, window)
+        close("O", o, ro, TOLERANCE["bf16"])
+        close("LSE", lse, rlse, 2e-3)
+        _, _, rdq, rdk, rdv = p.reference(causal, window, o_given=o)
+        fq, fk = p.gradient_floors(o)
+        close("dQ", dq, rdq, 2 * TOLERANCE["bf16"], fq)
+        close("dK", dk, rdk, 2 * TOLERANCE["bf16"], fk)
+        close("dV", dv, rdv, 2 * TOLERANCE["bf16"])
+        if alibi:
+            assert kernel.startswith("attention_fwd_mma"), kernel
+            assert bkernel.startswith("attention_bwd_dq_convert"), bkernel
+        elif not window and cudnn_in_build():
+            assert (kernel, bkernel) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (kernel, bkernel)
+
+
+@pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[cudnn_case_id(c) for c in CUDNN_CASES[:3]])
+def test_cudnn_switch_off_runs_our_kernels(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
+    """TC_CUDA_ATTENTION_CUDNN=0: the same shapes on our tensor-core kernels."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.setenv("TC_CUDA_ATTENTION_CUDNN", "0")
+    p = Problem(actx, rng, dtype, 1, H, hkv, sq, skv, D)
+    o, _ = p.forward(causal=causal)
+    fwd_kernel = tc.cuda_last_kernel_name()
+    p.backward(causal=causal)
+    bwd_kernel = tc.cuda_last_kernel_name()
+    want_fwd, want_bwd = expected_kernels(dtype, D)
+    assert fwd_kernel.startswith(want_fwd), fwd_kernel
+    assert bwd_kernel.startswith(want_bwd), bwd_kernel
+    close("O", o, p.reference(causal, 0)[0], TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])

@@ -1,15 +1,28 @@
 // Collectives on CUDA memory through NCCL.
 //
-// The communicator is created non-blocking (ncclConfig_t.blocking = 0) so
-// that no NCCL call can block forever: initialisation and every collective
-// are polled (ncclCommGetAsyncError, cudaStreamQuery) against the group's
-// deadline, and a deadline or an asynchronous NCCL error aborts the
-// communicator (ncclCommAbort) and reports TC_ERR_TIMEOUT. The unique id is
+// No NCCL call may block forever, yet NCCL's non-blocking communicator mode
+// (ncclConfig_t.blocking = 0, where every call can be polled) costs a large
+// part of the bandwidth: its collectives are enqueued asynchronously and
+// must be polled until enqueued, which measured 0.26-0.78x PyTorch's NCCL
+// (bench/results/dist-gpu.md). So a group holds two communicators:
+//  - `parent_`, non-blocking: initialisation, splits and the liveness barrier
+//    before a split are polled (ncclCommGetAsyncError) against the deadline;
+//  - `comm_`, blocking, split from the parent once every peer has answered
+//    the barrier: the collectives run on it at NCCL's full speed. Its
+//    connections are made during the split (NCCL_RUNTIME_CONNECT=0, set
+//    before the first communicator unless the environment says otherwise),
+//    so a collective call itself only enqueues.
+// Completion of every collective is polled (cudaStreamQuery, and the
+// communicator's asynchronous error) against the group's deadline; a
+// deadline or an NCCL error aborts both communicators (ncclCommAbort) and
+// reports TC_ERR_TIMEOUT. TC_NCCL_NONBLOCKING=1 runs the collectives on the
+// non-blocking parent itself (every call polled, slower). The unique id is
 // published by rank 0 through the rendezvous store. Collectives run on the
-// communicator's own stream and are complete when the call returns.
+// group's own stream and are complete when the call returns.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -26,11 +39,7 @@ ncclDataType_t nccl_type(tc_dtype d) {
   return d == TC_DTYPE_F16 ? ncclFloat16 : d == TC_DTYPE_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
-// TC_NCCL_BLOCKING=1 creates blocking communicators: NCCL calls then return
-// only once enqueued (no ncclInProgress polling), at the price of an
-// initialisation that cannot be timed out. For measuring the cost of the
-// non-blocking mode; the default stays non-blocking.
-int nccl_blocking() { return env_on("TC_NCCL_BLOCKING") ? 1 : 0; }
+bool collectives_nonblocking() { return env_on("TC_NCCL_NONBLOCKING"); }
 
 ncclRedOp_t nccl_op(int32_t op) {
   return op == TC_REDUCE_AVG ? ncclAvg : op == TC_REDUCE_MAX ? ncclMax : op == TC_REDUCE_MIN ? ncclMin : ncclSum;
@@ -56,24 +65,78 @@ tc_status wait_ready(ncclComm_t c, int64_t timeout_ms, const char* what) {
   }
 }
 
+// Polls until `stream` has drained; `comm` is checked for asynchronous errors
+// on the way. Spins for the first few milliseconds (a collective of a few MB
+// finishes in tens of microseconds, and a sleep costs ~60 us of timer slack),
+// then backs off so a stalled peer does not burn a core until the deadline.
+// Returns null on success, else why it failed.
+const char* wait_stream(cudaStream_t stream, ncclComm_t comm, Deadline d) {
+  const auto spin_until = Clock::now() + std::chrono::milliseconds(5);
+  for (uint32_t i = 0;; ++i) {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return nullptr;
+    if (e != cudaErrorNotReady) return cudaGetErrorString(e);
+    if (i % 64 != 63) continue;
+    ncclResult_t a = ncclSuccess;
+    ncclCommGetAsyncError(comm, &a);
+    if (a != ncclSuccess && a != ncclInProgress) return ncclGetErrorString(a);
+    auto now = Clock::now();
+    if (now >= d) return "a peer died or did not answer before the deadline";
+    if (now >= spin_until) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Polls a communicator whose last call may still be enqueueing (non-blocking
+// mode). Null on success, else why it failed.
+const char* wait_enqueued(ncclComm_t comm, Deadline d) {
+  for (;;) {
+    ncclResult_t a = ncclSuccess;
+    ncclCommGetAsyncError(comm, &a);
+    if (a == ncclSuccess) return nullptr;
+    if (a != ncclInProgress) return ncclGetErrorString(a);
+    if (Clock::now() >= d) return "timed out while enqueueing";
+    std::this_thread::yield();
+  }
+}
+
 class NcclComm final : public Comm {
  public:
-  NcclComm(ncclComm_t comm, int device, int rank, int size, int64_t timeout_ms)
-      : comm_(comm), device_(device), rank_(rank), size_(size), timeout_ms_(timeout_ms) {
+  // Takes ownership of `parent`, a ready non-blocking communicator.
+  NcclComm(ncclComm_t parent, int device, int rank, int size, int64_t timeout_ms)
+      : parent_(parent), device_(device), rank_(rank), size_(size), timeout_ms_(timeout_ms) {
     cudaSetDevice(device_);
     cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     cudaMalloc(&scratch_, sizeof(float));
   }
   ~NcclComm() override {
     cudaSetDevice(device_);
-    if (comm_) {
-      if (broken_)
-        ncclCommAbort(comm_);
-      else
-        ncclCommDestroy(comm_);
-    }
+    release(broken_);
     if (scratch_) cudaFree(scratch_);
     if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // Makes the communicator the collectives run on: the blocking child (the
+  // default) or the parent itself (TC_NCCL_NONBLOCKING=1).
+  tc_status open() {
+    if (!stream_ || !scratch_) return fail(TC_ERR_ALLOC, "nccl: no stream or scratch word on device %d", device_);
+    if (collectives_nonblocking()) {
+      comm_ = parent_;
+      return TC_OK;
+    }
+    // Every peer is alive and past its own init once this returns, so the
+    // split below (a collective over the parent) finds them all.
+    if (tc_status st = run_on(parent_, "init barrier", [&] {
+          return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, parent_, stream_);
+        }))
+      return st;
+    ncclComm_t child = nullptr;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    if (tc_status st = split(&child, &cfg, "split")) return st;
+    comm_ = child;
+    // The first collective on the new communicator, while every peer is known
+    // to be alive.
+    return barrier();
   }
 
   int rank() const override { return rank_; }
@@ -96,67 +159,88 @@ class NcclComm final : public Comm {
   tc_status barrier() override {
     return run("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
   }
+  // A second group over the same ranks (its own parent and child), split
+  // from this group's parent.
   tc_status fork(std::unique_ptr<Comm>* out) override {
+    if (broken_) return fail(TC_ERR_TIMEOUT, "nccl fork: the group is broken by an earlier failure; finalize it");
+    cudaSetDevice(device_);
     ncclComm_t child = nullptr;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = nccl_blocking();
-    tc_status st = run("fork", [&] { return ncclCommSplit(comm_, 0, rank_, &child, &cfg); }, false);
-    if (st) return st;
-    if (tc_status w = wait_ready(child, timeout_ms_, "fork")) return w;
-    *out = std::make_unique<NcclComm>(child, device_, rank_, size_, timeout_ms_);
+    cfg.blocking = 0;
+    if (tc_status st = split(&child, &cfg, "fork")) return st;
+    auto forked = std::make_unique<NcclComm>(child, device_, rank_, size_, timeout_ms_);
+    if (tc_status st = forked->open()) return st;
+    *out = std::move(forked);
     return TC_OK;
   }
 
  private:
+  // A communicator over the same ranks from the (non-blocking) parent. The
+  // split behaves like a collective on the parent: whatever it returns, the
+  // parent must be polled to ncclSuccess, and only then is *child filled in
+  // (NVIDIA/nccl#1472); the child is then polled until its own set-up is done.
+  tc_status split(ncclComm_t* child, ncclConfig_t* cfg, const char* what) {
+    const Deadline d = deadline_after_ms(timeout_ms_);
+    ncclResult_t r = ncclCommSplit(parent_, 0, rank_, child, cfg);
+    if (r != ncclSuccess && r != ncclInProgress) return broke(what, ncclGetErrorString(r));
+    if (const char* why = wait_enqueued(parent_, d)) return broke(what, why);
+    if (!*child) return broke(what, "NCCL returned no communicator");
+    if (const char* why = wait_enqueued(*child, d)) {
+      ncclCommAbort(*child);
+      *child = nullptr;
+      return broke(what, why);
+    }
+    return TC_OK;
+  }
   template <class F>
-  tc_status run(const char* what, F&& launch, bool wait_stream = true) {
+  tc_status run(const char* what, F&& launch) {
+    return run_on(comm_, what, std::forward<F>(launch));
+  }
+  template <class F>
+  tc_status run_on(ncclComm_t c, const char* what, F&& launch) {
     if (broken_) return fail(TC_ERR_TIMEOUT, "nccl %s: the group is broken by an earlier failure; finalize it", what);
     cudaSetDevice(device_);
     ncclResult_t r = launch();
     if (r != ncclSuccess && r != ncclInProgress) return broke(what, ncclGetErrorString(r));
     Deadline d = deadline_after_ms(timeout_ms_);
-    // Non-blocking mode: the call may still be enqueueing.
-    for (;;) {
-      ncclResult_t a = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &a);
-      if (a == ncclSuccess) break;
-      if (a != ncclInProgress) return broke(what, ncclGetErrorString(a));
-      if (Clock::now() >= d) return broke(what, "timed out while enqueueing");
-      std::this_thread::yield();
+    if (r == ncclInProgress || c == parent_) {
+      if (const char* why = wait_enqueued(c, d)) return broke(what, why);
     }
-    if (!wait_stream) return TC_OK;
-    // Spin for the first few milliseconds (a collective of a few MB finishes
-    // in tens of microseconds, and a sleep costs ~60 us of timer slack), then
-    // back off so a stalled peer does not burn a core until the deadline.
-    const auto spin_until = Clock::now() + std::chrono::milliseconds(5);
-    for (uint32_t i = 0;; ++i) {
-      cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return TC_OK;
-      if (e != cudaErrorNotReady) return broke(what, cudaGetErrorString(e));
-      if (i % 64 != 63) continue;
-      ncclResult_t a = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &a);
-      if (a != ncclSuccess && a != ncclInProgress) return broke(what, ncclGetErrorString(a));
-      auto now = Clock::now();
-      if (now >= d) return broke(what, "a peer died or did not answer before the deadline");
-      if (now >= spin_until) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    if (const char* why = wait_stream(stream_, c, d)) return broke(what, why);
+    return TC_OK;
   }
   tc_status broke(const char* what, const char* msg) {
     broken_ = true;
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
+    release(true);
     return fail(TC_ERR_TIMEOUT, "nccl %s failed (%s; timeout %lld ms); the group is now broken", what, msg,
                 (long long)timeout_ms_);
   }
+  void release(bool abort) {
+    auto drop = [&](ncclComm_t c) {
+      if (!c) return;
+      if (abort)
+        ncclCommAbort(c);
+      else
+        ncclCommDestroy(c);
+    };
+    if (comm_ != parent_) drop(comm_);
+    drop(parent_);
+    comm_ = parent_ = nullptr;
+  }
 
-  ncclComm_t comm_;
+  ncclComm_t parent_ = nullptr, comm_ = nullptr;
   int device_, rank_, size_;
   int64_t timeout_ms_;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   bool broken_ = false;
 };
+
+// The blocking child's connections are made while it is created, not at its
+// first collectives, where a dead peer could block the enqueueing call.
+void connect_at_init() {
+  if (!std::getenv("NCCL_RUNTIME_CONNECT")) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+}
 
 }  // namespace
 
@@ -184,13 +268,16 @@ tc_status make_nccl_comm(const GroupSpec& spec, std::unique_ptr<Comm>* out) {
   cudaError_t ce = cudaSetDevice(spec.cuda_device);
   if (ce != cudaSuccess) return fail(TC_ERR_NO_DEVICE, "nccl: cudaSetDevice(%d): %s", spec.cuda_device,
                                      cudaGetErrorString(ce));
+  connect_at_init();
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = nccl_blocking();
+  cfg.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, spec.size, id, spec.rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) return fail(TC_ERR_INTERNAL, "ncclCommInitRankConfig: %s", ncclGetErrorString(r));
   if (tc_status st = wait_ready(comm, spec.timeout_ms, "init")) return st;
-  *out = std::make_unique<NcclComm>(comm, spec.cuda_device, spec.rank, spec.size, spec.timeout_ms);
+  auto group = std::make_unique<NcclComm>(comm, spec.cuda_device, spec.rank, spec.size, spec.timeout_ms);
+  if (tc_status st = group->open()) return st;
+  *out = std::move(group);
   return TC_OK;
 }
 

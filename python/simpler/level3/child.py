@@ -24,6 +24,7 @@ from . import endpoint as _endpoint
 from .shm import Mapping
 
 _PR_SET_PDEATHSIG = 1
+_NO_ARGS = CTaskArgs(None, 0, None, 0)  # the arguments of a chip task without any (never written)
 
 
 class Child:
@@ -203,8 +204,11 @@ class Child:
         if l2 is None:
             return _errors.INVALID_ARG, f"chip callable {slot} is not registered on this chip"
         c = self.configs.get(cfg)
-        args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
-                         ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+        if nt or ns:
+            args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
+                             ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+        else:
+            args = _NO_ARGS
         run = ctypes.c_void_p()
         lb = lib()
         st = lb.simpler_submit(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c), ctypes.byref(run))

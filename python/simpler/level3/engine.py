@@ -195,8 +195,8 @@ class Engine:
     def _resolve_one(self, ep, t, i: int, tid: int, label: str):
         """(bytes keyed for the TensorMap, bytes for the child (the same
         object unless they differ), tag, device base) of tensor i."""
-        c = t._c
-        addr = c.buffer.addr
+        raw = bytearray(t._c)
+        addr, _, offset, _, dtype = L.TENSOR_FRONT.unpack_from(raw)
         keep = t._keep
         hit = None
         if keep is None and ep is not None:
@@ -212,9 +212,8 @@ class Engine:
             tag = 0
         else:
             idx = getattr(keep, "_l3_idx", None)
-            if idx is not None and self.buffers.get(idx) is keep and keep.ptr <= addr < keep.ptr + keep.nbytes:
-                base = keep.ptr  # a view of its own buffer (Buffer.tensor): no search
-            else:
+            base = keep.ptr if idx is not None and self.buffers.get(idx) is keep else None
+            if base is None or not base <= addr < base + keep.nbytes:  # else a view of its own buffer: no search
                 found = self._find_buffer(addr)
                 if found is None:
                     where = "create_buffer memory" + ("" if ep is None else f" or device memory of {ep.label}")
@@ -224,12 +223,11 @@ class Engine:
             key = child_key = base
             tag = idx + 1
         delta = addr - base
-        item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
+        item = L.ITEMSIZE[dtype] if 0 <= dtype < len(L.ITEMSIZE) else 1
         if delta % item:
             raise ValueError(f"task {tid} ({label}): tensor {i} starts {delta} bytes into its allocation, not a "
                              f"multiple of its element size {item}")
-        start = c.start_offset + delta // item
-        raw = bytearray(c)
+        start = offset + delta // item
         L.TENSOR_HEAD.pack_into(raw, 0, key, size, start)
         rec = child_rec = bytes(raw)
         if child_key != key:

@@ -68,6 +68,7 @@ U32 = struct.Struct("<I")
 # start_offset, ndims, dtype, shapes[5], scope_tag, strides[5].
 TENSOR = struct.Struct("<QQQIi5II5q")
 TENSOR_HEAD = struct.Struct("<QQQ")
+TENSOR_FRONT = struct.Struct("<QQQIi")  # TENSOR_HEAD, ndims, dtype
 assert TENSOR.size == 96
 _ARRAYS: dict = {}
 

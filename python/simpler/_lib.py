@@ -192,6 +192,22 @@ def lib():
     return _lib
 
 
+_bare = None
+
+
+def bare(name: str):
+    """`name` of the loaded library without argtypes (returning a tc_status
+    int), for the few per-task calls where converting every argument costs
+    more than the call: the caller passes values that need no conversion
+    (ctypes instances, bytes, ints that fit a C int) of the declared types."""
+    global _bare
+    if _bare is None:
+        _bare = ctypes.CDLL(str(library_path()), handle=lib()._handle)
+    fn = getattr(_bare, name)
+    fn.restype = _S
+    return fn
+
+
 def check(status: int) -> None:
     """Raises the exception for a failing status, with the library's detail."""
     if status != 0:

@@ -95,6 +95,11 @@ class DataType(enum.IntEnum):
 _FROM_NUMPY_CACHE: dict = {}
 _TENSOR_LAYOUT = struct.Struct("<QQQIi5II5q")  # ChipTensor, 96 bytes
 _ZEROS = (0,) * MAX_TENSOR_DIMS
+_TENSOR_HEAD = struct.Struct("<QQQ")  # buffer.addr, buffer.size, start_offset
+# (shape, dtype) -> (nbytes, the layout's bytes after _TENSOR_HEAD) of a
+# contiguous ChipTensor.make: the per-task path of level 3 makes the same
+# few shapes over and over.
+_CONTIGUOUS: dict = {}
 
 _ITEMSIZE = {
     DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2, DataType.INT8: 1, DataType.INT16: 2,
@@ -154,11 +159,12 @@ class ChipTensor:
     """A tensor argument: a strided view of device memory (or of host memory,
     which the runtime stages to the device for the run)."""
 
-    __slots__ = ("_c", "_keep")
+    __slots__ = ("_c", "_keep", "_l3")
 
     def __init__(self, c: CChipTensor, keep: Any = None):
         self._c = c
         self._keep = keep  # the host object whose memory this describes
+        self._l3 = None  # a level-3 engine's resolution of it (level3/engine.py resolve)
 
     @classmethod
     def make(cls, data_ptr: int, shape: Sequence[int], dtype, strides: Sequence[int] | None = None,
@@ -167,6 +173,18 @@ class ChipTensor:
         interior one, or a host address). Strides and offset count elements;
         row-major contiguous by default."""
         dt = dtype if type(dtype) is DataType else _as_datatype(dtype)
+        shape = shape if type(shape) is tuple else tuple(shape)
+        key = None
+        if strides is None and not start_offset and nbytes is None:
+            # The common case (a contiguous view at its address), whose bytes
+            # past the address and size depend on shape and dtype only.
+            key = (shape, dt)
+            try:
+                hit = _CONTIGUOUS.get(key)
+            except TypeError:  # unhashable extents: the long way reports them
+                hit = key = None
+            if hit is not None:
+                return cls(CChipTensor.from_buffer_copy(_TENSOR_HEAD.pack(int(data_ptr), hit[0], 0) + hit[1]))
         shape = tuple(map(int, shape))
         nd = len(shape)
         if not 1 <= nd <= MAX_TENSOR_DIMS:
@@ -199,9 +217,11 @@ class ChipTensor:
         # One pack into the C layout (include/simpler/tensor.h) instead of a
         # field-by-field fill: make() is on the per-task path of level 3.
         pad = MAX_TENSOR_DIMS - nd
-        c = CChipTensor.from_buffer_copy(_TENSOR_LAYOUT.pack(int(data_ptr), int(nbytes), start_offset, nd, int(dt),
-                                                             *shape, *_ZEROS[:pad], 0, *strides, *_ZEROS[:pad]))
-        return cls(c)
+        packed = _TENSOR_LAYOUT.pack(int(data_ptr), int(nbytes), start_offset, nd, int(dt), *shape, *_ZEROS[:pad], 0,
+                                     *strides, *_ZEROS[:pad])
+        if key is not None and len(_CONTIGUOUS) < 4096:
+            _CONTIGUOUS[key] = (int(nbytes), packed[_TENSOR_HEAD.size:])
+        return cls(CChipTensor.from_buffer_copy(packed))
 
     @classmethod
     def from_array(cls, array) -> "ChipTensor":

@@ -288,3 +288,31 @@ def test_chip_tensor_make_and_from_array():
     with pytest.raises(ValueError):
         ChipTensor.make(0, (), DataType.FLOAT32)
     assert DataType.from_numpy(np.float32) == DataType.FLOAT32 and DataType.INT8.itemsize == 1
+
+
+def test_chip_tensor_make_reuses_contiguous_layouts_exactly():
+    """make() keeps the packed layout of a contiguous (shape, dtype): a later
+    tensor of that layout differs in its address alone, and every other
+    spelling or layout still goes the long way (and is checked)."""
+    from simpler.task_interface import _TENSOR_LAYOUT
+
+    def fields(t):
+        return _TENSOR_LAYOUT.unpack(bytes(t._c))
+
+    first = ChipTensor.make(0x1000, (3, 5), DataType.FLOAT32)
+    again = ChipTensor.make(0x2000, (3, 5), DataType.FLOAT32)
+    assert fields(again) == (0x2000,) + fields(first)[1:]
+    assert fields(ChipTensor.make(0x2000, [3, 5], "float32")) == fields(again)
+    assert fields(ChipTensor.make(0x2000, (np.int64(3), np.int64(5)), DataType.FLOAT32)) == fields(again)
+    assert fields(ChipTensor.make(0x2000, iter((3, 5)), DataType.FLOAT32)) == fields(again)
+    assert ChipTensor.make(0x2000, (3, 5), DataType.FLOAT16).nbytes == 30
+    off = ChipTensor.make(0x2000, (3, 5), DataType.FLOAT32, start_offset=2)
+    assert off.data_ptr == 0x2008 and off._c.buffer.size == 68
+    strided = ChipTensor.make(0x2000, (3, 5), DataType.FLOAT32, strides=(10, 2))
+    assert strided.strides == (10, 2) and strided._c.buffer.size == (2 * 10 + 4 * 2 + 1) * 4
+    assert ChipTensor.make(0x2000, (3, 5), DataType.FLOAT32, nbytes=4096)._c.buffer.size == 4096
+    for bad in ((-1, 5), (1 << 32,), (), (1, 2, 3, 4, 5, 6)):
+        with pytest.raises(ValueError):
+            ChipTensor.make(0x1000, bad, DataType.FLOAT32)
+    with pytest.raises(TypeError):
+        ChipTensor.make(0x1000, ([3], 5), DataType.FLOAT32)

@@ -88,6 +88,11 @@ def nap(args):
     time.sleep(args.scalar(0) / 1000.0)
 
 
+def slow_fill(args):
+    time.sleep(args.scalar(1) / 1000.0)
+    args.array(0)[:] = float(args.scalar(0))
+
+
 def post_init_square(args):
     a = args.array(0)
     a[:] = a * a
@@ -796,3 +801,54 @@ def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
     assert used1[2] is None  # nothing aliased: the keys are the addresses
     c0.drop_alloc(peer1_in_0)
     assert peer1_in_0 not in c0.aliases
+
+
+def test_a_tensor_reused_across_tasks_keeps_its_dependencies(clean):
+    """One ChipTensor named by many tasks (its resolution cached after the
+    first): each task still waits for the live writers before it."""
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=2) as w:
+        hs, hq, ha = w.register(slow_fill), w.register(post_init_square), w.register(add_into)
+        w.init()
+        buf, out = w.create_buffer(4 * 32), w.create_buffer(4 * 32)
+        t, o = buf.tensor((32,), DataType.FLOAT32), out.tensor((32,), DataType.FLOAT32)
+
+        def orch(o_, args, cfg):
+            o_.submit_sub(hs, args_of((t, D.OUT), args, 30))  # slow: a task that did not wait would see stale data
+            o_.submit_sub(hq, args_of((t, D.INOUT)))
+            o_.submit_sub(ha, args_of((t, D.IN), (t, D.IN), (o, D.OUT)))
+
+        for k in (3, 5):
+            out.numpy(dtype="float32")[:] = np.nan
+            w.run(orch, k)
+            assert np.all(out.numpy(dtype="float32") == 2.0 * k * k)
+        assert t._l3 is not None and t._l3[1] is buf  # the resolution was kept
+
+
+def test_a_cached_tensor_of_a_closed_buffer_is_resolved_again(clean):
+    """A closed buffer's index is never reused, so a tensor's cached
+    resolution dies with its buffer: a new buffer at the same address is
+    found by address (as an uncached tensor would be), never the old one."""
+    with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
+        hf = w.register(fill)
+        w.init()
+        old = w.create_buffer(4 * 16)
+        t = old.tensor((16,), DataType.FLOAT32)
+        w.run(lambda o, a, c: o.submit_sub(hf, args_of((t, D.OUT), 5)))
+        assert np.all(old.numpy(dtype="float32") == 5.0)
+        cached, addr = t._l3, old.ptr
+        assert cached is not None and cached[1] is old
+        old.close()
+        new = w.create_buffer(4 * 16)
+        # The same situation whatever address the new buffer got: a tensor at
+        # its address that still carries the closed buffer's resolution.
+        stale = ChipTensor(new.tensor((16,), DataType.FLOAT32)._c, old)
+        stale._l3 = cached
+        w.run(lambda o, a, c: o.submit_sub(hf, args_of((stale, D.OUT), 6)))
+        assert np.all(new.numpy(dtype="float32") == 6.0)
+        if new.ptr == addr:  # the natural case, when the mapping landed where the old one was
+            w.run(lambda o, a, c: o.submit_sub(hf, args_of((t, D.OUT), 7)))
+            assert np.all(new.numpy(dtype="float32") == 7.0)
+        else:
+            with pytest.raises(ValueError, match="is not create_buffer memory"):
+                w.run(lambda o, a, c: o.submit_sub(hf, args_of((t, D.OUT), 7)))
+        new.close()

@@ -1,6 +1,7 @@
 """What a Python sub-task sees: fn(args), with args.array(i) a writable
 NumPy view of tensor i in shared memory (zero-copy) and args.scalar(i).
-Tensors stay raw ChipTensor bytes until asked for."""
+Tensors stay raw ChipTensor bytes, as the parent wrote them (addressed in
+the parent's mapping of their buffer), until asked for."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from ..task_interface import ArgDirection, DataType
 from . import layout as L
 
 _NP_DTYPES: dict = {}
+_np = None  # numpy, imported by the first array()
 
 
 def _np_dtype(code: int):
@@ -60,15 +62,18 @@ class SubTaskArgs:
     def array(self, i: int):
         """Tensor i as a NumPy array over the shared buffer (writes land in
         the buffer; no copy)."""
-        import numpy as np
+        global _np
+        if _np is None:
+            import numpy
 
+            _np = numpy
         f = self._tensor(i)
         addr, _, start, nd, code = f[:5]
-        m, _ = self._maps[self._tags[i] - 1]
+        m, pbase = self._maps[self._tags[i] - 1]  # addr is an address of the parent's mapping at pbase
         dt = _np_dtype(code)
         item = dt.itemsize
-        return np.ndarray(f[5:5 + nd], dtype=dt, buffer=m.mm, offset=addr - m.addr + start * item,
-                          strides=tuple(x * item for x in f[11:11 + nd]))
+        strides = (item * f[11],) if nd == 1 else tuple(x * item for x in f[11:11 + nd])
+        return _np.ndarray(f[5:5 + nd], dtype=dt, buffer=m.mm, offset=addr - pbase + start * item, strides=strides)
 
     def __repr__(self) -> str:
         return f"SubTaskArgs(tensors={self._nt}, scalars={len(self._s)})"

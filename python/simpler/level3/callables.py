@@ -54,7 +54,7 @@ def pickle_callable(fn):
 
 
 class Entry:
-    __slots__ = ("slot", "kind", "target", "digest", "workers", "payload", "_sig", "label")
+    __slots__ = ("slot", "kind", "target", "digest", "workers", "payload", "_sig", "access", "label")
 
     def __init__(self, slot, kind, target, digest, workers):
         self.slot = slot
@@ -64,6 +64,7 @@ class Entry:
         self.workers = workers  # ids it was sent to (None = all of its role)
         self.payload = None  # post-init: True once shipped, False when it cannot be pickled
         self._sig = None
+        self.access = None  # a chip callable's tensor directions (ints), once a task needed them
         self.label = None  # how messages name its tasks
 
 

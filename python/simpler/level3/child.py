@@ -24,6 +24,7 @@ from . import endpoint as _endpoint
 from .shm import Mapping
 
 _PR_SET_PDEATHSIG = 1
+_NO_ARGS = CTaskArgs(None, 0, None, 0)  # the arguments of a chip task without any (never written)
 
 
 class Child:
@@ -147,22 +148,22 @@ class Child:
             for i in range(nmaps):
                 idx, _, size, pbase, name = L.MAP.unpack_from(mv, off + L.F_MAPS + i * L.MAP_ENTRY)
                 self.map(idx, name.rstrip(b"\0").decode(), size, pbase)
-            raw = tags = None
-            if nt:
-                # The tensors, rebased onto this process: a shared buffer's
-                # parent address becomes ours, a device pointer loses its tag.
-                raw = bytearray(mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt])
-                tags = L.struct.unpack_from(f"<{nt}I", mv, off + L.F_TAGS)
-                head = L.TENSOR_HEAD
-                for i, tag in enumerate(tags):
-                    addr, size, start = head.unpack_from(raw, 96 * i)
-                    if tag:
-                        m, pbase = self.maps[tag - 1]
-                        addr = addr - pbase + m.addr
-                    else:
-                        addr &= L.DEV_MASK
-                    head.pack_into(raw, 96 * i, addr, size, start)
             if kind == L.KIND_CHIP:
+                raw = None
+                if nt:
+                    # The tensors, rebased onto this process: a shared buffer's
+                    # parent address becomes ours, a device pointer loses its tag.
+                    raw = bytearray(mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt])
+                    tags = L.u32s(nt).unpack_from(mv, off + L.F_TAGS)
+                    head = L.TENSOR_HEAD
+                    for i, tag in enumerate(tags):
+                        addr, size, start = head.unpack_from(raw, 96 * i)
+                        if tag:
+                            m, pbase = self.maps[tag - 1]
+                            addr = addr - pbase + m.addr
+                        else:
+                            addr &= L.DEV_MASK
+                        head.pack_into(raw, 96 * i, addr, size, start)
                 tensors = (CChipTensor * nt).from_buffer(raw) if nt else None
                 scalars = (ctypes.c_uint64 * ns).from_buffer_copy(mv, off + L.F_SCALARS) if ns else None
                 status, msg = self.run_chip(slot, cfg, tensors, nt, scalars, ns)
@@ -170,8 +171,20 @@ class Child:
                 fn = self.callables.get(slot)
                 if fn is None:
                     raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"callable {slot} is not registered here")
-                scalars = L.struct.unpack_from(f"<{ns}Q", mv, off + L.F_SCALARS) if ns else ()
-                dirs = bytes(mv[off + L.F_DIRS:off + L.F_DIRS + nt]) if nt else b""
+                scalars = L.u64s(ns).unpack_from(mv, off + L.F_SCALARS) if ns else ()
+                if nt:
+                    # A sub-task's tensors all lie in shared buffers; they stay
+                    # as the parent wrote them (SubTaskArgs rebases the one asked
+                    # for), but every buffer they name must be mapped here.
+                    raw = bytes(mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt])
+                    tags = L.u32s(nt).unpack_from(mv, off + L.F_TAGS)
+                    maps = self.maps
+                    for tag in tags:
+                        if tag - 1 not in maps:
+                            raise KeyError(tag - 1)
+                    dirs = bytes(mv[off + L.F_DIRS:off + L.F_DIRS + nt])
+                else:
+                    raw, tags, dirs = b"", (), b""
                 fn(SubTaskArgs(raw, nt, scalars, dirs, tags, self.maps))
         except BaseException as e:  # noqa: BLE001 - a task's failure is reported, never fatal
             if isinstance(e, SystemExit):
@@ -191,8 +204,11 @@ class Child:
         if l2 is None:
             return _errors.INVALID_ARG, f"chip callable {slot} is not registered on this chip"
         c = self.configs.get(cfg)
-        args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
-                         ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+        if nt or ns:
+            args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
+                             ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+        else:
+            args = _NO_ARGS
         run = ctypes.c_void_p()
         lb = lib()
         st = lb.simpler_submit(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c), ctypes.byref(run))

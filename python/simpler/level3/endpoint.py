@@ -158,7 +158,13 @@ class Endpoint:
     # ---- task frames ----------------------------------------------------------
 
     def wake(self) -> None:
-        if L.U32.unpack_from(self.mv, self.base + L.C_SLEEPING)[0]:
+        """Wakes the child if it sleeps (or is about to). Clearing its flag
+        here spares the system call (and, on a busy host, the lost time
+        slice) to posts made before it is up again; every clear comes with a
+        write, so a child that goes on to block still finds its eventfd set."""
+        at = self.base + L.C_SLEEPING
+        if L.U32.unpack_from(self.mv, at)[0]:
+            L.U32.pack_into(self.mv, at, 0)
             os.eventfd_write(self.efd, 1)
 
     def free_frame(self) -> int:

@@ -18,7 +18,7 @@ import threading
 import time
 
 from .. import _errors
-from .._lib import check, lib
+from .._lib import bare, check, lib
 from . import layout as L
 from .endpoint import wait_until
 
@@ -30,17 +30,6 @@ _MAX_PRODUCERS = 4096
 # The longest a posted task waits for its child's wakeup while the
 # orchestration goes on submitting.
 WAKE_DELAY_S = 20e-6
-
-
-_PACKERS: dict = {}
-
-
-def _packer(code: str, n: int):
-    """struct.Struct("<{n}{code}"), cached."""
-    p = _PACKERS.get((code, n))
-    if p is None:
-        p = _PACKERS[(code, n)] = L.struct.Struct(f"<{n}{code}")
-    return p
 
 
 class Task:
@@ -110,8 +99,11 @@ class Engine:
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
-        self._dm_submit = lib().simpler_depmap_submit
-        self._dm_finish = lib().simpler_depmap_finish
+        # Called once per task each: unprototyped (bare), so every argument
+        # below is passed as a ready C value (c_uint64 ids, bytes, plain ints
+        # for the uint32 counts).
+        self._dm_submit = bare("simpler_depmap_submit")
+        self._dm_finish = bare("simpler_depmap_finish")
 
     def close(self) -> None:
         if self.depmap:
@@ -160,59 +152,90 @@ class Engine:
         with TensorMap keys, tags, (buffer indices used, device bases used,
         the tensors as the child must see them when that differs: a domain
         peer's window is keyed by its owner but addressed by this chip's
-        mapping)). ep is None for a sub-task."""
+        mapping)). ep is None for a sub-task.
+
+        A tensor of a shared buffer made by Buffer.tensor keeps its rebased
+        bytes (t._l3: buffer index, buffer, bytes) and later tasks reuse them
+        while that buffer is still registered under that index; indices are
+        never reused, so a closed buffer (or a new one at the same address)
+        sends the tensor down the full resolution again."""
         tensors = args._tensors
         n = len(tensors)
-        what = f"task {tid} ({label})"  # for messages only
         if n > L.MAX_TENSORS:
-            raise ValueError(f"{what}: {n} tensors (at most {L.MAX_TENSORS})")
-        raw = bytearray(96 * n)
+            raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
+        recs = []
         tags = []
         used = set()
         dev = []
         child = None  # the tensors as the child sees them, where they differ from the keys
-        head = L.TENSOR_HEAD
+        buffers = self.buffers
         for i, t in enumerate(tensors):
-            c = t._c
-            raw[96 * i:96 * i + 96] = cb = bytes(c)
+            cached = t._l3
+            if cached is not None and buffers.get(cached[0]) is cached[1]:
+                idx, _, rec = cached
+                recs.append(rec)
+                if child is not None:
+                    child.append(rec)
+                tags.append(idx + 1)
+                used.add(idx)
+                continue
+            rec, child_rec, tag, where = self._resolve_one(ep, t, i, tid, label)
+            if child_rec is not rec and child is None:
+                child = list(recs)
+            recs.append(rec)
             if child is not None:
-                child[96 * i:96 * i + 96] = cb
-            addr = c.buffer.addr
-            hit = None
-            if t._keep is None and ep is not None:
-                hit = ep.find_alloc(addr)
-            if hit is not None:
-                base, size = hit
-                key = child_key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
-                alias = ep.aliases.get(base)
-                if alias is not None and alias != (ep.slot, base):
-                    # Another chip's memory as this chip maps it: the child
-                    # gets its own address, the dependencies the owner's.
-                    key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
-                    if child is None:
-                        child = bytearray(raw)
-                tags.append(0)
-                dev.append(base)
+                child.append(child_rec)
+            tags.append(tag)
+            if tag:
+                used.add(tag - 1)
             else:
+                dev.append(where)
+        return b"".join(recs), tags, (used, dev, b"".join(child) if child is not None else None)
+
+    def _resolve_one(self, ep, t, i: int, tid: int, label: str):
+        """(bytes keyed for the TensorMap, bytes for the child (the same
+        object unless they differ), tag, device base) of tensor i."""
+        raw = bytearray(t._c)
+        addr, _, offset, _, dtype = L.TENSOR_FRONT.unpack_from(raw)
+        keep = t._keep
+        hit = None
+        if keep is None and ep is not None:
+            hit = ep.find_alloc(addr)
+        if hit is not None:
+            base, size = hit
+            key = child_key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
+            alias = ep.aliases.get(base)
+            if alias is not None and alias != (ep.slot, base):
+                # Another chip's memory as this chip maps it: the child
+                # gets its own address, the dependencies the owner's.
+                key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
+            tag = 0
+        else:
+            idx = getattr(keep, "_l3_idx", None)
+            base = keep.ptr if idx is not None and self.buffers.get(idx) is keep else None
+            if base is None or not base <= addr < base + keep.nbytes:  # else a view of its own buffer: no search
                 found = self._find_buffer(addr)
                 if found is None:
                     where = "create_buffer memory" + ("" if ep is None else f" or device memory of {ep.label}")
-                    raise ValueError(f"{what}: tensor {i} at 0x{addr:x} is not {where}")
+                    raise ValueError(f"task {tid} ({label}): tensor {i} at 0x{addr:x} is not {where}")
                 idx, base = found
-                size = self.buffers[idx].nbytes
-                key = child_key = base
-                tags.append(idx + 1)
-                used.add(idx)
-            delta = addr - base
-            item = L.ITEMSIZE[c.dtype] if 0 <= c.dtype < len(L.ITEMSIZE) else 1
-            if delta % item:
-                raise ValueError(f"{what}: tensor {i} starts {delta} bytes into its allocation, not a multiple of "
-                                 f"its element size {item}")
-            start = c.start_offset + delta // item
-            head.pack_into(raw, 96 * i, key, size, start)
-            if child is not None:
-                head.pack_into(child, 96 * i, child_key, size, start)
-        return bytes(raw), tags, (used, dev, bytes(child) if child is not None else None)
+            size = self.buffers[idx].nbytes
+            key = child_key = base
+            tag = idx + 1
+        delta = addr - base
+        item = L.ITEMSIZE[dtype] if 0 <= dtype < len(L.ITEMSIZE) else 1
+        if delta % item:
+            raise ValueError(f"task {tid} ({label}): tensor {i} starts {delta} bytes into its allocation, not a "
+                             f"multiple of its element size {item}")
+        start = offset + delta // item
+        L.TENSOR_HEAD.pack_into(raw, 0, key, size, start)
+        rec = child_rec = bytes(raw)
+        if child_key != key:
+            L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
+            child_rec = bytes(raw)
+        if tag and keep is self.buffers[tag - 1]:
+            t._l3 = (tag - 1, keep, rec)
+        return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------
 
@@ -245,8 +268,8 @@ class Engine:
                     raise
                 nt = len(tags)
                 if nt:
-                    st = self._dm_submit(self.depmap, tid, arr, _packer("i", nt).pack(*access), nt, self._producers,
-                                         _MAX_PRODUCERS, self._nprod_ref)
+                    st = self._dm_submit(self.depmap, ctypes.c_uint64(tid), arr, L.i32s(nt).pack(*access), nt,
+                                         self._producers, _MAX_PRODUCERS, self._nprod_ref)
                     if st:
                         detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
                         self._fail_now(task, st, detail)
@@ -259,7 +282,7 @@ class Engine:
                             p.consumers.append(task)
                             task.pending += 1
                     task.tensors = arr if used[2] is None else used[2]
-                    task.tags = _packer("I", nt).pack(*tags)
+                    task.tags = L.u32s(nt).pack(*tags)
                     task.dirs = bytes(access)
                     task.shm = tuple(used[0])
                     task.dev = tuple(used[1])
@@ -269,7 +292,7 @@ class Engine:
                     self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
                     raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
                 task.ns = ns
-                task.scalars = _packer("Q", ns).pack(*args._scalars)
+                task.scalars = L.u64s(ns).pack(*args._scalars)
             if task.pending == 0:
                 self._ready(task)
             self.poll()
@@ -310,7 +333,7 @@ class Engine:
                 self._finish(task, CANCELLED, None)
                 continue
             off = ep.frames[f]
-            maps = [i for i in task.shm if i not in ep.mapped]
+            maps = () if ep.mapped.issuperset(task.shm) else [i for i in task.shm if i not in ep.mapped]
             if len(maps) > L.MAX_MAPS:
                 ep.control(self.waiter, "map", [self._map_entry(i) for i in maps])
                 ep.mapped.update(maps)
@@ -388,7 +411,7 @@ class Engine:
         task.state = state
         self.live.pop(task.id, None)
         if task.in_map:
-            self._dm_finish(self.depmap, task.id)
+            self._dm_finish(self.depmap, ctypes.c_uint64(task.id))
         run = task.run
         run.outstanding -= 1
         if state == DONE:

@@ -68,7 +68,32 @@ U32 = struct.Struct("<I")
 # start_offset, ndims, dtype, shapes[5], scope_tag, strides[5].
 TENSOR = struct.Struct("<QQQIi5II5q")
 TENSOR_HEAD = struct.Struct("<QQQ")
+TENSOR_FRONT = struct.Struct("<QQQIi")  # TENSOR_HEAD, ndims, dtype
 assert TENSOR.size == 96
+_ARRAYS: dict = {}
+
+
+def _array_struct(code: str, n: int) -> struct.Struct:
+    """struct.Struct("<{n}{code}"), cached: the per-task paths of both sides
+    pack and unpack arrays of a few sizes over and over."""
+    s = _ARRAYS.get((code, n))
+    if s is None:
+        s = _ARRAYS[(code, n)] = struct.Struct(f"<{n}{code}")
+    return s
+
+
+def u32s(n: int) -> struct.Struct:
+    return _array_struct("I", n)
+
+
+def i32s(n: int) -> struct.Struct:
+    return _array_struct("i", n)
+
+
+def u64s(n: int) -> struct.Struct:
+    return _array_struct("Q", n)
+
+
 # Bytes per element by DataType number.
 ITEMSIZE = (4, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8, 8, 1)
 

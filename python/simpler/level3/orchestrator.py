@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..task_interface import ArgDirection, CallConfig, ChipCallable, ChipStorageTaskArgs
+from ..task_interface import ArgDirection, CallConfig, ChipCallable
 from . import layout as L
 
 _INOUT = int(ArgDirection.INOUT)
@@ -39,12 +39,13 @@ class Orchestrator:
         if e.workers is not None and worker not in e.workers:
             raise ValueError(f"submit_next_level: callable {e.slot} was registered for workers {e.workers}, "
                              f"not worker {worker}")
-        args = args if args is not None else ChipStorageTaskArgs()
-        sig = w._signature(e)
-        access = [int(d) for d in sig if d != ArgDirection.SCALAR]
-        if len(args._tensors) != len(access):
+        access = e.access
+        if access is None:
+            access = e.access = [int(d) for d in w._signature(e) if d != ArgDirection.SCALAR]
+        given = len(args._tensors) if args is not None else 0
+        if given != len(access):
             raise ValueError(f"submit_next_level: callable {e.slot} ({e.target.func_name}) takes {len(access)} "
-                             f"tensor(s); {len(args._tensors)} given")
+                             f"tensor(s); {given} given")
         cfg = w._config_index(ep, config) if config is not None else 0
         label = e.label
         if label is None:

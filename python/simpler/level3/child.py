@@ -109,6 +109,7 @@ class Child:
         sleeping_at = self.base + L.C_SLEEPING
         ppid = os.getppid()
         spin = _endpoint.SPIN_S
+        naps = 0  # sleeps since the last piece of work
         while True:
             t0 = time.perf_counter()
             while True:
@@ -117,6 +118,7 @@ class Child:
                         self.run_frame(off)
                         expected = (expected + 1) & 0xFFFFFFFF
                         t0 = time.perf_counter()
+                        naps = 0
                         break
                 else:
                     if unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST:
@@ -129,7 +131,12 @@ class Child:
             L.U32.pack_into(mv, sleeping_at, 1)
             busy = any(unpack(mv, off)[0] == L.POSTED for off in frames) or unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST
             if not busy:
-                poller.poll(100)
+                # The flag store and the parent's post may pass each other
+                # (x86 lets a load overtake an earlier store, and Python
+                # has no fence), so each side can miss the other: the
+                # first sleep after work is short, bounding that miss.
+                poller.poll(_endpoint.FIRST_NAP_MS if naps == 0 else 100)
+                naps += 1
                 try:
                     os.eventfd_read(self.ep.efd)
                 except BlockingIOError:

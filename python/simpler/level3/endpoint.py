@@ -23,6 +23,8 @@ from . import layout as L
 # blocking at once, 118 us spinning 50 us). set_spin() picks the default
 # from the process count and the host's load; SIMPLER_L3_SPIN_US overrides it.
 SPIN_S = 0.0
+# The first sleep of a waiting side, in ms (see wait_until and child.loop).
+FIRST_NAP_MS = 2
 
 # The longest a control request (registration, malloc, copies, domain
 # set-up, NCCL initialisation) may go unanswered before its child is deemed
@@ -286,19 +288,24 @@ def wait_until(pred, endpoints, parent_flag_mv, parent_efd: int, timeout: float 
         if ep.pidfd >= 0 and not ep.dead:
             poller.register(ep.pidfd, select.POLLIN)
             watched[ep.pidfd] = ep
+    naps = 0
     while True:
         L.U32.pack_into(parent_flag_mv, 0, 1)
         if pred():
             L.U32.pack_into(parent_flag_mv, 0, 0)
             return True
+        # The first slice is short: a child's completion can miss the flag
+        # (see child.loop), and this bounds what that costs.
+        longest = FIRST_NAP_MS if naps == 0 else 100
+        naps += 1
         if deadline is None:
-            slice_ms = 100
+            slice_ms = longest
         else:
             left = deadline - time.perf_counter()
             if left <= 0:
                 L.U32.pack_into(parent_flag_mv, 0, 0)
                 return pred()
-            slice_ms = max(1, min(100, int(left * 1000)))
+            slice_ms = max(1, min(longest, int(left * 1000)))
         events = poller.poll(slice_ms)
         L.U32.pack_into(parent_flag_mv, 0, 0)
         for fd, _ in events:

@@ -54,8 +54,10 @@
 // one key (key p itself), so that changes nothing.
 //
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
-// or not, LSE on/off, device), built once from the first engine config of
-// CUDNN_HEUR_MODE_A that finalises and cached with its workspace size; a shape no engine takes is
+// or not, LSE on/off, device), built once from the first engine configs of
+// CUDNN_HEUR_MODE_A that finalise (up to kMaxCandidates, timed against each
+// other at the shape's first call: tune()) and cached with the largest
+// workspace among them; a shape no engine takes is
 // cached as unsupported (at most kMaxPlans shapes; beyond, our kernels). The
 // softmax scale and the window length are by-value inputs, so they are not
 // part of the key. Execution runs on the caller's stream with the per-stream
@@ -80,6 +82,7 @@ bool try_cudnn_backward(StreamState*, const AttentionBackwardArgs&, tc_status*) 
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <cfloat>
 #include <cstdarg>
@@ -149,8 +152,10 @@ struct Key {
 struct Plan {
   bool ok = false;
   std::string why;  // when !ok: the step that failed and cuDNN's status
-  Desc plan = nullptr;
-  int64_t workspace = 0;
+  Desc plan = nullptr;  // the one executed: candidates[0] until tuned
+  int64_t workspace = 0;  // the most any candidate needs
+  std::vector<Desc> candidates;  // finalised plans, in the heuristics' order
+  bool tuned = false;
   std::vector<Desc> owned;
   ~Plan() {
     for (auto it = owned.rbegin(); it != owned.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
@@ -479,9 +484,11 @@ void build_backward(Builder& g, const Key& k) {
 // Plans wanting more workspace than this are passed over (the fused
 // engines need little; a larger figure means the scores are materialised).
 constexpr int64_t kMaxWorkspace = int64_t(1) << 30;
+// Finalised plans kept per shape for the first call to time.
+constexpr size_t kMaxCandidates = 4;
 
-// The operation graph, the heuristics' engine configs, and the first plan
-// that finalises.
+// The operation graph, the heuristics' engine configs, and the first
+// kMaxCandidates plans that finalise.
 void finish(Builder& g, Plan* p, cudnnHandle_t handle, const char* dir) {
   Desc graph = g.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph");
@@ -541,8 +548,9 @@ void finish(Builder& g, Plan* p, cudnnHandle_t handle, const char* dir) {
     }
     if (st == CUDNN_STATUS_SUCCESS) {
       p->owned.push_back(plan);
-      p->plan = plan;
-      p->workspace = ws < 0 ? 0 : ws;
+      p->candidates.push_back(plan);
+      if (!p->plan) p->plan = plan;
+      p->workspace = std::max<int64_t>(p->workspace, ws < 0 ? 0 : ws);
       p->ok = true;
       // Which engine, for the log (best effort).
       int64_t engine_index = -1;
@@ -555,15 +563,16 @@ void finish(Builder& g, Plan* p, cudnnHandle_t handle, const char* dir) {
         cudnnBackendDestroyDescriptor(engine);
       }
       debug("%s: engine config %lld of %lld finalised (global engine %lld), workspace %lld bytes%s", dir,
-            (long long)i + 1, (long long)got, (long long)engine_index, (long long)p->workspace, tried.c_str());
-      return;
+            (long long)i + 1, (long long)got, (long long)engine_index, (long long)ws, tried.c_str());
+      if (p->candidates.size() >= kMaxCandidates) return;
+      continue;
     }
     const std::string why = status_text(st);
     tried += "; config " + std::to_string(i + 1) + ": " + why;
     debug("%s: engine config %lld of %lld rejected: %s", dir, (long long)i + 1, (long long)got, why.c_str());
     if (plan) cudnnBackendDestroyDescriptor(plan);
   }
-  p->why = "no engine config finalised (" + std::to_string(got) + " tried" + tried + ")";
+  if (!p->ok) p->why = "no engine config finalised (" + std::to_string(got) + " tried" + tried + ")";
 }
 
 // ---- when cuDNN is asked at all --------------------------------------------------------------
@@ -689,7 +698,7 @@ tc_status cudnn_fail(cudnnStatus_t st, const char* what) {
 }
 
 // Binds the buffers and runs the plan on s->stream (state().mu held).
-tc_status execute(StreamState* s, cudnnHandle_t h, const Plan& p, const std::vector<int64_t>& uids,
+tc_status execute(StreamState* s, cudnnHandle_t h, Desc plan, const std::vector<int64_t>& uids,
                   std::vector<void*>& ptrs, void* workspace, const char* what) {
   cudnnStatus_t st = cudnnSetStream(h, s->stream);
   if (st != CUDNN_STATUS_SUCCESS) return cudnn_fail(st, what);
@@ -704,10 +713,53 @@ tc_status execute(StreamState* s, cudnnHandle_t h, const Plan& p, const std::vec
   if (st == CUDNN_STATUS_SUCCESS)
     st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(pack);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(h, p.plan, pack);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(h, plan, pack);
   if (pack) cudnnBackendDestroyDescriptor(pack);
   // A launch failure inside cuDNN comes back as its status (EXECUTION_FAILED).
   return st == CUDNN_STATUS_SUCCESS ? TC_OK : cudnn_fail(st, what);
+}
+
+// The first call of a shape with several candidate plans times each on the
+// call's own buffers (one warm-up, then kTuneRuns runs between two events)
+// and keeps the fastest, as cuDNN's frontend autotuning does: the
+// heuristics' first choice is not always the fastest on this GPU. Every
+// candidate computes the same result, and the call's own execute follows,
+// so the outputs are the plan's. A one-time host synchronisation per shape;
+// TC_CUDNN_AUTOTUNE=0 keeps the heuristics' first plan.
+constexpr int kTuneRuns = 3;
+
+template <class Run>
+tc_status tune(StreamState* s, Plan* p, const char* dir, Run&& run) {
+  p->tuned = true;
+  if (p->candidates.size() < 2 || env_off("TC_CUDNN_AUTOTUNE")) return TC_OK;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start) cudaEventDestroy(start);
+    cudaGetLastError();
+    return TC_OK;  // no timing: keep the heuristics' choice
+  }
+  float best = 0.0f;
+  Desc best_plan = p->plan;
+  tc_status st = TC_OK;
+  for (size_t i = 0; i < p->candidates.size() && st == TC_OK; ++i) {
+    Desc c = p->candidates[i];
+    if ((st = run(c)) != TC_OK) break;
+    cudaEventRecord(start, s->stream);
+    for (int r = 0; r < kTuneRuns && st == TC_OK; ++r) st = run(c);
+    cudaEventRecord(stop, s->stream);
+    float ms = 0.0f;
+    if (st == TC_OK && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess) {
+      debug("%s: candidate %zu of %zu: %.3f ms per run", dir, i + 1, p->candidates.size(), ms / kTuneRuns);
+      if (i == 0 || ms < best) best = ms, best_plan = c;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (st == TC_OK) {
+    p->plan = best_plan;
+    if (tc_status e = check(cudaGetLastError(), "cuDNN autotuning")) st = e;
+  }
+  return st;
 }
 
 // Per call, before any cache lookup: the switch, and ALiBi, which the key
@@ -749,7 +801,14 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
   if (k.window)
     uids.insert(uids.end(), {kWindow, kWindowFill}), ptrs.insert(ptrs.end(), {&c.window, &c.window_fill});
   s->last_kernel = "cudnn_sdpa_fprop";
-  *out = execute(s, h, *p, uids, ptrs, ws, "attention_forward: cuDNN execute");
+  auto run = [&](Desc plan) { return execute(s, h, plan, uids, ptrs, ws, "attention_forward: cuDNN execute"); };
+  if (!p->tuned) {
+    if (tc_status st = tune(s, p, "fprop", run)) {
+      *out = st;
+      return true;
+    }
+  }
+  *out = run(p->plan);
   return true;
 }
 
@@ -802,7 +861,16 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   if (k.window)
     uids.insert(uids.end(), {kWindow, kWindowFill}), ptrs.insert(ptrs.end(), {&c.window, &c.window_fill});
   s->last_kernel = "cudnn_sdpa_bprop";
-  *out = execute(s, h, *p, uids, ptrs, plan_bytes ? base : nullptr, "attention_backward: cuDNN execute");
+  auto run = [&](Desc plan) {
+    return execute(s, h, plan, uids, ptrs, plan_bytes ? base : nullptr, "attention_backward: cuDNN execute");
+  };
+  if (!p->tuned) {
+    if (tc_status st = tune(s, p, "bprop", run)) {
+      *out = st;
+      return true;
+    }
+  }
+  *out = run(p->plan);
   return true;
 }
 

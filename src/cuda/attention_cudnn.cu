@@ -835,14 +835,6 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   char* base = static_cast<char*>(ws);
   void* dd = base + plan_bytes;
   void* acc = base + plan_bytes + dd_bytes;
-  // cuDNN before 9.6 expects the accumulator zeroed by the caller.
-  if (runtime_version() < 90600) {
-    if (tc_status st =
-            check(cudaMemsetAsync(acc, 0, acc_bytes, s->stream), "attention_backward: zero dQ accumulator")) {
-      *out = st;
-      return true;
-    }
-  }
   Scalars c;
   c.scale = float(d.softmax_scale);
   c.skv = int32_t(d.seq_kv);
@@ -862,6 +854,12 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
     uids.insert(uids.end(), {kWindow, kWindowFill}), ptrs.insert(ptrs.end(), {&c.window, &c.window_fill});
   s->last_kernel = "cudnn_sdpa_bprop";
   auto run = [&](Desc plan) {
+    // cuDNN before 9.6 expects the accumulator zeroed by the caller, before every run.
+    if (runtime_version() < 90600) {
+      if (tc_status st =
+              check(cudaMemsetAsync(acc, 0, acc_bytes, s->stream), "attention_backward: zero dQ accumulator"))
+        return st;
+    }
     return execute(s, h, plan, uids, ptrs, plan_bytes ? base : nullptr, "attention_backward: cuDNN execute");
   };
   if (!p->tuned) {

@@ -310,11 +310,14 @@ struct AddArgs {
   const float* y = nullptr;
 };
 
-// dst[i] = src[i] converted; one of src_dtype / dst_dtype is F32, the other
-// F16 or BF16 (round to nearest even, as core/half.h).
+// dst[r * dst_pitch + i] = src[r * src_pitch + i] converted, for r < rows and
+// i < n (pitches in elements, 0 = n; the rows do not overlap); one of
+// src_dtype / dst_dtype is F32, the other F16 or BF16 (round to nearest
+// even, as core/half.h).
 struct ConvertArgs {
   OpInfo info;
   int64_t n = 0;
+  int64_t rows = 1, src_pitch = 0, dst_pitch = 0;
   tc_dtype src_dtype = TC_DTYPE_F32, dst_dtype = TC_DTYPE_F16;
   const void* src = nullptr;
   void* dst = nullptr;

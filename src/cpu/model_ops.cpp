@@ -44,10 +44,15 @@ tc_status add(const AddArgs& a) {
 }
 
 tc_status convert(const ConvertArgs& a) {
-  if (a.src_dtype == TC_DTYPE_F32)
-    narrow_row(a.dst_dtype == TC_DTYPE_BF16, static_cast<const float*>(a.src), static_cast<uint16_t*>(a.dst), a.n);
-  else
-    widen_row(a.src_dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(a.src), static_cast<float*>(a.dst), a.n);
+  const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    if (a.src_dtype == TC_DTYPE_F32)
+      narrow_row(a.dst_dtype == TC_DTYPE_BF16, static_cast<const float*>(a.src) + r * sp,
+                 static_cast<uint16_t*>(a.dst) + r * dp, a.n);
+    else
+      widen_row(a.src_dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(a.src) + r * sp,
+                static_cast<float*>(a.dst) + r * dp, a.n);
+  }
   return TC_OK;
 }
 

@@ -121,8 +121,11 @@ template <> __device__ __forceinline__ __nv_bfloat16 cvt(float v) { return __flo
 template <> __device__ __forceinline__ float cvt(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float cvt(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// Row blockIdx.y of `rows` pieces of n elements, pitches in elements.
 template <class From, class To>
-__global__ void convert_kernel(int64_t n, const From* src, To* dst) {
+__global__ void convert_kernel(int64_t n, const From* src, int64_t src_pitch, To* dst, int64_t dst_pitch) {
+  src += blockIdx.y * src_pitch;
+  dst += blockIdx.y * dst_pitch;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = cvt<From, To>(src[i]);
 }
@@ -290,17 +293,21 @@ tc_status add(Device&, StreamState* s, const AddArgs& a) {
 
 tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
   s->last_kernel = "convert";
-  const unsigned blocks = blocks_for(a.n, 256);
+  if (a.rows > 65535) return fail(TC_ERR_UNSUPPORTED, "convert: %lld rows in one call", (long long)a.rows);
+  const dim3 grid(blocks_for(a.n, 256), unsigned(a.rows));
+  const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
   if (a.src_dtype == TC_DTYPE_F32 && a.dst_dtype == TC_DTYPE_F16)
-    convert_kernel<<<blocks, 256, 0, s->stream>>>(a.n, static_cast<const float*>(a.src), static_cast<__half*>(a.dst));
+    convert_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const float*>(a.src), sp, static_cast<__half*>(a.dst),
+                                                dp);
   else if (a.src_dtype == TC_DTYPE_F32)
-    convert_kernel<<<blocks, 256, 0, s->stream>>>(a.n, static_cast<const float*>(a.src),
-                                                  static_cast<__nv_bfloat16*>(a.dst));
+    convert_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const float*>(a.src), sp,
+                                                static_cast<__nv_bfloat16*>(a.dst), dp);
   else if (a.src_dtype == TC_DTYPE_F16)
-    convert_kernel<<<blocks, 256, 0, s->stream>>>(a.n, static_cast<const __half*>(a.src), static_cast<float*>(a.dst));
+    convert_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const __half*>(a.src), sp, static_cast<float*>(a.dst),
+                                                dp);
   else
-    convert_kernel<<<blocks, 256, 0, s->stream>>>(a.n, static_cast<const __nv_bfloat16*>(a.src),
-                                                  static_cast<float*>(a.dst));
+    convert_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const __nv_bfloat16*>(a.src), sp,
+                                                static_cast<float*>(a.dst), dp);
   return check(cudaGetLastError(), "convert: launch");
 }
 

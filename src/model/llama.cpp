@@ -23,7 +23,8 @@
 // GEMM. RoPE and the cache append are one op (rope_kv_append). Attention is
 // the backend's attention op: on the host once per kv head on the cache in
 // place; on a device, for a chunk, once for all heads over the cache
-// prefixes packed by copy_2d, and for a single token the one-row
+// prefixes packed by copy_2d (converted to f16 as they are packed, with f16
+// activations, for the tensor-core attention), and for a single token the one-row
 // decode_attention over the cache (its length read from the parameter
 // block, so a recorded step replays). On a device a one-token step also reads [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each
 // (stored so at load) and, with f32 activations, takes the norm inside the
@@ -256,6 +257,26 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
           a.o = heads_out + kh * G * n * D;
           TC_TRY(be_->attention_forward(a, q));
         }
+      } else if (act_ == TC_DTYPE_F16) {
+        // f16 activations: the attention on f16 operands too (tensor cores,
+        // f32 accumulation, as the products): the queries converted into
+        // xh, the kv heads' prefixes converted as they are packed
+        // [Hkv][P+n][D] into kpack/vpack, the heads' outputs through yh.
+        ConvertArgs c;
+        c.info.name = "llama.pack_kv_f16";
+        c.rows = Hkv, c.n = (P + n) * D;
+        c.src_pitch = C * D, c.dst_pitch = c.n;
+        c.src_dtype = TC_DTYPE_F32, c.dst_dtype = TC_DTYPE_F16;
+        c.src = kc, c.dst = kpack_;
+        TC_TRY(be_->convert(c, q));
+        c.src = vc, c.dst = vpack_;
+        TC_TRY(be_->convert(c, q));
+        TC_TRY(convert(qt_, TC_DTYPE_F32, xh_, TC_DTYPE_F16, H * n * D));
+        a.d.batch = Hkv;
+        a.d.dtype = TC_DTYPE_F16;
+        a.q = xh_, a.k = kpack_, a.v = vpack_, a.o = yh_;
+        TC_TRY(be_->attention_forward(a, q));
+        TC_TRY(convert(yh_, TC_DTYPE_F16, ot_, TC_DTYPE_F32, H * n * D));
       } else {
         // One call for every head: the kv heads' prefixes packed [Hkv][P+n][D]
         // (a batch of Hkv with G query heads each), two strided copies

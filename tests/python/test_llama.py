@@ -253,8 +253,9 @@ def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
         check_logits(last[None], ref[3:4], fmt, "last only")
         tc.llama_set_activations(m.handle, "f16")
         m.reset()
-        out = np.concatenate([m.eval(tokens[:40]), m.eval(tokens[40:41]), m.eval(tokens[41:42])])
-        err = np.abs(out - ref[:42]).max() / np.abs(ref[:42]).max()
+        # A chunk after the prefill too: its f16 attention sees a longer cache.
+        out = np.concatenate([m.eval(tokens[:40]), m.eval(tokens[40:45]), m.eval(tokens[45:46])])
+        err = np.abs(out - ref[:46]).max() / np.abs(ref[:46]).max()
         assert np.isfinite(out).all() and err < 5e-2, err
 
 

@@ -72,24 +72,54 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 }
 
 // ---- loads of little-endian words at a known alignment ----------------------------------------
+//
+// A is the alignment (1, 2 or 4) the address is known to have, plus kSmem
+// when the pointer is into shared memory (the streaming GEMV decodes blocks
+// staged there): plain loads then, since __ldg is for global memory only.
+
+constexpr int kSmem = 16;
 
 __device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
 
 template <int A>
+__device__ __forceinline__ uint32_t ld8a(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *p;
+  else return __ldg(p);
+}
+
+template <int A>
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
-  if constexpr (A >= 2) return __ldg(reinterpret_cast<const uint16_t*>(p));
-  else return ld8(p) | (ld8(p + 1) << 8);
+  constexpr int S = A & kSmem;
+  if constexpr ((A & 15) >= 2) {
+    if constexpr (S) return *reinterpret_cast<const uint16_t*>(p);
+    else return __ldg(reinterpret_cast<const uint16_t*>(p));
+  } else {
+    return ld8a<S>(p) | (ld8a<S>(p + 1) << 8);
+  }
 }
 
 template <int A>
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
-  if constexpr (A >= 4) return __ldg(reinterpret_cast<const uint32_t*>(p));
-  else if constexpr (A == 2) return ld16<2>(p) | (ld16<2>(p + 2) << 16);
-  else return ld8(p) | (ld8(p + 1) << 8) | (ld8(p + 2) << 16) | (ld8(p + 3) << 24);
+  constexpr int S = A & kSmem;
+  if constexpr ((A & 15) >= 4) {
+    if constexpr (S) return *reinterpret_cast<const uint32_t*>(p);
+    else return __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else if constexpr ((A & 15) == 2) {
+    return ld16<S | 2>(p) | (ld16<S | 2>(p + 2) << 16);
+  } else {
+    return ld8a<S>(p) | (ld8a<S>(p + 1) << 8) | (ld8a<S>(p + 2) << 16) | (ld8a<S>(p + 3) << 24);
+  }
 }
 
-// Alignment of block + off when the block start has alignment A.
-__host__ __device__ constexpr int al(int A, int off_align) { return A < off_align ? A : off_align; }
+// Alignment of block + off when the block start has alignment A (the
+// shared-memory flag carried along).
+__host__ __device__ constexpr int al(int A, int off_align) {
+  return ((A & 15) < off_align ? (A & 15) : off_align) | (A & kSmem);
+}
+
+// An f16 scale as f32: the conversion is exact (hardware cvt; the GEMV
+// decoders only, weight_at keeps the bit-level f16_to_f32).
+__device__ __forceinline__ float f16s(uint32_t h) { return __half2float(__ushort_as_half(uint16_t(h))); }
 
 // Byte k (< 12) of three little-endian words, without an indexed (local
 // memory) array.
@@ -134,7 +164,7 @@ struct Q4_0 {
   // and 16 + 8p .. 16 + 8p + 7 (high nibbles); w = (q - 8) d.
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
     const uint32_t v0 = ld32<al(A, 2)>(blk + 2 + 8 * p), v1 = ld32<al(A, 2)>(blk + 6 + 8 * p);
     bytes_to_f32<8>(v0 & 0x0F0F0F0Fu, o.q + 0);
     bytes_to_f32<8>(v1 & 0x0F0F0F0Fu, o.q + 4);
@@ -152,8 +182,8 @@ struct Q4_1 {
   // As Q4_0 with w = q d + m.
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
-    const float m = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk + 2)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
+    const float m = f16s(ld16<al(A, 2)>(blk + 2));
     const uint32_t v0 = ld32<al(A, 4)>(blk + 4 + 8 * p), v1 = ld32<al(A, 4)>(blk + 8 + 8 * p);
     bytes_to_f32<0>(v0 & 0x0F0F0F0Fu, o.q + 0);
     bytes_to_f32<0>(v1 & 0x0F0F0F0Fu, o.q + 4);
@@ -172,7 +202,7 @@ struct Q8_0 {
   // make it a byte).
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       bytes_to_f32<128>(ld32<al(A, 2)>(blk + 2 + 16 * p + 4 * g) ^ 0x80808080u, o.q + 4 * g);
@@ -210,8 +240,8 @@ struct QK45 {
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
     constexpr int A4 = al(A, 4);
     const int c = p >> 2, l0 = 8 * (p & 3);
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
-    const float dmin = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk + 2)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
+    const float dmin = f16s(ld16<al(A, 2)>(blk + 2));
     const uint32_t s0 = ld32<A4>(blk + 4), s1 = ld32<A4>(blk + 8), s2 = ld32<A4>(blk + 12);
     float sc0, m0, sc1, m1;
     scale_min_k4(2 * c, s0, s1, s2, &sc0, &m0);
@@ -252,10 +282,10 @@ struct Q6_K {
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<8>& o) {
     constexpr int A2 = al(A, 2);
     const int h = p >> 2, l0 = 8 * (p & 3), is = l0 / 16;
-    const float d = f16_to_f32(uint16_t(ld16<A2>(blk + 208)));
+    const float d = f16s(ld16<A2>(blk + 208));
     float sc[4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) sc[t] = __fmul_rn(d, float(int8_t(ld8(blk + 192 + 8 * h + is + 2 * t))));
+    for (int t = 0; t < 4; ++t) sc[t] = __fmul_rn(d, float(int8_t(ld8a<A>(blk + 192 + 8 * h + is + 2 * t))));
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t a = ld32<A2>(blk + 64 * h + l0 + 4 * i);

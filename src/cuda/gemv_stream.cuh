@@ -48,7 +48,8 @@
 //    rows are decoded; for MT = 4 the rows are decoded first), so L1
 //    traffic of X is 1 byte (f32, MT = 1) per weight, not 4.
 //  - Decoding reads shared memory with the decoders' 2- and 4-byte loads.
-//  - End of a tile: each thread's R x MT sums reduce by warp shuffles, then
+//  - End of a tile: each thread's R x MT sums reduce by warp shuffles (for
+//    MT = 1 a transposing tree: 6 shuffles for R = 4 sums, not 20), then
 //    over the 8 warps in shared memory in warp order (deterministic); Y is
 //    written by R x MT threads in its dtype.
 // Shared memory: 4 stages x R x (kBlocks kBytes rounded to 16 + 32) bytes:
@@ -266,16 +267,42 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     }
 
     if (s == steps - 1) {  // the tile's last stage (uniform over the CTA): reduce and store
+      if constexpr (MT == 1) {
+        // R sums per lane to one warp sum per row, halving the live values at
+        // each of the first log2(R) shuffle steps (R = 4: 6 shuffles, not 20):
+        // lane l ends with row row_of_lane(l)'s sum.
+        float v0, v1 = 0.0f;
+        const bool up = lane & 16;
+        if constexpr (R == 4) {
+          v0 = (up ? acc[2][0] : acc[0][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[0][0] : acc[2][0], 16);
+          v1 = (up ? acc[3][0] : acc[1][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[1][0] : acc[3][0], 16);
+          const bool hi = lane & 8;
+          v0 = (hi ? v1 : v0) + __shfl_xor_sync(0xffffffffu, hi ? v0 : v1, 8);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+          for (int o = 4; o > 0; o >>= 1) v0 += __shfl_xor_sync(0xffffffffu, v0, o);
+          if ((lane & 7) == 0) red[warp][2 * (lane >> 4) + ((lane >> 3) & 1)] = v0;
+        } else {
+          static_assert(R == 2, "rows per tile");
+          v0 = (up ? acc[1][0] : acc[0][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[0][0] : acc[1][0], 16);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          float v = acc[r][m];
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-          if (lane == 0) red[warp][r * MT + m] = v;
-          acc[r][m] = 0.0f;
+          for (int o = 8; o > 0; o >>= 1) v0 += __shfl_xor_sync(0xffffffffu, v0, o);
+          if ((lane & 15) == 0) red[warp][lane >> 4] = v0;
         }
+        (void)v1;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            float v = acc[r][m];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r * MT + m] = v;
+            acc[r][m] = 0.0f;
+          }
+      }
       __syncthreads();
       if (tid < R * MT) {
         const int r = tid / MT, m = tid % MT;

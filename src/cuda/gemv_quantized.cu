@@ -17,10 +17,17 @@
 //    TC_CUDA_GEMV_LEGACY=1 in the environment, read once): the activations
 //    are never quantised,
 //    accumulation is f32, and the result differs from the float64 product of
-//    the dequantised weights only by f32 rounding. The kernels below.
+//    the dequantised weights only by f32 rounding. Two kernel generations:
+//     - Q4_0, Q8_0, Q4_K, Q6_K with W 16-byte aligned: the streaming kernel
+//       of gemv_stream.cuh (W by 16-byte cp.async through a shared-memory
+//       ring, R rows of W per load of X, passes of up to 4 rows of X; its
+//       header has the design), unless TC_CUDA_GEMV_STREAM=0 (read at every
+//       call) or the kernel cannot be launched on the device;
+//     - everything else (other formats, W not 16-byte aligned, or the
+//       switch off): the warp-per-row kernels below.
 //
-// At small M the product streams W once at two flops per weight, so it is
-// bound by HBM bandwidth; the design serves that:
+// The warp-per-row kernels. At small M the product streams W once at two
+// flops per weight, so it is bound by HBM bandwidth; their design:
 //  - one warp per row of W (four rows, sharing each load of X, for f32 X and
 //    Y at M = 1: gemv_blocks_f32_rows); its lanes take consecutive parts of consecutive
 //    blocks (quant_formats.cuh), so each warp-wide load covers a contiguous

@@ -21,12 +21,12 @@
 //    no L1 allocation, L2 evict-first: W is read once and must not push X
 //    out), every lane of the CTA copying consecutive 16-byte chunks: fully
 //    coalesced, ~0.1 load instructions per 16 weights.
-//  - A CTA owns tiles of R consecutive rows of W (R = 4; 2 for Q6_K, whose
-//    parts are twice as large). A tile's rows are cut into stages of
-//    kBlocks = 256 / kParts blocks: one decoder part (16 or 32 weights) per
-//    thread and row. A stage is R row slices of kBlocks * kBytes bytes
-//    (9 KB Q4_0 / Q4_K, 17 KB Q8_0, 13 KB Q6_K), contiguous in global
-//    memory per row. Rows need not be 16-byte aligned (Q6_K at K = 11008 is
+//  - A CTA owns tiles of R = 4 consecutive rows of W. A tile's rows are cut
+//    into stages of kBlocks = 256 / kParts blocks: one decoder part (16
+//    weights) per thread and row (Q6_K, whose parts are 32 weights: two
+//    groups of 128 threads, 2 rows each, 16 blocks a stage). A stage is R
+//    row slices of kBlocks * kBytes bytes (9 KB Q4_0 / Q4_K, 17 KB Q8_0,
+//    13 KB Q6_K), contiguous in global memory per row. Rows need not be 16-byte aligned (Q6_K at K = 11008 is
 //    9030 bytes a row): a slice is copied as the 16-byte chunks covering it,
 //    the first chunk starting up to 15 bytes early, and lands in shared
 //    memory at the same offset mod 16, so every block keeps its global
@@ -76,16 +76,22 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kStages = 4;
 constexpr int kMaxMT = 4;  // rows of X per pass over W
 
+// The CTA's threads form kTG groups; group g takes rows g kRowsT .. of the
+// tile, one decoder part per thread and row. Q6_K's parts are 32 weights
+// (twice the others'), so its threads form two groups of 2 rows each: a stage
+// is then 16 blocks a row, and K = 4096 (16 blocks) keeps every thread busy.
 template <class F>
 struct Cfg {
-  static constexpr int kRows = F::kGroups == 8 ? 2 : 4;             // rows of W per tile
-  static constexpr int kBlocks = kThreads / F::kParts;              // blocks per row and stage
+  static constexpr int kRows = 4;                                   // rows of W per tile
+  static constexpr int kTG = F::kGroups == 8 ? 2 : 1;               // thread groups
+  static constexpr int kRowsT = kRows / kTG;                        // rows per thread
+  static constexpr int kBlocks = kThreads / kTG / F::kParts;        // blocks per row and stage
   static constexpr int kSpan = kBlocks * F::kBytes;                 // bytes per row and stage
   static constexpr int kSlot = (kSpan + 15) / 16 * 16 + 32;         // room for the head offset and tail
   static constexpr int kChunks = kSlot / 16;                        // >= 16-byte chunks of a slice
   static constexpr int kStageBytes = kRows * kSlot;
   static constexpr int kSmem = kStages * kStageBytes;
-  static_assert(kThreads % F::kParts == 0, "a stage is whole blocks");
+  static_assert(kThreads % (kTG * F::kParts) == 0, "a stage is whole blocks");
 };
 
 // ---- cp.async ---------------------------------------------------------------------------
@@ -167,9 +173,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     gemv_stream(const uint8_t* __restrict__ w, const T* __restrict__ x, void* __restrict__ y, int ydt, int mt,
                 int64_t N, int64_t K) {
   using C = Cfg<F>;
-  constexpr int R = C::kRows, G = F::kGroups, A = F::kAlign | qdev::kSmem;
+  constexpr int R = C::kRows, RT = C::kRowsT, G = F::kGroups, A = F::kAlign | qdev::kSmem;
+  constexpr int TPG = kThreads / C::kTG, WPG = kWarps / C::kTG;  // threads, warps per group
   extern __shared__ __align__(16) uint8_t ring[];
-  __shared__ float red[kWarps][R * MT];
+  __shared__ float red[kWarps][RT * MT];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nb = K / F::kQK;  // blocks per row
@@ -205,9 +212,9 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     if (++ld_step == steps) ld_step = 0, ld_tile += gridDim.x;
   };
 
-  float acc[R][MT];
+  float acc[RT][MT];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < RT; ++r)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
 
@@ -217,7 +224,8 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     cp_async_commit();  // empty groups keep the count of groups uniform
   }
 
-  const int b = tid / F::kParts, p = tid % F::kParts;  // this thread's block of the stage and part of it
+  // This thread's rows of the tile (grp RT + i, i < RT), block of the stage and part of it.
+  const int grp = tid / TPG, b = (tid % TPG) / F::kParts, p = tid % F::kParts;
   int64_t tile = blockIdx.x;
   int s = 0;
   for (int64_t j = 0; j < total; ++j) {
@@ -230,10 +238,15 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     const uint8_t* stage = ring + (j % kStages) * C::kStageBytes;
     if (b0 + b < nb) {
       const T* xb = x + (b0 + b) * F::kQK;
-      // Row r's block in the stage: its slice starts (n row_bytes + b0 kBytes) mod 16 into the slot.
-      auto blk = [&](int r) {
-        const int64_t n = tile * R + r < N ? tile * R + r : N - 1;
-        const int head = int((n * row_bytes + b0 * F::kBytes) & 15);
+      // Row r's block in the stage: its slice starts (n row_bytes + b0 kBytes)
+      // mod 16 into the slot (mod 16 survives 32-bit wrap-around: no 64-bit
+      // products per row and stage).
+      const uint32_t rb32 = uint32_t(row_bytes), off32 = uint32_t(b0) * uint32_t(F::kBytes);
+      const int64_t n0 = tile * R + grp * RT;
+      auto blk = [&](int i) {
+        const int r = grp * RT + i;
+        const uint32_t n = uint32_t(n0 + i < N ? n0 + i : N - 1);
+        const uint32_t head = (n * rb32 + off32) & 15u;
         return stage + r * C::kSlot + head + b * F::kBytes;
       };
       if constexpr (MT == 1) {
@@ -245,14 +258,14 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
         for (int g = 0; g < G; ++g) v[g] = ldx4<T>(xb + pt.pos[g]);
         acc[0][0] += dot_part<F>(pt, v);
 #pragma unroll
-        for (int r = 1; r < R; ++r) {
+        for (int r = 1; r < RT; ++r) {
           F::template decode<A>(blk(r), p, pt);
           acc[r][0] += dot_part<F>(pt, v);
         }
       } else {
-        qdev::Part<G> pt[R];
+        qdev::Part<G> pt[RT];
 #pragma unroll
-        for (int r = 0; r < R; ++r) F::template decode<A>(blk(r), p, pt[r]);
+        for (int r = 0; r < RT; ++r) F::template decode<A>(blk(r), p, pt[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m < mt) {
@@ -260,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
 #pragma unroll
             for (int g = 0; g < G; ++g) v[g] = ldx4<T>(xb + int64_t(m) * K + pt[0].pos[g]);
 #pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][m] += dot_part<F>(pt[r], v);
+            for (int r = 0; r < RT; ++r) acc[r][m] += dot_part<F>(pt[r], v);
           }
         }
       }
@@ -268,12 +281,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
 
     if (s == steps - 1) {  // the tile's last stage (uniform over the CTA): reduce and store
       if constexpr (MT == 1) {
-        // R sums per lane to one warp sum per row, halving the live values at
-        // each of the first log2(R) shuffle steps (R = 4: 6 shuffles, not 20):
-        // lane l ends with row row_of_lane(l)'s sum.
+        // RT sums per lane to one warp sum per row, halving the live values
+        // at each of the first log2(RT) shuffle steps (RT = 4: 6 shuffles,
+        // not 20); lanes 0, 8, 16, 24 (RT = 4) or 0, 16 (RT = 2) end with the
+        // warp's sums of rows 0, 1, 2, 3 (0, 1) of the thread.
         float v0, v1 = 0.0f;
         const bool up = lane & 16;
-        if constexpr (R == 4) {
+        if constexpr (RT == 4) {
           v0 = (up ? acc[2][0] : acc[0][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[0][0] : acc[2][0], 16);
           v1 = (up ? acc[3][0] : acc[1][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[1][0] : acc[3][0], 16);
           const bool hi = lane & 8;
@@ -282,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
           for (int o = 4; o > 0; o >>= 1) v0 += __shfl_xor_sync(0xffffffffu, v0, o);
           if ((lane & 7) == 0) red[warp][2 * (lane >> 4) + ((lane >> 3) & 1)] = v0;
         } else {
-          static_assert(R == 2, "rows per tile");
+          static_assert(RT == 2, "rows per thread");
           v0 = (up ? acc[1][0] : acc[0][0]) + __shfl_xor_sync(0xffffffffu, up ? acc[0][0] : acc[1][0], 16);
 #pragma unroll
           for (int o = 8; o > 0; o >>= 1) v0 += __shfl_xor_sync(0xffffffffu, v0, o);
@@ -290,10 +304,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
         }
         (void)v1;
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+        for (int r = 0; r < RT; ++r) acc[r][0] = 0.0f;
       } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+        for (int r = 0; r < RT; ++r)
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             float v = acc[r][m];
@@ -304,13 +318,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
           }
       }
       __syncthreads();
-      if (tid < R * MT) {
-        const int r = tid / MT, m = tid % MT;
+      if (tid < R * MT) {  // row r of the tile: the warps of its thread group, in order
+        const int r = tid / MT, m = tid % MT, w0 = r / RT * WPG, e = r % RT * MT + m;
         const int64_t n = tile * R + r;
         if (n < N && m < mt) {
-          float v = red[0][tid];
+          float v = red[w0][e];
 #pragma unroll
-          for (int q = 1; q < kWarps; ++q) v += red[q][tid];
+          for (int q = 1; q < WPG; ++q) v += red[w0 + q][e];
           store_y(y, ydt, int64_t(m) * N + n, v);
         }
       }

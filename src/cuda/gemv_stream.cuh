@@ -37,11 +37,13 @@
 //    j+1 .. j+3 are in flight, across tile boundaries (the sequence of
 //    (tile, stage) pairs of a CTA is one stream), so short rows (K = 4096:
 //    one stage per tile) keep the pipeline full too. Bytes in flight: up to
-//    3 stages per CTA, 2 CTAs per SM: 55 KB (Q4_0, Q4_K) to 104 KB (Q8_0)
-//    per SM, over the ~25 KB per SM that 4.8 TB/s x ~700 ns of latency asks.
+//    3 stages per CTA, 3 CTAs per SM at M = 1 (launch bounds hold the
+//    kernel to 80 registers; 2 CTAs at M > 1): 83 KB (Q4_0, Q4_K), 121 KB
+//    (Q6_K), 157 KB (Q8_0) per SM, well over the ~25 KB per SM that
+//    4.8 TB/s x ~700 ns of latency asks.
 //  - Grid: min(tiles, CTAs resident per SM x SMs), CTA c taking tiles c,
 //    c + grid, ...: one wave, no tail of a second wave (N = 4096, R = 4:
-//    1024 tiles over 264 CTAs, 3 or 4 each).
+//    1024 tiles over 396 CTAs, 2 or 3 each).
 //  - X is read from global memory with __ldg (L1 / L2 resident: every CTA
 //    reads the same X), converted to f32 as it is loaded; one load of X per
 //    part serves the R rows of the tile (for MT = 1 it is loaded before the
@@ -169,7 +171,7 @@ __device__ __forceinline__ float dot_part(const qdev::Part<F::kGroups>& pt, cons
 // x: the pass's first row of X (rows of K), y: Y[m0, 0] (rows of N, dtype
 // ydt), mt (1..MT) live rows of X. W 16-byte aligned.
 template <class F, int MT, class T>
-__global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
     gemv_stream(const uint8_t* __restrict__ w, const T* __restrict__ x, void* __restrict__ y, int ydt, int mt,
                 int64_t N, int64_t K) {
   using C = Cfg<F>;
@@ -195,19 +197,24 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
   // (no 64-bit divisions in the loop).
   int64_t ld_tile = blockIdx.x;
   int ld_step = 0;
+  // Loader: kThreads / R consecutive threads per row, taking its slice's
+  // 16-byte chunks in turn (coalesced: a warp copies 512 contiguous bytes).
+  constexpr int TPR = kThreads / R;
+  const int lr = tid / TPR, lc = tid % TPR;
   auto load = [&](int64_t j) {
     const int64_t b0 = int64_t(ld_step) * C::kBlocks;
     const int len = int(nb - b0 < C::kBlocks ? nb - b0 : C::kBlocks) * F::kBytes;
-    uint8_t* stage = ring + (j % kStages) * C::kStageBytes;
-    for (int i = tid; i < R * C::kChunks; i += kThreads) {
-      const int r = i / C::kChunks, c = i % C::kChunks;
-      const int64_t n = ld_tile * R + r < N ? ld_tile * R + r : N - 1;
-      const uint8_t* src = w + n * row_bytes + b0 * F::kBytes;
-      const int head = int(reinterpret_cast<uintptr_t>(src) & 15);
-      if (16 * c >= head + len) continue;
-      const uint8_t* g = src - head + 16 * c;  // >= w: w is 16-byte aligned
-      const int64_t valid = wend - g;          // >= 1: g < src + len <= wend
-      cp_async16(stage + r * C::kSlot + 16 * c, g, valid < 16 ? int(valid) : 16, policy);
+    const int64_t n = ld_tile * R + lr < N ? ld_tile * R + lr : N - 1;
+    const uint8_t* src = w + n * row_bytes + b0 * F::kBytes;
+    const int head = int(reinterpret_cast<uintptr_t>(src) & 15);
+    const uint8_t* g0 = src - head;  // >= w: w is 16-byte aligned
+    const int64_t room64 = wend - g0;  // bytes of W from g0 on (> 0)
+    const int room = room64 < (1 << 30) ? int(room64) : (1 << 30);
+    const int chunks = (head + len + 15) >> 4;
+    uint8_t* dst = ring + (j % kStages) * C::kStageBytes + lr * C::kSlot;
+    for (int c = lc; c < chunks; c += TPR) {
+      const int valid = room - 16 * c;  // >= 1: chunk c starts before src + len <= wend
+      cp_async16(dst + 16 * c, g0 + 16 * c, valid < 16 ? valid : 16, policy);
     }
     if (++ld_step == steps) ld_step = 0, ld_tile += gridDim.x;
   };

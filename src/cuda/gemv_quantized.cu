@@ -431,7 +431,10 @@ bool launch_stream_fmt(const Tile& t, const uint8_t* w, int ydt, size_t y_es, Gp
     void* y = static_cast<char*>(t.y) + size_t(m0) * size_t(t.N) * y_es;
     const bool ok = r == 1 ? launch_stream_pass<F, 1, T>(w, x, y, ydt, r, t.N, t.K, g, st)
                            : launch_stream_pass<F, wstream::kMaxMT, T>(w, x, y, ydt, r, t.N, t.K, g, st);
-    if (!ok) return false;  // only on the first pass: the answer does not change between passes
+    // Not launchable (known at the first call on a device; M = 1 and M > 1
+    // are two kernels): the fallback then computes the whole tile, passes
+    // done here included.
+    if (!ok) return false;
   }
   return true;
 }

@@ -33,14 +33,15 @@
 //    alignment (2 bytes, 16 for Q4_K). Chunks reaching past the end of W
 //    read only the bytes of W (cp.async src-size), the rest zero-filled;
 //    chunks starting before a slice read bytes of the previous row, inside W.
-//  - kStages = 4 stages form a ring: while the CTA decodes stage j, stages
-//    j+1 .. j+3 are in flight, across tile boundaries (the sequence of
-//    (tile, stage) pairs of a CTA is one stream), so short rows (K = 4096:
-//    one stage per tile) keep the pipeline full too. Bytes in flight: up to
-//    3 stages per CTA, 3 CTAs per SM at M = 1 (launch bounds hold the
-//    kernel to 80 registers; 2 CTAs at M > 1): 83 KB (Q4_0, Q4_K), 121 KB
-//    (Q6_K), 157 KB (Q8_0) per SM, well over the ~25 KB per SM that
-//    4.8 TB/s x ~700 ns of latency asks.
+//  - kStages stages (4 of the 9 KB ones, 3 of Q6_K's and Q8_0's) form a
+//    ring: while the CTA decodes stage j, the next kStages - 1 are in
+//    flight, across tile boundaries (the sequence of (tile, stage) pairs of
+//    a CTA is one stream), so short rows (K = 4096: one stage per tile) keep
+//    the pipeline full too. Bytes in flight with 3 CTAs per SM at M = 1
+//    (launch bounds hold the kernel to 80 registers; 2 CTAs at M > 1):
+//    84 KB (Q4_0, Q4_K), 81 KB (Q6_K), 105 KB (Q8_0) per SM, well over the
+//    ~25 KB per SM that 4.8 TB/s x ~700 ns of latency asks, while >= 92 KB
+//    of the SM's 256 KB stay L1 for X.
 //  - Grid: min(tiles, CTAs resident per SM x SMs), CTA c taking tiles c,
 //    c + grid, ...: one wave, no tail of a second wave (N = 4096, R = 4:
 //    1024 tiles over 396 CTAs, 2 or 3 each).
@@ -54,9 +55,9 @@
 //    MT = 1 a transposing tree: 6 shuffles for R = 4 sums, not 20), then
 //    over the 8 warps in shared memory in warp order (deterministic); Y is
 //    written by R x MT threads in its dtype.
-// Shared memory: 4 stages x R x (kBlocks kBytes rounded to 16 + 32) bytes:
-// 37 KB (Q4_0, Q4_K), 54 KB (Q6_K), 70 KB (Q8_0): above 48 KB the launcher
-// raises cudaFuncAttributeMaxDynamicSharedMemorySize.
+// Shared memory: kStages x R x (kBlocks kBytes rounded to 16 + 32) bytes:
+// 36.5 KB (Q4_0, Q4_K), 39.8 KB (Q6_K), 51.4 KB (Q8_0): above 48 KB the
+// launcher raises cudaFuncAttributeMaxDynamicSharedMemorySize.
 // Preconditions (the launcher falls back to the warp-per-row kernels
 // otherwise): W 16-byte aligned, X rows aligned for 4-element loads
 // (staged otherwise), M <= 4 per launch (larger M: passes of 4 rows).
@@ -75,7 +76,6 @@ namespace wstream {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStages = 4;
 constexpr int kMaxMT = 4;  // rows of X per pass over W
 
 // The CTA's threads form kTG groups; group g takes rows g kRowsT .. of the
@@ -92,6 +92,9 @@ struct Cfg {
   static constexpr int kSlot = (kSpan + 15) / 16 * 16 + 32;         // room for the head offset and tail
   static constexpr int kChunks = kSlot / 16;                        // >= 16-byte chunks of a slice
   static constexpr int kStageBytes = kRows * kSlot;
+  // Ring depth: 4 stages of the 9 KB ones, 3 of the 13-17 KB ones (Q6_K,
+  // Q8_0), so 3 CTAs leave an SM >= 90 KB of L1 for X.
+  static constexpr int kStages = kStageBytes > 12 * 1024 ? 3 : 4;
   static constexpr int kSmem = kStages * kStageBytes;
   static_assert(kThreads % (kTG * F::kParts) == 0, "a stage is whole blocks");
 };
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
   // The CTA's stages in order: tile blockIdx.x + i gridDim.x for i = 0, 1, ...,
   // each cut into `steps` stages of kBlocks blocks of its R rows. Rows past N
   // repeat row N - 1 (loaded and decoded, never stored). The loader runs
-  // kStages - 1 stages ahead of the consumer; each keeps its own position
+  // C::kStages - 1 stages ahead of the consumer; each keeps its own position
   // (no 64-bit divisions in the loop).
   int64_t ld_tile = blockIdx.x;
   int ld_step = 0;
@@ -211,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
     const int64_t room64 = wend - g0;  // bytes of W from g0 on (> 0)
     const int room = room64 < (1 << 30) ? int(room64) : (1 << 30);
     const int chunks = (head + len + 15) >> 4;
-    uint8_t* dst = ring + (j % kStages) * C::kStageBytes + lr * C::kSlot;
+    uint8_t* dst = ring + (j % C::kStages) * C::kStageBytes + lr * C::kSlot;
     for (int c = lc; c < chunks; c += TPR) {
       const int valid = room - 16 * c;  // >= 1: chunk c starts before src + len <= wend
       cp_async16(dst + 16 * c, g0 + 16 * c, valid < 16 ? valid : 16, policy);
@@ -226,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
 
 #pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) {
+  for (int j = 0; j < C::kStages - 1; ++j) {
     if (j < total) load(j);
     cp_async_commit();  // empty groups keep the count of groups uniform
   }
@@ -236,13 +239,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
   int64_t tile = blockIdx.x;
   int s = 0;
   for (int64_t j = 0; j < total; ++j) {
-    cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies) ...
+    cp_async_wait<C::kStages - 2>();  // stage j has landed (this thread's copies) ...
     __syncthreads();               // ... everyone's, and stage j - 1's slot is free
-    if (j + kStages - 1 < total) load(j + kStages - 1);
+    if (j + C::kStages - 1 < total) load(j + C::kStages - 1);
     cp_async_commit();
 
     const int64_t b0 = int64_t(s) * C::kBlocks;
-    const uint8_t* stage = ring + (j % kStages) * C::kStageBytes;
+    const uint8_t* stage = ring + (j % C::kStages) * C::kStageBytes;
     if (b0 + b < nb) {
       const T* xb = x + (b0 + b) * F::kQK;
       // Row r's block in the stage: its slice starts (n row_bytes + b0 kBytes)

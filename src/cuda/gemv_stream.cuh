@@ -50,7 +50,9 @@
 //    part serves the R rows of the tile (for MT = 1 it is loaded before the
 //    rows are decoded; for MT = 4 the rows are decoded first), so L1
 //    traffic of X is 1 byte (f32, MT = 1) per weight, not 4.
-//  - Decoding reads shared memory with the decoders' 2- and 4-byte loads.
+//  - Decoding reads shared memory with the decoders' 2- and 4-byte loads
+//    (Q4_K, whose blocks are 16-byte aligned: one 16-byte load for the
+//    scales, one 8-byte load for a part's quants).
 //  - End of a tile: each thread's R x MT sums reduce by warp shuffles (for
 //    MT = 1 a transposing tree: 6 shuffles for R = 4 sums, not 20), then
 //    over the 8 warps in shared memory in warp order (deterministic); Y is
@@ -178,7 +180,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 2)
     gemv_stream(const uint8_t* __restrict__ w, const T* __restrict__ x, void* __restrict__ y, int ydt, int mt,
                 int64_t N, int64_t K) {
   using C = Cfg<F>;
-  constexpr int R = C::kRows, RT = C::kRowsT, G = F::kGroups, A = F::kAlign | qdev::kSmem;
+  constexpr int R = C::kRows, RT = C::kRowsT, G = F::kGroups;
+  // Blocks keep their global alignment in the ring; with W 16-byte aligned,
+  // blocks of a multiple of 16 bytes (Q4_K's 144) are 16-byte aligned.
+  constexpr int A = (F::kBytes % 16 == 0 ? 16 : F::kAlign) | qdev::kSmem;
   constexpr int TPG = kThreads / C::kTG, WPG = kWarps / C::kTG;  // threads, warps per group
   extern __shared__ __align__(16) uint8_t ring[];
   __shared__ float red[kWarps][RT * MT];

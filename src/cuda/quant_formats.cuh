@@ -20,7 +20,8 @@
 //    __byte_perm puts a byte b into the mantissa of 2^23, giving the float
 //    2^23 + b exactly, and one subtraction of (2^23 + bias) leaves b - bias.
 //    A is the alignment in bytes the block start is known to have (1, 2 or
-//    4, plus kSmem for a block in shared memory); wider loads are used where
+//    4, or 16 for the K-quants' 16-byte blocks in the streaming kernel, plus
+//    kSmem for a block in shared memory); wider loads are used where
 //    it allows.
 #pragma once
 
@@ -76,11 +77,11 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 
 // ---- loads of little-endian words at a known alignment ----------------------------------------
 //
-// A is the alignment (1, 2 or 4) the address is known to have, plus kSmem
+// A is the alignment (1, 2, 4 or 16) the address is known to have, plus kSmem
 // when the pointer is into shared memory (the streaming GEMV decodes blocks
 // staged there): plain loads then, since __ldg is for global memory only.
 
-constexpr int kSmem = 16;
+constexpr int kSmem = 64, kAlignBits = kSmem - 1;
 
 __device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
 
@@ -93,7 +94,7 @@ __device__ __forceinline__ uint32_t ld8a(const uint8_t* p) {
 template <int A>
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
   constexpr int S = A & kSmem;
-  if constexpr ((A & 15) >= 2) {
+  if constexpr ((A & kAlignBits) >= 2) {
     if constexpr (S) return *reinterpret_cast<const uint16_t*>(p);
     else return __ldg(reinterpret_cast<const uint16_t*>(p));
   } else {
@@ -104,20 +105,32 @@ __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
 template <int A>
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
   constexpr int S = A & kSmem;
-  if constexpr ((A & 15) >= 4) {
+  if constexpr ((A & kAlignBits) >= 4) {
     if constexpr (S) return *reinterpret_cast<const uint32_t*>(p);
     else return __ldg(reinterpret_cast<const uint32_t*>(p));
-  } else if constexpr ((A & 15) == 2) {
+  } else if constexpr ((A & kAlignBits) == 2) {
     return ld16<S | 2>(p) | (ld16<S | 2>(p + 2) << 16);
   } else {
     return ld8a<S>(p) | (ld8a<S>(p + 1) << 8) | (ld8a<S>(p + 2) << 16) | (ld8a<S>(p + 3) << 24);
   }
 }
 
+// 16 and 8 bytes at p (A >= 16 and >= 8).
+template <int A>
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *reinterpret_cast<const uint4*>(p);
+  else return __ldg(reinterpret_cast<const uint4*>(p));
+}
+template <int A>
+__device__ __forceinline__ uint2 ld64(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *reinterpret_cast<const uint2*>(p);
+  else return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
 // Alignment of block + off when the block start has alignment A (the
 // shared-memory flag carried along).
 __host__ __device__ constexpr int al(int A, int off_align) {
-  return ((A & 15) < off_align ? (A & 15) : off_align) | (A & kSmem);
+  return ((A & kAlignBits) < off_align ? (A & kAlignBits) : off_align) | (A & kSmem);
 }
 
 // An f16 scale as f32: the conversion is exact (hardware cvt; the GEMV
@@ -252,9 +265,18 @@ struct QK45 {
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
     constexpr int A4 = al(A, 4);
     const int c = p >> 2, l0 = 8 * (p & 3);
-    const float d = f16s(ld16<al(A, 2)>(blk));
-    const float dmin = f16s(ld16<al(A, 2)>(blk + 2));
-    const uint32_t s0 = ld32<A4>(blk + 4), s1 = ld32<A4>(blk + 8), s2 = ld32<A4>(blk + 12);
+    // A 16-byte aligned block: d, dmin and the 12 scale bytes in one load,
+    // the part's 8 quant bytes in another.
+    constexpr bool kWide = (A & kAlignBits) >= 16;
+    uint32_t dm, s0, s1, s2;
+    if constexpr (kWide) {
+      const uint4 h = ld128<A>(blk);
+      dm = h.x, s0 = h.y, s1 = h.z, s2 = h.w;
+    } else {
+      dm = ld16<al(A, 2)>(blk) | (ld16<al(A, 2)>(blk + 2) << 16);
+      s0 = ld32<A4>(blk + 4), s1 = ld32<A4>(blk + 8), s2 = ld32<A4>(blk + 12);
+    }
+    const float d = f16s(dm & 0xFFFFu), dmin = f16s(dm >> 16);
     // The 6-bit scales and mins of sub-blocks 2c, 2c + 1 (get_scale_min_k4),
     // four sub-blocks a word, without branches: sub-blocks 0-3 are the low 6
     // bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 take their
@@ -267,7 +289,13 @@ struct QK45 {
     const float sc0 = byte_f32(scw, k0), sc1 = byte_f32(scw, k0 + 1);
     const float m0 = byte_f32(mw, k0), m1 = byte_f32(mw, k0 + 1);
     const int qs = kFive ? 48 : 16;
-    const uint32_t v0 = ld32<A4>(blk + qs + 32 * c + l0), v1 = ld32<A4>(blk + qs + 32 * c + l0 + 4);
+    uint32_t v0, v1;
+    if constexpr (kWide) {  // qs + 32 c + l0 is a multiple of 8
+      const uint2 v = ld64<A>(blk + qs + 32 * c + l0);
+      v0 = v.x, v1 = v.y;
+    } else {
+      v0 = ld32<A4>(blk + qs + 32 * c + l0), v1 = ld32<A4>(blk + qs + 32 * c + l0 + 4);
+    }
     // Q4_K: high nibbles left in place (16 q; scale / 16, exact), as Q4_0.
     constexpr float kHi = kFive ? 1.0f : 0.0625f;
     uint32_t lo0 = v0 & 0x0F0F0F0Fu, lo1 = v1 & 0x0F0F0F0Fu;

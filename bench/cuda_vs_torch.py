@@ -11,7 +11,8 @@ AdamW forward and backward at 16384x8192 bf16, GB/s against the copy
 bandwidth); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
 f16/bf16, causal or not, forward and forward+backward, against PyTorch's
 fastest SDPA backend); quant (quantized GEMV, M=1, Q4_0/Q8_0/Q4_K/Q6_K, GB/s of
-weight bytes against the copy bandwidth); conv2d (ResNet-50 layers at batch 32, forward and both
+weight bytes from kernel time against the copy bandwidth, the streaming and the
+warp-per-row kernels side by side; M=4 and 16 for reference); conv2d (ResNet-50 layers at batch 32, forward and both
 backward passes, against cuDNN; informational, no target); transfer (write/read
 of pageable host memory against torch's copies; informational). Run on a
 machine with a GPU and PyTorch."""

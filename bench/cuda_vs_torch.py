@@ -301,8 +301,10 @@ class Bench:
                     fn()
                 self.stream.sync()
                 self.torch.cuda.synchronize()
-            us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-                     for e in prof.key_averages() if "gemv" in e.key)
+            evs = [e for e in prof.key_averages() if "gemv" in e.key]
+            us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) for e in evs)
+            # Which kernels ran (a silent fallback shows here): names up to the template arguments.
+            print("  kernels: %s" % ", ".join(sorted({e.key.split("(")[0][:90] for e in evs})), flush=True)
             return us * 1e-6 / iters if us > 0 else None
         except Exception as e:  # the profiler is optional
             print("  (no kernel times: %s)" % e)

@@ -17,10 +17,17 @@
 //    TC_CUDA_GEMV_LEGACY=1 in the environment, read once): the activations
 //    are never quantised,
 //    accumulation is f32, and the result differs from the float64 product of
-//    the dequantised weights only by f32 rounding. The kernels below.
+//    the dequantised weights only by f32 rounding. Two kernel generations:
+//     - Q4_0, Q8_0, Q4_K, Q6_K with W 16-byte aligned: the streaming kernel
+//       of gemv_stream.cuh (W by 16-byte cp.async through a shared-memory
+//       ring, R rows of W per load of X, passes of up to 4 rows of X; its
+//       header has the design), unless TC_CUDA_GEMV_STREAM=0 (read at every
+//       call) or the kernel cannot be launched on the device;
+//     - everything else (other formats, W not 16-byte aligned, or the
+//       switch off): the warp-per-row kernels below.
 //
-// At small M the product streams W once at two flops per weight, so it is
-// bound by HBM bandwidth; the design serves that:
+// The warp-per-row kernels. At small M the product streams W once at two
+// flops per weight, so it is bound by HBM bandwidth; their design:
 //  - one warp per row of W (four rows, sharing each load of X, for f32 X and
 //    Y at M = 1: gemv_blocks_f32_rows); its lanes take consecutive parts of consecutive
 //    blocks (quant_formats.cuh), so each warp-wide load covers a contiguous
@@ -41,6 +48,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +59,7 @@
 #include "core/env.h"
 #include "cuda/device.h"
 #include "cuda/gemv_q8act.cuh"
+#include "cuda/gemv_stream.cuh"
 #include "cuda/quant_formats.cuh"
 
 namespace tc {
@@ -285,6 +294,8 @@ __global__ void __launch_bounds__(256) quantize_x(const T* __restrict__ x, int8_
 
 // ---- launch --------------------------------------------------------------------------------
 
+bool is_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Whether TC_CUDA_GEMV_LEGACY=1 asks for the kernels of before the 8-bit
 // path and the shared-X f32 kernel, everywhere (read once): a bypass if those
 // regress.
@@ -371,9 +382,90 @@ void launch_tile(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cud
   }
 }
 
+// ---- the streaming kernels (gemv_stream.cuh) ----------------------------------------------
+
+// Whether the streaming kernels serve Q4_0 / Q8_0 / Q4_K / Q6_K: on unless
+// TC_CUDA_GEMV_STREAM=0 (or TC_CUDA_GEMV_LEGACY=1), which selects the
+// warp-per-row kernels below, the fallback. Read at every call (one getenv)
+// so that a benchmark can time both in one process.
+bool stream_on() { return !env_off("TC_CUDA_GEMV_STREAM") && !legacy_only(); }
+
+struct Gpu {
+  int index, sms;
+};
+
+constexpr int kMaxDevices = 64;
+
+// One pass of at most MT rows of X. The first launch on a device raises the
+// kernel's shared-memory limit where it needs more than 48 KB and asks how
+// many CTAs fit an SM; false (nothing launched) when the kernel cannot run.
+template <class F, int MT, class T>
+bool launch_stream_pass(const uint8_t* w, const void* x, void* y, int ydt, int mt, int64_t N, int64_t K, Gpu g,
+                        cudaStream_t st) {
+  using C = wstream::Cfg<F>;
+  const auto kern = wstream::gemv_stream<F, MT, T>;
+  static std::atomic<int> per_sm[kMaxDevices];  // CTAs per SM; 0 unknown, -1 cannot run
+  int occ = g.index >= 0 && g.index < kMaxDevices ? per_sm[g.index].load() : 0;
+  if (occ == 0) {
+    bool ok = true;
+    if (C::kSmem > (48 << 10))
+      ok = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem) == cudaSuccess;
+    int b = 0;
+    if (ok) ok = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, wstream::kThreads, C::kSmem) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // not sticky: clear it, the fallback kernel runs instead
+    occ = ok && b > 0 ? b : -1;
+    if (g.index >= 0 && g.index < kMaxDevices) per_sm[g.index].store(occ);
+  }
+  if (occ < 0) return false;
+  const int64_t tiles = (N + C::kRows - 1) / C::kRows;
+  const int64_t grid = std::min<int64_t>(tiles, int64_t(occ) * std::max(g.sms, 1));
+  kern<<<unsigned(grid), wstream::kThreads, C::kSmem, st>>>(w, static_cast<const T*>(x), y, ydt, mt, N, K);
+  return true;
+}
+
+template <class F, class T>
+bool launch_stream_fmt(const Tile& t, const uint8_t* w, int ydt, size_t y_es, Gpu g, cudaStream_t st) {
+  for (int m0 = 0; m0 < t.mt; m0 += wstream::kMaxMT) {
+    const int r = std::min(wstream::kMaxMT, t.mt - m0);
+    const void* x = static_cast<const T*>(t.x) + int64_t(m0) * t.K;
+    void* y = static_cast<char*>(t.y) + size_t(m0) * size_t(t.N) * y_es;
+    const bool ok = r == 1 ? launch_stream_pass<F, 1, T>(w, x, y, ydt, r, t.N, t.K, g, st)
+                           : launch_stream_pass<F, wstream::kMaxMT, T>(w, x, y, ydt, r, t.N, t.K, g, st);
+    // Not launchable (known at the first call on a device; M = 1 and M > 1
+    // are two kernels): the fallback then computes the whole tile, passes
+    // done here included.
+    if (!ok) return false;
+  }
+  return true;
+}
+
+template <class F>
+bool launch_stream_x(tc_dtype xdt, tc_dtype ydt, const Tile& t, const uint8_t* w, Gpu g, cudaStream_t st) {
+  const int yc = ydt == TC_DTYPE_F32 ? 0 : ydt == TC_DTYPE_F16 ? 1 : 2;
+  const size_t y_es = ydt == TC_DTYPE_F32 ? 4 : 2;
+  if (xdt == TC_DTYPE_F32) return launch_stream_fmt<F, float>(t, w, yc, y_es, g, st);
+  if (xdt == TC_DTYPE_F16) return launch_stream_fmt<F, __half>(t, w, yc, y_es, g, st);
+  return launch_stream_fmt<F, __nv_bfloat16>(t, w, yc, y_es, g, st);
+}
+
+// The tile by the streaming kernel where it applies; false (nothing
+// launched) otherwise.
+bool launch_stream(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, Gpu g,
+                   cudaStream_t st) {
+  if (!stream_on() || !is_aligned16(w)) return false;
+  switch (fmt) {
+    case quant::Q4_0: return launch_stream_x<qdev::Q4_0>(xdt, ydt, t, w, g, st);
+    case quant::Q8_0: return launch_stream_x<qdev::Q8_0>(xdt, ydt, t, w, g, st);
+    case quant::Q4_K: return launch_stream_x<qdev::Q4_K>(xdt, ydt, t, w, g, st);
+    case quant::Q6_K: return launch_stream_x<qdev::Q6_K>(xdt, ydt, t, w, g, st);
+    default: return false;
+  }
+}
+
 // X in `xdt` (the call's dtype, or f32 once normalised), Y in `ydt`.
-void launch_any(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned,
+void launch_any(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, Gpu g,
                 cudaStream_t st) {
+  if (launch_stream(xdt, ydt, fmt, t, w, g, st)) return;
   if (xdt == TC_DTYPE_F32) {
     if (ydt == TC_DTYPE_F32) launch_tile<float, float>(fmt, t, w, aligned, st);
     else if (ydt == TC_DTYPE_F16) launch_tile<float, __half>(fmt, t, w, aligned, st);
@@ -490,7 +582,7 @@ size_t weight_alignment(int32_t fmt) {
   }
 }
 
-tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
+tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused) {
   const char* op = fused ? "fused_rmsnorm_gemv_quantized" : "gemv_quantized";
   const size_t es = dtype_size(a.dtype);
   const int64_t M = a.M, N = a.N, K = a.K;
@@ -564,7 +656,7 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
       launch_q8_tile(xdt, a.dtype, a.fmt, t, w, w_aligned, xq, xd, s->stream);
     } else {
       s->last_kernel = "gemv_quantized";
-      launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, s->stream);
+      launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, Gpu{d.index(), d.props().multiProcessorCount}, s->stream);
     }
     if (tc_status st = check(cudaGetLastError(), fused ? "fused_rmsnorm_gemv_quantized: launch"
                                                        : "gemv_quantized: launch"))
@@ -580,10 +672,10 @@ tc_status run(StreamState* s, const GemvQuantizedArgs& a, bool fused) {
 
 }  // namespace
 
-tc_status gemv_quantized(Device&, StreamState* s, const GemvQuantizedArgs& a) { return run(s, a, false); }
+tc_status gemv_quantized(Device& d, StreamState* s, const GemvQuantizedArgs& a) { return run(d, s, a, false); }
 
-tc_status fused_rmsnorm_gemv_quantized(Device&, StreamState* s, const GemvQuantizedArgs& a) {
-  return run(s, a, true);
+tc_status fused_rmsnorm_gemv_quantized(Device& d, StreamState* s, const GemvQuantizedArgs& a) {
+  return run(d, s, a, true);
 }
 
 }  // namespace cuda

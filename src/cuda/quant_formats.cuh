@@ -11,14 +11,18 @@
 //  - Fmt<...>::decode<A>(block, part, out): the GEMV's decoder. A block is cut
 //    into kParts parts; a part is kGroups runs of 4 consecutive weights, each
 //    run sharing one affine map w = a * q + b (b = 0 except Q4_1, Q4_K, Q5_K)
-//    with q an exact small integer held as a float. The dot product of a run
+//    with q an exact small integer held as a float (Q4_0 and Q4_K high
+//    nibbles: 16 times the integer, a divided by 16, which changes no
+//    rounding since powers of two commute with it). The dot product of a run
 //    with x is then a * sum(x q) + b * sum(x), which differs from the dot
 //    product of the dequantised weights only by f32 rounding.
 //    Integers become floats without the (quarter-rate) I2F instruction:
 //    __byte_perm puts a byte b into the mantissa of 2^23, giving the float
 //    2^23 + b exactly, and one subtraction of (2^23 + bias) leaves b - bias.
 //    A is the alignment in bytes the block start is known to have (1, 2 or
-//    4); wider loads are used where it allows.
+//    4, or 16 for the K-quants' 16-byte blocks in the streaming kernel, plus
+//    kSmem for a block in shared memory); wider loads are used where
+//    it allows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,24 +76,66 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 }
 
 // ---- loads of little-endian words at a known alignment ----------------------------------------
+//
+// A is the alignment (1, 2, 4 or 16) the address is known to have, plus kSmem
+// when the pointer is into shared memory (the streaming GEMV decodes blocks
+// staged there): plain loads then, since __ldg is for global memory only.
+
+constexpr int kSmem = 64, kAlignBits = kSmem - 1;
 
 __device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
 
 template <int A>
+__device__ __forceinline__ uint32_t ld8a(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *p;
+  else return __ldg(p);
+}
+
+template <int A>
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
-  if constexpr (A >= 2) return __ldg(reinterpret_cast<const uint16_t*>(p));
-  else return ld8(p) | (ld8(p + 1) << 8);
+  constexpr int S = A & kSmem;
+  if constexpr ((A & kAlignBits) >= 2) {
+    if constexpr (S) return *reinterpret_cast<const uint16_t*>(p);
+    else return __ldg(reinterpret_cast<const uint16_t*>(p));
+  } else {
+    return ld8a<S>(p) | (ld8a<S>(p + 1) << 8);
+  }
 }
 
 template <int A>
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
-  if constexpr (A >= 4) return __ldg(reinterpret_cast<const uint32_t*>(p));
-  else if constexpr (A == 2) return ld16<2>(p) | (ld16<2>(p + 2) << 16);
-  else return ld8(p) | (ld8(p + 1) << 8) | (ld8(p + 2) << 16) | (ld8(p + 3) << 24);
+  constexpr int S = A & kSmem;
+  if constexpr ((A & kAlignBits) >= 4) {
+    if constexpr (S) return *reinterpret_cast<const uint32_t*>(p);
+    else return __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else if constexpr ((A & kAlignBits) == 2) {
+    return ld16<S | 2>(p) | (ld16<S | 2>(p + 2) << 16);
+  } else {
+    return ld8a<S>(p) | (ld8a<S>(p + 1) << 8) | (ld8a<S>(p + 2) << 16) | (ld8a<S>(p + 3) << 24);
+  }
 }
 
-// Alignment of block + off when the block start has alignment A.
-__host__ __device__ constexpr int al(int A, int off_align) { return A < off_align ? A : off_align; }
+// 16 and 8 bytes at p (A >= 16 and >= 8).
+template <int A>
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *reinterpret_cast<const uint4*>(p);
+  else return __ldg(reinterpret_cast<const uint4*>(p));
+}
+template <int A>
+__device__ __forceinline__ uint2 ld64(const uint8_t* p) {
+  if constexpr ((A & kSmem) != 0) return *reinterpret_cast<const uint2*>(p);
+  else return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
+// Alignment of block + off when the block start has alignment A (the
+// shared-memory flag carried along).
+__host__ __device__ constexpr int al(int A, int off_align) {
+  return ((A & kAlignBits) < off_align ? (A & kAlignBits) : off_align) | (A & kSmem);
+}
+
+// An f16 scale as f32: the conversion is exact (hardware cvt; the GEMV
+// decoders only, weight_at keeps the bit-level f16_to_f32).
+__device__ __forceinline__ float f16s(uint32_t h) { return __half2float(__ushort_as_half(uint16_t(h))); }
 
 // Byte k (< 12) of three little-endian words, without an indexed (local
 // memory) array.
@@ -118,6 +164,11 @@ __device__ __forceinline__ void bytes_to_f32(uint32_t v, float* f) {
   for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440 + i)) - kMagic;
 }
 
+// Byte k (runtime, < 4) of v as an exact float.
+__device__ __forceinline__ float byte_f32(uint32_t v, int k) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u + uint32_t(k))) - 8388608.0f;
+}
+
 // ---- GEMV decoders ---------------------------------------------------------------------------
 
 template <int G>
@@ -134,15 +185,19 @@ struct Q4_0 {
   // and 16 + 8p .. 16 + 8p + 7 (high nibbles); w = (q - 8) d.
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
     const uint32_t v0 = ld32<al(A, 2)>(blk + 2 + 8 * p), v1 = ld32<al(A, 2)>(blk + 6 + 8 * p);
+    // High nibbles left in place: the bytes are 16 q, so runs 2, 3 hold
+    // 16 (q - 8) and their scale d / 16 (both exact: scaling by a power of
+    // two commutes with rounding), saving the shifts.
     bytes_to_f32<8>(v0 & 0x0F0F0F0Fu, o.q + 0);
     bytes_to_f32<8>(v1 & 0x0F0F0F0Fu, o.q + 4);
-    bytes_to_f32<8>((v0 >> 4) & 0x0F0F0F0Fu, o.q + 8);
-    bytes_to_f32<8>((v1 >> 4) & 0x0F0F0F0Fu, o.q + 12);
+    bytes_to_f32<128>(v0 & 0xF0F0F0F0u, o.q + 8);
+    bytes_to_f32<128>(v1 & 0xF0F0F0F0u, o.q + 12);
     o.pos[0] = 8 * p, o.pos[1] = 8 * p + 4, o.pos[2] = 16 + 8 * p, o.pos[3] = 20 + 8 * p;
+    o.a[0] = o.a[1] = d, o.a[2] = o.a[3] = d * 0.0625f;
 #pragma unroll
-    for (int g = 0; g < 4; ++g) o.a[g] = d, o.b[g] = 0.0f;
+    for (int g = 0; g < 4; ++g) o.b[g] = 0.0f;
   }
 };
 
@@ -152,8 +207,8 @@ struct Q4_1 {
   // As Q4_0 with w = q d + m.
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
-    const float m = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk + 2)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
+    const float m = f16s(ld16<al(A, 2)>(blk + 2));
     const uint32_t v0 = ld32<al(A, 4)>(blk + 4 + 8 * p), v1 = ld32<al(A, 4)>(blk + 8 + 8 * p);
     bytes_to_f32<0>(v0 & 0x0F0F0F0Fu, o.q + 0);
     bytes_to_f32<0>(v1 & 0x0F0F0F0Fu, o.q + 4);
@@ -172,7 +227,7 @@ struct Q8_0 {
   // make it a byte).
   template <int A>
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
+    const float d = f16s(ld16<al(A, 2)>(blk));
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       bytes_to_f32<128>(ld32<al(A, 2)>(blk + 2 + 16 * p + 4 * g) ^ 0x80808080u, o.q + 4 * g);
@@ -210,16 +265,42 @@ struct QK45 {
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
     constexpr int A4 = al(A, 4);
     const int c = p >> 2, l0 = 8 * (p & 3);
-    const float d = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk)));
-    const float dmin = f16_to_f32(uint16_t(ld16<al(A, 2)>(blk + 2)));
-    const uint32_t s0 = ld32<A4>(blk + 4), s1 = ld32<A4>(blk + 8), s2 = ld32<A4>(blk + 12);
-    float sc0, m0, sc1, m1;
-    scale_min_k4(2 * c, s0, s1, s2, &sc0, &m0);
-    scale_min_k4(2 * c + 1, s0, s1, s2, &sc1, &m1);
+    // A 16-byte aligned block: d, dmin and the 12 scale bytes in one load,
+    // the part's 8 quant bytes in another.
+    constexpr bool kWide = (A & kAlignBits) >= 16;
+    uint32_t dm, s0, s1, s2;
+    if constexpr (kWide) {
+      const uint4 h = ld128<A>(blk);
+      dm = h.x, s0 = h.y, s1 = h.z, s2 = h.w;
+    } else {
+      dm = ld16<al(A, 2)>(blk) | (ld16<al(A, 2)>(blk + 2) << 16);
+      s0 = ld32<A4>(blk + 4), s1 = ld32<A4>(blk + 8), s2 = ld32<A4>(blk + 12);
+    }
+    const float d = f16s(dm & 0xFFFFu), dmin = f16s(dm >> 16);
+    // The 6-bit scales and mins of sub-blocks 2c, 2c + 1 (get_scale_min_k4),
+    // four sub-blocks a word, without branches: sub-blocks 0-3 are the low 6
+    // bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 take their
+    // low 4 bits from the nibbles of bytes 8-11 and their top 2 from the top
+    // bits of bytes 0-3 (scales) and 4-7 (mins).
+    const bool up = c >= 2;
+    const uint32_t scw = up ? (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u) : s0 & 0x3F3F3F3Fu;
+    const uint32_t mw = up ? ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u) : s1 & 0x3F3F3F3Fu;
+    const int k0 = (2 * c) & 3;
+    const float sc0 = byte_f32(scw, k0), sc1 = byte_f32(scw, k0 + 1);
+    const float m0 = byte_f32(mw, k0), m1 = byte_f32(mw, k0 + 1);
     const int qs = kFive ? 48 : 16;
-    const uint32_t v0 = ld32<A4>(blk + qs + 32 * c + l0), v1 = ld32<A4>(blk + qs + 32 * c + l0 + 4);
+    uint32_t v0, v1;
+    if constexpr (kWide) {  // qs + 32 c + l0 is a multiple of 8
+      const uint2 v = ld64<A>(blk + qs + 32 * c + l0);
+      v0 = v.x, v1 = v.y;
+    } else {
+      v0 = ld32<A4>(blk + qs + 32 * c + l0), v1 = ld32<A4>(blk + qs + 32 * c + l0 + 4);
+    }
+    // Q4_K: high nibbles left in place (16 q; scale / 16, exact), as Q4_0.
+    constexpr float kHi = kFive ? 1.0f : 0.0625f;
     uint32_t lo0 = v0 & 0x0F0F0F0Fu, lo1 = v1 & 0x0F0F0F0Fu;
-    uint32_t hi0 = (v0 >> 4) & 0x0F0F0F0Fu, hi1 = (v1 >> 4) & 0x0F0F0F0Fu;
+    uint32_t hi0 = kFive ? (v0 >> 4) & 0x0F0F0F0Fu : v0 & 0xF0F0F0F0u;
+    uint32_t hi1 = kFive ? (v1 >> 4) & 0x0F0F0F0Fu : v1 & 0xF0F0F0F0u;
     if constexpr (kFive) {
       const uint32_t h0 = ld32<A4>(blk + 16 + l0), h1 = ld32<A4>(blk + 20 + l0);
       lo0 |= ((h0 >> (2 * c)) & 0x01010101u) << 4;
@@ -233,7 +314,7 @@ struct QK45 {
     bytes_to_f32<0>(hi1, o.q + 12);
     o.pos[0] = 64 * c + l0, o.pos[1] = 64 * c + l0 + 4, o.pos[2] = 64 * c + 32 + l0, o.pos[3] = 64 * c + 36 + l0;
     const float a0 = __fmul_rn(d, sc0), b0 = -__fmul_rn(dmin, m0);
-    const float a1 = __fmul_rn(d, sc1), b1 = -__fmul_rn(dmin, m1);
+    const float a1 = __fmul_rn(d, sc1) * kHi, b1 = -__fmul_rn(dmin, m1);
     o.a[0] = o.a[1] = a0, o.b[0] = o.b[1] = b0;
     o.a[2] = o.a[3] = a1, o.b[2] = o.b[3] = b1;
   }
@@ -252,10 +333,10 @@ struct Q6_K {
   __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<8>& o) {
     constexpr int A2 = al(A, 2);
     const int h = p >> 2, l0 = 8 * (p & 3), is = l0 / 16;
-    const float d = f16_to_f32(uint16_t(ld16<A2>(blk + 208)));
+    const float d = f16s(ld16<A2>(blk + 208));
     float sc[4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) sc[t] = __fmul_rn(d, float(int8_t(ld8(blk + 192 + 8 * h + is + 2 * t))));
+    for (int t = 0; t < 4; ++t) sc[t] = __fmul_rn(d, float(int8_t(ld8a<A>(blk + 192 + 8 * h + is + 2 * t))));
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t a = ld32<A2>(blk + 64 * h + l0 + 4 * i);

@@ -396,6 +396,17 @@ def test_gemv_every_format_every_m(ctx, rng, fmt):
     run_gemv(ctx, rng, fmt, 16, 19, 256, "f32", fused=True)
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
+def test_gemv_many_rows_two_stages(ctx, rng, fmt):
+    # Enough rows that a GPU's streaming kernel gives each CTA several tiles
+    # of rows (its pipeline runs across tile boundaries), N % 4 = 3 (a last,
+    # partial tile), K of 19 super-blocks (two stages a row, the second
+    # short; Q6_K rows 3990 bytes, not 16-byte aligned), M of 1 and 5 (a
+    # pass of 4 rows of X and one of 1).
+    for M, dtype in ((1, "f32"), (5, "f32"), (1, "f16")):
+        run_gemv(ctx, rng, fmt, M, 1999, 4864, dtype)
+
+
 def view_at(ctx, arr, offset):
     """A buffer over the bytes of `arr` placed `offset` bytes into a fresh
     allocation: misaligned data, as caller memory wrapped by buffer_from_ptr

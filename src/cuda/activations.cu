@@ -16,11 +16,7 @@
 // any is stored, so an output may be an input. Softmax keeps a row slice in
 // registers (rows.cuh): one read of X and one write of Y (backward: read Y,
 // dY, write dX); exp(x - m) stays in registers between the sum and the
-// scaling, so f16/bf16 outputs are rounded once. The forward takes the row's
-// maximum and sum in one block-wide reduction: each thread's exponentials
-// are against its own maximum m_t and rescaled by e^(m_t - m) at the end
-// (rows.cuh row_max_sum), one rounding more, where a maximum and then a sum
-// would be two reductions (four block barriers) per row. Rows too long for registers
+// scaling, so f16/bf16 outputs are rounded once. Rows too long for registers
 // loop over the row instead (three reads, from L2 after the first).
 #include <cmath>
 
@@ -99,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int E, int NV>
 __global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 5 : 1)
     softmax_forward_reg(const T* x, T* y, int64_t N, int64_t D) {
-  __shared__ float red[64];
+  __shared__ float red[32];
   const int V = int(D / E), tpr = blockDim.x;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < N; r0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = r0 + threadIdx.y;
@@ -116,9 +112,7 @@ __global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 5 : 1)
         for (int e = 0; e < E; ++e) m = fmaxf(m, xv[i].f(e));
       }
     }
-    // The thread's exponentials against its own maximum, then one reduction
-    // of (maximum, sum) pairs for the row (row_max_sum), and each thread's
-    // rescale e^(m_t - M) / S.
+    m = row_max(m, red);
     float ev[NV][E], sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -130,9 +124,7 @@ __global__ void __launch_bounds__(kRowThreads, NV <= 4 ? 5 : 1)
         sum += ev[i][e];
       }
     }
-    const float m_own = m;
-    row_max_sum(m, sum, red);
-    const float inv = m_own == -INFINITY ? 0.0f : exp_shifted(m_own - m) / sum;
+    const float inv = 1.0f / row_sum(sum, red);
     if (!ok) continue;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {

@@ -186,38 +186,6 @@ __device__ __forceinline__ float row_reduce(float v, float* red) {
 __device__ __forceinline__ float row_sum(float v, float* red) { return row_reduce<false>(v, red); }
 __device__ __forceinline__ float row_max(float v, float* red) { return row_reduce<true>(v, red); }
 
-// (m, s) pairs of a maximum and a sum of exp(x - m) over disjoint parts of a
-// row combine into the same pair over their union:
-//   (m1, s1) + (m2, s2) = (M, s1 e^(m1 - M) + s2 e^(m2 - M)),  M = max(m1, m2)
-// (an empty part is (-inf, 0)). Symmetric in its two arguments, bit for bit,
-// so every lane of a butterfly ends with the same pair.
-__device__ __forceinline__ void combine_max_sum(float& m, float& s, float om, float os) {
-  const float M = fmaxf(m, om);
-  if (M == -INFINITY) return;  // both parts empty: (-inf, 0)
-  constexpr float kLog2e = 1.4426950408889634f;
-  s = s * exp2f((m - M) * kLog2e) + os * exp2f((om - M) * kLog2e);
-  m = M;
-}
-
-// The row's (maximum, sum of exp(x - maximum)) from each thread's own pair:
-// one block-wide reduction where a maximum and then a sum take two (the
-// softmax forward). `red` is 64 floats of shared memory; the other rules are
-// row_reduce's.
-__device__ __forceinline__ void row_max_sum(float& m, float& s, float* red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    combine_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-  const int wpr = blockDim.x >> 5;
-  if (wpr == 1) return;
-  const int warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
-  if ((threadIdx.x & 31) == 0) red[warp] = m, red[32 + warp] = s;
-  __syncthreads();
-  const int first = threadIdx.y * wpr;
-  m = red[first], s = red[32 + first];
-  for (int i = 1; i < wpr; ++i) combine_max_sum(m, s, red[first + i], red[32 + first + i]);
-  __syncthreads();  // `red` may be reused by the next reduction
-}
-
 // ---- launch shapes ----
 
 constexpr int kRowThreads = 256;  // threads per block of the row kernels

@@ -23,8 +23,9 @@
 //       ring, R rows of W per load of X, passes of up to 4 rows of X; its
 //       header has the design), unless TC_CUDA_GEMV_STREAM=0 (read at every
 //       call) or the kernel cannot be launched on the device;
-//     - everything else (other formats, W not 16-byte aligned, or the
-//       switch off): the warp-per-row kernels below.
+//     - everything else (other formats, W not 16-byte aligned, the switch
+//       off, and f32 X and Y at M = 1 except Q4_K, where the four-rows-per-
+//       warp kernel measured faster): the warp-per-row kernels below.
 //
 // The warp-per-row kernels. At small M the product streams W once at two
 // flops per weight, so it is bound by HBM bandwidth; their design:
@@ -453,6 +454,10 @@ bool launch_stream_x(tc_dtype xdt, tc_dtype ydt, const Tile& t, const uint8_t* w
 bool launch_stream(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, Gpu g,
                    cudaStream_t st) {
   if (!stream_on() || !is_aligned16(w)) return false;
+  // f32 X and Y, one row: the four-rows-per-warp kernel (gemv_blocks_f32_rows)
+  // measured faster for these formats on an H200 (14336 x 4096: Q4_0 1800 vs
+  // 1248 GB/s, Q8_0 2414 vs 2059, Q6_K 2182 vs 1633; Q4_K 1243 vs 1315).
+  if (xdt == TC_DTYPE_F32 && ydt == TC_DTYPE_F32 && t.mt == 1 && fmt != quant::Q4_K) return false;
   switch (fmt) {
     case quant::Q4_0: return launch_stream_x<qdev::Q4_0>(xdt, ydt, t, w, g, st);
     case quant::Q8_0: return launch_stream_x<qdev::Q8_0>(xdt, ydt, t, w, g, st);

@@ -52,6 +52,7 @@ from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageT
 
 RESULTS = ROOT / "bench" / "results" / "simpler.md"
 MARK = "<!-- level-3 section (bench/simpler_l3.py) -->"
+END = "<!-- end of the level-3 section -->"
 
 
 def empty_sub(args):
@@ -246,9 +247,10 @@ def write(rows, tp, args):
     lines.append("")
     lines.append(f"For reference, an empty level-2 run (what a chip task costs inside its chip child) takes "
                  f"{args.l2_us:.1f} us wall here through the Python API, so chip tasks are bounded by the level-2 run, "
-                 f"not by the handoff. On this shared host the wall-clock figures move by 2-5x between runs (other "
-                 f"builds keep the load far above the 2 hardware threads, and every handoff that finds the other side "
-                 f"asleep costs a wakeup and often a lost time slice); the CPU columns are steadier.")
+                 f"not by the handoff." + (
+                     " On a host with this few hardware threads the wall-clock figures move by 2-5x between runs "
+                     "(every handoff that finds the other side asleep costs a wakeup and often a lost time slice); "
+                     "the CPU columns are steadier." if (os.cpu_count() or 1) <= 4 else ""))
     lines.append("")
     if tp is None:
         lines.append("TP FFN on two GPUs vs one: not measured here (needs a CUDA build and two GPUs; "
@@ -258,10 +260,22 @@ def write(rows, tp, args):
         lines.append(f"TP FFN {args.tp_shape}: one GPU {tp[1] * 1e3:.2f} ms, two GPUs {tp[2] * 1e3:.2f} ms, "
                      f"speed-up {sp:.2f}x (target >= 1.7x {'met' if sp >= 1.7 else 'missed'}).")
     lines.append("")
+    lines.append(END)
+    # The section replaces its previous version in place; what follows it
+    # (other benches' sections) stays.
     text = RESULTS.read_text() if RESULTS.exists() else ""
+    before, after = text, ""
     if MARK in text:
-        text = text[:text.index(MARK)].rstrip() + "\n"
-    RESULTS.write_text(text.rstrip() + "\n\n" + "\n".join(lines))
+        before = text[:text.index(MARK)]
+        rest = text[text.index(MARK):]
+        if END in rest:
+            after = rest[rest.index(END) + len(END):]
+        elif "\n# " in rest:
+            after = rest[rest.index("\n# "):]
+    out = before.rstrip() + "\n\n" + "\n".join(lines) + "\n"
+    if after.strip():
+        out += "\n" + after.lstrip("\n")
+    RESULTS.write_text(out)
 
 
 def main():

@@ -70,27 +70,11 @@ namespace {
 constexpr int kWarps = 8;  // rows of W per CTA
 constexpr int kMaxM = 16;  // rows of X per pass over W
 
-// X elements k .. k+3 of one row as f32 (k a multiple of 4, rows 16-byte
-// aligned for f32 and 8-byte aligned for f16/bf16: checked by the launcher).
-template <class T>
-__device__ __forceinline__ float4 load_x4(const T* x);
-template <>
-__device__ __forceinline__ float4 load_x4<float>(const float* x) {
-  return __ldg(reinterpret_cast<const float4*>(x));
-}
-template <>
-__device__ __forceinline__ float4 load_x4<__half>(const __half* x) {
-  const uint2 v = __ldg(reinterpret_cast<const uint2*>(x));
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
-  return make_float4(a.x, a.y, b.x, b.y);
-}
-template <>
-__device__ __forceinline__ float4 load_x4<__nv_bfloat16>(const __nv_bfloat16* x) {
-  const uint2 v = __ldg(reinterpret_cast<const uint2*>(x));
-  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
-                     __uint_as_float(v.y & 0xFFFF0000u));
-}
+// X elements k .. k+3 as f32 (wstream::ldx4) and the dot product of a
+// decoded part with them (wstream::dot_part) are the streaming kernel's
+// (gemv_stream.cuh); these kernels use the same two.
+using wstream::dot_part;
+using wstream::ldx4;
 
 template <class T>
 __device__ __forceinline__ float load_x1(const T* x);
@@ -151,18 +135,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_blocks(const uint8_t* __rest
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (m >= mt) break;
-      float s = 0.0f;
+      float4 v[F::kGroups];
 #pragma unroll
-      for (int g = 0; g < F::kGroups; ++g) {
-        const float4 v = load_x4<T>(xb + int64_t(m) * K + pt.pos[g]);
-        float r = v.x * pt.q[4 * g];
-        r = fmaf(v.y, pt.q[4 * g + 1], r);
-        r = fmaf(v.z, pt.q[4 * g + 2], r);
-        r = fmaf(v.w, pt.q[4 * g + 3], r);
-        s = fmaf(pt.a[g], r, s);
-        if constexpr (F::kMin) s = fmaf(pt.b[g], (v.x + v.y) + (v.z + v.w), s);
-      }
-      acc[m] += s;
+      for (int g = 0; g < F::kGroups; ++g) v[g] = ldx4<T>(xb + int64_t(m) * K + pt.pos[g]);
+      acc[m] += dot_part<F>(pt, v);
     }
   }
   store_rows<MT, TY>(acc, mt, y, N, n, lane);
@@ -203,21 +179,11 @@ __global__ void __launch_bounds__(kWarpsF32 * 32) gemv_blocks_f32_rows(const uin
     const float* xb = x + b * F::kQK;
     float4 v[F::kGroups];
 #pragma unroll
-    for (int g = 0; g < F::kGroups; ++g) v[g] = load_x4<float>(xb + pt.pos[g]);
+    for (int g = 0; g < F::kGroups; ++g) v[g] = ldx4<float>(xb + pt.pos[g]);
 #pragma unroll
     for (int r = 0; r < kRowsF32; ++r) {
       if (r > 0) F::template decode<A>(wr[r] + int64_t(b) * F::kBytes, p, pt);
-      float s = 0.0f;
-#pragma unroll
-      for (int g = 0; g < F::kGroups; ++g) {
-        float t = v[g].x * pt.q[4 * g];
-        t = fmaf(v[g].y, pt.q[4 * g + 1], t);
-        t = fmaf(v[g].z, pt.q[4 * g + 2], t);
-        t = fmaf(v[g].w, pt.q[4 * g + 3], t);
-        s = fmaf(pt.a[g], t, s);
-        if constexpr (F::kMin) s = fmaf(pt.b[g], (v[g].x + v[g].y) + (v[g].z + v[g].w), s);
-      }
-      acc[r] += s;
+      acc[r] += dot_part<F>(pt, v);
     }
   }
 #pragma unroll

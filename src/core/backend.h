@@ -384,6 +384,40 @@ inline int64_t decode_attention_splits(int64_t C) {
   const int64_t s = (C + 63) / 64;
   return s < 128 ? s : 128;
 }
+
+// The one-row products of a decode step on 8-bit activations (the
+// VNNI contract of the quantized GEMV: each activation moves by at most half
+// a quantisation step), in two ops so that one quantised X serves several
+// products and the norm, the residual add and SwiGLU cost no launch of their own:
+//   quantize_q8: v = x, or the RMS norm v = x * gamma / sqrt(mean(x^2) + eps)
+//     (sum of squares in f64) when gamma is set; then per block of 32:
+//     dx = max|v| / 127, xq = round-to-nearest-even(v / dx), sx = dx sum(xq)
+//   gemv_q8: r[n] = sum_b d_b(W[n]) (dx_b dot(q_b, xq_b) + c_b sx_b), the
+//     block's integer dot product exact (c = -8 for Q4_0, 0 for Q8_0), then
+//       kStore: y[n] = r[n]     kAdd: y[n] += r[n]
+//       kSwiglu: y[n] = silu(r[n]) r[n + N/2] for n < N/2 (W's rows [gate; up])
+// Q4_0 and Q8_0 weights, K a multiple of 32; other formats answer
+// TC_ERR_UNSUPPORTED before anything is enqueued.
+struct QuantizeQ8Args {
+  OpInfo info;
+  int64_t K = 0;
+  const float* x = nullptr;      // [K]
+  const float* gamma = nullptr;  // [K], or null: no norm
+  float eps = 0.0f;
+  int8_t* xq = nullptr;  // [K], 16-byte aligned
+  float* xd = nullptr;   // [K / 32][2]: (dx, sx), 8-byte aligned
+};
+struct GemvQ8Args {
+  enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2 };
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  const void* w = nullptr;  // N rows of K weights in fmt
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  float* y = nullptr;  // [N], or [N / 2] for kSwiglu
+  int epilogue = kStore;
+};
 // ---- end model ops ----
 
 // The backend side of a stream: an ordered queue of work.
@@ -486,6 +520,8 @@ class Backend {
   virtual tc_status heads_to_tokens(const HeadsToTokensArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status copy_2d(const Copy2dArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status decode_attention(const DecodeAttentionArgs& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status quantize_q8(const QuantizeQ8Args& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status gemv_q8(const GemvQ8Args& args, Queue*) { return no_kernel(args.info); }
 
   // ---- Graphs: a queue's work recorded once and replayed as one launch ----
   // (CUDA graphs). Between begin_capture and end_capture the ops enqueued on

@@ -51,6 +51,9 @@ tc_status rope_kv_append(const RopeKvAppendArgs& args);
 tc_status heads_to_tokens(const HeadsToTokensArgs& args);
 tc_status copy_2d(const Copy2dArgs& args);
 tc_status decode_attention(const DecodeAttentionArgs& args);
+// gemv_q8.cpp: the decode step's products on 8-bit activations
+tc_status quantize_q8(const QuantizeQ8Args& args);
+tc_status gemv_q8(const GemvQ8Args& args);
 
 }  // namespace cpu
 }  // namespace tc

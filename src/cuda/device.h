@@ -144,6 +144,9 @@ tc_status rope_kv_append(Device& dev, StreamState* s, const RopeKvAppendArgs& ar
 tc_status heads_to_tokens(Device& dev, StreamState* s, const HeadsToTokensArgs& args);
 tc_status copy_2d(Device& dev, StreamState* s, const Copy2dArgs& args);
 tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArgs& args);
+// gemv_q8.cu
+tc_status quantize_q8(Device& dev, StreamState* s, const QuantizeQ8Args& args);
+tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& args);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

@@ -100,6 +100,12 @@ class Llama {
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M);
   tc_status norm_product(const float* gamma, const Matrix& w, float* y);
   tc_status convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n);
+  // The one-token step's products on 8-bit activations (QuantizeQ8Args /
+  // GemvQ8Args): X quantised into q8x_ / q8d_, then the product with its
+  // epilogue (store, residual add, SwiGLU).
+  bool q8_decode();
+  tc_status quantize_q8(const float* x, const float* gamma, int64_t K);
+  tc_status gemv_q8(const Matrix& w, float* y, int epilogue);
   const float* norm(int64_t layer, int which) const {  // 0: attn, 1: ffn; layer n_layer: output
     return norms_ + (2 * layer + which) * cfg_.n_embd;
   }
@@ -143,6 +149,11 @@ class Llama {
   // Whether the backend's fused RMSNorm + GEMV may be tried (f32 one-token
   // products on a device); cleared when it answers that it has no kernel.
   bool fused_norm_ = true;
+  // Whether a one-token step with f16 activations runs its products on
+  // 8-bit activations (q8_decode): -1 not yet known.
+  int q8_state_ = -1;
+  int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
+  float* q8d_ = nullptr;
 
   int64_t n_past_ = 0;
   tc_dtype act_ = TC_DTYPE_F32;

@@ -291,7 +291,11 @@ tc_status Llama::alloc_state() {
   if (!host_) f32(&logits_, B * V), f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
   f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
   f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
-  pieces.push_back({reinterpret_cast<void**>(&xh_), size_t(B * std::max({E, Dq, F})) * 2});
+  // xh also holds a one-token step's 8-bit X: K int8 values, then (dx, sx)
+  // per block of 32, from byte aligned(K) on.
+  const int64_t widest_in = std::max({E, Dq, F});
+  pieces.push_back({reinterpret_cast<void**>(&xh_),
+                    std::max(size_t(B * widest_in) * 2, aligned(size_t(widest_in)) + size_t(widest_in) / 4)});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
   pieces.push_back({reinterpret_cast<void**>(&params_), size_t(B + 2) * 4});
   size_t total = 0;
@@ -303,6 +307,8 @@ tc_status Llama::alloc_state() {
     *p.first = base;
     base += aligned(p.second);
   }
+  q8x_ = reinterpret_cast<int8_t*>(xh_);
+  q8d_ = reinterpret_cast<float*>(reinterpret_cast<char*>(xh_) + aligned(size_t(widest_in)));
   if (host_) {
     params_host_ = params_;
     return TC_OK;

@@ -1,0 +1,257 @@
+// The decode step's one-row products on 8-bit activations (core/backend.h,
+// QuantizeQ8Args / GemvQ8Args; the CPU reference is src/cpu/gemv_q8.cpp):
+//
+//   quantize_q8: v = x, or v = x * rstd * gamma with rstd = 1 / sqrt(sum(x^2) / K + eps)
+//     (the sum in f64); per block b of 32: dx = max|v| / 127,
+//     xq = rne(v * (1 / dx)) (int8), sx = dx * sum(xq)
+//   gemv_q8: r[n] = sum_b d_b(W[n]) * (dx_b * dot(q_b, xq_b) + c * sx_b)
+//     (Q4_0: q the 4-bit codes 0..15 and c = -8, since w = d (q - 8);
+//      Q8_0: q the int8 codes and c = 0), the dot product of a block exact
+//     in int32 (__dp4a, four int8 products per instruction); then the
+//     epilogue: y[n] = r[n], y[n] += r[n], or y[n] = silu(r[n]) r[n + N/2].
+//
+// Why: at one row of X the product reads every weight once, so it is bound
+// by HBM bandwidth only if decoding costs few instructions per weight. With
+// X in int8, a Q4_0 block of 32 weights is 8 dp4a, 8 masks or shifts and a
+// few float operations, against ~100 instructions with f32 X (byte to float,
+// subtract, FMA per weight), which held the exact kernels to 25-35% of
+// bandwidth on the H200.
+//
+// Work split (gemv_q8_rows): one warp per row of W (per pair of rows gate n,
+// up n + N/2 for SwiGLU), 8 warps a CTA. GGUF blocks are 18 (Q4_0) or 34
+// (Q8_0) bytes, only 2-byte aligned, so a warp copies a segment of its row
+// (128 or 64 blocks, ~2.2 KB) from global memory with 16-byte loads (all
+// issued before any is used: ~2.3 KB in flight per warp) into its own
+// shared-memory slot, then each lane decodes whole blocks from there: the
+// 4-byte words covering a block (its start is 0 or 2 mod 4) and funnel
+// shifts give the quant words and the scale. X (int8 and the per-block
+// (dx, sx)) is read with __ldg: every warp reads the same few KB, from L1.
+// The lane partial sums reduce by shuffles in a fixed order: results are
+// deterministic.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/device.h"
+#include "cuda/gemv_q8act.cuh"
+#include "quant/formats.h"
+
+namespace tc {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ float f16_bits(uint32_t h) { return __half2float(__ushort_as_half(uint16_t(h))); }
+
+// The 4-byte words from the aligned word at or before p (p 2-byte aligned),
+// and whether p sits 2 bytes into the first one.
+template <int W>
+__device__ __forceinline__ bool load_words(const uint8_t* p, uint32_t (&w)[W]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* base = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = base[i];
+  return (a & 2) != 0;
+}
+
+// Word i of the bytes starting 2 bytes into w (the block's data after its
+// 2-byte scale): bytes 2..5 of (w[i+1]:w[i]) when the block starts at a word,
+// w[i+1] when it starts 2 bytes into one.
+__device__ __forceinline__ uint32_t data_word(uint32_t lo, uint32_t hi, bool odd) {
+  return __funnelshift_rc(lo, hi, odd ? 32 : 16);
+}
+
+struct Q4_0 {
+  static constexpr int kBytes = 18, kSegBlocks = 128;
+  // d (dx dot(q, xq) - 8 sx) for the block at p (shared memory).
+  __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
+    uint32_t w[5];
+    const bool odd = load_words(p, w);
+    const float d = f16_bits(odd ? w[0] >> 16 : w[0] & 0xFFFFu);
+    const int4 xl = __ldg(reinterpret_cast<const int4*>(xq));
+    const int4 xh = __ldg(reinterpret_cast<const int4*>(xq + 16));
+    const int xlo[4] = {xl.x, xl.y, xl.z, xl.w}, xhi[4] = {xh.x, xh.y, xh.z, xh.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Byte j of the quants: weight j (low nibble) and weight j + 16 (high).
+      const uint32_t q = data_word(w[i], w[i + 1], odd);
+      s = __dp4a(int(q & 0x0F0F0F0Fu), xlo[i], s);
+      s = __dp4a(int((q >> 4) & 0x0F0F0F0Fu), xhi[i], s);
+    }
+    return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+  }
+};
+
+struct Q8_0 {
+  static constexpr int kBytes = 34, kSegBlocks = 64;
+  __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
+    uint32_t w[9];
+    const bool odd = load_words(p, w);
+    const float d = f16_bits(odd ? w[0] >> 16 : w[0] & 0xFFFFu);
+    int s = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int4 x = __ldg(reinterpret_cast<const int4*>(xq + 16 * h));
+      s = __dp4a(int(data_word(w[4 * h], w[4 * h + 1], odd)), x.x, s);
+      s = __dp4a(int(data_word(w[4 * h + 1], w[4 * h + 2], odd)), x.y, s);
+      s = __dp4a(int(data_word(w[4 * h + 2], w[4 * h + 3], odd)), x.z, s);
+      s = __dp4a(int(data_word(w[4 * h + 3], w[4 * h + 4], odd)), x.w, s);
+    }
+    return d * (xd.x * float(s));
+  }
+};
+
+// Chunks of 16 bytes a lane copies per segment (a segment plus up to 15
+// bytes of head offset, over 32 lanes), and a warp's shared-memory slot
+// (+ room for the last block's trailing word).
+template <class F>
+struct Seg {
+  static constexpr int kChunksPerLane = ((F::kSegBlocks * F::kBytes + 15) / 16 + 1 + 31) / 32;
+  static constexpr int kSlotBytes = kChunksPerLane * 32 * 16 + 16;
+};
+
+// r of row n, summed over the warp (every lane gets it).
+template <class F>
+__device__ float row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int64_t n, int64_t nb,
+                         const int8_t* __restrict__ xq, const float2* __restrict__ xd, uint8_t* slot, int lane) {
+  constexpr int CPL = Seg<F>::kChunksPerLane;
+  const uint8_t* row = w + n * nb * F::kBytes;
+  float acc = 0.0f;
+  for (int64_t b0 = 0; b0 < nb; b0 += F::kSegBlocks) {
+    const int blocks = int(nb - b0 < F::kSegBlocks ? nb - b0 : F::kSegBlocks);
+    const uint8_t* src = row + b0 * F::kBytes;
+    const int head = int(reinterpret_cast<uintptr_t>(src) & 15);
+    const uint4* g = reinterpret_cast<const uint4*>(src - head);
+    const int chunks = (head + blocks * F::kBytes + 15) >> 4;
+    uint4 c[CPL];
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const int i = lane + 32 * j;
+      if (i < chunks) {
+        const uint8_t* cp = reinterpret_cast<const uint8_t*>(g + i);
+        if (cp + 16 <= wend) {
+          c[j] = __ldcs(g + i);  // streamed once: do not keep it in L1 / L2
+        } else {
+          // The last chunk of W may end past it (rows not 16-byte multiples).
+          uint32_t t[4] = {0u, 0u, 0u, 0u};
+          for (int k = 0; k < 16 && cp + k < wend; ++k) t[k >> 2] |= uint32_t(cp[k]) << (8 * (k & 3));
+          c[j] = make_uint4(t[0], t[1], t[2], t[3]);
+        }
+      }
+    }
+    __syncwarp();  // the previous segment's blocks are decoded
+#pragma unroll
+    for (int j = 0; j < CPL; ++j)
+      if (lane + 32 * j < chunks) reinterpret_cast<uint4*>(slot)[lane + 32 * j] = c[j];
+    __syncwarp();
+    for (int b = lane; b < blocks; b += 32)
+      acc += F::dot(slot + head + b * F::kBytes, xq + (b0 + b) * 32, __ldg(xd + b0 + b));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+template <class F, int E>
+__global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __restrict__ w, int64_t N, int64_t K,
+                                                            const int8_t* __restrict__ xq,
+                                                            const float2* __restrict__ xd, float* __restrict__ y) {
+  __shared__ __align__(16) uint8_t slots[kWarps][Seg<F>::kSlotBytes];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  if (n >= rows) return;  // whole warps leave
+  const int64_t nb = K / 32;
+  const uint8_t* wend = w + N * nb * F::kBytes;
+  const float r = row_dot<F>(w, wend, n, nb, xq, xd, slots[warp], lane);
+  if constexpr (E == GemvQ8Args::kSwiglu) {
+    const float u = row_dot<F>(w, wend, n + rows, nb, xq, xd, slots[warp], lane);
+    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
+    if (lane == 0) y[n] = r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u;
+  } else if constexpr (E == GemvQ8Args::kAdd) {
+    if (lane == 0) y[n] += r;
+  } else {
+    if (lane == 0) y[n] = r;
+  }
+}
+
+template <class F>
+void launch_rows(const GemvQ8Args& a, cudaStream_t st) {
+  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const float2* xd = reinterpret_cast<const float2*>(a.xd);
+  switch (a.epilogue) {
+    case GemvQ8Args::kAdd:
+      gemv_q8_rows<F, GemvQ8Args::kAdd><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
+      break;
+    case GemvQ8Args::kSwiglu:
+      gemv_q8_rows<F, GemvQ8Args::kSwiglu><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
+      break;
+    default: gemv_q8_rows<F, GemvQ8Args::kStore><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
+  }
+}
+
+// One CTA: the sum of squares (f64, when normalising), then each warp
+// quantises blocks of 32 (q8act::quantize_block: the CPU's operations).
+constexpr int kQuantThreads = 1024;
+__global__ void __launch_bounds__(kQuantThreads) quantize_q8_kernel(const float* __restrict__ x,
+                                                                    const float* __restrict__ gamma, float eps,
+                                                                    int64_t K, int8_t* __restrict__ xq,
+                                                                    float2* __restrict__ xd) {
+  __shared__ double part[kQuantThreads / 32];
+  __shared__ float rstd_s;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float rstd = 1.0f;
+  if (gamma) {
+    double ss = 0.0;
+    for (int64_t k = threadIdx.x; k < K; k += kQuantThreads) {
+      const double v = double(x[k]);
+      ss += v * v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+      double t = part[lane];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+      if (lane == 0) rstd_s = float(1.0 / sqrt(t / double(K) + double(eps)));
+    }
+    __syncthreads();
+    rstd = rstd_s;
+  }
+  for (int64_t b = warp; b < K / 32; b += kQuantThreads / 32) {
+    const int64_t k = b * 32 + lane;
+    const float v = gamma ? __fmul_rn(__fmul_rn(x[k], rstd), gamma[k]) : x[k];
+    q8act::quantize_block(v, lane, xq + b * 32, xd + b);
+  }
+}
+
+}  // namespace
+
+tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
+  if (a.K % 32 != 0) return fail(TC_ERR_UNSUPPORTED, "%s: K %lld is not a multiple of 32", a.info.name, (long long)a.K);
+  s->last_kernel = "quantize_q8";
+  quantize_q8_kernel<<<1, kQuantThreads, 0, s->stream>>>(a.x, a.gamma, a.eps, a.K, a.xq,
+                                                         reinterpret_cast<float2*>(a.xd));
+  return check(cudaGetLastError(), "quantize_q8: launch");
+}
+
+tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
+  if (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0 or Q8_0 weights", a.info.name);
+  if (a.K % 32 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs K a multiple of 32 and W 16-byte aligned", a.info.name);
+  s->last_kernel = "gemv_q8_rows";
+  if (a.fmt == quant::Q4_0) launch_rows<Q4_0>(a, s->stream);
+  else launch_rows<Q8_0>(a, s->stream);
+  return check(cudaGetLastError(), "gemv_q8: launch");
+}
+
+}  // namespace cuda
+}  // namespace tc

@@ -366,8 +366,9 @@ struct Copy2dArgs {
 
 // One query row per head against the first S = *pos + 1 cache positions:
 //   o[h] = softmax(scale * q[h] K_g^T) V_g,   g = h / (H / Hkv)
-// `partial` is scratch for a split over the cache: decode_attention_splits(C)
-// partial results (D + 2 floats each) per head.
+// `partial` is scratch for a split over the cache: room for
+// decode_attention_splits(C) partial results (D + 2 floats each) per head,
+// laid out as the backend chooses.
 struct DecodeAttentionArgs {
   OpInfo info;
   int64_t H = 0, Hkv = 0, D = 0, C = 0;
@@ -379,7 +380,8 @@ struct DecodeAttentionArgs {
   float* o = nullptr;            // [H, D]
   float* partial = nullptr;      // [H, decode_attention_splits(C), D + 2]
 };
-// At most 128 pieces, each of at least 64 cache positions.
+// One piece per 64 cache positions, at most 128: the scratch's size (the GPU
+// kernel sizes the pieces it uses from the position).
 inline int64_t decode_attention_splits(int64_t C) {
   const int64_t s = (C + 63) / 64;
   return s < 128 ? s : 128;

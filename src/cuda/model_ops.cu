@@ -13,14 +13,24 @@
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
 //   decode_attention: one query row per head over S = *pos + 1 cache rows,
-//                     split over the cache (flash-decoding):
-//       piece s covers rows [s c, (s+1) c) with c = ceil(C / splits):
-//         m_s = max_j t_j,  l_s = sum_j e^(t_j - m_s),  u_s = sum_j e^(t_j - m_s) V_j
-//         (t_j = scale q . K_j)
-//       combine: M = max_s m_s,  o = sum_s e^(m_s - M) u_s / sum_s e^(m_s - M) l_s
-//     The grid covers every piece of the whole cache (C, fixed at load), and
-//     pieces past S write m = -inf, l = 0: the launch does not depend on the
-//     position, so it can be recorded once in a graph and replayed.
+//                     split over the cache (flash-decoding), in base 2
+//                     (t_j = log2(e) scale q . K_j):
+//       piece s covers rows [s c, (s+1) c), c = ceil(S / splits) rounded up
+//       to whole block iterations (4 warps x keys per warp), so the pieces in
+//       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
+//         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
+//       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
+//     Work split: block (piece, up to 8 query heads of one kv group, so K/V
+//     are read once for them); a key row is spread over D/4 lanes (rounded
+//     up to a power of two, at most 32; float4 loads when D % 4 == 0, each
+//     lane holding its dims of q), so a warp takes 32 / lanes keys at a time,
+//     several such steps' loads in flight, a short shuffle tree per score and
+//     an online softmax per lane slot with V accumulated in registers; the
+//     slots merge once through shared memory. partial holds u [H][splits][D]
+//     then (m, l) [H][splits][2]. The grid covers splits pieces (from C,
+//     fixed at load) and blocks past the pieces in use exit: the launch does
+//     not depend on the position, so it can be recorded once in a graph and
+//     replayed. Every sum runs in a fixed order: same inputs, same bits.
 // Every position and token id comes from device memory, never from the host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -138,8 +148,10 @@ struct RopeParams {
   float *qt, *k_cache, *v_cache;
 };
 struct AttnParams {
-  int64_t H, Hkv, D, C;
-  float scale;
+  int64_t H, Hkv, D, C, splits;
+  float scale;  // scale * log2(e): scores in base 2
+  int lanes;    // lanes per key row (a power of two <= 32)
+  int ks;       // keys per block iteration: pieces are multiples of it
   const int32_t* pos;
   const float *q, *k_cache, *v_cache;
   float *o, *partial;
@@ -180,6 +192,12 @@ __global__ void heads_to_tokens_kernel(int64_t n, int64_t H, int64_t D, const fl
 
 constexpr int kAttnThreads = 128;
 constexpr int kWarps = kAttnThreads / 32;
+// Keys each lane slot loads at once: 4 with one head and one float4 per lane,
+// 2 when the query heads and the accumulators take more registers.
+__host__ __device__ constexpr int attn_unroll(int R, int GT) { return R * GT == 1 ? 4 : 2; }
+// Fewer split blocks than this (about two per SM of an H200) and a block
+// takes fewer heads of a group: re-reading K/V from L2 costs less than idle SMs.
+constexpr int64_t kAttnMinBlocks = 256;
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -202,71 +220,188 @@ __device__ float block_reduce(float v, float* red) {
   return r;
 }
 
-// Block (piece s, head h): the piece's rows in tiles of kTile, with a
-// running maximum m, sum l and weighted values u (rescaled by e^(m - m')
-// when the maximum grows). Shared memory: q [D], u [D], the tile's scores.
-constexpr int kTile = 128;
-__global__ void decode_attention_split(AttnParams a, int64_t chunk) {
-  extern __shared__ float smem[];
-  __shared__ float red[kWarps];
-  const int64_t D = a.D, h = blockIdx.y, g = h / (a.H / a.Hkv), splits = gridDim.x;
-  const int64_t S = int64_t(*a.pos) + 1, j0 = blockIdx.x * chunk, j1 = min(j0 + chunk, S);
-  float* part = a.partial + (h * splits + blockIdx.x) * (D + 2);
-  if (j0 >= S) {
-    if (threadIdx.x == 0) part[D] = -FLT_MAX, part[D + 1] = 0.0f;
-    return;
-  }
-  float* qs = smem;
-  float* u = smem + D;
-  float* sc = smem + 2 * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = a.q[h * D + d], u[d] = 0.0f;
-  __syncthreads();
-  const float* K = a.k_cache + g * a.C * D;
-  const float* V = a.v_cache + g * a.C * D;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float m = -FLT_MAX, l = 0.0f;
-  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
-    const int64_t t1 = min(t0 + int64_t(kTile), j1);
-    for (int64_t j = t0 + w; j < t1; j += kWarps) {
-      const float* kj = K + j * D;
-      float acc = 0.0f;
-      for (int64_t d = lane; d < D; d += 32) acc += qs[d] * kj[d];
-      acc = warp_sum(acc);
-      if (lane == 0) sc[j - t0] = a.scale * acc;
-    }
-    __syncthreads();
-    float mt = -FLT_MAX;
-    for (int64_t j = threadIdx.x; j < t1 - t0; j += blockDim.x) mt = fmaxf(mt, sc[j]);
-    const float m_new = fmaxf(m, block_reduce<true>(mt, red));
-    const float corr = __expf(m - m_new);
-    float lt = 0.0f;
-    __syncthreads();  // every thread has read sc for the maximum
-    for (int64_t j = threadIdx.x; j < t1 - t0; j += blockDim.x) lt += (sc[j] = __expf(sc[j] - m_new));
-    l = l * corr + block_reduce<false>(lt, red);  // its barriers also publish sc
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      float acc = 0.0f;
-      for (int64_t j = t0; j < t1; ++j) acc += sc[j - t0] * V[j * D + d];
-      u[d] = u[d] * corr + acc;
-    }
-    m = m_new;
-    __syncthreads();  // sc is rewritten by the next tile
-  }
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) part[d] = u[d];
-  if (threadIdx.x == 0) part[D] = m, part[D + 1] = l;
+// The piece length for S positions: ceil(S / splits) rounded up to whole
+// iterations of a block (ks positions), so every piece but the last is full
+// and the pieces in use are ceil(S / piece) <= splits. Both kernels compute it
+// from the same *pos.
+__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t splits, int ks) {
+  const int64_t per = (S + splits - 1) / splits;
+  return (per + ks - 1) / ks * ks;
 }
 
-__global__ void decode_attention_combine(AttnParams a, int64_t chunk, int64_t splits) {
-  const int64_t D = a.D, h = blockIdx.x, S = int64_t(*a.pos) + 1;
-  const int64_t used = (S + chunk - 1) / chunk;
-  const float* part = a.partial + h * splits * (D + 2);
+// Dims 4v .. 4v + 3 of a row: one 16-byte load on the vector path (D % 4 == 0,
+// rows 16-byte aligned), four guarded scalar loads otherwise (zero past D).
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const float* row, int v, int D) {
+  if (kVec) return reinterpret_cast<const float4*>(row)[v];
+  const int d = 4 * v;
+  return make_float4(d < D ? row[d] : 0.0f, d + 1 < D ? row[d + 1] : 0.0f, d + 2 < D ? row[d + 2] : 0.0f,
+                     d + 3 < D ? row[d + 3] : 0.0f);
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, s))));
+}
+__device__ __forceinline__ float4 axpy4(float p, float4 x, float4 y) {
+  return make_float4(fmaf(p, x.x, y.x), fmaf(p, x.y, y.y), fmaf(p, x.z, y.z), fmaf(p, x.w, y.w));
+}
+__device__ __forceinline__ float4 scale4(float c, float4 x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
+__device__ __forceinline__ float comp(float4 x, int c) { return c == 0 ? x.x : c == 1 ? x.y : c == 2 ? x.z : x.w; }
+
+// Block (piece blockIdx.x, heads h0 .. h0 + GT - 1 of one kv group, h0 =
+// blockIdx.y GT), four warps. A key row is held by L lanes (L = lanes, a
+// power of two), lane t owning dims 4 (t + L r) .. +3 for r < R, so a warp
+// takes 32 / L keys side by side and U such steps at once (all 2 U R loads
+// issued before any is used). Per key: R float4 dot products per head, a
+// log2(L) shuffle tree, then the online softmax of the lane's key slot:
+//   m' = max(m, t_u),  l = l e^(m - m') + sum_u e^(t_u - m'),
+//   acc = acc e^(m - m') + sum_u e^(t_u - m') V_u        (t = scale q . K)
+// in base 2 (q is prescaled by scale log2 e). The 4 (32 / L) slot states meet
+// once, in shared memory, at the end of the piece. Masked keys (past the
+// piece) load nothing and weigh 0; a slot that saw none keeps m = -FLT_MAX,
+// l = 0, acc = 0 and drops out of the merge (its weight e^(-FLT_MAX - M) = 0).
+template <int R, int GT, bool kVec>
+__global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParams a) {
+  constexpr int U = attn_unroll(R, GT);
+  extern __shared__ float smem[];
+  const int D = int(a.D), NV = (D + 3) / 4, L = a.lanes, KPW = 32 / L;
+  const int64_t S = int64_t(*a.pos) + 1, piece = blockIdx.x, chunk = attn_piece(S, a.splits, a.ks);
+  const int64_t j0 = piece * chunk;
+  if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
+  const int64_t j1 = min(j0 + chunk, S);
+  const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
+  const float* K = a.k_cache + g * a.C * D;
+  const float* V = a.v_cache + g * a.C * D;
+
+  float4 q[GT][R], acc[GT][R];
+  float m[GT], l[GT];
+#pragma unroll
+  for (int gi = 0; gi < GT; ++gi) {
+    m[gi] = -FLT_MAX, l[gi] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int v = t + L * r;
+      q[gi][r] = v < NV ? scale4(a.scale, load4<kVec>(a.q + (h0 + gi) * D, v, D)) : make_float4(0, 0, 0, 0);
+      acc[gi][r] = make_float4(0, 0, 0, 0);
+    }
+  }
+
+  const int step = KPW * U;  // keys per warp iteration
+  for (int64_t jb = j0 + int64_t(w) * step; jb < j1; jb += int64_t(kWarps) * step) {  // warp-uniform
+    float4 kr[U][R], vr[U][R];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t j = jb + u * KPW + sub;
+      ok[u] = j < j1;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int v = t + L * r;
+        const bool in = ok[u] && v < NV;
+        kr[u][r] = in ? load4<kVec>(K + j * D, v, D) : make_float4(0, 0, 0, 0);
+        vr[u][r] = in ? load4<kVec>(V + j * D, v, D) : make_float4(0, 0, 0, 0);
+      }
+    }
+    float s[U][GT];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int gi = 0; gi < GT; ++gi) {
+        float x = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) x = dot4(q[gi][r], kr[u][r], x);
+        s[u][gi] = x;
+      }
+    // Sum over the L lanes of each key (xor below L stays inside the slot).
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < L)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int gi = 0; gi < GT; ++gi) s[u][gi] += __shfl_xor_sync(0xffffffffu, s[u][gi], o);
+#pragma unroll
+    for (int gi = 0; gi < GT; ++gi) {
+      float mn = m[gi];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) mn = fmaxf(mn, s[u][gi]);
+      const float corr = exp2f(m[gi] - mn);
+      m[gi] = mn;
+      l[gi] *= corr;
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[gi][r] = scale4(corr, acc[gi][r]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float p = ok[u] ? exp2f(s[u][gi] - mn) : 0.0f;
+        l[gi] += p;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[gi][r] = axpy4(p, vr[u][r], acc[gi][r]);
+      }
+    }
+  }
+
+  // Slot states to shared memory: ml [NS][GT][2], then u [NS][GT][D].
+  const int NS = kWarps * KPW, st = w * KPW + sub;
+  float* sm_ml = smem;
+  float* sm_u = smem + NS * GT * 2;
+#pragma unroll
+  for (int gi = 0; gi < GT; ++gi) {
+    if (t == 0) sm_ml[(st * GT + gi) * 2] = m[gi], sm_ml[(st * GT + gi) * 2 + 1] = l[gi];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int v = t + L * r;
+      if (v < NV)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (4 * v + c < D) sm_u[(st * GT + gi) * D + 4 * v + c] = comp(acc[gi][r], c);
+    }
+  }
+  __syncthreads();
+  // Merge the slots (fixed order), one output element per thread:
+  //   M = max m_s,  l = sum l_s e^(m_s - M),  u = sum u_s e^(m_s - M).
+  const int64_t splits = a.splits;
+  float* pu = a.partial;
+  float* pml = a.partial + a.H * splits * D;
+  for (int e = threadIdx.x; e < GT * D; e += kAttnThreads) {
+    const int gi = e / D, d = e % D;
+    float M = -FLT_MAX;
+    for (int i = 0; i < NS; ++i) M = fmaxf(M, sm_ml[(i * GT + gi) * 2]);
+    float lsum = 0.0f, usum = 0.0f;
+    for (int i = 0; i < NS; ++i) {
+      const float f = exp2f(sm_ml[(i * GT + gi) * 2] - M);
+      lsum = fmaf(sm_ml[(i * GT + gi) * 2 + 1], f, lsum);
+      usum = fmaf(sm_u[(i * GT + gi) * D + d], f, usum);
+    }
+    const int64_t row = (h0 + gi) * splits + piece;
+    pu[row * D + d] = usum;
+    if (d == 0) pml[row * 2] = M, pml[row * 2 + 1] = lsum;
+  }
+}
+
+// Block h: o = sum_s e^(m_s - M) u_s / sum_s e^(m_s - M) l_s over the pieces
+// in use (base 2, as the split kernel wrote them). The weights go through
+// shared memory (`splits` floats); the sums run in piece order.
+__global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnParams a) {
+  extern __shared__ float wgt[];
+  __shared__ float red[kWarps];
+  const int64_t D = a.D, h = blockIdx.x, splits = a.splits, S = int64_t(*a.pos) + 1;
+  const int64_t chunk = attn_piece(S, splits, a.ks), used = (S + chunk - 1) / chunk;
+  const float* pu = a.partial + h * splits * D;
+  const float* pml = a.partial + a.H * splits * D + h * splits * 2;
   float M = -FLT_MAX;
-  for (int64_t s = 0; s < used; ++s) M = fmaxf(M, part[s * (D + 2) + D]);
-  float L = 0.0f;
-  for (int64_t s = 0; s < used; ++s) L += __expf(part[s * (D + 2) + D] - M) * part[s * (D + 2) + D + 1];
-  const float inv = 1.0f / L;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, pml[2 * s]);
+  M = block_reduce<true>(M, red);
+  float lsum = 0.0f;
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) {
+    const float f = exp2f(pml[2 * s] - M);
+    wgt[s] = f;
+    lsum = fmaf(f, pml[2 * s + 1], lsum);
+  }
+  const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
+  for (int64_t d = threadIdx.x; d < D; d += kAttnThreads) {
     float o = 0.0f;
-    for (int64_t s = 0; s < used; ++s) o += __expf(part[s * (D + 2) + D] - M) * part[s * (D + 2) + d];
+    for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], pu[s * D + d], o);
     a.o[h * D + d] = o * inv;
   }
 }
@@ -334,21 +469,52 @@ tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {
 }
 
 tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {
-  const AttnParams p{a.H, a.Hkv, a.D, a.C, a.scale, a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial};
-  const int64_t splits = decode_attention_splits(a.C), chunk = (a.C + splits - 1) / splits;
-  const size_t smem = size_t(2 * a.D + kTile) * sizeof(float);
-  if (smem > 48 * 1024) {
-    // Wide heads: above the default limit, opt in.
-    if (tc_status st = check(cudaFuncSetAttribute(decode_attention_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  int(smem)),
-                             "decode_attention: shared memory"))
-      return st;
+  // Lanes per key: the float4s of a row (NV) spread over L lanes, R each.
+  const int64_t NV = (a.D + 3) / 4;
+  int R = 1, L = 32;
+  if (NV <= 32)
+    for (L = 1; L < NV; L *= 2) {}
+  else
+    R = NV <= 64 ? 2 : NV <= 128 ? 4 : 0;
+  if (R == 0) return fail(TC_ERR_UNSUPPORTED, "decode_attention: head dim %lld above 512", (long long)a.D);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = a.D % 4 == 0 && aligned(a.q) && aligned(a.k_cache) && aligned(a.v_cache);
+  // Query heads per block: as many of the group's heads as registers allow
+  // (K/V then read once for them), fewer while that leaves too few blocks.
+  const int64_t splits = decode_attention_splits(a.C), G = a.H / a.Hkv;
+  int gt = 1;
+  if (vec) {
+    const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
+    while (gt * 2 <= gmax && G % (gt * 2) == 0) gt *= 2;
+    while (gt > 1 && splits * (a.H / gt) < kAttnMinBlocks) gt /= 2;
   }
+  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
+  const AttnParams p{a.H,   a.Hkv, a.D,       a.C,       splits,    float(double(a.scale) * 1.4426950408889634),
+                     L,     ks,    a.pos,     a.q,       a.k_cache, a.v_cache,
+                     a.o,   a.partial};
+  void (*split)(AttnParams) = nullptr;
+  if (!vec)
+    split = R == 1 ? decode_attention_split<1, 1, false>
+                   : R == 2 ? decode_attention_split<2, 1, false> : decode_attention_split<4, 1, false>;
+  else if (R == 1)
+    split = gt == 1   ? decode_attention_split<1, 1, true>
+            : gt == 2 ? decode_attention_split<1, 2, true>
+            : gt == 4 ? decode_attention_split<1, 4, true>
+                      : decode_attention_split<1, 8, true>;
+  else if (R == 2)
+    split = gt == 1   ? decode_attention_split<2, 1, true>
+            : gt == 2 ? decode_attention_split<2, 2, true>
+                      : decode_attention_split<2, 4, true>;
+  else
+    split = decode_attention_split<4, 1, true>;
+  // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
+  // (D <= 4, gt 8), under the 48 KB default.
+  const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);
   s->last_kernel = "decode_attention_split";
-  decode_attention_split<<<dim3(unsigned(splits), unsigned(a.H)), kAttnThreads, smem, s->stream>>>(p, chunk);
+  split<<<dim3(unsigned(splits), unsigned(a.H / gt)), kAttnThreads, smem, s->stream>>>(p);
   if (tc_status st = check(cudaGetLastError(), "decode_attention: launch")) return st;
   s->last_kernel = "decode_attention_combine";
-  decode_attention_combine<<<unsigned(a.H), kAttnThreads, 0, s->stream>>>(p, chunk, splits);
+  decode_attention_combine<<<unsigned(a.H), kAttnThreads, size_t(splits) * sizeof(float), s->stream>>>(p);
   return check(cudaGetLastError(), "decode_attention: combine launch");
 }
 

@@ -5,8 +5,10 @@
 //   embed_rows       every weight format, bit-identical to tc_dequantize_weights
 //                    on the CPU (ggml's dequantize_row_*)
 //   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched
-//   decode_attention GQA, positions at the start, middle and end of a cache
-//                    long enough to be split into several pieces
+//   decode_attention GQA (1, 2, 4 and 8 heads a group), positions at the start,
+//                    middle and end of caches split into several pieces and of
+//                    one much longer than the position; head dims from 3 to
+//                    300 (multiples of 4 or not); two calls give the same bits
 //   add, convert, heads_to_tokens, copy_2d
 #include <gtest/gtest.h>
 
@@ -185,17 +187,41 @@ TEST_P(ModelOps, RopeKvAppend) {
 
 TEST_P(ModelOps, DecodeAttention) {
   Dev dev(GetParam());
-  for (int64_t D : {64, 40}) {
-    const int64_t H = 8, Hkv = 2, C = 300, G = H / Hkv;  // 5 pieces of 60 positions
+  struct Case {
+    int64_t H, Hkv, D, C;
+    std::vector<int32_t> pos;
+  };
+  const Case cases[] = {
+      {8, 2, 64, 300, {0, 57, 60, 299}},  // decode_attention_splits(300) = 5
+      {8, 2, 40, 300, {0, 57, 60, 299}},  // D % 4 == 0, a row over 10 of 16 lanes
+      {8, 2, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 4, C much larger than S
+      {4, 4, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 1 (LLaMA-7B's shape)
+      {16, 2, 128, 700, {0, 5, 129, 699}},            // G = 8
+      {32, 8, 128, 2048, {0, 70, 2047}},              // G = 4, enough blocks for 4 heads a block
+      {64, 8, 128, 2048, {0, 40, 2047}},              // G = 8, 8 heads a block
+      {16, 4, 256, 4096, {70, 4095}},                 // 4 heads a block of two float4s a lane
+      {4, 1, 256, 4096, {0, 1, 63, 64, 1000, 4095}},  // two float4s a lane, G = 4
+      {2, 2, 200, 500, {0, 333, 499}},                // second float4 on 18 of 32 lanes
+      {6, 3, 37, 500, {0, 1, 100, 499}},              // D % 4 != 0: scalar loads, G = 2
+      {8, 1, 8, 700, {0, 5, 699}},                    // 2 lanes a key, 16 keys a warp, G = 8
+      {3, 3, 3, 200, {0, 77, 199}},                   // one lane a key, D % 4 != 0
+      {2, 1, 300, 260, {0, 259}},                     // D above 256: four float4s a lane
+  };
+  for (const Case& c : cases) {
+    const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
     const std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
     const float scale = float(1.0 / std::sqrt(double(D)));
-    for (int32_t pos : {0, 57, 60, 299}) {
-      SCOPED_TRACE("D " + std::to_string(D) + " pos " + std::to_string(pos));
+    const float* qd = dev.put(q);
+    const float* Kd = dev.put(K);
+    const float* Vd = dev.put(V);
+    for (int32_t pos : c.pos) {
+      SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
+                   std::to_string(C) + " pos " + std::to_string(pos));
       tc::DecodeAttentionArgs a;
       a.info.name = "test.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
       a.pos = dev.put(std::vector<int32_t>{pos});
-      a.q = dev.put(q), a.k_cache = dev.put(K), a.v_cache = dev.put(V);
+      a.q = qd, a.k_cache = Kd, a.v_cache = Vd;
       a.o = dev.put(std::vector<float>(H * D, NAN));
       a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
       ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
@@ -216,6 +242,12 @@ TEST_P(ModelOps, DecodeAttention) {
           ASSERT_NEAR(o[h * D + d], ref / l, 1e-5 * (1 + std::fabs(ref / l))) << "head " << h << " d " << d;
         }
       }
+      // Deterministic: a second call (scratch poisoned again) gives the same bits.
+      a.o = dev.put(std::vector<float>(H * D, NAN));
+      a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+      const auto o2 = dev.get(a.o, H * D);
+      ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
     }
   }
 }

@@ -317,6 +317,127 @@ TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
   EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
 }
 
+// Random Q4_0 / Q8_0 rows (scales of either sign, every code).
+std::vector<uint8_t> random_q8_weights(int32_t fmt, int64_t N, int64_t K) {
+  const int64_t bytes = fmt == tc::quant::Q4_0 ? 18 : 34, nb = K / 32;
+  std::vector<uint8_t> w(size_t(N * nb * bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.005f, 0.05f);
+  for (int64_t b = 0; b < N * nb; ++b) {
+    uint8_t* p = w.data() + b * bytes;
+    const uint16_t d = tc::f32_to_f16(byte(rng()) & 1 ? scale(rng()) : -scale(rng()));
+    std::memcpy(p, &d, 2);
+    for (int64_t i = 2; i < bytes; ++i) p[i] = uint8_t(byte(rng()));
+  }
+  return w;
+}
+
+// quantize_q8 against its contract (dx = max|v| / 127, |xq dx - v| <= dx / 2,
+// sx = dx sum(xq)), then gemv_q8 with each epilogue against the float64 sum of
+// the formula on the device's own quantised X, and the product of the
+// dequantised weights with v within the 8-bit bound sum |w| dx / 2.
+TEST_P(ModelOps, QuantizeAndGemvQ8) {
+  Dev dev(GetParam());
+  struct Case {
+    int32_t fmt;
+    int64_t N, K;
+  };
+  // K = 96: rows of 54 / 102 bytes (not 16-byte multiples, W's end mid-chunk);
+  // 8192 / 11008 / 4096: several staged segments per row.
+  for (const Case& c : {Case{tc::quant::Q4_0, 7, 96}, Case{tc::quant::Q4_0, 64, 8192}, Case{tc::quant::Q4_0, 26, 11008},
+                        Case{tc::quant::Q8_0, 9, 96}, Case{tc::quant::Q8_0, 40, 4096}, Case{tc::quant::Q8_0, 3, 32}}) {
+    for (bool norm : {false, true}) {
+      const int64_t N = c.N, K = c.K, nb = K / 32;
+      SCOPED_TRACE("fmt " + std::to_string(c.fmt) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                   (norm ? " rmsnorm" : ""));
+      const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
+      const float eps = 1e-5f;
+      tc::QuantizeQ8Args qa;
+      qa.info.name = "test.quantize_q8";
+      qa.K = K;
+      qa.x = dev.put(x);
+      qa.gamma = norm ? dev.put(gamma) : nullptr;
+      qa.eps = eps;
+      qa.xq = dev.put(std::vector<int8_t>(size_t(K), int8_t(-77)));
+      qa.xd = dev.put(std::vector<float>(size_t(2 * nb), NAN));
+      ASSERT_EQ(dev.be().quantize_q8(qa, nullptr), TC_OK);
+      const auto xq = dev.get(qa.xq, size_t(K));
+      const auto xd = dev.get(qa.xd, size_t(2 * nb));
+      std::vector<double> v(static_cast<size_t>(K));
+      double ss = 0;
+      for (float e : x) ss += double(e) * e;
+      const double rstd = 1.0 / std::sqrt(ss / double(K) + eps);
+      for (int64_t k = 0; k < K; ++k) v[k] = norm ? double(x[k]) * rstd * gamma[k] : x[k];
+      for (int64_t b = 0; b < nb; ++b) {
+        double amax = 0, sum = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[b * 32 + i]));
+        const double dx = xd[2 * b];
+        ASSERT_NEAR(dx, amax / 127, 1e-6 * amax / 127) << "block " << b;
+        for (int i = 0; i < 32; ++i) {
+          const int64_t k = b * 32 + i;
+          ASSERT_LE(std::fabs(xq[k] * dx - v[k]), dx * (0.5 + 1e-5)) << "element " << k;
+          sum += xq[k];
+        }
+        ASSERT_NEAR(xd[2 * b + 1], dx * sum, 1e-6 * dx * (std::fabs(sum) + 1)) << "block " << b;
+      }
+
+      const std::vector<uint8_t> w = random_q8_weights(c.fmt, N, K);
+      // r[n] by the formula on the quantised X, its scale, and the exact product with v.
+      const size_t rows_n = static_cast<size_t>(N);
+      std::vector<double> r(rows_n), mag(rows_n), exact(rows_n), bound(rows_n);
+      const int64_t bytes = c.fmt == tc::quant::Q4_0 ? 18 : 34;
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = w.data() + (n * nb + b) * bytes;
+          uint16_t h;
+          std::memcpy(&h, blk, 2);
+          const double d = tc::f16_to_f32(h);
+          for (int i = 0; i < 32; ++i) {
+            const int q = c.fmt == tc::quant::Q4_0 ? (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8
+                                                   : int(int8_t(blk[2 + i]));
+            const double t = d * xd[2 * b] * q * xq[b * 32 + i];
+            r[n] += t, mag[n] += std::fabs(t);
+            // The weight is exactly d q (f16 d times a small integer).
+            exact[n] += d * q * v[b * 32 + i];
+            bound[n] += std::fabs(d * q) * xd[2 * b] * 0.5;
+          }
+        }
+        ASSERT_LE(std::fabs(r[n] - exact[n]), bound[n] * (1 + 1e-6) + 1e-6 * mag[n]) << "8-bit bound, row " << n;
+      }
+      tc::GemvQ8Args ga;
+      ga.info.name = "test.gemv_q8";
+      ga.fmt = c.fmt, ga.N = N, ga.K = K;
+      ga.w = dev.put(w);
+      ga.xq = qa.xq, ga.xd = qa.xd;
+      const std::vector<float> y0 = randn(size_t(N));
+      for (int e : {tc::GemvQ8Args::kStore, tc::GemvQ8Args::kAdd, tc::GemvQ8Args::kSwiglu}) {
+        if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
+        SCOPED_TRACE("epilogue " + std::to_string(e));
+        ga.epilogue = e;
+        ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(N), NAN));
+        ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
+        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;
+        const auto y = dev.get(ga.y, size_t(rows));
+        for (int64_t n = 0; n < rows; ++n) {
+          double ref = r[n], tol = 2e-5 * (mag[n] + 1e-3);
+          if (e == tc::GemvQ8Args::kAdd) ref += y0[n], tol += 1e-6 * std::fabs(y0[n]);
+          if (e == tc::GemvQ8Args::kSwiglu) {
+            const double g = r[n], u = r[n + rows];
+            ref = g / (1 + std::exp(-g)) * u;
+            tol = 2e-5 * (mag[n] * std::fabs(u) + mag[n + rows] * std::fabs(g) + 1e-3);
+          }
+          ASSERT_NEAR(y[n], ref, tol) << "row " << n;
+        }
+      }
+    }
+  }
+  // Formats without a kernel: an explicit status, nothing written.
+  tc::GemvQ8Args bad;
+  bad.info.name = "test.gemv_q8";
+  bad.fmt = tc::quant::Q4_K, bad.N = 1, bad.K = 256;
+  EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ModelOps, ::testing::ValuesIn(devices()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

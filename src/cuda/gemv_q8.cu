@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/gemv_q8act.cuh"
+#include "cuda/pdl.cuh"
 #include "quant/formats.h"
 
 namespace tc {
@@ -163,9 +164,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
-  if (n >= rows) return;  // whole warps leave
   const int64_t nb = K / 32;
   const uint8_t* wend = w + N * nb * F::kBytes;
+  // W does not depend on the kernels before this one (pdl.cuh): its rows
+  // start moving into L2 while they finish.
+  pdl_trigger();
+  if (n < rows) {
+    prefetch_l2(w + n * nb * F::kBytes, nb * F::kBytes, lane);
+    if (E == GemvQ8Args::kSwiglu) prefetch_l2(w + (n + rows) * nb * F::kBytes, nb * F::kBytes, lane);
+  }
+  pdl_wait();
+  if (n >= rows) return;  // whole warps leave
   const float r = row_dot<F>(w, wend, n, nb, xq, xd, slots[warp], lane);
   if constexpr (E == GemvQ8Args::kSwiglu) {
     const float u = row_dot<F>(w, wend, n + rows, nb, xq, xd, slots[warp], lane);
@@ -179,36 +188,36 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
 }
 
 template <class F>
-void launch_rows(const GemvQ8Args& a, cudaStream_t st) {
+cudaError_t launch_rows(const GemvQ8Args& a, cudaStream_t st) {
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
+  if (grid == 0) return cudaSuccess;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const float2* xd = reinterpret_cast<const float2*>(a.xd);
-  switch (a.epilogue) {
-    case GemvQ8Args::kAdd:
-      gemv_q8_rows<F, GemvQ8Args::kAdd><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
-      break;
-    case GemvQ8Args::kSwiglu:
-      gemv_q8_rows<F, GemvQ8Args::kSwiglu><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
-      break;
-    default: gemv_q8_rows<F, GemvQ8Args::kStore><<<grid, kWarps * 32, 0, st>>>(w, a.N, a.K, a.xq, xd, a.y);
-  }
+  auto kernel = a.epilogue == GemvQ8Args::kAdd      ? gemv_q8_rows<F, GemvQ8Args::kAdd>
+                : a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu>
+                                                    : gemv_q8_rows<F, GemvQ8Args::kStore>;
+  return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.N, a.K, a.xq, xd, a.y);
 }
 
-// One CTA: the sum of squares (f64, when normalising), then each warp
-// quantises blocks of 32 (q8act::quantize_block: the CPU's operations).
-constexpr int kQuantThreads = 1024;
-__global__ void __launch_bounds__(kQuantThreads) quantize_q8_kernel(const float* __restrict__ x,
-                                                                    const float* __restrict__ gamma, float eps,
-                                                                    int64_t K, int8_t* __restrict__ xq,
-                                                                    float2* __restrict__ xd) {
-  __shared__ double part[kQuantThreads / 32];
-  __shared__ float rstd_s;
+// CTA c quantises blocks 8c .. 8c + 7 of X, one per warp
+// (q8act::quantize_block: the CPU's operations); when normalising, every CTA
+// first sums the squares of the whole row (f64, the same fixed order in
+// each), which for the K of a decode step (a few thousand) costs less than
+// a second launch.
+constexpr int kQuantWarps = 8;
+__global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const float* __restrict__ x,
+                                                                       const float* __restrict__ gamma, float eps,
+                                                                       int64_t K, int8_t* __restrict__ xq,
+                                                                       float2* __restrict__ xd) {
+  __shared__ double part[kQuantWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  pdl_trigger();
+  pdl_wait();
   float rstd = 1.0f;
   if (gamma) {
     double ss = 0.0;
-    for (int64_t k = threadIdx.x; k < K; k += kQuantThreads) {
+    for (int64_t k = threadIdx.x; k < K; k += kQuantWarps * 32) {
       const double v = double(x[k]);
       ss += v * v;
     }
@@ -216,16 +225,13 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_q8_kernel(const float*
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) part[warp] = ss;
     __syncthreads();
-    if (warp == 0) {
-      double t = part[lane];
+    double t = 0.0;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-      if (lane == 0) rstd_s = float(1.0 / sqrt(t / double(K) + double(eps)));
-    }
-    __syncthreads();
-    rstd = rstd_s;
+    for (int i = 0; i < kQuantWarps; ++i) t += part[i];
+    rstd = float(1.0 / sqrt(t / double(K) + double(eps)));
   }
-  for (int64_t b = warp; b < K / 32; b += kQuantThreads / 32) {
+  const int64_t b = int64_t(blockIdx.x) * kQuantWarps + warp;
+  if (b < K / 32) {
     const int64_t k = b * 32 + lane;
     const float v = gamma ? __fmul_rn(__fmul_rn(x[k], rstd), gamma[k]) : x[k];
     q8act::quantize_block(v, lane, xq + b * 32, xd + b);
@@ -237,9 +243,12 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_q8_kernel(const float*
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
   if (a.K % 32 != 0) return fail(TC_ERR_UNSUPPORTED, "%s: K %lld is not a multiple of 32", a.info.name, (long long)a.K);
   s->last_kernel = "quantize_q8";
-  quantize_q8_kernel<<<1, kQuantThreads, 0, s->stream>>>(a.x, a.gamma, a.eps, a.K, a.xq,
-                                                         reinterpret_cast<float2*>(a.xd));
-  return check(cudaGetLastError(), "quantize_q8: launch");
+  const int64_t nb = a.K / 32;
+  const unsigned grid = unsigned((nb + kQuantWarps - 1) / kQuantWarps);
+  if (grid == 0) return TC_OK;
+  return check(launch_pdl(quantize_q8_kernel, dim3(grid), dim3(kQuantWarps * 32), 0, s->stream, a.x, a.gamma, a.eps,
+                          a.K, a.xq, reinterpret_cast<float2*>(a.xd)),
+               "quantize_q8: launch");
 }
 
 tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
@@ -248,9 +257,9 @@ tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
   if (a.K % 32 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs K a multiple of 32 and W 16-byte aligned", a.info.name);
   s->last_kernel = "gemv_q8_rows";
-  if (a.fmt == quant::Q4_0) launch_rows<Q4_0>(a, s->stream);
-  else launch_rows<Q8_0>(a, s->stream);
-  return check(cudaGetLastError(), "gemv_q8: launch");
+  if (a.N == 0) return TC_OK;
+  return check(a.fmt == quant::Q4_0 ? launch_rows<Q4_0>(a, s->stream) : launch_rows<Q8_0>(a, s->stream),
+               "gemv_q8: launch");
 }
 
 }  // namespace cuda

@@ -40,6 +40,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/pdl.cuh"
 #include "quant/formats.h"
 
 namespace tc {
@@ -113,6 +114,8 @@ __device__ float dequant_at(int32_t fmt, const uint8_t* row, int64_t k) {
 
 __global__ void embed_rows_kernel(int32_t fmt, int64_t K, uint64_t row_bytes, const uint8_t* table,
                                   const int32_t* tokens, float* dst) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = blockIdx.y;
   const uint8_t* row = table + uint64_t(tokens[i]) * row_bytes;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K; k += int64_t(gridDim.x) * blockDim.x)
@@ -159,6 +162,8 @@ struct AttnParams {
 
 // Block (token i, head h): queries for h < H, keys and values after them.
 __global__ void rope_kv_append_kernel(RopeParams a) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = blockIdx.x, h = blockIdx.y, D = a.D, half = D / 2, p = int64_t(*a.pos) + i;
   const float* c = a.cos_t + p * half;
   const float* s = a.sin_t + p * half;
@@ -263,6 +268,8 @@ template <int R, int GT, bool kVec>
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParams a) {
   constexpr int U = attn_unroll(R, GT);
   extern __shared__ float smem[];
+  pdl_trigger();
+  pdl_wait();
   const int D = int(a.D), NV = (D + 3) / 4, L = a.lanes, KPW = 32 / L;
   const int64_t S = int64_t(*a.pos) + 1, piece = blockIdx.x, chunk = attn_piece(S, a.splits, a.ks);
   const int64_t j0 = piece * chunk;
@@ -385,6 +392,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnParams a) {
   extern __shared__ float wgt[];
   __shared__ float red[kWarps];
+  pdl_trigger();
+  pdl_wait();
   const int64_t D = a.D, h = blockIdx.x, splits = a.splits, S = int64_t(*a.pos) + 1;
   const int64_t chunk = attn_piece(S, splits, a.ks), used = (S + chunk - 1) / chunk;
   const float* pu = a.partial + h * splits * D;
@@ -415,9 +424,9 @@ unsigned blocks_for(int64_t n, int threads) {
 tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
   s->last_kernel = "embed_rows";
   const dim3 grid(blocks_for(a.K, 256), unsigned(a.n));
-  embed_rows_kernel<<<grid, 256, 0, s->stream>>>(a.fmt, a.K, a.row_bytes, static_cast<const uint8_t*>(a.table),
-                                                 a.tokens, a.dst);
-  return check(cudaGetLastError(), "embed_rows: launch");
+  return check(launch_pdl(embed_rows_kernel, grid, dim3(256), 0, s->stream, a.fmt, a.K, a.row_bytes,
+                          static_cast<const uint8_t*>(a.table), a.tokens, a.dst),
+               "embed_rows: launch");
 }
 
 tc_status add(Device&, StreamState* s, const AddArgs& a) {
@@ -451,8 +460,9 @@ tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
                      a.q,     a.k,     a.v,     a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache};
   s->last_kernel = "rope_kv_append";
   const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
-  rope_kv_append_kernel<<<dim3(unsigned(a.n), unsigned(a.H + a.Hkv)), threads, 0, s->stream>>>(p);
-  return check(cudaGetLastError(), "rope_kv_append: launch");
+  return check(launch_pdl(rope_kv_append_kernel, dim3(unsigned(a.n), unsigned(a.H + a.Hkv)), dim3(threads), 0,
+                          s->stream, p),
+               "rope_kv_append: launch");
 }
 
 tc_status heads_to_tokens(Device&, StreamState* s, const HeadsToTokensArgs& a) {
@@ -511,11 +521,14 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   // (D <= 4, gt 8), under the 48 KB default.
   const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);
   s->last_kernel = "decode_attention_split";
-  split<<<dim3(unsigned(splits), unsigned(a.H / gt)), kAttnThreads, smem, s->stream>>>(p);
-  if (tc_status st = check(cudaGetLastError(), "decode_attention: launch")) return st;
+  if (tc_status st = check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt)), dim3(kAttnThreads), smem,
+                                      s->stream, p),
+                           "decode_attention: launch"))
+    return st;
   s->last_kernel = "decode_attention_combine";
-  decode_attention_combine<<<unsigned(a.H), kAttnThreads, size_t(splits) * sizeof(float), s->stream>>>(p);
-  return check(cudaGetLastError(), "decode_attention: combine launch");
+  return check(launch_pdl(decode_attention_combine, dim3(unsigned(a.H)), dim3(kAttnThreads),
+                          size_t(splits) * sizeof(float), s->stream, p),
+               "decode_attention: combine launch");
 }
 
 }  // namespace cuda

@@ -1,0 +1,67 @@
+// Programmatic dependent launch (Hopper): a kernel launched with
+// launch_pdl may be scheduled while the kernel before it on the stream is
+// still running, so its launch latency and anything it does before
+// pdl_wait() (address arithmetic, L2 prefetches of weights it alone reads)
+// overlap the previous kernel's tail. A decode step is ~350 small
+// dependent kernels in one CUDA graph, where each boundary otherwise
+// costs a drain and a ramp (~2-3 us on the H200).
+//
+// Contract for a kernel launched with launch_pdl: every CTA calls
+// pdl_wait() before it reads anything the previous kernels wrote or writes
+// anything they may read, and before it exits (so the kernel completes only
+// after its predecessor: the next kernel's wait then covers the whole
+// chain). pdl_trigger() lets the next kernel be scheduled once every CTA of
+// this one has called it; without it that happens at completion. Both are
+// no-ops on a kernel launched normally. TC_CUDA_PDL=0 (read once) launches
+// normally.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/env.h"
+
+namespace tc {
+namespace cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// The 128-byte lines of [p, p + bytes) into L2 (one per lane step).
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = int64_t(lane) * 128; o < bytes; o += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + o));
+}
+
+inline bool pdl_enabled() {
+  static const bool on = !env_off("TC_CUDA_PDL");
+  return on;
+}
+
+template <class... KArgs, class... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+}  // namespace cuda
+}  // namespace tc

@@ -28,9 +28,11 @@
 // (dx, sx)) is read with __ldg: every warp reads the same few KB, from L1.
 // The lane partial sums reduce by shuffles in a fixed order: results are
 // deterministic.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cuda/device.h"
@@ -156,10 +158,17 @@ __device__ float row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int
   return acc;
 }
 
-template <class F, int E>
+// Y in TY (f32 for the decode step; f16 / bf16 when serving gemv_quantized).
+template <class TY>
+__device__ __forceinline__ void store_y(TY* y, float v) {
+  if constexpr (std::is_same<TY, float>::value) *y = v;
+  else q8act::store(y, v);
+}
+
+template <class F, int E, class TY>
 __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __restrict__ w, int64_t N, int64_t K,
                                                             const int8_t* __restrict__ xq,
-                                                            const float2* __restrict__ xd, float* __restrict__ y) {
+                                                            const float2* __restrict__ xd, TY* __restrict__ y) {
   __shared__ __align__(16) uint8_t slots[kWarps][Seg<F>::kSlotBytes];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
@@ -179,25 +188,32 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   if constexpr (E == GemvQ8Args::kSwiglu) {
     const float u = row_dot<F>(w, wend, n + rows, nb, xq, xd, slots[warp], lane);
     // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-    if (lane == 0) y[n] = r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u;
+    if (lane == 0) store_y(y + n, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
   } else if constexpr (E == GemvQ8Args::kAdd) {
     if (lane == 0) y[n] += r;
   } else {
-    if (lane == 0) y[n] = r;
+    if (lane == 0) store_y(y + n, r);
   }
 }
 
-template <class F>
-cudaError_t launch_rows(const GemvQ8Args& a, cudaStream_t st) {
+template <class F, class TY>
+cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
   if (grid == 0) return cudaSuccess;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const float2* xd = reinterpret_cast<const float2*>(a.xd);
-  auto kernel = a.epilogue == GemvQ8Args::kAdd      ? gemv_q8_rows<F, GemvQ8Args::kAdd>
-                : a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu>
-                                                    : gemv_q8_rows<F, GemvQ8Args::kStore>;
-  return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.N, a.K, a.xq, xd, a.y);
+  void (*kernel)(const uint8_t*, int64_t, int64_t, const int8_t*, const float2*, TY*) =
+      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY>
+                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY>;
+  if constexpr (std::is_same<TY, float>::value)
+    if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float>;
+  return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.N, a.K, a.xq, xd, y);
+}
+
+template <class TY>
+cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
+  return a.fmt == quant::Q4_0 ? launch_rows<Q4_0>(a, y, st) : launch_rows<Q8_0>(a, y, st);
 }
 
 // CTA c quantises blocks 8c .. 8c + 7 of X, one per warp
@@ -206,8 +222,9 @@ cudaError_t launch_rows(const GemvQ8Args& a, cudaStream_t st) {
 // each), which for the K of a decode step (a few thousand) costs less than
 // a second launch.
 constexpr int kQuantWarps = 8;
-__global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const float* __restrict__ x,
-                                                                       const float* __restrict__ gamma, float eps,
+template <class T>
+__global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* __restrict__ x,
+                                                                       const T* __restrict__ gamma, float eps,
                                                                        int64_t K, int8_t* __restrict__ xq,
                                                                        float2* __restrict__ xd) {
   __shared__ double part[kQuantWarps];
@@ -218,7 +235,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const flo
   if (gamma) {
     double ss = 0.0;
     for (int64_t k = threadIdx.x; k < K; k += kQuantWarps * 32) {
-      const double v = double(x[k]);
+      const double v = double(q8act::x_at(x + k));
       ss += v * v;
     }
 #pragma unroll
@@ -233,9 +250,17 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const flo
   const int64_t b = int64_t(blockIdx.x) * kQuantWarps + warp;
   if (b < K / 32) {
     const int64_t k = b * 32 + lane;
-    const float v = gamma ? __fmul_rn(__fmul_rn(x[k], rstd), gamma[k]) : x[k];
+    const float xk = q8act::x_at(x + k);
+    const float v = gamma ? __fmul_rn(__fmul_rn(xk, rstd), q8act::x_at(gamma + k)) : xk;
     q8act::quantize_block(v, lane, xq + b * 32, xd + b);
   }
+}
+
+template <class T>
+cudaError_t launch_quantize(const T* x, const T* gamma, float eps, int64_t K, int8_t* xq, float2* xd, cudaStream_t st) {
+  const unsigned grid = unsigned((K / 32 + kQuantWarps - 1) / kQuantWarps);
+  if (grid == 0) return cudaSuccess;
+  return launch_pdl(quantize_q8_kernel<T>, dim3(grid), dim3(kQuantWarps * 32), 0, st, x, gamma, eps, K, xq, xd);
 }
 
 }  // namespace
@@ -243,11 +268,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const flo
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
   if (a.K % 32 != 0) return fail(TC_ERR_UNSUPPORTED, "%s: K %lld is not a multiple of 32", a.info.name, (long long)a.K);
   s->last_kernel = "quantize_q8";
-  const int64_t nb = a.K / 32;
-  const unsigned grid = unsigned((nb + kQuantWarps - 1) / kQuantWarps);
-  if (grid == 0) return TC_OK;
-  return check(launch_pdl(quantize_q8_kernel, dim3(grid), dim3(kQuantWarps * 32), 0, s->stream, a.x, a.gamma, a.eps,
-                          a.K, a.xq, reinterpret_cast<float2*>(a.xd)),
+  return check(launch_quantize(a.x, a.gamma, a.eps, a.K, a.xq, reinterpret_cast<float2*>(a.xd), s->stream),
                "quantize_q8: launch");
 }
 
@@ -257,9 +278,33 @@ tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
   if (a.K % 32 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs K a multiple of 32 and W 16-byte aligned", a.info.name);
   s->last_kernel = "gemv_q8_rows";
-  if (a.N == 0) return TC_OK;
-  return check(a.fmt == quant::Q4_0 ? launch_rows<Q4_0>(a, s->stream) : launch_rows<Q8_0>(a, s->stream),
-               "gemv_q8: launch");
+  return check(launch_fmt(a, a.y, s->stream), "gemv_q8: launch");
+}
+
+size_t gemv_q8_scratch_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256 + size_t(K / 32) * sizeof(float2); }
+
+tc_status gemv_q8_one_row(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
+                          const void* w, int64_t N, int64_t K, void* y, void* scratch) {
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + (size_t(K) + 255) / 256 * 256);
+  s->last_kernel = "quantize_q8";
+  cudaError_t e;
+  if (dtype == TC_DTYPE_F16)
+    e = launch_quantize(static_cast<const __half*>(x), static_cast<const __half*>(gamma), eps, K, xq, xd, s->stream);
+  else if (dtype == TC_DTYPE_BF16)
+    e = launch_quantize(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(gamma), eps, K, xq, xd,
+                        s->stream);
+  else
+    e = launch_quantize(static_cast<const float*>(x), static_cast<const float*>(gamma), eps, K, xq, xd, s->stream);
+  if (tc_status st = check(e, "gemv_quantized: quantize X")) return st;
+  GemvQ8Args a;
+  a.fmt = fmt, a.N = N, a.K = K;
+  a.w = w, a.xq = xq, a.xd = reinterpret_cast<const float*>(xd);
+  s->last_kernel = "gemv_q8_rows";
+  if (dtype == TC_DTYPE_F16) e = launch_fmt(a, static_cast<__half*>(y), s->stream);
+  else if (dtype == TC_DTYPE_BF16) e = launch_fmt(a, static_cast<__nv_bfloat16*>(y), s->stream);
+  else e = launch_fmt(a, static_cast<float*>(y), s->stream);
+  return check(e, "gemv_quantized: launch");
 }
 
 }  // namespace cuda

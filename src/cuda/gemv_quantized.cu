@@ -5,6 +5,9 @@
 // W quantised row by row (src/quant/formats.h), X and Y in f16, bf16 or f32,
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
 // eps). Two paths:
+//  - one row of f16/bf16 X against Q4_0 or Q8_0 (the decode shape; unless
+//    TC_CUDA_GEMV_INT8=0): X quantised to 8 bits per block of 32 and the
+//    warp-staged __dp4a kernel of gemv_q8.cu (two launches);
 //  - with TC_CUDA_GEMV_INT8=1 (read once; off by default, see
 //    int8_activations()), f16/bf16 activations against Q4_0, Q8_0, Q4_K or
 //    Q6_K, as the CPU chooses on an AVX512-VNNI processor: X (normalised
@@ -271,14 +274,21 @@ bool legacy_only() {
   return v;
 }
 
-// Whether TC_CUDA_GEMV_INT8=1 asks for the 8-bit activation (__dp4a) path for
-// f16/bf16 X (read once). Off by default: on the H200 it measured no faster
-// than the exact kernels (Q4_0 14336x4096: 21% of copy bandwidth against 24%;
-// LLaMA-7B decode 172 tok/s against 200) and it rounds the activations.
+// Whether TC_CUDA_GEMV_INT8=1 asks for the 8-bit activation (__dp4a) path of
+// gemv_q8act.cuh for every f16/bf16 product of Q4_0, Q8_0, Q4_K and Q6_K
+// (read once). Off by default: on the H200 those kernels measured no faster
+// than the exact ones (Q4_0 14336x4096: 21% of copy bandwidth against 24%).
 bool int8_activations() {
   static const bool v = env_on("TC_CUDA_GEMV_INT8");
   return v;
 }
+
+// Whether one-row f16/bf16 products of Q4_0 / Q8_0 take the warp-staged
+// 8-bit kernel of gemv_q8.cu (quantize_q8 + gemv_q8_rows): on unless
+// TC_CUDA_GEMV_INT8=0 (read at every call) or TC_CUDA_GEMV_LEGACY=1. It
+// measured ~1.6-2x the exact streaming kernel on the H200 (Q4_0
+// 14336x4096: 50% of copy bandwidth against 31%).
+bool one_row_int8() { return !env_off("TC_CUDA_GEMV_INT8") && !legacy_only(); }
 
 struct Tile {
   const void* x;  // first row of the tile
@@ -558,6 +568,10 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
   const size_t es = dtype_size(a.dtype);
   const int64_t M = a.M, N = a.N, K = a.K;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  if (M == 1 && a.dtype != TC_DTYPE_F32 && (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0) && K % 32 == 0 &&
+      is_aligned16(w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&
+      one_row_int8() && s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(K))
+    return gemv_q8_one_row(s, a.fmt, a.dtype, a.x, fused ? a.gamma : nullptr, a.eps, w, N, K, a.y, s->workspace);
   const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
   // X rows are read 4 elements at a time by the f32 kernels: the buffer
   // must be 16-byte (f32) or 8-byte (f16/bf16) aligned, else it is copied

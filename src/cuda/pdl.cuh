@@ -12,8 +12,8 @@
 // after its predecessor: the next kernel's wait then covers the whole
 // chain). pdl_trigger() lets the next kernel be scheduled once every CTA of
 // this one has called it; without it that happens at completion. Both are
-// no-ops on a kernel launched normally. TC_CUDA_PDL=0 (read once) launches
-// normally.
+// no-ops on a kernel launched normally. TC_CUDA_PDL=0 (read at every
+// launch: a recorded graph keeps what it was captured with) launches normally.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,10 +42,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int la
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + o));
 }
 
-inline bool pdl_enabled() {
-  static const bool on = !env_off("TC_CUDA_PDL");
-  return on;
-}
+inline bool pdl_enabled() { return !env_off("TC_CUDA_PDL"); }
 
 template <class... KArgs, class... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

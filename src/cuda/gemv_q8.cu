@@ -66,13 +66,16 @@ __device__ __forceinline__ uint32_t data_word(uint32_t lo, uint32_t hi, bool odd
   return __funnelshift_rc(lo, hi, odd ? 32 : 16);
 }
 
+// The block's f16 scale: its first 2 bytes.
+__device__ __forceinline__ float block_scale(uint32_t w0, bool odd) { return f16_bits(odd ? w0 >> 16 : w0 & 0xFFFFu); }
+
 struct Q4_0 {
   static constexpr int kBytes = 18, kSegBlocks = 128;
   // d (dx dot(q, xq) - 8 sx) for the block at p (shared memory).
   __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
     uint32_t w[5];
     const bool odd = load_words(p, w);
-    const float d = f16_bits(odd ? w[0] >> 16 : w[0] & 0xFFFFu);
+    const float d = block_scale(w[0], odd);
     const int4 xl = __ldg(reinterpret_cast<const int4*>(xq));
     const int4 xh = __ldg(reinterpret_cast<const int4*>(xq + 16));
     const int xlo[4] = {xl.x, xl.y, xl.z, xl.w}, xhi[4] = {xh.x, xh.y, xh.z, xh.w};
@@ -93,7 +96,7 @@ struct Q8_0 {
   __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
     uint32_t w[9];
     const bool odd = load_words(p, w);
-    const float d = f16_bits(odd ? w[0] >> 16 : w[0] & 0xFFFFu);
+    const float d = block_scale(w[0], odd);
     int s = 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -7,8 +7,8 @@
 //     block of 32: dx = max|v| / 127, xq = rne(v * (1 / dx)), sx = dx sum(xq)
 //   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0)
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -52,27 +52,19 @@ namespace {
 // Row n's r (see the top of the file).
 float row_q8(const GemvQ8Args& a, int64_t n) {
   const int64_t nb = a.K / 32;
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
   float r = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* xq = a.xq + b * 32;
     const float dx = a.xd[2 * b], sx = a.xd[2 * b + 1];
     int s = 0;
-    float d;
     if (a.fmt == quant::Q4_0) {
-      const uint8_t* blk = w + (n * nb + b) * 18;
-      uint16_t h;
-      std::memcpy(&h, blk, 2);
-      d = f16_to_f32(h);
-      for (int i = 0; i < 16; ++i) s += (blk[2 + i] & 15) * xq[i] + (blk[2 + i] >> 4) * xq[16 + i];
-      r += d * (dx * float(s) - 8.0f * sx);
+      const auto* blk = static_cast<const quant::BlockQ4_0*>(a.w) + n * nb + b;
+      for (int i = 0; i < 16; ++i) s += (blk->qs[i] & 15) * xq[i] + (blk->qs[i] >> 4) * xq[16 + i];
+      r += f16_to_f32(blk->d) * (dx * float(s) - 8.0f * sx);
     } else {
-      const uint8_t* blk = w + (n * nb + b) * 34;
-      uint16_t h;
-      std::memcpy(&h, blk, 2);
-      d = f16_to_f32(h);
-      for (int i = 0; i < 32; ++i) s += int8_t(blk[2 + i]) * xq[i];
-      r += d * (dx * float(s));
+      const auto* blk = static_cast<const quant::BlockQ8_0*>(a.w) + n * nb + b;
+      for (int i = 0; i < 32; ++i) s += blk->qs[i] * xq[i];
+      r += f16_to_f32(blk->d) * (dx * float(s));
     }
   }
   return r;

@@ -147,9 +147,14 @@ tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArg
 // gemv_q8.cu
 tc_status quantize_q8(Device& dev, StreamState* s, const QuantizeQ8Args& args);
 tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& args);
+// X (K elements of dtype, RMS-normalised with gamma when set) to 8 bits per
+// block of 32: xq and (dx, sx) per block (several rows at once when gamma is
+// null: K is then their total).
+cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t K, int8_t* xq,
+                               float2* xd, cudaStream_t st);
 // gemv_quantized's one-row Q4_0 / Q8_0 products on 8-bit activations: X (in
-// dtype, RMS-normalised with gamma when set) quantised into `scratch`
-// (gemv_q8_scratch_bytes(K), 256-byte aligned), then Y in dtype.
+// dtype f16 or bf16, RMS-normalised with gamma when set) quantised into
+// `scratch` (gemv_q8_scratch_bytes(K), 256-byte aligned), then Y in dtype.
 size_t gemv_q8_scratch_bytes(int64_t K);
 tc_status gemv_q8_one_row(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
                           const void* w, int64_t N, int64_t K, void* y, void* scratch);

@@ -260,18 +260,31 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
 }
 
 template <class T>
-cudaError_t launch_quantize(const T* x, const T* gamma, float eps, int64_t K, int8_t* xq, float2* xd, cudaStream_t st) {
+cudaError_t launch_quantize(const void* x, const void* gamma, float eps, int64_t K, int8_t* xq, float2* xd,
+                            cudaStream_t st) {
   const unsigned grid = unsigned((K / 32 + kQuantWarps - 1) / kQuantWarps);
   if (grid == 0) return cudaSuccess;
-  return launch_pdl(quantize_q8_kernel<T>, dim3(grid), dim3(kQuantWarps * 32), 0, st, x, gamma, eps, K, xq, xd);
+  return launch_pdl(quantize_q8_kernel<T>, dim3(grid), dim3(kQuantWarps * 32), 0, st, static_cast<const T*>(x),
+                    static_cast<const T*>(gamma), eps, K, xq, xd);
 }
 
+// The int8 X's bytes, rounded up so that its (dx, sx) start 256-byte aligned.
+size_t xq_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256; }
+
 }  // namespace
+
+cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t K, int8_t* xq,
+                               float2* xd, cudaStream_t st) {
+  if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, K, xq, xd, st);
+  if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, K, xq, xd, st);
+  return launch_quantize<float>(x, gamma, eps, K, xq, xd, st);
+}
 
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
   if (a.K % 32 != 0) return fail(TC_ERR_UNSUPPORTED, "%s: K %lld is not a multiple of 32", a.info.name, (long long)a.K);
   s->last_kernel = "quantize_q8";
-  return check(launch_quantize(a.x, a.gamma, a.eps, a.K, a.xq, reinterpret_cast<float2*>(a.xd), s->stream),
+  return check(launch_quantize_q8(TC_DTYPE_F32, a.x, a.gamma, a.eps, a.K, a.xq, reinterpret_cast<float2*>(a.xd),
+                                  s->stream),
                "quantize_q8: launch");
 }
 
@@ -284,29 +297,21 @@ tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
   return check(launch_fmt(a, a.y, s->stream), "gemv_q8: launch");
 }
 
-size_t gemv_q8_scratch_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256 + size_t(K / 32) * sizeof(float2); }
+size_t gemv_q8_scratch_bytes(int64_t K) { return xq_bytes(K) + size_t(K / 32) * sizeof(float2); }
 
 tc_status gemv_q8_one_row(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
                           const void* w, int64_t N, int64_t K, void* y, void* scratch) {
   int8_t* xq = static_cast<int8_t*>(scratch);
-  float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + (size_t(K) + 255) / 256 * 256);
+  float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + xq_bytes(K));
   s->last_kernel = "quantize_q8";
-  cudaError_t e;
-  if (dtype == TC_DTYPE_F16)
-    e = launch_quantize(static_cast<const __half*>(x), static_cast<const __half*>(gamma), eps, K, xq, xd, s->stream);
-  else if (dtype == TC_DTYPE_BF16)
-    e = launch_quantize(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(gamma), eps, K, xq, xd,
-                        s->stream);
-  else
-    e = launch_quantize(static_cast<const float*>(x), static_cast<const float*>(gamma), eps, K, xq, xd, s->stream);
-  if (tc_status st = check(e, "gemv_quantized: quantize X")) return st;
+  if (tc_status st = check(launch_quantize_q8(dtype, x, gamma, eps, K, xq, xd, s->stream), "gemv_quantized: quantize X"))
+    return st;
   GemvQ8Args a;
   a.fmt = fmt, a.N = N, a.K = K;
   a.w = w, a.xq = xq, a.xd = reinterpret_cast<const float*>(xd);
   s->last_kernel = "gemv_q8_rows";
-  if (dtype == TC_DTYPE_F16) e = launch_fmt(a, static_cast<__half*>(y), s->stream);
-  else if (dtype == TC_DTYPE_BF16) e = launch_fmt(a, static_cast<__nv_bfloat16*>(y), s->stream);
-  else e = launch_fmt(a, static_cast<float*>(y), s->stream);
+  const cudaError_t e = dtype == TC_DTYPE_F16 ? launch_fmt(a, static_cast<__half*>(y), s->stream)
+                                              : launch_fmt(a, static_cast<__nv_bfloat16*>(y), s->stream);
   return check(e, "gemv_quantized: launch");
 }
 

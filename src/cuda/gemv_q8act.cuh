@@ -19,7 +19,7 @@
 //
 // Launches: for M = 1 (decode) one kernel, gemv1, whose CTAs each quantise
 // X into shared memory before their rows; for M > 1 a pre-kernel
-// (quantize_x in gemv_quantized.cu) writes the int8 X to the stream's
+// (launch_quantize_q8 of gemv_q8.cu) writes the int8 X to the stream's
 // workspace, and gemv takes up to 8 rows of X per pass over W.
 //
 // Layout of the work: one warp per row of W (8 rows per CTA). kLanes
@@ -285,7 +285,7 @@ __device__ __forceinline__ void row_dot(const uint8_t* wr, const XQ& x, int mt, 
 }
 
 // Y[m, n] for the tile's rows m < mt <= MT, X quantised beforehand (by
-// quantize_x of gemv_quantized.cu); one warp per row n of W.
+// launch_quantize_q8 of gemv_q8.cu); one warp per row n of W.
 template <class F, int A, int MT, class TY, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) gemv(const uint8_t* __restrict__ w, XQ x, TY* __restrict__ y, int mt,
                                                     int64_t N) {

@@ -251,17 +251,6 @@ __global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamm
     out[k] = __fmul_rn(__fmul_rn(load_x1<T>(xr + k), rstd), load_x1<T>(gamma + k));
 }
 
-// The 8-bit activations of gemv_q8act.cuh for M > 1: one warp per block of
-// 32 of X (rows of K back to back).
-template <class T>
-__global__ void __launch_bounds__(256) quantize_x(const T* __restrict__ x, int8_t* __restrict__ xq,
-                                                  float2* __restrict__ xd, int64_t nblocks) {
-  const int lane = threadIdx.x % 32;
-  const int64_t blk = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (blk >= nblocks) return;  // the whole warp leaves together
-  q8act::quantize_block(load_x1<T>(x + blk * 32 + lane), lane, xq + blk * 32, xd + blk);
-}
-
 // ---- launch --------------------------------------------------------------------------------
 
 bool is_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -533,12 +522,9 @@ void launch_q8_tile(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, cons
     }
     return;
   }
-  const int64_t nblocks = int64_t(t.mt) * (t.K / 32);
-  const unsigned grid = unsigned((nblocks + 7) / 8);
-  if (xdt == TC_DTYPE_F32) quantize_x<float><<<grid, 256, 0, st>>>(static_cast<const float*>(t.x), xq, xd, nblocks);
-  else if (xdt == TC_DTYPE_F16)
-    quantize_x<__half><<<grid, 256, 0, st>>>(static_cast<const __half*>(t.x), xq, xd, nblocks);
-  else quantize_x<__nv_bfloat16><<<grid, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(t.x), xq, xd, nblocks);
+  // Rows of K back to back: one run of mt * K activations (gemv_q8.cu).
+  // A launch error is the caller's cudaGetLastError().
+  (void)launch_quantize_q8(xdt, t.x, nullptr, 0.0f, int64_t(t.mt) * t.K, xq, xd, st);
   const q8act::XQ x{xq, xd, t.K};
   if (ydt == TC_DTYPE_F16) launch_q8_rows<__half>(fmt, x, w, aligned, static_cast<__half*>(t.y), t.mt, t.N, st);
   else launch_q8_rows<__nv_bfloat16>(fmt, x, w, aligned, static_cast<__nv_bfloat16*>(t.y), t.mt, t.N, st);

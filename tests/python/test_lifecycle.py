@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import BF16, bf16_bits_to_f32, random_array, run_python
+from conftest import BF16, assert_close, bf16_bits_to_f32, random_array, run_python
 
 STATUS_STRINGS = {
     0: "ok", -1: "context not initialized", -2: "context already initialized", -3: "no device available",
@@ -232,7 +232,7 @@ def test_buffer_from_ptr_gemm_writes_caller_memory(cpu_ctx, rng):
     A, B = cpu_ctx.buffer_from_array(a), cpu_ctx.buffer_from_array(b)
     C = cpu_ctx.buffer_from_ptr(c, c.nbytes)
     cpu_ctx.gemm(A, B, C, 4, 5, 3, dtype="f32")
-    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5)
+    assert_close(c, a.astype(np.float64) @ b, np.abs(a.astype(np.float64)) @ np.abs(b), 1e-6)
 
 
 # ---- streams ---------------------------------------------------------------------------------
@@ -367,7 +367,8 @@ def test_raw_handles_are_accepted_everywhere(ctx, rng):
     s = tc.stream_create(ctypes.c_void_p(ctx.handle))
     tc.gemm_async(ctx.handle, A.handle, ctypes.c_void_p(A.handle), C.handle, 3, 3, 3, s.handle, dtype="f32")
     tc.stream_sync(s.handle)
-    np.testing.assert_allclose(C.to_numpy((3, 3), np.float32), a.astype(np.float64) @ a, rtol=1e-5)
+    a64 = a.astype(np.float64)
+    assert_close(C.to_numpy((3, 3), np.float32), a64 @ a64, np.abs(a64) @ np.abs(a64), 1e-6)
     assert C in ctx._buffers and s in ctx._streams
     # ctypes sees the wrappers as handles directly
     size = ctypes.c_size_t()

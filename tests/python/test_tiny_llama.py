@@ -59,7 +59,8 @@ def test_tensorcore_loss_and_gradient_match_numpy(cpu_ctx, rng, interleaved):
     theta = random_theta(cfg, rng)
     # Errors are measured against the reference in float64; the f32 NumPy
     # path itself is off by as much (up to ~5e-5 of a tensor's largest
-    # gradient after two layers of f32 forward and backward).
+    # gradient after two layers of f32 forward and backward, ~1.1e-4 on
+    # some draws: the limit is 3e-4, while a wrong term is off by O(1)).
     # The tensorcore path's weights and gradient in tensorcore buffers, as in the example.
     tbuf, gbuf = cpu_ctx.buffer(theta.nbytes), cpu_ctx.buffer(theta.nbytes)
     tbuf.write(theta)
@@ -77,7 +78,7 @@ def test_tensorcore_loss_and_gradient_match_numpy(cpu_ctx, rng, interleaved):
         got = gbuf.to_numpy(theta.size, np.float32)
         for name, g in M.views(cfg, got).items():
             r = M.views(cfg, ref_grad)[name]
-            assert_close(g, r, np.max(np.abs(r)), 1e-4, "d%s (B=%d, T=%d)" % (name, B, T))
+            assert_close(g, r, np.max(np.abs(r)), 3e-4, "d%s (B=%d, T=%d)" % (name, B, T))
         lg, lr = net.logits(x), ref.logits(x)
         assert_close(lg, lr, np.max(np.abs(lr)), 5e-5, "logits")
 

@@ -212,8 +212,7 @@ tc_status tc_llama_set_activations(tc_llama m, tc_dtype dtype) {
     if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
       return fail(TC_ERR_UNSUPPORTED_DTYPE, "tc_llama_set_activations: %s activations (f32 or f16)",
                   dtype_label(dtype).c_str());
-    m->impl->set_activations(dtype);
-    return TC_OK;
+    return m->impl->set_activations(dtype);
   });
 }
 

@@ -400,6 +400,12 @@ inline int64_t decode_attention_splits(int64_t C) {
 //       kSwiglu: y[n] = silu(r[n]) r[n + N/2] for n < N/2 (W's rows [gate; up])
 // Q4_0 and Q8_0 weights, K a multiple of 32; other formats answer
 // TC_ERR_UNSUPPORTED before anything is enqueued.
+//
+// W comes in GGUF's layout (blocks of a 2-byte scale and the quants: 18 or
+// 34 bytes, only 2-byte aligned) or in the split layout repack_q8 writes,
+// the same numbers with every block's quants 16-byte aligned and the scales
+// apart, which a GPU reads with whole 16-byte loads and no staging:
+//   qs [N][K/32][QB] (QB = 16 for Q4_0, 32 for Q8_0), d [N][K/32] (f16 bits)
 struct QuantizeQ8Args {
   OpInfo info;
   int64_t K = 0;
@@ -414,11 +420,21 @@ struct GemvQ8Args {
   OpInfo info;
   int32_t fmt = 0;
   int64_t N = 0, K = 0;
-  const void* w = nullptr;  // N rows of K weights in fmt
+  const void* w = nullptr;        // N rows of K weights in fmt; with wd: the split layout's qs
+  const uint16_t* wd = nullptr;   // the split layout's scales, or null: W in GGUF's layout
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
   float* y = nullptr;  // [N], or [N / 2] for kSwiglu
   int epilogue = kStore;
+};
+// W (GGUF layout, 2-byte aligned) into the split layout (qs 16-byte aligned).
+struct RepackQ8Args {
+  OpInfo info;
+  int32_t fmt = 0;
+  int64_t N = 0, K = 0;
+  const void* w = nullptr;
+  void* qs = nullptr;
+  uint16_t* d = nullptr;
 };
 // ---- end model ops ----
 
@@ -524,6 +540,7 @@ class Backend {
   virtual tc_status decode_attention(const DecodeAttentionArgs& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status quantize_q8(const QuantizeQ8Args& args, Queue*) { return no_kernel(args.info); }
   virtual tc_status gemv_q8(const GemvQ8Args& args, Queue*) { return no_kernel(args.info); }
+  virtual tc_status repack_q8(const RepackQ8Args& args, Queue*) { return no_kernel(args.info); }
 
   // ---- Graphs: a queue's work recorded once and replayed as one launch ----
   // (CUDA graphs). Between begin_capture and end_capture the ops enqueued on

@@ -172,6 +172,7 @@ class CpuBackend final : public Backend {
   }
   tc_status quantize_q8(const QuantizeQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::quantize_q8); }
   tc_status gemv_q8(const GemvQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemv_q8); }
+  tc_status repack_q8(const RepackQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::repack_q8); }
   tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::copy_2d); }
   // ---- end model ops
 };

@@ -7,8 +7,10 @@
 //     block of 32: dx = max|v| / 127, xq = rne(v * (1 / dx)), sx = dx sum(xq)
 //   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0)
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
+//   repack_q8:   GGUF blocks into the split layout (quants and scales apart)
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -49,6 +51,22 @@ tc_status quantize_q8(const QuantizeQ8Args& a) {
 
 namespace {
 
+// Block i of W (i = n * K/32 + b): its quants and its scale, in either layout.
+const uint8_t* block_at(const GemvQ8Args& a, int64_t i, uint16_t* d) {
+  if (a.wd) {
+    *d = a.wd[i];
+    return static_cast<const uint8_t*>(a.w) + i * quant::split_quant_bytes(a.fmt);
+  }
+  if (a.fmt == quant::Q4_0) {
+    const auto* blk = static_cast<const quant::BlockQ4_0*>(a.w) + i;
+    *d = blk->d;
+    return blk->qs;
+  }
+  const auto* blk = static_cast<const quant::BlockQ8_0*>(a.w) + i;
+  *d = blk->d;
+  return reinterpret_cast<const uint8_t*>(blk->qs);
+}
+
 // Row n's r (see the top of the file).
 float row_q8(const GemvQ8Args& a, int64_t n) {
   const int64_t nb = a.K / 32;
@@ -56,25 +74,26 @@ float row_q8(const GemvQ8Args& a, int64_t n) {
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* xq = a.xq + b * 32;
     const float dx = a.xd[2 * b], sx = a.xd[2 * b + 1];
+    uint16_t d;
+    const uint8_t* qs = block_at(a, n * nb + b, &d);
     int s = 0;
     if (a.fmt == quant::Q4_0) {
-      const auto* blk = static_cast<const quant::BlockQ4_0*>(a.w) + n * nb + b;
-      for (int i = 0; i < 16; ++i) s += (blk->qs[i] & 15) * xq[i] + (blk->qs[i] >> 4) * xq[16 + i];
-      r += f16_to_f32(blk->d) * (dx * float(s) - 8.0f * sx);
+      for (int i = 0; i < 16; ++i) s += (qs[i] & 15) * xq[i] + (qs[i] >> 4) * xq[16 + i];
+      r += f16_to_f32(d) * (dx * float(s) - 8.0f * sx);
     } else {
-      const auto* blk = static_cast<const quant::BlockQ8_0*>(a.w) + n * nb + b;
-      for (int i = 0; i < 32; ++i) s += blk->qs[i] * xq[i];
-      r += f16_to_f32(blk->d) * (dx * float(s));
+      for (int i = 0; i < 32; ++i) s += int8_t(qs[i]) * xq[i];
+      r += f16_to_f32(d) * (dx * float(s));
     }
   }
   return r;
 }
 
+bool q8_format(int32_t fmt) { return fmt == quant::Q4_0 || fmt == quant::Q8_0; }
+
 }  // namespace
 
 tc_status gemv_q8(const GemvQ8Args& a) {
-  if (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0)
-    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0 or Q8_0 weights", a.info.name);
+  if (!q8_format(a.fmt)) return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0 or Q8_0 weights", a.info.name);
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   parallel_for(rows, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -86,6 +105,20 @@ tc_status gemv_q8(const GemvQ8Args& a) {
         const float s = 1.0f / (1.0f + std::exp(std::min(87.0f, -r)));
         a.y[n] = r * s * u;
       }
+    }
+  });
+  return TC_OK;
+}
+
+tc_status repack_q8(const RepackQ8Args& a) {
+  if (!q8_format(a.fmt)) return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0 or Q8_0 weights", a.info.name);
+  const int64_t blocks = a.N * (a.K / 32), qb = quant::split_quant_bytes(a.fmt);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  auto* qs = static_cast<uint8_t*>(a.qs);
+  parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      std::memcpy(&a.d[b], w + b * (qb + 2), 2);
+      std::memcpy(qs + b * qb, w + b * (qb + 2) + 2, size_t(qb));
     }
   });
   return TC_OK;

@@ -54,6 +54,7 @@ tc_status decode_attention(const DecodeAttentionArgs& args);
 // gemv_q8.cpp: the decode step's products on 8-bit activations
 tc_status quantize_q8(const QuantizeQ8Args& args);
 tc_status gemv_q8(const GemvQ8Args& args);
+tc_status repack_q8(const RepackQ8Args& args);
 
 }  // namespace cpu
 }  // namespace tc

@@ -212,6 +212,7 @@ class CudaBackend final : public Backend {
   }
   tc_status quantize_q8(const QuantizeQ8Args& a, Queue* q) override { return launch(a, q, cuda::quantize_q8); }
   tc_status gemv_q8(const GemvQ8Args& a, Queue* q) override { return launch(a, q, cuda::gemv_q8); }
+  tc_status repack_q8(const RepackQ8Args& a, Queue* q) override { return launch(a, q, cuda::repack_q8); }
   tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return launch(a, q, cuda::copy_2d); }
 
   // Relaxed mode: a kernel's first-use work (a cached scratch's cudaMalloc,

@@ -147,6 +147,7 @@ tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArg
 // gemv_q8.cu
 tc_status quantize_q8(Device& dev, StreamState* s, const QuantizeQ8Args& args);
 tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& args);
+tc_status repack_q8(Device& dev, StreamState* s, const RepackQ8Args& args);
 // X (K elements of dtype, RMS-normalised with gamma when set) to 8 bits per
 // block of 32: xq and (dx, sx) per block (several rows at once when gamma is
 // null: K is then their total).

@@ -53,9 +53,10 @@ namespace model {
     if (tc_status st_ = (expr)) return st_; \
   } while (0)
 
-void Llama::set_activations(tc_dtype t) {
+tc_status Llama::set_activations(tc_dtype t) {
   if (t != act_) graph_.reset();  // the recorded step has the other products
   act_ = t;
+  return q8_decode() ? split_weights() : TC_OK;
 }
 
 tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
@@ -216,7 +217,8 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue) {
   a.info.name = "llama.gemv_q8";
   a.fmt = w.fmt;
   a.N = w.N, a.K = w.K;
-  a.w = w.data;
+  a.w = w.split_qs ? w.split_qs : w.data;
+  a.wd = w.split_d;
   a.xq = q8x_, a.xd = q8d_;
   a.y = y;
   a.epilogue = epilogue;

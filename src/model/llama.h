@@ -40,6 +40,11 @@ struct Matrix {
   int64_t N = 0, K = 0;
   uint64_t row_bytes = 0;
   uint64_t bytes() const { return uint64_t(N) * row_bytes; }
+  // The split layout of a Q4_0 / Q8_0 matrix (GemvQ8Args: quants, scales),
+  // a second copy on a device for the one-token step's 8-bit products
+  // (Llama::split_weights); null otherwise.
+  const uint8_t* split_qs = nullptr;
+  const uint16_t* split_d = nullptr;
 };
 
 struct LlamaLayer {
@@ -63,8 +68,9 @@ class Llama {
   int64_t n_past() const { return n_past_; }
   void reset() { n_past_ = 0; }
   // Element type of the weight products' activations: F32 (exact) or F16.
+  // F16 on a device may copy the weights once more (split_weights).
   tc_dtype activations() const { return act_; }
-  void set_activations(tc_dtype t);
+  tc_status set_activations(tc_dtype t);
 
   // Runs tokens at [n_past, n_past + n) (validated by the caller) and writes
   // the logits of every token (all) or of the last one to `logits` (host
@@ -85,6 +91,7 @@ class Llama {
   Llama() = default;
   tc_status check_and_bind(const char* path);
   tc_status place_weights();
+  tc_status split_weights();
   tc_status alloc_state();
   tc_status alloc(size_t bytes, void** out);
 
@@ -152,6 +159,7 @@ class Llama {
   // Whether a one-token step with f16 activations runs its products on
   // 8-bit activations (q8_decode): -1 not yet known.
   int q8_state_ = -1;
+  bool split_done_ = false;  // split_weights ran
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   float* q8d_ = nullptr;
 

@@ -260,6 +260,52 @@ tc_status Llama::place_weights() {
   return TC_OK;
 }
 
+// The one-token step's 8-bit products (q8_decode) read their matrices in
+// the split layout (GemvQ8Args), where every block's quants are 16-byte
+// aligned: a GPU reads them with whole 16-byte loads instead of staging
+// GGUF's 18- or 34-byte blocks. A second copy of those matrices (about the
+// model's size again), made once on the device from the first, which the
+// prefill's products and f32 activations keep reading. TC_LLAMA_SPLIT=0
+// (read once) keeps one copy.
+tc_status Llama::split_weights() {
+  static const bool off = env_off("TC_LLAMA_SPLIT");
+  if (off || split_done_) return TC_OK;
+  std::vector<Matrix*> mats{&output_};
+  for (LlamaLayer& L : layers_) mats.insert(mats.end(), {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down});
+  auto blocks = [](const Matrix* m) { return size_t(m->N) * size_t(m->K / 32); };
+  size_t total = 0;
+  for (const Matrix* m : mats)
+    total += aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt))) + aligned(blocks(m) * sizeof(uint16_t));
+  void* base_v = nullptr;
+  if (tc_status st = alloc(total, &base_v))
+    return fail_with(st, "tc_llama_set_activations: the f16 decode's second copy of the weights (" +
+                             std::to_string(total >> 20) + " MiB; TC_LLAMA_SPLIT=0 does without): " + last_detail());
+  // On a failure the products keep reading the first copy.
+  auto undo = [&](tc_status st) {
+    for (Matrix* m : mats) m->split_qs = nullptr, m->split_d = nullptr;
+    return st;
+  };
+  uint8_t* at = static_cast<uint8_t*>(base_v);
+  for (Matrix* m : mats) {
+    RepackQ8Args r;
+    r.info.name = "llama.repack_q8";
+    r.fmt = m->fmt;
+    r.N = m->N, r.K = m->K;
+    r.w = m->data;
+    r.qs = at;
+    at += aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt)));
+    r.d = reinterpret_cast<uint16_t*>(at);
+    at += aligned(blocks(m) * sizeof(uint16_t));
+    if (tc_status st = be_->repack_q8(r, queue_.get())) return undo(finish(st));
+    m->split_qs = static_cast<const uint8_t*>(r.qs);
+    m->split_d = r.d;
+  }
+  std::string detail;
+  if (tc_status st = queue_->sync(&detail)) return undo(fail_with(st, "tc_llama_set_activations: " + detail));
+  split_done_ = true;
+  return TC_OK;
+}
+
 // The KV cache, then one scratch buffer for a chunk of up to max_batch_
 // tokens (B), carved into (floats):
 //   x, h, tmp [B, E]; q, qt, o, ot [B, H*D]; k, v [B, Hkv*D]; gate, up [B, F];

@@ -126,6 +126,10 @@ constexpr FormatInfo kFormats[kNumFormats] = {
     {F32, 0, "f32", 1, 4},
 };
 
+// Bytes of one block's quants in the split layout of Q4_0 / Q8_0 weights
+// (core/backend.h, RepackQ8Args): the block's quants without its scale.
+constexpr int64_t split_quant_bytes(int32_t format) { return format == Q8_0 ? QK8_0 : QK4_0 / 2; }
+
 // Null for ids outside TC_QUANT_*. Host only: the tables live in host memory.
 inline const FormatInfo* format_info(int32_t format) {
   return format >= 0 && format < kNumFormats ? &kFormats[format] : nullptr;

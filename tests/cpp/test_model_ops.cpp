@@ -404,15 +404,35 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
         }
         ASSERT_LE(std::fabs(r[n] - exact[n]), bound[n] * (1 + 1e-6) + 1e-6 * mag[n]) << "8-bit bound, row " << n;
       }
+      const uint8_t* w_dev = dev.put(w);
+      // The split layout (repack_q8): each block's quants and scale apart, bytes unchanged.
+      const int64_t qb = tc::quant::split_quant_bytes(c.fmt), blocks = N * nb;
+      tc::RepackQ8Args ra;
+      ra.info.name = "test.repack_q8";
+      ra.fmt = c.fmt, ra.N = N, ra.K = K;
+      ra.w = w_dev;
+      uint8_t* qs_dev = dev.put(std::vector<uint8_t>(size_t(blocks * qb), 0xA5));
+      ra.qs = qs_dev;
+      ra.d = dev.put(std::vector<uint16_t>(size_t(blocks), 0xA5A5));
+      ASSERT_EQ(dev.be().repack_q8(ra, nullptr), TC_OK);
+      const auto qs = dev.get(qs_dev, size_t(blocks * qb));
+      const auto ds = dev.get(ra.d, size_t(blocks));
+      for (int64_t i = 0; i < blocks; ++i) {
+        ASSERT_EQ(std::memcmp(&ds[size_t(i)], w.data() + i * bytes, 2), 0) << "scale of block " << i;
+        ASSERT_EQ(std::memcmp(qs.data() + i * qb, w.data() + i * bytes + 2, size_t(qb)), 0) << "quants of block " << i;
+      }
       tc::GemvQ8Args ga;
       ga.info.name = "test.gemv_q8";
       ga.fmt = c.fmt, ga.N = N, ga.K = K;
-      ga.w = dev.put(w);
       ga.xq = qa.xq, ga.xd = qa.xd;
       const std::vector<float> y0 = randn(size_t(N));
-      for (int e : {tc::GemvQ8Args::kStore, tc::GemvQ8Args::kAdd, tc::GemvQ8Args::kSwiglu}) {
+      for (int run = 0; run < 6; ++run) {
+        const bool split = run >= 3;
+        const int e = run % 3;  // kStore, kAdd, kSwiglu
         if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
-        SCOPED_TRACE("epilogue " + std::to_string(e));
+        SCOPED_TRACE(std::string(split ? "split layout" : "GGUF layout") + ", epilogue " + std::to_string(e));
+        ga.w = split ? static_cast<const void*>(qs_dev) : w_dev;
+        ga.wd = split ? ra.d : nullptr;
         ga.epilogue = e;
         ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(N), NAN));
         ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
@@ -436,6 +456,10 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   bad.info.name = "test.gemv_q8";
   bad.fmt = tc::quant::Q4_K, bad.N = 1, bad.K = 256;
   EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
+  tc::RepackQ8Args bad_repack;
+  bad_repack.info.name = "test.repack_q8";
+  bad_repack.fmt = tc::quant::Q6_K, bad_repack.N = 1, bad_repack.K = 256;
+  EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ModelOps, ::testing::ValuesIn(devices()),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import DEVICES
+from conftest import DEVICES, HAVE_CUDA, run_python
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
 
@@ -257,6 +257,47 @@ def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
         out = np.concatenate([m.eval(tokens[:40]), m.eval(tokens[40:45]), m.eval(tokens[45:46])])
         err = np.abs(out - ref[:46]).max() / np.abs(ref[:46]).max()
         assert np.isfinite(out).all() and err < 5e-2, err
+
+
+SPLIT_SCRIPT = r"""
+import numpy as np, tensorcore as tc
+from tensorcore.llama import Llama
+tokens = %(tokens)r
+with tc.Context(%(device)r) as ctx, Llama(%(path)r, ctx=ctx, n_ctx=64, activations="f16") as m:
+    out = [m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, len(tokens))]
+np.save(%(out)r, np.concatenate(out))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("where", ["cpu-device-path",
+                                   pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
+                                                                                 reason="no usable CUDA device"))])
+def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
+    """A device's one-token steps with f16 activations read a second copy of
+    the matrices in the split layout (TC_LLAMA_SPLIT, on by default): the
+    same block sums in the same order as from the file's blocks, so the
+    logits match the one-copy run (TC_LLAMA_SPLIT=0) and the reference."""
+    rng = np.random.default_rng(61)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
+    tokens = [int(t) for t in rng.integers(0, V, 12)]
+    ref = reference(w, np.array(tokens))
+    env = {"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}
+    device = "cpu" if where == "cpu-device-path" else "cuda"
+    outs = []
+    for split in ("1", "0"):
+        out = str(tmp_path / ("logits%s.npy" % split))
+        r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": device, "path": str(path), "out": out},
+                       env=dict(env, TC_LLAMA_SPLIT=split))
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs.append(np.load(out))
+    err = np.abs(outs[0] - ref).max() / np.abs(ref).max()
+    assert np.isfinite(outs[0]).all() and err < 5e-2, err
+    if where == "cpu-device-path":
+        np.testing.assert_array_equal(outs[0], outs[1])  # the same loops over the same numbers
+    else:  # the same order of sums; the compiler may contract a multiply-add differently
+        assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])

@@ -300,6 +300,30 @@ def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
+def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
+    """The second copy f16 activations make on a device is refused by the
+    context's memory budget: TC_ERR_ALLOC naming TC_LLAMA_SPLIT, and the
+    model goes on with f16 products on its one copy (the same logits as a
+    run without the copy)."""
+    monkeypatch.setenv("TC_LLAMA_DEVICE_PATH", "1")
+    rng = np.random.default_rng(62)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q4_0")
+    tokens = [int(t) for t in rng.integers(0, V, 10)]
+    ref = reference(w, np.array(tokens))
+    with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64) as m:
+        ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
+        _expect(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_SPLIT")
+        out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
+    err = np.abs(out - ref).max() / np.abs(ref).max()
+    assert np.isfinite(out).all() and err < 5e-2, err
+    out_path = str(tmp_path / "one_copy.npy")
+    r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out_path},
+                   env={"TC_LLAMA_DEVICE_PATH": "1", "TC_LLAMA_SPLIT": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    np.testing.assert_array_equal(out, np.load(out_path))
+
+
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):

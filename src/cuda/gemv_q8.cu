@@ -77,8 +77,7 @@ __device__ __forceinline__ uint32_t data_word(uint32_t lo, uint32_t hi, bool odd
 __device__ __forceinline__ float block_scale(uint32_t w0, bool odd) { return f16_bits(odd ? w0 >> 16 : w0 & 0xFFFFu); }
 
 // Each format: the dot product of one block from its quant words (the
-// block's bytes after the scale, little-endian) and its scale d, and the
-// same from the block's GGUF bytes at p (shared memory).
+// block's bytes after the scale, little-endian) and its scale d.
 struct Q4_0 {
   static constexpr int kBytes = 18, kSegBlocks = 128, kQuantWords = 4;
   // d (dx dot(q, xq) - 8 sx).
@@ -95,13 +94,6 @@ struct Q4_0 {
       s = __dp4a(int((q[i] >> 4) & 0x0F0F0F0Fu), xhi[i], s);
     }
     return d * fmaf(xd.x, float(s), -8.0f * xd.y);
-  }
-  __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
-    uint32_t w[5], q[kQuantWords];
-    const bool odd = load_words(p, w);
-#pragma unroll
-    for (int i = 0; i < kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
-    return dot_words(q, block_scale(w[0], odd), xq, xd);
   }
 };
 
@@ -121,14 +113,17 @@ struct Q8_0 {
     }
     return d * (xd.x * float(s));
   }
-  __device__ __forceinline__ static float dot(const uint8_t* p, const int8_t* xq, float2 xd) {
-    uint32_t w[9], q[kQuantWords];
-    const bool odd = load_words(p, w);
-#pragma unroll
-    for (int i = 0; i < kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
-    return dot_words(q, block_scale(w[0], odd), xq, xd);
-  }
 };
+
+// The dot product of the block whose GGUF bytes are at p (shared memory).
+template <class F>
+__device__ __forceinline__ float gguf_dot(const uint8_t* p, const int8_t* xq, float2 xd) {
+  uint32_t w[F::kQuantWords + 1], q[F::kQuantWords];
+  const bool odd = load_words(p, w);
+#pragma unroll
+  for (int i = 0; i < F::kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
+  return F::dot_words(q, block_scale(w[0], odd), xq, xd);
+}
 
 // Chunks of 16 bytes a lane copies per segment (a segment plus up to 15
 // bytes of head offset, over 32 lanes), and a warp's shared-memory slot
@@ -174,7 +169,7 @@ __device__ float row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int
       if (lane + 32 * j < chunks) reinterpret_cast<uint4*>(slot)[lane + 32 * j] = c[j];
     __syncwarp();
     for (int b = lane; b < blocks; b += 32)
-      acc += F::dot(slot + head + b * F::kBytes, xq + (b0 + b) * 32, __ldg(xd + b0 + b));
+      acc += gguf_dot<F>(slot + head + b * F::kBytes, xq + (b0 + b) * 32, __ldg(xd + b0 + b));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);

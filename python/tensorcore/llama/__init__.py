@@ -65,7 +65,10 @@ class Llama:
     n_ctx: KV cache positions (default min(context_length, 2048)).
     activations: "f32" (exact weight products) or "f16" (faster: f16
     activations into the products, int8 dot products on VNNI processors, as
-    llama.cpp computes; logits within a few 1e-2)."""
+    llama.cpp computes; logits within a few 1e-2). On a GPU, "f16" with
+    Q4_0 / Q8_0 weights keeps a second device copy of the matrices laid out
+    for the one-token products (about the model's size; TC_LLAMA_SPLIT=0
+    does without it)."""
 
     def __init__(self, path=None, ctx=None, n_ctx=None, activations="f32", device=None):
         self.path = str(path) if path is not None else default_model_path()

@@ -94,6 +94,7 @@ bool try_cudnn_backward(StreamState*, const AttentionBackwardArgs&, tc_status*) 
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -245,54 +246,59 @@ class Builder {
     set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math, what);
     if (axis >= 0) set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
     finalize(pw, what);
-    Desc op = create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    link(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, what);
-    link(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, what);
-    if (b) link(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b, what);
-    if (t) link(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t, what);
-    link(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, what);
-    finalize(op, what);
-    ops_.push_back(op);
+    operation(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
+               {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+               {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+               {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+               {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}},
+              what);
   }
   void reduction(cudnnReduceTensorOp_t mode, Desc x, Desc y, const char* what) {
     Desc r = create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, what);
-    set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
+    set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32, what);
     finalize(r, what);
-    Desc op = create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
-    link(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, what);
-    link(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, what);
-    link(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r, what);
-    finalize(op, what);
-    ops_.push_back(op);
+    operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+               {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+               {CUDNN_ATTR_OPERATION_REDUCTION_DESC, r}},
+              what);
   }
   // c = a b over the last two dims, batched over the first two (b's head
   // dimension may divide a's: the GQA broadcast).
   void matmul(Desc a, Desc b, Desc c, const char* what) {
     Desc m = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, what);
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-    set(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
+    set(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32, what);
     finalize(m, what);
-    Desc op = create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
-    link(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, what);
-    link(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, what);
-    link(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, what);
-    link(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, m, what);
-    finalize(op, what);
-    ops_.push_back(op);
+    operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+               {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+               {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c},
+               {CUDNN_ATTR_OPERATION_MATMUL_DESC, m}},
+              what);
   }
   void reshape(Desc x, Desc y, const char* what) {
-    Desc op = create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
-    link(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, what);
-    link(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, what);
-    finalize(op, what);
-    ops_.push_back(op);
+    operation(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}}, what);
   }
 
   static Dims packed(const Dims& d) { return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}; }
 
  private:
+  static constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;  // the compute type of reductions and matmuls
+
+  // An operation node: its descriptors linked in order (null ones, optional
+  // operands, left out), finalised and added to the graph's operations.
+  void operation(cudnnBackendDescriptorType_t type,
+                 std::initializer_list<std::pair<cudnnBackendAttributeName_t, Desc>> links, const char* what) {
+    Desc op = create(type, what);
+    for (const auto& l : links)
+      if (l.second) link(op, l.first, l.second, what);
+    finalize(op, what);
+    ops_.push_back(op);
+  }
+
   void note(cudnnStatus_t st, const char* what, const char* step) {
     if (st == CUDNN_STATUS_SUCCESS) return;
     st_ = st;

@@ -215,15 +215,9 @@ __device__ float row_dot_split(const uint4* __restrict__ qs, const uint16_t* __r
   return acc;
 }
 
-// Y in TY (f32 for the decode step; f16 / bf16 when serving gemv_quantized).
-template <class TY>
-__device__ __forceinline__ void store_y(TY* y, float v) {
-  if constexpr (std::is_same<TY, float>::value) *y = v;
-  else q8act::store(y, v);
-}
-
 // W in GGUF's layout (Split false: wd unused) or the split layout (w the
 // quants, wd the scales).
+// Y in TY: f32 for the decode step, f16 / bf16 when serving gemv_quantized.
 template <class F, int E, class TY, bool Split>
 __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __restrict__ w,
                                                             const uint16_t* __restrict__ wd, int64_t N, int64_t K,
@@ -259,11 +253,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   if (lane != 0) return;
   if constexpr (E == GemvQ8Args::kSwiglu) {
     // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-    store_y(y + n, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
+    q8act::store(y + n, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
   } else if constexpr (E == GemvQ8Args::kAdd) {
     y[n] += r;
   } else {
-    store_y(y + n, r);
+    q8act::store(y + n, r);
   }
 }
 

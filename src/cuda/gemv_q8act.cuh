@@ -261,7 +261,8 @@ __device__ __forceinline__ float x_at(const __nv_bfloat16* p) {
 
 template <class TY>
 __device__ __forceinline__ void store(TY* y, float s) {
-  if constexpr (std::is_same<TY, __half>::value) *y = __float2half_rn(s);
+  if constexpr (std::is_same<TY, float>::value) *y = s;
+  else if constexpr (std::is_same<TY, __half>::value) *y = __float2half_rn(s);
   else *y = __float2bfloat16_rn(s);
 }
 

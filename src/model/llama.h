@@ -159,7 +159,6 @@ class Llama {
   // Whether a one-token step with f16 activations runs its products on
   // 8-bit activations (q8_decode): -1 not yet known.
   int q8_state_ = -1;
-  bool split_done_ = false;  // split_weights ran
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   float* q8d_ = nullptr;
 

@@ -269,13 +269,15 @@ tc_status Llama::place_weights() {
 // (read once) keeps one copy.
 tc_status Llama::split_weights() {
   static const bool off = env_off("TC_LLAMA_SPLIT");
-  if (off || split_done_) return TC_OK;
+  if (off || output_.split_qs) return TC_OK;  // off, or made already
   std::vector<Matrix*> mats{&output_};
   for (LlamaLayer& L : layers_) mats.insert(mats.end(), {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down});
+  // A matrix's quants, then its scales, each 256-byte aligned.
   auto blocks = [](const Matrix* m) { return size_t(m->N) * size_t(m->K / 32); };
+  auto qs_bytes = [&](const Matrix* m) { return aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt))); };
+  auto d_bytes = [&](const Matrix* m) { return aligned(blocks(m) * sizeof(uint16_t)); };
   size_t total = 0;
-  for (const Matrix* m : mats)
-    total += aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt))) + aligned(blocks(m) * sizeof(uint16_t));
+  for (const Matrix* m : mats) total += qs_bytes(m) + d_bytes(m);
   void* base_v = nullptr;
   if (tc_status st = alloc(total, &base_v))
     return fail_with(st, "tc_llama_set_activations: the f16 decode's second copy of the weights (" +
@@ -293,16 +295,14 @@ tc_status Llama::split_weights() {
     r.N = m->N, r.K = m->K;
     r.w = m->data;
     r.qs = at;
-    at += aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt)));
-    r.d = reinterpret_cast<uint16_t*>(at);
-    at += aligned(blocks(m) * sizeof(uint16_t));
+    r.d = reinterpret_cast<uint16_t*>(at + qs_bytes(m));
+    at += qs_bytes(m) + d_bytes(m);
     if (tc_status st = be_->repack_q8(r, queue_.get())) return undo(finish(st));
     m->split_qs = static_cast<const uint8_t*>(r.qs);
     m->split_d = r.d;
   }
   std::string detail;
   if (tc_status st = queue_->sync(&detail)) return undo(fail_with(st, "tc_llama_set_activations: " + detail));
-  split_done_ = true;
   return TC_OK;
 }
 

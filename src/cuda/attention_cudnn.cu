@@ -445,16 +445,20 @@ void build_backward(Builder& g, const Key& k) {
   Desc p = g.virt(f32, sd, "P = exp");
   g.pointwise(CUDNN_POINTWISE_EXP, sl, nullptr, nullptr, p, f32, "P = exp");
 
-  // dV = P^T dO (summed over the group with GQA).
-  Desc pt = g.virt(io, std_, sts, "P^T");
-  g.reshape(p, pt, "P^T");
-  if (H == G) {
-    g.matmul(pt, d_o, dv, "dV = P^T dO");
-  } else {
-    Desc dvf = g.virt(io, fd, "dV per query head");
-    g.matmul(pt, d_o, dvf, "dV per query head = P^T dO");
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dvf, dv, "dV = sum over the group");
-  }
+  // out = x^T rhs, x^T through a reshape; with GQA per query head, then
+  // summed over each kv head's group.
+  auto transposed_product = [&](Desc x, Desc rhs, Desc out, const char* what) {
+    Desc xt = g.virt(io, std_, sts, what);
+    g.reshape(x, xt, what);
+    if (H == G) {
+      g.matmul(xt, rhs, out, what);
+      return;
+    }
+    Desc per_head = g.virt(io, fd, what);
+    g.matmul(xt, rhs, per_head, what);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, out, what);
+  };
+  transposed_product(p, d_o, dv, "dV = P^T dO");
 
   // dS = (dO V^T - Dd) * P * scale.
   Desc dp = g.virt(f32, sd, "dP = dO V^T");
@@ -468,16 +472,7 @@ void build_backward(Builder& g, const Key& k) {
   Desc ds = g.virt(f32, sd, "dS = ... * scale");
   g.pointwise(CUDNN_POINTWISE_MUL, dp3, scale, nullptr, ds, f32, "dS = ... * scale");
 
-  // dK = dS^T Q (summed over the group with GQA).
-  Desc dst = g.virt(io, std_, sts, "dS^T");
-  g.reshape(ds, dst, "dS^T");
-  if (H == G) {
-    g.matmul(dst, q, dk, "dK = dS^T Q");
-  } else {
-    Desc dkf = g.virt(io, fd, "dK per query head");
-    g.matmul(dst, q, dkf, "dK per query head = dS^T Q");
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dkf, dk, "dK = sum over the group");
-  }
+  transposed_product(ds, q, dk, "dK = dS^T Q");
 
   // dQ = dS K through an f32 accumulator in the workspace.
   Desc kk = g.virt(f32, kd, Builder::packed(kd), "K (K^T reshaped back)");

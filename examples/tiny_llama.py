@@ -562,7 +562,7 @@ def decode_gguf(path, prompt_ids, n_new):
     ids, the harness's logits [len(prompt) + n_new - 1, vocab] of the whole
     sequence in one evaluation)."""
     from tensorcore.llama import Llama
-    with Llama(str(path), n_ctx=len(prompt_ids) + n_new) as m:
+    with Llama(str(path), n_ctx=len(prompt_ids) + n_new, activations="f32") as m:
         new = m.generate(prompt_ids, n_new)
         m.reset()
         logits = m.eval(list(prompt_ids) + new[:-1])

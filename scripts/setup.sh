@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Sets up everything tensorcore needs on a fresh machine, idempotently:
-#   1. system packages (apt, only when missing and only as root),
+#   1. system packages: each library the build links is checked by linking
+#      against it (not by a header that another package may also ship), and
+#      what is missing is installed with apt when running as root with apt;
 #   2. a project-local virtual environment .venv (sees the system's Python
-#      packages, so an offline GPU machine's NumPy/PyTorch are used as they are),
+#      packages, so an offline GPU machine's NumPy/PyTorch are used as they are);
 #   3. the native library in build/ (with CUDA when nvcc is present).
+# Without apt (an offline GPU machine) the build still succeeds: OpenBLAS
+# comes from the scipy-openblas32 wheel when one can be had, else the f32
+# GEMM runs on tensorcore's own kernels; gloo is left out and the C++ tests
+# are not built without GoogleTest. CMake says at configure time what it
+# found and what is off.
 # Source it (`. scripts/setup.sh`) or run it; afterwards $TC_PY is the
 # environment's python and `import tensorcore` works there.
 set -euo pipefail
@@ -11,42 +18,70 @@ set -euo pipefail
 TC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TC_BUILD="${TC_BUILD:-$TC_ROOT/build}"
 log() { printf '[setup] %s\n' "$*" >&2; }
+is_root() { [[ $(id -u) -eq 0 ]]; }
+have_apt() { is_root && command -v apt-get >/dev/null; }
+apt_install() {  # apt_install PKG...: quiet; returns apt's status
+  export DEBIAN_FRONTEND=noninteractive
+  if [[ -z "${TC_APT_UPDATED:-}" ]]; then
+    # A machine without a reachable mirror should fail fast, not retry.
+    apt-get update -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=30 >/dev/null 2>&1 || return 1
+    TC_APT_UPDATED=1
+  fi
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
+}
 
 # -- 1. system packages ------------------------------------------------------
-need_pkgs=()
-command -v cmake >/dev/null || need_pkgs+=(cmake)
-command -v ninja >/dev/null || need_pkgs+=(ninja-build)
-command -v g++ >/dev/null || need_pkgs+=(g++)
-command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
-have_header() { echo "#include <$1>" | g++ -E -x c++ - $2 >/dev/null 2>&1; }
-if ! have_header cblas.h "" && ! have_header cblas.h "-I/usr/include/x86_64-linux-gnu/openblas-pthread" \
-   && ! ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1; then
-  need_pkgs+=(libopenblas-dev)
-fi
-have_header gtest/gtest.h "" || need_pkgs+=(libgtest-dev)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
-if ((${#need_pkgs[@]})); then
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    log "installing ${need_pkgs[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+# The toolchain first: without it nothing below can be checked.
+tools=()
+command -v cmake >/dev/null || tools+=(cmake)
+command -v ninja >/dev/null || tools+=(ninja-build)
+command -v g++ >/dev/null || tools+=(g++)
+command -v pkg-config >/dev/null || tools+=(pkg-config)
+command -v python3 >/dev/null || tools+=(python3)
+command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || tools+=(python3-venv)
+if ((${#tools[@]})); then
+  if have_apt; then
+    log "installing ${tools[*]}"
+    apt_install "${tools[@]}" || { log "apt-get could not install ${tools[*]}"; exit 1; }
   else
-    log "missing system packages: ${need_pkgs[*]} (install them, or run as root with apt)"; exit 1
+    log "missing system packages: ${tools[*]} (install them, or run as root with apt)"; exit 1
   fi
 fi
 
-# Optional system packages: installed where apt can reach a mirror, skipped
-# quietly elsewhere (an offline GPU machine builds without them).
-#   libgloo-dev  gloo collectives (src/dist; without it the gloo backend reports unsupported)
-#   libssl-dev   libcrypto's headers (src/dist links the system libcrypto either way)
-opt_pkgs=()
-have_header gloo/allreduce.h "" || opt_pkgs+=(libgloo-dev)
-have_header openssl/hmac.h "" || opt_pkgs+=(libssl-dev)
-if ((${#opt_pkgs[@]})) && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-  log "installing optional ${opt_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq "${opt_pkgs[@]}"; } >/dev/null 2>&1 \
-    || log "optional packages ${opt_pkgs[*]} unavailable; building without them"
+# links LIB HEADER [FLAGS...]: does a program including HEADER link against
+# -lLIB? That is what the build will do, so it is what is checked.
+links() {
+  local lib=$1 header=$2
+  shift 2
+  printf '#include <%s>\nint main() { return 0; }\n' "$header" |
+    g++ -x c++ - -o /dev/null "$@" -Wl,--no-as-needed "-l$lib" -pthread >/dev/null 2>&1
+}
+openblas_ok() { links openblas cblas.h -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/openblas; }
+# Package (Debian name) for each library the build links, and its check.
+declare -A wanted=(
+  [libopenblas-dev]=openblas_ok
+  [libgtest-dev]="links gtest gtest/gtest.h"
+  [libssl-dev]="links crypto openssl/evp.h"
+  [libgloo-dev]="links gloo gloo/allreduce.h"
+)
+missing=()
+for pkg in libopenblas-dev libgtest-dev libssl-dev libgloo-dev; do
+  ${wanted[$pkg]} || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if have_apt && apt_install "${missing[@]}"; then
+    log "installed ${missing[*]}"
+  else
+    have_apt && log "apt-get could not install ${missing[*]}" || log "no apt here: ${missing[*]} not installed"
+  fi
+  for pkg in "${missing[@]}"; do
+    ${wanted[$pkg]} || case $pkg in
+      libopenblas-dev) log "OpenBLAS absent: the scipy-openblas32 wheel is tried next, else tensorcore's own f32 GEMM" ;;
+      libgtest-dev) log "GoogleTest absent: the C++ tests are not built (the Python tests still run)" ;;
+      libssl-dev) log "OpenSSL headers absent: src/dist declares the few libcrypto functions it uses itself" ;;
+      libgloo-dev) log "gloo absent: the gloo collectives report unsupported" ;;
+    esac
+  done
 fi
 
 # -- 2. Python environment -----------------------------------------------------
@@ -72,11 +107,15 @@ if ((${#missing[@]})); then
   log "pip installing ${missing[*]}"
   "$TC_PY" -m pip install -q "${missing[@]}" || { log "could not install ${missing[*]}"; exit 1; }
 fi
-# Optional packages ("module:pip-name" pairs): used by cross-checks when
-# present, never required; tests that need one skip without it.
-for spec in ${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf}; do
-  "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q "${spec#*:}" 2>/dev/null \
-    || log "optional package ${spec#*:} unavailable; tests that need it will skip"
+# Optional packages ("module:pip-name" pairs): used when present, never
+# required; tests that need one skip without it. scikit-build-core serves
+# `pip install . --no-build-isolation`; scipy_openblas32 is the BLAS of a
+# machine without OpenBLAS (CMake looks for it in this environment).
+optional="${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf scikit_build_core:scikit-build-core}"
+openblas_ok || optional+=" scipy_openblas32:scipy-openblas32"
+for spec in $optional; do
+  "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q --retries 1 --timeout 30 "${spec#*:}" >/dev/null 2>&1 \
+    || log "optional package ${spec#*:} unavailable; what needs it is skipped"
 done
 # The in-tree packages: importable from the project's .venv for good, and
 # through PYTHONPATH for whatever these scripts run.
@@ -93,8 +132,12 @@ if [[ -z "$cuda" ]]; then
 fi
 [[ "$cuda" == ON && -z "$(command -v nvcc)" ]] && export PATH="/usr/local/cuda/bin:$PATH"
 log "building $TC_BUILD (TC_ENABLE_CUDA=$cuda)"
+# What the configure step found and what is off without it (BLAS, gloo,
+# NCCL, cuDNN, GoogleTest) is shown; the whole output is in configure.log.
+mkdir -p "$TC_BUILD"
 cmake -S "$TC_ROOT" -B "$TC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTC_ENABLE_CUDA="$cuda" \
-  -DPython3_EXECUTABLE="$TC_PY" >/dev/null
+  -DPython3_EXECUTABLE="$TC_PY" >"$TC_BUILD/configure.log" 2>&1 || { cat "$TC_BUILD/configure.log" >&2; exit 1; }
+grep -E '^-- (BLAS|dist|cuDNN|C\+\+ tests)' "$TC_BUILD/configure.log" | sed 's/^-- /[setup] /' >&2 || true
 cmake --build "$TC_BUILD" -j"$(nproc)"
 
 export TC_ROOT TC_BUILD TC_PY

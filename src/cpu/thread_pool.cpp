@@ -1,13 +1,17 @@
 #include "cpu/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <new>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -86,13 +90,44 @@ class Pool {
   bool stop_ = false;
 };
 
+// Reads one integer from a sysfs file; -1 when it cannot.
+int read_sysfs_int(const std::string& path) {
+  std::ifstream in(path);
+  int v = -1;
+  return (in >> v) ? v : -1;
+}
+
+// Physical cores among the CPUs this process may run on. Two hardware
+// threads of one core share its vector units and caches, so a second worker
+// on a core slows the FMA- and bandwidth-bound kernels rather than helping
+// (llama.cpp counts threads the same way). Where the topology cannot be read
+// (some sandboxes), every allowed CPU counts as a core.
+int physical_cores() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::set<std::pair<int, int>> cores;  // (package, core)
+  int cpus = 0;
+  bool topology = true;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    ++cpus;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    const int package = read_sysfs_int(dir + "physical_package_id"), core = read_sysfs_int(dir + "core_id");
+    if (package < 0 || core < 0) topology = false;
+    cores.emplace(package, core);
+  }
+  return topology ? int(cores.size()) : cpus;
+}
+
+// TC_NUM_THREADS, else the physical cores this process may use.
 int configured_threads() {
   if (const char* v = std::getenv("TC_NUM_THREADS")) {
     int n = std::atoi(v);
     if (n >= 1 && n <= 1024) return n;
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw ? int(std::min(hw, 1024u)) : 1;
+  int n = physical_cores();
+  if (n < 1) n = int(std::thread::hardware_concurrency());
+  return std::clamp(n, 1, 1024);
 }
 
 // The pool of this process. After fork() the child has only the forking

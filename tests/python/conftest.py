@@ -198,3 +198,41 @@ def run_python(code, env=None, unset=(), timeout=60):
     for name in unset:
         e.pop(name, None)
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- tests that may leave the process's GPU context unusable ------------------------
+# A device fault (or a profiler that loses its counters) makes CUDA's primary
+# context of the whole process unusable: every later test in that process,
+# e.g. the rest of a pytest-xdist worker's share, would fail to open the
+# device. Tests marked `own_process` run in a child pytest instead; the
+# parent reports the child's outcome (pass, skip with its reason, or the
+# child's output as the failure).
+
+_IN_CHILD = "TC_TEST_OWN_PROCESS_CHILD"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own_process: run this test in a child process (it may fault the device)")
+
+
+def _run_in_child(item):
+    env = dict(os.environ, **{_IN_CHILD: "1"})
+    env["PYTHONPATH"] = str(Path(tc.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TENSORCORE_LIB", tc.library_path)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        "-p", "no:randomly", item.nodeid], cwd=str(item.config.rootpath), env=env,
+                       capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    if r.returncode == 0 and " skipped" in out and " passed" not in out:
+        reasons = [line.split("] ", 1)[-1] for line in out.splitlines() if line.startswith("SKIPPED")]
+        pytest.skip("in a child process: " + (reasons[0] if reasons else "skipped"))
+    if r.returncode != 0:
+        pytest.fail("in a child process (exit %d):\n%s" % (r.returncode, out[-6000:]), pytrace=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(_IN_CHILD):
+        return
+    for item in items:
+        if item.get_closest_marker("own_process"):
+            item.runtest = (lambda it: (lambda: _run_in_child(it)))(item)

@@ -242,7 +242,7 @@ def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
     w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
     tokens = rng.integers(0, V, 50)
     ref = reference(w, tokens)
-    with Llama(path, ctx=cpu_paths, n_ctx=64) as m:
+    with Llama(path, ctx=cpu_paths, n_ctx=64, activations="f32") as m:
         check_logits(m.eval(tokens[:40]), ref[:40], fmt, "prefill 40")
         check_logits(m.eval(tokens[40:45]), ref[40:45], fmt, "chunk of 5")
         for i in range(45, 50):
@@ -311,7 +311,7 @@ def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
     w = write_model(path, make_weights(rng), "q4_0")
     tokens = [int(t) for t in rng.integers(0, V, 10)]
     ref = reference(w, np.array(tokens))
-    with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64) as m:
+    with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64, activations="f32") as m:
         ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
         _expect(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_SPLIT")
         out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
@@ -332,7 +332,7 @@ def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):
     w = write_model(path, make_weights(rng, tied), fmt)
     tokens = rng.integers(0, V, 12)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=64) as m:
+    with Llama(path, ctx=dev, n_ctx=64, activations="f32") as m:
         assert m.config["tied_embeddings"] == int(tied)
         assert (m.config["n_head"], m.config["n_head_kv"], m.config["n_vocab"]) == (H, HKV, V)
         out = m.eval(tokens[:7])
@@ -370,7 +370,7 @@ def test_rope_base_and_scale_from_metadata(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "f32", rope_base=500.0, rope_scale=4.0)
     tokens = rng.integers(0, V, 9)
-    with Llama(path, ctx=dev) as m:
+    with Llama(path, ctx=dev, activations="f32") as m:
         assert m.config["rope_freq_base"] == 500.0 and m.config["rope_freq_scale"] == 0.25
         check_logits(m.eval(tokens), reference(w, tokens, 500.0, 0.25), "f32", "scaled rope")
 
@@ -380,7 +380,7 @@ def test_greedy_generate_matches_reference(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0")
     prompt = list(rng.integers(0, V, 5))
-    with Llama(path, ctx=dev) as m:
+    with Llama(path, ctx=dev, activations="f32") as m:
         got = m.generate(prompt, 6)
     seq = list(prompt)
     for _ in range(6):
@@ -400,7 +400,7 @@ def test_sampling_options():
 def test_tokenizer_from_metadata(tmp_path, cpu):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32")
-    with Llama(path, ctx=cpu) as m:
+    with Llama(path, ctx=cpu, activations="f32") as m:
         ids = m.tokenize("hello world")
         assert ids[0] == 1
         toks, _, _ = _vocab()
@@ -415,7 +415,7 @@ def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
     toks, _ = _bpe_vocab()
-    with Llama(path, ctx=cpu) as m:
+    with Llama(path, ctx=cpu, activations="f32") as m:
         ids = m.tokenize("hello world", add_bos=False)
         assert [toks[i] for i in ids] == ["hello", "\u0120world"]
         odd = "héllo, wörld ✓ 123"
@@ -427,7 +427,7 @@ def test_file_without_vocabulary_runs_on_ids(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0", tokenizer=None)
     tokens = rng.integers(0, V, 6)
-    with Llama(path, ctx=dev) as m:
+    with Llama(path, ctx=dev, activations="f32") as m:
         assert m.n_vocab == V and m.bos_id == -1
         check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
         _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
@@ -437,11 +437,11 @@ def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre="qwen2")
     with pytest.raises(tc.TensorcoreError) as e:
-        Llama(path, ctx=cpu)
+        Llama(path, ctx=cpu, activations="f32")
     assert e.value.status == tc.TC_ERR_UNSUPPORTED and "qwen2" in str(e.value)
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="bert")
     with pytest.raises(tc.TensorcoreError) as e:
-        Llama(path, ctx=cpu)
+        Llama(path, ctx=cpu, activations="f32")
     assert e.value.status == tc.TC_ERR_UNSUPPORTED and "bert" in str(e.value)
 
 
@@ -477,7 +477,7 @@ def test_bad_files(tmp_path, cpu):
 def test_bad_calls_leave_state(tmp_path, dev):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(4)), "f32")
-    with Llama(path, ctx=dev, n_ctx=8) as m:
+    with Llama(path, ctx=dev, n_ctx=8, activations="f32") as m:
         assert m.n_ctx == 8
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
@@ -539,6 +539,44 @@ def test_command_line(tmp_path):
     assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "none.gguf" in bad.stderr
 
 
+def _physical_cores():
+    cores = set()
+    for c in os.sched_getaffinity(0):
+        topo = "/sys/devices/system/cpu/cpu%d/topology/" % c
+        try:
+            cores.add((open(topo + "physical_package_id").read().strip(), open(topo + "core_id").read().strip()))
+        except OSError:
+            return len(os.sched_getaffinity(0))
+    return len(cores)
+
+
+def test_defaults_fit_the_machine(tmp_path):
+    """With no settings: the CLI runs on the GPU when one is usable (else the
+    CPU) with f16 activations, and the CPU pool has one thread per physical
+    core; --device and TC_DEVICE still win."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("TC_DEVICE", "TC_NUM_THREADS")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "tensorcore.llama", "-p", "hello", "-n", "2", *a],
+                                          capture_output=True, text=True, env=dict(env, **kw), timeout=300)
+    r = run()
+    assert r.returncode == 0, r.stderr
+    on_gpu = lambda err: " on cuda" in err.splitlines()[0]  # "[model on <backend> (<device>), f16 activations]"
+    assert on_gpu(r.stderr) == HAVE_CUDA and "f16 activations" in r.stderr, r.stderr
+    r = run("--device", "cpu", "--activations", "f32")
+    assert r.returncode == 0 and " on portable_cpu " in r.stderr and "f32 activations" in r.stderr, r.stderr
+    r = run(TC_DEVICE="cpu")
+    assert r.returncode == 0 and " on portable_cpu " in r.stderr, r.stderr
+    probe = "import tensorcore as tc\nwith tc.Context('cpu') as c: print(c.device_info().compute_units)"
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert int(got.stdout) == _physical_cores()
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=dict(env, TC_NUM_THREADS="3"), timeout=60)
+    assert int(got.stdout) == 3
+
+
 def test_corrupted_files_fail_cleanly(tmp_path, cpu):
     """Random byte changes in the header and metadata: the load either works or
     fails with a status, and a model that loads runs."""
@@ -553,7 +591,7 @@ def test_corrupted_files_fail_cleanly(tmp_path, cpu):
             d[int(rng.integers(0, 16000))] = int(rng.integers(0, 256))
         bad.write_bytes(bytes(d))
         try:
-            with Llama(bad, ctx=cpu, n_ctx=16) as m:
+            with Llama(bad, ctx=cpu, n_ctx=16, activations="f32") as m:
                 assert m.eval([1, 2, 3]).shape == (3, m.n_vocab)
         except tc.TensorcoreError as e:
             assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)
@@ -567,7 +605,7 @@ def test_long_chunks_match_reference(tmp_path, dev):
     w = write_model(path, make_weights(rng), "q8_0")
     tokens = rng.integers(0, V, 60)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=60) as m:
+    with Llama(path, ctx=dev, n_ctx=60, activations="f32") as m:
         check_logits(m.eval(tokens[:40]), ref[:40], "q8_0", "prefill 40")
         check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
         for i in range(57, 60):
@@ -583,7 +621,7 @@ def test_eval_longer_than_a_chunk(tmp_path, dev):
     w = write_model(path, make_weights(rng), "q4_0")
     tokens = rng.integers(0, V, 530)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=530) as m:
+    with Llama(path, ctx=dev, n_ctx=530, activations="f32") as m:
         check_logits(m.eval(tokens[:527]), ref[:527], "q4_0", "527 tokens")
         for i in range(527, 530):
             check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q4_0", "step %d" % i)

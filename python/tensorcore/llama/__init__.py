@@ -59,21 +59,22 @@ class Llama:
     """A llama-family model loaded from a GGUF file (None: the default model).
 
     ctx: a Context: the model runs on its device (default: a new context
-    on `device`, "cpu" unless given, closed with the model). On a GPU the
+    on `device`, closed with the model; without one, $TC_DEVICE, else the
+    GPU when one is usable, else the CPU, as tc_init picks). On a GPU the
     weights are copied to device memory at load and each one-token step
     after the first replays a recorded CUDA graph.
     n_ctx: KV cache positions (default min(context_length, 2048)).
-    activations: "f32" (exact weight products) or "f16" (faster: f16
-    activations into the products, int8 dot products on VNNI processors, as
-    llama.cpp computes; logits within a few 1e-2). On a GPU, "f16" with
+    activations: "f16" (the default, as llama.cpp computes: f16 activations
+    into the products, int8 dot products on VNNI processors and GPUs; logits
+    within a few 1e-2 of exact) or "f32" (exact products). On a GPU, "f16" with
     Q4_0 / Q8_0 weights keeps a second device copy of the matrices laid out
     for the one-token products (about the model's size; TC_LLAMA_SPLIT=0
     does without it)."""
 
-    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f32", device=None):
+    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f16", device=None):
         self.path = str(path) if path is not None else default_model_path()
         self._own_ctx = ctx is None
-        self.ctx = Context(device or "cpu") if ctx is None else ctx
+        self.ctx = Context(device) if ctx is None else ctx
         self._handle = None
         try:
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)

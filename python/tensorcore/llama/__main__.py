@@ -1,4 +1,4 @@
-"""python -m tensorcore.llama [MODEL.gguf] --prompt TEXT -n N [--device cpu|cuda] [--bench]
+"""python -m tensorcore.llama [MODEL.gguf] --prompt TEXT -n N [--device cpu|cuda] [--activations f16|f32] [--bench]
 
 Runs a llama-family GGUF model (the embedded default model when no file is
 named): prints the prompt and the generated text as it arrives, then the
@@ -17,10 +17,14 @@ def main(argv=None):
     ap.add_argument("--prompt", "-p", default="Hello, the model says", help="prompt text")
     ap.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate")
     ap.add_argument("--n-ctx", type=int, default=0, help="KV cache positions (default min(context_length, 2048))")
-    ap.add_argument("--device", "-d", default="cpu", help="device of the model: cpu, cuda or cuda:N")
-    ap.add_argument("--threads", "-t", type=int, default=0, help="CPU threads (TC_NUM_THREADS)")
-    ap.add_argument("--activations", choices=["f32", "f16"], default="f32",
-                    help="f16: faster weight products (int8 dot products on VNNI processors, as llama.cpp)")
+    ap.add_argument("--device", "-d", default=None,
+                    help="device of the model: cpu, cuda or cuda:N (default: $TC_DEVICE, else the GPU when one "
+                         "is usable, else the CPU)")
+    ap.add_argument("--threads", "-t", type=int, default=0,
+                    help="CPU threads (default: $TC_NUM_THREADS, else the physical cores)")
+    ap.add_argument("--activations", choices=["f32", "f16"], default="f16",
+                    help="f16 (default, as llama.cpp): f16 activations into the weight products, int8 dot "
+                         "products where the processor has them; f32: exact products, slower")
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
@@ -39,6 +43,9 @@ def main(argv=None):
     ctx = Context(args.device)
     with ctx, Llama(args.model, ctx=ctx, n_ctx=args.n_ctx or None, activations=args.activations) as m:
         prompt = m.tokenize(args.prompt, add_bos=m.bos_id >= 0)
+        info = ctx.device_info()
+        sys.stderr.write("[%s on %s (%s), %s activations]\n" % (
+            os.path.basename(m.path), info.backend_name, _text(info.name), args.activations))
         out.write(args.prompt)
         out.flush()
         m.reset()
@@ -70,6 +77,10 @@ def main(argv=None):
         if args.bench:
             out.write("prefill_tok_s=%.2f decode_tok_s=%.2f\n" % (prefill, decode))
     return 0
+
+
+def _text(v):
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
 def _run():

@@ -114,7 +114,7 @@ fi
 optional="${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf scikit_build_core:scikit-build-core}"
 openblas_ok || optional+=" scipy_openblas32:scipy-openblas32"
 for spec in $optional; do
-  "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q --retries 1 --timeout 30 "${spec#*:}" >/dev/null 2>&1 \
+  "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q --retries 0 --timeout 15 "${spec#*:}" >/dev/null 2>&1 \
     || log "optional package ${spec#*:} unavailable; what needs it is skipped"
 done
 # The in-tree packages: importable from the project's .venv for good, and
@@ -137,7 +137,7 @@ log "building $TC_BUILD (TC_ENABLE_CUDA=$cuda)"
 mkdir -p "$TC_BUILD"
 cmake -S "$TC_ROOT" -B "$TC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTC_ENABLE_CUDA="$cuda" \
   -DPython3_EXECUTABLE="$TC_PY" >"$TC_BUILD/configure.log" 2>&1 || { cat "$TC_BUILD/configure.log" >&2; exit 1; }
-grep -E '^-- (BLAS|dist|cuDNN|C\+\+ tests)' "$TC_BUILD/configure.log" | sed 's/^-- /[setup] /' >&2 || true
+grep -E '^-- (BLAS|CUDA backend|dist|cuDNN|C\+\+ tests)' "$TC_BUILD/configure.log" | sed 's/^-- /[setup] /' >&2 || true
 cmake --build "$TC_BUILD" -j"$(nproc)"
 
 export TC_ROOT TC_BUILD TC_PY

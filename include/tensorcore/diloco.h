@@ -115,7 +115,8 @@ struct tc_diloco_capabilities {
 };
 
 /* Collective over the dist's group: every rank calls it with the same
- * config. Needs a host-buffer backend (SINGLE or GLOO). */
+ * config. Needs a SINGLE or GLOO group (NCCL: TC_ERR_UNSUPPORTED). Parameters
+ * in device memory are read and written through the host by the outer step. */
 TC_API tc_status tc_diloco_init(tc_dist dist, const tc_diloco_config* config, tc_diloco* out);
 /* Waits for an unfinished round, drops it, and frees the context. */
 TC_API tc_status tc_diloco_finalize(tc_diloco diloco);

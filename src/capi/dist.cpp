@@ -222,7 +222,7 @@ uint64_t tc::dist::available_capabilities(tc_context ctx) {
   bool host = ctx->backend->host_accessible();
   if (host && gloo_built()) bits |= TC_CAPABILITY_DIST_GLOO;
   if (ctx->backend->kind() == TC_BACKEND_CUDA && nccl_built()) bits |= TC_CAPABILITY_DIST_NCCL;
-  if (host) bits |= TC_CAPABILITY_DILOCO;
+  bits |= TC_CAPABILITY_DILOCO;  // single groups on any context (device memory through the host), gloo on host ones
   return bits;
 }
 

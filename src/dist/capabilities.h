@@ -1,6 +1,7 @@
 // The dist area's capability bits for a context: gloo on host-memory
 // contexts when gloo is built, NCCL on CUDA contexts when NCCL is built,
-// DiLoCo on host-memory contexts.
+// DiLoCo on every context (its groups are single or gloo; parameters in
+// device memory are staged through the host).
 #pragma once
 
 #include <cstdint>

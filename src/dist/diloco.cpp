@@ -32,13 +32,13 @@ void size_state(tc_diloco d, OuterState* s) {
   s->residual.resize(d->cfg.compress == TC_DILOCO_COMPRESS_NONE ? 0 : d->total);
 }
 
-// Delta = anchor - theta (theta itself in *theta when asked).
-std::vector<float> outer_gradient(tc_diloco d, std::vector<float>* theta = nullptr) {
-  std::vector<float> delta(d->total);
-  gather_theta(d->params, &delta);
-  if (theta) *theta = delta;
-  for (size_t i = 0; i < d->total; ++i) delta[i] = d->state.anchor[i] - delta[i];
-  return delta;
+// *delta = anchor - theta (theta itself in *theta when asked).
+tc_status outer_gradient(tc_diloco d, std::vector<float>* delta, std::vector<float>* theta = nullptr) {
+  delta->resize(d->total);
+  if (tc_status st = gather_theta(d->params, delta)) return st;
+  if (theta) *theta = *delta;
+  for (size_t i = 0; i < d->total; ++i) (*delta)[i] = d->state.anchor[i] - (*delta)[i];
+  return TC_OK;
 }
 
 // exchange + optimizer on `s` (the live state, or a private copy).
@@ -110,18 +110,29 @@ tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, t
                   "tc_diloco_add_parameter: rank %d registers a different parameter #%u than this rank's '%s' "
                   "(%zu %s elements): every rank must add the same parameters in the same order",
                   r, mine.index, name, n, dtype == TC_DTYPE_F32 ? "f32" : dtype == TC_DTYPE_F16 ? "f16" : "bf16");
-  // One starting point for everyone: rank 0's values.
-  if (tc_status st = d->comm->broadcast(theta->bytes(), n, dtype, 0)) return st;
   DilocoParam p;
   p.name = name;
   p.storage = theta->storage;
   p.n = n;
   p.dtype = dtype;
   p.offset = d->total;
+  // One starting point for everyone: rank 0's values (through the host when
+  // the parameter lives in device memory).
+  std::vector<char> staged;
+  const void* host = nullptr;
+  if (tc_status st = read_param(p, &staged, &host)) return st;
+  if (tc_status st = d->comm->broadcast(const_cast<void*>(host), n, dtype, 0)) return st;
+  if (!host_visible(p))
+    if (tc_status st = write_param(p, host)) return st;
   d->params.push_back(p);
   d->total += n;
   size_state(d, &d->state);
-  gather_theta({p}, &d->state.anchor);
+  if (tc_status st = gather_theta({p}, &d->state.anchor)) {
+    d->params.pop_back();
+    d->total -= n;
+    size_state(d, &d->state);
+    return st;
+  }
   return TC_OK;
 }
 
@@ -130,7 +141,8 @@ tc_status diloco_apply_outer(tc_diloco d) {
     // A round still in flight is installed first (this call is a safe
     // boundary), so at most one round runs at a time.
     if (tc_status st = diloco_commit(d)) return st;
-    std::vector<float> delta = outer_gradient(d, &d->theta_at_launch);
+    std::vector<float> delta;
+    if (tc_status st = outer_gradient(d, &delta, &d->theta_at_launch)) return st;
     d->snapshot = delta;
     d->work = d->state;
     d->since_outer = 0;
@@ -156,13 +168,14 @@ tc_status diloco_apply_outer(tc_diloco d) {
     });
     return TC_OK;
   }
-  std::vector<float> delta = outer_gradient(d);
+  std::vector<float> delta;
+  if (tc_status st = outer_gradient(d, &delta)) return st;
   OuterState next = d->state;  // a failed exchange leaves the state as it was
   double secs = 0, bytes = 0;
   d->round_id++;
   if (tc_status st = run_round(d, delta, &next, &secs, &bytes)) return st;
   d->state = std::move(next);
-  scatter_theta(d->params, d->state.anchor);
+  if (tc_status st = scatter_theta(d->params, d->state.anchor)) return st;
   d->since_outer = 0;
   d->outer_completed++;
   d->last_seconds = secs;
@@ -198,11 +211,13 @@ tc_status diloco_commit(tc_diloco d) {
     // theta <- new anchor + (theta - theta_at_launch): the local progress
     // made while the round ran is kept on top of the new anchor (exactly the
     // new anchor when there was none).
+    // A failed copy (device memory) returns with the round still READY and
+    // the state as it was, so the commit can be tried again.
     std::vector<float> theta(d->total);
-    gather_theta(d->params, &theta);
+    if (tc_status st = gather_theta(d->params, &theta)) return st;
     for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
+    if (tc_status st = scatter_theta(d->params, theta)) return st;
     d->state = std::move(d->work);
-    scatter_theta(d->params, theta);
     d->outer_completed++;
     d->last_seconds = d->work_seconds;
     d->last_bytes = d->work_bytes;

@@ -42,9 +42,16 @@ tc_status exchange(Comm& comm, int32_t compress, const std::vector<float>& delta
                    std::vector<float>* g, uint64_t* bytes);
 // anchor := OuterOpt(anchor, g) with the optimizer's moments in `s`.
 void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, OuterState* s);
-// theta (the parameters) <-> the flat f32 vector.
-void gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat);
-void scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat);
+// theta (the parameters) <-> the flat f32 vector. Parameters in memory the
+// host cannot read (a CUDA context's buffers) are copied through the host by
+// their backend; a failed copy is returned.
+tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat);
+tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat);
+// A parameter's bytes where the host can read them: the buffer itself, or a
+// copy in *staged (read_param); write_param puts host bytes back.
+bool host_visible(const DilocoParam& p);
+tc_status read_param(const DilocoParam& p, std::vector<char>* staged, const void** out);
+tc_status write_param(const DilocoParam& p, const void* src);
 // Top-k budget of a compression mode for n elements (0: dense modes).
 size_t topk_count(int32_t compress, size_t n);
 

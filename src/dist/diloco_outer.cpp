@@ -141,26 +141,60 @@ void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, Oute
   }
 }
 
-void gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
+namespace {
+size_t param_bytes(const DilocoParam& p) { return p.n * (p.dtype == TC_DTYPE_F32 ? 4 : 2); }
+}  // namespace
+
+bool host_visible(const DilocoParam& p) { return !p.storage->backend || p.storage->backend->host_accessible(); }
+
+tc_status read_param(const DilocoParam& p, std::vector<char>* staged, const void** out) {
+  if (host_visible(p)) {
+    *out = p.storage->data;
+    return TC_OK;
+  }
+  staged->resize(param_bytes(p));
+  *out = staged->data();
+  return p.storage->backend->copy_out(staged->data(), p.storage->data, staged->size());
+}
+
+tc_status write_param(const DilocoParam& p, const void* src) {
+  if (host_visible(p)) {
+    if (src != p.storage->data) std::memcpy(p.storage->data, src, param_bytes(p));
+    return TC_OK;
+  }
+  return p.storage->backend->copy_in(p.storage->data, src, param_bytes(p));
+}
+
+tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
+  std::vector<char> staged;
   for (auto& p : params) {
     float* dst = flat->data() + p.offset;
-    const void* src = p.storage->data;
+    const void* src = nullptr;
+    if (tc_status st = read_param(p, &staged, &src)) return st;
     if (p.dtype == TC_DTYPE_F32)
       std::memcpy(dst, src, p.n * 4);
     else
       cpu::widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
   }
+  return TC_OK;
 }
 
-void scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
+tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
+  std::vector<char> staged;
   for (auto& p : params) {
     const float* src = flat.data() + p.offset;
     void* dst = p.storage->data;
+    if (!host_visible(p)) {
+      staged.resize(param_bytes(p));
+      dst = staged.data();
+    }
     if (p.dtype == TC_DTYPE_F32)
       std::memcpy(dst, src, p.n * 4);
     else
       cpu::narrow_row(p.dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(dst), int64_t(p.n));
+    if (tc_status st = write_param(p, dst)) return st;
   }
+  return TC_OK;
 }
 
 }  // namespace dist

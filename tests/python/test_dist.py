@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import REPO
+from conftest import BF16, REPO
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 HAVE_GLOO = tc.capability_available(tc.Context("cpu").runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO)
@@ -291,11 +291,14 @@ def test_capability_bits(cpu_ctx):
 
 # ---- DiLoCo in one process ------------------------------------------------------------------
 
-def test_diloco_single_rank_outer_step_matches_numpy(cpu_ctx, rng):
+def test_diloco_single_rank_outer_step_matches_numpy(ctx, rng):
+    """On every device: a CUDA context's parameters are device memory, read
+    and written through the host by the outer step."""
     n = 50
     x0 = rng.standard_normal(n).astype(np.float32)
-    w = cpu_ctx.buffer_from_array(x0)
-    with cpu_ctx.dist("single", 1, 0, "single://diloco") as dist:
+    w = ctx.buffer_from_array(x0)
+    assert tc.capability_available(ctx.runtime_capabilities(), "diloco")
+    with ctx.dist("single", 1, 0, "single://diloco") as dist:
         with dist.diloco(inner_steps=2, outer_lr=0.5, outer_momentum=0.8, outer_optimizer="nesterov") as d:
             assert (d.world_size, d.rank) == (1, 0)
             d.add_parameter("w", w, num_elements=n, dtype="f32")
@@ -319,25 +322,30 @@ def test_diloco_single_rank_outer_step_matches_numpy(cpu_ctx, rng):
             d.async_commit()  # nothing to commit: a no-op
 
 
-def test_diloco_async_keeps_local_progress(cpu_ctx, rng):
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_diloco_async_keeps_local_progress(ctx, rng, dtype):
     n = 40
-    x0 = rng.standard_normal(n).astype(np.float32)
-    w = cpu_ctx.buffer_from_array(x0)
-    with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_lr=1.0, outer_optimizer="sgd",
+    npt = np.float32 if dtype == "f32" else BF16
+    x0 = rng.standard_normal(n).astype(npt).astype(np.float32)  # representable in dtype
+    w = ctx.buffer_from_array(x0.astype(npt))
+    read = lambda: w.to_numpy((n,), npt).astype(np.float32)
+    with ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_lr=1.0, outer_optimizer="sgd",
                                                            async_overlap=True) as d:
-        d.add_parameter("w", w, n)
-        g1 = rng.standard_normal(n).astype(np.float32)
-        w.write(x0 - g1)
+        d.add_parameter("w", w, n, dtype=dtype)
+        theta1 = (x0 - rng.standard_normal(n)).astype(npt).astype(np.float32)
+        w.write(theta1.astype(npt))
         d.step()
-        d.apply_outer()  # snapshot Delta = g1, exchange in the background
-        g2 = rng.standard_normal(n).astype(np.float32)
-        w.write(w.to_numpy((n,), np.float32) - g2)  # training goes on meanwhile
+        d.apply_outer()  # snapshot Delta = x0 - theta1, exchange in the background
+        theta2 = (theta1 - rng.standard_normal(n)).astype(npt).astype(np.float32)
+        w.write(theta2.astype(npt))  # training goes on meanwhile
         d.async_wait()
         assert d.async_poll()[0] == tc.TC_DILOCO_ASYNC_READY
         assert d.outer_steps_completed == 0  # not installed before the commit
         d.async_commit()
-        # new anchor = x0 - g1 (SGD, lr 1); local progress since the snapshot = -g2.
-        np.testing.assert_allclose(w.to_numpy((n,), np.float32), (x0 - g1) - g2, rtol=1e-5, atol=1e-5)
+        # new anchor = theta1 (SGD, lr 1); local progress since the snapshot = theta2 - theta1.
+        want = theta1.astype(np.float64) + (theta2.astype(np.float64) - theta1)
+        tol = 1e-5 if dtype == "f32" else 1e-2
+        np.testing.assert_allclose(read(), want, rtol=tol, atol=tol)
         assert d.outer_steps_completed == 1
 
 

@@ -129,3 +129,31 @@ def test_errors(capsys):
     assert "M=0" in out[0]  # the library's detail follows the status string
     assert out[1] == "-6"
     ctx.close()
+
+
+def test_diloco_context_on_every_device(device, capsys):
+    """The DiLoCoContext example on each device; its parameter buffer is 2^20
+    f32 values in the context's memory (device memory on a GPU, which the
+    outer step reads and writes through the host)."""
+    weight_count = 1 << 20
+    x0 = np.random.default_rng(5).standard_normal(weight_count).astype(np.float32)
+    with tc.Context(device) as ctx:
+        weight_buffer = ctx.buffer_from_array(x0)
+        # --- verbatim
+        with ctx.dist("single", 1, 0, "single://diloco") as dist:
+            with dist.diloco(inner_steps=100, outer_lr=1.0,
+                             outer_optimizer="nesterov", compress="none") as d:
+                d.add_parameter("tok_embeddings.weight", weight_buffer,
+                                num_elements=weight_count, dtype="f32")
+                if d.step():
+                    d.apply_outer()
+                state, worker_status, round_id = d.async_poll()
+                if state == tc.TC_DILOCO_ASYNC_RUNNING:
+                    d.async_wait()
+                    state, worker_status, round_id = d.async_poll()
+                if state in (tc.TC_DILOCO_ASYNC_READY, tc.TC_DILOCO_ASYNC_FAILED):
+                    d.async_commit()
+                print(d.outer_steps_completed, d.last_outer_bytes_sent)
+        # --- end
+        assert capsys.readouterr().out.split() == ["0", "0.0"]  # one inner step of 100: no outer step yet
+        np.testing.assert_array_equal(weight_buffer.to_numpy((weight_count,), np.float32), x0)

@@ -17,6 +17,10 @@
 #include "tensorcore/dist.h"
 
 namespace tc {
+class Backend;
+}  // namespace tc
+
+namespace tc {
 namespace dist {
 
 class Comm {
@@ -48,7 +52,10 @@ struct GroupSpec {
   std::function<std::string()> note;  // appended to a rendezvous timeout's detail
 };
 
-std::unique_ptr<Comm> make_single_comm();
+// The world of one. `device`: the backend of a context whose buffers the host
+// cannot touch (a CUDA context), which then makes allgather's and
+// reduce_scatter's copies; null for host memory.
+std::unique_ptr<Comm> make_single_comm(Backend* device);
 // Each returns TC_ERR_UNSUPPORTED (detail recorded) when not built.
 tc_status make_gloo_comm(const GroupSpec& spec, std::unique_ptr<Comm>* out);
 tc_status make_nccl_comm(const GroupSpec& spec, std::unique_ptr<Comm>* out);

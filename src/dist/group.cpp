@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/objects.h"
 
 namespace tc {
 namespace dist {
@@ -58,7 +59,7 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
   Deadline deadline = deadline_after_ms(req.timeout_ms);
 
   if (req.backend == TC_DIST_SINGLE) {
-    d->comm = make_single_comm();
+    d->comm = make_single_comm(req.ctx->backend->host_accessible() ? nullptr : req.ctx->backend.get());
   } else {
     // The rendezvous store (tcp: rank 0 hosts it, everyone else joins it
     // through the handshake before reading anything).

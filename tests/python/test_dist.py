@@ -172,7 +172,10 @@ def test_diloco_state_round_trip_continues_bit_identically(rng):
 
 # ---- single process: the single backend ------------------------------------------------
 
-def test_single_backend_collectives_are_validated_no_ops(cpu_ctx, rng):
+def test_single_backend_collectives_are_validated_no_ops(ctx, rng):
+    """On every device (a CUDA context's buffers are device memory, copied by
+    the device)."""
+    cpu_ctx = ctx
     with cpu_ctx.dist("single", 1, 0, "single://test") as d:
         assert (d.world_size, d.rank, d.backend) == (1, 0, tc.TC_DIST_SINGLE)
         x = rng.standard_normal(33).astype(np.float32)

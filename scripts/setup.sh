@@ -19,10 +19,6 @@ command -v ninja >/dev/null || need_pkgs+=(ninja-build)
 command -v g++ >/dev/null || need_pkgs+=(g++)
 command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
 have_header() { echo "#include <$1>" | g++ -E -x c++ - $2 >/dev/null 2>&1; }
-if ! have_header cblas.h "" && ! have_header cblas.h "-I/usr/include/x86_64-linux-gnu/openblas-pthread" \
-   && ! ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1; then
-  need_pkgs+=(libopenblas-dev)
-fi
 have_header gtest/gtest.h "" || need_pkgs+=(libgtest-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
 if ((${#need_pkgs[@]})); then
@@ -37,9 +33,15 @@ fi
 
 # Optional system packages: installed where apt can reach a mirror, skipped
 # quietly elsewhere (an offline GPU machine builds without them).
+#   libopenblas-dev  f32 GEMM and conv2d (without it: the scipy-openblas32 wheel if the
+#                    Python has it, else tensorcore's own f32 kernels; CMakeLists.txt, TC_BLAS)
 #   libgloo-dev  gloo collectives (src/dist; without it the gloo backend reports unsupported)
 #   libssl-dev   libcrypto's headers (src/dist links the system libcrypto either way)
 opt_pkgs=()
+if ! have_header cblas.h "" && ! have_header cblas.h "-I/usr/include/x86_64-linux-gnu/openblas-pthread" \
+   && ! ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1; then
+  opt_pkgs+=(libopenblas-dev)
+fi
 have_header gloo/allreduce.h "" || opt_pkgs+=(libgloo-dev)
 have_header openssl/hmac.h "" || opt_pkgs+=(libssl-dev)
 if ((${#opt_pkgs[@]})) && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then

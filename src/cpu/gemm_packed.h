@@ -1,5 +1,6 @@
 // The blocked, packed GEMM shared by our own CPU kernels (i8 x i8 -> i32 on
-// AVX2 / AVX-VNNI / AVX512-VNNI / AMX-INT8, bf16 and f16 -> f32 on AMX-BF16).
+// AVX2 / AVX-VNNI / AVX512-VNNI / AMX-INT8, bf16 and f16 -> f32 on AMX-BF16,
+// f32 on AVX-512F / AVX2+FMA / plain C++ where no BLAS does it).
 //
 //   C = alpha * op(A) @ op(B) + beta * C,  A: M x K, B: K x N (after op)
 //
@@ -109,6 +110,9 @@ const KernelSet& i8_avx512_kernels();
 const KernelSet& i8_amx_kernels();
 const KernelSet& bf16_amx_kernels();
 const KernelSet& f16_amx_kernels();
+const KernelSet& f32_avx512_kernels();
+const KernelSet& f32_avx2_kernels();
+const KernelSet& f32_plain_kernels();  // any x86-64
 
 }  // namespace cpu
 }  // namespace tc

@@ -1,4 +1,5 @@
-// Conv2D on the CPU: im2col + OpenBLAS sgemm.
+// Conv2D on the CPU: im2col + sgemm (gemm_f32.h: the build's BLAS, or our own
+// f32 kernels).
 //
 // N batch, C in_channels, K out_channels, H x W input, kH x kW kernel, pads
 // ph/pw, strides sh/sw, OH x OW output; P = OH*OW, CKK = C*kH*kW. Row (c,i,j)
@@ -13,6 +14,10 @@
 //   backward_weight:
 //             dW (K x CKK) = sum_n dY[n] (K x P) @ col[n]^T (P x CKK)
 //
+// sgemm with beta == 0 writes C without reading it (the BLAS contract: "when
+// BETA is supplied as zero then C need not be set on input"), so the poisoned
+// scratch or the caller's dX cannot leak NaN into results.
+//
 // Precision: the column matrices (scratch_col) are f32 for every dtype; f16
 // tensors are widened on their way into col or into a GEMM operand, every
 // product and sum is f32, and f16 results are rounded once at the end
@@ -22,21 +27,21 @@
 //
 // Threading: im2col and col2im run over the C input planes of an image on
 // the pool (each plane touches its own rows of col and its own plane of dX);
-// the GEMMs are threaded by OpenBLAS, one image at a time, right after that
-// image's im2col so its columns are still in cache.
+// the GEMMs are threaded by sgemm (OpenBLAS's threads or our pool), one image
+// at a time, right after that image's im2col so its columns are still in
+// cache.
 //
 // Cost: with few filters (ResNet's 64) each GEMM is short (K rows against
 // CKK-long columns) and OpenBLAS spends about as long packing the column
 // matrix as multiplying; im2col takes about a fifth of the forward's time
 // (bench/conv2d.py).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/half.h"
 #include "cpu/convert.h"
+#include "cpu/gemm_f32.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 
@@ -135,15 +140,6 @@ void im2col(const Geom& g, const T* x, int64_t n, float* col) {
   });
 }
 
-// beta == 0 writes C without reading it, as the BLAS contract says ("when
-// BETA is supplied as zero then C need not be set on input"), so the
-// poisoned scratch or caller's dX cannot leak NaN into results.
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(M), blasint(N),
-              blasint(K), 1.0f, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
-}
-
 std::vector<float> widen(const uint16_t* src, int64_t rows, int64_t cols) {
   std::vector<float> out(size_t(rows * cols));
   widen_matrix(false, src, rows, cols, cols, out.data());
@@ -170,7 +166,7 @@ tc_status conv2d_forward(const Conv2dForwardArgs& a) {
       if (!direct) im2col(g, x, n, a.col);
       const float* col = direct ? x + n * g.C * g.P : a.col + n * g.CKK * g.P;
       init_rows(y + n * g.K * g.P, g.K, g.P, bias);
-      sgemm(false, false, g.K, g.P, g.CKK, w, g.CKK, col, g.P, 1.0f, y + n * g.K * g.P, g.P);
+      sgemm(false, false, g.K, g.P, g.CKK, 1.0f, w, g.CKK, col, g.P, 1.0f, y + n * g.K * g.P, g.P);
     }
     return TC_OK;
   }
@@ -184,7 +180,7 @@ tc_status conv2d_forward(const Conv2dForwardArgs& a) {
   for (int64_t n = 0; n < g.N; ++n) {
     im2col(g, x, n, a.col);
     init_rows(yf.data(), g.K, g.P, a.bias ? bias.data() : nullptr);
-    sgemm(false, false, g.K, g.P, g.CKK, w.data(), g.CKK, a.col + n * g.CKK * g.P, g.P, 1.0f, yf.data(), g.P);
+    sgemm(false, false, g.K, g.P, g.CKK, 1.0f, w.data(), g.CKK, a.col + n * g.CKK * g.P, g.P, 1.0f, yf.data(), g.P);
     narrow_matrix(false, yf.data(), g.K, g.P, y + n * g.K * g.P, g.P);
   }
   return TC_OK;
@@ -199,12 +195,12 @@ tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a) {
     float* dx = static_cast<float*>(a.dx);
     if (g.is_pointwise()) {  // col2im is the identity: dX[n] = W^T @ dY[n]
       for (int64_t n = 0; n < g.N; ++n)
-        sgemm(true, false, g.C, g.P, g.K, w, g.C, dy + n * g.K * g.P, g.P, 0.0f, dx + n * g.C * HW, g.P);
+        sgemm(true, false, g.C, g.P, g.K, 1.0f, w, g.C, dy + n * g.K * g.P, g.P, 0.0f, dx + n * g.C * HW, g.P);
       return TC_OK;
     }
     for (int64_t n = 0; n < g.N; ++n) {
       float* dcol = a.col + n * g.CKK * g.P;
-      sgemm(true, false, g.CKK, g.P, g.K, w, g.CKK, dy + n * g.K * g.P, g.P, 0.0f, dcol, g.P);
+      sgemm(true, false, g.CKK, g.P, g.K, 1.0f, w, g.CKK, dy + n * g.K * g.P, g.P, 0.0f, dcol, g.P);
       // dX is f32 already: accumulate the col2im in it directly.
       parallel_for(g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c) col2im_plane(g, dcol + c * g.kH * g.kW * g.P, dx + (n * g.C + c) * HW);
@@ -219,7 +215,7 @@ tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a) {
   for (int64_t n = 0; n < g.N; ++n) {
     float* dcol = a.col + n * g.CKK * g.P;
     widen_matrix(false, dy + n * g.K * g.P, g.K, g.P, g.P, dyf.data());
-    sgemm(true, false, g.CKK, g.P, g.K, w.data(), g.CKK, dyf.data(), g.P, 0.0f, dcol, g.P);
+    sgemm(true, false, g.CKK, g.P, g.K, 1.0f, w.data(), g.CKK, dyf.data(), g.P, 0.0f, dcol, g.P);
     // Sum the taps in f32 (scratch_dX_f32), round each plane once.
     parallel_for(g.C, g.plane_grain(), [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
@@ -243,7 +239,7 @@ tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a) {
     for (int64_t n = 0; n < g.N; ++n) {
       if (!direct) im2col(g, x, n, a.col);
       const float* col = direct ? x + n * g.C * g.P : a.col + n * g.CKK * g.P;
-      sgemm(false, true, g.K, g.CKK, g.P, dy + n * g.K * g.P, g.P, col, g.P, 1.0f, dw, g.CKK);
+      sgemm(false, true, g.K, g.CKK, g.P, 1.0f, dy + n * g.K * g.P, g.P, col, g.P, 1.0f, dw, g.CKK);
     }
     return TC_OK;
   }
@@ -253,7 +249,7 @@ tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a) {
   for (int64_t n = 0; n < g.N; ++n) {
     im2col(g, x, n, a.col);
     widen_matrix(false, dy + n * g.K * g.P, g.K, g.P, g.P, dyf.data());
-    sgemm(false, true, g.K, g.CKK, g.P, dyf.data(), g.P, a.col + n * g.CKK * g.P, g.P, 1.0f, dwf.data(), g.CKK);
+    sgemm(false, true, g.K, g.CKK, g.P, 1.0f, dyf.data(), g.P, a.col + n * g.CKK * g.P, g.P, 1.0f, dwf.data(), g.CKK);
   }
   narrow_matrix(false, dwf.data(), g.K, g.CKK, static_cast<uint16_t*>(a.dw), g.CKK);
   return TC_OK;

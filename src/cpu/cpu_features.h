@@ -9,7 +9,8 @@
 //   avx512    the above and AVX-512 (F/BW/VL, VNNI, BF16, FP16), no AMX
 //   amx       everything (the default; also "native" or unset)
 // Any other value is ignored. The device info's feature string shows the
-// result. OpenBLAS (f32 GEMM) makes its own choice and is not affected.
+// result. A linked BLAS (f32 GEMM, src/cpu/blas.h) makes its own choice and
+// is not affected; tensorcore's own f32 kernels (gemm_f32.cpp) are.
 #pragma once
 
 #include <string>

@@ -2,22 +2,19 @@
 //
 //   C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]      row-major, b < batch
 //
-// f32 goes to OpenBLAS. bf16 and f16 run our AMX kernels where the processor
-// has AMX-BF16 (gemm_amx.cpp: bf16 products accumulated in f32; f16 split
-// exactly into bf16 pairs); elsewhere they are widened to f32, multiplied by
-// OpenBLAS and rounded back (f32 accumulation, as specified). i8 x i8 -> i32
+// f32 goes to sgemm (gemm_f32.cpp: the BLAS the build links, else our own
+// kernels). bf16 and f16 run our AMX kernels where the processor has
+// AMX-BF16 (gemm_amx.cpp: bf16 products accumulated in f32; f16 split exactly
+// into bf16 pairs); elsewhere they are widened to f32, multiplied by the same
+// sgemm and rounded back (f32 accumulation, as specified). i8 x i8 -> i32
 // runs our own integer kernels (gemm_i8.cpp).
-#include <cblas.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "cpu/convert.h"
 #include "cpu/cpu_features.h"
+#include "cpu/gemm_f32.h"
 #include "cpu/gemm_i8.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/ops.h"
@@ -66,36 +63,8 @@ void scale_c_any(const tc_gemm_desc& d, void* c) {
   }
 }
 
-// OpenBLAS writes C without reading it when beta == 0 since 0.3.10 (its
-// beta kernels used to multiply by zero, so NaN in C leaked). Older builds
-// get C zeroed first. Also: when TC_NUM_THREADS sets our pool's size,
-// OpenBLAS is given the same count, so "n threads" means n for every dtype.
-struct Blas {
-  bool beta0_writes = false;
-  Blas() {
-    int major = 0, minor = 0, patch = 0;
-    if (const char* cfg = openblas_get_config())
-      if (std::sscanf(cfg, "OpenBLAS %d.%d.%d", &major, &minor, &patch) == 3)
-        beta0_writes = major > 0 || minor > 3 || (minor == 3 && patch >= 10);
-    if (std::getenv("TC_NUM_THREADS")) openblas_set_num_threads(num_threads());
-  }
-};
-
-const Blas& blas() {
-  static const Blas b;
-  return b;
-}
-
-void sgemm(const tc_gemm_desc& d, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-           float beta) {
-  cblas_sgemm(CblasRowMajor, d.transpose_a ? CblasTrans : CblasNoTrans, d.transpose_b ? CblasTrans : CblasNoTrans,
-              blasint(d.M), blasint(d.N), blasint(d.K), float(d.alpha), a, blasint(lda), b, blasint(ldb), beta, c,
-              blasint(ldc));
-}
-
 void gemm_f32(const tc_gemm_desc& d, const float* a, const float* b, float* c) {
-  if (d.beta == 0.0 && !blas().beta0_writes) scale_c_any(d, c);
-  sgemm(d, a, d.lda, b, d.ldb, c, d.ldc, float(d.beta));
+  sgemm(d.transpose_a, d.transpose_b, d.M, d.N, d.K, float(d.alpha), a, d.lda, b, d.ldb, float(d.beta), c, d.ldc);
 }
 
 // f16 / bf16 without AMX: widen op(A), op(B) (as stored) and, when beta != 0,
@@ -115,8 +84,7 @@ void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b
   widen_matrix(bf, a, a_rows, a_cols, d.lda, fa);
   widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb);
   if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc);
-  else if (!blas().beta0_writes) std::memset(fc, 0, size_t(d.M * d.N) * sizeof(float));
-  sgemm(d, fa, a_cols, fb, b_cols, fc, d.N, float(d.beta));
+  sgemm(d.transpose_a, d.transpose_b, d.M, d.N, d.K, float(d.alpha), fa, a_cols, fb, b_cols, float(d.beta), fc, d.N);
   narrow_matrix(bf, fc, d.M, d.N, c, d.ldc);
 }
 

@@ -26,13 +26,19 @@ namespace cpu {
 namespace {
 
 // Scratch (gemm_packed.h): the calling thread keeps its largest block up to
-// kKeepBytes between calls; larger requests are served and freed per call.
+// kKeepBytes between calls, one block per nesting level (the f16/bf16
+// widening path holds its f32 copies while sgemm's own kernels take theirs);
+// larger requests, and deeper levels, are served and freed per call.
 constexpr size_t kKeepBytes = size_t(64) << 20;
+constexpr int kKeptLevels = 2;
 
 struct ScratchCache {
-  void* p = nullptr;
-  size_t n = 0;
-  ~ScratchCache() { std::free(p); }
+  void* p[kKeptLevels] = {};
+  size_t n[kKeptLevels] = {};
+  int live = 0;  // Scratch objects alive in this thread
+  ~ScratchCache() {
+    for (void* q : p) std::free(q);
+  }
 };
 thread_local ScratchCache t_cache;
 
@@ -40,8 +46,10 @@ thread_local ScratchCache t_cache;
 
 Scratch::Scratch(size_t bytes) {
   bytes = (bytes + 63) & ~size_t(63);
-  if (bytes <= t_cache.n) {
-    p_ = t_cache.p;
+  const int level = t_cache.live;
+  if (level < kKeptLevels && bytes <= t_cache.n[level]) {
+    p_ = t_cache.p[level];
+    ++t_cache.live;
     return;
   }
   // Large scratch on transparent huge pages, as the buffers (backend.cpp).
@@ -50,17 +58,21 @@ Scratch::Scratch(size_t bytes) {
   void* fresh = std::aligned_alloc(align, bytes);
   if (!fresh) throw std::bad_alloc();
   tiers::advise_huge(fresh, bytes);
-  if (bytes <= kKeepBytes) {
-    std::free(t_cache.p);
-    t_cache.p = fresh;
-    t_cache.n = bytes;
+  if (level < kKeptLevels && bytes <= kKeepBytes) {
+    std::free(t_cache.p[level]);
+    t_cache.p[level] = fresh;
+    t_cache.n[level] = bytes;
   } else {
     owned_ = fresh;
   }
   p_ = fresh;
+  ++t_cache.live;
 }
 
-Scratch::~Scratch() { std::free(owned_); }
+Scratch::~Scratch() {
+  std::free(owned_);
+  --t_cache.live;
+}
 
 namespace {
 
@@ -195,11 +207,60 @@ TC_AVX512 void epi_half_avx512(const Epi& e, const int32_t*, int64_t i0, int64_t
     }
 }
 
+// f32: C = alpha * t + beta * C, f32 arithmetic as a BLAS does it.
+void epi_f32(const Epi& e, const int32_t*, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const float alpha = float(e.alpha), beta = float(e.beta);
+  const float* t = static_cast<const float*>(e.tile);
+  float* c = static_cast<float*>(e.c) + i0 * e.ldc + j0;
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc) {
+    if (beta == 0.0f) {
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * t[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * t[j] + beta * c[j];
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void epi_f32_avx2(const Epi& e, const int32_t*, int64_t i0, int64_t j0,
+                                                       int64_t rows, int64_t cols) {
+  const float alpha = float(e.alpha), beta = float(e.beta);
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  const float* t = static_cast<const float*>(e.tile);
+  float* c = static_cast<float*>(e.c) + i0 * e.ldc + j0;
+  const int64_t cols8 = cols & ~int64_t(7);
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc) {
+    for (int64_t j = 0; j < cols8; j += 8) {
+      __m256 x = _mm256_mul_ps(va, _mm256_loadu_ps(t + j));
+      if (beta != 0.0f) x = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + j), x);
+      _mm256_storeu_ps(c + j, x);
+    }
+    for (int64_t j = cols8; j < cols; ++j) c[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * c[j];
+  }
+}
+
+TC_AVX512 void epi_f32_avx512(const Epi& e, const int32_t*, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const __m512 va = _mm512_set1_ps(float(e.alpha)), vb = _mm512_set1_ps(float(e.beta));
+  const bool has_beta = e.beta != 0.0;
+  const float* t = static_cast<const float*>(e.tile);
+  float* c = static_cast<float*>(e.c) + i0 * e.ldc + j0;
+  for (int64_t r = 0; r < rows; ++r, t += e.nr, c += e.ldc)
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      __m512 x = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, t + j));
+      if (has_beta) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c + j), x);
+      if (e.stream && m == 0xffff && (uintptr_t(c + j) & 63) == 0)
+        _mm512_stream_ps(c + j, x);
+      else
+        _mm512_mask_storeu_ps(c + j, m, x);
+    }
+}
+
 EpiFn pick_epilogue(tc_dtype dtype) {
   const Features& f = features();
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl;
   switch (dtype) {
     case TC_DTYPE_I8: return avx512 ? epi_i32_avx512 : f.avx2 ? epi_i32_avx2 : epi_i32_scalar;
+    case TC_DTYPE_F32: return avx512 ? epi_f32_avx512 : f.avx2 && f.fma ? epi_f32_avx2 : epi_f32;
     case TC_DTYPE_BF16: return avx512 ? epi_half_avx512<true> : epi_half<true>;
     default: return avx512 ? epi_half_avx512<false> : epi_half<false>;
   }
@@ -216,18 +277,23 @@ size_t l2_bytes() {
 
 }  // namespace
 
-Operands make_operands(const tc_gemm_desc& d, const void* a, const void* b) {
+Operands make_operands(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* a,
+                       int64_t lda, const void* b, int64_t ldb) {
   Operands op;
   op.a = a;
-  op.a_rs = d.transpose_a ? 1 : d.lda;
-  op.a_cs = d.transpose_a ? d.lda : 1;
+  op.a_rs = transpose_a ? 1 : lda;
+  op.a_cs = transpose_a ? lda : 1;
   op.b = b;
-  op.b_rs = d.transpose_b ? d.ldb : 1;
-  op.b_cs = d.transpose_b ? 1 : d.ldb;
-  op.M = d.M;
-  op.N = d.N;
-  op.K = d.K;
+  op.b_rs = transpose_b ? ldb : 1;
+  op.b_cs = transpose_b ? 1 : ldb;
+  op.M = M;
+  op.N = N;
+  op.K = K;
   return op;
+}
+
+Operands make_operands(const tc_gemm_desc& d, const void* a, const void* b) {
+  return make_operands(d.transpose_a, d.transpose_b, d.M, d.N, d.K, a, d.lda, b, d.ldb);
 }
 
 void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, void* c, int64_t ldc, double alpha,
@@ -276,8 +342,8 @@ void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, 
   const EpiFn epilogue = pick_epilogue(c_dtype);
   // A C larger than the L2 caches would be written back to memory anyway:
   // streaming stores skip reading each line first (write-allocate), a third
-  // of the traffic of a large i8 product. Only when C is not read (beta 0).
-  const size_t c_bytes = size_t(M) * size_t(N) * (c_dtype == TC_DTYPE_I8 ? 4 : 2);
+  // of the traffic of a large i8 or f32 product. Only when C is not read (beta 0).
+  const size_t c_bytes = size_t(M) * size_t(N) * (c_dtype == TC_DTYPE_I8 || c_dtype == TC_DTYPE_F32 ? 4 : 2);
   const bool stream = beta == 0.0 && c_bytes >= (size_t(4) << 20);
   std::atomic<int64_t> next{0};
   auto work = [&](int t, int) {

@@ -1,5 +1,6 @@
 // The blocked, packed GEMM shared by our own CPU kernels (i8 x i8 -> i32 on
-// AVX2 / AVX-VNNI / AVX512-VNNI / AMX-INT8, bf16 and f16 -> f32 on AMX-BF16).
+// AVX2 / AVX-VNNI / AVX512-VNNI / AMX-INT8, bf16 and f16 -> f32 on AMX-BF16,
+// f32 on AVX-512F / AVX2+FMA / plain C++ where no BLAS does it).
 //
 //   C = alpha * op(A) @ op(B) + beta * C,  A: M x K, B: K x N (after op)
 //
@@ -20,6 +21,7 @@
 //   3. After the last chunk the epilogue writes the valid part of each tile:
 //        i32:   C = alpha * (tile + corr[j]) + beta * C   (wrapping int32)
 //        f16/bf16: C = round(alpha * tile + beta * C)     (f32 arithmetic)
+//        f32:   C = alpha * tile + beta * C               (f32 arithmetic)
 //      beta == 0 never reads C. corr is a per-column correction a kernel may
 //      attach to its B panels (the "+128" trick of the VNNI kernels).
 // Packed A for one item stays in L2 while every panel of B streams past it.
@@ -70,21 +72,24 @@ struct KernelSet {
 };
 
 // Runs the plan above. C's element type is int32 for i8 and `c_dtype`
-// (F16 or BF16) for the f32-accumulating kernels.
+// (F16, BF16 or F32) for the f32-accumulating kernels.
 void run_packed_gemm(const KernelSet& ks, const Operands& op, tc_dtype c_dtype, void* c, int64_t ldc, double alpha,
                      double beta);
 
 // Operands of one matrix of d (normalised by capi): strides from the
 // transposes and pitches.
 Operands make_operands(const tc_gemm_desc& d, const void* a, const void* b);
+Operands make_operands(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* a,
+                       int64_t lda, const void* b, int64_t ldb);
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Aligned scratch memory owned by the calling thread and kept between calls
 // (allocating it afresh costs a page fault per 4 KiB, a tenth of a small
-// GEMM), on transparent huge pages from 2 MiB. One Scratch per thread at a
-// time. Allocation failure throws std::bad_alloc: take it before any work
-// is handed to the thread pool.
+// GEMM), on transparent huge pages from 2 MiB. Scratch objects of one thread
+// nest (destroyed in reverse order of construction); each of the first two
+// levels has its own kept block. Allocation failure throws std::bad_alloc:
+// take it before any work is handed to the thread pool.
 class Scratch {
  public:
   explicit Scratch(size_t bytes);
@@ -105,6 +110,9 @@ const KernelSet& i8_avx512_kernels();
 const KernelSet& i8_amx_kernels();
 const KernelSet& bf16_amx_kernels();
 const KernelSet& f16_amx_kernels();
+const KernelSet& f32_avx512_kernels();
+const KernelSet& f32_avx2_kernels();
+const KernelSet& f32_plain_kernels();  // any x86-64
 
 }  // namespace cpu
 }  // namespace tc

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "own_sgemm.h"
 #include "tensorcore/tensorcore.h"
 
 namespace {
@@ -199,6 +200,17 @@ TEST_F(Conv2d, F32MatchesReference) {
 
 TEST_F(Conv2d, F16MatchesReference) {
   for (const Shape& s : kShapes) check(s, TC_DTYPE_F16, true);
+}
+
+// The same on tensorcore's own f32 kernels (what a build without a BLAS runs),
+// plus a shape whose products span several micro-tiles and depth chunks.
+TEST_F(Conv2d, OwnSgemmMatchesReference) {
+  OwnSgemm own;
+  const Shape larger{2, 16, 33, 20, 19, 3, 3, 1, 1, 1, 1};
+  for (tc_dtype dt : {TC_DTYPE_F32, TC_DTYPE_F16}) {
+    for (const Shape& s : kShapes) check(s, dt, true);
+    check(larger, dt, dt == TC_DTYPE_F32);
+  }
 }
 
 TEST_F(Conv2d, Capability) {

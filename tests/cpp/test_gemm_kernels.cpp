@@ -9,6 +9,10 @@
 // 16-bit types (plus 2^-24 for f16's subnormal results); i8 exactly, in uint32 arithmetic (int32 wraps). C is poisoned
 // first (NaN, or random int32), pads between rows and batches must keep their
 // bytes, and A and B must be left as they were.
+//
+// The OwnF32* tests run the f32 products (and f16/bf16 widened to f32) on
+// tensorcore's own f32 kernels (src/cpu/gemm_f32*.cpp) in every build, with
+// or without a BLAS linked, so each ISA level checks its own f32 kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "own_sgemm.h"
 #include "tensorcore/tensorcore.h"
 
 namespace {
@@ -386,5 +391,52 @@ TEST(GemmKernels, HalfNonFinite) {
     tc_buffer_free(A);
     tc_buffer_free(B);
     tc_buffer_free(C);
+  }
+}
+
+// ---- tensorcore's own f32 kernels ------------------------------------------------
+
+// Every M, N, K of {1, 7, 33, 257} (below, at and above each kernel's MR and
+// NR, one row or column past a multiple of 32; 257 also splits the depth
+// into chunks), every transpose pair, with and without pitches, and alpha /
+// beta of each kind: (1, 0), (0.75, -1.5), (1, 1), (-2.5, 0) and (0, 0.5).
+// C holds NaN wherever beta == 0 (it must not be read).
+TEST(GemmKernels, OwnF32Shapes) {
+  Ctx c;
+  OwnSgemm own;
+  const int64_t sizes[] = {1, 7, 33, 257};
+  const double ab[][2] = {{1, 0}, {0.75, -1.5}, {1, 1}, {-2.5, 0}, {0, 0.5}};
+  int v = 0;
+  for (int64_t M : sizes)
+    for (int64_t N : sizes)
+      for (int64_t K : sizes)
+        for (int t = 0; t < 4; ++t, ++v) {
+          Case k{M, N, K, bool(t & 1), bool(t & 2)};
+          k.pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 1 : 6;
+          k.alpha = ab[v % 5][0];
+          k.beta = ab[v % 5][1];
+          run_case(c.ctx, TC_DTYPE_F32, k);
+        }
+}
+
+// Threaded (above 2^25 multiply-adds), several row blocks and panels, depth
+// longer than every chunk, a C of 4 MiB and more (streaming stores where rows
+// are aligned), and batches with gaps. f16 / bf16 go through the same
+// routine where they are widened to f32 (no AMX, or TC_CPU_ISA below amx).
+TEST(GemmKernels, OwnF32Larger) {
+  Ctx c;
+  OwnSgemm own;
+  for (tc_dtype dt : {TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_BF16}) {
+    run_case(c.ctx, dt, Case{300, 200, 333});
+    run_case(c.ctx, dt, Case{520, 300, 250, false, false, 0, 1.25, 0});
+    run_case(c.ctx, dt, Case{300, 450, 260, true, false, 2, -1, 1});
+    run_case(c.ctx, dt, Case{257, 129, 300, true, true, 3, 2, 1});
+    run_case(c.ctx, dt, Case{40, 70, 1700, false, false, 0, 1, 1});
+    run_case(c.ctx, dt, Case{37, 33, 3100, true, false, 1});
+    run_case(c.ctx, dt, Case{1500, 1408, 40});
+    run_case(c.ctx, dt, Case{1500, 1411, 6, false, true, 3});
+    run_case(c.ctx, dt, Case{17, 65, 33, false, true, 2, 1, 0, 3, 7});
+    run_case(c.ctx, dt, Case{40, 9, 70, true, false, 0, 0.5, -2, 2, 0});
+    run_case(c.ctx, dt, Case{33, 257, 7, true, true, 1, 1, 1, 4, 5});
   }
 }

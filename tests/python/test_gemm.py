@@ -140,6 +140,20 @@ def test_gemm_larger_f32(ctx, rng):
     run_case(ctx, rng, "f32", "f32", 300, 257, 511, alpha=0.5, beta=-1.5)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_gemm_own_f32_kernels(cpu_ctx, rng, monkeypatch, dtype):
+    """TC_CPU_BLAS=0 (read at every call): the f32 products run on tensorcore's own kernels, as in a build
+    without a BLAS, whatever this build links; f16/bf16 reach them where they are widened to f32."""
+    monkeypatch.setenv("TC_CPU_BLAS", "0")
+    alpha, beta = scalars(rng, dtype)
+    for ta, tb in [(False, False), (True, False), (False, True), (True, True)]:
+        M, N, K = shapes(rng, 1)[0]
+        pad = tuple(int(p) for p in rng.integers(0, 6, 3))
+        run_case(cpu_ctx, rng, dtype, "f32", M, N, K, ta, tb, alpha, beta, pad)
+        run_case(cpu_ctx, rng, dtype, "f32", M, N, K, ta, tb, alpha, 0.0, pad)   # C poisoned
+    run_case(cpu_ctx, rng, dtype, "f32", 300, 257, 511, alpha=0.5, beta=-1.5)     # threaded, several blocks
+
+
 @pytest.mark.parametrize("dtype,accum", CONFIGS)
 def test_k_zero_gives_beta_c(ctx, rng, dtype, accum):
     odt = out_dtype(dtype)

@@ -37,6 +37,8 @@ def in_fresh_thread(fn):
 def test_version():
     v = tc.version()
     assert re.fullmatch(r"tensorcore \d+\.\d+\.\d+ \(.+\)", v), v
+    # the build names the f32 GEMM it carries: a BLAS, or tensorcore's own kernels
+    assert re.search(r"\(portable_cpu\((openblas|scipy-openblas|own-sgemm)\)", v), v
     assert tc.__version__ == v.split()[1]
 
 

@@ -38,7 +38,7 @@ def main(argv=None):
     out = sys.stdout
     ctx = Context(args.device)
     with ctx, Llama(args.model, ctx=ctx, n_ctx=args.n_ctx or None, activations=args.activations) as m:
-        prompt = m.tokenize(args.prompt, add_bos=m.bos_id >= 0)
+        prompt = m.tokenize(args.prompt)  # BOS as the file says, special tokens parsed
         out.write(args.prompt)
         out.flush()
         m.reset()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
 import tensorcore as tc  # noqa: E402
-from tokenizer_files import (CORPUS, OWN_FILE_TEXTS, PRE_NAMES, as_bytes, gemma3_path,  # noqa: E402
+from tokenizer_files import (CORPUS, OWN_FILE_TEXTS, PRE_NAMES, SPM_TEXTS, as_bytes, gemma3_path,  # noqa: E402
                              smollm2_path, write_bpe_model)
 
 MODES = [(True, True), (True, False), (False, True), (False, False)]  # (add_special, parse_special)
@@ -85,7 +85,7 @@ def compare(name, path, llama_cpp, texts, show=5):
 
 def expected_literals(tmp):
     """The ids the own-file tests hold: {pre: [ids of each OWN_FILE_TEXTS text, special tokens parsed,
-    the file's BOS]}."""
+    the file's BOS]}, and the default model's of SPM_TEXTS (special tokens parsed, then not)."""
     import llama_cpp
     out = {}
     for pre in PRE_NAMES:
@@ -93,6 +93,12 @@ def expected_literals(tmp):
         write_bpe_model(p, pre)
         ref = llama_cpp.Llama(str(p), vocab_only=True, verbose=False)
         out[pre] = [ref.tokenize(as_bytes(t), add_bos=True, special=True) for t in OWN_FILE_TEXTS]
+    from tensorcore.llama import write_default_model
+    p = Path(tmp) / "default.gguf"
+    write_default_model(str(p))
+    ref = llama_cpp.Llama(str(p), vocab_only=True, verbose=False)
+    out["spm default model"] = [ref.tokenize(as_bytes(t), add_bos=True, special=special)
+                                for t in SPM_TEXTS for special in (True, False)]
     return out
 
 

@@ -53,6 +53,7 @@ CORPUS = [
     "!!! ??? ... --- *** ((( ))) ''' \"\"\" ,,, ;;; ::: @@@ ### %%%",
     "a\u00a0b\u2003c\u3000d\u2028e\u2029f\u0085g\u000bh\u000ci\u200bj",
     "\u00a0\u00a0 \u3000x  \u2003\n",
+    "\u05e2\u05d1\u05e8\u05d9\u05ea \U0001f642   ",
     "a" * 40 + " " * 17 + "b" + "\n" * 9 + "c",
     "<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\n",
     "<start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\n",
@@ -60,18 +61,23 @@ CORPUS = [
     "text <|im_end|> text<|im_end |><|im_end",
     "<bos><eos><pad><unk><mask> [multimodal] <unused0> <end_of_turn>",
     " zyx zyx  zyxzyx Zyx",
-    "\u0000nul\u0001\u001f\u007f del",
+    "\u0000nul\u0001\u001f\u007f del x\u001f\u001f\u001fy \u001c\u001c z",
     b"\xff\xfe invalid \xc3 utf8 \xe2\x82 tail\x80",
     b"\xed\xa0\x80 surrogate \xc0\x80 overlong \xf0\x9f\x99",
 ]
 
 # The texts whose ids the own-file tests hold (test_tokenizer.py: OWN_FILE_IDS).
-OWN_FILE_TEXTS = [CORPUS[i] for i in (3, 4, 8, 9, 11, 18, 19, 23, 26, 27, 29, 34, 37, 39)]
+OWN_FILE_TEXTS = [CORPUS[i] for i in (3, 4, 8, 9, 11, 18, 19, 23, 26, 27, 29, 31, 35, 38, 39, 40)]
+# Texts for the default model's SentencePiece vocabulary (a space is prefixed
+# at the start and after each special token).
+SPM_TEXTS = ["hello</s>world", " the model</s> says<s>  what", "tensor core\n\nllama 123 \u00e9\U0001f642</s>"]
 
 # The vocabulary is learned on the corpus itself, whole lines at a time, so
 # that its merges cross the places where pre-tokenizers split.
 # (Not on the texts with special tokens or "zyx": no merge makes those.)
+# (And on runs of U+001C..U+001F, which Python calls white space and Unicode does not.)
 TRAINING_TEXT = "\n".join(t for t in CORPUS if isinstance(t, str) and "<" not in t and "zyx" not in t) + "\n"
+TRAINING_TEXT += "\u001f\u001f\u001f\n\u001c\u001c\n" * 3
 
 SPECIALS = [("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<tool_call>", 4),
             ("<|unused_0|>", 5)]
@@ -96,7 +102,7 @@ def bytes_to_unicode():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def train_bpe(text=TRAINING_TEXT, n_merges=1500):
+def train_bpe(text=TRAINING_TEXT, n_merges=6000):
     """Byte-level BPE merges learned on whole lines of `text` (not on words,
     so that how a pre-tokenizer splits shows in the ids): (tokens, merges),
     deterministic."""

@@ -37,7 +37,9 @@ struct tc_llama_config {
   double rope_freq_scale;
   int32_t tied_embeddings;  /* 1: no output.weight, token_embd is the output matrix */
   int32_t weight_type;      /* TC_QUANT_* of blk.0.attn_q.weight */
-  int32_t bos_id, eos_id;   /* -1 when absent */
+  int32_t bos_id, eos_id;   /* the tokenizer's (llama.cpp's defaults where the file has no key); without a
+                               vocabulary the file's keys; -1 when absent. End-of-generation ids:
+                               tc_tokenizer_eog_ids of tc_llama_tokenizer */
 };
 
 /* Loads a llama-family GGUF file. n_ctx <= 0 picks min(context_length, 2048)

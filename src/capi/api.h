@@ -10,7 +10,16 @@
 #include "core/error.h"
 #include "core/objects.h"
 
+struct tc_gguf_s;
+struct tc_tokenizer_s;
+
 namespace tc {
+namespace gguf {
+class File;
+}
+namespace model {
+class Tokenizer;
+}
 namespace capi {
 
 // Runs an entry point's body: exceptions become statuses, success clears the
@@ -50,6 +59,14 @@ bool add_ok(int64_t a, int64_t b, int64_t* out);
 //   ((batch-1)*stride + (rows-1)*ld + cols) * elem, or 0 when rows/cols is 0.
 // false on overflow.
 bool span_bytes(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, int64_t elem, int64_t* out);
+
+// The parsed file of a live tc_gguf handle (src/capi/gguf.cpp).
+tc_status gguf_file_of(const char* fn, tc_gguf_s* g, const gguf::File** out);
+
+// A registered tokenizer handle built from a file's tokenizer.ggml.*
+// metadata (src/capi/tokenizer.cpp); *none tells a file without a vocabulary.
+tc_status tokenizer_from_gguf(const gguf::File& f, tc_tokenizer_s** out, bool* none);
+const model::Tokenizer& tokenizer_model(const tc_tokenizer_s* t);
 
 // A readable name for a dtype value in messages ("f16", or "dtype 42").
 std::string dtype_label(int32_t dtype);

@@ -47,6 +47,22 @@ tc_status check_gguf(const char* fn, tc_gguf g) {
   return TC_OK;
 }
 
+}  // namespace
+
+namespace tc {
+namespace capi {
+
+tc_status gguf_file_of(const char* fn, tc_gguf g, const gguf::File** out) {
+  if (tc_status st = check_gguf(fn, g)) return st;
+  *out = g->file.get();
+  return TC_OK;
+}
+
+}  // namespace capi
+}  // namespace tc
+
+namespace {
+
 tc_status check_model(const char* fn, tc_gguf_model m) {
   if (!m) return fail(TC_ERR_INVALID_ARG, "%s: model handle is null", fn);
   if (!is_live_handle(m, HandleKind::GgufModel))

@@ -212,10 +212,22 @@ _IN_CHILD = "TC_TEST_OWN_PROCESS_CHILD"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "own_process: run this test in a child process (it may fault the device)")
+    config.addinivalue_line("markers", "own_process(exclusive=None): run this test in a child process (it may "
+                            "fault the device); with exclusive=NAME, one such test at a time across processes")
 
 
 def _run_in_child(item):
+    exclusive = item.get_closest_marker("own_process").kwargs.get("exclusive")
+    if exclusive:  # e.g. CUPTI's profiler: one session per device, whichever process asks
+        import fcntl
+        import tempfile
+        with open(os.path.join(tempfile.gettempdir(), "tensorcore-tests-%s.lock" % exclusive), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return _run_child(item)
+    return _run_child(item)
+
+
+def _run_child(item):
     env = dict(os.environ, **{_IN_CHILD: "1"})
     env["PYTHONPATH"] = str(Path(tc.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TENSORCORE_LIB", tc.library_path)

@@ -410,7 +410,7 @@ def test_tokenizer_from_metadata(tmp_path, cpu):
         assert m.detokenize(m.tokenize(odd, add_bos=False)) == odd
 
 
-@pytest.mark.parametrize("pre", [None, "gpt2", "llama-bpe"])
+@pytest.mark.parametrize("pre", [None, "gpt-2", "llama-bpe"])
 def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
@@ -435,10 +435,13 @@ def test_file_without_vocabulary_runs_on_ids(tmp_path, dev):
 
 def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
     path = tmp_path / "m.gguf"
-    write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre="qwen2")
-    with pytest.raises(tc.TensorcoreError) as e:
-        Llama(path, ctx=cpu, activations="f32")
-    assert e.value.status == tc.TC_ERR_UNSUPPORTED and "qwen2" in str(e.value)
+    # "gpt2" is no tokenizer.ggml.pre name llama.cpp knows ("gpt-2" is).
+    for pre in ("qwen-next-unknown", "gpt2"):
+        write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
+        with pytest.raises(tc.TensorcoreError) as e:
+            Llama(path, ctx=cpu)
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED
+        assert "tokenizer.ggml.pre '%s'" % pre in str(e.value), str(e.value)
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="bert")
     with pytest.raises(tc.TensorcoreError) as e:
         Llama(path, ctx=cpu, activations="f32")

@@ -78,7 +78,9 @@ def test_dump_args_on_device(chain_chip, tmp_path):
     assert [list(x["args"][0]["after"]) for x in tasks] == [[6, 7], [7, 8], [8, 9]]
 
 
-@pytest.mark.own_process  # CUPTI's profiler can lose the process's CUDA context when other processes use the GPU
+# CUPTI's profiler can lose the process's CUDA context, and one profiling
+# session at a time is served per device (a second gets CUPTI_ERROR_UNKNOWN).
+@pytest.mark.own_process(exclusive="cupti")
 @pytest.mark.parametrize("event_type", [1, 2])
 def test_pmu_reads_cupti_counters(chain_chip, tmp_path, event_type):
     import csv

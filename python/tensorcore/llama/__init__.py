@@ -7,6 +7,12 @@ context's device (the C model of include/tensorcore/llama.h).
     m.reset()
     ids = m.generate(prompt_ids, 16)     # greedy; temperature/top_k/top_p/seed
     text = m.detokenize(ids)
+
+tokenize() reads the text as llama.cpp's command line does: BOS/EOS as the
+file says (tokenizer.ggml.add_bos_token / add_eos_token) and special tokens
+written in the text ("<|im_start|>") as their ids. m.eog_ids are the ids that
+end a generation (eos, eot, "<|im_end|>", "<end_of_turn>", ...);
+generate(..., stop_at_eos=True) stops at any of them.
 """
 
 import numpy as np
@@ -14,7 +20,8 @@ import numpy as np
 from .._api.llama import (llama_eval, llama_free, llama_get_config, llama_load, llama_n_past, llama_reset,
                           llama_set_activations, llama_tokenizer)
 from .._api.tokenizer import Tokenizer
-from .._errors import TensorcoreValueError
+from .._constants import TC_ERR_UNSUPPORTED
+from .._errors import TensorcoreError, TensorcoreValueError
 from .._objects import Context
 from ._default import default_model_path, write_default_model
 
@@ -26,9 +33,8 @@ TC_ERR_INVALID_ARG = -7
 class _BorrowedTokenizer(Tokenizer):
     """The model's tokenizer: the handle belongs to the model."""
 
-    def __init__(self, handle, bos_id, eos_id):
+    def __init__(self, handle):
         self._handle = handle
-        self.bos_id, self.eos_id, self.unk_id = bos_id, eos_id, -1
 
     def close(self):
         self._handle = None
@@ -91,6 +97,7 @@ class Llama:
         self.n_ctx = self.config["n_ctx"]
         self.bos_id, self.eos_id = self.config["bos_id"], self.config["eos_id"]
         self._tok = None
+        self._eog = None
 
     @property
     def handle(self):
@@ -105,8 +112,26 @@ class Llama:
     @property
     def tokenizer(self):
         if self._tok is None:
-            self._tok = _BorrowedTokenizer(llama_tokenizer(self.handle), self.bos_id, self.eos_id)
+            self._tok = _BorrowedTokenizer(llama_tokenizer(self.handle))
         return self._tok
+
+    @property
+    def eog_ids(self):
+        """The ids that end a generation, ascending: the tokenizer's (eos,
+        eot, eom and tokens such as "<|im_end|>", found as llama.cpp finds
+        them), or the file's eos when it has no vocabulary."""
+        if self._eog is None:
+            try:
+                self._eog = self.tokenizer.eog_ids
+            except TensorcoreError as e:
+                if e.status != TC_ERR_UNSUPPORTED:
+                    raise
+                self._eog = [self.eos_id] if self.eos_id >= 0 else []  # no vocabulary: the model runs on ids
+        return list(self._eog)
+
+    def is_eog(self, token):
+        """Whether `token` ends a generation."""
+        return int(token) in self.eog_ids
 
     def eval(self, tokens, last_only=False):
         """Runs `tokens` after the cached ones; float32 logits [len(tokens),
@@ -120,25 +145,31 @@ class Llama:
         """Empties the KV cache: the next eval starts at position 0."""
         llama_reset(self.handle)
 
-    def tokenize(self, text, add_bos=True):
-        return self.tokenizer.encode(text, add_bos=add_bos)
+    def tokenize(self, text, add_bos=None, add_eos=None, special=True):
+        """Token ids of `text`. add_bos / add_eos: None as the file says,
+        True/False force; special: special tokens written in the text
+        ("<|im_start|>", "<start_of_turn>") become their ids, as llama.cpp's
+        command line reads a prompt."""
+        return self.tokenizer.encode(text, add_bos=add_bos, add_eos=add_eos, special=special)
 
     def detokenize(self, ids):
         return self.tokenizer.decode([int(i) for i in ids])
 
     def generate_iter(self, prompt_tokens, n, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop_at_eos=False):
         """Yields up to n new token ids after `prompt_tokens` (the cache is
-        reset first)."""
+        reset first); with stop_at_eos, the first end-of-generation id
+        (eog_ids) is the last one yielded."""
         prompt = [int(t) for t in prompt_tokens]
         if not prompt:
             raise TensorcoreValueError(TC_ERR_INVALID_ARG, "generate: the prompt has no tokens")
         rng = np.random.default_rng(seed)
+        eog = set(self.eog_ids) if stop_at_eos else set()
         self.reset()
         logits = self.eval(prompt, last_only=True)
         for i in range(int(n)):
             tok = sample(logits, temperature, top_k, top_p, rng)
             yield tok
-            if (stop_at_eos and tok == self.eos_id) or i + 1 == n:
+            if tok in eog or i + 1 == n:
                 return
             logits = self.eval([tok], last_only=True)
 

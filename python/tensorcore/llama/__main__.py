@@ -42,7 +42,7 @@ def main(argv=None):
     out = sys.stdout
     ctx = Context(args.device)
     with ctx, Llama(args.model, ctx=ctx, n_ctx=args.n_ctx or None, activations=args.activations) as m:
-        prompt = m.tokenize(args.prompt, add_bos=m.bos_id >= 0)
+        prompt = m.tokenize(args.prompt)  # BOS as the file says, special tokens parsed
         info = ctx.device_info()
         sys.stderr.write("[%s on %s (%s), %s activations]\n" % (
             os.path.basename(m.path), info.backend_name, _text(info.name), args.activations))

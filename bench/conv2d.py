@@ -9,8 +9,9 @@ np.tensordot (NumPy's BLAS), and does col2im with kH*kW strided adds.
 
 To show what bounds tensorcore's figure, the script also times the GEMMs of
 its forward alone (tc.gemm_batched of the per-image products on columns
-already built: the ceiling of im2col + GEMM with the same OpenBLAS), and
-OpenBLAS on a square-ish product over the same columns (what the GEMM could
+already built: the ceiling of im2col + GEMM with the same sgemm -- the
+build's BLAS or our own kernels, as tc.version() says), and the same sgemm
+on a square-ish product over the same columns (what the GEMM could
 reach with more filters).
 
     python bench/conv2d.py                 # ResNet-like 8x64x56x56, 3x3, 64 filters
@@ -144,7 +145,7 @@ def run(args):
                 rows.append((name, dtype, t_ours, m_ours, t_np, m_np, err))
         # What bounds the forward: its GEMMs alone (tc.gemm_batched, f32, one
         # [K x CKK] @ [CKK x P] per image on distinct columns, A repeated since
-        # strided batches are packed), and OpenBLAS's rate on the same columns
+        # strided batches are packed), and the same sgemm's rate on the same columns
         # with as many rows as the columns have (a square-ish GEMM).
         A = ctx.buffer_from_array(np.ascontiguousarray(np.broadcast_to(rng.standard_normal((K, CKK)), (N, K, CKK)),
                                                          dtype=np.float32))
@@ -184,12 +185,13 @@ def report(args, res):
             name, dtype, t * 1e3, m * 1e3, flops / t / 1e9, tn * 1e3, mn * 1e3, flops / tn / 1e9, tn / t))
     t_gemm, col_mb = res["gemm"], res["col_bytes"] / 1e6
     CKK, P = C * kH * kW, OH * OW
+    sgemm = "our own f32 kernels" if "own-sgemm" in tc.version() else "the same BLAS"
     lines += [
         "",
         "What bounds it (f32 forward; the backward passes are built the same way):",
         "",
-        "- its GEMMs alone (tc.gemm_batched, %d x [%d x %d] @ [%d x %d] on columns already built, same OpenBLAS): "
-        "%.2f ms = %.1f GFLOP/s" % (N, K, CKK, CKK, P, t_gemm * 1e3, flops / t_gemm / 1e9),
+        "- its GEMMs alone (tc.gemm_batched, %d x [%d x %d] @ [%d x %d] on columns already built, %s): "
+        "%.2f ms = %.1f GFLOP/s" % (N, K, CKK, CKK, P, sgemm, t_gemm * 1e3, flops / t_gemm / 1e9),
     ]
     fwd = [r for r in res["rows"] if r[0] == "forward" and r[1] == "f32"]
     if fwd:
@@ -201,9 +203,9 @@ def report(args, res):
         else:  # cannot happen on a quiet machine
             lines.append("- the forward measured faster than its GEMMs alone: these timings are too noisy to "
                          "split (a busy machine; try --threads 1, timed by CPU time)")
-    lines.append("- the GEMMs themselves are short: %d filters against %d-long columns. OpenBLAS reaches %.1f GFLOP/s "
-                 "on the same columns with %d rows ([%d x %d] @ [%d x %d]); with %d rows OpenBLAS copies (packs) every "
-                 "column element for only %d flops, so memory traffic weighs as much as arithmetic. Layers with "
+    lines.append("- the GEMMs themselves are short: %d filters against %d-long columns. The same sgemm reaches %.1f "
+                 "GFLOP/s on the same columns with %d rows ([%d x %d] @ [%d x %d]); with %d rows the GEMM copies (packs) "
+                 "every column element for only %d flops, so memory traffic weighs as much as arithmetic. Layers with "
                  "more filters move towards the square-GEMM rate" % (
                      K, CKK, res["square"] / 1e9, CKK, CKK, CKK, CKK, P, K, 2 * K))
     return "\n".join(lines) + "\n"

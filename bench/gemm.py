@@ -6,8 +6,11 @@
 Square row-major products, no transposes, alpha 1, beta 0. For each size:
 fresh random inputs; our result is checked against a float64 (int64 for i8)
 NumPy product on a sample of rows; then --reps rounds, each timing every
-point (our four dtypes, NumPy f32, tensorcore's OpenBLAS called directly)
-once, after a pause and --warmup untimed calls; medians are reported. NumPy runs the same dtype
+point (our four dtypes, NumPy f32, tensorcore's OpenBLAS called directly,
+and -- where the build links a BLAS -- our own f32 kernels with
+TC_CPU_BLAS=0, the row "f32-own") once, after a pause and --warmup untimed
+calls; medians are reported. The f32 row is whatever sgemm the build has
+(tc.version(): portable_cpu(openblas | scipy-openblas | own-sgemm)). NumPy runs the same dtype
 (its f32 matmul is OpenBLAS from its own wheel; f16/i8 matmul are NumPy's
 plain loops, timed once and only up to --numpy-slow-max; bf16 has no NumPy
 matmul). Targets:
@@ -28,12 +31,14 @@ import ctypes
 import datetime
 import os
 import platform
+import re
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOTES_MARK = "<!-- notes: kept by --write -->"
 TARGETS = {"f32": ("numpy_f32", 0.95), "f16": ("our_f32", 0.70), "bf16": ("our_f32", 0.70), "i8": ("our_f32", 2.00)}
+OWN = "f32-own"  # our own f32 kernels in a build that links a BLAS (TC_CPU_BLAS=0); no target of its own
 
 
 def parse_args():
@@ -46,7 +51,8 @@ def parse_args():
                         "a few milliseconds of work to get back to speed)")
     p.add_argument("--threads", type=int, default=0,
                    help="threads for tensorcore and both OpenBLAS copies (sets TC_NUM_THREADS and "
-                        "OPENBLAS_NUM_THREADS before loading them); 0 = their default")
+                        "OPENBLAS_NUM_THREADS before loading them); 0 = their default. With 1, points are timed "
+                        "by process CPU time, which other work on a shared machine does not inflate")
     p.add_argument("--pause", type=float, default=0.3, help="seconds before each timed point (OpenBLAS spin-down)")
     p.add_argument("--numpy-slow-max", type=int, default=1024,
                    help="largest size at which NumPy's non-BLAS f16/i8 matmul is timed (it runs at ~1 GFLOP/s)")
@@ -55,6 +61,7 @@ def parse_args():
 
 
 ARGS = parse_args()
+CLOCK = time.process_time if ARGS.threads == 1 else time.perf_counter
 if ARGS.threads > 0:  # before NumPy and tensorcore load their thread pools
     os.environ["TC_NUM_THREADS"] = str(ARGS.threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
@@ -124,15 +131,14 @@ def blas_report():
     except ImportError:
         pass
     if not rows:
-        prefixes = [("scipy_openblas_", "64_"), ("openblas_", "64_"), ("openblas_", "")]
+        prefixes = [("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", "")]
         for path in mapped_libs("openblas"):
             cfg, core, threads = openblas_info(path, prefixes)
             if cfg is None and core is None:
                 continue
             rows.append({"library": path, "version": cfg, "core": core, "threads": threads, "via": "ctypes"})
     for r in rows:
-        r["owner"] = "numpy" if "numpy" in (r["library"] or "") or "scipy_openblas" in (r["library"] or "") \
-            else "tensorcore"
+        r["owner"] = "numpy" if "numpy" in (r["library"] or "") else "tensorcore"
     return rows
 
 
@@ -145,9 +151,26 @@ def i8_path(features):
     return "scalar"
 
 
+def build_sgemm():
+    """The f32 GEMM the library was built with: openblas, scipy-openblas or own-sgemm."""
+    m = re.search(r"portable_cpu\(([^)]*)\)", tc.version())
+    return m.group(1) if m else "unknown"
+
+
 def half_path(features):
     return "amx_bf16 (f16: exact bf16 hi/lo split, 3 products)" if "amx_bf16" in features.split(",") \
-        else "widen to f32 + OpenBLAS sgemm"
+        else "widen to f32 + %s sgemm" % build_sgemm()
+
+
+def own_kernels(fn):
+    """fn run with TC_CPU_BLAS=0 (read at every call): tensorcore's own f32 kernels, not the linked BLAS."""
+    def run():
+        os.environ["TC_CPU_BLAS"] = "0"
+        try:
+            fn()
+        finally:
+            del os.environ["TC_CPU_BLAS"]
+    return run
 
 
 # ---- timing -----------------------------------------------------------------------------------------------
@@ -158,9 +181,9 @@ def median_time(fn, reps, warmup):
         fn()
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(CLOCK() - t0)
     ts.sort()
     return ts[len(ts) // 2]
 
@@ -175,9 +198,9 @@ def round_robin(points):
             time.sleep(ARGS.pause)
             for _ in range(ARGS.warmup):
                 fn()
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             fn()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(CLOCK() - t0)
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
@@ -230,7 +253,7 @@ def ours_point(ctx, dtype, n, a, b, rng, keep):
 
 
 def blas_direct_point(n, a, b):
-    """cblas_sgemm of the OpenBLAS tensorcore links, called directly: the library without tensorcore."""
+    """cblas_sgemm of the system OpenBLAS tensorcore links, called directly: the library without tensorcore."""
     paths = [p for p in mapped_libs("openblas") if "numpy" not in p and "scipy_openblas" not in p]
     if not paths:
         return None
@@ -269,10 +292,19 @@ def main():
     name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
 
     ours, theirs, direct = {}, {}, {}
+    rows_of = list(dtypes)
+    if "f32" in dtypes and build_sgemm() != "own-sgemm":
+        rows_of.insert(dtypes.index("f32") + 1, OWN)
     for n in sizes:
         data = {dt: inputs(dt, n, rng) for dt in dtypes}
         keep = []
         points = {("ours", dt): ours_point(ctx, dt, n, *data[dt], rng, keep) for dt in dtypes}
+        if OWN in rows_of:  # checked once like the others, on its own kernels
+            os.environ["TC_CPU_BLAS"] = "0"
+            try:
+                points["ours", OWN] = own_kernels(ours_point(ctx, "f32", n, *data["f32"], rng, keep))
+            finally:
+                del os.environ["TC_CPU_BLAS"]
         if "f32" in dtypes:
             a, b = data["f32"]
             c = np.empty((n, n), np.float32)
@@ -281,9 +313,10 @@ def main():
             if blas:
                 points["direct", "f32"] = blas
         t = round_robin(points)
-        for dt in dtypes:
+        for dt in rows_of:
             ours[dt, n] = t["ours", dt]
-            theirs[dt, n] = t.get(("numpy", dt)) or numpy_slow(dt, n, *data[dt])
+            theirs[dt, n] = t.get(("numpy", "f32" if dt == OWN else dt)) or \
+                (numpy_slow(dt, n, *data[dt]) if dt in data else None)
         direct[n] = t.get(("direct", "f32"))
         for buf in keep:
             buf.close()
@@ -291,7 +324,7 @@ def main():
     ctx.close()
 
     rows = []
-    for dt in dtypes:
+    for dt in rows_of:
         for n in sizes:
             ops = 2.0 * n ** 3
             g = ops / ours[dt, n] / 1e9
@@ -300,10 +333,10 @@ def main():
             gnf = 2.0 * n ** 3 / theirs["f32", n] / 1e9 if theirs.get(("f32", n)) else None
             r_np = g / gnf if gnf else None
             r_own = g / gf if gf else None
-            ref, goal = TARGETS[dt]
+            ref, goal = TARGETS.get(dt, (None, None))
             ratio = r_np if ref == "numpy_f32" else r_own
-            verdict = "n/a" if ratio is None else ("PASS" if ratio >= goal else "FAIL")
-            target = ">= %.2fx %s" % (goal, "NumPy f32" if ref == "numpy_f32" else "our f32")
+            verdict = "n/a" if ratio is None or goal is None else ("PASS" if ratio >= goal else "FAIL")
+            target = "-" if goal is None else ">= %.2fx %s" % (goal, "NumPy f32" if ref == "numpy_f32" else "our f32")
             rows.append((dt, "%dx%dx%d" % (n, n, n), g, gn, r_np, r_own, target, verdict))
 
     unit = lambda dt: "GOP/s" if dt == "i8" else "GFLOP/s"  # noqa: E731
@@ -325,14 +358,17 @@ def main():
         "- CPU: %s (%d logical CPUs), features: %s" % (name, os.cpu_count(), features),
         "- threads: tensorcore %d; OpenBLAS: %s" % (
             info.compute_units, ", ".join("%s %s" % (b["owner"], b["threads"]) for b in blas)),
-        "- tensorcore: %s (%s); i8 kernel: %s; f16/bf16 kernel: %s" % (
-            tc.version(), tc.library_path, i8_path(features), half_path(features)),
+        "- tensorcore: %s (%s); f32: %s; i8 kernel: %s; f16/bf16 kernel: %s" % (
+            tc.version(), tc.library_path,
+            "own kernels (no BLAS in the build)" if build_sgemm() == "own-sgemm" else
+            "%s (row f32-own: our own kernels, TC_CPU_BLAS=0)" % build_sgemm(),
+            i8_path(features), half_path(features)),
         "- NumPy %s, Python %s" % (np.__version__, platform.python_version()),
     ]
     for b in blas:
         meta.append("- OpenBLAS of %s: %s (core %s, via %s, %s)" % (b["owner"], b["version"], b["core"], b["via"],
                                                                       b["library"]))
-    if direct:
+    if any(direct.values()):
         meta.append("- f32 through tensorcore's OpenBLAS called directly (cblas_sgemm by ctypes): " + ", ".join(
             "%d^3 %.1f GFLOP/s" % (n, 2.0 * n ** 3 / t / 1e9) for n, t in sorted(direct.items()) if t))
     meta.append("- environment: " + ", ".join("%s=%s" % (k, v if v is not None else "(unset)")
@@ -341,7 +377,10 @@ def main():
         load_before, load_after, " -- the machine was loaded, numbers are low and noisy" if loaded else ""))
     meta.append("- method: fresh random inputs, results checked against NumPy on 16 rows; median of %d rounds, "
                 "each round timing every point once after a %.1f s pause and %d untimed calls (points interleaved, "
-                "so drifting load hits all alike)" % (ARGS.reps, ARGS.pause, ARGS.warmup))
+                "so drifting load hits all alike); %s" % (
+                    ARGS.reps, ARGS.pause, ARGS.warmup,
+                    "timed by process CPU time (one thread everywhere)" if CLOCK is time.process_time
+                    else "wall-clock"))
     text = "\n".join(meta) + "\n\n" + table + "\n"
     print(text)
     if ARGS.write:

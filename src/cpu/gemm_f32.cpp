@@ -29,6 +29,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/env.h"
 #include "cpu/blas.h"
@@ -71,14 +72,12 @@ void micro(const void* a, const void* b, int64_t, int64_t k0, int64_t kn, void* 
   const float* pa = static_cast<const float*>(a) + k0 * kMR;
   const float* pb = static_cast<const float*>(b) + k0 * kNR;
   float* t = static_cast<float*>(tile);
-  float c[kMR][kNR];
-  for (int i = 0; i < kMR; ++i)
-    for (int j = 0; j < kNR; ++j) c[i][j] = accumulate ? t[i * kNR + j] : 0.0f;
+  float c[kMR][kNR] = {};
+  if (accumulate) std::memcpy(c, t, sizeof c);
   for (int64_t k = 0; k < kn; ++k, pa += kMR, pb += kNR)
     for (int i = 0; i < kMR; ++i)
       for (int j = 0; j < kNR; ++j) c[i][j] += pa[i] * pb[j];
-  for (int i = 0; i < kMR; ++i)
-    for (int j = 0; j < kNR; ++j) t[i * kNR + j] = c[i][j];
+  std::memcpy(t, c, sizeof c);
 }
 
 }  // namespace plain

@@ -119,7 +119,7 @@ check_root() {  # check_root KIND: 0 when everything passed in that root
 import tensorcore as tc
 v = tc.version()
 print(v)
-assert \"openblas\" in v.lower(), \"built without OpenBLAS: \" + v
+assert \"(openblas)\" in v, \"built without the system OpenBLAS: \" + v
 with tc.Context(\"cpu\") as ctx:
     assert tc.capability_available(ctx.runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO), \"built without gloo\"
 '" >"$WORK/$kind-features.log" 2>&1 || ok=1

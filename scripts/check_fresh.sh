@@ -131,7 +131,8 @@ with tc.Context(\"cpu\") as ctx:
   for log in run test features; do
     [[ $ok -ne 0 ]] && { say "--- tail of $kind-$log.log"; tail -n 25 "$WORK/$kind-$log.log"; }
   done
-  grep -hE '^\[setup\]|passed|failed' "$WORK/$kind-run.log" "$WORK/$kind-test.log" | tail -n 30 | sed 's/^/    /'
+  grep -hE '^\[setup\]|passed|failed' "$WORK/$kind-run.log" "$WORK/$kind-test.log" | awk '!seen[$0]++' |
+    tail -n 30 | sed 's/^/    /'
   [[ $ok -eq 0 ]] && [[ -z "${TC_FRESH_KEEP:-}" ]] && rm -rf "$root"
   return $ok
 }

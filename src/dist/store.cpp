@@ -26,6 +26,11 @@ std::string request(char op, const std::string& key, const std::string& value = 
   return m;
 }
 
+// A key as error text: escaped, and cut short (keys may be long).
+std::string key_text(const std::string& key) {
+  return key.size() > 200 ? printable(key.substr(0, 200)) + "..." : printable(key);
+}
+
 void backoff(int* ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
   *ms = *ms < 50 ? *ms * 2 : 50;
@@ -68,7 +73,7 @@ bool StoreServer::put(const std::string& key, const std::string& value, std::str
   const size_t old = it == data_.end() ? 0 : it->first.size() + it->second.size();
   const size_t after = held_bytes_ - old + key.size() + value.size();
   if (after > kMaxStoreBytes) {
-    *why = "the rendezvous store holds " + std::to_string(held_bytes_) + " bytes; storing key '" + printable(key) +
+    *why = "the rendezvous store holds " + std::to_string(held_bytes_) + " bytes; storing key '" + key_text(key) +
            "' (" + std::to_string(value.size()) + " bytes) would pass its bound of " +
            std::to_string(kMaxStoreBytes) + " bytes";
     return false;
@@ -159,7 +164,7 @@ void StoreServer::serve(Socket* s) {
 
 tc_status LocalStore::set(const std::string& key, const std::string& value, std::string* why) {
   if (5 + key.size() + value.size() > kMaxStoreMessage) {
-    *why = "value of key '" + printable(key) + "' (" + std::to_string(value.size()) +
+    *why = "value of key '" + key_text(key) + "' (" + std::to_string(value.size()) +
            " bytes) is larger than a rendezvous store message (" + std::to_string(kMaxStoreMessage) + " bytes)";
     return TC_ERR_INVALID_ARG;
   }
@@ -196,7 +201,7 @@ tc_status TcpStoreClient::connect(const std::string& host, int port, const Keyri
 
 tc_status TcpStoreClient::set(const std::string& key, const std::string& value, std::string* why) {
   if (5 + key.size() + value.size() > kMaxStoreMessage) {
-    *why = "value of key '" + printable(key) + "' (" + std::to_string(value.size()) +
+    *why = "value of key '" + key_text(key) + "' (" + std::to_string(value.size()) +
            " bytes) is larger than a rendezvous store message (" + std::to_string(kMaxStoreMessage) + " bytes)";
     return TC_ERR_INVALID_ARG;
   }
@@ -210,7 +215,7 @@ tc_status TcpStoreClient::set(const std::string& key, const std::string& value, 
     return TC_ERR_ALLOC;
   }
   if (st || reply != std::string(1, kDone)) {
-    *why = "rendezvous store connection lost while publishing '" + printable(key) + "'";
+    *why = "rendezvous store connection lost while publishing '" + key_text(key) + "'";
     return TC_ERR_TIMEOUT;
   }
   return TC_OK;
@@ -250,7 +255,7 @@ std::string FileStore::path(const std::string& key) const {
 
 tc_status FileStore::set(const std::string& key, const std::string& value, std::string* why) {
   if (value.size() > kMaxStoreMessage) {
-    *why = "value of key '" + printable(key) + "' (" + std::to_string(value.size()) +
+    *why = "value of key '" + key_text(key) + "' (" + std::to_string(value.size()) +
            " bytes) is larger than a rendezvous store value (" + std::to_string(kMaxStoreMessage) + " bytes)";
     return TC_ERR_INVALID_ARG;
   }
@@ -345,7 +350,7 @@ tc_status FileStore::get(const std::string& key, Deadline deadline, std::string*
     if (r > 0) return TC_OK;
     if (r < 0) return TC_ERR_IO;
     if (Clock::now() >= deadline) {
-      *why = "key '" + printable(key) + "' did not appear in " + dir_ + " before the deadline";
+      *why = "key '" + key_text(key) + "' did not appear in " + dir_ + " before the deadline";
       return TC_ERR_TIMEOUT;
     }
     backoff(&ms);

@@ -44,7 +44,7 @@ class FileStoreTest : public ::testing::Test {
 TEST_F(FileStoreTest, SetAndGetRoundTrip) {
   FileStore s(dir);
   std::string why, v;
-  std::string value("id\0with\xffbytes", 14);
+  std::string value("id\0with\xff" "bytes", 13);
   ASSERT_EQ(s.set("tc/nccl_unique_id", value, &why), TC_OK) << why;
   ASSERT_EQ(s.get("tc/nccl_unique_id", deadline_after_ms(1000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, value);

@@ -143,7 +143,8 @@ TC_API tc_status tc_remote_shutdown(tc_remote remote);
 TC_API tc_status tc_remote_bound_port(tc_remote remote, int32_t* out);
 
 /* Server: publishes `nbytes` at `ptr` under `name` (the memory must stay
- * valid until unregistered or shut down). */
+ * valid until unregistered or shut down). A tensor travels in one frame:
+ * nbytes is 1..4 GiB - 2 (0xFFFFFFFE), else TC_ERR_INVALID_ARG. */
 TC_API tc_status tc_remote_register_tensor(tc_remote remote, const char* name, const void* ptr, size_t nbytes);
 TC_API tc_status tc_remote_unregister_tensor(tc_remote remote, const char* name);
 TC_API tc_status tc_remote_registered_count(tc_remote remote, size_t* out);
@@ -154,7 +155,11 @@ TC_API tc_status tc_remote_registered_count(tc_remote remote, size_t* out);
 TC_API tc_status tc_remote_connect(tc_remote remote, const char* peer_url, int32_t* out_peer_id);
 TC_API tc_status tc_remote_connect_authenticated(tc_remote remote, const char* peer_url,
                                                  const char* expected_peer_identity, int32_t* out_peer_id);
-/* Client: copies the tensor `name` (exactly nbytes) from peer into dst. */
+/* Client: copies the tensor `name` (exactly nbytes, 1..0xFFFFFFFE) from peer
+ * into dst. The request names nbytes; a tensor of another size is the
+ * server's refusal (TC_ERR_INVALID_ARG), and a reply longer than asked is
+ * refused at its length without reading it (TC_ERR_CORRUPT, connection
+ * closed). */
 TC_API tc_status tc_remote_tensor_fetch(tc_remote remote, int32_t peer_id, const char* name, void* dst,
                                         size_t nbytes);
 

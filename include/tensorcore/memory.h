@@ -5,8 +5,11 @@
  *   L1 host RAM (page-locked on CUDA, so copies to and from the GPU are DMA)
  *   L3 a spill file on local disk, one file per buffer, in the directory
  *      tc_context_set_spill_dir() names, else $TC_TIER_DIR, else
- *      <system temp dir>/tensorcore-spill-<uid>; removed when the buffer is
- *      freed or its bytes move back.
+ *      <system temp dir>/tensorcore-spill-<euid>; removed when the buffer is
+ *      freed or its bytes move back. The directory is created 0700 and used
+ *      only while it is a real directory (not a symbolic link) owned by the
+ *      effective user with no group/other permission bits; otherwise a move
+ *      to L3 fails with TC_ERR_IO naming the path and the reason.
  * L2 (remote RAM) and L4 (remote NVMe) need a remote runtime that this build
  * does not have: every call naming them returns TC_ERR_UNSUPPORTED.
  *
@@ -88,8 +91,9 @@ TC_API tc_status tc_context_set_memory_budget(tc_context ctx, uint64_t device_by
  * L3; if it still does not fit it fails with TC_ERR_ALLOC. */
 TC_API tc_status tc_context_set_host_memory_budget(tc_context ctx, uint64_t host_bytes);
 
-/* The directory of the context's L3 spill files (created on first use);
- * null or "" restores the default ($TC_TIER_DIR, else the system temp dir). */
+/* The directory of the context's L3 spill files (created 0700 on first use,
+ * and checked to be private at every move to L3, as above); null or ""
+ * restores the default ($TC_TIER_DIR, else the system temp dir). */
 TC_API tc_status tc_context_set_spill_dir(tc_context ctx, const char* path);
 
 /* Activation checkpointing.

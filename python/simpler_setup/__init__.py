@@ -14,13 +14,13 @@ from __future__ import annotations
 from .args import (CallableNamespace, Scalar, TaskArgsBuilder, Tensor, build_chip_task_args, make_chip_tensor_arg,
                    numpy_dtype_to_datatype, torch_dtype_to_datatype)
 from .ascend import ensure_pto_isa_root, extract_text_section
-from .kernel_compiler import CompileError, KernelCompiler, get_include_dir
+from .kernel_compiler import CacheWarning, CompileError, KernelCompiler, get_include_dir
 from .platforms import SUPPORTED_PLATFORMS, available_platforms, parse_platform
 from .runtime_builder import RuntimeBuilder
 from .scene_test import SceneTestCase, scene_test
 
 __all__ = [
-    "KernelCompiler", "CompileError", "get_include_dir", "get_orchestration_include_dirs",
+    "KernelCompiler", "CompileError", "CacheWarning", "get_include_dir", "get_orchestration_include_dirs",
     "scene_test", "SceneTestCase",
     "Tensor", "Scalar", "TaskArgsBuilder", "CallableNamespace", "build_chip_task_args",
     "make_chip_tensor_arg", "numpy_dtype_to_datatype",

@@ -13,6 +13,15 @@ keyed by the compiler's identity, the command line and the source; its
 manifest records every header the compiler read (-MMD) with the hash of its
 content, so an edit to any of them misses, and identical content anywhere
 hits.
+
+What a cache hit trusts (its bytes are loaded and run): the cache directory
+and its manifests/ and objects/ are created 0700 and refused unless they are
+real directories owned by this user that no one else may write; an object is
+named by the SHA-256 of its bytes (`<64 hex>.so` or `.cubin`), a manifest
+naming anything else is ignored, and an object's bytes are hashed and
+compared with its name before they are returned (a mismatch recompiles, with
+a warning). Files are written through mkstemp in the same directory and
+os.replace.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -32,7 +44,7 @@ from simpler._errors import INVALID_ARG, NO_DEVICE, PIPELINE, error_for
 
 from .platforms import parse_platform
 
-__all__ = ["KernelCompiler", "get_include_dir", "CompileError"]
+__all__ = ["KernelCompiler", "get_include_dir", "CompileError", "CacheWarning"]
 
 _RUNTIMES = ("tensormap_and_ringbuffer", "host_build_graph")
 
@@ -66,6 +78,100 @@ def _cache_dir() -> Path:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_OBJECT_NAME = re.compile(r"[0-9a-f]{64}\.(so|cubin)")
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was not trusted (and was rebuilt)."""
+
+
+def _private_dir(path: Path) -> Path:
+    """Creates `path` (each missing level 0700) and checks it: a real
+    directory, not a symbolic link, owned by this user, not writable by group
+    or others. Anything else is an error naming the path."""
+    missing = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise error_for(INVALID_ARG, f"kernel cache: cannot create {d}: {e.strerror}") from None
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise error_for(INVALID_ARG, f"kernel cache: cannot inspect {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise error_for(INVALID_ARG, f"kernel cache directory {path} is a symbolic link; refusing it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise error_for(INVALID_ARG, f"kernel cache directory {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise error_for(INVALID_ARG, f"kernel cache directory {path} is owned by uid {st.st_uid}, not by this user "
+                                     f"(uid {os.geteuid()}); refusing to load code from it")
+    if st.st_mode & 0o022:
+        raise error_for(INVALID_ARG, f"kernel cache directory {path} has mode {stat.S_IMODE(st.st_mode):04o}: other "
+                                     f"users may write into it; refusing to load code from it (chmod go-w it, or "
+                                     f"set SIMPLER_CACHE_DIR to a private directory)")
+    return path
+
+
+def _read_nofollow(path: Path) -> bytes:
+    """The bytes of a regular file, never read through a link."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read()
+
+
+def _write_atomic(directory: Path, name: str, data: bytes) -> None:
+    """Writes directory/name through a fresh mkstemp file and os.replace."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / name)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _manifest_entries(raw: bytes, suffix: str, manifest: Path) -> list[dict]:
+    """The well-formed entries of a manifest for objects of `suffix`; an entry
+    naming any other object is dropped with a warning (never opened)."""
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(entries, list):
+        return []
+    good = []
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        name, deps = e.get("object"), e.get("deps")
+        if not isinstance(name, str) or not isinstance(deps, list):
+            continue
+        if not _OBJECT_NAME.fullmatch(name) or not name.endswith("." + suffix):
+            warnings.warn(f"kernel cache: manifest {manifest} names object {name!r}, which is not "
+                          f"<sha256>.{suffix}; ignored", CacheWarning, stacklevel=4)
+            continue
+        if not all(isinstance(d, list) and len(d) == 2 and all(isinstance(x, str) for x in d) for d in deps):
+            continue
+        good.append({"deps": deps, "object": name})
+    return good
 
 
 def _file_sha(path: str) -> str | None:
@@ -204,27 +310,31 @@ class KernelCompiler:
         # The source's directory is part of the key: its quoted includes resolve there.
         base = _sha(json.dumps([_compiler_identity(compiler), cmd, suffix, str(src.resolve().parent)]).encode() +
                     b"\0" + source)
-        manifests = self.cache_dir / "manifests"
-        objects = self.cache_dir / "objects"
+        _private_dir(self.cache_dir)
+        manifests = _private_dir(self.cache_dir / "manifests")
+        objects = _private_dir(self.cache_dir / "objects")
         manifest = manifests / f"{base}.json"
-        # Hit: some recorded build whose headers all still hash the same.
+        # Hit: some recorded build whose headers all still hash the same, and
+        # whose object's bytes still hash to its name.
         try:
-            entries = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+            entries = _manifest_entries(_read_nofollow(manifest), suffix, manifest)
+        except OSError:
             entries = []
         for entry in entries:
             if all(_file_sha(p) == h for p, h in entry["deps"]):
                 obj = objects / entry["object"]
                 try:
-                    data = obj.read_bytes()
-                    self.hits += 1
-                    return data
+                    data = _read_nofollow(obj)
                 except OSError:
-                    pass
+                    continue
+                if _sha(data) + "." + suffix != entry["object"]:
+                    warnings.warn(f"kernel cache: {obj} does not hash to its name; not loaded, recompiling",
+                                  CacheWarning, stacklevel=3)
+                    continue
+                self.hits += 1
+                return data
         # Miss: compile in a private directory, then publish atomically.
         self.misses += 1
-        manifests.mkdir(parents=True, exist_ok=True)
-        objects.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="simpler-cc-") as tmp:
             out = Path(tmp) / f"out.{suffix}"
             dep = Path(tmp) / "out.d"
@@ -244,13 +354,9 @@ class KernelCompiler:
                     h = _file_sha(p)
                     if h is not None:
                         deps.append([os.path.abspath(p), h])
-        key = _sha(base.encode() + json.dumps(sorted(deps)).encode())
-        obj_name = f"{key}.{suffix}"
-        tmp_obj = objects / f".{obj_name}.{os.getpid()}.{threading.get_ident()}"
-        tmp_obj.write_bytes(data)
-        os.replace(tmp_obj, objects / obj_name)
-        entries = [e for e in entries if e["object"] != obj_name] + [{"deps": sorted(deps), "object": obj_name}]
-        tmp_man = manifests / f".{base}.{os.getpid()}.{threading.get_ident()}"
-        tmp_man.write_text(json.dumps(entries[-8:]))
-        os.replace(tmp_man, manifest)
+        obj_name = f"{_sha(data)}.{suffix}"
+        _write_atomic(objects, obj_name, data)
+        deps = sorted(deps)
+        entries = [e for e in entries if e["deps"] != deps] + [{"deps": deps, "object": obj_name}]
+        _write_atomic(manifests, manifest.name, json.dumps(entries[-8:]).encode())
         return data

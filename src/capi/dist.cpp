@@ -507,8 +507,9 @@ tc_status tc_remote_register_tensor(tc_remote remote, const char* name, const vo
       return fail(TC_ERR_INVALID_ARG, "%s: only a weight server publishes tensors", fn);
     if (tc_status st = check_name(fn, name)) return st;
     if (!ptr) return fail(TC_ERR_INVALID_ARG, "%s: ptr is null", fn);
-    if (nbytes == 0 || nbytes > (size_t(1) << 40))
-      return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..2^40", fn, nbytes);
+    if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
+      return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
+                  fn, nbytes, tc::dist::kMaxTensorBytes);
     remote->ep->publish(name, ptr, nbytes);
     return TC_OK;
   });
@@ -578,7 +579,9 @@ tc_status tc_remote_tensor_fetch(tc_remote remote, int32_t peer_id, const char* 
     uint64_t key;
     if (!remote->ep->peer(peer_id, &id, &key)) return fail(TC_ERR_INVALID_ARG, "%s: no peer %d", fn, peer_id);
     if (!dst) return fail(TC_ERR_INVALID_ARG, "%s: dst is null", fn);
-    if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "%s: nbytes is 0", fn);
+    if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
+      return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
+                  fn, nbytes, tc::dist::kMaxTensorBytes);
     std::string why;
     if (tc_status st = remote->ep->fetch(peer_id, name, dst, nbytes, &why)) return fail(st, "%s: %s", fn, why.c_str());
     return TC_OK;

@@ -73,7 +73,7 @@ std::string TierManager::spill_dir() {
   std::error_code ec;
   std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
   std::string base = ec ? std::string("/tmp") : tmp.string();
-  return base + "/tensorcore-spill-" + std::to_string(unsigned(::getuid()));
+  return base + "/tensorcore-spill-" + std::to_string(unsigned(::geteuid()));
 }
 
 void TierManager::track(const std::shared_ptr<BufferState>& s) {
@@ -120,28 +120,90 @@ namespace {
 
 std::atomic<uint64_t> g_spill_seq{0};
 
-// Creates the spill directory (and its parents) if needed; the last level
-// is private to the user.
-tc_status ensure_dir(const std::string& dir) {
+// Creates the spill directory if needed (the last level 0700, its parents
+// with the default mode) and refuses it unless it is private: a real
+// directory, not a symbolic link, owned by the effective user, with no
+// group or other permission bits. A directory someone else created or can
+// write into could hand our files to them, or hold links they planted.
+// Trailing slashes are dropped from `*dir` ("d/" would follow a link named d).
+tc_status ensure_dir(std::string* dir_inout) {
+  std::string& dir = *dir_inout;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return fail(TC_ERR_IO, "spill directory %s is not a directory", dir.c_str());
-    return TC_OK;
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      return fail(TC_ERR_IO, "cannot inspect spill directory %s: %s", dir.c_str(), std::strerror(errno));
+    std::error_code ec;
+    std::filesystem::path p(dir);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) return fail(TC_ERR_IO, "cannot create spill directory %s: %s", dir.c_str(), ec.message().c_str());
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return fail(TC_ERR_IO, "cannot create spill directory %s: %s", dir.c_str(), std::strerror(errno));
+    // Whoever created it (we, or someone faster), it is checked like any other.
+    if (::lstat(dir.c_str(), &st) != 0)
+      return fail(TC_ERR_IO, "cannot inspect spill directory %s: %s", dir.c_str(), std::strerror(errno));
   }
-  std::error_code ec;
-  std::filesystem::path p(dir);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) return fail(TC_ERR_IO, "cannot create spill directory %s: %s", dir.c_str(), ec.message().c_str());
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return fail(TC_ERR_IO, "cannot create spill directory %s: %s", dir.c_str(), std::strerror(errno));
+  if (S_ISLNK(st.st_mode))
+    return fail(TC_ERR_IO, "spill directory %s is a symbolic link; refusing to spill through it", dir.c_str());
+  if (!S_ISDIR(st.st_mode)) return fail(TC_ERR_IO, "spill directory %s is not a directory", dir.c_str());
+  if (st.st_uid != ::geteuid())
+    return fail(TC_ERR_IO, "spill directory %s is owned by uid %u, not by this process's user (uid %u); refusing it",
+                dir.c_str(), unsigned(st.st_uid), unsigned(::geteuid()));
+  if (st.st_mode & 077)
+    return fail(TC_ERR_IO,
+                "spill directory %s has mode %04o: other users have access to it; refusing it (make it private "
+                "with chmod 700, or choose another directory)",
+                dir.c_str(), unsigned(st.st_mode & 07777));
   return TC_OK;
+}
+
+// Creates a new, empty spill file in `dir` (already checked by ensure_dir)
+// and returns its name. The file is created exclusively and never through a
+// link: a name that exists already (a file or a link we did not create) is
+// skipped, never opened.
+tc_status create_spill_file(const std::string& dir, std::string* path) {
+  constexpr int kAttempts = 64;
+  for (int i = 0; i < kAttempts; ++i) {
+    std::string p = dir + "/tc-" + std::to_string(::getpid()) + "-" + std::to_string(++g_spill_seq) + ".spill";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      *path = std::move(p);
+      return TC_OK;
+    }
+    if (errno != EEXIST) return fail(TC_ERR_IO, "cannot create spill file %s: %s", p.c_str(), std::strerror(errno));
+  }
+  return fail(TC_ERR_IO, "cannot create a spill file in %s: %d names in a row are taken by files this process did not "
+              "create", dir.c_str(), kAttempts);
+}
+
+// Opens a spill file this process created, never through a link, and
+// checks it is still a regular file of ours.
+int open_spill(const std::string& path, int flags, const char* what) {
+  int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    fail(TC_ERR_IO, "cannot %s spill file %s: %s", what, path.c_str(), std::strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    ::close(fd);
+    fail(TC_ERR_IO, "cannot %s spill file %s: it is no longer the regular file this process created", what,
+         path.c_str());
+    return -1;
+  }
+  return fd;
 }
 
 // Writes the whole file or removes it. Space is reserved first so a full
 // disk (or a file-size limit) fails before any byte is written.
 tc_status write_spill(const std::string& path, const void* data, size_t n) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail(TC_ERR_IO, "cannot create spill file %s: %s", path.c_str(), std::strerror(errno));
+  int fd = open_spill(path, O_WRONLY | O_TRUNC, "write");
+  if (fd < 0) {
+    std::string detail = last_detail();
+    ::unlink(path.c_str());
+    return fail_with(TC_ERR_IO, detail);
+  }
   auto give_up = [&](const char* what, int err, size_t done) {
     ::close(fd);
     ::unlink(path.c_str());
@@ -170,8 +232,8 @@ tc_status write_spill(const std::string& path, const void* data, size_t n) {
 }
 
 tc_status read_spill(const std::string& path, void* data, size_t n) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(TC_ERR_IO, "cannot open spill file %s: %s", path.c_str(), std::strerror(errno));
+  int fd = open_spill(path, O_RDONLY, "open");
+  if (fd < 0) return TC_ERR_IO;
   char* p = static_cast<char*>(data);
   size_t done = 0;
   while (done < n) {
@@ -457,8 +519,8 @@ tc_status allocate(tc_context_s* ctx, int32_t tier, size_t nbytes, StorageRef* o
   s->tier = tier;
   if (tier == TC_TIER_L3_LOCAL_NVME) {
     std::string dir = m.spill_dir();
-    if (tc_status st = ensure_dir(dir)) return st;
-    s->path = dir + "/tc-" + std::to_string(::getpid()) + "-" + std::to_string(++g_spill_seq) + ".spill";
+    if (tc_status st = ensure_dir(&dir)) return st;
+    if (tc_status st = create_spill_file(dir, &s->path)) return st;
   } else {
     std::lock_guard<std::recursive_mutex> lock(TierOps::alloc_mu(m));
     be.collect();

@@ -59,7 +59,7 @@ class TierManager {
   std::atomic<uint64_t> host_budget{0};
 
   void set_spill_dir(std::string dir);
-  std::string spill_dir();  // the override, else $TC_TIER_DIR, else <tmp>/tensorcore-spill-<uid>
+  std::string spill_dir();  // the override, else $TC_TIER_DIR, else <tmp>/tensorcore-spill-<euid>
 
   // Buffers that may be demoted automatically (owned storage), by age.
   void track(const std::shared_ptr<BufferState>& s);

@@ -12,8 +12,9 @@
 // rounding to nearest even exactly as core/half.h does.
 //
 // A kernel file is compiled once per instruction set: it includes its kernel
-// body under `#pragma GCC target(...)` inside a namespace whose `V` names the
-// lane type (see TC_SIMD_* in the kernel files). Nothing here is ever run on
+// body under `#pragma GCC target(...)` (clang: `#pragma clang attribute` with
+// the same target, since clang has no GCC target pragma) inside a namespace
+// whose `V` names the lane type (see TC_SIMD_* in the kernel files). Nothing here is ever run on
 // a processor that lacks it: callers pick with simd::active_isa() at run time.
 #pragma once
 
@@ -154,8 +155,12 @@ inline VecScalar operator*(VecScalar a, VecScalar b) { return {a.v * b.v}; }
 inline VecScalar operator/(VecScalar a, VecScalar b) { return {a.v / b.v}; }
 
 // ---------------------------------------------------------------- AVX2
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 struct VecAvx2 {
   static constexpr int W = 8;
@@ -288,11 +293,19 @@ inline VecAvx2 operator-(VecAvx2 a, VecAvx2 b) { return {_mm256_sub_ps(a.v, b.v)
 inline VecAvx2 operator*(VecAvx2 a, VecAvx2 b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline VecAvx2 operator/(VecAvx2 a, VecAvx2 b) { return {_mm256_div_ps(a.v, b.v)}; }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 // ---------------------------------------------------------------- AVX-512
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#endif
 
 struct VecAvx512 {
   static constexpr int W = 16;
@@ -395,11 +408,19 @@ inline VecAvx512 operator-(VecAvx512 a, VecAvx512 b) { return {_mm512_sub_ps(a.v
 inline VecAvx512 operator*(VecAvx512 a, VecAvx512 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline VecAvx512 operator/(VecAvx512 a, VecAvx512 b) { return {_mm512_div_ps(a.v, b.v)}; }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 // ---------------------------------------------------------------- AVX-512 + BF16
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")
+#endif
 
 // VecAvx512 whose bf16 stores are one VCVTNEPS2BF16 instead of the integer
 // rounding sequence: round to nearest even and quiet NaNs as that sequence
@@ -420,7 +441,11 @@ struct VecAvx512Bf16 : VecAvx512 {
   }
 };
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 }  // namespace simd
 }  // namespace cpu

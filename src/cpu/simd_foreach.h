@@ -4,7 +4,9 @@
 // compiler: first normally, then once per instruction set with TC_SIMD_PASS
 // defined, inside `namespace tc::cpu::<anonymous>::<set>` (portable, avx2,
 // avx512, avx512bf16) where `V` names that set's lane type (cpu/simd.h) and
-// every function is compiled with `#pragma GCC target` for it. The file looks
+// every function is compiled with `#pragma GCC target` for it (under clang,
+// `#pragma clang attribute push(__attribute__((target(...))))` with the same
+// features). The file looks
 // like
 //
 //   #ifndef TC_SIMD_PASS
@@ -34,8 +36,12 @@ using V = simd::VecScalar;
 }  // namespace cpu
 }  // namespace tc
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 namespace tc {
 namespace cpu {
 namespace {
@@ -47,10 +53,18 @@ using V = simd::VecAvx2;
 }  // namespace
 }  // namespace cpu
 }  // namespace tc
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#endif
 namespace tc {
 namespace cpu {
 namespace {
@@ -62,10 +76,18 @@ using V = simd::VecAvx512;
 }  // namespace
 }  // namespace cpu
 }  // namespace tc
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")
+#endif
 namespace tc {
 namespace cpu {
 namespace {
@@ -77,7 +99,11 @@ using V = simd::VecAvx512Bf16;
 }  // namespace
 }  // namespace cpu
 }  // namespace tc
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #undef TC_SIMD_PASS
 

@@ -84,6 +84,23 @@ tc_status io_fail(tc_status st, const char* step, std::string* why) {
 
 }  // namespace
 
+std::string printable(const std::string& bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size());
+  for (char ch : bytes) {
+    uint8_t c = uint8_t(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out.push_back(char(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
 const Key* Keyring::find(const std::string& identity, uint64_t key_id) const {
   for (auto& k : keys)
     if (k.key_id == key_id && k.identity == identity) return &k;
@@ -195,11 +212,11 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   std::string expect = mac(k ? k->secret : std::string(32, '\0'), ts);
   bool ok = equal_ct(expect.data(), m_s.data(), kDigestBytes) && k != nullptr;
   if (!ok) {
-    *why = "the peer failed to prove identity '" + id_s + "' (key id " + std::to_string(key_s) + ")";
+    *why = "the peer failed to prove identity '" + printable(id_s) + "' (key id " + std::to_string(key_s) + ")";
     return TC_ERR_AUTH;
   }
   if (!expected_identity.empty() && id_s != expected_identity) {
-    *why = "the peer proved identity '" + id_s + "' but '" + expected_identity + "' was expected";
+    *why = "the peer proved identity '" + printable(id_s) + "' but '" + printable(expected_identity) + "' was expected";
     return TC_ERR_AUTH;
   }
   server->identity = id_s;
@@ -256,7 +273,7 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   bool ok = equal_ct(expect.data(), m_c.data(), kDigestBytes) && k != nullptr;
   if (!ok) {
     send_frame(s, refuse, deadline);
-    *why = "a peer claiming identity '" + id_c + "' (key id " + std::to_string(key_c) + ") failed to prove it";
+    *why = "a peer claiming identity '" + printable(id_c) + "' (key id " + std::to_string(key_c) + ") failed to prove it";
     return TC_ERR_AUTH;
   }
   client->identity = id_c;

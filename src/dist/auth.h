@@ -44,6 +44,11 @@ using KeyringRef = std::shared_ptr<const Keyring>;
 // (identity, key_id), a resolvable local key) and deep-copies `cfg`.
 tc_status make_keyring(const char* fn, const struct tc_auth_config* cfg, KeyringRef* out);
 
+// `bytes` as text for an error message: printable ASCII stays, anything
+// else (control bytes, quotes, backslashes, bytes >= 0x7f) becomes \xHH, so
+// bytes a peer sent cannot forge lines or terminal sequences in our errors.
+std::string printable(const std::string& bytes);
+
 enum class Purpose : uint8_t { Store = 1, Remote = 2 };
 
 struct PeerInfo {

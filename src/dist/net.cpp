@@ -243,6 +243,11 @@ tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out) {
   return TC_OK;
 }
 
+tc_status wait_readable(const Socket& s, Deadline deadline) {
+  int w = wait_fd(s.fd(), POLLIN, deadline);
+  return w == 1 ? TC_OK : w == 0 ? TC_ERR_TIMEOUT : TC_ERR_IO;
+}
+
 tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline) {
   const char* p = static_cast<const char*>(data);
   while (n) {
@@ -279,6 +284,7 @@ tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline) {
 }
 
 tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline) {
+  if (payload.size() > kMaxFramePayload) return TC_ERR_INVALID_ARG;
   uint32_t n = static_cast<uint32_t>(payload.size());
   unsigned char len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
   std::string msg(reinterpret_cast<char*>(len), 4);
@@ -286,10 +292,12 @@ tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadl
   return send_all(s, msg.data(), msg.size(), deadline);
 }
 
-tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline) {
+tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline,
+                     uint64_t* announced) {
   unsigned char len[4];
   if (tc_status st = recv_all(s, len, 4, deadline)) return st;
   uint32_t n = uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 | uint32_t(len[3]) << 24;
+  if (announced) *announced = n;
   if (n > max_bytes) return TC_ERR_CORRUPT;
   payload->assign(n, '\0');
   return n ? recv_all(s, &(*payload)[0], n, deadline) : TC_OK;

@@ -57,13 +57,28 @@ tc_status listen_tcp(const std::string& host, int port, Socket* out, int* bound_
 // Accepts one connection, waiting at most `wait_ms`; TC_ERR_TIMEOUT if none came.
 tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out);
 
+// Waits until `s` has bytes to read (or the peer closed it): TC_OK, or
+// TC_ERR_TIMEOUT at the deadline, TC_ERR_IO on a socket error. A server
+// polls with this between requests, then reads a whole frame under the
+// request's own deadline (a frame cut by a poll interval would leave the
+// connection out of step).
+tc_status wait_readable(const Socket& s, Deadline deadline);
+
 // Whole-buffer I/O with a deadline. TC_ERR_TIMEOUT on deadline, TC_ERR_IO
 // when the peer closed or the socket failed.
 tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline);
 tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline);
-// Length-prefixed frames (u32 little-endian length), at most max_bytes.
+// Length-prefixed frames (u32 little-endian length). A frame carries at most
+// kMaxFramePayload bytes: send_frame refuses a longer payload with
+// TC_ERR_INVALID_ARG before sending anything (the length would not fit).
+// recv_frame refuses a frame longer than max_bytes with TC_ERR_CORRUPT as
+// soon as its length arrives, before allocating or reading the payload
+// (the connection is then out of step and must be dropped); *announced, if
+// given, gets the length the peer announced.
+constexpr size_t kMaxFramePayload = 0xFFFFFFFFu;
 tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline);
-tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline);
+tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline,
+                     uint64_t* announced = nullptr);
 
 }  // namespace dist
 }  // namespace tc

@@ -1,5 +1,6 @@
 #include "dist/remote.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tc {
@@ -7,7 +8,17 @@ namespace dist {
 
 namespace {
 constexpr size_t kMaxName = 1024;
-constexpr size_t kMaxTensor = size_t(1) << 40;
+constexpr size_t kMaxReplyText = kMaxName + 128;  // an 'E' reply: a reason naming the tensor
+constexpr size_t kSizeBytes = 8;                 // the u64 byte count in a request
+
+void put_u64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
+  return v;
+}
 }  // namespace
 
 tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port, KeyringRef ring, int64_t timeout_ms,
@@ -63,8 +74,8 @@ size_t RemoteEndpoint::published() const {
 bool RemoteEndpoint::peer(int32_t id, const char** identity, uint64_t* key_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (id < 0 || size_t(id) >= peers_.size()) return false;
-  *identity = peers_[size_t(id)].info.identity.c_str();
-  *key_id = peers_[size_t(id)].info.key_id;
+  *identity = peers_[size_t(id)]->info.identity.c_str();
+  *key_id = peers_[size_t(id)]->info.key_id;
   return true;
 }
 
@@ -87,18 +98,21 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
   tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why);
   if (st) {
     if (st == TC_ERR_AUTH) failures_++;
+    s->shutdown_both();
     return;  // the socket is closed by the destructor, after the join
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    peers_.push_back(Peer{info, nullptr, nullptr});
+    peers_.push_back(std::unique_ptr<Peer>(new Peer{info, nullptr, nullptr}));
   }
   while (!stop_) {
     std::string m;
-    tc_status rs = recv_frame(*s, &m, kMaxName + 1, deadline_after_ms(200));
+    tc_status rs = wait_readable(*s, deadline_after_ms(200));
     if (rs == TC_ERR_TIMEOUT) continue;
-    if (rs != TC_OK || m.empty() || m[0] != 'F') break;
-    std::string name = m.substr(1), reply;
+    if (rs == TC_OK) rs = recv_frame(*s, &m, 1 + kSizeBytes + kMaxName, deadline_after_ms(timeout_ms_));
+    if (rs != TC_OK || m.size() < 1 + kSizeBytes || m[0] != 'F') break;
+    const uint64_t want = get_u64(m.data() + 1);
+    std::string name = m.substr(1 + kSizeBytes), reply;
     {
       // The bytes are copied under the lock so a concurrent unregister
       // cannot pull the memory away mid-copy.
@@ -106,17 +120,24 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
       auto it = tensors_.find(name);
       if (it == tensors_.end()) {
         reply = "Eno tensor named '" + name + "' is registered";
+      } else if (it->second.second != want) {
+        reply = "Etensor '" + name + "' has " + std::to_string(it->second.second) + " bytes, not " +
+                std::to_string(want);
       } else {
         reply.reserve(1 + it->second.second);
         reply.push_back('D');
         reply.append(static_cast<const char*>(it->second.first), it->second.second);
       }
     }
+    if (reply[0] == 'E' && reply.size() > kMaxReplyText) reply.resize(kMaxReplyText);
     if (send_frame(*s, reply, deadline_after_ms(timeout_ms_)) != TC_OK) break;
     if (reply[0] == 'D') served_ += reply.size() - 1;
   }
-  // Closed by the destructor, after this thread is joined: closing here
-  // would race with its shutdown() and could hit a reused descriptor.
+  // Shut down now, so the peer sees the end at once (a malformed or
+  // oversized frame ends the connection); closed by the destructor, after
+  // this thread is joined: closing here would race with its shutdown() and
+  // could hit a reused descriptor.
+  s->shutdown_both();
 }
 
 tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::string& expected_identity,
@@ -131,7 +152,7 @@ tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::
     return st;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  peers_.push_back(Peer{info, std::move(sock), std::make_unique<std::mutex>()});
+  peers_.push_back(std::unique_ptr<Peer>(new Peer{info, std::move(sock), std::make_unique<std::mutex>()}));
   *peer_id = int32_t(peers_.size() - 1);
   return TC_OK;
 }
@@ -142,25 +163,39 @@ tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* 
   std::mutex* io;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    s = peers_[size_t(peer_id)].sock.get();
-    io = peers_[size_t(peer_id)].io.get();
+    s = peers_[size_t(peer_id)]->sock.get();
+    io = peers_[size_t(peer_id)]->io.get();
   }
   std::lock_guard<std::mutex> lock(*io);
   Deadline d = deadline_after_ms(timeout_ms_);
-  std::string reply;
-  tc_status st = send_frame(*s, "F" + name, d);
-  if (!st) st = recv_frame(*s, &reply, kMaxTensor + 1, d);
+  std::string request(1, 'F'), reply;
+  put_u64(&request, nbytes);
+  request += name;
+  uint64_t announced = 0;
+  tc_status st = send_frame(*s, request, d);
+  // The reply is the bytes asked for, or a short reason: nothing longer is
+  // read, or allocated for.
+  if (!st) st = recv_frame(*s, &reply, std::max(nbytes + 1, kMaxReplyText), d, &announced);
+  if (st == TC_ERR_CORRUPT) {
+    s->shutdown_both();  // out of step with the server: later fetches fail at once
+    *why = "the server announced a reply of " + std::to_string(announced) + " bytes to a request for " +
+           std::to_string(nbytes) + " bytes of tensor '" + name + "'; refused, and the connection closed";
+    return TC_ERR_CORRUPT;
+  }
   if (st || reply.empty()) {
     *why = st == TC_ERR_TIMEOUT ? "the server did not answer before the deadline" : "the connection to the server was lost";
     return TC_ERR_TIMEOUT;
   }
-  if (reply[0] == 'E') {
-    *why = reply.substr(1);
+  if (reply[0] == 'E' && reply.size() <= kMaxReplyText) {
+    *why = printable(reply.substr(1));
     return TC_ERR_INVALID_ARG;
   }
-  if (reply.size() - 1 != nbytes) {
-    *why = "tensor '" + name + "' has " + std::to_string(reply.size() - 1) + " bytes, not " + std::to_string(nbytes);
-    return TC_ERR_INVALID_ARG;
+  if (reply[0] != 'D' || reply.size() - 1 != nbytes) {
+    s->shutdown_both();
+    *why = "the server sent a malformed reply (" + std::to_string(reply.size()) + " bytes, tag " +
+           printable(reply.substr(0, 1)) + ") to a request for " + std::to_string(nbytes) + " bytes of tensor '" +
+           name + "'; refused, and the connection closed";
+    return TC_ERR_CORRUPT;
   }
   std::memcpy(dst, reply.data() + 1, nbytes);
   fetched_ += nbytes;

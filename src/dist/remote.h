@@ -1,7 +1,12 @@
 // The remote tensor endpoint: a weight server publishes named host byte
 // ranges, compute clients connect (through the handshake of auth.h) and
 // fetch them by name. One request at a time per connection:
-//   client -> server  'F' name            server -> client  'D' bytes | 'E' reason
+//   client -> server  'F' u64 nbytes, name    server -> client  'D' bytes | 'E' reason
+// The request says how many bytes the client expects: the server sends
+// exactly that many ('D') or a reason ('E', at most kMaxReplyText bytes),
+// and the client refuses any other reply as soon as its length arrives,
+// before allocating for it. A tensor is at most kMaxTensorBytes: its 'D'
+// reply must fit one frame. Frames after the handshake carry no MAC.
 #pragma once
 
 #include <atomic>
@@ -18,6 +23,10 @@
 
 namespace tc {
 namespace dist {
+
+// Largest tensor an endpoint publishes: a 'D' frame (tag + bytes) must fit
+// the u32 frame length.
+constexpr size_t kMaxTensorBytes = kMaxFramePayload - 1;
 
 class RemoteEndpoint {
  public:
@@ -39,7 +48,8 @@ class RemoteEndpoint {
   tc_status fetch(int32_t peer_id, const std::string& name, void* dst, size_t nbytes, std::string* why);
 
   void rotate(KeyringRef ring);
-  // The proven identity/key of a peer; false for an unknown id.
+  // The proven identity/key of a peer; false for an unknown id. The
+  // identity string stays where it is until the endpoint is destroyed.
   bool peer(int32_t id, const char** identity, uint64_t* key_id) const;
 
   uint64_t auth_failures() const { return failures_.load(); }
@@ -64,7 +74,9 @@ class RemoteEndpoint {
     std::unique_ptr<Socket> sock;  // clients: the connection
     std::unique_ptr<std::mutex> io;
   };
-  std::vector<Peer> peers_;
+  // Each peer on its own allocation: peer() hands out pointers into it that
+  // must survive later connections.
+  std::vector<std::unique_ptr<Peer>> peers_;
   Socket listener_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;

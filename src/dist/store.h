@@ -19,6 +19,12 @@
 namespace tc {
 namespace dist {
 
+// Bounds of the store: one request or value, and everything one server
+// holds (keys and values together; a set past it is refused with
+// TC_ERR_ALLOC and the server keeps running).
+constexpr size_t kMaxStoreMessage = size_t(64) << 20;
+constexpr size_t kMaxStoreBytes = size_t(256) << 20;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -40,8 +46,10 @@ class StoreServer {
   uint64_t auth_failures() const { return auth_failures_.load(); }
   std::string last_refusal() const;
 
-  void put(const std::string& key, const std::string& value);
+  // false (with *why) when the value would take the store past kMaxStoreBytes.
+  bool put(const std::string& key, const std::string& value, std::string* why);
   bool lookup(const std::string& key, std::string* value) const;
+  size_t held_bytes() const;
 
  private:
   StoreServer() = default;
@@ -58,6 +66,7 @@ class StoreServer {
   std::atomic<uint64_t> auth_failures_{0};
   mutable std::mutex mu_;
   std::map<std::string, std::string> data_;
+  size_t held_bytes_ = 0;  // keys + values in data_
   std::string last_refusal_;
   std::thread acceptor_;
   std::vector<std::unique_ptr<Socket>> conns_;
@@ -88,8 +97,10 @@ class TcpStoreClient final : public Store {
   Socket sock_;
 };
 
-// Keys are files in a directory every rank sees (written to a temporary
-// name, then renamed, so a reader never sees half a value).
+// Keys are files in a directory every rank sees (written to a fresh
+// temporary name, created exclusively with O_NOFOLLOW and mode 0600, then
+// renamed, so a reader never sees half a value and a planted link is never
+// followed; read back without following links).
 class FileStore final : public Store {
  public:
   explicit FileStore(std::string dir) : dir_(std::move(dir)) {}

@@ -62,17 +62,60 @@ void install_fault_handlers() {
   }
 }
 
+namespace {
+
+// The calling thread's alternate signal stack while it lives: the stack that
+// was in place before (a sanitizer's, a language runtime's, or none) is
+// remembered, and put back and ours freed when the thread ends.
+class AltStack {
+ public:
+  void install() {
+    if (mem_) return;
+    constexpr size_t kSize = 64 * 1024;
+    char* mem = static_cast<char*>(std::malloc(kSize));
+    if (!mem) return;
+    stack_t ss;
+    ss.ss_sp = mem;
+    ss.ss_size = kSize;
+    ss.ss_flags = 0;
+    if (sigaltstack(&ss, &previous_) != 0) {
+      std::free(mem);
+      return;
+    }
+    mem_ = mem;
+  }
+  ~AltStack() {
+    if (!mem_) return;
+    stack_t cur;
+    // Put the previous stack back only if ours is still the thread's (and
+    // not in use); if something replaced ours, leave theirs alone.
+    if (sigaltstack(nullptr, &cur) == 0 && cur.ss_sp == mem_ && !(cur.ss_flags & SS_ONSTACK)) {
+      stack_t back = previous_;
+      if (back.ss_flags & SS_DISABLE) {
+        back.ss_sp = nullptr;
+        back.ss_size = 0;
+        back.ss_flags = SS_DISABLE;
+      } else {
+        back.ss_flags = 0;
+      }
+      if (sigaltstack(&back, nullptr) != 0) return;  // cannot leave the thread without a valid stack: keep ours
+    } else if (cur.ss_sp == mem_) {
+      return;  // running on it: it must stay
+    }
+    std::free(mem_);
+    mem_ = nullptr;
+  }
+
+ private:
+  char* mem_ = nullptr;
+  stack_t previous_{};
+};
+
+}  // namespace
+
 void prepare_thread_for_faults() {
-  static thread_local char* alt = nullptr;
-  if (alt) return;
-  const size_t size = 64 * 1024;
-  alt = static_cast<char*>(std::malloc(size));
-  if (!alt) return;
-  stack_t ss;
-  ss.ss_sp = alt;
-  ss.ss_size = size;
-  ss.ss_flags = 0;
-  sigaltstack(&ss, nullptr);
+  static thread_local AltStack alt;
+  alt.install();
 }
 
 bool guarded_call(void (*fn)(void*), void* arg, std::string* what) {

@@ -3,10 +3,21 @@
 // of one and on two gloo ranks in one process. Run under ThreadSanitizer
 // (a build with -fsanitize=thread) this is the proof that nothing races
 // with the caller's parameters; without it, it checks the arithmetic.
+//
+// The remote endpoint's wire: a fake server (raw sockets on loopback) sends
+// replies a real one never does, and the client refuses them as soon as
+// their length arrives; peer identity strings stay put; identity bytes a
+// peer sends reach error text escaped.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <string>
@@ -131,4 +142,329 @@ TEST(DistApi, NullAndStaleHandlesAreRefused) {
   EXPECT_EQ(caps.state_abi_version_current, 2u);
   EXPECT_EQ(tc_diloco_capability_query(nullptr, 99, &caps), TC_ERR_INVALID_ARG);
   EXPECT_EQ(tc_remote_shutdown(nullptr), TC_ERR_INVALID_ARG);
+}
+
+// ---- the remote endpoint on the wire ------------------------------------------
+
+namespace {
+
+bool read_exact(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t k = ::recv(fd, c, n, 0);
+    if (k <= 0) return false;
+    c += k;
+    n -= size_t(k);
+  }
+  return true;
+}
+bool write_exact(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    c += k;
+    n -= size_t(k);
+  }
+  return true;
+}
+void put_u32(std::string* s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
+}
+void put_u64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
+}
+bool send_frame_raw(int fd, const std::string& payload, uint32_t announced) {
+  std::string m;
+  put_u32(&m, announced);
+  m += payload;
+  return write_exact(fd, m.data(), m.size());
+}
+bool send_frame_raw(int fd, const std::string& payload) { return send_frame_raw(fd, payload, uint32_t(payload.size())); }
+bool recv_frame_raw(int fd, std::string* out) {
+  unsigned char len[4];
+  if (!read_exact(fd, len, 4)) return false;
+  uint32_t n = uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 | uint32_t(len[3]) << 24;
+  if (n > (1u << 20)) return false;
+  out->assign(n, '\0');
+  return n == 0 || read_exact(fd, &(*out)[0], n);
+}
+
+// One connection on a loopback port, served by `script` on a thread; the
+// connection stays open until the script returns and the peer hangs up.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<void(int fd)> script) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this, script] {
+      int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      script(fd);
+      char c;
+      while (::recv(fd, &c, 1, 0) > 0) {
+      }  // until the client hangs up
+      ::close(fd);
+    });
+  }
+  ~FakeServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// The plain (unauthenticated) hello of the handshake, server side.
+bool plain_hello(int fd) {
+  std::string hello;
+  if (!recv_frame_raw(fd, &hello) || hello.size() != 50 || hello.compare(0, 8, "TCAUTH01") != 0) return false;
+  return send_frame_raw(fd, "P");
+}
+
+// The client's timeout is read when the endpoint is made: a short one keeps
+// a test that would wait for bytes that never come bounded in time.
+struct ShortTimeout {
+  std::string saved;
+  bool had = false;
+  ShortTimeout() {
+    if (const char* v = std::getenv("TC_DIST_TIMEOUT_MS")) {
+      had = true;
+      saved = v;
+    }
+    ::setenv("TC_DIST_TIMEOUT_MS", "6000", 1);
+  }
+  ~ShortTimeout() {
+    if (had) ::setenv("TC_DIST_TIMEOUT_MS", saved.c_str(), 1);
+    else ::unsetenv("TC_DIST_TIMEOUT_MS");
+  }
+};
+
+struct Client {
+  tc_context ctx = nullptr;
+  tc_remote ep = nullptr;
+  Client() {
+    ShortTimeout t;
+    EXPECT_EQ(tc_init_device("cpu", &ctx), TC_OK);
+    EXPECT_EQ(tc_remote_init(ctx, TC_REMOTE_ROLE_COMPUTE_CLIENT, nullptr, &ep), TC_OK) << tc_last_error_detail();
+  }
+  ~Client() {
+    if (ep) EXPECT_EQ(tc_remote_shutdown(ep), TC_OK);
+    if (ctx) tc_shutdown(ctx);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(RemoteWire, RequestSaysTheSizeAndAnExactReplyIsAccepted) {
+  std::string request;
+  FakeServer server([&](int fd) {
+    if (!plain_hello(fd) || !recv_frame_raw(fd, &request)) return;
+    send_frame_raw(fd, "D" + std::string("0123456789abcdef"));
+  });
+  Client c;
+  int32_t peer = -1;
+  ASSERT_EQ(tc_remote_connect(c.ep, server.url().c_str(), &peer), TC_OK) << tc_last_error_detail();
+  char out[16];
+  ASSERT_EQ(tc_remote_tensor_fetch(c.ep, peer, "w", out, sizeof out), TC_OK) << tc_last_error_detail();
+  EXPECT_EQ(std::string(out, 16), "0123456789abcdef");
+  std::string want(1, 'F');
+  put_u64(&want, 16);
+  want += "w";
+  EXPECT_EQ(request, want);
+}
+
+TEST(RemoteWire, ReplyLongerThanAskedIsRefusedAtItsLength) {
+  // A 'D' frame announcing 4 GiB - 16 bytes for a 16-byte tensor, and then
+  // nothing: the client refuses it at once, allocating nothing and waiting
+  // for none of it; the connection is closed, so a later fetch fails at once.
+  for (uint32_t announced : {0xfffffff0u, 4096u, 1u << 20}) {
+    SCOPED_TRACE(announced);
+    FakeServer server([&](int fd) {
+      std::string request;
+      if (!plain_hello(fd) || !recv_frame_raw(fd, &request)) return;
+      std::string head;
+      put_u32(&head, announced);
+      head += "D0123456789abcdef";
+      write_exact(fd, head.data(), head.size());
+    });
+    Client c;
+    int32_t peer = -1;
+    ASSERT_EQ(tc_remote_connect(c.ep, server.url().c_str(), &peer), TC_OK) << tc_last_error_detail();
+    char out[16];
+    std::memset(out, 0x5a, sizeof out);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tc_remote_tensor_fetch(c.ep, peer, "w", out, sizeof out), TC_ERR_CORRUPT);
+    EXPECT_LT(seconds_since(t0), 3.0);
+    std::string d = tc_last_error_detail();
+    EXPECT_NE(d.find("announced a reply of " + std::to_string(announced) + " bytes"), std::string::npos) << d;
+    for (char ch : out) EXPECT_EQ(ch, 0x5a);  // dst untouched
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_NE(tc_remote_tensor_fetch(c.ep, peer, "w", out, sizeof out), TC_OK);
+    EXPECT_LT(seconds_since(t0), 3.0);
+  }
+}
+
+TEST(RemoteWire, MalformedAndShortRepliesAreRefused) {
+  // A reply within the bound but of the wrong size or tag.
+  for (std::string reply : {std::string("D0123"), std::string("X0123456789abcdef"), std::string("D")}) {
+    SCOPED_TRACE(reply);
+    FakeServer server([&](int fd) {
+      std::string request;
+      if (!plain_hello(fd) || !recv_frame_raw(fd, &request)) return;
+      send_frame_raw(fd, reply);
+    });
+    Client c;
+    int32_t peer = -1;
+    ASSERT_EQ(tc_remote_connect(c.ep, server.url().c_str(), &peer), TC_OK) << tc_last_error_detail();
+    char out[16];
+    std::memset(out, 0x5a, sizeof out);
+    EXPECT_EQ(tc_remote_tensor_fetch(c.ep, peer, "w", out, sizeof out), TC_ERR_CORRUPT);
+    for (char ch : out) EXPECT_EQ(ch, 0x5a);
+  }
+}
+
+TEST(RemoteWire, ServerReasonsAreEscaped) {
+  FakeServer server([&](int fd) {
+    std::string request;
+    if (!plain_hello(fd) || !recv_frame_raw(fd, &request)) return;
+    send_frame_raw(fd, std::string("Eno such tensor\n\x1b[31mFORGED"));
+  });
+  Client c;
+  int32_t peer = -1;
+  ASSERT_EQ(tc_remote_connect(c.ep, server.url().c_str(), &peer), TC_OK) << tc_last_error_detail();
+  char out[16];
+  EXPECT_EQ(tc_remote_tensor_fetch(c.ep, peer, "w", out, sizeof out), TC_ERR_INVALID_ARG);
+  std::string d = tc_last_error_detail();
+  EXPECT_NE(d.find("no such tensor\\x0a\\x1b[31mFORGED"), std::string::npos) << d;
+  EXPECT_EQ(d.find('\x1b'), std::string::npos) << d;
+}
+
+TEST(RemoteWire, UnprovenIdentityBytesAreEscaped) {
+  // An authenticated "server" that answers the client's proof with a proof
+  // of an identity full of control bytes and a MAC it cannot have.
+  const std::string evil = "weights\n\x1b[2Jserver'";
+  FakeServer server([&](int fd) {
+    std::string hello, proof;
+    if (!recv_frame_raw(fd, &hello) || hello.size() != 50) return;
+    if (!send_frame_raw(fd, "C" + std::string(32, 'n')) || !recv_frame_raw(fd, &proof)) return;
+    std::string m(1, 'A');
+    m.push_back(char(evil.size()));
+    m += evil;
+    put_u64(&m, 9);
+    m += std::string(32, 'm');
+    send_frame_raw(fd, m);
+  });
+  ShortTimeout t;
+  tc_context ctx = nullptr;
+  ASSERT_EQ(tc_init_device("cpu", &ctx), TC_OK);
+  const std::string secret(32, 'k');
+  tc_auth_key key{"client", 1, secret.data(), secret.size()};
+  tc_auth_config cfg{nullptr, 0, &key, 1};
+  tc_remote ep = nullptr;
+  ASSERT_EQ(tc_remote_init_authenticated(ctx, TC_REMOTE_ROLE_COMPUTE_CLIENT, nullptr, &cfg, &ep), TC_OK)
+      << tc_last_error_detail();
+  int32_t peer = -1;
+  EXPECT_EQ(tc_remote_connect_authenticated(ep, server.url().c_str(), "weights", &peer), TC_ERR_AUTH);
+  std::string d = tc_last_error_detail();
+  EXPECT_NE(d.find("'weights\\x0a\\x1b[2Jserver\\x27'"), std::string::npos) << d;
+  EXPECT_EQ(d.find('\n'), std::string::npos) << d;
+  EXPECT_EQ(d.find('\x1b'), std::string::npos) << d;
+  EXPECT_EQ(tc_remote_shutdown(ep), TC_OK);
+  tc_shutdown(ctx);
+}
+
+TEST(RemoteWire, PeerIdentityStringsStayPutAsPeersArrive) {
+  tc_context ctx = nullptr;
+  ASSERT_EQ(tc_init_device("cpu", &ctx), TC_OK);
+  const std::string s_secret(32, 's'), c_secret(32, 'c');
+  tc_auth_key keys[2] = {{"srv", 1, s_secret.data(), s_secret.size()}, {"cli", 2, c_secret.data(), c_secret.size()}};
+  tc_auth_config server_cfg{"srv", 0, keys, 2}, client_cfg{"cli", 0, keys, 2};
+  tc_remote server = nullptr, client = nullptr;
+  ASSERT_EQ(tc_remote_init_authenticated(ctx, TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0", &server_cfg, &server),
+            TC_OK)
+      << tc_last_error_detail();
+  ASSERT_EQ(tc_remote_init_authenticated(ctx, TC_REMOTE_ROLE_COMPUTE_CLIENT, nullptr, &client_cfg, &client), TC_OK);
+  int32_t port = 0;
+  ASSERT_EQ(tc_remote_bound_port(server, &port), TC_OK);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  int32_t first = -1;
+  ASSERT_EQ(tc_remote_connect_authenticated(client, url.c_str(), "srv", &first), TC_OK) << tc_last_error_detail();
+  const char* mine = nullptr;
+  ASSERT_EQ(tc_remote_peer_identity(client, first, &mine), TC_OK);
+  ASSERT_STREQ(mine, "srv");
+  const char* theirs = nullptr;
+  for (int i = 0; i < 500 && tc_remote_peer_identity(server, 0, &theirs) != TC_OK; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(theirs, nullptr);
+  ASSERT_STREQ(theirs, "cli");
+  const char* theirs_first = theirs;
+  // Many more peers on both sides: the first strings neither move nor change.
+  for (int i = 0; i < 40; ++i) {
+    int32_t id = -1;
+    ASSERT_EQ(tc_remote_connect_authenticated(client, url.c_str(), "srv", &id), TC_OK) << tc_last_error_detail();
+  }
+  for (int i = 0; i < 500 && tc_remote_peer_identity(server, 40, &theirs) != TC_OK; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const char* again = nullptr;
+  ASSERT_EQ(tc_remote_peer_identity(client, first, &again), TC_OK);
+  EXPECT_EQ(again, mine);
+  EXPECT_STREQ(mine, "srv");
+  const char* theirs_again = nullptr;
+  ASSERT_EQ(tc_remote_peer_identity(server, 0, &theirs_again), TC_OK);
+  EXPECT_EQ(theirs_again, theirs_first);
+  EXPECT_STREQ(theirs_first, "cli");
+  EXPECT_EQ(tc_remote_shutdown(client), TC_OK);
+  EXPECT_EQ(tc_remote_shutdown(server), TC_OK);
+  tc_shutdown(ctx);
+}
+
+TEST(RemoteWire, TensorsLargerThanAFrameAreRefusedAtTheSender) {
+  tc_context ctx = nullptr;
+  ASSERT_EQ(tc_init_device("cpu", &ctx), TC_OK);
+  tc_remote server = nullptr, client = nullptr;
+  ASSERT_EQ(tc_remote_init(ctx, TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0", &server), TC_OK);
+  ASSERT_EQ(tc_remote_init(ctx, TC_REMOTE_ROLE_COMPUTE_CLIENT, nullptr, &client), TC_OK);
+  static char byte;
+  // Registration records the range only; nothing is read here.
+  const size_t largest = size_t(0xFFFFFFFFu) - 1;  // one 'D' tag + the bytes fill a u32-length frame
+  EXPECT_EQ(tc_remote_register_tensor(server, "edge", &byte, largest), TC_OK) << tc_last_error_detail();
+  for (size_t n : {largest + 1, size_t(1) << 32, size_t(1) << 40}) {
+    EXPECT_EQ(tc_remote_register_tensor(server, "big", &byte, n), TC_ERR_INVALID_ARG) << n;
+    EXPECT_NE(std::string(tc_last_error_detail()).find("4 GiB"), std::string::npos) << tc_last_error_detail();
+  }
+  // (Never served: the range behind it is one byte.)
+  EXPECT_EQ(tc_remote_unregister_tensor(server, "edge"), TC_OK);
+  int32_t port = 0;
+  ASSERT_EQ(tc_remote_bound_port(server, &port), TC_OK);
+  int32_t peer = -1;
+  ASSERT_EQ(tc_remote_connect(client, ("tcp://127.0.0.1:" + std::to_string(port)).c_str(), &peer), TC_OK);
+  EXPECT_EQ(tc_remote_tensor_fetch(client, peer, "edge", &byte, largest + 1), TC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(tc_last_error_detail()).find("4 GiB"), std::string::npos) << tc_last_error_detail();
+  char small[3] = {1, 2, 3}, back[3] = {};
+  ASSERT_EQ(tc_remote_register_tensor(server, "small", small, 3), TC_OK);
+  // A size the server does not have is its refusal, and the connection lives on.
+  EXPECT_EQ(tc_remote_tensor_fetch(client, peer, "small", back, 1), TC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(tc_last_error_detail()).find("not 1"), std::string::npos) << tc_last_error_detail();
+  EXPECT_EQ(tc_remote_tensor_fetch(client, peer, "small", back, 3), TC_OK) << tc_last_error_detail();
+  EXPECT_EQ(std::memcmp(back, small, 3), 0);
+  EXPECT_EQ(tc_remote_shutdown(client), TC_OK);
+  EXPECT_EQ(tc_remote_shutdown(server), TC_OK);
+  tc_shutdown(ctx);
 }

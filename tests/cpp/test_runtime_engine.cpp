@@ -1,5 +1,7 @@
 // simpler runtime: the engine end to end on the cpu platform, with kernels
 // and orchestrations that are functions of this binary.
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/fault_guard.h"
 #include "runtime_test_util.h"
 
 using namespace rt_test;
@@ -70,7 +73,9 @@ void k_counted_inc(int64_t* args) {
   k_inc(args);
 }
 void k_segv(int64_t*) {
-  volatile int* p = nullptr;
+  // An unmapped address that is not null: a real SIGSEGV, and nothing
+  // UndefinedBehaviorSanitizer reports on the way.
+  volatile int* p = reinterpret_cast<volatile int*>(uintptr_t(64));
   *p = 1;
 }
 void k_block_id(int64_t* args) {  // out[i] = block that wrote it
@@ -455,6 +460,59 @@ TEST(RuntimeEngine, FaultingKernelIsReported) {
   e = tw.run(chain, {vec(px, 1)}, {3, 0});
   ASSERT_TRUE(e.ok()) << e.message;
   EXPECT_EQ(tw.download(px, 1)[0], 4.f);
+}
+
+// An executor thread's alternate signal stack is its own while it lives:
+// the stack the thread had before (here a stack of the test's) is in place
+// again when it ends, and ours is freed. A thread_local constructed before
+// prepare_thread_for_faults() is destroyed after its guard, so it sees the
+// thread's last state; it then puts back the stack the thread was born with
+// (a sanitizer's, which the sanitizer frees itself).
+namespace {
+struct AltStackProbe {
+  stack_t* seen = nullptr;
+  stack_t born{};
+  AltStackProbe() { sigaltstack(nullptr, &born); }
+  ~AltStackProbe() {
+    if (seen) sigaltstack(nullptr, seen);
+    if (!(born.ss_flags & SS_DISABLE)) born.ss_flags = 0;
+    sigaltstack(&born, nullptr);
+  }
+};
+}  // namespace
+
+TEST(RuntimeEngine, FaultGuardRestoresTheThreadsSignalStack) {
+  static char theirs[64 * 1024];
+  stack_t during{}, after{};
+  std::thread t([&] {
+    static thread_local AltStackProbe probe;
+    probe.seen = &after;
+    stack_t mine{};
+    mine.ss_sp = theirs;
+    mine.ss_size = sizeof theirs;
+    ASSERT_EQ(sigaltstack(&mine, nullptr), 0);
+    simpler::prepare_thread_for_faults();
+    simpler::prepare_thread_for_faults();  // a second call keeps the first stack
+    sigaltstack(nullptr, &during);
+  });
+  t.join();
+  EXPECT_NE(during.ss_sp, static_cast<void*>(theirs));  // the guard's own stack while the thread ran
+  EXPECT_EQ(during.ss_flags & SS_DISABLE, 0);
+  EXPECT_EQ(after.ss_sp, static_cast<void*>(theirs));  // the previous stack again at its end
+  EXPECT_EQ(after.ss_size, sizeof theirs);
+  EXPECT_EQ(after.ss_flags & SS_DISABLE, 0);
+  // A thread that had none has none again.
+  stack_t none_after{};
+  std::thread u([&] {
+    static thread_local AltStackProbe probe;
+    probe.seen = &none_after;
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    ASSERT_EQ(sigaltstack(&off, nullptr), 0);
+    simpler::prepare_thread_for_faults();
+  });
+  u.join();
+  EXPECT_NE(none_after.ss_flags & SS_DISABLE, 0);
 }
 
 TEST(RuntimeEngine, BadSubmitsNameTheTask) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -429,6 +430,7 @@ TEST_P(Tiers, UnwritableSpillDirectoryIsAnIoErrorAndKeepsTheBytes) {
 TEST_P(Tiers, FullDiskIsAnIoErrorAndKeepsTheBytes) {
   if (GetParam() == "cuda" && !cuda_present()) GTEST_SKIP() << "no CUDA device in this machine";
   fs::create_directories(dir_path);
+  fs::permissions(dir_path, fs::perms::owner_all, fs::perm_options::replace);  // private, as a spill dir must be
   std::string filter = "--gtest_filter=TiersChild.DISABLED_FullDisk";
   std::vector<char*> argv = {const_cast<char*>("tc_tests"), filter.data(),
                              const_cast<char*>("--gtest_also_run_disabled_tests")};
@@ -545,6 +547,191 @@ TEST_P(Tiers, CapabilityBits) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, Tiers, ::testing::ValuesIn(all_devices()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// ---- the spill directory is private, spill files are never redirected ----
+
+// A private directory of this test, removed at the end; `dir` inside it is
+// the spill directory under test (absent until a test makes it).
+class SpillDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root = (fs::temp_directory_path() /
+            ("tc-spilldir-test-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(root);
+    fs::create_directories(root);
+    fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace);
+    dir = root + "/spill";
+  }
+  void TearDown() override { fs::remove_all(root); }
+
+  // Demoting a buffer to L3 with `spill_dir` is refused with TC_ERR_IO and a
+  // detail naming the directory and `reason`; the bytes stay in L0 and no
+  // file appears in the directory.
+  void expect_refused(tc_context c, const std::string& reason) {
+    auto bytes = random_bytes(4096, 5);
+    tc_buffer b = alloc_with(c, bytes.data(), bytes.size());
+    EXPECT_EQ(tc_buffer_demote_async(b, L3, nullptr), TC_ERR_IO);
+    EXPECT_TRUE(contains(detail(), dir)) << detail();
+    EXPECT_TRUE(contains(detail(), reason)) << detail();
+    EXPECT_EQ(tier_of(b), L0);
+    EXPECT_EQ(read_all(b), bytes);
+    EXPECT_EQ(resident(c, L3), 0u);
+    tc_buffer_free(b);
+  }
+  // A round trip through L3 works.
+  void expect_spills(tc_context c) {
+    auto bytes = random_bytes(10000, 6);
+    tc_buffer b = alloc_with(c, bytes.data(), bytes.size());
+    ASSERT_EQ(tc_buffer_demote_async(b, L3, nullptr), TC_OK) << detail();
+    EXPECT_EQ(tier_of(b), L3);
+    ASSERT_EQ(tc_buffer_promote_async(b, L0, nullptr), TC_OK) << detail();
+    EXPECT_EQ(read_all(b), bytes);
+    tc_buffer_free(b);
+  }
+  static unsigned mode_of(const std::string& p) {
+    struct stat st;
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return unsigned(st.st_mode & 07777);
+  }
+  std::string root, dir;
+};
+
+TEST_F(SpillDir, IsCreatedPrivate) {
+  Ctx c("cpu");
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  expect_spills(c);
+  EXPECT_EQ(mode_of(dir), 0700u);
+  // A trailing slash names the same directory.
+  ASSERT_EQ(tc_context_set_spill_dir(c, (dir + "/").c_str()), TC_OK);
+  expect_spills(c);
+}
+
+TEST_F(SpillDir, WorldWritableOrGroupReadableIsRefused) {
+  Ctx c("cpu");
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (unsigned mode : {01777u, 0777u, 0750u, 0701u}) {
+    SCOPED_TRACE(mode);
+    ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
+    expect_refused(c, "mode");
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  expect_spills(c);
+}
+
+TEST_F(SpillDir, DefaultDirectoryOfAnotherUserOrModeIsRefused) {
+  // The default <tmp>/tensorcore-spill-<uid>, squatted in advance. TMPDIR
+  // points the default into this test's private directory.
+  const char* old_tmp = std::getenv("TMPDIR");
+  std::string saved = old_tmp ? old_tmp : "";
+  ASSERT_EQ(::setenv("TMPDIR", root.c_str(), 1), 0);
+  ::unsetenv("TC_TIER_DIR");
+  dir = root + "/tensorcore-spill-" + std::to_string(::geteuid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  {
+    Ctx c("cpu");
+    expect_refused(c, "mode");
+    ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+    expect_spills(c);
+    // $TC_TIER_DIR is held to the same rule.
+    std::string env_dir = root + "/from-env";
+    ASSERT_EQ(::mkdir(env_dir.c_str(), 0777), 0);
+    ASSERT_EQ(::chmod(env_dir.c_str(), 0777), 0);
+    ASSERT_EQ(::setenv("TC_TIER_DIR", env_dir.c_str(), 1), 0);
+    dir = env_dir;
+    expect_refused(c, "mode");
+    ::unsetenv("TC_TIER_DIR");
+  }
+  if (old_tmp) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+}
+
+TEST_F(SpillDir, OwnedBySomeoneElseIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
+  Ctx c("cpu");
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);  // nobody
+  expect_refused(c, "owned by uid 65534");
+  ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  expect_spills(c);
+}
+
+TEST_F(SpillDir, SymlinkInPlaceOfTheDirectoryIsRefused) {
+  Ctx c("cpu");
+  std::string real = root + "/real";
+  ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+  ASSERT_EQ(::symlink(real.c_str(), dir.c_str()), 0);
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  expect_refused(c, "symbolic link");
+  ASSERT_EQ(tc_context_set_spill_dir(c, (dir + "/").c_str()), TC_OK);  // a trailing slash does not follow it either
+  expect_refused(c, "symbolic link");
+  EXPECT_TRUE(fs::is_empty(real));
+  // A dangling link is not created through either.
+  std::string dangling = root + "/dangling";
+  ASSERT_EQ(::symlink((root + "/nowhere").c_str(), dangling.c_str()), 0);
+  dir = dangling;
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  expect_refused(c, "symbolic link");
+  EXPECT_FALSE(fs::exists(root + "/nowhere"));
+}
+
+TEST_F(SpillDir, PlantedFilesAndLinksCannotRedirectASpill) {
+  Ctx c("cpu");
+  ASSERT_EQ(tc_context_set_spill_dir(c, dir.c_str()), TC_OK);
+  // One spill shows the names this process uses: tc-<pid>-<n>.spill.
+  auto first = random_bytes(3000, 7);
+  tc_buffer a = alloc_with(c, first.data(), first.size());
+  ASSERT_EQ(tc_buffer_demote_async(a, L3, nullptr), TC_OK) << detail();
+  std::string name = fs::directory_iterator(dir)->path().filename().string();
+  std::string prefix = "tc-" + std::to_string(::getpid()) + "-";
+  ASSERT_EQ(name.rfind(prefix, 0), 0u) << name;
+  uint64_t n = std::stoull(name.substr(prefix.size()));
+  // The next names, taken in advance: links to a victim file outside the
+  // directory, a dangling link, and a file someone else wrote.
+  std::string victim = root + "/victim";
+  { std::ofstream(victim) << "victim"; }
+  std::vector<std::string> planted;
+  for (uint64_t k = 1; k <= 8; ++k) {
+    std::string p = dir + "/" + prefix + std::to_string(n + k) + ".spill";
+    if (k == 3) {
+      std::ofstream(p) << "planted";
+    } else if (k == 5) {
+      ASSERT_EQ(::symlink((root + "/created-through-a-link").c_str(), p.c_str()), 0);
+    } else {
+      ASSERT_EQ(::symlink(victim.c_str(), p.c_str()), 0);
+    }
+    planted.push_back(p);
+  }
+  auto bytes = random_bytes(20000, 8);
+  tc_buffer b = alloc_with(c, bytes.data(), bytes.size());
+  ASSERT_EQ(tc_buffer_demote_async(b, L3, nullptr), TC_OK) << detail();
+  ASSERT_EQ(tc_buffer_promote_async(b, L1, nullptr), TC_OK) << detail();
+  ASSERT_EQ(tc_buffer_demote_async(b, L3, nullptr), TC_OK) << detail();
+  ASSERT_EQ(tc_buffer_promote_async(b, L0, nullptr), TC_OK) << detail();
+  EXPECT_EQ(read_all(b), bytes);
+  ASSERT_EQ(tc_buffer_promote_async(a, L0, nullptr), TC_OK) << detail();
+  EXPECT_EQ(read_all(a), first);
+  // Nothing was written through the links or over the file, and nothing of
+  // theirs was removed.
+  std::ifstream v(victim);
+  std::string text((std::istreambuf_iterator<char>(v)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "victim");
+  EXPECT_FALSE(fs::exists(root + "/created-through-a-link"));
+  for (auto& p : planted) EXPECT_TRUE(fs::is_symlink(fs::symlink_status(p)) || fs::is_regular_file(p)) << p;
+  std::ifstream pf(planted[2]);
+  std::string ptext((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(ptext, "planted");
+  tc_buffer_free(a);
+  tc_buffer_free(b);
+  // Only the planted names are left.
+  size_t left = 0;
+  for (auto it = fs::directory_iterator(dir); it != fs::directory_iterator(); ++it) left++;
+  EXPECT_EQ(left, planted.size());
+}
 
 // Backends this build does not have answer deterministically.
 TEST(OtherBackends, HipIsUnsupported) {

@@ -446,6 +446,141 @@ def test_unwritable_spill_directory_is_an_io_error(ctx, tmp_path, rng):
     s.close()
 
 
+def _refused(ctx, buf, path, reason):
+    with pytest.raises(tc.TensorcoreError) as e:
+        buf.demote_async("l3")
+    assert e.value.status == tc.TC_ERR_IO and path in e.value.detail and reason in e.value.detail, e.value.detail
+    assert buf.get_tier() == L0 and ctx.memory_tier_usage(L3)[0] == 0
+
+
+def _round_trip(buf, data):
+    buf.demote_async("l3")
+    assert buf.get_tier() == L3
+    buf.promote_async("l0")
+    np.testing.assert_array_equal(buf.to_numpy(data.size, np.uint8), data)
+
+
+def test_spill_directory_is_created_private(cpu_ctx, tmp_path, rng):
+    d = tmp_path / "made" / "spill"
+    cpu_ctx.set_spill_dir(str(d))
+    data = rng.integers(0, 256, 5000, dtype=np.uint8)
+    buf = cpu_ctx.buffer_from_array(data)
+    buf.demote_async("l3")
+    assert os.stat(d).st_mode & 0o7777 == 0o700
+    (name,) = spill_files(str(d))
+    assert os.stat(d / name).st_mode & 0o777 == 0o600
+    buf.promote_async("l0")
+    np.testing.assert_array_equal(buf.to_numpy(5000, np.uint8), data)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o755, 0o770, 0o701])
+def test_spill_directory_others_can_reach_is_refused(cpu_ctx, tmp_path, rng, mode):
+    d = tmp_path / "spill"
+    d.mkdir()
+    d.chmod(mode)
+    cpu_ctx.set_spill_dir(str(d))
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    buf = cpu_ctx.buffer_from_array(data)
+    _refused(cpu_ctx, buf, str(d), "mode")
+    assert os.listdir(d) == []
+    d.chmod(0o700)
+    _round_trip(buf, data)
+
+
+def test_default_and_env_spill_directories_are_checked_too(device, tmp_path):
+    """The default <tmp>/tensorcore-spill-<uid>, squatted world-writable in
+    advance, and $TC_TIER_DIR, in a child whose TMPDIR is ours."""
+    squat = tmp_path / f"tensorcore-spill-{os.geteuid()}"
+    squat.mkdir()
+    squat.chmod(0o777)
+    env_dir = tmp_path / "from-env"
+    env_dir.mkdir()
+    env_dir.chmod(0o777)
+    code = textwrap.dedent("""
+        import os, sys, numpy as np, tensorcore as tc
+        with tc.Context(sys.argv[1]) as ctx:
+            buf = ctx.buffer_from_array(np.arange(100, dtype=np.uint8))
+            try:
+                buf.demote_async("l3")
+                sys.exit("a world-writable default spill directory was used")
+            except tc.TensorcoreError as e:
+                assert e.status == tc.TC_ERR_IO and sys.argv[2] in e.detail and "mode" in e.detail, e
+            os.chmod(sys.argv[2], 0o700)
+            buf.demote_async("l3")
+            buf.promote_async("l0")
+            os.environ["TC_TIER_DIR"] = sys.argv[3]
+            try:
+                buf.demote_async("l3")
+                sys.exit("a world-writable $TC_TIER_DIR was used")
+            except tc.TensorcoreError as e:
+                assert e.status == tc.TC_ERR_IO and sys.argv[3] in e.detail, e
+        print("ok")
+    """)
+    env = _child_env()
+    env["TMPDIR"] = str(tmp_path)
+    env.pop("TC_TIER_DIR", None)
+    r = subprocess.run([sys.executable, "-c", code, device, str(squat), str(env_dir)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_spill_directory_of_another_user_is_refused(cpu_ctx, tmp_path, rng):
+    d = tmp_path / "spill"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    cpu_ctx.set_spill_dir(str(d))
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    buf = cpu_ctx.buffer_from_array(data)
+    _refused(cpu_ctx, buf, str(d), "owned by uid 65534")
+    os.chown(d, 0, 0)
+    _round_trip(buf, data)
+
+
+def test_symlink_in_place_of_the_spill_directory_is_refused(cpu_ctx, tmp_path, rng):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "spill"
+    link.symlink_to(real)
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    buf = cpu_ctx.buffer_from_array(data)
+    for path in (str(link), str(link) + "/"):
+        cpu_ctx.set_spill_dir(path)
+        _refused(cpu_ctx, buf, str(link), "symbolic link")
+    assert os.listdir(real) == []
+
+
+def test_planted_links_and_files_cannot_redirect_a_spill(cpu_ctx, tmp_path, rng):
+    d = tmp_path / "spill"
+    cpu_ctx.set_spill_dir(str(d))
+    first = rng.integers(0, 256, 3000, dtype=np.uint8)
+    a = cpu_ctx.buffer_from_array(first)
+    a.demote_async("l3")
+    (name,) = spill_files(str(d))
+    prefix = f"tc-{os.getpid()}-"
+    assert name.startswith(prefix)
+    n = int(name[len(prefix):].split(".")[0])
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"victim")
+    planted = []
+    for k in range(1, 9):
+        p = d / f"{prefix}{n + k}.spill"
+        if k == 2:
+            p.write_bytes(b"planted")
+        else:
+            p.symlink_to(victim)
+        planted.append(p)
+    data = rng.integers(0, 256, 20000, dtype=np.uint8)
+    b = cpu_ctx.buffer_from_array(data)
+    _round_trip(b, data)
+    a.promote_async("l0")
+    np.testing.assert_array_equal(a.to_numpy(3000, np.uint8), first)
+    assert victim.read_bytes() == b"victim"
+    assert planted[1].read_bytes() == b"planted"
+    assert all(p.is_symlink() for i, p in enumerate(planted) if i != 1)
+    assert sorted(spill_files(str(d))) == sorted(p.name for p in planted)
+
+
 FULL_DISK_CHILD = textwrap.dedent("""
     import os, resource, signal, sys
     import numpy as np
@@ -488,7 +623,7 @@ FULL_DISK_CHILD = textwrap.dedent("""
 
 
 def test_full_disk_is_an_io_error_and_keeps_the_bytes(device, spill):
-    os.makedirs(spill)
+    os.makedirs(spill, mode=0o700)
     r = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, device, spill, str(64 << 10)], env=_child_env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
@@ -515,7 +650,7 @@ def test_tiny_tmpfs_is_a_full_disk(device, tmp_path):
     """A 256 KiB tmpfs, mounted in a private mount namespace of a child process."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    script = 'mount -t tmpfs -o size=256k tmpfs "$1" && exec "$2" -c "$3" "$4" "$1" 0'
+    script = 'mount -t tmpfs -o size=256k,mode=0700 tmpfs "$1" && exec "$2" -c "$3" "$4" "$1" 0'
     r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(mnt), sys.executable, FULL_DISK_CHILD,
                         device], env=_child_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
@@ -539,7 +674,7 @@ def test_read_only_file_system_is_an_io_error(device, tmp_path):
             assert (buf.to_numpy(1000, np.uint8) == np.arange(1000, dtype=np.uint8)).all()
         print("ok")
     """)
-    script = 'mount -t tmpfs -o ro,size=64k tmpfs "$1" && exec "$2" -c "$3" "$4" "$1"'
+    script = 'mount -t tmpfs -o ro,size=64k,mode=0700 tmpfs "$1" && exec "$2" -c "$3" "$4" "$1"'
     r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(mnt), sys.executable, code, device],
                        env=_child_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -3,7 +3,11 @@ the rest of simpler_setup's surface."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -44,6 +48,121 @@ def test_cache_hits_and_header_edits_miss(tmp_path):
     # Other flags are another entry.
     kc.compile_incore(src_dir / "k.cpp", extra_flags=["-DUNUSED=1"])
     assert kc.misses == 3
+
+
+def _kernel(tmp_path):
+    src_dir = tmp_path / "src"
+    src_dir.mkdir(exist_ok=True)
+    (src_dir / "k.cpp").write_text(KERNEL)
+    (src_dir / "helper.h").write_text("#define VALUE 1.0f\n")
+    return src_dir / "k.cpp"
+
+
+def test_cache_directories_are_private_and_objects_named_by_their_hash(tmp_path):
+    cache = tmp_path / "a" / "b" / "cache"
+    so = KernelCompiler("cpu", cache_dir=cache).compile_incore(_kernel(tmp_path))
+    for d in (tmp_path / "a", tmp_path / "a" / "b", cache, cache / "manifests", cache / "objects"):
+        assert os.stat(d).st_mode & 0o777 == 0o700, d
+    assert os.listdir(cache / "objects") == [hashlib.sha256(so).hexdigest() + ".so"]
+    assert not [n for n in os.listdir(cache / "manifests") if not n.endswith(".json")]  # no temp files left
+
+
+def test_planted_object_with_a_wrong_hash_is_not_loaded(tmp_path):
+    src = _kernel(tmp_path)
+    cache = tmp_path / "cache"
+    good = KernelCompiler("cpu", cache_dir=cache).compile_incore(src)
+    (obj,) = (cache / "objects").iterdir()
+    obj.write_bytes(b"\x7fELF planted code")
+    kc = KernelCompiler("cpu", cache_dir=cache)
+    with pytest.warns(simpler_setup.CacheWarning, match="does not hash to its name"):
+        again = kc.compile_incore(src)
+    assert again == good and (kc.hits, kc.misses) == (0, 1)
+    assert obj.read_bytes() == good  # the rebuild replaced it
+    # A link in place of the object is not followed either.
+    target = tmp_path / "elsewhere.so"
+    target.write_bytes(good)
+    obj.unlink()
+    obj.symlink_to(target)
+    kc = KernelCompiler("cpu", cache_dir=cache)
+    assert kc.compile_incore(src) == good and kc.misses == 1
+    assert not obj.is_symlink()
+
+
+@pytest.mark.parametrize("name", ["../x.so", "ABSOLUTE", "x.so", "0" * 64 + ".txt", "0" * 64 + ".cubin",
+                                  "A" * 64 + ".so", "0" * 64 + ".so/../../x.so", 17])
+def test_manifest_naming_anything_but_a_hash_is_never_opened(tmp_path, name):
+    src = _kernel(tmp_path)
+    cache = tmp_path / "cache"
+    good = KernelCompiler("cpu", cache_dir=cache).compile_incore(src)
+    (manifest,) = (cache / "manifests").iterdir()
+    entries = json.loads(manifest.read_text())
+    planted = b"\x7fELF planted code"
+    if name == "ABSOLUTE":
+        name = str(tmp_path / "abs.so")
+    if isinstance(name, str):
+        path = name if os.path.isabs(name) else os.path.normpath(cache / "objects" / name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(planted)
+    for e in entries:
+        e["object"] = name
+    manifest.write_text(json.dumps(entries))
+    kc = KernelCompiler("cpu", cache_dir=cache)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = kc.compile_incore(src)
+    assert got == good and got != planted and (kc.hits, kc.misses) == (0, 1)
+    if isinstance(name, str):
+        assert any(issubclass(w.category, simpler_setup.CacheWarning) for w in caught), [str(w) for w in caught]
+
+
+@pytest.mark.parametrize("text", ["not json", "{}", "[1, 2]", '[{"deps": 5, "object": "x"}]', '[{"deps": [[1]]}]'])
+def test_malformed_manifests_are_misses(tmp_path, text):
+    src = _kernel(tmp_path)
+    cache = tmp_path / "cache"
+    good = KernelCompiler("cpu", cache_dir=cache).compile_incore(src)
+    (manifest,) = (cache / "manifests").iterdir()
+    manifest.write_text(text)
+    kc = KernelCompiler("cpu", cache_dir=cache)
+    assert kc.compile_incore(src) == good and kc.misses == 1
+    assert kc.compile_incore(src) == good and kc.hits == 1  # the manifest was rewritten
+
+
+@pytest.mark.parametrize("where", ["", "manifests", "objects"])
+def test_cache_others_may_write_into_is_refused(tmp_path, where):
+    src = _kernel(tmp_path)
+    cache = tmp_path / "cache"
+    KernelCompiler("cpu", cache_dir=cache).compile_incore(src)
+    d = cache / where if where else cache
+    for mode in (0o777, 0o720, 0o702, 0o1777):
+        os.chmod(d, mode)
+        with pytest.raises(SimplerArgumentError, match=f"{d}.*mode.*other users may write"):
+            KernelCompiler("cpu", cache_dir=cache).compile_incore(src)
+    os.chmod(d, 0o755)  # readable by others is fine
+    kc = KernelCompiler("cpu", cache_dir=cache)
+    kc.compile_incore(src)
+    assert kc.hits == 1
+
+
+def test_cache_of_another_user_or_behind_a_link_is_refused(tmp_path):
+    src = _kernel(tmp_path)
+    real = tmp_path / "real"
+    KernelCompiler("cpu", cache_dir=real).compile_incore(src)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(SimplerArgumentError, match=f"{link}.*symbolic link"):
+        KernelCompiler("cpu", cache_dir=link).compile_incore(src)
+    (real / "objects").rename(tmp_path / "objs")
+    (real / "objects").symlink_to(tmp_path / "objs")
+    with pytest.raises(SimplerArgumentError, match="objects.*symbolic link"):
+        KernelCompiler("cpu", cache_dir=real).compile_incore(src)
+    if os.geteuid() != 0:
+        return  # only root can give a directory away
+    other = tmp_path / "other"
+    KernelCompiler("cpu", cache_dir=other).compile_incore(src)
+    os.chown(other, 65534, 65534)
+    with pytest.raises(SimplerArgumentError, match=f"{other}.*owned by uid 65534"):
+        KernelCompiler("cpu", cache_dir=other).compile_incore(src)
 
 
 def test_compile_errors_carry_the_compiler_output(tmp_path):

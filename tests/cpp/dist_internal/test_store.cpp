@@ -1,0 +1,204 @@
+// The rendezvous store's internals, compiled from the sources (the library
+// does not export them): the file store NCCL rendezvous uses never follows
+// a planted link and leaves no temporary file behind; the TCP store bounds
+// each message and everything it holds, and a refusal leaves it serving;
+// identity bytes a peer sends reach error text escaped. Loopback only.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "dist/auth.h"
+#include "dist/net.h"
+#include "dist/store.h"
+
+using namespace tc::dist;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+class FileStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = (fs::temp_directory_path() / ("tc-filestore-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+              .string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string dir;
+};
+
+TEST_F(FileStoreTest, SetAndGetRoundTrip) {
+  FileStore s(dir);
+  std::string why, v;
+  std::string value("id\0with\xff" "bytes", 13);
+  ASSERT_EQ(s.set("tc/nccl_unique_id", value, &why), TC_OK) << why;
+  ASSERT_EQ(s.get("tc/nccl_unique_id", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, value);
+  // Written 0600, and only the key's file is left (no temporary names).
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  ASSERT_EQ(names.size(), 1u);
+  struct stat st;
+  ASSERT_EQ(::lstat((dir + "/" + names[0]).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // A missing key times out, naming the key.
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.get("absent", deadline_after_ms(100), &v, &why), TC_ERR_TIMEOUT);
+  EXPECT_NE(why.find("absent"), std::string::npos) << why;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST_F(FileStoreTest, PlantedLinksAreNeitherFollowedNorRead) {
+  FileStore s(dir);
+  std::string why, v;
+  std::string victim = dir + "-victim";
+  { std::ofstream(victim) << "victim"; }
+  // Links at the key's name and at the old predictable temporary name.
+  const std::string key_path = dir + "/tc_nccl_unique_id";
+  ASSERT_EQ(::symlink(victim.c_str(), (key_path + ".tmp." + std::to_string(::getpid())).c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), key_path.c_str()), 0);
+  // A link at the key's name is not read as its value.
+  EXPECT_EQ(s.get("tc/nccl_unique_id", deadline_after_ms(100), &v, &why), TC_ERR_IO);
+  EXPECT_NE(why.find(key_path), std::string::npos) << why;
+  ASSERT_EQ(s.set("tc/nccl_unique_id", "fresh", &why), TC_OK) << why;
+  EXPECT_EQ(read_text(victim), "victim");  // nothing written through either link
+  EXPECT_FALSE(fs::is_symlink(key_path));  // the link at the key's name was replaced, not followed
+  ASSERT_EQ(s.get("tc/nccl_unique_id", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "fresh");
+  fs::remove(victim);
+}
+
+TEST_F(FileStoreTest, OversizedValuesAreRefused) {
+  FileStore s(dir);
+  std::string why, v;
+  EXPECT_EQ(s.set("big", std::string(kMaxStoreMessage + 1, 'x'), &why), TC_ERR_INVALID_ARG);
+  EXPECT_NE(why.find("larger than"), std::string::npos) << why;
+  EXPECT_TRUE(fs::is_empty(dir));
+  // A file too large to be a value is refused, not read.
+  { std::ofstream f(dir + "/huge"); }
+  fs::resize_file(dir + "/huge", kMaxStoreMessage + 1);
+  EXPECT_EQ(s.get("huge", deadline_after_ms(100), &v, &why), TC_ERR_IO);
+  EXPECT_NE(why.find("at most"), std::string::npos) << why;
+}
+
+// ---- the TCP store ----------------------------------------------------------
+
+struct PlainStore {
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<TcpStoreClient> client;
+  PlainStore() {
+    std::string why;
+    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, nullptr, 2, {}, 5000, &server, &why), TC_OK) << why;
+    EXPECT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), nullptr, 1, deadline_after_ms(5000), &client, &why),
+              TC_OK)
+        << why;
+  }
+};
+
+TEST(TcpStore, TotalBytesAreBoundedAndARefusalLeavesTheStoreServing) {
+  PlainStore p;
+  ASSERT_TRUE(p.client);
+  std::string why, v;
+  const std::string chunk(kMaxStoreMessage - 64, 'v');
+  size_t stored = 0;
+  tc_status st = TC_OK;
+  for (int i = 0; i < 64 && st == TC_OK; ++i) {
+    st = p.client->set("k" + std::to_string(i), chunk, &why);
+    if (st == TC_OK) stored++;
+  }
+  EXPECT_EQ(st, TC_ERR_ALLOC) << why;
+  EXPECT_NE(why.find("bound"), std::string::npos) << why;
+  EXPECT_EQ(stored, kMaxStoreBytes / chunk.size());
+  EXPECT_LE(p.server->held_bytes(), kMaxStoreBytes);
+  // The connection and the store still work: reads, a small write, and
+  // replacing a value by a smaller one, which frees room.
+  ASSERT_EQ(p.client->get("k0", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v.size(), chunk.size());
+  ASSERT_EQ(p.client->set("k0", "small", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("again", chunk, &why), TC_OK) << why;
+  // Rank 0's own view is held to the same bound.
+  LocalStore local(p.server.get());
+  EXPECT_EQ(local.set("local", chunk, &why), TC_ERR_ALLOC);
+  EXPECT_EQ(local.set("local", "x", &why), TC_OK) << why;
+}
+
+TEST(TcpStore, OversizedRequestsAreRefusedBeforeSending) {
+  PlainStore p;
+  ASSERT_TRUE(p.client);
+  std::string why, v;
+  EXPECT_EQ(p.client->set("big", std::string(kMaxStoreMessage, 'x'), &why), TC_ERR_INVALID_ARG);
+  EXPECT_NE(why.find("larger than"), std::string::npos) << why;
+  ASSERT_EQ(p.client->set("ok", "1", &why), TC_OK) << why;  // nothing was sent: the connection is in step
+  ASSERT_EQ(p.client->get("ok", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "1");
+}
+
+// A raw peer speaking the plain hello, for frames a real client never sends.
+Socket raw_plain_client(int port, int32_t rank) {
+  Socket s;
+  std::string why;
+  EXPECT_EQ(connect_tcp("127.0.0.1", port, deadline_after_ms(5000), &s, &why), TC_OK) << why;
+  PeerInfo server;
+  EXPECT_EQ(client_handshake(s, nullptr, Purpose::Store, rank, "", deadline_after_ms(5000), &server, &why), TC_OK)
+      << why;
+  return s;
+}
+
+TEST(TcpStore, AnOversizedFrameIsRefusedWithoutReadingIt) {
+  PlainStore p;
+  Socket s = raw_plain_client(p.server->port(), 1);
+  // A length of 4 GiB - 1 and no payload: the server drops the connection at
+  // once instead of waiting for (or allocating) the announced bytes.
+  const unsigned char len[4] = {0xff, 0xff, 0xff, 0xff};
+  ASSERT_EQ(send_all(s, len, 4, deadline_after_ms(1000)), TC_OK);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string reply;
+  EXPECT_EQ(recv_frame(s, &reply, 64, deadline_after_ms(4000)), TC_ERR_IO);  // closed, not timed out
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+TEST(Auth, PeerIdentityBytesAreEscapedInErrors) {
+  EXPECT_EQ(printable("plain/id-1"), "plain/id-1");
+  EXPECT_EQ(printable(std::string("a\nb\x1b[2J\0'\\\x7f\xff", 12)), "a\\x0ab\\x1b[2J\\x00\\x27\\x5c\\x7f\\xff");
+  // A client that claims a forged identity (terminal escapes, a newline)
+  // and fails to prove it: the store's refusal names it escaped.
+  Keyring ring;
+  ring.local_identity = "rank0";
+  ring.active_key_id = 1;
+  ring.keys.push_back(Key{"rank0", 1, std::string(32, 's')});
+  ring.keys.push_back(Key{"rank1", 1, std::string(32, 't')});
+  KeyringRef ref = std::make_shared<const Keyring>(ring);
+  std::unique_ptr<StoreServer> server;
+  std::string why;
+  ASSERT_EQ(StoreServer::start("127.0.0.1", 0, ref, 2, {}, 5000, &server, &why), TC_OK) << why;
+  Keyring forged;
+  const std::string evil = "evil\n\x1b[31mFAKE LOG LINE";
+  forged.local_identity = evil;
+  forged.active_key_id = 7;
+  forged.keys.push_back(Key{evil, 7, std::string(32, 'x')});
+  Socket s;
+  ASSERT_EQ(connect_tcp("127.0.0.1", server->port(), deadline_after_ms(5000), &s, &why), TC_OK) << why;
+  PeerInfo info;
+  EXPECT_EQ(client_handshake(s, &forged, Purpose::Store, 1, "", deadline_after_ms(5000), &info, &why), TC_ERR_AUTH);
+  for (int i = 0; i < 500 && server->auth_failures() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::string refusal = server->last_refusal();
+  EXPECT_NE(refusal.find("evil\\x0a\\x1b[31mFAKE LOG LINE"), std::string::npos) << refusal;
+  EXPECT_EQ(refusal.find('\n'), std::string::npos) << refusal;
+  EXPECT_EQ(refusal.find('\x1b'), std::string::npos) << refusal;
+}
+
+}  // namespace

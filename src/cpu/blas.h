@@ -42,6 +42,10 @@ inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 inline const char* config() { return TC_BLAS_SYMBOL(openblas_get_config)(); }
 
 inline void set_num_threads(int n) { TC_BLAS_SYMBOL(openblas_set_num_threads)(n); }
+
+// The kernel family OpenBLAS picked for this processor ("SkylakeX", "Haswell",
+// "Prescott", ...).
+inline const char* core_name() { return TC_BLAS_SYMBOL(openblas_get_corename)(); }
 #endif
 
 }  // namespace blas

@@ -7,7 +7,10 @@
 //   - the BLAS the build links (blas.h: the system's OpenBLAS or the
 //     scipy-openblas32 wheel; CMake's TC_BLAS decides), unless TC_CPU_BLAS=0
 //     (read at every call, so that tests and benchmarks can run both in one
-//     process);
+//     process), or unless that BLAS did not recognise the processor: an
+//     OpenBLAS older than the CPU falls back to its SSE3 "Prescott" kernels,
+//     4-6x slower than ours on an AVX-512 machine (Debian's 0.3.21 on Emerald
+//     Rapids). TC_CPU_BLAS=1 uses the BLAS all the same;
 //   - otherwise our own kernels, in the packed driver of gemm_packed.h.
 //
 // Our kernels. op(B) is packed into panels of NR columns and op(A) into
@@ -104,11 +107,14 @@ void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta) {
 // OpenBLAS is given the same count, so "n threads" means n for every dtype.
 struct BlasState {
   bool beta0_writes = false;
+  bool misdetected = false;  // the BLAS runs kernels older than the processor (see the top)
   BlasState() {
     int major = 0, minor = 0, patch = 0;
     if (const char* cfg = blas::config())
       if (std::sscanf(cfg, "OpenBLAS %d.%d.%d", &major, &minor, &patch) == 3)
         beta0_writes = major > 0 || minor > 3 || (minor == 3 && patch >= 10);
+    const Features& f = features();
+    misdetected = f.avx2 && f.fma && blas_core_lacks_avx2(blas::core_name());
     if (std::getenv("TC_NUM_THREADS")) blas::set_num_threads(num_threads());
   }
 };
@@ -116,6 +122,12 @@ struct BlasState {
 const BlasState& blas_state() {
   static const BlasState s;
   return s;
+}
+
+// TC_CPU_BLAS: 0 our kernels, 1 the BLAS, unset: the BLAS unless misdetected.
+bool use_blas() {
+  if (env_off("TC_CPU_BLAS")) return false;
+  return env_on("TC_CPU_BLAS") || !blas_state().misdetected;
 }
 #endif
 
@@ -131,7 +143,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
 #if TC_HAVE_BLAS
-  if (!env_off("TC_CPU_BLAS")) {
+  if (use_blas()) {
     if (beta == 0.0f && !blas_state().beta0_writes) scale_c(c, M, N, ldc, 0.0f);
     blas::sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
     return;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cpu/gemm_f32.h"
 #include "own_sgemm.h"
 #include "tensorcore/tensorcore.h"
 
@@ -439,4 +440,15 @@ TEST(GemmKernels, OwnF32Larger) {
     run_case(c.ctx, dt, Case{40, 9, 70, true, false, 0, 0.5, -2, 2, 0});
     run_case(c.ctx, dt, Case{33, 257, 7, true, true, 1, 1, 1, 4, 5});
   }
+}
+
+// OpenBLAS kernel families that show it did not recognise an AVX2 processor
+// (the f32 products then run on our kernels); the families of AVX2 and
+// AVX-512 processors keep the BLAS.
+TEST(GemmKernels, BlasCoreWithoutAvx2IsRecognised) {
+  for (const char* old : {"Prescott", "Core2", "Nehalem", "Sandybridge", "SANDYBRIDGE", "Barcelona", "Atom "})
+    EXPECT_TRUE(tc::cpu::blas_core_lacks_avx2(old)) << old;
+  for (const char* modern : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Neoversen2", "", "x"})
+    EXPECT_FALSE(tc::cpu::blas_core_lacks_avx2(modern)) << modern;
+  EXPECT_FALSE(tc::cpu::blas_core_lacks_avx2(nullptr));
 }

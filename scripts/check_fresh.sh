@@ -27,7 +27,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${TC_FRESH_DIR:-/var/tmp/tensorcore-fresh}"
 SUITE=bookworm
-STEP_LIMIT="${TC_FRESH_STEP_LIMIT:-2700}"  # seconds a step may take
+STEP_LIMIT="${TC_FRESH_STEP_LIMIT:-1200}"  # seconds a step may take (a step took at most 272 s here)
 kinds=("$@")
 ((${#kinds[@]})) || kinds=(bare image)
 say() { printf '[check_fresh] %s\n' "$*"; }

@@ -54,6 +54,7 @@ CpuExecutor::~CpuExecutor() {
   {
     std::lock_guard<std::mutex> lk(sleep_mu_);
     sleep_cv_.notify_all();
+    park_cv_.notify_all();
   }
   for (auto& c : cores_) c->thread.join();
 }
@@ -76,8 +77,14 @@ void CpuExecutor::begin_run(Engine* engine, int cores, int) {
     }
   }
   record_sched_.store(record);
-  active_.store(n);
   engine_.store(engine);
+  // Cores sleep on sleep_cv_ only while they may take work (index < active_)
+  // and park on park_cv_ otherwise; a new share of cores moves them across.
+  if (active_.exchange(n) != n) {
+    std::lock_guard<std::mutex> lk(sleep_mu_);
+    sleep_cv_.notify_all();
+    park_cv_.notify_all();
+  }
 }
 
 void CpuExecutor::end_run() {
@@ -101,7 +108,10 @@ void CpuExecutor::push_to(int index, TaskSlot* t) {
   queued_.fetch_add(1);
   // A spinning core will take it; wake a sleeper (a system call) only when
   // none spins. The idle loop stops spinning before it looks at queued_ for
-  // the last time, so one of the two sides always sees the other.
+  // the last time, so one of the two sides always sees the other. Only cores
+  // that may take work spin or wait on sleep_cv_ (see loop()), so neither a
+  // spinner nor the one sleeper notify_one wakes can be a core outside the
+  // run's share that would drop the wake-up.
   if (spinning_.load() == 0 && sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(sleep_mu_);
     sleep_cv_.notify_one();
@@ -164,23 +174,37 @@ void CpuExecutor::loop(int index) {
     const bool record = record_sched_.load(std::memory_order_relaxed);
     const uint64_t t_idle = record ? clock_ns() : 0;
     bool found = false;
-    spinning_.fetch_add(1);
-    for (int spin = 0; spin < 4000 && !stop_.load(std::memory_order_relaxed); spin++) {
-      if (queued_.load(std::memory_order_relaxed) > 0 && index < active_.load(std::memory_order_relaxed)) {
-        found = true;
-        break;
+    // A core outside the run's share (index >= active_: a run with fewer
+    // cores than the pool) neither spins nor waits on sleep_cv_: push_to()
+    // skips the wake-up while anyone spins and wakes one sleeper only, so a
+    // spinner or sleeper that cannot take the task would swallow it and
+    // leave the run's cores asleep with work queued (the run never ends).
+    if (index < active_.load()) {
+      spinning_.fetch_add(1);
+      for (int spin = 0; spin < 4000 && !stop_.load(std::memory_order_relaxed); spin++) {
+        if (queued_.load(std::memory_order_relaxed) > 0 && index < active_.load(std::memory_order_relaxed)) {
+          found = true;
+          break;
+        }
+        if (spin < 64)
+          __builtin_ia32_pause();
+        else
+          sched_yield();
       }
-      if (spin < 64)
-        __builtin_ia32_pause();
-      else
-        sched_yield();
+      spinning_.fetch_sub(1);
     }
-    spinning_.fetch_sub(1);
     if (!found) {
       std::unique_lock<std::mutex> lk(sleep_mu_);
+      // The share shrank while this core spun (a new run began): a push that
+      // saw it spinning woke nobody, so pass the wake-up on.
+      if (index >= active_.load() && queued_.load() > 0) sleep_cv_.notify_all();
       sleepers_.fetch_add(1);
-      while (!stop_.load() && (queued_.load() == 0 || index >= active_.load()))
-        sleep_cv_.wait(lk);
+      while (!stop_.load() && (queued_.load() == 0 || index >= active_.load())) {
+        if (index < active_.load())
+          sleep_cv_.wait(lk);
+        else
+          park_cv_.wait(lk);
+      }
       sleepers_.fetch_sub(1);
     }
     if (record) log_span(index, SchedPhase::Idle, t_idle, clock_ns());

@@ -62,7 +62,8 @@ class CpuExecutor final : public Executor {
   std::atomic<bool> record_sched_{false};
   uint64_t run_t0_ = 0;
   std::mutex sleep_mu_;
-  std::condition_variable sleep_cv_;
+  std::condition_variable sleep_cv_;  // idle cores of the run's share (index < active_)
+  std::condition_variable park_cv_;   // the other cores, until a run's share takes them in
 };
 
 // Core threads for the cpu platform: SIMPLER_CPU_CORES, else the hardware threads.

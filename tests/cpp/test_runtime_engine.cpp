@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -327,6 +329,43 @@ TEST(RuntimeEngine, DiamondWithScopesAndCreatedTensors) {
         ASSERT_NEAR(f[i], (c + 1) * (c + 2) + c, 1e-4 * (1 + std::fabs((c + 1) * (c + 2) + c))) << i;
       }
       for (uint64_t p : {pa, pb, pf}) tw.w->free(p);
+    }
+  }
+}
+
+// A pool of many cores running runs that may use only two of them (block_dim
+// 2), alternating with runs that use them all: a wake-up meant for the run's
+// cores must never be taken by a core outside its share (a lost wake-up left
+// the run's cores asleep with work queued, and the run never ended).
+TEST(RuntimeEngine, FewCoresOfALargePoolAlwaysWake) {
+  for (bool hbg : {false, true}) {
+    TestWorker tw(hbg, 16);
+    int32_t slot = tw.reg(make_native_chip_callable({IN, IN, OUT}, diamond_orch, kernels(), diamond_config));
+    const uint32_t n = 256;
+    auto a = random_vec(n, 7), b = random_vec(n, 8);
+    uint64_t pa = tw.upload(a), pb = tw.upload(b), pf = tw.upload(std::vector<float>(n, NAN));
+    simpler_call_config two{}, all{};
+    two.struct_size = all.struct_size = sizeof two;
+    two.block_dim = 2;
+    std::vector<ChipTensor> t{vec(pa, n), vec(pb, n), vec(pf, n)};
+    for (int i = 0; i < 200; i++) {
+      // Let idle cores stop spinning and go to sleep before the next run.
+      if (i % 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      simpler_task_args args{t.data(), uint32_t(t.size()), nullptr, 0};
+      std::shared_ptr<simpler::RunState> r;
+      Error e = tw.w->submit(slot, args, i % 8 == 7 ? &all : &two, &r);
+      ASSERT_TRUE(e.ok()) << e.message;
+      std::unique_lock<std::mutex> lk(r->mu);
+      if (!r->cv.wait_for(lk, std::chrono::seconds(20), [&] { return r->done; })) {
+        std::fprintf(stderr, "run %d (%s) never finished\n", i, hbg ? "host_build_graph" : "dynamic");
+        std::abort();  // the worker cannot be closed with a run stuck
+      }
+      ASSERT_TRUE(r->error.ok()) << r->error.message;
+    }
+    auto f = tw.download(pf, n);
+    for (uint32_t i = 0; i < n; i++) {
+      double c = double(a[i]) + b[i];
+      ASSERT_NEAR(f[i], (c + 1) * (c + 2) + c, 1e-4 * (1 + std::fabs((c + 1) * (c + 2) + c))) << i;
     }
   }
 }

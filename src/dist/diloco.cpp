@@ -127,12 +127,7 @@ tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, t
   d->params.push_back(p);
   d->total += n;
   size_state(d, &d->state);
-  if (tc_status st = gather_theta({p}, &d->state.anchor)) {
-    d->params.pop_back();
-    d->total -= n;
-    size_state(d, &d->state);
-    return st;
-  }
+  widen_param(p, host, d->state.anchor.data());  // the broadcast values, already on the host
   return TC_OK;
 }
 

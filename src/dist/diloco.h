@@ -52,6 +52,8 @@ tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vecto
 bool host_visible(const DilocoParam& p);
 tc_status read_param(const DilocoParam& p, std::vector<char>* staged, const void** out);
 tc_status write_param(const DilocoParam& p, const void* src);
+// flat[p.offset ..] = f32 of the parameter's bytes at `src` (host memory).
+void widen_param(const DilocoParam& p, const void* src, float* flat);
 // Top-k budget of a compression mode for n elements (0: dense modes).
 size_t topk_count(int32_t compress, size_t n);
 

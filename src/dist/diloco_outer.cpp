@@ -165,16 +165,20 @@ tc_status write_param(const DilocoParam& p, const void* src) {
   return p.storage->backend->copy_in(p.storage->data, src, param_bytes(p));
 }
 
+void widen_param(const DilocoParam& p, const void* src, float* flat) {
+  float* dst = flat + p.offset;
+  if (p.dtype == TC_DTYPE_F32)
+    std::memcpy(dst, src, p.n * 4);
+  else
+    cpu::widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
+}
+
 tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
   std::vector<char> staged;
   for (auto& p : params) {
-    float* dst = flat->data() + p.offset;
     const void* src = nullptr;
     if (tc_status st = read_param(p, &staged, &src)) return st;
-    if (p.dtype == TC_DTYPE_F32)
-      std::memcpy(dst, src, p.n * 4);
-    else
-      cpu::widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
+    widen_param(p, src, flat->data());
   }
   return TC_OK;
 }

@@ -16,6 +16,7 @@ import tensorcore as tc
 from conftest import DEVICES, HAVE_CUDA, run_python
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
+from tokenizer_files import bytes_to_unicode
 
 try:  # files of random models are written with the gguf package; tests without it skip
     import gguf
@@ -60,23 +61,11 @@ def make_weights(rng, tied=False):
     return w
 
 
-def _bytes_to_unicode():
-    """GPT-2's map of bytes to printable code points."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 BPE_MERGES = ["h e", "l l", "he ll", "hell o", "\u0120 w", "o r", "\u0120w or", "l d", "\u0120wor ld"]
 
 
 def _bpe_vocab():
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     toks = [b2u[b] for b in range(256)] + [m.replace(" ", "") for m in BPE_MERGES] + ["<|end|>"]
     toks += ["<extra%d>" % i for i in range(V - len(toks))]
     types = [1] * (256 + len(BPE_MERGES)) + [3] + [5] * (V - 257 - len(BPE_MERGES))

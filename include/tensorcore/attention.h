@@ -59,6 +59,9 @@ TC_API tc_status tc_attention_forward_async(tc_context ctx, tc_buffer Q, tc_buff
 TC_API tc_status tc_attention_backward(tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O,
                                        tc_buffer dO, tc_buffer LSE, tc_buffer dQ, tc_buffer dK, tc_buffer dV,
                                        tc_buffer alibi_slopes, const tc_attention_desc* desc);
+TC_API tc_status tc_attention_backward_async(tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O,
+                                             tc_buffer dO, tc_buffer LSE, tc_buffer dQ, tc_buffer dK, tc_buffer dV,
+                                             tc_buffer alibi_slopes, const tc_attention_desc* desc, tc_stream stream);
 
 #ifdef __cplusplus
 }

@@ -69,17 +69,24 @@ TC_API tc_status tc_conv2d_backward_input_scratch_bytes(const tc_conv2d_desc* de
 /* Y = conv(X, W) + bias. bias may be NULL (no bias). Y is overwritten. */
 TC_API tc_status tc_conv2d_forward(tc_context ctx, tc_buffer X, tc_buffer weight, tc_buffer bias, tc_buffer Y,
                                    tc_buffer scratch_col, const tc_conv2d_desc* desc);
+TC_API tc_status tc_conv2d_forward_async(tc_context ctx, tc_buffer X, tc_buffer weight, tc_buffer bias, tc_buffer Y,
+                                         tc_buffer scratch_col, const tc_conv2d_desc* desc, tc_stream stream);
 
 /* dX = dL/dX given dY = dL/dY: the transposed convolution of dY with W.
  * dX is overwritten (not accumulated). */
 TC_API tc_status tc_conv2d_backward_input(tc_context ctx, tc_buffer dY, tc_buffer weight, tc_buffer dX,
                                           tc_buffer scratch_col, tc_buffer scratch_dX_f32,
                                           const tc_conv2d_desc* desc);
+TC_API tc_status tc_conv2d_backward_input_async(tc_context ctx, tc_buffer dY, tc_buffer weight, tc_buffer dX,
+                                                tc_buffer scratch_col, tc_buffer scratch_dX_f32,
+                                                const tc_conv2d_desc* desc, tc_stream stream);
 
 /* dW = dL/dW given X and dY, summed over the batch. dW is overwritten (not
  * accumulated). The bias gradient (dY summed over n, y, x) is not computed. */
 TC_API tc_status tc_conv2d_backward_weight(tc_context ctx, tc_buffer X, tc_buffer dY, tc_buffer dW,
                                            tc_buffer scratch_col, const tc_conv2d_desc* desc);
+TC_API tc_status tc_conv2d_backward_weight_async(tc_context ctx, tc_buffer X, tc_buffer dY, tc_buffer dW,
+                                                 tc_buffer scratch_col, const tc_conv2d_desc* desc, tc_stream stream);
 
 #ifdef __cplusplus
 }

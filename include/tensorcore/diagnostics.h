@@ -32,6 +32,15 @@ TC_API const char* tc_last_error_detail(void);
 /* Status of the calling thread's last call. */
 TC_API tc_status tc_last_error(void);
 
+/* The op entry points this library has, for bindings and tools: entry i
+ * (0 <= i < tc_op_entry_count()) is "c_name|backend op|capability bits|
+ * signature", the signature in the notation of src/capi/entries.def, e.g.
+ * "tc_softmax_forward|softmax_forward|512|ctx, in X[N,D]:dtype, out Y[N,D]:dtype ~X,
+ * i64 N, i64 D, dtype dtype". Every entry also exists as <c_name>_async with a
+ * trailing tc_stream. NULL outside the range. */
+TC_API int32_t tc_op_entry_count(void);
+TC_API const char* tc_op_entry(int32_t index);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,8 @@ TC_API tc_status tc_quantized_size(tc_quant_type fmt, int64_t N, int64_t K, size
  * TC_ERR_UNSUPPORTED. */
 TC_API tc_status tc_quantize_weights(tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt,
                                      int64_t N, int64_t K, tc_dtype src_dtype);
+TC_API tc_status tc_quantize_weights_async(tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt,
+                                           int64_t N, int64_t K, tc_dtype src_dtype, tc_stream stream);
 
 /* Dequantises rows [row_offset, row_offset + N) of a matrix W_quant of K
  * columns into Y[N, K] (dtype f16, bf16 or f32). W_quant must hold those rows;
@@ -53,6 +55,9 @@ TC_API tc_status tc_quantize_weights(tc_context ctx, tc_buffer W_src, tc_buffer 
  * are bit-identical to ggml's dequantize_row_*. */
 TC_API tc_status tc_dequantize_weights(tc_context ctx, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt,
                                        int64_t row_offset, int64_t N, int64_t K, tc_dtype dtype);
+TC_API tc_status tc_dequantize_weights_async(tc_context ctx, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt,
+                                             int64_t row_offset, int64_t N, int64_t K, tc_dtype dtype,
+                                             tc_stream stream);
 
 /* Y[M, N] = X[M, K] @ W_quant[N, K]^T. X and Y have dtype `dtype` (f16, bf16
  * or f32); Y may not overlap X or W. W is read once for all M rows. */
@@ -68,6 +73,10 @@ TC_API tc_status tc_gemv_quantized_async(tc_context ctx, tc_buffer X, tc_buffer 
 TC_API tc_status tc_fused_rmsnorm_gemv_quantized(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W_quant,
                                                  tc_buffer Y, tc_quant_type fmt, int64_t M, int64_t N, int64_t K,
                                                  float eps, tc_dtype dtype);
+TC_API tc_status tc_fused_rmsnorm_gemv_quantized_async(tc_context ctx, tc_buffer X, tc_buffer gamma,
+                                                       tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t M,
+                                                       int64_t N, int64_t K, float eps, tc_dtype dtype,
+                                                       tc_stream stream);
 
 #ifdef __cplusplus
 }

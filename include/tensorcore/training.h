@@ -12,7 +12,10 @@
  *   shape where a function says so (same start, same size); any other overlap
  *   between an output and another argument is TC_ERR_INVALID_ARG.
  * - Weight gradients are overwritten, not accumulated.
- * - A failing call writes nothing. */
+ * - A failing call writes nothing.
+ * - Every function has an _async twin with a trailing tc_stream: validated
+ *   the same way, enqueued on the stream, returns at once (tc_stream_sync
+ *   waits and reports a kernel's failure). */
 #ifndef TENSORCORE_TRAINING_H
 #define TENSORCORE_TRAINING_H
 
@@ -27,6 +30,9 @@ extern "C" {
  * gamma [D]; rstd_out [N] f32 may be NULL. eps >= 0 and finite. Y may be X. */
 TC_API tc_status tc_rmsnorm_forward(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer Y, tc_buffer rstd_out,
                                     int64_t N, int64_t D, float eps, tc_dtype dtype);
+TC_API tc_status tc_rmsnorm_forward_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer Y,
+                                          tc_buffer rstd_out, int64_t N, int64_t D, float eps, tc_dtype dtype,
+                                          tc_stream stream);
 
 /* Gradients of RMSNorm given rstd from the forward pass:
  *   dX[i,j]   = rstd[i] * (gamma[j] dY[i,j] - X[i,j] rstd[i]^2 / D * sum_k dY[i,k] gamma[k] X[i,k])
@@ -34,6 +40,9 @@ TC_API tc_status tc_rmsnorm_forward(tc_context ctx, tc_buffer X, tc_buffer gamma
  * dgamma [D] f32 may be NULL (not computed). dX may be X or dY. */
 TC_API tc_status tc_rmsnorm_backward(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer dY, tc_buffer rstd,
                                      tc_buffer dX, tc_buffer dgamma, int64_t N, int64_t D, tc_dtype dtype);
+TC_API tc_status tc_rmsnorm_backward_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer dY, tc_buffer rstd,
+                                           tc_buffer dX, tc_buffer dgamma, int64_t N, int64_t D, tc_dtype dtype,
+                                           tc_stream stream);
 
 /* LayerNorm over the last dimension of X [N, D] (biased variance):
  *   mean[i] = mean_j X[i,j],  rstd[i] = 1 / sqrt(mean_j (X[i,j] - mean[i])^2 + eps)
@@ -43,6 +52,9 @@ TC_API tc_status tc_rmsnorm_backward(tc_context ctx, tc_buffer X, tc_buffer gamm
 TC_API tc_status tc_layernorm_forward(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer beta, tc_buffer Y,
                                       tc_buffer mean_out, tc_buffer rstd_out, int64_t N, int64_t D, float eps,
                                       tc_dtype dtype);
+TC_API tc_status tc_layernorm_forward_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer beta, tc_buffer Y,
+                                            tc_buffer mean_out, tc_buffer rstd_out, int64_t N, int64_t D, float eps,
+                                            tc_dtype dtype, tc_stream stream);
 
 /* Gradients of LayerNorm given mean and rstd from the forward pass, with
  * xhat = (X - mean) * rstd and g = dY * gamma:
@@ -52,6 +64,9 @@ TC_API tc_status tc_layernorm_forward(tc_context ctx, tc_buffer X, tc_buffer gam
 TC_API tc_status tc_layernorm_backward(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer dY, tc_buffer mean,
                                        tc_buffer rstd, tc_buffer dX, tc_buffer dgamma, tc_buffer dbeta, int64_t N,
                                        int64_t D, tc_dtype dtype);
+TC_API tc_status tc_layernorm_backward_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer dY,
+                                             tc_buffer mean, tc_buffer rstd, tc_buffer dX, tc_buffer dgamma,
+                                             tc_buffer dbeta, int64_t N, int64_t D, tc_dtype dtype, tc_stream stream);
 
 /* Rotary position embedding, in place on X [batch, heads, seq, head_dim]
  * with f32 tables cos_t, sin_t [seq, head_dim / 2] (head_dim even). For
@@ -69,28 +84,57 @@ typedef struct tc_rope_desc {
 
 TC_API tc_status tc_rope_forward(tc_context ctx, tc_buffer X, tc_buffer cos_t, tc_buffer sin_t,
                                  const tc_rope_desc* desc);
+TC_API tc_status tc_rope_forward_async(tc_context ctx, tc_buffer X, tc_buffer cos_t, tc_buffer sin_t,
+                                       const tc_rope_desc* desc, tc_stream stream);
 TC_API tc_status tc_rope_backward(tc_context ctx, tc_buffer dX, tc_buffer cos_t, tc_buffer sin_t,
                                   const tc_rope_desc* desc);
+TC_API tc_status tc_rope_backward_async(tc_context ctx, tc_buffer dX, tc_buffer cos_t, tc_buffer sin_t,
+                                        const tc_rope_desc* desc, tc_stream stream);
 
 /* SwiGLU on n elements: out = silu(gate) * up, silu(g) = g * sigmoid(g).
  * out may be gate or up. */
 TC_API tc_status tc_swiglu_forward(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer out, int64_t n,
                                    tc_dtype dtype);
+TC_API tc_status tc_swiglu_forward_async(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer out, int64_t n,
+                                         tc_dtype dtype, tc_stream stream);
 
 /* With s = sigmoid(gate):
  *   dgate = dout * up * s * (1 + gate * (1 - s)),   dup = dout * gate * s
  * dgate and dup may each be gate, up or dout, but not each other. */
 TC_API tc_status tc_swiglu_backward(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer dout, tc_buffer dgate,
                                     tc_buffer dup, int64_t n, tc_dtype dtype);
+TC_API tc_status tc_swiglu_backward_async(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer dout,
+                                          tc_buffer dgate, tc_buffer dup, int64_t n, tc_dtype dtype,
+                                          tc_stream stream);
+
+/* GEGLU with the tanh form of GELU (Gemma's feed-forward) on n elements:
+ *   gelu(g) = 0.5 g (1 + tanh(c (g + 0.044715 g^3))),  c = sqrt(2 / pi)
+ *   out = gelu(gate) * up.   out may be gate or up. */
+TC_API tc_status tc_geglu_forward(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer out, int64_t n,
+                                  tc_dtype dtype);
+TC_API tc_status tc_geglu_forward_async(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer out, int64_t n,
+                                        tc_dtype dtype, tc_stream stream);
+
+/* dgate = dout * up * gelu'(gate),  dup = dout * gelu(gate), with
+ *   gelu'(g) = 0.5 (1 + t) + 0.5 g (1 - t^2) c (1 + 3 * 0.044715 g^2),  t = tanh(c (g + 0.044715 g^3)).
+ * dgate and dup may each be gate, up or dout, but not each other. */
+TC_API tc_status tc_geglu_backward(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer dout, tc_buffer dgate,
+                                   tc_buffer dup, int64_t n, tc_dtype dtype);
+TC_API tc_status tc_geglu_backward_async(tc_context ctx, tc_buffer gate, tc_buffer up, tc_buffer dout,
+                                         tc_buffer dgate, tc_buffer dup, int64_t n, tc_dtype dtype, tc_stream stream);
 
 /* Softmax over the last dimension of X [N, D]:
  *   Y[i,j] = exp(X[i,j] - max_k X[i,k]) / sum_k exp(X[i,k] - max_k X[i,k])
  * Y may be X. A row of all -inf gives NaN (as 0/0). */
 TC_API tc_status tc_softmax_forward(tc_context ctx, tc_buffer X, tc_buffer Y, int64_t N, int64_t D, tc_dtype dtype);
+TC_API tc_status tc_softmax_forward_async(tc_context ctx, tc_buffer X, tc_buffer Y, int64_t N, int64_t D,
+                                          tc_dtype dtype, tc_stream stream);
 
 /* dX[i,j] = Y[i,j] * (dY[i,j] - sum_k dY[i,k] Y[i,k]).  dX may be Y or dY. */
 TC_API tc_status tc_softmax_backward(tc_context ctx, tc_buffer Y, tc_buffer dY, tc_buffer dX, int64_t N, int64_t D,
                                      tc_dtype dtype);
+TC_API tc_status tc_softmax_backward_async(tc_context ctx, tc_buffer Y, tc_buffer dY, tc_buffer dX, int64_t N,
+                                           int64_t D, tc_dtype dtype, tc_stream stream);
 
 /* One AdamW step (decoupled weight decay) on n f32 parameters:
  *   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
@@ -110,6 +154,8 @@ typedef struct tc_adamw_desc {
 
 TC_API tc_status tc_adamw_step(tc_context ctx, tc_buffer params, tc_buffer m, tc_buffer v, tc_buffer grads,
                                const tc_adamw_desc* desc);
+TC_API tc_status tc_adamw_step_async(tc_context ctx, tc_buffer params, tc_buffer m, tc_buffer v, tc_buffer grads,
+                                     const tc_adamw_desc* desc, tc_stream stream);
 
 /* Normalisation fused with a matrix-vector product, in one pass over W:
  *   Y[i,n] = sum_k norm(X)[i,k] * W[n,k]      X [M, K], W [N, K], Y [M, N]
@@ -119,8 +165,14 @@ TC_API tc_status tc_adamw_step(tc_context ctx, tc_buffer params, tc_buffer m, tc
  * beta, W and Y share `dtype`. Y must not overlap an input. */
 TC_API tc_status tc_fused_rmsnorm_gemv(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W, tc_buffer Y,
                                        int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype);
+TC_API tc_status tc_fused_rmsnorm_gemv_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W, tc_buffer Y,
+                                             int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype,
+                                             tc_stream stream);
 TC_API tc_status tc_fused_layernorm_gemv(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer beta, tc_buffer W,
                                          tc_buffer Y, int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype);
+TC_API tc_status tc_fused_layernorm_gemv_async(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer beta,
+                                               tc_buffer W, tc_buffer Y, int64_t M, int64_t N, int64_t K, float eps,
+                                               tc_dtype dtype, tc_stream stream);
 
 #ifdef __cplusplus
 }

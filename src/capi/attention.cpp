@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "capi/api.h"
+#include "capi/op_call.h"
 #include "core/half.h"
 
 using namespace tc;
@@ -13,15 +13,6 @@ using namespace tc::capi;
 namespace {
 
 constexpr int64_t kMaxDim = 0x7fffffff;
-
-// One buffer argument: its name, handle, the bytes the op touches from its
-// start, and whether the op writes it.
-struct Operand {
-  const char* name;
-  tc_buffer buf;
-  int64_t bytes;
-  bool output;
-};
 
 // Checks the descriptor and fills in the defaults; the element counts of the
 // query side (B*H*Sq*D), the key side (B*Hkv*Skv*D) and the LSE (B*H*Sq).
@@ -72,27 +63,6 @@ tc_status check_desc(const char* fn, const tc_attention_desc* desc, tc_attention
   return TC_OK;
 }
 
-// Every operand fits its buffer, and no output shares bytes with another
-// operand (inputs may share bytes among themselves).
-tc_status check_operands(const char* fn, tc_context ctx, const std::vector<Operand>& ops) {
-  for (const Operand& op : ops)
-    if (tc_status st = check_buffer(fn, op.name, ctx, op.buf)) return st;
-  for (const Operand& op : ops)
-    if (uint64_t(op.bytes) > op.buf->size())
-      return fail(TC_ERR_INVALID_ARG, "%s: %s needs %lld bytes but its buffer has %zu", fn, op.name,
-                  (long long)op.bytes, op.buf->size());
-  for (size_t a = 0; a < ops.size(); ++a)
-    for (size_t b = a + 1; b < ops.size(); ++b) {
-      const Operand &x = ops[a], &y = ops[b];
-      if (!x.output && !y.output) continue;
-      const char *x0 = x.buf->bytes(), *y0 = y.buf->bytes();
-      if (x.bytes > 0 && y.bytes > 0 && x0 < y0 + y.bytes && y0 < x0 + x.bytes)
-        return fail(TC_ERR_INVALID_ARG, "%s: output %s overlaps %s", fn, x.output ? x.name : y.name,
-                    x.output ? y.name : x.name);
-    }
-  return TC_OK;
-}
-
 std::string shapes_of(const tc_attention_desc& d, bool alibi) {
   char s[320];
   std::snprintf(s, sizeof s,
@@ -103,99 +73,64 @@ std::string shapes_of(const tc_attention_desc& d, bool alibi) {
   return s;
 }
 
-tc_status forward(const char* fn, tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O,
-                  tc_buffer LSE, tc_buffer alibi, const tc_attention_desc* desc, tc_stream stream, bool async) {
-  if (tc_status st = check_context(fn, ctx)) return st;
-  if (async)
-    if (tc_status st = check_stream(fn, ctx, stream)) return st;
+tc_status attention_forward_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V,
+                                 tc_buffer O, tc_buffer LSE, tc_buffer alibi, const tc_attention_desc* desc) {
+  OpCall c(EntryId::attention_forward, async, stream, {ctx, Q, K, V, O, LSE, alibi, desc});
   tc_attention_desc d;
-  int64_t qn, kvn, ln;
-  if (tc_status st = check_desc(fn, desc, &d, &qn, &kvn, &ln)) return st;
-  if (d.return_lse && !LSE) return fail(TC_ERR_INVALID_ARG, "%s: return_lse is set but LSE is null", fn);
-  const int64_t es = int64_t(dtype_size(d.dtype));
-  std::vector<Operand> ops = {{"Q", Q, qn * es, false}, {"K", K, kvn * es, false}, {"V", V, kvn * es, false},
-                              {"O", O, qn * es, true}};
-  // An LSE passed without return_lse is neither read nor written (but must be a live handle).
-  if (d.return_lse) ops.push_back({"LSE", LSE, ln * 4, true});
-  else if (LSE)
-    if (tc_status st = check_buffer(fn, "LSE", ctx, LSE)) return st;
-  if (alibi) ops.push_back({"alibi_slopes", alibi, d.heads * 4, false});
-  if (tc_status st = check_operands(fn, ctx, ops)) return st;
-
+  auto rule = [&]() -> tc_status {
+    int64_t qn, kvn, ln;
+    if (tc_status st = check_desc(c.fn(), desc, &d, &qn, &kvn, &ln)) return st;
+    if (d.return_lse && !LSE) return fail(TC_ERR_INVALID_ARG, "%s: return_lse is set but LSE is null", c.fn());
+    const int64_t es = int64_t(dtype_size(d.dtype));
+    for (auto [name, n] : {std::pair{"Q", qn}, {"K", kvn}, {"V", kvn}, {"O", qn}})
+      if (tc_status st = c.span(name, n * es)) return st;
+    // An LSE passed without return_lse is neither read nor written.
+    if (tc_status st = c.span("LSE", d.return_lse ? ln * 4 : 0)) return st;
+    return c.span("alibi_slopes", d.heads * 4);
+  };
+  if (tc_status st = c.validate(rule)) return st;
   AttentionArgs args;
   args.d = d;
-  args.q = Q->bytes();
-  args.k = K->bytes();
-  args.v = V->bytes();
-  args.o = O->bytes();
-  args.lse = d.return_lse ? reinterpret_cast<float*>(LSE->bytes()) : nullptr;
-  args.alibi = alibi ? reinterpret_cast<const float*>(alibi->bytes()) : nullptr;
-  args.info.name = "attention_forward";
-  args.info.shapes = shapes_of(d, alibi != nullptr);
-  for (const Operand& op : ops) args.info.keep.push_back(op.buf->storage);
-  note_backend(ctx->backend->kind());
-  return ctx->backend->attention_forward(args, async ? stream->queue.get() : nullptr);
+  args.q = c.data("Q"), args.k = c.data("K"), args.v = c.data("V"), args.o = c.data("O");
+  args.lse = d.return_lse ? c.ptr<float>("LSE") : nullptr;
+  args.alibi = c.ptr<const float>("alibi_slopes");
+  c.fill_info(&args.info, "attention_forward", shapes_of(d, alibi != nullptr));
+  return c.run(&Backend::attention_forward, args);
 }
 
-tc_status backward(const char* fn, tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O,
-                   tc_buffer dO, tc_buffer LSE, tc_buffer dQ, tc_buffer dK, tc_buffer dV, tc_buffer alibi,
-                   const tc_attention_desc* desc) {
-  if (tc_status st = check_context(fn, ctx)) return st;
+tc_status attention_backward_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V,
+                                  tc_buffer O, tc_buffer dO, tc_buffer LSE, tc_buffer dQ, tc_buffer dK, tc_buffer dV,
+                                  tc_buffer alibi, const tc_attention_desc* desc) {
+  OpCall c(EntryId::attention_backward, async, stream, {ctx, Q, K, V, O, dO, LSE, dQ, dK, dV, alibi, desc});
   tc_attention_desc d;
-  int64_t qn, kvn, ln;
-  if (tc_status st = check_desc(fn, desc, &d, &qn, &kvn, &ln)) return st;
-  d.return_lse = 0;
-  const int64_t es = int64_t(dtype_size(d.dtype));
-  std::vector<Operand> ops = {{"Q", Q, qn * es, false},   {"K", K, kvn * es, false},  {"V", V, kvn * es, false},
-                              {"O", O, qn * es, false},   {"dO", dO, qn * es, false}, {"LSE", LSE, ln * 4, false},
-                              {"dQ", dQ, qn * es, true},  {"dK", dK, kvn * es, true}, {"dV", dV, kvn * es, true}};
-  if (alibi) ops.push_back({"alibi_slopes", alibi, d.heads * 4, false});
-  if (tc_status st = check_operands(fn, ctx, ops)) return st;
-
+  auto rule = [&]() -> tc_status {
+    int64_t qn, kvn, ln;
+    if (tc_status st = check_desc(c.fn(), desc, &d, &qn, &kvn, &ln)) return st;
+    d.return_lse = 0;
+    const int64_t es = int64_t(dtype_size(d.dtype));
+    for (auto [name, n] : {std::pair{"Q", qn * es}, {"K", kvn * es}, {"V", kvn * es}, {"O", qn * es},
+                           {"dO", qn * es}, {"LSE", ln * 4}, {"dQ", qn * es}, {"dK", kvn * es}, {"dV", kvn * es}})
+      if (tc_status st = c.span(name, n)) return st;
+    return c.span("alibi_slopes", d.heads * 4);
+  };
+  if (tc_status st = c.validate(rule)) return st;
   AttentionBackwardArgs args;
   args.d = d;
-  args.q = Q->bytes();
-  args.k = K->bytes();
-  args.v = V->bytes();
-  args.o = O->bytes();
-  args.d_o = dO->bytes();
-  args.lse = reinterpret_cast<const float*>(LSE->bytes());
-  args.dq = dQ->bytes();
-  args.dk = dK->bytes();
-  args.dv = dV->bytes();
-  args.alibi = alibi ? reinterpret_cast<const float*>(alibi->bytes()) : nullptr;
-  args.info.name = "attention_backward";
-  args.info.shapes = shapes_of(d, alibi != nullptr);
-  for (const Operand& op : ops) args.info.keep.push_back(op.buf->storage);
-  note_backend(ctx->backend->kind());
-  return ctx->backend->attention_backward(args, nullptr);
+  args.q = c.data("Q"), args.k = c.data("K"), args.v = c.data("V"), args.o = c.data("O");
+  args.d_o = c.data("dO"), args.lse = c.ptr<const float>("LSE");
+  args.dq = c.data("dQ"), args.dk = c.data("dK"), args.dv = c.data("dV");
+  args.alibi = c.ptr<const float>("alibi_slopes");
+  c.fill_info(&args.info, "attention_backward", shapes_of(d, alibi != nullptr));
+  return c.run(&Backend::attention_backward, args);
 }
 
 }  // namespace
 
-extern "C" {
-
-tc_status tc_attention_forward(tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O, tc_buffer LSE,
-                               tc_buffer alibi_slopes, const tc_attention_desc* desc) {
-  return guarded("tc_attention_forward", [&] {
-    return forward("tc_attention_forward", ctx, Q, K, V, O, LSE, alibi_slopes, desc, nullptr, false);
-  });
-}
-
-tc_status tc_attention_forward_async(tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O,
-                                     tc_buffer LSE, tc_buffer alibi_slopes, const tc_attention_desc* desc,
-                                     tc_stream stream) {
-  return guarded("tc_attention_forward_async", [&] {
-    return forward("tc_attention_forward_async", ctx, Q, K, V, O, LSE, alibi_slopes, desc, stream, true);
-  });
-}
-
-tc_status tc_attention_backward(tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O, tc_buffer dO,
-                                tc_buffer LSE, tc_buffer dQ, tc_buffer dK, tc_buffer dV, tc_buffer alibi_slopes,
-                                const tc_attention_desc* desc) {
-  return guarded("tc_attention_backward", [&] {
-    return backward("tc_attention_backward", ctx, Q, K, V, O, dO, LSE, dQ, dK, dV, alibi_slopes, desc);
-  });
-}
-
-}  // extern "C"
+TC_DEFINE_ENTRY(attention_forward,
+                (tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O, tc_buffer LSE,
+                 tc_buffer alibi_slopes, const tc_attention_desc* desc),
+                ctx, Q, K, V, O, LSE, alibi_slopes, desc)
+TC_DEFINE_ENTRY(attention_backward,
+                (tc_context ctx, tc_buffer Q, tc_buffer K, tc_buffer V, tc_buffer O, tc_buffer dO, tc_buffer LSE,
+                 tc_buffer dQ, tc_buffer dK, tc_buffer dV, tc_buffer alibi_slopes, const tc_attention_desc* desc),
+                ctx, Q, K, V, O, dO, LSE, dQ, dK, dV, alibi_slopes, desc)

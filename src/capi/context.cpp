@@ -5,6 +5,7 @@
 #include <string>
 
 #include "capi/api.h"
+#include "core/env.h"
 #include "dist/capabilities.h"
 
 using namespace tc;
@@ -24,24 +25,23 @@ constexpr uint64_t kKnownCapabilities = 0
     | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF  // quantized, gguf
     ;
 
-// Parses "cpu", "cuda", "cuda:N" into (is_cuda, index).
-tc_status parse_device(const char* fn, const std::string& spec, bool* cuda, int* index) {
-  if (spec == "cpu") {
-    *cuda = false;
-    *index = 0;
-    return TC_OK;
+// "name" or "name:N" of a registered backend (core/ops.cpp) into its kind
+// and device index.
+tc_status parse_device(const char* fn, const std::string& spec, const BackendKind** kind, int* index) {
+  const size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  *index = 0;
+  if (colon != std::string::npos) {
+    const std::string n = spec.substr(colon + 1);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
+      return fail(TC_ERR_INVALID_ARG, "%s: unknown device '%s' (expected cpu, cuda or cuda:N)", fn, spec.c_str());
+    *index = std::atoi(n.c_str());
   }
-  if (spec == "cuda") {
-    *cuda = true;
-    *index = 0;
-    return TC_OK;
-  }
-  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() <= 9 &&
-      spec.find_first_not_of("0123456789", 5) == std::string::npos) {
-    *cuda = true;
-    *index = std::atoi(spec.c_str() + 5);
-    return TC_OK;
-  }
+  for (const BackendKind& k : backend_kinds())
+    if (name == k.name) {
+      *kind = &k;
+      return TC_OK;
+    }
   return fail(TC_ERR_INVALID_ARG, "%s: unknown device '%s' (expected cpu, cuda or cuda:N)", fn, spec.c_str());
 }
 
@@ -53,26 +53,28 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
     spec = env ? env : "";
   }
   std::unique_ptr<Backend> backend;
-  if (spec.empty()) {
-    if (cuda_device_count() > 0) backend = make_cuda_backend(0);
-    if (!backend) backend = make_cpu_backend();
+  if (spec.empty()) {  // the first registered backend with a usable device
+    for (const BackendKind& k : backend_kinds())
+      if (!backend && k.device_count() > 0) backend = k.make(0);
   } else {
-    bool cuda = false;
+    const BackendKind* kind = nullptr;
     int index = 0;
-    if (tc_status st = parse_device(fn, spec, &cuda, &index)) return st;
-    if (!cuda) {
-      backend = make_cpu_backend();
-    } else {
-      int count = cuda_device_count();
-      if (index >= count)
-        return fail(TC_ERR_NO_DEVICE, "%s: device '%s' requested but %d CUDA device(s) are usable%s", fn,
-                    spec.c_str(), count, count == 0 ? " (not built with CUDA, or no GPU present)" : "");
-      backend = make_cuda_backend(index);
-      if (!backend) return last_status() != TC_OK ? last_status() : fail(TC_ERR_NO_DEVICE, "%s: CUDA init failed", fn);
-    }
+    if (tc_status st = parse_device(fn, spec, &kind, &index)) return st;
+    const int count = kind->device_count();
+    if (index >= count)
+      return fail(TC_ERR_NO_DEVICE, "%s: device '%s' requested but %d %s device(s) are usable%s", fn, spec.c_str(),
+                  count, kind->name, count == 0 ? " (not built with it, or none present)" : "");
+    backend = kind->make(index);
+    if (!backend)
+      return last_status() != TC_OK ? last_status() : fail(TC_ERR_NO_DEVICE, "%s: %s init failed", fn, spec.c_str());
   }
+  if (!backend) return fail(TC_ERR_NO_DEVICE, "%s: no backend has a usable device", fn);
   auto* ctx = new tc_context_s();
   ctx->backend = std::move(backend);
+  // TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 run a GPU
+  // context's GEMMs on the CPU backend over host copies (capi/gemm.cpp).
+  ctx->gemm_on_host = !ctx->backend->host_accessible() &&
+                      (env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM"));
   register_handle(ctx, HandleKind::Context);
   *out = ctx;
   return TC_OK;
@@ -125,7 +127,7 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     out->struct_size = sizeof(struct tc_runtime_capabilities);
     out->version = TC_CAPABILITIES_VERSION;
     out->known = kKnownCapabilities;
-    out->available = ctx->backend->available_capabilities() & kKnownCapabilities;
+    out->available = (op_capabilities(*ctx->backend) | ctx->backend->extra_capabilities()) & kKnownCapabilities;
     // Checkpointing is core code that runs on every backend; tiers need the backend's copies.
     out->available |= TC_CAPABILITY_CHECKPOINT;
     if (ctx->backend->supports_tiers()) out->available |= TC_CAPABILITY_MEMORY_TIERS;

@@ -4,9 +4,10 @@
 #include "tensorcore/conv2d.h"
 
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
-#include "capi/api.h"
+#include "capi/op_call.h"
 #include "core/half.h"
 
 using namespace tc;
@@ -98,151 +99,88 @@ tc_status check_dtype(const char* fn, tc_dtype dtype) {
   return TC_OK;
 }
 
-// One buffer argument of an op: its name, the bytes the op touches from
-// offset 0, and whether the op writes it.
-struct Arg {
-  const char* name;
-  tc_buffer buf;
-  int64_t elems;
-  int64_t elem_bytes;
-  bool written;
-  int64_t bytes = 0;
-};
-
-bool overlap(const Arg& a, const Arg& b) {
-  if (a.bytes == 0 || b.bytes == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a.buf->storage->data), pb = reinterpret_cast<uintptr_t>(b.buf->storage->data);
-  return pa < pb + uint64_t(b.bytes) && pb < pa + uint64_t(a.bytes);
-}
-
-// Handles, sizes and aliasing of an op's buffers (null entries are optional
-// arguments that were not given).
-tc_status check_args(const char* fn, tc_context ctx, std::vector<Arg>& args) {
-  for (Arg& a : args) {
-    if (!a.buf) continue;
-    if (tc_status st = check_buffer(fn, a.name, ctx, a.buf)) return st;
-    if (!mul_ok(a.elems, a.elem_bytes, &a.bytes))
-      return fail(TC_ERR_INVALID_SHAPE, "%s: size of %s (%lld elements) overflows 64 bits", fn, a.name,
-                  (long long)a.elems);
-    if (uint64_t(a.bytes) > a.buf->size())
-      return fail(TC_ERR_INVALID_ARG, "%s: %s needs %lld bytes but its buffer has %zu", fn, a.name,
-                  (long long)a.bytes, a.buf->size());
-  }
-  // Inputs may share memory with each other; nothing may share memory with
-  // something the op writes.
-  for (size_t i = 0; i < args.size(); ++i)
-    for (size_t j = i + 1; j < args.size(); ++j) {
-      const Arg &a = args[i], &b = args[j];
-      if (a.buf && b.buf && (a.written || b.written) && overlap(a, b))
-        return fail(TC_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", fn, a.name, b.name);
-    }
-  return TC_OK;
-}
-
 tc_status check_common(const char* fn, const tc_conv2d_desc* desc, tc_conv2d_desc* d, Sizes* s) {
   if (!desc) return fail(TC_ERR_INVALID_ARG, "%s: desc is null", fn);
   if (tc_status st = check_dtype(fn, desc->dtype)) return st;
   return check_shape(fn, *desc, true, d, s);
 }
 
-// Every required buffer must be given before sizes are looked at.
-tc_status require(const char* fn, const char* name, tc_buffer b) {
-  if (!b) return fail(TC_ERR_INVALID_ARG, "%s: buffer %s is null", fn, name);
+// The shapes string of TC_TRACE.
+std::string shapes_of(const tc_conv2d_desc& d) {
+  return fmt("N=%lld,C=%lld,K=%lld,H=%lld,W=%lld,kH=%lld,kW=%lld,pad=%lldx%lld,stride=%lldx%lld,out=%lldx%lld,dtype=%s",
+             (long long)d.batch, (long long)d.in_channels, (long long)d.out_channels, (long long)d.H, (long long)d.W,
+             (long long)d.kH, (long long)d.kW, (long long)d.pad_h, (long long)d.pad_w, (long long)d.stride_h,
+             (long long)d.stride_w, (long long)d.out_H, (long long)d.out_W, dtype_label(d.dtype).c_str());
+}
+
+// The descriptor, then each operand's span: (name, elements, bytes each).
+tc_status check_conv(OpCall& c, const tc_conv2d_desc* desc, tc_conv2d_desc* d, Sizes* s,
+                     std::initializer_list<std::tuple<const char*, int64_t Sizes::*, bool>> operands) {
+  if (tc_status st = check_common(c.fn(), desc, d, s)) return st;
+  const int64_t es = int64_t(dtype_size(d->dtype));
+  for (auto [name, field, f32] : operands) {
+    int64_t bytes;
+    if (!mul_ok(s->*field, f32 ? 4 : es, &bytes))
+      return fail(TC_ERR_INVALID_SHAPE, "%s: size of %s (%lld elements) overflows 64 bits", c.fn(), name,
+                  (long long)(s->*field));
+    if (tc_status st = c.span(name, bytes)) return st;
+  }
   return TC_OK;
 }
 
-void fill_info(OpInfo* info, const char* name, const tc_conv2d_desc& d) {
-  char shapes[320];
-  std::snprintf(shapes, sizeof shapes,
-                "N=%lld,C=%lld,K=%lld,H=%lld,W=%lld,kH=%lld,kW=%lld,pad=%lldx%lld,stride=%lldx%lld,out=%lldx%lld,dtype=%s",
-                (long long)d.batch, (long long)d.in_channels, (long long)d.out_channels, (long long)d.H,
-                (long long)d.W, (long long)d.kH, (long long)d.kW, (long long)d.pad_h, (long long)d.pad_w,
-                (long long)d.stride_h, (long long)d.stride_w, (long long)d.out_H, (long long)d.out_W,
-                dtype_label(d.dtype).c_str());
-  info->name = name;
-  info->shapes = shapes;
-}
-
-tc_status forward(tc_context ctx, tc_buffer X, tc_buffer Wt, tc_buffer bias, tc_buffer Y, tc_buffer col,
-                  const tc_conv2d_desc* desc) {
-  const char* fn = "tc_conv2d_forward";
+tc_status conv2d_forward_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer X, tc_buffer Wt,
+                              tc_buffer bias, tc_buffer Y, tc_buffer col, const tc_conv2d_desc* desc) {
+  OpCall c(EntryId::conv2d_forward, async, stream, {ctx, X, Wt, bias, Y, col, desc});
   tc_conv2d_desc d;
   Sizes s;
-  if (tc_status st = check_context(fn, ctx)) return st;
-  for (auto [name, b] : {std::pair{"X", X}, {"weight", Wt}, {"Y", Y}, {"scratch_col", col}})
-    if (tc_status st = require(fn, name, b)) return st;
-  if (tc_status st = check_common(fn, desc, &d, &s)) return st;
-  const int64_t es = int64_t(dtype_size(d.dtype));
-  std::vector<Arg> args = {{"X", X, s.x, es, false},          {"weight", Wt, s.w, es, false},
-                           {"bias", bias, s.bias, es, false}, {"Y", Y, s.y, es, true},
-                           {"scratch_col", col, s.col, 4, true}};
-  if (tc_status st = check_args(fn, ctx, args)) return st;
+  if (tc_status st = c.validate([&] {
+        return check_conv(c, desc, &d, &s, {{"X", &Sizes::x, false}, {"weight", &Sizes::w, false},
+                                            {"bias", &Sizes::bias, false}, {"Y", &Sizes::y, false},
+                                            {"scratch_col", &Sizes::col, true}});
+      }))
+    return st;
   Conv2dForwardArgs a;
   a.d = d;
-  a.x = X->storage->data;
-  a.w = Wt->storage->data;
-  a.bias = bias ? bias->storage->data : nullptr;
-  a.y = Y->storage->data;
-  a.col = static_cast<float*>(col->storage->data);
-  fill_info(&a.info, "conv2d_forward", d);
-  a.info.keep = {X->storage, Wt->storage, Y->storage, col->storage};
-  if (bias) a.info.keep.push_back(bias->storage);
-  note_backend(ctx->backend->kind());
-  return ctx->backend->conv2d_forward(a, nullptr);
+  a.x = c.data("X"), a.w = c.data("weight"), a.bias = c.data("bias"), a.y = c.data("Y");
+  a.col = c.ptr<float>("scratch_col");
+  c.fill_info(&a.info, "conv2d_forward", shapes_of(d));
+  return c.run(&Backend::conv2d_forward, a);
 }
 
-tc_status backward_input(tc_context ctx, tc_buffer dY, tc_buffer Wt, tc_buffer dX, tc_buffer col, tc_buffer dx32,
-                         const tc_conv2d_desc* desc) {
-  const char* fn = "tc_conv2d_backward_input";
+tc_status conv2d_backward_input_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer dY, tc_buffer Wt,
+                                     tc_buffer dX, tc_buffer col, tc_buffer dx32, const tc_conv2d_desc* desc) {
+  OpCall c(EntryId::conv2d_backward_input, async, stream, {ctx, dY, Wt, dX, col, dx32, desc});
   tc_conv2d_desc d;
   Sizes s;
-  if (tc_status st = check_context(fn, ctx)) return st;
-  for (auto [name, b] : {std::pair{"dY", dY}, {"weight", Wt}, {"dX", dX}, {"scratch_col", col}, {"scratch_dX_f32", dx32}})
-    if (tc_status st = require(fn, name, b)) return st;
-  if (tc_status st = check_common(fn, desc, &d, &s)) return st;
-  const int64_t es = int64_t(dtype_size(d.dtype));
-  std::vector<Arg> args = {{"dY", dY, s.y, es, false},          {"weight", Wt, s.w, es, false},
-                           {"dX", dX, s.x, es, true},           {"scratch_col", col, s.col, 4, true},
-                           {"scratch_dX_f32", dx32, s.dx_f32, 4, true}};
-  if (tc_status st = check_args(fn, ctx, args)) return st;
+  if (tc_status st = c.validate([&] {
+        return check_conv(c, desc, &d, &s, {{"dY", &Sizes::y, false}, {"weight", &Sizes::w, false},
+                                            {"dX", &Sizes::x, false}, {"scratch_col", &Sizes::col, true},
+                                            {"scratch_dX_f32", &Sizes::dx_f32, true}});
+      }))
+    return st;
   Conv2dBackwardInputArgs a;
   a.d = d;
-  a.dy = dY->storage->data;
-  a.w = Wt->storage->data;
-  a.dx = dX->storage->data;
-  a.col = static_cast<float*>(col->storage->data);
-  a.dx_f32 = static_cast<float*>(dx32->storage->data);
-  fill_info(&a.info, "conv2d_backward_input", d);
-  a.info.keep = {dY->storage, Wt->storage, dX->storage, col->storage, dx32->storage};
-  note_backend(ctx->backend->kind());
-  return ctx->backend->conv2d_backward_input(a, nullptr);
+  a.dy = c.data("dY"), a.w = c.data("weight"), a.dx = c.data("dX");
+  a.col = c.ptr<float>("scratch_col"), a.dx_f32 = c.ptr<float>("scratch_dX_f32");
+  c.fill_info(&a.info, "conv2d_backward_input", shapes_of(d));
+  return c.run(&Backend::conv2d_backward_input, a);
 }
 
-tc_status backward_weight(tc_context ctx, tc_buffer X, tc_buffer dY, tc_buffer dW, tc_buffer col,
-                          const tc_conv2d_desc* desc) {
-  const char* fn = "tc_conv2d_backward_weight";
+tc_status conv2d_backward_weight_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer X, tc_buffer dY,
+                                      tc_buffer dW, tc_buffer col, const tc_conv2d_desc* desc) {
+  OpCall c(EntryId::conv2d_backward_weight, async, stream, {ctx, X, dY, dW, col, desc});
   tc_conv2d_desc d;
   Sizes s;
-  if (tc_status st = check_context(fn, ctx)) return st;
-  for (auto [name, b] : {std::pair{"X", X}, {"dY", dY}, {"dW", dW}, {"scratch_col", col}})
-    if (tc_status st = require(fn, name, b)) return st;
-  if (tc_status st = check_common(fn, desc, &d, &s)) return st;
-  const int64_t es = int64_t(dtype_size(d.dtype));
-  std::vector<Arg> args = {{"X", X, s.x, es, false},
-                           {"dY", dY, s.y, es, false},
-                           {"dW", dW, s.w, es, true},
-                           {"scratch_col", col, s.col, 4, true}};
-  if (tc_status st = check_args(fn, ctx, args)) return st;
+  if (tc_status st = c.validate([&] {
+        return check_conv(c, desc, &d, &s, {{"X", &Sizes::x, false}, {"dY", &Sizes::y, false},
+                                            {"dW", &Sizes::w, false}, {"scratch_col", &Sizes::col, true}});
+      }))
+    return st;
   Conv2dBackwardWeightArgs a;
   a.d = d;
-  a.x = X->storage->data;
-  a.dy = dY->storage->data;
-  a.dw = dW->storage->data;
-  a.col = static_cast<float*>(col->storage->data);
-  fill_info(&a.info, "conv2d_backward_weight", d);
-  a.info.keep = {X->storage, dY->storage, dW->storage, col->storage};
-  note_backend(ctx->backend->kind());
-  return ctx->backend->conv2d_backward_weight(a, nullptr);
+  a.x = c.data("X"), a.dy = c.data("dY"), a.dw = c.data("dW"), a.col = c.ptr<float>("scratch_col");
+  c.fill_info(&a.info, "conv2d_backward_weight", shapes_of(d));
+  return c.run(&Backend::conv2d_backward_weight, a);
 }
 
 }  // namespace
@@ -294,20 +232,17 @@ tc_status tc_conv2d_backward_input_scratch_bytes(const tc_conv2d_desc* desc, uin
   });
 }
 
-tc_status tc_conv2d_forward(tc_context ctx, tc_buffer X, tc_buffer weight, tc_buffer bias, tc_buffer Y,
-                            tc_buffer scratch_col, const tc_conv2d_desc* desc) {
-  return guarded("tc_conv2d_forward", [&] { return forward(ctx, X, weight, bias, Y, scratch_col, desc); });
-}
-
-tc_status tc_conv2d_backward_input(tc_context ctx, tc_buffer dY, tc_buffer weight, tc_buffer dX, tc_buffer scratch_col,
-                                   tc_buffer scratch_dX_f32, const tc_conv2d_desc* desc) {
-  return guarded("tc_conv2d_backward_input",
-                 [&] { return backward_input(ctx, dY, weight, dX, scratch_col, scratch_dX_f32, desc); });
-}
-
-tc_status tc_conv2d_backward_weight(tc_context ctx, tc_buffer X, tc_buffer dY, tc_buffer dW, tc_buffer scratch_col,
-                                    const tc_conv2d_desc* desc) {
-  return guarded("tc_conv2d_backward_weight", [&] { return backward_weight(ctx, X, dY, dW, scratch_col, desc); });
-}
-
 }  // extern "C"
+
+TC_DEFINE_ENTRY(conv2d_forward,
+                (tc_context ctx, tc_buffer X, tc_buffer weight, tc_buffer bias, tc_buffer Y, tc_buffer scratch_col,
+                 const tc_conv2d_desc* desc),
+                ctx, X, weight, bias, Y, scratch_col, desc)
+TC_DEFINE_ENTRY(conv2d_backward_input,
+                (tc_context ctx, tc_buffer dY, tc_buffer weight, tc_buffer dX, tc_buffer scratch_col,
+                 tc_buffer scratch_dX_f32, const tc_conv2d_desc* desc),
+                ctx, dY, weight, dX, scratch_col, scratch_dX_f32, desc)
+TC_DEFINE_ENTRY(conv2d_backward_weight,
+                (tc_context ctx, tc_buffer X, tc_buffer dY, tc_buffer dW, tc_buffer scratch_col,
+                 const tc_conv2d_desc* desc),
+                ctx, X, dY, dW, scratch_col, desc)

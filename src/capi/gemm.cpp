@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
-#include "capi/api.h"
+#include "capi/op_call.h"
 #include "core/half.h"
 
 using namespace tc;
@@ -30,7 +32,7 @@ struct Operand {
   int64_t* ld;
   int64_t* stride;
   int64_t elem;
-  int64_t first = 0, bytes = 0;  // byte range touched
+  int64_t bytes = 0;  // bytes touched from the buffer's start
 };
 
 // Fills in a packed pitch/stride and checks the operand fits its buffer.
@@ -56,12 +58,10 @@ tc_status check_operand(const char* fn, int64_t batch, Operand& op) {
   return TC_OK;
 }
 
-tc_status validate(const char* fn, tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
-                   bool batched, GemmArgs* out) {
-  if (tc_status st = check_context(fn, ctx)) return st;
-  if (tc_status st = check_buffer(fn, "A", ctx, A)) return st;
-  if (tc_status st = check_buffer(fn, "B", ctx, B)) return st;
-  if (tc_status st = check_buffer(fn, "C", ctx, C)) return st;
+// The descriptor and the operands' spans (GemmArgs normalised into *out).
+tc_status check_gemm(OpCall& c, const tc_gemm_desc* desc, bool batched, GemmArgs* out) {
+  const char* fn = c.fn();
+  tc_buffer A = c.buffer("A"), B = c.buffer("B"), C = c.buffer("C");
   if (!desc) return fail(TC_ERR_INVALID_ARG, "%s: desc is null", fn);
   tc_gemm_desc d = *desc;
   if (!supported_pair(d.dtype, d.accum))
@@ -89,70 +89,76 @@ tc_status validate(const char* fn, tc_context ctx, tc_buffer A, tc_buffer B, tc_
   const int64_t es = int64_t(dtype_size(d.dtype)), cs = d.dtype == TC_DTYPE_I8 ? 4 : es;
   Operand a{"A", A, d.transpose_a ? d.K : d.M, d.transpose_a ? d.M : d.K, &d.lda, &d.stride_a, es};
   Operand b{"B", B, d.transpose_b ? d.N : d.K, d.transpose_b ? d.K : d.N, &d.ldb, &d.stride_b, es};
-  Operand c{"C", C, d.M, d.N, &d.ldc, &d.stride_c, cs};
+  Operand cc{"C", C, d.M, d.N, &d.ldc, &d.stride_c, cs};
   if (d.K == 0) {  // A and B are not read: no size requirements, pitches still sane
     a.rows = a.cols = b.rows = b.cols = 0;
   }
-  for (Operand* op : {&a, &b, &c})
+  for (Operand* op : {&a, &b, &cc}) {
     if (tc_status st = check_operand(fn, d.batch, *op)) return st;
+    if (tc_status st = c.span(op->name, op->bytes)) return st;
+  }
   // Batches of C must not overlap, or results would depend on the order.
   if (d.batch > 1 && d.stride_c < (d.M - 1) * d.ldc + d.N)
     return fail(TC_ERR_INVALID_ARG, "%s: stride_c = %lld makes batches of C overlap (each spans %lld elements)", fn,
                 (long long)d.stride_c, (long long)((d.M - 1) * d.ldc + d.N));
-  // C may not share bytes with an input. Compare the byte spans touched, not
-  // the buffers: two buffers may wrap the same caller memory (tc_buffer_from_ptr).
-  const auto start = [](tc_buffer b) { return reinterpret_cast<uintptr_t>(b->storage->data); };
-  for (Operand* in : {&a, &b})
-    if (in->bytes > 0 && c.bytes > 0 && start(in->buf) < start(C) + uint64_t(c.bytes) &&
-        start(C) < start(in->buf) + uint64_t(in->bytes))
-      return fail(TC_ERR_INVALID_ARG, "%s: C overlaps %s (%s)", fn, in->name,
-                  in->buf->storage == C->storage ? "the same buffer" : "buffers over the same memory");
   out->d = d;
-  out->a = A->storage->data;
-  out->b = B->storage->data;
-  out->c = C->storage->data;
-  out->info.name = batched ? "gemm_batched" : "gemm";
-  char shapes[256];
-  std::snprintf(shapes, sizeof shapes, "M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,accum=%s,ta=%d,tb=%d",
-                (long long)d.M, (long long)d.N, (long long)d.K, (long long)d.batch, dtype_label(d.dtype).c_str(),
-                dtype_label(d.accum).c_str(), d.transpose_a, d.transpose_b);
-  out->info.shapes = shapes;
-  out->info.keep = {A->storage, B->storage, C->storage};
   return TC_OK;
 }
 
-tc_status run(const char* fn, tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
-              bool batched, tc_stream stream, bool async) {
-  if (async) {
-    if (tc_status st = check_stream(fn, ctx, stream)) return st;
+// GEMMs of a context whose device GEMM is switched off (tc_context_s::
+// gemm_on_host): the operands' storage is copied to host memory, the CPU
+// backend's GEMM runs on the copies and C is copied back; last_backend()
+// says portable_cpu. An _async call first waits for the work already on its
+// stream, then runs synchronously.
+tc_status gemm_on_host(OpCall& c, const GemmArgs& a) {
+  if (tc_stream s = c.stream()) {
+    std::string detail;
+    if (tc_status st = s->queue->sync(&detail))
+      return fail(st, "%s: earlier work on the stream failed: %s", c.fn(), detail.c_str());
   }
+  static const std::unique_ptr<Backend> host = make_cpu_backend();
+  Backend& dev = *c.context()->backend;
+  const StorageRef sa = a.info.keep[0], sb = a.info.keep[1], sc = a.info.keep[2];
+  std::vector<char> ha(sa->size), hb(sb->size), hc(sc->size);
+  for (auto [h, st] : {std::pair{&ha, &sa}, {&hb, &sb}, {&hc, &sc}})
+    if (tc_status e = dev.copy_out(h->data(), (*st)->data, (*st)->size)) return e;
+  GemmArgs h = a;
+  h.info.keep.clear();
+  h.a = ha.data() + (static_cast<const char*>(a.a) - static_cast<const char*>(sa->data));
+  h.b = hb.data() + (static_cast<const char*>(a.b) - static_cast<const char*>(sb->data));
+  h.c = hc.data() + (static_cast<char*>(a.c) - static_cast<char*>(sc->data));
+  note_backend(host->kind());
+  if (tc_status st = host->gemm(h, nullptr)) return st;
+  return dev.copy_in(sc->data, hc.data(), sc->size);
+}
+
+tc_status run(EntryId id, bool batched, bool async, tc_stream stream, tc_context ctx, tc_buffer A, tc_buffer B,
+              tc_buffer C, const tc_gemm_desc* desc) {
+  OpCall c(id, async, stream, {ctx, A, B, C, desc});
   GemmArgs args;
-  if (tc_status st = validate(fn, ctx, A, B, C, desc, batched, &args)) return st;
-  note_backend(ctx->backend->kind());
-  return ctx->backend->gemm(args, async ? stream->queue.get() : nullptr);
+  if (tc_status st = c.validate([&] { return check_gemm(c, desc, batched, &args); })) return st;
+  const tc_gemm_desc& d = args.d;
+  args.a = c.data("A"), args.b = c.data("B"), args.c = c.data("C");
+  c.fill_info(&args.info, batched ? "gemm_batched" : "gemm",
+              fmt("M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,accum=%s,ta=%d,tb=%d", (long long)d.M, (long long)d.N,
+                  (long long)d.K, (long long)d.batch, dtype_label(d.dtype).c_str(), dtype_label(d.accum).c_str(),
+                  d.transpose_a, d.transpose_b));
+  if (ctx->gemm_on_host) return gemm_on_host(c, args);
+  return c.run(&Backend::gemm, args);
+}
+
+tc_status gemm_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C,
+                    const tc_gemm_desc* desc) {
+  return run(EntryId::gemm, false, async, stream, ctx, A, B, C, desc);
+}
+tc_status gemm_batched_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C,
+                            const tc_gemm_desc* desc) {
+  return run(EntryId::gemm_batched, true, async, stream, ctx, A, B, C, desc);
 }
 
 }  // namespace
 
-extern "C" {
-
-tc_status tc_gemm(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc) {
-  return guarded("tc_gemm", [&] { return run("tc_gemm", ctx, A, B, C, desc, false, nullptr, false); });
-}
-
-tc_status tc_gemm_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
-                        tc_stream stream) {
-  return guarded("tc_gemm_async", [&] { return run("tc_gemm_async", ctx, A, B, C, desc, false, stream, true); });
-}
-
-tc_status tc_gemm_batched(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc) {
-  return guarded("tc_gemm_batched", [&] { return run("tc_gemm_batched", ctx, A, B, C, desc, true, nullptr, false); });
-}
-
-tc_status tc_gemm_batched_async(tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
-                                tc_stream stream) {
-  return guarded("tc_gemm_batched_async",
-                 [&] { return run("tc_gemm_batched_async", ctx, A, B, C, desc, true, stream, true); });
-}
-
-}  // extern "C"
+TC_DEFINE_ENTRY(gemm, (tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc), ctx, A, B, C,
+                desc)
+TC_DEFINE_ENTRY(gemm_batched, (tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc), ctx,
+                A, B, C, desc)

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "capi/api.h"
+#include "capi/op_call.h"
 #include "core/half.h"
 #include "quant/formats.h"
 
@@ -23,13 +23,6 @@ tc_status check_format(const char* fn, tc_quant_type fmt, const quant::FormatInf
   return TC_OK;
 }
 
-tc_status check_dtype(const char* fn, const char* what, tc_dtype dtype) {
-  if (dtype != TC_DTYPE_F16 && dtype != TC_DTYPE_BF16 && dtype != TC_DTYPE_F32)
-    return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: %s dtype %s is not supported (f16, bf16, f32)", fn, what,
-                dtype_label(dtype).c_str());
-  return TC_OK;
-}
-
 // Dims in (0, 2^31) and K whole blocks of the format.
 tc_status check_dims(const char* fn, const quant::FormatInfo& f, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0)
@@ -44,36 +37,25 @@ tc_status check_dims(const char* fn, const quant::FormatInfo& f, int64_t M, int6
   return TC_OK;
 }
 
-// `rows` x `cols` elements of `elem` bytes must fit the buffer.
-tc_status check_dense(const char* fn, const char* name, tc_buffer b, int64_t rows, int64_t cols, int64_t elem,
-                      uint64_t* bytes) {
+// `rows` x `cols` elements of `elem` bytes.
+tc_status span_dense(OpCall& c, const char* name, int64_t rows, int64_t cols, int64_t elem) {
   int64_t n;
   if (!mul_ok(rows, cols, &n) || !mul_ok(n, elem, &n))
-    return fail(TC_ERR_INVALID_SHAPE, "%s: %s of %lld x %lld overflows 64 bits", fn, name, (long long)rows,
+    return fail(TC_ERR_INVALID_SHAPE, "%s: %s of %lld x %lld overflows 64 bits", c.fn(), name, (long long)rows,
                 (long long)cols);
-  if (uint64_t(n) > b->size())
-    return fail(TC_ERR_INVALID_ARG, "%s: %s needs %lld bytes (%lld x %lld) but its buffer has %zu", fn, name,
-                (long long)n, (long long)rows, (long long)cols, b->size());
-  *bytes = uint64_t(n);
-  return TC_OK;
+  return c.span(name, n, fmt("(%lld x %lld)", (long long)rows, (long long)cols));
 }
 
-tc_status check_quant(const char* fn, const char* name, tc_buffer b, const quant::FormatInfo& f, int64_t rows,
-                      int64_t K, uint64_t* bytes) {
-  if (!quant::matrix_bytes(f, rows, K, bytes))
-    return fail(TC_ERR_INVALID_SHAPE, "%s: %s of %lld x %lld %s overflows 64 bits", fn, name, (long long)rows,
+// Rows [first, first + rows) of a quantised matrix of K columns.
+tc_status span_quant(OpCall& c, const char* name, const quant::FormatInfo& f, int64_t first, int64_t rows, int64_t K) {
+  uint64_t end, skip = 0;
+  int64_t last;
+  if (!add_ok(first, rows, &last) || !quant::matrix_bytes(f, last, K, &end))
+    return fail(TC_ERR_INVALID_SHAPE, "%s: %s of %lld x %lld %s overflows 64 bits", c.fn(), name, (long long)last,
                 (long long)K, f.name);
-  if (*bytes > b->size())
-    return fail(TC_ERR_INVALID_ARG, "%s: %s needs %llu bytes (%lld rows of %lld %s weights) but its buffer has %zu",
-                fn, name, (unsigned long long)*bytes, (long long)rows, (long long)K, f.name, b->size());
-  return TC_OK;
-}
-
-bool overlaps(tc_buffer a, uint64_t a_off, uint64_t a_len, tc_buffer b, uint64_t b_off, uint64_t b_len) {
-  if (!a_len || !b_len) return false;
-  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a->bytes()) + a_off;
-  const uintptr_t b0 = reinterpret_cast<uintptr_t>(b->bytes()) + b_off;
-  return a0 < b0 + b_len && b0 < a0 + a_len;
+  quant::matrix_bytes(f, first, K, &skip);  // <= end: cannot overflow
+  return c.span(name, int64_t(end - skip),
+                fmt("(%lld rows of %lld %s weights)", (long long)last, (long long)K, f.name), int64_t(skip));
 }
 
 std::string shapes(const quant::FormatInfo& f, int64_t M, int64_t N, int64_t K, tc_dtype dtype) {
@@ -83,49 +65,89 @@ std::string shapes(const quant::FormatInfo& f, int64_t M, int64_t N, int64_t K, 
   return s;
 }
 
-tc_status run_gemv(const char* fn, tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W, tc_buffer Y,
-                   tc_quant_type fmt, int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype, bool fused,
-                   tc_stream stream, bool async) {
-  if (tc_status st = check_context(fn, ctx)) return st;
-  if (async)
-    if (tc_status st = check_stream(fn, ctx, stream)) return st;
-  if (tc_status st = check_buffer(fn, "X", ctx, X)) return st;
-  if (fused)
-    if (tc_status st = check_buffer(fn, "gamma", ctx, gamma)) return st;
-  if (tc_status st = check_buffer(fn, "W_quant", ctx, W)) return st;
-  if (tc_status st = check_buffer(fn, "Y", ctx, Y)) return st;
-  const quant::FormatInfo* f;
-  if (tc_status st = check_format(fn, fmt, &f)) return st;
-  if (tc_status st = check_dtype(fn, "X/Y", dtype)) return st;
-  if (tc_status st = check_dims(fn, *f, M, N, K)) return st;
-  if (fused && !(std::isfinite(eps) && eps >= 0.0f))
-    return fail(TC_ERR_INVALID_ARG, "%s: eps = %g must be finite and >= 0", fn, double(eps));
-  const int64_t es = int64_t(dtype_size(dtype));
-  uint64_t xb = 0, wb = 0, yb = 0, gb = 0;
-  if (tc_status st = check_dense(fn, "X", X, M, K, es, &xb)) return st;
-  if (tc_status st = check_quant(fn, "W_quant", W, *f, N, K, &wb)) return st;
-  if (tc_status st = check_dense(fn, "Y", Y, M, N, es, &yb)) return st;
-  if (fused)
-    if (tc_status st = check_dense(fn, "gamma", gamma, 1, K, es, &gb)) return st;
-  if (overlaps(Y, 0, yb, X, 0, xb)) return fail(TC_ERR_INVALID_ARG, "%s: Y overlaps X", fn);
-  if (overlaps(Y, 0, yb, W, 0, wb)) return fail(TC_ERR_INVALID_ARG, "%s: Y overlaps W_quant", fn);
-  if (fused && overlaps(Y, 0, yb, gamma, 0, gb)) return fail(TC_ERR_INVALID_ARG, "%s: Y overlaps gamma", fn);
+tc_status gemv_impl(EntryId id, bool fused, bool async, tc_stream stream, std::initializer_list<Value> values,
+                    tc_quant_type fmt, int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype) {
+  OpCall c(id, async, stream, values);
+  const quant::FormatInfo* f = nullptr;
+  auto rule = [&]() -> tc_status {
+    if (tc_status st = check_format(c.fn(), fmt, &f)) return st;
+    if (tc_status st = check_dims(c.fn(), *f, M, N, K)) return st;
+    const int64_t es = int64_t(dtype_size(dtype));
+    if (tc_status st = span_dense(c, "X", M, K, es)) return st;
+    if (tc_status st = span_quant(c, "W_quant", *f, 0, N, K)) return st;
+    if (tc_status st = span_dense(c, "Y", M, N, es)) return st;
+    return fused ? span_dense(c, "gamma", 1, K, es) : TC_OK;
+  };
+  if (tc_status st = c.validate(rule)) return st;
   GemvQuantizedArgs a;
   a.fmt = fmt;
   a.M = M, a.N = N, a.K = K;
   a.dtype = dtype;
-  a.x = X->bytes();
-  a.w = W->bytes();
-  a.y = Y->bytes();
-  a.gamma = fused ? gamma->bytes() : nullptr;
+  a.x = c.data("X"), a.w = c.data("W_quant"), a.y = c.data("Y");
+  a.gamma = fused ? c.data("gamma") : nullptr;
   a.eps = eps;
-  a.info.name = fused ? "fused_rmsnorm_gemv_quantized" : "gemv_quantized";
-  a.info.shapes = shapes(*f, M, N, K, dtype);
-  a.info.keep = {X->storage, W->storage, Y->storage};
-  if (fused) a.info.keep.push_back(gamma->storage);
-  note_backend(ctx->backend->kind());
-  Queue* q = async ? stream->queue.get() : nullptr;
-  return fused ? ctx->backend->fused_rmsnorm_gemv_quantized(a, q) : ctx->backend->gemv_quantized(a, q);
+  c.fill_info(&a.info, nullptr, shapes(*f, M, N, K, dtype));
+  return c.run(fused ? &Backend::fused_rmsnorm_gemv_quantized : &Backend::gemv_quantized, a);
+}
+
+tc_status gemv_quantized_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer X, tc_buffer W_quant, tc_buffer Y,
+                              tc_quant_type fmt, int64_t M, int64_t N, int64_t K, tc_dtype dtype) {
+  return gemv_impl(EntryId::gemv_quantized, false, async, stream, {ctx, X, W_quant, Y, fmt, M, N, K, dtype}, fmt, M, N,
+                   K, 0.0f, dtype);
+}
+
+tc_status fused_rmsnorm_gemv_quantized_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer X, tc_buffer gamma,
+                                            tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t M, int64_t N,
+                                            int64_t K, float eps, tc_dtype dtype) {
+  return gemv_impl(EntryId::fused_rmsnorm_gemv_quantized, true, async, stream,
+                   {ctx, X, gamma, W_quant, Y, fmt, M, N, K, eps, dtype}, fmt, M, N, K, eps, dtype);
+}
+
+tc_status quantize_weights_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer W_src, tc_buffer W_quant,
+                                tc_quant_type fmt, int64_t N, int64_t K, tc_dtype src_dtype) {
+  OpCall c(EntryId::quantize_weights, async, stream, {ctx, W_src, W_quant, fmt, N, K, src_dtype});
+  const quant::FormatInfo* f = nullptr;
+  auto rule = [&]() -> tc_status {
+    if (tc_status st = check_format(c.fn(), fmt, &f)) return st;
+    if (!quant::can_quantize(fmt))
+      return fail(TC_ERR_UNSUPPORTED, "%s: quantising to %s is not implemented (q4_0, q4_1, q8_0, q8_k, f16, bf16, f32)",
+                  c.fn(), f->name);
+    if (tc_status st = check_dims(c.fn(), *f, 1, N, K)) return st;
+    if (tc_status st = span_dense(c, "W_src", N, K, int64_t(dtype_size(src_dtype)))) return st;
+    return span_quant(c, "W_quant", *f, 0, N, K);
+  };
+  if (tc_status st = c.validate(rule)) return st;
+  QuantizeWeightsArgs a;
+  a.fmt = fmt;
+  a.N = N, a.K = K;
+  a.src_dtype = src_dtype;
+  a.src = c.data("W_src"), a.dst = c.data("W_quant");
+  c.fill_info(&a.info, nullptr, shapes(*f, 1, N, K, src_dtype));
+  return c.run(&Backend::quantize_weights, a);
+}
+
+tc_status dequantize_weights_impl(bool async, tc_stream stream, tc_context ctx, tc_buffer W_quant, tc_buffer Y,
+                                  tc_quant_type fmt, int64_t row_offset, int64_t N, int64_t K, tc_dtype dtype) {
+  OpCall c(EntryId::dequantize_weights, async, stream, {ctx, W_quant, Y, fmt, row_offset, N, K, dtype});
+  const quant::FormatInfo* f = nullptr;
+  auto rule = [&]() -> tc_status {
+    if (tc_status st = check_format(c.fn(), fmt, &f)) return st;
+    if (tc_status st = check_dims(c.fn(), *f, 1, N, K)) return st;
+    int64_t rows;
+    if (row_offset < 0 || !add_ok(row_offset, N, &rows))
+      return fail(TC_ERR_INVALID_SHAPE, "%s: row_offset = %lld must be >= 0 and row_offset + N must not overflow",
+                  c.fn(), (long long)row_offset);
+    if (tc_status st = span_quant(c, "W_quant", *f, row_offset, N, K)) return st;
+    return span_dense(c, "Y", N, K, int64_t(dtype_size(dtype)));
+  };
+  if (tc_status st = c.validate(rule)) return st;
+  DequantizeWeightsArgs a;
+  a.fmt = fmt;
+  a.N = N, a.K = K;
+  a.dtype = dtype;
+  a.src = c.data("W_quant"), a.dst = c.data("Y");  // W_quant's span starts at row_offset
+  c.fill_info(&a.info, nullptr, shapes(*f, 1, N, K, dtype));
+  return c.run(&Backend::dequantize_weights, a);
 }
 
 }  // namespace
@@ -168,94 +190,21 @@ tc_status tc_quantized_size(tc_quant_type fmt, int64_t N, int64_t K, size_t* out
   });
 }
 
-tc_status tc_quantize_weights(tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt, int64_t N,
-                              int64_t K, tc_dtype src_dtype) {
-  return guarded("tc_quantize_weights", [&] {
-    const char* fn = "tc_quantize_weights";
-    if (tc_status st = check_context(fn, ctx)) return st;
-    if (tc_status st = check_buffer(fn, "W_src", ctx, W_src)) return st;
-    if (tc_status st = check_buffer(fn, "W_quant", ctx, W_quant)) return st;
-    const quant::FormatInfo* f;
-    if (tc_status st = check_format(fn, fmt, &f)) return st;
-    if (!quant::can_quantize(fmt))
-      return fail(TC_ERR_UNSUPPORTED, "%s: quantising to %s is not implemented (q4_0, q4_1, q8_0, q8_k, f16, bf16, f32)",
-                  fn, f->name);
-    if (tc_status st = check_dtype(fn, "W_src", src_dtype)) return st;
-    if (tc_status st = check_dims(fn, *f, 1, N, K)) return st;
-    uint64_t sb = 0, qb = 0;
-    if (tc_status st = check_dense(fn, "W_src", W_src, N, K, int64_t(dtype_size(src_dtype)), &sb)) return st;
-    if (tc_status st = check_quant(fn, "W_quant", W_quant, *f, N, K, &qb)) return st;
-    if (overlaps(W_quant, 0, qb, W_src, 0, sb)) return fail(TC_ERR_INVALID_ARG, "%s: W_quant overlaps W_src", fn);
-    QuantizeWeightsArgs a;
-    a.fmt = fmt;
-    a.N = N, a.K = K;
-    a.src_dtype = src_dtype;
-    a.src = W_src->bytes();
-    a.dst = W_quant->bytes();
-    a.info.name = "quantize_weights";
-    a.info.shapes = shapes(*f, 1, N, K, src_dtype);
-    a.info.keep = {W_src->storage, W_quant->storage};
-    note_backend(ctx->backend->kind());
-    return ctx->backend->quantize_weights(a, nullptr);
-  });
-}
-
-tc_status tc_dequantize_weights(tc_context ctx, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t row_offset,
-                                int64_t N, int64_t K, tc_dtype dtype) {
-  return guarded("tc_dequantize_weights", [&] {
-    const char* fn = "tc_dequantize_weights";
-    if (tc_status st = check_context(fn, ctx)) return st;
-    if (tc_status st = check_buffer(fn, "W_quant", ctx, W_quant)) return st;
-    if (tc_status st = check_buffer(fn, "Y", ctx, Y)) return st;
-    const quant::FormatInfo* f;
-    if (tc_status st = check_format(fn, fmt, &f)) return st;
-    if (tc_status st = check_dtype(fn, "Y", dtype)) return st;
-    if (tc_status st = check_dims(fn, *f, 1, N, K)) return st;
-    int64_t rows;
-    if (row_offset < 0 || !add_ok(row_offset, N, &rows))
-      return fail(TC_ERR_INVALID_SHAPE, "%s: row_offset = %lld must be >= 0 and row_offset + N must not overflow", fn,
-                  (long long)row_offset);
-    uint64_t wb = 0, skip = 0, yb = 0;
-    if (tc_status st = check_quant(fn, "W_quant", W_quant, *f, rows, K, &wb)) return st;
-    quant::matrix_bytes(*f, row_offset, K, &skip);  // <= wb: cannot overflow
-    if (tc_status st = check_dense(fn, "Y", Y, N, K, int64_t(dtype_size(dtype)), &yb)) return st;
-    if (overlaps(Y, 0, yb, W_quant, skip, wb - skip)) return fail(TC_ERR_INVALID_ARG, "%s: Y overlaps W_quant", fn);
-    DequantizeWeightsArgs a;
-    a.fmt = fmt;
-    a.N = N, a.K = K;
-    a.dtype = dtype;
-    a.src = W_quant->bytes() + skip;
-    a.dst = Y->bytes();
-    a.info.name = "dequantize_weights";
-    a.info.shapes = shapes(*f, 1, N, K, dtype);
-    a.info.keep = {W_quant->storage, Y->storage};
-    note_backend(ctx->backend->kind());
-    return ctx->backend->dequantize_weights(a, nullptr);
-  });
-}
-
-tc_status tc_gemv_quantized(tc_context ctx, tc_buffer X, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t M,
-                            int64_t N, int64_t K, tc_dtype dtype) {
-  return guarded("tc_gemv_quantized", [&] {
-    return run_gemv("tc_gemv_quantized", ctx, X, nullptr, W_quant, Y, fmt, M, N, K, 0.0f, dtype, false, nullptr, false);
-  });
-}
-
-tc_status tc_gemv_quantized_async(tc_context ctx, tc_buffer X, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt,
-                                  int64_t M, int64_t N, int64_t K, tc_dtype dtype, tc_stream stream) {
-  return guarded("tc_gemv_quantized_async", [&] {
-    return run_gemv("tc_gemv_quantized_async", ctx, X, nullptr, W_quant, Y, fmt, M, N, K, 0.0f, dtype, false, stream,
-                    true);
-  });
-}
-
-tc_status tc_fused_rmsnorm_gemv_quantized(tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W_quant, tc_buffer Y,
-                                          tc_quant_type fmt, int64_t M, int64_t N, int64_t K, float eps,
-                                          tc_dtype dtype) {
-  return guarded("tc_fused_rmsnorm_gemv_quantized", [&] {
-    return run_gemv("tc_fused_rmsnorm_gemv_quantized", ctx, X, gamma, W_quant, Y, fmt, M, N, K, eps, dtype, true,
-                    nullptr, false);
-  });
-}
-
 }  // extern "C"
+
+TC_DEFINE_ENTRY(quantize_weights,
+                (tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt, int64_t N, int64_t K,
+                 tc_dtype src_dtype),
+                ctx, W_src, W_quant, fmt, N, K, src_dtype)
+TC_DEFINE_ENTRY(dequantize_weights,
+                (tc_context ctx, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t row_offset, int64_t N,
+                 int64_t K, tc_dtype dtype),
+                ctx, W_quant, Y, fmt, row_offset, N, K, dtype)
+TC_DEFINE_ENTRY(gemv_quantized,
+                (tc_context ctx, tc_buffer X, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt, int64_t M, int64_t N,
+                 int64_t K, tc_dtype dtype),
+                ctx, X, W_quant, Y, fmt, M, N, K, dtype)
+TC_DEFINE_ENTRY(fused_rmsnorm_gemv_quantized,
+                (tc_context ctx, tc_buffer X, tc_buffer gamma, tc_buffer W_quant, tc_buffer Y, tc_quant_type fmt,
+                 int64_t M, int64_t N, int64_t K, float eps, tc_dtype dtype),
+                ctx, X, gamma, W_quant, Y, fmt, M, N, K, eps, dtype)

@@ -143,6 +143,12 @@ struct SwigluBackwardArgs {
   void* dup = nullptr;
 };
 
+// GEGLU with the tanh form of GELU (Gemma's feed-forward), over n elements:
+//   gelu(g) = 0.5 g (1 + tanh(c (g + 0.044715 g^3))),  c = sqrt(2 / pi)
+//   out = gelu(g) * u;  the same operands as SwiGLU.
+using GegluForwardArgs = SwigluForwardArgs;
+using GegluBackwardArgs = SwigluBackwardArgs;
+
 struct SoftmaxForwardArgs {
   OpInfo info;
   int64_t N = 0, D = 0;
@@ -453,6 +459,19 @@ class Graph {
   virtual ~Graph() = default;
 };
 
+// The ops of core/ops.def, numbered in table order.
+enum class OpId : int {
+#define TC_OP(name, Args, caps) name,
+#include "core/ops.def"
+#undef TC_OP
+  count
+};
+constexpr int kOpCount = int(OpId::count);
+const char* op_name(OpId op);
+// The capability bits of core/ops.def that `backend` has: those whose ops it
+// all supports.
+uint64_t op_capabilities(const Backend& backend);
+
 class Backend {
  protected:
   tc_status no_kernel(const OpInfo& info) const;
@@ -461,7 +480,6 @@ class Backend {
   virtual ~Backend() = default;
   virtual tc_backend kind() const = 0;
   virtual void device_info(struct tc_device_info* out) const = 0;
-  virtual uint64_t available_capabilities() const = 0;
 
   // Memory. alloc returns null on failure.
   virtual void* alloc(size_t nbytes) = 0;
@@ -475,29 +493,16 @@ class Backend {
 
   virtual std::unique_ptr<Queue> create_queue() = 0;
 
-  // Ops. A backend overrides the ones it has kernels for; the rest answer
-  // TC_ERR_UNSUPPORTED naming the op and the backend, never run elsewhere.
-  virtual tc_status gemm(const GemmArgs& args, Queue* queue) = 0;
-
-  // ---- Training kernels
-  virtual tc_status rmsnorm_forward(const RmsNormForwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status rmsnorm_backward(const RmsNormBackwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status layernorm_forward(const LayerNormForwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status layernorm_backward(const LayerNormBackwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status rope(const RopeArgs& args, Queue*) { return no_kernel(args.info); }  // forward and backward
-  virtual tc_status swiglu_forward(const SwigluForwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status swiglu_backward(const SwigluBackwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status softmax_forward(const SoftmaxForwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status softmax_backward(const SoftmaxBackwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status adamw_step(const AdamwArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status fused_norm_gemv(const FusedNormGemvArgs& args, Queue*) { return no_kernel(args.info); }  // RMSNorm and LayerNorm
-  // ---- end of training kernels
-
-  // conv2d
-  virtual tc_status conv2d_forward(const Conv2dForwardArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& args, Queue*) { return no_kernel(args.info); }
-  // end conv2d
+  // Ops (core/ops.def). A backend overrides the ones it has kernels for and
+  // says so in supports_op; the rest answer TC_ERR_UNSUPPORTED naming the op
+  // and the backend, never run elsewhere.
+#define TC_OP(name, Args, caps) \
+  virtual tc_status name(const Args& args, Queue*) { return no_kernel(args.info); }
+#include "core/ops.def"
+#undef TC_OP
+  virtual bool supports_op(OpId) const { return false; }
+  // Bits beyond the ops' (streams, TF32 GEMM, GGUF loading).
+  virtual uint64_t extra_capabilities() const { return 0; }
 
   // ---- Memory tiers (core/tiers.h) -----------------------------------------
   // Whether the methods below are implemented (TC_CAPABILITY_MEMORY_TIERS).
@@ -519,29 +524,6 @@ class Backend {
   // Frees what defer_release and finished stream work left behind.
   virtual void collect() {}
 
-  // ---- attention ----
-  virtual tc_status attention_forward(const AttentionArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status attention_backward(const AttentionBackwardArgs& args, Queue*) { return no_kernel(args.info); }
-  // ---- end attention ----
-  // quantized
-  virtual tc_status quantize_weights(const QuantizeWeightsArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status dequantize_weights(const DequantizeWeightsArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& args, Queue*) { return no_kernel(args.info); }
-  // end quantized
-
-  // ---- model ops (see the args above) ----
-  virtual tc_status embed_rows(const EmbedRowsArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status add(const AddArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status convert(const ConvertArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status rope_kv_append(const RopeKvAppendArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status heads_to_tokens(const HeadsToTokensArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status copy_2d(const Copy2dArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status decode_attention(const DecodeAttentionArgs& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status quantize_q8(const QuantizeQ8Args& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status gemv_q8(const GemvQ8Args& args, Queue*) { return no_kernel(args.info); }
-  virtual tc_status repack_q8(const RepackQ8Args& args, Queue*) { return no_kernel(args.info); }
-
   // ---- Graphs: a queue's work recorded once and replayed as one launch ----
   // (CUDA graphs). Between begin_capture and end_capture the ops enqueued on
   // `queue` are recorded, not run; the pointers they were given are baked
@@ -554,8 +536,17 @@ class Backend {
   // and its instantiation succeeded.
   virtual tc_status end_capture(Queue* queue, std::unique_ptr<Graph>* out);
   virtual tc_status replay(Graph& graph, Queue* queue);
-  // ---- end model ops ----
 };
+
+// The backends a context can be created on, in order of preference for the
+// default device (core/ops.cpp). A device is named "name" (device 0) or
+// "name:N".
+struct BackendKind {
+  const char* name;                                  // "cpu", "cuda"
+  int (*device_count)();                             // 0 when not built or no device
+  std::unique_ptr<Backend> (*make)(int device_index);  // null with a detail recorded on failure
+};
+const std::vector<BackendKind>& backend_kinds();
 
 // Backend factories. make_cuda_backend returns null with a detail recorded
 // when CUDA is not built or no GPU is usable.

@@ -50,6 +50,9 @@ struct tc_context_s {
   std::unique_ptr<tc::Backend> backend;
   std::atomic<int64_t> live_buffers{0};
   std::atomic<int64_t> live_streams{0};
+  // The device GEMM is switched off (TC_DISABLE_CUDA_GEMM and friends, read
+  // when the context is created): capi runs GEMMs on host copies.
+  bool gemm_on_host = false;
   // Memory tiers: accounting, budgets, spill directory (core/tiers.h).
   tc::TierManager tiers;
   // -- dist: distributed groups (src/dist) built on this context --------------

@@ -5,6 +5,12 @@
 //   out   = silu(g) * u
 //   dgate = dout * u * silu'(g),  silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
 //   dup   = dout * silu(g)
+// GEGLU (tanh form of GELU), elementwise over n:
+//   z = c (g + 0.044715 g^3),  c = sqrt(2 / pi),  t = tanh(z)
+//   gelu(g) = 0.5 g (1 + t),   out = gelu(g) * u
+//   gelu'(g) = 0.5 (1 + t) + 0.5 g (1 - t^2) c (1 + 3 * 0.044715 g^2)
+//            = 0.5 (1 + t) (1 + g (1 - t) c (1 + 3 * 0.044715 g^2))
+//   dgate = dout * u * gelu'(g),   dup = dout * gelu(g)
 // Softmax over the last dimension D of N rows, shifted by the row maximum so
 // exp never overflows:
 //   y_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
@@ -56,6 +62,24 @@ tc_status swiglu_backward(const SwigluBackwardArgs& a) {
   simd::with_float_type(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto kernel = TC_SIMD_PICK(swiglu_backward_range<T>);
+    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
+  });
+  return TC_OK;
+}
+
+tc_status geglu_forward(const GegluForwardArgs& a) {
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto kernel = TC_SIMD_PICK(geglu_forward_range<T>);
+    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
+  });
+  return TC_OK;
+}
+
+tc_status geglu_backward(const GegluBackwardArgs& a) {
+  simd::with_float_type(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto kernel = TC_SIMD_PICK(geglu_backward_range<T>);
     parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
   });
   return TC_OK;
@@ -119,6 +143,53 @@ void swiglu_backward_range(const SwigluBackwardArgs& a, int64_t i0, int64_t i1) 
     V dsilu = s * V::fma(g, one - s, one);
     V::st(dgate + i, d * u * dsilu, n);
     V::st(dup + i, d * silu, n);
+  });
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+// 1 + t and 1 - t for t = tanh(z), z = c (g + a g^3), as 2 e / (e + 1) and
+// 2 / (e + 1) with e = exp(2z): no cancellation where t is near -1 or 1
+// (1 + tanh computed as such loses every digit for g below about -4).
+// exp's argument is capped at 87 (t is 1 to float precision long before).
+inline void gelu_tanh_parts(V g, V* one_plus_t, V* one_minus_t) {
+  const V z = V::set1(kGeluC) * V::fma(V::set1(kGeluA) * g, g * g, g);
+  const V e = V::exp(V::min(V::set1(87.0f), z + z));
+  const V r2 = V::set1(2.0f) * V::rcp(e + V::set1(1.0f));
+  *one_minus_t = r2;
+  *one_plus_t = e * r2;
+}
+
+template <class T>
+void geglu_forward_range(const GegluForwardArgs& a, int64_t i0, int64_t i1) {
+  const T* gate = static_cast<const T*>(a.gate) + i0;
+  const T* up = static_cast<const T*>(a.up) + i0;
+  T* out = static_cast<T*>(a.out) + i0;
+  const V half = V::set1(0.5f);
+  sweep(i1 - i0, [&](int64_t i, int n) {
+    V g = V::ld(gate + i, n), u = V::ld(up + i, n), p, m;
+    gelu_tanh_parts(g, &p, &m);
+    V::st(out + i, half * g * p * u, n);
+  });
+}
+
+template <class T>
+void geglu_backward_range(const GegluBackwardArgs& a, int64_t i0, int64_t i1) {
+  const T* gate = static_cast<const T*>(a.gate) + i0;
+  const T* up = static_cast<const T*>(a.up) + i0;
+  const T* dout = static_cast<const T*>(a.dout) + i0;
+  T* dgate = static_cast<T*>(a.dgate) + i0;
+  T* dup = static_cast<T*>(a.dup) + i0;
+  const V half = V::set1(0.5f), one = V::set1(1.0f), c = V::set1(kGeluC), a3 = V::set1(3.0f * kGeluA);
+  // Loads before stores: an output may be the same memory as an input.
+  sweep(i1 - i0, [&](int64_t i, int n) {
+    V g = V::ld(gate + i, n), u = V::ld(up + i, n), d = V::ld(dout + i, n), p, m;
+    gelu_tanh_parts(g, &p, &m);
+    V gelu = half * g * p;
+    V dgelu = half * p * (one + g * m * c * V::fma(a3, g * g, one));
+    V::st(dgate + i, d * u * dgelu, n);
+    V::st(dup + i, d * gelu, n);
   });
 }
 

@@ -32,18 +32,9 @@ class CpuBackend final : public Backend {
     out->memory_bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
   }
 
-  uint64_t available_capabilities() const override {
-    return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS |
-           // training kernels
-           TC_CAPABILITY_TRAINING_KERNELS |
-           // conv2d
-           TC_CAPABILITY_CONV2D |
-           // attention
-           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_ATTENTION_BACKWARD |
-           // quantized, gguf
-           TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_GGUF;
-  }
+  // Every op of core/ops.def has a CPU kernel.
+  bool supports_op(OpId) const override { return true; }
+  uint64_t extra_capabilities() const override { return TC_CAPABILITY_STREAMS | TC_CAPABILITY_GGUF; }
 
   // Host memory as the L1 tier gets it (core/tiers.cpp): 2 MiB aligned with
   // transparent huge pages from 2 MiB up. GEMM reads its operands through
@@ -63,39 +54,11 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<cpu::WorkQueue>(); }
 
-  tc_status gemm(const GemmArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemm); }
-
-  // ---- Training kernels
-  tc_status rmsnorm_forward(const RmsNormForwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::rmsnorm_forward);
-  }
-  tc_status rmsnorm_backward(const RmsNormBackwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::rmsnorm_backward);
-  }
-  tc_status layernorm_forward(const LayerNormForwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::layernorm_forward);
-  }
-  tc_status layernorm_backward(const LayerNormBackwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::layernorm_backward);
-  }
-  tc_status rope(const RopeArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::rope); }
-  tc_status swiglu_forward(const SwigluForwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::swiglu_forward);
-  }
-  tc_status swiglu_backward(const SwigluBackwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::swiglu_backward);
-  }
-  tc_status softmax_forward(const SoftmaxForwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::softmax_forward);
-  }
-  tc_status softmax_backward(const SoftmaxBackwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::softmax_backward);
-  }
-  tc_status adamw_step(const AdamwArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::adamw_step); }
-  tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::fused_norm_gemv);
-  }
-  // ---- end of training kernels
+  // Each op runs cpu::<op> (cpu/ops.h) on the stream's worker thread, or now.
+#define TC_OP(name, Args, caps) \
+  tc_status name(const Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::name); }
+#include "core/ops.def"
+#undef TC_OP
 
   // ---- Memory tiers (core/tiers.h) -------------------------------------------
   // L0 and L1 are both RAM here (separately budgeted); a move on a stream
@@ -122,59 +85,6 @@ class CpuBackend final : public Backend {
     return TC_OK;
   }
 
-  // conv2d
-  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::conv2d_forward);
-  }
-  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::conv2d_backward_input);
-  }
-  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::conv2d_backward_weight);
-  }
-  // end conv2d
-  // ---- attention ----
-  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::attention_forward);
-  }
-  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::attention_backward);
-  }
-  // ---- end attention ----
-
-  // quantized
-  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::quantize_weights);
-  }
-  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::dequantize_weights);
-  }
-  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::gemv_quantized);
-  }
-  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::fused_rmsnorm_gemv_quantized);
-  }
-  // end quantized
-
-  // ---- model ops
-  tc_status embed_rows(const EmbedRowsArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::embed_rows); }
-  tc_status add(const AddArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::add); }
-  tc_status convert(const ConvertArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::convert); }
-  tc_status rope_kv_append(const RopeKvAppendArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::rope_kv_append);
-  }
-  tc_status heads_to_tokens(const HeadsToTokensArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::heads_to_tokens);
-  }
-  tc_status decode_attention(const DecodeAttentionArgs& a, Queue* q) override {
-    return cpu::run_on(q, a, cpu::decode_attention);
-  }
-  tc_status quantize_q8(const QuantizeQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::quantize_q8); }
-  tc_status gemv_q8(const GemvQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::gemv_q8); }
-  tc_status repack_q8(const RepackQ8Args& a, Queue* q) override { return cpu::run_on(q, a, cpu::repack_q8); }
-  tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return cpu::run_on(q, a, cpu::copy_2d); }
-  // ---- end model ops
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
-// SwiGLU and softmax, forward and backward, on the GPU. The maths (as the
-// CPU kernels, src/cpu/activations.cpp):
+// SwiGLU, GEGLU and softmax, forward and backward, on the GPU. The maths (as
+// the CPU kernels, src/cpu/activations.cpp):
 //
 // SwiGLU, elementwise over n:
 //   s = sigmoid(g) = 1 / (1 + exp(min(87, -g))),   silu(g) = g s
@@ -7,6 +7,7 @@
 //   dgate = dout * u * s (1 + g (1 - s)),   dup = dout * silu(g)
 // (exp's argument is capped at 87 as on the CPU, so s stays > 0 and
 // silu(-inf) is -inf, not NaN.)
+// GEGLU: the same with GELU's tanh form, gelu(g) = 0.5 g (1 + tanh(c (g + 0.044715 g^3))).
 // Softmax over the last dimension D of N rows, shifted by the row maximum:
 //   y_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
 //   backward: dx_j = y_j (dy_j - sum_k dy_k y_k)
@@ -41,28 +42,52 @@ __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(f
 // gives 0 and NaN stays NaN, as with expf.
 __device__ __forceinline__ float exp_shifted(float d) { return exp2f(d * 1.4426950408889634f); }
 
-// ---- SwiGLU: vectors of E elements over [0, n / E), then the tail one by one ----
+// ---- Gated activations: out = act(g) * u. Vectors of E elements over
+// [0, n / E), then the tail one by one ----
 
-template <class T, int E>
-__global__ void __launch_bounds__(kThreads) swiglu_forward_k(const T* gate, const T* up, T* out, int64_t n) {
+// SiLU: act(g) = g s, act'(g) = s (1 + g (1 - s)), s = sigmoid(g).
+struct Silu {
+  __device__ static float2 value_and_grad(float g) {
+    const float s = sigmoid(g);
+    return {g * s, s * fmaf(g, 1.0f - s, 1.0f)};
+  }
+  __device__ static float value(float g) { return g * sigmoid(g); }
+};
+
+// GELU, tanh form: z = c (g + 0.044715 g^3), t = tanh(z), act(g) = 0.5 g (1 + t),
+// act'(g) = 0.5 (1 + t) (1 + g (1 - t) c (1 + 3 * 0.044715 g^2)), with
+// 1 + t = 2 e / (e + 1) and 1 - t = 2 / (e + 1), e = exp(min(87, 2z)): no
+// cancellation where t is near -1 (as the CPU kernels).
+struct GeluTanh {
+  static constexpr float kC = 0.7978845608028654f, kA = 0.044715f;
+  __device__ static float2 value_and_grad(float g) {
+    const float z = kC * fmaf(kA * g, g * g, g), e = expf(fminf(87.0f, 2.0f * z));
+    const float m = 2.0f / (e + 1.0f), p = e * m;
+    return {0.5f * g * p, 0.5f * p * (1.0f + g * m * kC * fmaf(3.0f * kA, g * g, 1.0f))};
+  }
+  __device__ static float value(float g) {
+    const float z = kC * fmaf(kA * g, g * g, g), e = expf(fminf(87.0f, 2.0f * z));
+    return g * e / (e + 1.0f);
+  }
+};
+
+template <class Act, class T, int E>
+__global__ void __launch_bounds__(kThreads) gated_forward_k(const T* gate, const T* up, T* out, int64_t n) {
   const int64_t nvec = n / E, stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = t; i < nvec; i += stride) {
     const Pack<T, E> g = load<T, E>(gate + i * E), u = load<T, E>(up + i * E);
     Pack<T, E> o;
 #pragma unroll
-    for (int e = 0; e < E; ++e) o.set(e, g.f(e) * sigmoid(g.f(e)) * u.f(e));
+    for (int e = 0; e < E; ++e) o.set(e, Act::value(g.f(e)) * u.f(e));
     store(out + i * E, o);
   }
-  for (int64_t j = nvec * E + t; j < n; j += stride) {
-    const float g = to_f(gate[j]);
-    out[j] = from_f<T>(g * sigmoid(g) * to_f(up[j]));
-  }
+  for (int64_t j = nvec * E + t; j < n; j += stride) out[j] = from_f<T>(Act::value(to_f(gate[j])) * to_f(up[j]));
 }
 
-template <class T, int E>
+template <class Act, class T, int E>
 __global__ void __launch_bounds__(kThreads)
-    swiglu_backward_k(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t n) {
+    gated_backward_k(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t n) {
   const int64_t nvec = n / E, stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = t; i < nvec; i += stride) {
@@ -70,17 +95,18 @@ __global__ void __launch_bounds__(kThreads)
     Pack<T, E> dg, du;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      const float gv = g.f(e), s = sigmoid(gv);
-      dg.set(e, d.f(e) * u.f(e) * (s * fmaf(gv, 1.0f - s, 1.0f)));
-      du.set(e, d.f(e) * (gv * s));
+      const float2 v = Act::value_and_grad(g.f(e));
+      dg.set(e, d.f(e) * u.f(e) * v.y);
+      du.set(e, d.f(e) * v.x);
     }
     store(dgate + i * E, dg);
     store(dup + i * E, du);
   }
   for (int64_t j = nvec * E + t; j < n; j += stride) {
-    const float gv = to_f(gate[j]), u = to_f(up[j]), d = to_f(dout[j]), s = sigmoid(gv);
-    dgate[j] = from_f<T>(d * u * (s * fmaf(gv, 1.0f - s, 1.0f)));
-    dup[j] = from_f<T>(d * (gv * s));
+    const float u = to_f(up[j]), d = to_f(dout[j]);
+    const float2 v = Act::value_and_grad(to_f(gate[j]));
+    dgate[j] = from_f<T>(d * u * v.y);
+    dup[j] = from_f<T>(d * v.x);
   }
 }
 
@@ -212,26 +238,30 @@ unsigned elementwise_grid(int64_t nvec) { return all_blocks((nvec + kThreads - 1
 
 }  // namespace
 
-tc_status swiglu_forward(Device&, StreamState* s, const SwigluForwardArgs& a) {
+namespace {
+
+template <class Act>
+tc_status gated_forward(StreamState* s, const SwigluForwardArgs& a, const char* name) {
   with_type(a.dtype, [&](auto t) {
     using T = decltype(t);
     constexpr int EV = int(16 / sizeof(T));
     const T* g = static_cast<const T*>(a.gate);
     const T* u = static_cast<const T*>(a.up);
     T* o = static_cast<T*>(a.out);
-    s->last_kernel = "swiglu_forward";
+    s->last_kernel = name;
     if (aligned16(g) && aligned16(u) && aligned16(o)) {
-      auto k = swiglu_forward_k<T, EV>;
+      auto k = gated_forward_k<Act, T, EV>;
       k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, o, a.n);
     } else {
-      auto k = swiglu_forward_k<T, 1>;
+      auto k = gated_forward_k<Act, T, 1>;
       k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, o, a.n);
     }
   });
-  return check(cudaGetLastError(), "swiglu_forward: launch");
+  return check(cudaGetLastError(), name);
 }
 
-tc_status swiglu_backward(Device&, StreamState* s, const SwigluBackwardArgs& a) {
+template <class Act>
+tc_status gated_backward(StreamState* s, const SwigluBackwardArgs& a, const char* name) {
   with_type(a.dtype, [&](auto t) {
     using T = decltype(t);
     constexpr int EV = int(16 / sizeof(T));
@@ -240,16 +270,31 @@ tc_status swiglu_backward(Device&, StreamState* s, const SwigluBackwardArgs& a) 
     const T* d = static_cast<const T*>(a.dout);
     T* dg = static_cast<T*>(a.dgate);
     T* du = static_cast<T*>(a.dup);
-    s->last_kernel = "swiglu_backward";
+    s->last_kernel = name;
     if (aligned16(g) && aligned16(u) && aligned16(d) && aligned16(dg) && aligned16(du)) {
-      auto k = swiglu_backward_k<T, EV>;
+      auto k = gated_backward_k<Act, T, EV>;
       k<<<elementwise_grid(a.n / EV + 1), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
     } else {
-      auto k = swiglu_backward_k<T, 1>;
+      auto k = gated_backward_k<Act, T, 1>;
       k<<<elementwise_grid(a.n), kThreads, 0, s->stream>>>(g, u, d, dg, du, a.n);
     }
   });
-  return check(cudaGetLastError(), "swiglu_backward: launch");
+  return check(cudaGetLastError(), name);
+}
+
+}  // namespace
+
+tc_status swiglu_forward(Device&, StreamState* s, const SwigluForwardArgs& a) {
+  return gated_forward<Silu>(s, a, "swiglu_forward");
+}
+tc_status swiglu_backward(Device&, StreamState* s, const SwigluBackwardArgs& a) {
+  return gated_backward<Silu>(s, a, "swiglu_backward");
+}
+tc_status geglu_forward(Device&, StreamState* s, const GegluForwardArgs& a) {
+  return gated_forward<GeluTanh>(s, a, "geglu_forward");
+}
+tc_status geglu_backward(Device&, StreamState* s, const GegluBackwardArgs& a) {
+  return gated_backward<GeluTanh>(s, a, "geglu_backward");
 }
 
 tc_status softmax_forward(Device&, StreamState* s, const SoftmaxForwardArgs& a) {

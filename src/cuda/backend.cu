@@ -13,11 +13,9 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "core/trace.h"
-#include "cpu/ops.h"
 #include "cuda/device.h"
 
 namespace tc {
@@ -34,12 +32,6 @@ void fill_device_info(const cudaDeviceProp& p, int index, struct tc_device_info*
   out->compute_units = p.multiProcessorCount;
   out->compute_capability = p.major * 10 + p.minor;
   out->memory_bytes = p.totalGlobalMem;
-}
-
-// TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 (read when a
-// context is created) run its GEMMs on the CPU backend instead of cuBLASLt.
-bool cuda_gemm_disabled() {
-  return env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM");
 }
 
 class CudaQueue final : public Queue {
@@ -87,20 +79,17 @@ class CudaGraph final : public Graph {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : dev_(device), gemm_on_cpu_(cuda_gemm_disabled()) {}
+  explicit CudaBackend(int device) : dev_(device) {}
 
   tc_backend kind() const override { return TC_BACKEND_CUDA; }
 
   void device_info(struct tc_device_info* out) const override { fill_device_info(dev_.props(), dev_.index(), out); }
 
-  uint64_t available_capabilities() const override {
-    return TC_CAPABILITY_GEMM_F32 | TC_CAPABILITY_GEMM_F16 | TC_CAPABILITY_GEMM_BF16 | TC_CAPABILITY_GEMM_I8 |
-           TC_CAPABILITY_GEMM_BATCHED | TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 |
-           TC_CAPABILITY_ATTENTION | TC_CAPABILITY_QUANTIZED | TC_CAPABILITY_ATTENTION_BACKWARD | TC_CAPABILITY_TRAINING_KERNELS |
-           // gguf: files load into device buffers by copy
-           TC_CAPABILITY_GGUF |
-           // conv2d
-           TC_CAPABILITY_CONV2D;
+  // Every op of core/ops.def has a CUDA kernel.
+  bool supports_op(OpId) const override { return true; }
+  uint64_t extra_capabilities() const override {
+    // gguf: files load into device buffers by copy
+    return TC_CAPABILITY_STREAMS | TC_CAPABILITY_GEMM_TF32 | TC_CAPABILITY_GGUF;
   }
 
   void* alloc(size_t nbytes) override {
@@ -135,85 +124,12 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Queue> create_queue() override { return std::make_unique<CudaQueue>(dev_); }
 
-  tc_status gemm(const GemmArgs& a, Queue* q) override {
-    return gemm_on_cpu_ ? gemm_on_cpu(a, q) : launch(a, q, cuda::gemm);
-  }
-  tc_status conv2d_forward(const Conv2dForwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::conv2d_forward);
-  }
-  tc_status conv2d_backward_input(const Conv2dBackwardInputArgs& a, Queue* q) override {
-    return launch(a, q, cuda::conv2d_backward_input);
-  }
-  tc_status conv2d_backward_weight(const Conv2dBackwardWeightArgs& a, Queue* q) override {
-    return launch(a, q, cuda::conv2d_backward_weight);
-  }
-  // ---- attention (cuda/attention.cu, attention_backward.cu)
-  tc_status attention_forward(const AttentionArgs& a, Queue* q) override {
-    return launch(a, q, cuda::attention_forward);
-  }
-  tc_status attention_backward(const AttentionBackwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::attention_backward);
-  }
-  // ---- quantized weights (cuda/gemv_quantized.cu, quantize.cu)
-  tc_status quantize_weights(const QuantizeWeightsArgs& a, Queue* q) override {
-    return launch(a, q, cuda::quantize_weights);
-  }
-  tc_status dequantize_weights(const DequantizeWeightsArgs& a, Queue* q) override {
-    return launch(a, q, cuda::dequantize_weights);
-  }
-  tc_status gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
-    return launch(a, q, cuda::gemv_quantized);
-  }
-  tc_status fused_rmsnorm_gemv_quantized(const GemvQuantizedArgs& a, Queue* q) override {
-    return launch(a, q, cuda::fused_rmsnorm_gemv_quantized);
-  }
-  // ---- training kernels (norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu)
-  tc_status rmsnorm_forward(const RmsNormForwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::rmsnorm_forward);
-  }
-  tc_status rmsnorm_backward(const RmsNormBackwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::rmsnorm_backward);
-  }
-  tc_status layernorm_forward(const LayerNormForwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::layernorm_forward);
-  }
-  tc_status layernorm_backward(const LayerNormBackwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::layernorm_backward);
-  }
-  tc_status rope(const RopeArgs& a, Queue* q) override { return launch(a, q, cuda::rope); }
-  tc_status swiglu_forward(const SwigluForwardArgs& a, Queue* q) override { return launch(a, q, cuda::swiglu_forward); }
-  tc_status swiglu_backward(const SwigluBackwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::swiglu_backward);
-  }
-  tc_status softmax_forward(const SoftmaxForwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::softmax_forward);
-  }
-  tc_status softmax_backward(const SoftmaxBackwardArgs& a, Queue* q) override {
-    return launch(a, q, cuda::softmax_backward);
-  }
-  tc_status adamw_step(const AdamwArgs& a, Queue* q) override { return launch(a, q, cuda::adamw_step); }
-  tc_status fused_norm_gemv(const FusedNormGemvArgs& a, Queue* q) override {
-    return launch(a, q, cuda::fused_norm_gemv);
-  }
-  // Ops without a CUDA kernel yet answer TC_ERR_UNSUPPORTED (Backend's defaults).
-
-  // ---- model ops (cuda/model_ops.cu) and graphs ----
-  tc_status embed_rows(const EmbedRowsArgs& a, Queue* q) override { return launch(a, q, cuda::embed_rows); }
-  tc_status add(const AddArgs& a, Queue* q) override { return launch(a, q, cuda::add); }
-  tc_status convert(const ConvertArgs& a, Queue* q) override { return launch(a, q, cuda::convert); }
-  tc_status rope_kv_append(const RopeKvAppendArgs& a, Queue* q) override {
-    return launch(a, q, cuda::rope_kv_append);
-  }
-  tc_status heads_to_tokens(const HeadsToTokensArgs& a, Queue* q) override {
-    return launch(a, q, cuda::heads_to_tokens);
-  }
-  tc_status decode_attention(const DecodeAttentionArgs& a, Queue* q) override {
-    return launch(a, q, cuda::decode_attention);
-  }
-  tc_status quantize_q8(const QuantizeQ8Args& a, Queue* q) override { return launch(a, q, cuda::quantize_q8); }
-  tc_status gemv_q8(const GemvQ8Args& a, Queue* q) override { return launch(a, q, cuda::gemv_q8); }
-  tc_status repack_q8(const RepackQ8Args& a, Queue* q) override { return launch(a, q, cuda::repack_q8); }
-  tc_status copy_2d(const Copy2dArgs& a, Queue* q) override { return launch(a, q, cuda::copy_2d); }
+  // Each op launches cuda::<op> (cuda/device.h) on the caller's stream, or
+  // on the context's stream and waits.
+#define TC_OP(name, Args, caps) \
+  tc_status name(const Args& a, Queue* q) override { return launch(a, q, cuda::name); }
+#include "core/ops.def"
+#undef TC_OP
 
   // Relaxed mode: a kernel's first-use work (a cached scratch's cudaMalloc,
   // a cuBLASLt plan) stays legal in this thread while the stream records.
@@ -292,36 +208,7 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // The CPU fallback the GEMM switches ask for: the operands' storage is
-  // copied to host memory, the CPU backend's GEMM runs on the copies and C
-  // is copied back; last_backend() says portable_cpu. An `_async` call first
-  // waits for the work already on its stream, then runs synchronously.
-  tc_status gemm_on_cpu(const GemmArgs& a, Queue* q) {
-    cudaSetDevice(dev_.index());
-    if (q) {
-      std::string detail;
-      if (tc_status st = q->sync(&detail)) return fail(st, "%s: earlier work on the stream failed: %s", a.info.name,
-                                                       detail.c_str());
-    }
-    note_backend(TC_BACKEND_PORTABLE_CPU);
-    const StorageRef& sa = a.info.keep[0];
-    const StorageRef& sb = a.info.keep[1];
-    const StorageRef& sc = a.info.keep[2];
-    std::vector<char> ha(sa->size), hb(sb->size), hc(sc->size);
-    for (auto [host, st] : {std::pair{&ha, &sa}, {&hb, &sb}, {&hc, &sc}})
-      if (tc_status e = cuda::copy_and_wait(host->data(), (*st)->data, (*st)->size, cudaMemcpyDefault, "gemm (CPU fallback): copy to host"))
-        return e;
-    GemmArgs h = a;
-    h.a = ha.data() + (static_cast<const char*>(a.a) - static_cast<const char*>(sa->data));
-    h.b = hb.data() + (static_cast<const char*>(a.b) - static_cast<const char*>(sb->data));
-    h.c = hc.data() + (static_cast<char*>(a.c) - static_cast<char*>(sc->data));
-    if (tc_status st = trace::run(a.info, TC_BACKEND_PORTABLE_CPU, [&] { return cpu::gemm(h); })) return st;
-    return cuda::copy_and_wait(sc->data, hc.data(), sc->size, cudaMemcpyDefault,
-                               "gemm (CPU fallback): copy of C to the device");
-  }
-
   cuda::Device dev_;
-  const bool gemm_on_cpu_;
 };
 
 }  // namespace

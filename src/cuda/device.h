@@ -96,19 +96,17 @@ tc_status check_lt(cublasStatus_t st, const char* what);
 // Points *out at s->scratch, grown (stream-ordered) to at least `bytes`.
 tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out);
 
-// Ops (one file per family).
-tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args);
-tc_status attention_forward(Device& dev, StreamState* s, const AttentionArgs& args);
-tc_status attention_backward(Device& dev, StreamState* s, const AttentionBackwardArgs& args);
+// One kernel per op of core/ops.def, defined in its family's file.
+#define TC_OP(name, Args, caps) tc_status name(Device& dev, StreamState* s, const Args& args);
+#include "core/ops.def"
+#undef TC_OP
+
 // The cuBLASLt product behind gemm() for other ops: row-major
 // C[b] = alpha op(A[b]) op(B[b]) + beta C[b] with `d` normalised as GemmArgs's
 // (pitches and strides filled in, batch >= 1; stride 0 reuses one matrix for
 // every batch) and C of dtype `c_dtype` (f32 from f16 inputs is allowed).
 tc_status gemm_lt(Device& dev, StreamState* s, const tc_gemm_desc& d, tc_dtype c_dtype, const void* a,
                   const void* b, void* c);
-tc_status conv2d_forward(Device& dev, StreamState* s, const Conv2dForwardArgs& args);
-tc_status conv2d_backward_input(Device& dev, StreamState* s, const Conv2dBackwardInputArgs& args);
-tc_status conv2d_backward_weight(Device& dev, StreamState* s, const Conv2dBackwardWeightArgs& args);
 
 // Host <-> device copies of tc_buffer_write / tc_buffer_read (cuda/transfer.cu):
 // pageable host memory goes through a pinned bounce buffer of the device,
@@ -118,36 +116,6 @@ tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
 // One copy that has landed when this returns (cudaMemcpy alone does not
 // guarantee it for pageable sources or device destinations; see transfer.cu).
 tc_status copy_and_wait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
-// Quantized weights (cuda/gemv_quantized.cu, cuda/quantize.cu).
-tc_status gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
-tc_status fused_rmsnorm_gemv_quantized(Device& dev, StreamState* s, const GemvQuantizedArgs& args);
-tc_status quantize_weights(Device& dev, StreamState* s, const QuantizeWeightsArgs& args);
-tc_status dequantize_weights(Device& dev, StreamState* s, const DequantizeWeightsArgs& args);
-// Training kernels: norms.cu, rope.cu, activations.cu, adamw.cu, fused_gemv.cu.
-tc_status rmsnorm_forward(Device& dev, StreamState* s, const RmsNormForwardArgs& args);
-tc_status rmsnorm_backward(Device& dev, StreamState* s, const RmsNormBackwardArgs& args);
-tc_status layernorm_forward(Device& dev, StreamState* s, const LayerNormForwardArgs& args);
-tc_status layernorm_backward(Device& dev, StreamState* s, const LayerNormBackwardArgs& args);
-tc_status rope(Device& dev, StreamState* s, const RopeArgs& args);
-tc_status swiglu_forward(Device& dev, StreamState* s, const SwigluForwardArgs& args);
-tc_status swiglu_backward(Device& dev, StreamState* s, const SwigluBackwardArgs& args);
-tc_status softmax_forward(Device& dev, StreamState* s, const SoftmaxForwardArgs& args);
-tc_status softmax_backward(Device& dev, StreamState* s, const SoftmaxBackwardArgs& args);
-tc_status adamw_step(Device& dev, StreamState* s, const AdamwArgs& args);
-tc_status fused_norm_gemv(Device& dev, StreamState* s, const FusedNormGemvArgs& args);
-
-// Model ops (cuda/model_ops.cu): the decoder's small ops.
-tc_status embed_rows(Device& dev, StreamState* s, const EmbedRowsArgs& args);
-tc_status add(Device& dev, StreamState* s, const AddArgs& args);
-tc_status convert(Device& dev, StreamState* s, const ConvertArgs& args);
-tc_status rope_kv_append(Device& dev, StreamState* s, const RopeKvAppendArgs& args);
-tc_status heads_to_tokens(Device& dev, StreamState* s, const HeadsToTokensArgs& args);
-tc_status copy_2d(Device& dev, StreamState* s, const Copy2dArgs& args);
-tc_status decode_attention(Device& dev, StreamState* s, const DecodeAttentionArgs& args);
-// gemv_q8.cu
-tc_status quantize_q8(Device& dev, StreamState* s, const QuantizeQ8Args& args);
-tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& args);
-tc_status repack_q8(Device& dev, StreamState* s, const RepackQ8Args& args);
 // X (K elements of dtype, RMS-normalised with gamma when set) to 8 bits per
 // block of 32: xq and (dx, sx) per block (several rows at once when gamma is
 // null: K is then their total).

@@ -12,6 +12,8 @@ float64 forward and of the library's own f32 forward. Bad arguments give the
 documented status and leave every buffer byte as it was.
 """
 
+import secrets
+
 import numpy as np
 import pytest
 
@@ -154,6 +156,25 @@ def swiglu_bwd_ref(g, u, d):
     dgate = d * u * s * (1 + g * (1 - s))
     dgate_scale = np.abs(d * u) * s * (1 + np.abs(g) * (1 - s))
     return dgate, dgate_scale, d * g * s
+
+
+GELU_C = np.sqrt(2.0 / np.pi)
+
+
+def gelu_tanh(g):
+    return 0.5 * g * (1.0 + np.tanh(GELU_C * (g + 0.044715 * g ** 3)))
+
+
+def geglu_ref(g, u):
+    return gelu_tanh(g) * u
+
+
+def geglu_bwd_ref(g, u, d):
+    t = np.tanh(GELU_C * (g + 0.044715 * g ** 3))
+    dgelu = 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * g * g)
+    # magnitudes of the terms, for the tolerance of values that cancel
+    dgelu_scale = 0.5 * (1 + np.abs(t)) + 0.5 * np.abs(g) * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * g * g)
+    return d * u * dgelu, np.abs(d * u) * dgelu_scale, d * gelu_tanh(g)
 
 
 def softmax_ref(x):
@@ -406,6 +427,69 @@ def test_swiglu_extreme_gates(tctx):
     tc.swiglu_forward(tctx, up(tctx, g), up(tctx, u), O, g.size, dtype="f32")
     ref = swiglu_ref(g.astype(np.float64), 1.0)
     assert_close(get(O, g.size, "f32"), ref, np.abs(ref) + 1e-30, 1e-5, "saturated silu")
+
+
+# ---- GEGLU (GELU, tanh form) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 7, 16, 65, 4099, 100000])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_geglu(tctx, rng, dtype, n):
+    g, g64 = rnd(rng, (n,), dtype, scale=4.0)
+    u, u64 = rnd(rng, (n,), dtype)
+    d, d64 = rnd(rng, (n,), dtype)
+    G, U, Dd = up(tctx, g), up(tctx, u), up(tctx, d)
+    O, dG, dU = out(tctx, n, dtype), out(tctx, n, dtype), out(tctx, n, dtype)
+    tc.geglu_forward(tctx, G, U, O, n, dtype=dtype)
+    ref = geglu_ref(g64, u64)
+    check(get(O, n, dtype), ref, np.abs(0.5 * g64 * 2 * u64), dtype, "out")
+    tc.geglu_backward(tctx, G, U, Dd, dG, dU, n, dtype=dtype)
+    dgate, dgate_scale, dup = geglu_bwd_ref(g64, u64, d64)
+    check(get(dG, n, dtype), dgate, dgate_scale, dtype, "dgate")
+    check(get(dU, n, dtype), dup, np.abs(d64 * g64), dtype, "dup")
+
+
+def test_geglu_extreme_gates(tctx):
+    """Large |gate| saturates tanh to +-1 without inf or NaN: gelu(g) -> g or 0."""
+    g = f32([-1e4, -200.0, -88.0, -20.0, -3.0, 0.0, 3.0, 20.0, 88.0, 200.0, 1e4])
+    u = np.ones_like(g)
+    O, dG, dU = out(tctx, g.size, "f32"), out(tctx, g.size, "f32"), out(tctx, g.size, "f32")
+    tc.geglu_forward(tctx, up(tctx, g), up(tctx, u), O, g.size, dtype="f32")
+    ref = geglu_ref(g.astype(np.float64), 1.0)
+    assert_close(get(O, g.size, "f32"), ref, np.abs(g.astype(np.float64)) + 1e-30, 1e-5, "saturated gelu")
+    tc.geglu_backward(tctx, up(tctx, g), up(tctx, u), up(tctx, u), dG, dU, g.size, dtype="f32")
+    dgate, scale, _ = geglu_bwd_ref(g.astype(np.float64), 1.0, 1.0)
+    assert np.isfinite(get(dG, g.size, "f32")).all()
+    assert_close(get(dG, g.size, "f32"), dgate, scale + 1e-30, 1e-5, "saturated gelu'")
+
+
+def test_geglu_finite_differences(ctx, rng):
+    n = 96
+    g64, u64, d64 = (rng.standard_normal(n) * 2 for _ in range(3))
+    g, u, d = f32(g64), f32(u64), f32(d64)
+    g64, u64, d64 = g.astype(np.float64), u.astype(np.float64), d.astype(np.float64)
+    dG, dU = out(ctx, n, "f32"), out(ctx, n, "f32")
+    tc.geglu_backward(ctx, up(ctx, g), up(ctx, u), up(ctx, d), dG, dU, n, dtype="f32")
+    for got, fd, what in ((get(dG, n, "f32"), central_diff(lambda a: (geglu_ref(a, u64) * d64).sum(), g64.copy()),
+                           "geglu dgate"),
+                          (get(dU, n, "f32"), central_diff(lambda a: (geglu_ref(g64, a) * d64).sum(), u64.copy()),
+                           "geglu dup")):
+        assert_close(got, fd, np.abs(fd).max() + 1e-12, 1e-5, what)
+
+
+def test_geglu_in_place(ctx, rng):
+    """out may be gate; dgate may be gate and dup dout, as the header allows."""
+    n = 50
+    g, u, d = (f32(rng.standard_normal(n)) for _ in range(3))
+    g64, u64, d64 = g.astype(np.float64), u.astype(np.float64), d.astype(np.float64)
+    Gt = up(ctx, g)
+    tc.geglu_forward(ctx, Gt, up(ctx, u), Gt, n, dtype="f32")
+    ref = geglu_ref(g64, u64)
+    assert_close(get(Gt, n, "f32"), ref, np.abs(g64 * u64) + 1e-30, 1e-5, "geglu out is gate")
+    Gt, Dd = up(ctx, g), up(ctx, d)
+    tc.geglu_backward(ctx, Gt, up(ctx, u), Dd, Gt, Dd, n, dtype="f32")
+    dgate, scale, dup = geglu_bwd_ref(g64, u64, d64)
+    assert_close(get(Gt, n, "f32"), dgate, scale + 1e-30, 1e-5, "geglu dgate is gate")
+    assert_close(get(Dd, n, "f32"), dup, np.abs(d64 * g64) + 1e-30, 1e-5, "geglu dup is dout")
 
 
 # ---- softmax -------------------------------------------------------------------------------------
@@ -918,6 +1002,11 @@ def make_calls(ctx, rng):
         "swiglu_backward": Call(ctx, rng, "swiglu_backward",
                                 {"gate": nd, "up": nd, "dout": nd, "dgate": -nd, "dup": -nd},
                                 {"gate": nd, "up": nd, "dout": nd, "dgate": nd, "dup": nd}, n=N * D, dtype="f32"),
+        "geglu_forward": Call(ctx, rng, "geglu_forward", {"gate": nd, "up": nd, "out": -nd},
+                              {"gate": nd, "up": nd, "out": nd}, n=N * D, dtype="f32"),
+        "geglu_backward": Call(ctx, rng, "geglu_backward",
+                               {"gate": nd, "up": nd, "dout": nd, "dgate": -nd, "dup": -nd},
+                               {"gate": nd, "up": nd, "dout": nd, "dgate": nd, "dup": nd}, n=N * D, dtype="f32"),
         "softmax_forward": Call(ctx, rng, "softmax_forward", {"X": nd, "Y": -nd}, {"X": nd, "Y": nd},
                                 N=N, D=D, dtype="f32"),
         "softmax_backward": Call(ctx, rng, "softmax_backward", {"Y": nd, "dY": nd, "dX": -nd},
@@ -947,7 +1036,8 @@ def make_calls(ctx, rng):
 OPTIONAL = {"rstd_out", "mean_out", "beta", "dgamma", "dbeta"}
 DIM_NAMES = {"N", "D", "n", "M", "K", "batch", "heads", "seq", "head_dim"}
 ENTRY_POINTS = ["rmsnorm_forward", "rmsnorm_backward", "layernorm_forward", "layernorm_backward", "rope_forward",
-                "rope_backward", "swiglu_forward", "swiglu_backward", "softmax_forward", "softmax_backward",
+                "rope_backward", "swiglu_forward", "swiglu_backward", "geglu_forward", "geglu_backward",
+                "softmax_forward", "softmax_backward",
                 "adamw_step", "fused_rmsnorm_gemv", "fused_layernorm_gemv"]
 
 
@@ -992,6 +1082,23 @@ def test_bad_dims_and_dtypes(calls, op):
         call.refused(BAD_DTYPE, **{key: bad})
 
 
+@pytest.mark.parametrize("op", ENTRY_POINTS)
+def test_every_entry_point_runs_on_a_stream(ctx, op):
+    """stream=s enqueues (tc_<op>_async) and gives the bytes of the synchronous
+    call; a stream of another context or a closed one is refused before
+    anything is written."""
+    seed = secrets.randbits(32)
+    now, later = make_calls(ctx, np.random.default_rng(seed))[op], make_calls(ctx, np.random.default_rng(seed))[op]
+    now.runs()
+    with ctx.stream() as s:
+        getattr(tc, op)(ctx, **later.kwargs(), stream=s)
+        s.sync()
+    for a, b in zip(now.snapshot(), later.snapshot()):
+        assert a.tobytes() == b.tobytes(), op
+    with tc.Context("cpu") as other, other.stream() as foreign:
+        later.refused(INVALID_ARG, stream=foreign)
+
+
 @pytest.mark.parametrize("op", [o for o in ENTRY_POINTS if o.endswith("norm_forward") or o.endswith("gemv")])
 def test_bad_eps(calls, op):
     for eps in (-1e-5, float("nan"), float("inf"), 1e300):
@@ -1008,11 +1115,11 @@ def test_bad_rope_arguments(cpu_ctx, calls):
     d = tc.TCRopeDesc(batch=1, heads=2, seq=3, head_dim=8, dtype=tc.TC_DTYPE_F32, interleaved=2)
     call = calls["rope_forward"]
     before = call.snapshot()
-    st = tc._api.training._tc_rope_forward(cpu_ctx.handle, call.bufs["X"].handle, call.bufs["cos_t"].handle,
+    st = tc._api.training._rope_forward.sync(cpu_ctx.handle, call.bufs["X"].handle, call.bufs["cos_t"].handle,
                                            call.bufs["sin_t"].handle, d)
     assert st == INVALID_ARG  # the flag is 0 or 1
     assert all((a == b).all() for a, b in zip(before, call.snapshot()))
-    assert tc._api.training._tc_rope_forward(cpu_ctx.handle, call.bufs["X"].handle, call.bufs["cos_t"].handle,
+    assert tc._api.training._rope_forward.sync(cpu_ctx.handle, call.bufs["X"].handle, call.bufs["cos_t"].handle,
                                              call.bufs["sin_t"].handle, None) == INVALID_ARG
 
 

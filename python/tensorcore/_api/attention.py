@@ -13,15 +13,15 @@ ALiBi adds -slope[h] * (p - j) to each visible score. softmax_scale=None
 means 1/sqrt(head_dim).
 """
 
-from ctypes import POINTER, byref, c_double, c_int32, c_int64, c_void_p
+from ctypes import byref, c_double, c_int32, c_int64, c_void_p
 
 import numpy as np
 
 from .._args import f64, flag, i64
 from .._constants import CAPABILITY_ALIASES, TC_ERR_INVALID_ARG, accum_code, dtype_code
-from .._errors import TensorcoreTypeError, check
-from .._lib import declare, handle, tc_status
-from .._objects import Buffer, buffer_arg, context_arg, context_method, hold, stream_arg
+from .._errors import TensorcoreTypeError
+from .._optable import Op
+from .._objects import Buffer, buffer_arg, context_arg, context_method
 from .._structs import _Struct
 from .buffer import buffer_alloc
 
@@ -54,13 +54,8 @@ class TCAttentionDesc(_Struct):
     ]
 
 
-_P = POINTER(TCAttentionDesc)
-_tc_attention_forward = declare("tc_attention_forward", tc_status, handle, handle, handle, handle, handle, handle,
-                                handle, _P)
-_tc_attention_forward_async = declare("tc_attention_forward_async", tc_status, handle, handle, handle, handle, handle,
-                                      handle, handle, _P, handle)
-_tc_attention_backward = declare("tc_attention_backward", tc_status, handle, handle, handle, handle, handle, handle,
-                                 handle, handle, handle, handle, handle, _P)
+_attention_forward = Op("tc_attention_forward", TCAttentionDesc)
+_attention_backward = Op("tc_attention_backward", TCAttentionDesc)
 
 
 def _desc(fn, batch, heads, seq_q, seq_kv, head_dim, dtype, accum, softmax_scale, causal, return_lse, kv_heads,
@@ -107,16 +102,17 @@ class _Slopes:
 @context_method
 def attention_forward(ctx, Q, K, V, O, batch, heads, seq_q, seq_kv, head_dim, LSE=None, dtype="f16", accum="f32",
                       softmax_scale=None, causal=True, return_lse=False, kv_heads=0, window_size=0,
-                      alibi_slopes=None):
-    """O = softmax(scale * Q K^T + masks/ALiBi) V, synchronously. Passing LSE
-    implies return_lse (it receives the row log-sum-exp)."""
-    fn = "tc_attention_forward"
+                      alibi_slopes=None, *, stream=None):
+    """O = softmax(scale * Q K^T + masks/ALiBi) V: synchronously, or enqueued
+    on `stream`. Passing LSE implies return_lse (it receives the row
+    log-sum-exp)."""
+    fn = "tc_attention_forward" if stream is None else "tc_attention_forward_async"
     d = _desc(fn, batch, heads, seq_q, seq_kv, head_dim, dtype, accum, softmax_scale, causal,
               return_lse or LSE is not None, kv_heads, window_size)
     args = (context_arg(ctx, fn), buffer_arg(Q, fn, "Q"), buffer_arg(K, fn, "K"), buffer_arg(V, fn, "V"),
             buffer_arg(O, fn, "O"), buffer_arg(LSE, fn, "LSE"))
     with _Slopes(ctx, alibi_slopes, fn) as slopes:
-        check(_tc_attention_forward(*args, slopes, byref(d)))
+        _attention_forward(stream, *args, slopes, byref(d), keep=(Q, K, V, O, LSE, alibi_slopes))
 
 
 @context_method
@@ -129,22 +125,22 @@ def attention_forward_async(ctx, Q, K, V, O, batch, heads, seq_q, seq_kv, head_d
               return_lse or LSE is not None, kv_heads, window_size)
     args = (context_arg(ctx, fn), buffer_arg(Q, fn, "Q"), buffer_arg(K, fn, "K"), buffer_arg(V, fn, "V"),
             buffer_arg(O, fn, "O"), buffer_arg(LSE, fn, "LSE"))
-    s = stream_arg(stream, fn)
     with _Slopes(ctx, alibi_slopes, fn) as slopes:
-        check(_tc_attention_forward_async(*args, slopes, byref(d), s))
-    hold(stream, Q, K, V, O, LSE, alibi_slopes)
+        _attention_forward.enqueue(stream, *args, slopes, byref(d), keep=(Q, K, V, O, LSE, alibi_slopes))
 
 
 @context_method
 def attention_backward(ctx, Q, K, V, O, dO, LSE, dQ, dK, dV, batch, heads, seq_q, seq_kv, head_dim, dtype="f16",
-                       accum="f32", softmax_scale=None, causal=True, kv_heads=0, window_size=0, alibi_slopes=None):
+                       accum="f32", softmax_scale=None, causal=True, kv_heads=0, window_size=0, alibi_slopes=None,
+                       *, stream=None):
     """dQ, dK, dV of attention_forward from dO, given its O and LSE (same
-    arguments). dK/dV of a kv head sum over the query heads that read it."""
-    fn = "tc_attention_backward"
+    arguments). dK/dV of a kv head sum over the query heads that read it.
+    With `stream`, enqueued there and returns at once."""
+    fn = "tc_attention_backward" if stream is None else "tc_attention_backward_async"
     d = _desc(fn, batch, heads, seq_q, seq_kv, head_dim, dtype, accum, softmax_scale, causal, False, kv_heads,
               window_size)
     args = (context_arg(ctx, fn), buffer_arg(Q, fn, "Q"), buffer_arg(K, fn, "K"), buffer_arg(V, fn, "V"),
             buffer_arg(O, fn, "O"), buffer_arg(dO, fn, "dO"), buffer_arg(LSE, fn, "LSE"),
             buffer_arg(dQ, fn, "dQ"), buffer_arg(dK, fn, "dK"), buffer_arg(dV, fn, "dV"))
     with _Slopes(ctx, alibi_slopes, fn) as slopes:
-        check(_tc_attention_backward(*args, slopes, byref(d)))
+        _attention_backward(stream, *args, slopes, byref(d), keep=(Q, K, V, O, dO, LSE, dQ, dK, dV, alibi_slopes))

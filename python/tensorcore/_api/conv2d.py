@@ -25,7 +25,8 @@ from ctypes import POINTER, byref, c_int32, c_int64, c_uint64
 from .._args import i64
 from .._constants import CAPABILITY_ALIASES, dtype_code
 from .._errors import check
-from .._lib import declare, handle, tc_status
+from .._lib import declare, tc_status
+from .._optable import Op
 from .._objects import buffer_arg, context_arg, context_method
 from .._structs import _Struct
 
@@ -64,12 +65,9 @@ _tc_conv2d_output_shape = declare("tc_conv2d_output_shape", tc_status, _i64, _i6
 _tc_conv2d_scratch_bytes = declare("tc_conv2d_scratch_bytes", tc_status, POINTER(TCConv2dDesc), POINTER(c_uint64))
 _tc_conv2d_backward_input_scratch_bytes = declare("tc_conv2d_backward_input_scratch_bytes", tc_status,
                                                   POINTER(TCConv2dDesc), POINTER(c_uint64))
-_tc_conv2d_forward = declare("tc_conv2d_forward", tc_status, handle, handle, handle, handle, handle, handle,
-                             POINTER(TCConv2dDesc))
-_tc_conv2d_backward_input = declare("tc_conv2d_backward_input", tc_status, handle, handle, handle, handle, handle,
-                                    handle, POINTER(TCConv2dDesc))
-_tc_conv2d_backward_weight = declare("tc_conv2d_backward_weight", tc_status, handle, handle, handle, handle, handle,
-                                     POINTER(TCConv2dDesc))
+_conv2d_forward = Op("tc_conv2d_forward", TCConv2dDesc)
+_conv2d_backward_input = Op("tc_conv2d_backward_input", TCConv2dDesc)
+_conv2d_backward_weight = Op("tc_conv2d_backward_weight", TCConv2dDesc)
 
 
 def _desc(fn, batch=1, in_channels=1, out_channels=1, H=1, W_in=1, kH=1, kW=1, pad_h=0, pad_w=0, stride_h=1,
@@ -118,37 +116,39 @@ def conv2d_backward_input_scratch_bytes(batch, in_channels, H, W_in):
 
 @context_method
 def conv2d_forward(ctx, X, weight, bias, Y, scratch_col, batch, in_channels, out_channels, H, W_in, kH, kW,
-                   pad_h=0, pad_w=0, stride_h=1, stride_w=1, out_H=None, out_W=None, dtype="f16"):
-    """Y = conv(X, weight) + bias (bias may be None). Y is overwritten."""
-    fn = "tc_conv2d_forward"
+                   pad_h=0, pad_w=0, stride_h=1, stride_w=1, out_H=None, out_W=None, dtype="f16", *, stream=None):
+    """Y = conv(X, weight) + bias (bias may be None). Y is overwritten. With
+    `stream`, enqueued there and returns at once (likewise the backward passes)."""
+    fn = "tc_conv2d_forward" if stream is None else "tc_conv2d_forward_async"
     d = _desc(fn, batch, in_channels, out_channels, H, W_in, kH, kW, pad_h, pad_w, stride_h, stride_w, out_H, out_W,
               dtype)
-    check(_tc_conv2d_forward(context_arg(ctx, fn), buffer_arg(X, fn, "X"), buffer_arg(weight, fn, "weight"),
-                             buffer_arg(bias, fn, "bias"), buffer_arg(Y, fn, "Y"),
-                             buffer_arg(scratch_col, fn, "scratch_col"), byref(d)))
+    _conv2d_forward(stream, context_arg(ctx, fn), buffer_arg(X, fn, "X"), buffer_arg(weight, fn, "weight"),
+                    buffer_arg(bias, fn, "bias"), buffer_arg(Y, fn, "Y"), buffer_arg(scratch_col, fn, "scratch_col"),
+                    byref(d), keep=(X, weight, bias, Y, scratch_col))
 
 
 @context_method
 def conv2d_backward_input(ctx, dY, weight, dX, scratch_col, scratch_dX_f32, batch, in_channels, out_channels, H,
                           W_in, kH, kW, pad_h=0, pad_w=0, stride_h=1, stride_w=1, out_H=None, out_W=None,
-                          dtype="f16"):
+                          dtype="f16", *, stream=None):
     """dX = dL/dX from dY = dL/dY (the transposed convolution). dX is overwritten."""
-    fn = "tc_conv2d_backward_input"
+    fn = "tc_conv2d_backward_input" if stream is None else "tc_conv2d_backward_input_async"
     d = _desc(fn, batch, in_channels, out_channels, H, W_in, kH, kW, pad_h, pad_w, stride_h, stride_w, out_H, out_W,
               dtype)
-    check(_tc_conv2d_backward_input(context_arg(ctx, fn), buffer_arg(dY, fn, "dY"),
-                                    buffer_arg(weight, fn, "weight"), buffer_arg(dX, fn, "dX"),
-                                    buffer_arg(scratch_col, fn, "scratch_col"),
-                                    buffer_arg(scratch_dX_f32, fn, "scratch_dX_f32"), byref(d)))
+    _conv2d_backward_input(stream, context_arg(ctx, fn), buffer_arg(dY, fn, "dY"), buffer_arg(weight, fn, "weight"),
+                           buffer_arg(dX, fn, "dX"), buffer_arg(scratch_col, fn, "scratch_col"),
+                           buffer_arg(scratch_dX_f32, fn, "scratch_dX_f32"), byref(d),
+                           keep=(dY, weight, dX, scratch_col, scratch_dX_f32))
 
 
 @context_method
 def conv2d_backward_weight(ctx, X, dY, dW, scratch_col, batch, in_channels, out_channels, H, W_in, kH, kW,
-                           pad_h=0, pad_w=0, stride_h=1, stride_w=1, out_H=None, out_W=None, dtype="f16"):
+                           pad_h=0, pad_w=0, stride_h=1, stride_w=1, out_H=None, out_W=None, dtype="f16", *,
+                           stream=None):
     """dW = dL/dW from X and dY, summed over the batch. dW is overwritten; no bias gradient."""
-    fn = "tc_conv2d_backward_weight"
+    fn = "tc_conv2d_backward_weight" if stream is None else "tc_conv2d_backward_weight_async"
     d = _desc(fn, batch, in_channels, out_channels, H, W_in, kH, kW, pad_h, pad_w, stride_h, stride_w, out_H, out_W,
               dtype)
-    check(_tc_conv2d_backward_weight(context_arg(ctx, fn), buffer_arg(X, fn, "X"), buffer_arg(dY, fn, "dY"),
-                                     buffer_arg(dW, fn, "dW"), buffer_arg(scratch_col, fn, "scratch_col"),
-                                     byref(d)))
+    _conv2d_backward_weight(stream, context_arg(ctx, fn), buffer_arg(X, fn, "X"), buffer_arg(dY, fn, "dY"),
+                            buffer_arg(dW, fn, "dW"), buffer_arg(scratch_col, fn, "scratch_col"), byref(d),
+                            keep=(X, dY, dW, scratch_col))

@@ -8,23 +8,19 @@ are in elements (0 = packed). dtype/accum pairs: f32/f32, f16/f32, f16/f16,
 bf16/f32, i8/i32 (C is int32; alpha and beta must be integers).
 """
 
-from ctypes import POINTER, byref
+from ctypes import byref
 from functools import lru_cache
 
 from .._args import f64, flag, i64
 from .._constants import accum_code, dtype_code
-from .._errors import check
-from .._lib import declare, handle, tc_status
-from .._objects import buffer_arg, context_arg, context_method, hold, stream_arg
+from .._objects import buffer_arg, context_arg, context_method
+from .._optable import Op
 from .._structs import TCGemmDesc
 
 __all__ = ["gemm", "gemm_async", "gemm_batched"]
 
-_tc_gemm = declare("tc_gemm", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc))
-_tc_gemm_async = declare("tc_gemm_async", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc), handle)
-_tc_gemm_batched = declare("tc_gemm_batched", tc_status, handle, handle, handle, handle, POINTER(TCGemmDesc))
-_tc_gemm_batched_async = declare("tc_gemm_batched_async", tc_status, handle, handle, handle, handle,
-                                 POINTER(TCGemmDesc), handle)
+_gemm = Op("tc_gemm", TCGemmDesc)
+_gemm_batched = Op("tc_gemm_batched", TCGemmDesc)
 
 
 def _desc(*args):
@@ -62,13 +58,14 @@ def _operands(fn, ctx, A, B, C):
 
 @context_method
 def gemm(ctx, A, B, C, M, N, K, dtype="f16", accum="f32", alpha=1.0, beta=0.0,
-         transpose_a=False, transpose_b=False, lda=0, ldb=0, ldc=0, *, allow_tf32=False):
-    """C = alpha * op(A) @ op(B) + beta * C, synchronously.
+         transpose_a=False, transpose_b=False, lda=0, ldb=0, ldc=0, *, allow_tf32=False, stream=None):
+    """C = alpha * op(A) @ op(B) + beta * C: synchronously, or enqueued on
+    `stream` (tc_gemm_async), returning at once.
 
     allow_tf32 lets a GPU run f32 on TF32 tensor cores (ignored on the CPU)."""
-    fn = "tc_gemm"
+    fn = "tc_gemm" if stream is None else "tc_gemm_async"
     d = _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32)
-    check(_tc_gemm(*_operands(fn, ctx, A, B, C), byref(d)))
+    _gemm(stream, *_operands(fn, ctx, A, B, C), byref(d), keep=(A, B, C))
 
 
 @context_method
@@ -77,8 +74,7 @@ def gemm_async(ctx, A, B, C, M, N, K, stream, dtype="f16", accum="f32", alpha=1.
     """gemm enqueued on `stream`; returns at once. stream.sync() waits."""
     fn = "tc_gemm_async"
     d = _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32)
-    check(_tc_gemm_async(*_operands(fn, ctx, A, B, C), byref(d), stream_arg(stream, fn)))
-    hold(stream, A, B, C)
+    _gemm.enqueue(stream, *_operands(fn, ctx, A, B, C), byref(d), keep=(A, B, C))
 
 
 @context_method
@@ -91,9 +87,4 @@ def gemm_batched(ctx, A, B, C, batch, M, N, K, dtype="f16", accum="f32", alpha=1
     fn = "tc_gemm_batched" if stream is None else "tc_gemm_batched_async"
     d = _desc(fn, M, N, K, dtype, accum, alpha, beta, transpose_a, transpose_b, lda, ldb, ldc, allow_tf32,
               batch, stride_a, stride_b, stride_c)
-    if stream is None:
-        check(_tc_gemm_batched(*_operands(fn, ctx, A, B, C), byref(d)))
-        return
-    s = stream_arg(stream, fn)
-    check(_tc_gemm_batched_async(*_operands(fn, ctx, A, B, C), byref(d), s))
-    hold(stream, A, B, C)
+    _gemm_batched(stream, *_operands(fn, ctx, A, B, C), byref(d), keep=(A, B, C))

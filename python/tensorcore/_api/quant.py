@@ -9,13 +9,14 @@ TC_QUANT_* constants or their names: "q4_0", "q8_0", "q4_1", "q4_k",
 "q5_k", "q6_k", "q8_k", "f16", "bf16", "f32".
 """
 
-from ctypes import POINTER, byref, c_char_p, c_float, c_int32, c_int64, c_size_t
+from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t
 
 from .._args import f64, i64
 from .._constants import CAPABILITY_ALIASES, TC_ERR_UNSUPPORTED_DTYPE, dtype_code, resolve
 from .._errors import check
-from .._lib import declare, handle, tc_dtype, tc_status, text
-from .._objects import buffer_arg, context_arg, context_method, hold, stream_arg
+from .._lib import declare, tc_status, text
+from .._optable import Op
+from .._objects import buffer_arg, context_arg, context_method
 
 __all__ = ["TC_QUANT_Q4_0", "TC_QUANT_Q8_0", "TC_QUANT_Q4_1", "TC_QUANT_Q4_K", "TC_QUANT_Q5_K", "TC_QUANT_Q6_K",
            "TC_QUANT_Q8_K", "TC_QUANT_F16", "TC_QUANT_BF16", "TC_QUANT_F32", "TC_CAPABILITY_QUANTIZED",
@@ -44,16 +45,10 @@ QUANT_ALIASES = {name: code for code, name in QUANT_NAMES.items()}
 _tc_quant_name = declare("tc_quant_name", c_char_p, c_int32)
 _tc_quant_block_info = declare("tc_quant_block_info", tc_status, c_int32, POINTER(c_int64), POINTER(c_int64))
 _tc_quantized_size = declare("tc_quantized_size", tc_status, c_int32, c_int64, c_int64, POINTER(c_size_t))
-_tc_quantize_weights = declare("tc_quantize_weights", tc_status, handle, handle, handle, c_int32, c_int64, c_int64,
-                               tc_dtype)
-_tc_dequantize_weights = declare("tc_dequantize_weights", tc_status, handle, handle, handle, c_int32, c_int64,
-                                 c_int64, c_int64, tc_dtype)
-_tc_gemv_quantized = declare("tc_gemv_quantized", tc_status, handle, handle, handle, handle, c_int32, c_int64,
-                             c_int64, c_int64, tc_dtype)
-_tc_gemv_quantized_async = declare("tc_gemv_quantized_async", tc_status, handle, handle, handle, handle, c_int32,
-                                   c_int64, c_int64, c_int64, tc_dtype, handle)
-_tc_fused_rmsnorm_gemv_quantized = declare("tc_fused_rmsnorm_gemv_quantized", tc_status, handle, handle, handle,
-                                           handle, handle, c_int32, c_int64, c_int64, c_int64, c_float, tc_dtype)
+_quantize_weights = Op("tc_quantize_weights")
+_dequantize_weights = Op("tc_dequantize_weights")
+_gemv_quantized = Op("tc_gemv_quantized")
+_fused_rmsnorm_gemv_quantized = Op("tc_fused_rmsnorm_gemv_quantized")
 
 
 def quant_code(fmt):
@@ -82,23 +77,25 @@ def quantized_size(fmt, N, K):
 
 
 @context_method
-def quantize_weights(ctx, W_fp16, W_quant, fmt, N, K, dtype="f16"):
+def quantize_weights(ctx, W_fp16, W_quant, fmt, N, K, dtype="f16", *, stream=None):
     """Quantises W_fp16[N, K] (of `dtype`: f16 by default, bf16 or f32) into
     W_quant, bit-identical to ggml's reference quantisers. Formats q4_0, q4_1,
-    q8_0, q8_k, f16, bf16, f32."""
+    q8_0, q8_k, f16, bf16, f32. With `stream`, enqueued there and returns at once
+    (likewise every function here that takes one)."""
     fn = "tc_quantize_weights"
-    check(_tc_quantize_weights(context_arg(ctx, fn), buffer_arg(W_fp16, fn, "W_fp16"), buffer_arg(W_quant, fn, "W_quant"),
-                               quant_code(fmt), i64(N, fn, "N"), i64(K, fn, "K"), dtype_code(dtype)))
+    _quantize_weights(stream, context_arg(ctx, fn), buffer_arg(W_fp16, fn, "W_fp16"),
+                      buffer_arg(W_quant, fn, "W_quant"), quant_code(fmt), i64(N, fn, "N"), i64(K, fn, "K"),
+                      dtype_code(dtype), keep=(W_fp16, W_quant))
 
 
 @context_method
-def dequantize_weights(ctx, W_quant, Y, fmt, N, K, dtype="f32", row_offset=0):
+def dequantize_weights(ctx, W_quant, Y, fmt, N, K, dtype="f32", row_offset=0, *, stream=None):
     """Y[N, K] (of `dtype`) = rows [row_offset, row_offset + N) of W_quant,
     dequantised; f32 results equal ggml's dequantize_row_* bit for bit."""
     fn = "tc_dequantize_weights"
-    check(_tc_dequantize_weights(context_arg(ctx, fn), buffer_arg(W_quant, fn, "W_quant"), buffer_arg(Y, fn, "Y"),
-                                 quant_code(fmt), i64(row_offset, fn, "row_offset"), i64(N, fn, "N"), i64(K, fn, "K"),
-                                 dtype_code(dtype)))
+    _dequantize_weights(stream, context_arg(ctx, fn), buffer_arg(W_quant, fn, "W_quant"), buffer_arg(Y, fn, "Y"),
+                        quant_code(fmt), i64(row_offset, fn, "row_offset"), i64(N, fn, "N"), i64(K, fn, "K"),
+                        dtype_code(dtype), keep=(W_quant, Y))
 
 
 def _gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K):
@@ -107,26 +104,26 @@ def _gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K):
 
 
 @context_method
-def gemv_quantized(ctx, X, W_quant, Y, fmt, M, N, K, dtype="f16"):
-    """Y[M, N] = X[M, K] @ W_quant[N, K]^T, synchronously. W is streamed once for all M rows."""
-    fn = "tc_gemv_quantized"
-    check(_tc_gemv_quantized(*_gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K), dtype_code(dtype)))
+def gemv_quantized(ctx, X, W_quant, Y, fmt, M, N, K, dtype="f16", *, stream=None):
+    """Y[M, N] = X[M, K] @ W_quant[N, K]^T. W is streamed once for all M rows."""
+    fn = "tc_gemv_quantized" if stream is None else "tc_gemv_quantized_async"
+    _gemv_quantized(stream, *_gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K), dtype_code(dtype),
+                    keep=(X, W_quant, Y))
 
 
 @context_method
 def gemv_quantized_async(ctx, X, W_quant, Y, fmt, M, N, K, stream, dtype="f16"):
     """gemv_quantized enqueued on `stream`; returns at once."""
     fn = "tc_gemv_quantized_async"
-    check(_tc_gemv_quantized_async(*_gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K), dtype_code(dtype),
-                                   stream_arg(stream, fn)))
-    hold(stream, X, W_quant, Y)
+    _gemv_quantized.enqueue(stream, *_gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K), dtype_code(dtype),
+                            keep=(X, W_quant, Y))
 
 
 @context_method
-def fused_rmsnorm_gemv_quantized(ctx, X, gamma, W_quant, Y, fmt, M, N, K, eps=1e-5, dtype="f16"):
+def fused_rmsnorm_gemv_quantized(ctx, X, gamma, W_quant, Y, fmt, M, N, K, eps=1e-5, dtype="f16", *, stream=None):
     """Y = rmsnorm(X; gamma, eps) @ W_quant^T without writing the normalised X
     out; gamma[K] has `dtype` like X and Y."""
     fn = "tc_fused_rmsnorm_gemv_quantized"
     c, x, w, y, q, m, n, k = _gemv_args(fn, ctx, X, W_quant, Y, fmt, M, N, K)
-    check(_tc_fused_rmsnorm_gemv_quantized(c, x, buffer_arg(gamma, fn, "gamma"), w, y, q, m, n, k,
-                                           f64(eps, fn, "eps"), dtype_code(dtype)))
+    _fused_rmsnorm_gemv_quantized(stream, c, x, buffer_arg(gamma, fn, "gamma"), w, y, q, m, n, k,
+                                  f64(eps, fn, "eps"), dtype_code(dtype), keep=(X, gamma, W_quant, Y))

@@ -1,0 +1,181 @@
+// The one validator of the op entry points (src/capi/entries.def).
+//
+// An entry point hands its arguments, in the order of its signature, to an
+// OpCall; validate() checks them against the signature in this order:
+//   1. the context and every buffer handle (null, stale, foreign: INVALID_ARG);
+//      optional ones may be null; then the stream of an _async call
+//   2. dtype parameters (UNSUPPORTED_DTYPE unless f16, bf16, f32)
+//   3. every dimension a shape rule names is >= 1 (INVALID_SHAPE)
+//   4. the entry's own rule (`rule`): descriptors, formats, the sizes of the
+//      [*] operands through span()
+//   5. the sizes of the ruled operands (overflow: INVALID_SHAPE; a buffer
+//      too small: INVALID_ARG)
+//   6. no output shares a byte with another operand, except the exact
+//      aliases the signature allows (INVALID_ARG)
+//   7. scalar rules (>=0: finite and not negative; INVALID_ARG)
+// Nothing is enqueued unless every check passes. run() then hands the op's
+// arguments to the backend, on the call's stream or synchronously.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "capi/api.h"
+#include "core/backend.h"
+
+namespace tc {
+namespace capi {
+
+enum class EntryId : int {
+#define TC_ENTRY(entry, op, sig) entry,
+#include "capi/entries.def"
+#undef TC_ENTRY
+  count
+};
+
+// One parameter of a signature.
+struct Param {
+  enum Kind { Ctx, Buffer, I64, I32, F32, F64, Dtype, Quant, Desc } kind = Ctx;
+  std::string name;
+  bool input = false, output = false, optional = false;
+  std::vector<std::string> dims;  // [N, D]: names of i64 parameters; empty with `ruled` false: [*]
+  bool ruled = false;             // sized by dims and elem here, not by the entry
+  std::string elem;               // a dtype parameter's name, or f32 / i32
+  std::vector<std::string> alias; // operands an output may exactly be
+  bool nonneg = false;            // scalar rule >=0
+  std::string ctype;              // desc: the struct's C name
+  // Resolved once when the table is parsed: positions in the signature.
+  std::vector<int> dim_at;    // of dims
+  int elem_at = -1;           // of elem when it is a dtype parameter
+  std::vector<int> alias_at;  // of alias
+  bool is_dim = false;        // an i64 some shape rule names
+};
+
+struct EntryDecl {
+  const char* c_name;  // "tc_rmsnorm_forward"
+  OpId op;
+  const char* signature;
+  std::vector<Param> params;
+  std::string async_name;  // "tc_rmsnorm_forward_async"
+};
+// Every entry of entries.def, parsed once.
+const std::vector<EntryDecl>& entry_decls();
+const EntryDecl& entry_decl(EntryId id);
+
+// A value handed to an entry point: converts from every parameter type.
+struct Value {
+  Param::Kind kind;
+  union {
+    tc_context ctx;
+    tc_buffer buf;
+    int64_t i64;
+    int32_t i32;
+    float f32;
+    double f64;
+    const void* desc;
+  };
+  Value(tc_context v) : kind(Param::Ctx), ctx(v) {}
+  Value(tc_buffer v) : kind(Param::Buffer), buf(v) {}
+  Value(int64_t v) : kind(Param::I64), i64(v) {}
+  Value(int32_t v) : kind(Param::I32), i32(v) {}  // also tc_dtype, tc_quant_type
+  Value(float v) : kind(Param::F32), f32(v) {}
+  Value(double v) : kind(Param::F64), f64(v) {}
+  template <class T>
+  Value(const T* v) : kind(Param::Desc), desc(v) {}
+};
+
+class OpCall {
+ public:
+  // `async`: the call is tc_<entry>_async and `stream` its stream.
+  OpCall(EntryId id, bool async, tc_stream stream, std::initializer_list<Value> values);
+
+  const char* fn() const { return fn_; }
+  // Steps 1-7; `rule` (step 4) returns a tc_status.
+  tc_status validate() {
+    return validate([] { return TC_OK; });
+  }
+  template <class Rule>
+  tc_status validate(Rule&& rule) {
+    if (tc_status st = check_handles_dtypes_dims()) return st;
+    if (tc_status st = rule()) return st;
+    return check_sizes_overlaps_scalars();
+  }
+
+  // For the entry's rule: operand `name` touches `bytes` bytes from byte
+  // `offset` of its buffer (a null optional one: ignored; 0 bytes: not
+  // touched, no overlap); `what` names the shape in the message.
+  tc_status span(const char* name, int64_t bytes, const std::string& what = "", int64_t offset = 0);
+  // Elements x elem bytes, overflow-checked, then span().
+  tc_status span(const char* name, std::initializer_list<int64_t> shape, int64_t elem, const std::string& what);
+
+  tc_buffer buffer(const char* name) const;
+  void* data(const char* name) const;  // the operand's first byte (after its offset); null when absent
+  template <class T>
+  T* ptr(const char* name) const { return static_cast<T*>(data(name)); }
+  int64_t i64(const char* name) const;
+  float f32(const char* name) const;
+  tc_dtype dtype(const char* name) const;
+  int32_t i32(const char* name) const;
+  template <class T>
+  const T& desc() const { return *static_cast<const T*>(desc_ptr()); }
+
+  // The op's name (the backend op unless given), its shapes for TC_TRACE (the
+  // scalars "N=3,D=7,dtype=f16" unless given) and the storage it keeps alive.
+  void fill_info(OpInfo* info, const char* op_name = nullptr, std::string shapes = "") const;
+  // Runs the backend op on the call's stream, or synchronously.
+  template <class Args>
+  tc_status run(tc_status (Backend::*op)(const Args&, Queue*), const Args& args) {
+    note_backend(ctx_->backend->kind());
+    return ((*ctx_->backend).*op)(args, stream_ ? stream_->queue.get() : nullptr);
+  }
+  tc_context context() const { return ctx_; }
+  tc_stream stream() const { return stream_; }
+
+ private:
+  struct Slot {
+    const Param* param = nullptr;
+    Value value{int64_t(0)};
+    int64_t offset = 0, bytes = 0;
+    bool sized = false;
+  };
+  const Slot& slot(const char* name) const;
+  Slot& slot(const char* name);
+  struct Range {
+    Slot *b, *e;
+    Slot* begin() const { return b; }
+    Slot* end() const { return e; }
+  };
+  Range slots() const { return {const_cast<Slot*>(slots_), const_cast<Slot*>(slots_) + count_}; }
+  const void* desc_ptr() const;
+  tc_status check_handles_dtypes_dims();
+  tc_status check_sizes_overlaps_scalars();
+  tc_status check_overlaps() const;
+
+  static constexpr int kMaxParams = 16;
+  const EntryDecl& decl_;
+  const char* fn_;
+  bool async_;
+  tc_context ctx_ = nullptr;
+  tc_stream stream_ = nullptr;
+  int count_ = 0;
+  Slot slots_[kMaxParams];
+};
+
+// Defines tc_<entry>(PARAMS) and tc_<entry>_async(PARAMS, tc_stream stream),
+// both running `entry_impl(EntryId::entry, async, stream, ARGS...)`.
+#define TC_PARAMS_WITH_STREAM(...) (__VA_ARGS__, tc_stream stream)
+#define TC_DEFINE_ENTRY(entry, PARAMS, ...)                                                              \
+  extern "C" tc_status tc_##entry PARAMS {                                                               \
+    return ::tc::capi::guarded("tc_" #entry, [&] { return entry##_impl(false, nullptr, __VA_ARGS__); }); \
+  }                                                                                                      \
+  extern "C" tc_status tc_##entry##_async TC_PARAMS_WITH_STREAM PARAMS {                                 \
+    return ::tc::capi::guarded("tc_" #entry "_async",                                                    \
+                               [&] { return entry##_impl(true, stream, __VA_ARGS__); });                 \
+  }
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace capi
+}  // namespace tc

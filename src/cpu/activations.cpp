@@ -49,41 +49,21 @@ int64_t row_grain(int64_t D) { return std::max<int64_t>(1, 32768 / D); }
 
 }  // namespace
 
-tc_status swiglu_forward(const SwigluForwardArgs& a) {
-  simd::with_float_type(a.dtype, [&](auto t) {
-    using T = decltype(t);
-    auto kernel = TC_SIMD_PICK(swiglu_forward_range<T>);
-    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
-  });
-  return TC_OK;
-}
-
-tc_status swiglu_backward(const SwigluBackwardArgs& a) {
-  simd::with_float_type(a.dtype, [&](auto t) {
-    using T = decltype(t);
-    auto kernel = TC_SIMD_PICK(swiglu_backward_range<T>);
-    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
-  });
-  return TC_OK;
-}
-
-tc_status geglu_forward(const GegluForwardArgs& a) {
-  simd::with_float_type(a.dtype, [&](auto t) {
-    using T = decltype(t);
-    auto kernel = TC_SIMD_PICK(geglu_forward_range<T>);
-    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
-  });
-  return TC_OK;
-}
-
-tc_status geglu_backward(const GegluBackwardArgs& a) {
-  simd::with_float_type(a.dtype, [&](auto t) {
-    using T = decltype(t);
-    auto kernel = TC_SIMD_PICK(geglu_backward_range<T>);
-    parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); });
-  });
-  return TC_OK;
-}
+// The gated activations: elementwise over n, in chunks on the pool.
+#define TC_GATED_OP(op, Args, range)                                                    \
+  tc_status op(const Args& a) {                                                         \
+    simd::with_float_type(a.dtype, [&](auto t) {                                        \
+      using T = decltype(t);                                                            \
+      auto kernel = TC_SIMD_PICK(range<T>);                                             \
+      parallel_for(a.n, kElemGrain, [&](int64_t i0, int64_t i1) { kernel(a, i0, i1); }); \
+    });                                                                                 \
+    return TC_OK;                                                                       \
+  }
+TC_GATED_OP(swiglu_forward, SwigluForwardArgs, swiglu_forward_range)
+TC_GATED_OP(swiglu_backward, SwigluBackwardArgs, swiglu_backward_range)
+TC_GATED_OP(geglu_forward, GegluForwardArgs, geglu_forward_range)
+TC_GATED_OP(geglu_backward, GegluBackwardArgs, geglu_backward_range)
+#undef TC_GATED_OP
 
 tc_status softmax_forward(const SoftmaxForwardArgs& a) {
   simd::with_float_type(a.dtype, [&](auto t) {

@@ -65,9 +65,9 @@ struct GeluTanh {
     const float m = 2.0f / (e + 1.0f), p = e * m;
     return {0.5f * g * p, 0.5f * p * (1.0f + g * m * kC * fmaf(3.0f * kA, g * g, 1.0f))};
   }
-  __device__ static float value(float g) {
+  __device__ static float value(float g) {  // g * (e / (e + 1)): g * e alone overflows for g > 5.6
     const float z = kC * fmaf(kA * g, g * g, g), e = expf(fminf(87.0f, 2.0f * z));
-    return g * e / (e + 1.0f);
+    return g * (e / (e + 1.0f));
   }
 };
 

@@ -18,7 +18,7 @@ constexpr int64_t kMaxDim = 0x7fffffff;
 // start, and whether the op writes it.
 struct Operand {
   const char* name;
-  tc_buffer buf;
+  tc_buffer& buf;  // the caller's variable: check_buffer resolves it in place
   int64_t bytes;
   bool output;
 };

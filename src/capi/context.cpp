@@ -73,8 +73,7 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
   }
   auto* ctx = new tc_context_s();
   ctx->backend = std::move(backend);
-  register_handle(ctx, HandleKind::Context);
-  *out = ctx;
+  *out = register_handle(ctx, context_kind());
   return TC_OK;
 }
 

@@ -102,7 +102,7 @@ tc_status check_dtype(const char* fn, tc_dtype dtype) {
 // offset 0, and whether the op writes it.
 struct Arg {
   const char* name;
-  tc_buffer buf;
+  tc_buffer& buf;  // the caller's variable: check_buffer resolves it in place
   int64_t elems;
   int64_t elem_bytes;
   bool written;

@@ -56,7 +56,7 @@ tc_status check_operand(const char* fn, int64_t batch, Operand& op) {
   return TC_OK;
 }
 
-tc_status validate(const char* fn, tc_context ctx, tc_buffer A, tc_buffer B, tc_buffer C, const tc_gemm_desc* desc,
+tc_status validate(const char* fn, tc_context& ctx, tc_buffer& A, tc_buffer& B, tc_buffer& C, const tc_gemm_desc* desc,
                    bool batched, GemmArgs* out) {
   if (tc_status st = check_context(fn, ctx)) return st;
   if (tc_status st = check_buffer(fn, "A", ctx, A)) return st;

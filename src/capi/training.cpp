@@ -31,10 +31,11 @@ bool float_dtype(tc_dtype d) { return d == TC_DTYPE_F16 || d == TC_DTYPE_BF16 ||
 // The tensor arguments of one call and the checks over them.
 class Args {
  public:
-  Args(const char* fn, tc_context ctx) : fn_(fn), ctx_(ctx) {}
+  // Holds the caller's variables: handles() resolves them in place.
+  Args(const char* fn, tc_context& ctx) : fn_(fn), ctx_(ctx) {}
 
-  void input(const char* name, tc_buffer b, bool optional = false) { list_.push_back({name, b, false, optional}); }
-  void output(const char* name, tc_buffer b, bool optional = false) { list_.push_back({name, b, true, optional}); }
+  void input(const char* name, tc_buffer& b, bool optional = false) { list_.push_back({name, b, false, optional}); }
+  void output(const char* name, tc_buffer& b, bool optional = false) { list_.push_back({name, b, true, optional}); }
 
   // Context, then every buffer: required ones non-null, all live and of ctx.
   tc_status handles() const {
@@ -116,7 +117,7 @@ class Args {
  private:
   struct Arg {
     const char* name;
-    tc_buffer buf;
+    tc_buffer& buf;
     bool output, optional;
     int64_t bytes = 0;
   };
@@ -127,7 +128,7 @@ class Args {
   }
 
   const char* fn_;
-  tc_context ctx_;
+  tc_context& ctx_;
   std::vector<Arg> list_;
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "capi/api.h"
+#include "cpu/thread_pool.h"
 #include "dist/capabilities.h"
 
 using namespace tc;
@@ -131,6 +132,11 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     out->available |= dist::available_capabilities(ctx) & kKnownCapabilities;  // -- dist --
     return TC_OK;
   });
+}
+
+tc_status tc_cpu_run_inline(int32_t on) {
+  cpu::set_run_inline(on != 0);
+  return ok();
 }
 
 int32_t tc_capability_available(const struct tc_runtime_capabilities* caps, uint64_t capability) {

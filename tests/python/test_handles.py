@@ -135,3 +135,48 @@ def test_handle_of_another_kind_is_refused(ctx):
     assert lib.tc_buffer_size(s, byref(size)) == TC_ERR_INVALID_ARG
     assert "a stream handle" in lib.tc_last_error_detail().decode()
     assert lib.tc_stream_destroy(s) == TC_OK
+
+
+def test_stale_simpler_callable_at_a_reused_address():
+    # simpler's handles (Worker, callable, run) carry a generation too.
+    from simpler import _lib as simpler_lib
+
+    s = ctypes.CDLL(str(simpler_lib.library_path()))
+    s.simpler_core_callable_builtin.argtypes = [c_char_p, c_char_p, POINTER(c_void_p)]
+    s.simpler_core_callable_builtin.restype = c_int32
+    s.simpler_callable_release.argtypes = [c_void_p]
+    s.simpler_callable_release.restype = c_int32
+    s.simpler_callable_get_signature.argtypes = [c_void_p, POINTER(c_int32), ctypes.c_uint32]
+    s.simpler_callable_get_signature.restype = c_int32
+    s.simpler_last_error_detail.restype = c_char_p
+
+    def builtin():
+        out = c_void_p()
+        assert s.simpler_core_callable_builtin(b"gemm", b"", byref(out)) == TC_OK
+        return out.value
+
+    # Creating a callable allocates other small objects before the handle's,
+    # and they take a single freed address first: free many, then make new
+    # ones until one lands where any of them was.
+    freed = [builtin() for _ in range(64)]
+    assert all(h >> 48 for h in freed)
+    for h in freed:
+        assert s.simpler_callable_release(h) == TC_OK
+    by_address = {address(h): h for h in freed}
+    made_, new = [], None
+    for _ in range(MAX_TRIES):
+        h = builtin()
+        if address(h) in by_address:
+            new, stale = h, by_address[address(h)]
+            break
+        made_.append(h)
+    for h in made_:
+        assert s.simpler_callable_release(h) == TC_OK
+    assert new is not None, "no new callable landed at a freed address"
+    assert new != stale
+    sig = (c_int32 * 8)()
+    assert s.simpler_callable_get_signature(stale, sig, 8) == TC_ERR_INVALID_ARG
+    detail = s.simpler_last_error_detail().decode()
+    assert "not a live callable handle" in detail and "stale" in detail, detail
+    assert s.simpler_callable_get_signature(new, sig, 8) == TC_OK
+    assert s.simpler_callable_release(new) == TC_OK

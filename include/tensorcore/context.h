@@ -77,6 +77,14 @@ TC_API tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capab
 /* 1 when `capability` is a single bit that is both known and available. */
 TC_API int32_t tc_capability_available(const struct tc_runtime_capabilities* caps, uint64_t capability);
 
+/* CPU ops called from the calling thread run on that thread alone when `on`
+ * is non-zero: no fan-out to the CPU thread pool, and f32 products on
+ * tensorcore's own kernels rather than a BLAS with threads of its own. For a
+ * runtime that already keeps one thread per core busy (simpler's cpu
+ * executor), so that the machine is not oversubscribed. Off by default;
+ * each thread has its own setting. */
+TC_API tc_status tc_cpu_run_inline(int32_t on);
+
 #ifdef __cplusplus
 }
 #endif

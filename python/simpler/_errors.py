@@ -2,45 +2,13 @@
 
 from __future__ import annotations
 
-# tensorcore/types.h status codes (simpler shares them).
-OK = 0
-NOT_INITIALIZED = -1
-ALREADY_INITIALIZED = -2
-NO_DEVICE = -3
-UNSUPPORTED_FAMILY = -4
-UNSUPPORTED_DTYPE = -5
-INVALID_SHAPE = -6
-INVALID_ARG = -7
-ALLOC = -8
-KERNEL_NOT_FOUND = -9
-PIPELINE = -10
-DISPATCH = -11
-IO = -12
-CORRUPT = -13
-TIMEOUT = -14
-AUTH = -15
-UNSUPPORTED = -16
-INTERNAL = -99
+from tensorcore._status import CODES, NAMES
 
-STATUS_NAMES = {
-    NOT_INITIALIZED: "NOT_INITIALIZED",
-    ALREADY_INITIALIZED: "ALREADY_INITIALIZED",
-    NO_DEVICE: "NO_DEVICE",
-    UNSUPPORTED_FAMILY: "UNSUPPORTED_FAMILY",
-    UNSUPPORTED_DTYPE: "UNSUPPORTED_DTYPE",
-    INVALID_SHAPE: "INVALID_SHAPE",
-    INVALID_ARG: "INVALID_ARG",
-    ALLOC: "ALLOC",
-    KERNEL_NOT_FOUND: "KERNEL_NOT_FOUND",
-    PIPELINE: "PIPELINE",
-    DISPATCH: "DISPATCH",
-    IO: "IO",
-    CORRUPT: "CORRUPT",
-    TIMEOUT: "TIMEOUT",
-    AUTH: "AUTH",
-    UNSUPPORTED: "UNSUPPORTED",
-    INTERNAL: "INTERNAL",
-}
+# tensorcore/types.h status codes (simpler shares them), as module names:
+# OK, NOT_INITIALIZED, ..., INVALID_ARG, ..., INTERNAL.
+globals().update(CODES)
+
+STATUS_NAMES = {code: name for code, name in NAMES.items() if code != CODES["OK"]}
 
 
 class SimplerError(RuntimeError):

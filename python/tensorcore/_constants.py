@@ -8,25 +8,8 @@ import numpy as np
 
 from ._errors import TensorcoreTypeError, TensorcoreValueError
 
-# Status codes (types.h).
-TC_OK = 0
-TC_ERR_NOT_INITIALIZED = -1
-TC_ERR_ALREADY_INITIALIZED = -2
-TC_ERR_NO_DEVICE = -3
-TC_ERR_UNSUPPORTED_FAMILY = -4
-TC_ERR_UNSUPPORTED_DTYPE = -5
-TC_ERR_INVALID_SHAPE = -6
-TC_ERR_INVALID_ARG = -7
-TC_ERR_ALLOC = -8
-TC_ERR_KERNEL_NOT_FOUND = -9
-TC_ERR_PIPELINE = -10
-TC_ERR_DISPATCH = -11
-TC_ERR_IO = -12
-TC_ERR_CORRUPT = -13
-TC_ERR_TIMEOUT = -14
-TC_ERR_AUTH = -15
-TC_ERR_UNSUPPORTED = -16
-TC_ERR_INTERNAL = -99
+# Status codes (types.h): TC_OK, TC_ERR_*.
+from ._status import *  # noqa: E402,F401,F403
 
 # Element types (types.h); 6..9 reserved.
 TC_DTYPE_F16 = 0

@@ -11,26 +11,7 @@ catches every failure of a tensorcore call.
 
 # Fallback messages for when the library is not loaded (import failure); they
 # are the ABI's own strings (tc_status_string).
-_STATUS_STRINGS = {
-    0: "ok",
-    -1: "context not initialized",
-    -2: "context already initialized",
-    -3: "no device available",
-    -4: "operation unsupported on this device",
-    -5: "dtype unsupported",
-    -6: "invalid_shape",
-    -7: "invalid argument",
-    -8: "allocation failure",
-    -9: "kernel not found",
-    -10: "kernel pipeline creation failed",
-    -11: "dispatch failed",
-    -12: "i/o error",
-    -13: "corrupt or truncated data",
-    -14: "timed out",
-    -15: "authentication failed",
-    -16: "unsupported feature",
-    -99: "internal error",
-}
+from ._status import MESSAGES as _STATUS_STRINGS  # noqa: E402
 
 # Set by _lib once the library is loaded: the library's tc_status_string.
 _status_string_hook = None

@@ -5,30 +5,37 @@
 namespace tc {
 namespace capi {
 
-tc_status check_context(const char* fn, tc_context ctx) {
+tc_status check_handle(const char* fn, const char* what, void*& h, const HandleKind& kind) {
+  std::string why;
+  void* obj = lookup_handle(h, kind, &why);
+  if (!obj)
+    return fail(TC_ERR_INVALID_ARG, "%s: %s (%p) is not a live tensorcore %s: %s", fn, what, h, kind.name,
+                why.c_str());
+  h = obj;
+  return TC_OK;
+}
+
+tc_status check_context(const char* fn, tc_context& ctx) {
   if (!ctx) return fail(TC_ERR_INVALID_ARG, "%s: context is null", fn);
-  if (!is_live_handle(ctx, HandleKind::Context))
-    return fail(TC_ERR_INVALID_ARG, "%s: context %p is not a live tensorcore context", fn, (void*)ctx);
-  return TC_OK;
+  return check_handle(fn, "context", ctx, context_kind());
 }
 
-tc_status check_stream(const char* fn, tc_context ctx, tc_stream s) {
+tc_status check_stream(const char* fn, tc_context ctx, tc_stream& s) {
   if (!s) return fail(TC_ERR_INVALID_ARG, "%s: stream is null", fn);
-  if (!is_live_handle(s, HandleKind::Stream))
-    return fail(TC_ERR_INVALID_ARG, "%s: stream %p is not a live tensorcore stream", fn, (void*)s);
-  if (ctx && s->ctx != ctx) return fail(TC_ERR_INVALID_ARG, "%s: stream belongs to another context", fn);
+  if (tc_status st = check_handle(fn, "stream", s, stream_kind())) return st;
+  if (ctx && s->ctx != handle_address(ctx)) return fail(TC_ERR_INVALID_ARG, "%s: stream belongs to another context", fn);
   return TC_OK;
 }
 
-tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer b) {
+tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer& b) {
   if (!b) return fail(TC_ERR_INVALID_ARG, "%s: buffer %s is null", fn, arg);
-  if (!is_live_handle(b, HandleKind::Buffer))
-    return fail(TC_ERR_INVALID_ARG, "%s: buffer %s (%p) is not a live tensorcore buffer", fn, arg, (void*)b);
-  if (ctx && b->ctx != ctx) return fail(TC_ERR_INVALID_ARG, "%s: buffer %s belongs to another context", fn, arg);
+  if (tc_status st = check_handle(fn, (std::string("buffer ") + arg).c_str(), b, buffer_kind())) return st;
+  if (ctx && b->ctx != handle_address(ctx))
+    return fail(TC_ERR_INVALID_ARG, "%s: buffer %s belongs to another context", fn, arg);
   return TC_OK;
 }
 
-tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b) {
+tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer& b) {
   if (tc_status st = check_buffer_handle(fn, arg, ctx, b)) return st;
   return tiers::check_usable(fn, arg, b);  // memory tiers and checkpointing (core/tiers.h)
 }

@@ -39,15 +39,30 @@ tc_status guarded(const char* fn_name, F&& body) noexcept {
   }
 }
 
-tc_status check_context(const char* fn, tc_context ctx);
-tc_status check_stream(const char* fn, tc_context ctx, tc_stream s);
+// Handle checks take the caller's handle by reference and, when it is live,
+// replace it with its object's address (core/handles.h): code after a check
+// dereferences it. A handle already replaced passes again.
+//
+// `what` names the handle in messages ("buffer A", "gguf file"); failure
+// records "<fn>: <what> (<value>) is not a live tensorcore <kind>: <why>".
+tc_status check_handle(const char* fn, const char* what, void*& h, const HandleKind& kind);
+template <class T>
+tc_status check_handle(const char* fn, const char* what, T*& h, const HandleKind& kind) {
+  void* p = h;
+  tc_status st = check_handle(fn, what, p, kind);
+  h = static_cast<T*>(p);
+  return st;
+}
+
+tc_status check_context(const char* fn, tc_context& ctx);
+tc_status check_stream(const char* fn, tc_context ctx, tc_stream& s);
 // A live buffer of `ctx` (any context when ctx is null) whose bytes an op can
 // use: not discarded by a checkpoint and in device memory (L0); a tier move
 // in flight is waited for first. Every op, read, write and map checks this.
-tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer b);
+tc_status check_buffer(const char* fn, const char* arg, tc_context ctx, tc_buffer& b);
 // Only a live buffer handle of `ctx`, wherever its bytes are (size, free,
 // tier and checkpoint calls).
-tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer b);
+tc_status check_buffer_handle(const char* fn, const char* arg, tc_context ctx, tc_buffer& b);
 tc_status check_out_ptr(const char* fn, const char* arg, const void* p);
 
 // a * b (and a + b) without wrapping; false on overflow or negative inputs.
@@ -61,7 +76,7 @@ bool add_ok(int64_t a, int64_t b, int64_t* out);
 bool span_bytes(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, int64_t elem, int64_t* out);
 
 // The parsed file of a live tc_gguf handle (src/capi/gguf.cpp).
-tc_status gguf_file_of(const char* fn, tc_gguf_s* g, const gguf::File** out);
+tc_status gguf_file_of(const char* fn, tc_gguf_s*& g, const gguf::File** out);
 
 // A registered tokenizer handle built from a file's tokenizer.ggml.*
 // metadata (src/capi/tokenizer.cpp); *none tells a file without a vocabulary.

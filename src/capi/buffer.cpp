@@ -9,23 +9,13 @@ using namespace tc::capi;
 
 namespace {
 
-tc_status check_range(const char* fn, tc_buffer buf, size_t offset, size_t nbytes, const void* host) {
+tc_status check_range(const char* fn, tc_buffer& buf, size_t offset, size_t nbytes, const void* host) {
   if (tc_status st = check_buffer(fn, "buf", nullptr, buf)) return st;
   if (nbytes && !host) return fail(TC_ERR_INVALID_ARG, "%s: host pointer is null", fn);
   if (offset > buf->size() || nbytes > buf->size() - offset)
     return fail(TC_ERR_INVALID_ARG, "%s: range [%zu, %zu + %zu) is outside the buffer of %zu bytes", fn, offset,
                 offset, nbytes, buf->size());
   return TC_OK;
-}
-
-tc_buffer make_buffer(tc_context ctx, StorageRef storage) {
-  auto* b = new tc_buffer_s();
-  b->ctx = ctx;
-  b->storage = std::move(storage);
-  ctx->live_buffers++;
-  tiers::on_create(b);
-  register_handle(b, HandleKind::Buffer);
-  return b;
 }
 
 }  // namespace
@@ -39,10 +29,10 @@ tc_status tc_buffer_alloc(tc_context ctx, size_t nbytes, tc_buffer* out) {
     if (nbytes == 0) return fail(TC_ERR_INVALID_ARG, "tc_buffer_alloc: nbytes must be > 0");
     if (nbytes > (size_t(1) << 62)) return fail(TC_ERR_ALLOC, "tc_buffer_alloc: %zu bytes is beyond any device", nbytes);
     // Device memory under the context's budget (core/tiers.h), counted in L0.
-    StorageRef storage;
-    if (tc_status st = tiers::allocate(ctx, TC_TIER_L0_DEVICE, nbytes, &storage))
+    tc_buffer b = nullptr;
+    if (tc_status st = allocate_buffer(ctx, nbytes, nullptr, &b))
       return fail_with(st, std::string("tc_buffer_alloc: ") + last_detail());
-    *out = make_buffer(ctx, std::move(storage));
+    *out = handle_of(b);
     return TC_OK;
   });
 }
@@ -59,7 +49,7 @@ tc_status tc_buffer_from_ptr(tc_context ctx, void* ptr, size_t nbytes, tc_buffer
     storage->data = ptr;
     storage->size = nbytes;
     storage->owned = false;
-    *out = make_buffer(ctx, std::move(storage));
+    *out = handle_of(new_buffer(ctx, std::move(storage)));
     return TC_OK;
   });
 }
@@ -71,12 +61,7 @@ tc_status tc_buffer_free(tc_buffer buf) {
     if (buf->owner)
       return fail(TC_ERR_INVALID_ARG, "tc_buffer_free: the buffer belongs to a loaded model; free the model instead");
     // end gguf
-    if (tc_status st = checkpoint::forget_buffer(buf)) return st;
-    tiers::on_free(buf);
-    unregister_handle(buf);
-    buf->ctx->live_buffers--;
-    delete buf;
-    return TC_OK;
+    return delete_buffer(buf);
   });
 }
 

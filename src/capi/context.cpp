@@ -6,6 +6,7 @@
 
 #include "capi/api.h"
 #include "core/env.h"
+#include "cpu/thread_pool.h"
 #include "dist/capabilities.h"
 
 using namespace tc;
@@ -75,8 +76,7 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
   // context's GEMMs on the CPU backend over host copies (capi/gemm.cpp).
   ctx->gemm_on_host = !ctx->backend->host_accessible() &&
                       (env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM"));
-  register_handle(ctx, HandleKind::Context);
-  *out = ctx;
+  *out = register_handle(ctx, context_kind());
   return TC_OK;
 }
 
@@ -134,6 +134,11 @@ tc_status tc_runtime_capabilities(tc_context ctx, struct tc_runtime_capabilities
     out->available |= dist::available_capabilities(ctx) & kKnownCapabilities;  // -- dist --
     return TC_OK;
   });
+}
+
+tc_status tc_cpu_run_inline(int32_t on) {
+  cpu::set_run_inline(on != 0);
+  return ok();
 }
 
 int32_t tc_capability_available(const struct tc_runtime_capabilities* caps, uint64_t capability) {

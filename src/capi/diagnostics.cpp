@@ -1,5 +1,6 @@
 #include "tensorcore/diagnostics.h"
 
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "core/objects.h"
 
@@ -39,15 +40,8 @@ const char* tc_status_string(tc_status status) {
 }
 
 const char* tc_dtype_name(tc_dtype dtype) {
-  switch (dtype) {
-    case TC_DTYPE_F16: return "f16";
-    case TC_DTYPE_BF16: return "bf16";
-    case TC_DTYPE_F32: return "f32";
-    case TC_DTYPE_I8: return "i8";
-    case TC_DTYPE_I32: return "i32";
-    case TC_DTYPE_F64: return "f64";
-    default: return "unknown";
-  }
+  const tc::DtypeInfo* d = tc::dtype_of_tc(dtype);
+  return d ? d->name : "unknown";
 }
 
 const char* tc_backend_name(tc_backend backend) {

@@ -28,11 +28,9 @@ constexpr uint64_t kStateFeatures =
     TC_DILOCO_STATE_FEATURE_PAYLOAD_SHA256 | TC_DILOCO_STATE_FEATURE_DETERMINISTIC_LAYOUT |
     TC_DILOCO_STATE_FEATURE_ATOMIC_RESTORE;
 
-tc_status check_diloco(const char* fn, tc_diloco d) {
+tc_status check_diloco(const char* fn, tc_diloco& d) {
   if (!d) return fail(TC_ERR_INVALID_ARG, "%s: diloco is null", fn);
-  if (!is_live_dist_handle(d, DistHandle::Diloco))
-    return fail(TC_ERR_INVALID_ARG, "%s: diloco %p is not a live tensorcore DiLoCo context", fn, (void*)d);
-  return TC_OK;
+  return check_handle(fn, "diloco", d, diloco_kind());
 }
 
 bool in_unit(float v) { return std::isfinite(v) && v >= 0.0f && v < 1.0f; }
@@ -92,16 +90,14 @@ tc_status tc_diloco_init(tc_dist dist, const tc_diloco_config* config, tc_diloco
   return guarded(fn, [&] {
     if (tc_status st = check_out_ptr(fn, "out", out)) return st;
     if (!dist) return fail(TC_ERR_INVALID_ARG, "%s: dist is null", fn);
-    if (!is_live_dist_handle(dist, DistHandle::Dist))
-      return fail(TC_ERR_INVALID_ARG, "%s: dist %p is not a live tensorcore dist context", fn, (void*)dist);
+    if (tc_status st = check_handle(fn, "dist", dist, dist_kind())) return st;
     if (tc_status st = check_config(fn, config)) return st;
     if (dist->device_memory)
       return fail(TC_ERR_UNSUPPORTED, "%s: DiLoCo runs on host buffers (single or gloo groups); this group is NCCL", fn);
     tc_diloco d = nullptr;
     if (tc_status st = diloco_create(dist, *config, &d)) return st;
-    register_dist_handle(d, DistHandle::Diloco);
     dist->live_diloco++;
-    *out = d;
+    *out = register_handle(d, diloco_kind());
     return TC_OK;
   });
 }
@@ -110,7 +106,7 @@ tc_status tc_diloco_finalize(tc_diloco diloco) {
   const char* fn = "tc_diloco_finalize";
   return guarded(fn, [&] {
     if (tc_status st = check_diloco(fn, diloco)) return st;
-    unregister_dist_handle(diloco);
+    unregister_handle(diloco);
     tc_dist dist = diloco->dist;
     diloco_destroy(diloco);
     dist->live_diloco--;

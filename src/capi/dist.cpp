@@ -22,18 +22,14 @@ namespace {
 
 constexpr int32_t kMaxWorld = 1 << 16;
 
-tc_status check_dist(const char* fn, tc_dist d) {
+tc_status check_dist(const char* fn, tc_dist& d) {
   if (!d) return fail(TC_ERR_INVALID_ARG, "%s: dist is null", fn);
-  if (!is_live_dist_handle(d, DistHandle::Dist))
-    return fail(TC_ERR_INVALID_ARG, "%s: dist %p is not a live tensorcore dist context", fn, (void*)d);
-  return TC_OK;
+  return check_handle(fn, "dist", d, dist_kind());
 }
 
-tc_status check_remote(const char* fn, tc_remote r) {
+tc_status check_remote(const char* fn, tc_remote& r) {
   if (!r) return fail(TC_ERR_INVALID_ARG, "%s: remote is null", fn);
-  if (!is_live_dist_handle(r, DistHandle::Remote))
-    return fail(TC_ERR_INVALID_ARG, "%s: remote %p is not a live tensorcore remote endpoint", fn, (void*)r);
-  return TC_OK;
+  return check_handle(fn, "remote", r, remote_kind());
 }
 
 bool is_loopback(const std::string& h) { return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0; }
@@ -149,7 +145,7 @@ tc_status finish_create(const char* fn, const GroupRequest& req, tc_dist* out) {
   return TC_OK;
 }
 
-tc_status check_elems(const char* fn, const char* arg, tc_dist d, tc_buffer b, size_t n, tc_dtype dtype,
+tc_status check_elems(const char* fn, const char* arg, tc_dist d, tc_buffer& b, size_t n, tc_dtype dtype,
                       int64_t multiplier) {
   if (tc_status st = check_buffer(fn, arg, d->ctx, b)) return st;
   int64_t bytes;
@@ -461,8 +457,7 @@ static tc_status remote_create(const char* fn, tc_context ctx, int32_t role, con
   auto* r = new tc_remote_s();
   r->ctx = ctx;
   r->ep = std::move(ep);
-  register_dist_handle(r, DistHandle::Remote);
-  *out = r;
+  *out = register_handle(r, remote_kind());
   return TC_OK;
 }
 
@@ -481,7 +476,7 @@ tc_status tc_remote_init_authenticated(tc_context ctx, int32_t role, const char*
 tc_status tc_remote_shutdown(tc_remote remote) {
   return guarded("tc_remote_shutdown", [&] {
     if (tc_status st = check_remote("tc_remote_shutdown", remote)) return st;
-    unregister_dist_handle(remote);
+    unregister_handle(remote);
     delete remote;
     return TC_OK;
   });

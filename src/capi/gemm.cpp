@@ -143,7 +143,7 @@ tc_status run(EntryId id, bool batched, bool async, tc_stream stream, tc_context
               fmt("M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,accum=%s,ta=%d,tb=%d", (long long)d.M, (long long)d.N,
                   (long long)d.K, (long long)d.batch, dtype_label(d.dtype).c_str(), dtype_label(d.accum).c_str(),
                   d.transpose_a, d.transpose_b));
-  if (ctx->gemm_on_host) return gemm_on_host(c, args);
+  if (c.context()->gemm_on_host) return gemm_on_host(c, args);
   return c.run(&Backend::gemm, args);
 }
 

@@ -40,11 +40,18 @@ struct tc_gguf_model_s {
 
 namespace {
 
-tc_status check_gguf(const char* fn, tc_gguf g) {
+const HandleKind& gguf_file_kind() {
+  static const HandleKind& k = handle_kind("gguf file");
+  return k;
+}
+const HandleKind& gguf_model_kind() {
+  static const HandleKind& k = handle_kind("gguf model");
+  return k;
+}
+
+tc_status check_gguf(const char* fn, tc_gguf& g) {
   if (!g) return fail(TC_ERR_INVALID_ARG, "%s: gguf handle is null", fn);
-  if (!is_live_handle(g, HandleKind::GgufFile))
-    return fail(TC_ERR_INVALID_ARG, "%s: %p is not an open tc_gguf", fn, (void*)g);
-  return TC_OK;
+  return check_handle(fn, "gguf handle", g, gguf_file_kind());
 }
 
 }  // namespace
@@ -52,7 +59,7 @@ tc_status check_gguf(const char* fn, tc_gguf g) {
 namespace tc {
 namespace capi {
 
-tc_status gguf_file_of(const char* fn, tc_gguf g, const gguf::File** out) {
+tc_status gguf_file_of(const char* fn, tc_gguf& g, const gguf::File** out) {
   if (tc_status st = check_gguf(fn, g)) return st;
   *out = g->file.get();
   return TC_OK;
@@ -63,11 +70,9 @@ tc_status gguf_file_of(const char* fn, tc_gguf g, const gguf::File** out) {
 
 namespace {
 
-tc_status check_model(const char* fn, tc_gguf_model m) {
+tc_status check_model(const char* fn, tc_gguf_model& m) {
   if (!m) return fail(TC_ERR_INVALID_ARG, "%s: model handle is null", fn);
-  if (!is_live_handle(m, HandleKind::GgufModel))
-    return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tc_gguf_model", fn, (void*)m);
-  return TC_OK;
+  return check_handle(fn, "model handle", m, gguf_model_kind());
 }
 
 tc_status check_name(const char* fn, const char* what, const char* s) {
@@ -83,7 +88,7 @@ struct Target {
   const gguf::Value* value = nullptr;
 };
 
-tc_status resolve(const char* fn, tc_gguf g, const char* key, const int64_t* path, int32_t depth, Target* t) {
+tc_status resolve(const char* fn, tc_gguf& g, const char* key, const int64_t* path, int32_t depth, Target* t) {
   if (tc_status st = check_gguf(fn, g)) return st;
   if (tc_status st = check_name(fn, "key", key)) return st;
   if (depth < 0 || (depth > 0 && !path))
@@ -121,7 +126,7 @@ tc_status wrong_type(const char* fn, const char* key, int32_t type, const char* 
   return fail(TC_ERR_INVALID_ARG, "%s: '%s' is a %s, not %s", fn, key, gguf::value_type_name(type), want);
 }
 
-tc_status get_str(const char* fn, tc_gguf g, const char* key, const int64_t* path, int32_t depth, const char** out,
+tc_status get_str(const char* fn, tc_gguf& g, const char* key, const int64_t* path, int32_t depth, const char** out,
                   size_t* len) {
   Target t;
   if (tc_status st = resolve(fn, g, key, path, depth, &t)) return st;
@@ -136,7 +141,7 @@ tc_status get_str(const char* fn, tc_gguf g, const char* key, const int64_t* pat
 bool is_scalar(int32_t type) { return gguf::value_size(type) != 0; }
 bool is_float(int32_t type) { return type == gguf::kF32 || type == gguf::kF64; }
 
-tc_status get_i64(const char* fn, tc_gguf g, const char* key, const int64_t* path, int32_t depth, int64_t* out) {
+tc_status get_i64(const char* fn, tc_gguf& g, const char* key, const int64_t* path, int32_t depth, int64_t* out) {
   Target t;
   if (tc_status st = resolve(fn, g, key, path, depth, &t)) return st;
   if (tc_status st = check_out_ptr(fn, "out", out)) return st;
@@ -146,7 +151,7 @@ tc_status get_i64(const char* fn, tc_gguf g, const char* key, const int64_t* pat
   return TC_OK;
 }
 
-tc_status get_u64(const char* fn, tc_gguf g, const char* key, const int64_t* path, int32_t depth, uint64_t* out) {
+tc_status get_u64(const char* fn, tc_gguf& g, const char* key, const int64_t* path, int32_t depth, uint64_t* out) {
   Target t;
   if (tc_status st = resolve(fn, g, key, path, depth, &t)) return st;
   if (tc_status st = check_out_ptr(fn, "out", out)) return st;
@@ -156,7 +161,7 @@ tc_status get_u64(const char* fn, tc_gguf g, const char* key, const int64_t* pat
   return TC_OK;
 }
 
-tc_status get_f64(const char* fn, tc_gguf g, const char* key, const int64_t* path, int32_t depth, double* out) {
+tc_status get_f64(const char* fn, tc_gguf& g, const char* key, const int64_t* path, int32_t depth, double* out) {
   Target t;
   if (tc_status st = resolve(fn, g, key, path, depth, &t)) return st;
   if (tc_status st = check_out_ptr(fn, "out", out)) return st;
@@ -196,36 +201,13 @@ tc_status matrix_info(const char* fn, const char* name, int32_t type, int32_t fo
   return TC_OK;
 }
 
-const gguf::TensorInfo* find_tensor(const char* fn, tc_gguf g, const char* name, tc_status* st) {
+const gguf::TensorInfo* find_tensor(const char* fn, tc_gguf& g, const char* name, tc_status* st) {
   *st = check_gguf(fn, g);
   if (!*st) *st = check_name(fn, "name", name);
   if (*st) return nullptr;
   const gguf::TensorInfo* t = g->file->find_tensor(name);
   if (!t) *st = fail(TC_ERR_INVALID_ARG, "%s: no tensor named '%s'", fn, name);
   return t;
-}
-
-// A buffer handle over `storage`, made like tc_buffer_alloc's (counted by the
-// context, known to the memory tiers).
-tc_buffer new_buffer(tc_context ctx, StorageRef storage, const void* owner) {
-  auto* b = new tc_buffer_s();
-  b->ctx = ctx;
-  b->storage = std::move(storage);
-  b->owner = owner;
-  ctx->live_buffers++;
-  tiers::on_create(b);
-  register_handle(b, HandleKind::Buffer);
-  return b;
-}
-
-// Frees a model's buffer as tc_buffer_free would (a checkpoint registered on
-// it is dropped with it).
-void delete_buffer(tc_buffer b) {
-  checkpoint::forget_buffer(b);
-  tiers::on_free(b);
-  unregister_handle(b);
-  b->ctx->live_buffers--;
-  delete b;
 }
 
 // Storage holding a copy of `n` bytes in the context's device memory.
@@ -256,10 +238,10 @@ void fill_loaded(const tc_gguf_model_s::Tensor& t, struct tc_gguf_loaded_tensor*
   out->n_dims = t.n_dims;
   for (int d = 0; d < gguf::kMaxDims; ++d) out->dims[d] = d < t.n_dims ? t.dims[d] : 1;
   out->n_bytes = t.n_bytes;
-  out->buffer = t.buffer;
+  out->buffer = handle_of(t.buffer);
 }
 
-const tc_gguf_model_s::Tensor* find_loaded(const char* fn, tc_gguf_model m, const char* name, tc_status* st) {
+const tc_gguf_model_s::Tensor* find_loaded(const char* fn, tc_gguf_model& m, const char* name, tc_status* st) {
   *st = check_model(fn, m);
   if (!*st) *st = check_name(fn, "name", name);
   if (*st) return nullptr;
@@ -313,8 +295,7 @@ tc_status tc_gguf_open(const char* path, tc_gguf* out) {
     if (tc_status st = gguf::File::open(path, &f)) return st;
     auto* g = new tc_gguf_s();
     g->file = std::move(f);
-    register_handle(g, HandleKind::GgufFile);
-    *out = g;
+    *out = register_handle(g, gguf_file_kind());
     return TC_OK;
   });
 }
@@ -327,8 +308,7 @@ tc_status tc_gguf_open_memory(const void* data, size_t size, tc_gguf* out) {
     if (tc_status st = gguf::File::open_memory(data, size, &f)) return st;
     auto* g = new tc_gguf_s();
     g->file = std::move(f);
-    register_handle(g, HandleKind::GgufFile);
-    *out = g;
+    *out = register_handle(g, gguf_file_kind());
     return TC_OK;
   });
 }
@@ -556,7 +536,7 @@ tc_status tc_gguf_tensor_to_buffer(tc_context ctx, tc_gguf g, const char* name, 
     } else if (tc_status s = copy_storage(fn, ctx, f.tensor_data(*t), t->n_bytes, &storage)) {
       return s;
     }
-    *out = new_buffer(ctx, std::move(storage), nullptr);
+    *out = handle_of(new_buffer(ctx, std::move(storage), nullptr));
     return TC_OK;
   });
 }
@@ -607,8 +587,7 @@ tc_status tc_gguf_load_supported_tensors(tc_context ctx, tc_gguf g, tc_gguf_mode
       m->index.emplace(lt.name, m->tensors.size());
       m->tensors.push_back(std::move(lt));
     }
-    register_handle(m.get(), HandleKind::GgufModel);
-    *out = m.release();
+    *out = register_handle(m.release(), gguf_model_kind());
     return TC_OK;
   });
 }

@@ -16,15 +16,14 @@ struct tc_gguf_writer_s {
 
 namespace {
 
-tc_status check_writer(const char* fn, tc_gguf_writer w) {
+tc_status check_writer(const char* fn, tc_gguf_writer& w) {
   if (!w) return fail(TC_ERR_INVALID_ARG, "%s: writer is null", fn);
-  if (!is_live_handle(w, HandleKind::GgufWriter))
-    return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tc_gguf_writer", fn, (void*)w);
-  return TC_OK;
+  static const HandleKind& kind = handle_kind("gguf writer");
+  return check_handle(fn, "writer", w, kind);
 }
 
 // A new top-level key: not null, not empty, not set yet, no array open.
-tc_status check_new_key(const char* fn, tc_gguf_writer w, const char* key) {
+tc_status check_new_key(const char* fn, tc_gguf_writer& w, const char* key) {
   if (tc_status st = check_writer(fn, w)) return st;
   if (!key || !*key) return fail(TC_ERR_INVALID_ARG, "%s: key is null or empty", fn);
   if (w->w.in_array())
@@ -35,7 +34,7 @@ tc_status check_new_key(const char* fn, tc_gguf_writer w, const char* key) {
 
 bool power_of_two(uint64_t v) { return v && !(v & (v - 1)) && v <= (uint64_t(1) << 30); }
 
-tc_status set_scalar(const char* fn, tc_gguf_writer w, const char* key, int32_t type, const void* v) {
+tc_status set_scalar(const char* fn, tc_gguf_writer& w, const char* key, int32_t type, const void* v) {
   if (tc_status st = check_new_key(fn, w, key)) return st;
   if (!std::strcmp(key, "general.alignment")) {
     uint32_t a = 0;
@@ -55,7 +54,7 @@ tc_status check_elem_type(const char* fn, int32_t t, bool fixed_only) {
   return TC_OK;
 }
 
-tc_status begin(const char* fn, tc_gguf_writer w, const char* key, int32_t elem_type) {
+tc_status begin(const char* fn, tc_gguf_writer& w, const char* key, int32_t elem_type) {
   if (tc_status st = check_writer(fn, w)) return st;
   if (tc_status st = check_elem_type(fn, elem_type, false)) return st;
   if (!w->w.in_array()) {
@@ -75,7 +74,7 @@ tc_status begin(const char* fn, tc_gguf_writer w, const char* key, int32_t elem_
   return TC_OK;
 }
 
-tc_status push_values(const char* fn, tc_gguf_writer w, int32_t elem_type, const void* data, uint64_t count) {
+tc_status push_values(const char* fn, tc_gguf_writer& w, int32_t elem_type, const void* data, uint64_t count) {
   if (tc_status st = check_writer(fn, w)) return st;
   if (tc_status st = check_elem_type(fn, elem_type, true)) return st;
   if (!w->w.in_array()) return fail(TC_ERR_INVALID_ARG, "%s: no array is open", fn);
@@ -89,7 +88,7 @@ tc_status push_values(const char* fn, tc_gguf_writer w, int32_t elem_type, const
   return TC_OK;
 }
 
-tc_status push_str(const char* fn, tc_gguf_writer w, const char* v, size_t len) {
+tc_status push_str(const char* fn, tc_gguf_writer& w, const char* v, size_t len) {
   if (tc_status st = check_writer(fn, w)) return st;
   if (!w->w.in_array()) return fail(TC_ERR_INVALID_ARG, "%s: no array is open", fn);
   if (w->w.open_elem_type() != gguf::kString)
@@ -101,7 +100,7 @@ tc_status push_str(const char* fn, tc_gguf_writer w, const char* v, size_t len) 
 }
 
 // Checks a tensor's name, type and dims and returns its exact byte size.
-tc_status check_tensor(const char* fn, tc_gguf_writer w, const char* name, int32_t type, const int64_t* dims,
+tc_status check_tensor(const char* fn, tc_gguf_writer& w, const char* name, int32_t type, const int64_t* dims,
                        int32_t n_dims, gguf::Writer::Tensor* t) {
   if (tc_status st = check_writer(fn, w)) return st;
   if (!name || !*name) return fail(TC_ERR_INVALID_ARG, "%s: tensor name is null or empty", fn);
@@ -141,8 +140,8 @@ tc_status tc_gguf_writer_create(tc_gguf_writer* out) {
   return guarded("tc_gguf_writer_create", [&] {
     if (tc_status st = check_out_ptr("tc_gguf_writer_create", "out", out)) return st;
     auto* w = new tc_gguf_writer_s();
-    register_handle(w, HandleKind::GgufWriter);
-    *out = w;
+    static const HandleKind& kind = handle_kind("gguf writer");
+    *out = register_handle(w, kind);
     return TC_OK;
   });
 }

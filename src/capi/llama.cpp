@@ -24,10 +24,14 @@ struct tc_llama_s {
 
 namespace {
 
-tc_status check_llama(const char* fn, tc_llama m) {
+const HandleKind& llama_kind() {
+  static const HandleKind& k = handle_kind("llama model");
+  return k;
+}
+
+tc_status check_llama(const char* fn, tc_llama& m) {
   if (!m) return fail(TC_ERR_INVALID_ARG, "%s: model is null", fn);
-  if (!is_live_handle(m, HandleKind::Llama)) return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tc_llama", fn, (void*)m);
-  return TC_OK;
+  return check_handle(fn, "model", m, llama_kind());
 }
 
 }  // namespace
@@ -45,7 +49,10 @@ tc_status tc_llama_load(tc_context ctx, const char* path, int64_t n_ctx, tc_llam
     std::unique_ptr<tc_llama_s> m(new tc_llama_s());
     if (tc_status st = model::Llama::load(ctx, path, n_ctx, &m->impl)) return st;
     bool none = false;
-    if (tc_status st = tokenizer_from_gguf(m->impl->file(), &m->tokenizer, &none)) {
+    tc_tokenizer tokenizer = nullptr;
+    tc_status st = tokenizer_from_gguf(m->impl->file(), &tokenizer, &none);
+    m->tokenizer = handle_address(tokenizer);  // held as an object, like every stored handle
+    if (st) {
       if (!none) return fail_with(st, std::string(fn) + ": " + last_detail());
       // No vocabulary at all: the model still runs on token ids.
       m->no_tokenizer = last_detail();
@@ -57,8 +64,7 @@ tc_status tc_llama_load(tc_context ctx, const char* path, int64_t n_ctx, tc_llam
       return fail(TC_ERR_CORRUPT, "%s: %lld tokens in tokenizer.ggml.tokens for a vocabulary of %lld", fn, nt,
                   (long long)m->impl->config().n_vocab);
     }
-    register_handle(m.get(), HandleKind::Llama);
-    *out = m.release();
+    *out = register_handle(m.release(), llama_kind());
     return TC_OK;
   });
 }
@@ -149,7 +155,7 @@ tc_status tc_llama_tokenizer(tc_llama m, tc_tokenizer* out) {
     if (tc_status st = check_llama("tc_llama_tokenizer", m)) return st;
     if (tc_status st = check_out_ptr("tc_llama_tokenizer", "out", out)) return st;
     if (!m->tokenizer) return fail_with(TC_ERR_UNSUPPORTED, "tc_llama_tokenizer: " + m->no_tokenizer);
-    *out = m->tokenizer;
+    *out = handle_of(m->tokenizer);
     return TC_OK;
   });
 }

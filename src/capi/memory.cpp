@@ -29,7 +29,7 @@ tc_status check_tiers_supported(const char* fn, tc_context ctx) {
   return TC_OK;
 }
 
-tc_status move(const char* fn, tc_buffer buf, tc_memory_tier target, tc_stream stream, bool promote) {
+tc_status move(const char* fn, tc_buffer& buf, tc_memory_tier target, tc_stream stream, bool promote) {
   if (tc_status st = check_buffer_handle(fn, "buf", nullptr, buf)) return st;
   if (tc_status st = check_tier(fn, target)) return st;
   if (stream)
@@ -41,7 +41,7 @@ tc_status move(const char* fn, tc_buffer buf, tc_memory_tier target, tc_stream s
   return tiers::move(fn, buf, target, promote, stream ? stream->queue.get() : nullptr);
 }
 
-tc_status check_budget_context(const char* fn, tc_context ctx) {
+tc_status check_budget_context(const char* fn, tc_context& ctx) {
   if (tc_status st = check_context(fn, ctx)) return st;
   return check_tiers_supported(fn, ctx);
 }

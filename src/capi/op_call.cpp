@@ -232,7 +232,7 @@ tc_status OpCall::span(const char* name, std::initializer_list<int64_t> shape, i
 tc_status OpCall::check_handles_dtypes_dims() {
   // 1. handles, then the stream
   if (tc_status st = check_context(fn(), ctx_)) return st;
-  for (const Slot& s : slots()) {
+  for (Slot& s : slots()) {  // each handle is resolved in place (core/handles.h)
     if (s.param->kind != Param::Buffer || (!s.value.buf && s.param->optional)) continue;
     if (tc_status st = check_buffer(fn(), s.param->name.c_str(), ctx_, s.value.buf)) return st;
   }

@@ -17,8 +17,7 @@ tc_status tc_stream_create(tc_context ctx, tc_stream* out) {
     s->ctx = ctx;
     s->queue = std::move(queue);
     ctx->live_streams++;
-    register_handle(s, HandleKind::Stream);
-    *out = s;
+    *out = register_handle(s, stream_kind());
     return TC_OK;
   });
 }

@@ -16,19 +16,21 @@ struct tc_tokenizer_s {
 
 namespace {
 
-tc_status check_tokenizer(const char* fn, tc_tokenizer t) {
+const HandleKind& tokenizer_kind() {
+  static const HandleKind& k = handle_kind("tokenizer");
+  return k;
+}
+
+tc_status check_tokenizer(const char* fn, tc_tokenizer& t) {
   if (!t) return fail(TC_ERR_INVALID_ARG, "%s: tokenizer is null", fn);
-  if (!is_live_handle(t, HandleKind::Tokenizer))
-    return fail(TC_ERR_INVALID_ARG, "%s: %p is not a live tokenizer", fn, (void*)t);
-  return TC_OK;
+  return check_handle(fn, "tokenizer", t, tokenizer_kind());
 }
 
 tc_status make(model::Vocab v, tc_tokenizer* out) {
   model::Tokenizer* impl = nullptr;
   if (tc_status st = model::Tokenizer::create(std::move(v), &impl)) return st;
   auto* t = new tc_tokenizer_s{std::unique_ptr<model::Tokenizer>(impl)};
-  register_handle(t, HandleKind::Tokenizer);
-  *out = t;
+  *out = register_handle(t, tokenizer_kind());
   return TC_OK;
 }
 
@@ -54,7 +56,7 @@ tc_status read_arrays(const char* fn, int64_t n_tokens, const char* const* token
   return TC_OK;
 }
 
-tc_status encode(const char* fn, tc_tokenizer t, const char* text, size_t len, uint32_t flags, int32_t* ids,
+tc_status encode(const char* fn, tc_tokenizer& t, const char* text, size_t len, uint32_t flags, int32_t* ids,
                  int64_t capacity, int64_t* n_out) {
   if (tc_status st = check_tokenizer(fn, t)) return st;
   if (tc_status st = check_out_ptr(fn, "n_out", n_out)) return st;

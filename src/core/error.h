@@ -1,6 +1,12 @@
 // Thread-local record of the last call's status and its human-readable detail.
+//
+// The one implementation of it: libtensorcore and libsimpler each compile
+// this file, so each library keeps its own record per thread (what
+// tc_last_error_detail and simpler_last_error_detail report) through the
+// same code.
 #pragma once
 
+#include <cstdarg>
 #include <string>
 
 #include "tensorcore/types.h"
@@ -20,5 +26,9 @@ tc_status ok();
 
 tc_status last_status();
 const std::string& last_detail();
+
+// printf into a std::string, whatever its length.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string vformat(const char* fmt, va_list ap);
 
 }  // namespace tc

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtypes.h"  // dtype_size, which every user of these conversions needs
+
 namespace tc {
 
 inline uint32_t f32_bits(float f) {
@@ -57,17 +59,6 @@ inline uint16_t f32_to_f16(float f) {
   uint32_t mant_odd = (au >> 13) & 1u;
   au += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
   return uint16_t(sign | (au >> 13));
-}
-
-inline size_t dtype_size(int32_t dtype) {
-  switch (dtype) {
-    case 0: case 1: return 2;  // f16, bf16
-    case 2: return 4;          // f32
-    case 3: return 1;          // i8
-    case 4: return 4;          // i32
-    case 5: return 8;          // f64
-    default: return 0;
-  }
 }
 
 }  // namespace tc

@@ -1,5 +1,6 @@
 #include "core/objects.h"
 
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "tensorcore/diagnostics.h"
 
@@ -12,41 +13,42 @@
 namespace tc {
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::unordered_map<const void*, HandleKind>& registry() {
-  static auto* map = new std::unordered_map<const void*, HandleKind>();  // outlives static destructors
-  return *map;
-}
-
 thread_local tc_backend t_last_backend = TC_BACKEND_NONE;
 thread_local std::string t_last_cuda_kernel;
 
 }  // namespace
 
-void register_handle(const void* h, HandleKind kind) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[h] = kind;
-}
-
-void unregister_handle(const void* h) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry().erase(h);
-}
-
-bool is_live_handle(const void* h, HandleKind kind) {
-  if (!h) return false;
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(h);
-  return it != registry().end() && it->second == kind;
-}
-
 void note_backend(tc_backend backend) { t_last_backend = backend; }
 tc_backend last_backend() { return t_last_backend; }
 void note_cuda_kernel(const char* name) { t_last_cuda_kernel = name ? name : ""; }
 const char* last_cuda_kernel() { return t_last_cuda_kernel.c_str(); }
+
+tc_buffer_s* new_buffer(tc_context_s* ctx, StorageRef storage, const void* owner) {
+  auto* b = new tc_buffer_s();
+  b->ctx = ctx;
+  b->storage = std::move(storage);
+  b->owner = owner;
+  ctx->live_buffers++;
+  tiers::on_create(b);
+  register_handle(b, buffer_kind());
+  return b;
+}
+
+tc_status allocate_buffer(tc_context_s* ctx, size_t nbytes, const void* owner, tc_buffer_s** out) {
+  StorageRef storage;
+  if (tc_status st = tiers::allocate(ctx, TC_TIER_L0_DEVICE, nbytes, &storage)) return st;
+  *out = new_buffer(ctx, std::move(storage), owner);
+  return TC_OK;
+}
+
+tc_status delete_buffer(tc_buffer_s* buf) {
+  if (tc_status st = checkpoint::forget_buffer(buf)) return st;
+  tiers::on_free(buf);
+  unregister_handle(buf);
+  buf->ctx->live_buffers--;
+  delete buf;
+  return TC_OK;
+}
 
 tc_status Backend::no_kernel(const OpInfo& info) const {
   const char* backend = kind() == TC_BACKEND_CUDA ? "CUDA" : tc_backend_name(kind());

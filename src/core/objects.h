@@ -1,5 +1,5 @@
-// The objects behind the C handles, and the registry that tells a live
-// handle from a stale or foreign pointer.
+// The objects behind the core C handles (context, buffer, stream); the
+// handle registry is core/handles.h.
 #pragma once
 
 #include <atomic>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/handles.h"
 #include "core/tiers.h"
 #include "tensorcore/types.h"
 
@@ -76,23 +77,18 @@ struct tc_stream_s {
 
 namespace tc {
 
-enum class HandleKind {
-  Context,
-  Buffer,
-  Stream,
-  // gguf
-  GgufFile,
-  GgufModel,
-  GgufWriter,
-  // end gguf
-  Llama,
-  Tokenizer,
-};
-
-// Every handle given out is registered until it is destroyed.
-void register_handle(const void* h, HandleKind kind);
-void unregister_handle(const void* h);
-bool is_live_handle(const void* h, HandleKind kind);
+// Buffer objects, for the C API and for code inside the library (models,
+// loaders) that needs device memory without going through the C API. They
+// return plain objects; handle_of() gives the handle for a caller.
+//
+// A buffer over `storage`, counted by its context and known to the memory
+// tiers; `owner` non-null marks one that only its owner frees.
+tc_buffer_s* new_buffer(tc_context_s* ctx, StorageRef storage, const void* owner = nullptr);
+// `nbytes` (> 0) of device memory under the context's budget, in tier L0.
+tc_status allocate_buffer(tc_context_s* ctx, size_t nbytes, const void* owner, tc_buffer_s** out);
+// Frees it as tc_buffer_free would (a checkpoint registered on it is dropped
+// with it); fails, keeping the buffer, when its checkpoint is busy.
+tc_status delete_buffer(tc_buffer_s* buf);
 
 // Thread-local record of the backend that ran the thread's last kernel, and
 // of the last CUDA kernel or library call it launched.

@@ -1,14 +1,22 @@
 // Bulk conversion between f32 and the 16-bit float formats, vectorised where
-// the processor allows, rounding exactly as core/half.h.
+// the processor allows, rounding exactly as core/half.h. The row conversions
+// are core's (core/convert.h); here they take the path TC_CPU_ISA allows.
 #pragma once
 
 #include <cstdint>
 
+#include "core/convert.h"
+#include "cpu/cpu_features.h"
+
 namespace tc {
 namespace cpu {
 
-void widen_row(bool bf16, const uint16_t* src, float* dst, int64_t n);
-void narrow_row(bool bf16, const float* src, uint16_t* dst, int64_t n);
+inline void widen_row(bool bf16, const uint16_t* src, float* dst, int64_t n) {
+  tc::widen_row(bf16, src, dst, n, features().avx2);
+}
+inline void narrow_row(bool bf16, const float* src, uint16_t* dst, int64_t n) {
+  tc::narrow_row(bf16, src, dst, n, features().avx2);
+}
 
 // Splits f16 values into two bf16 with x == hi + lo exactly: hi is x rounded
 // to bf16 (8 significant bits) and the remainder, at most 3 significant bits

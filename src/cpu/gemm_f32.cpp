@@ -143,7 +143,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
 #if TC_HAVE_BLAS
-  if (use_blas()) {
+  if (use_blas() && !runs_inline()) {  // the BLAS would bring threads of its own
     if (beta == 0.0f && !blas_state().beta0_writes) scale_c(c, M, N, ldc, 0.0f);
     blas::sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
     return;

@@ -20,6 +20,7 @@ namespace cpu {
 namespace {
 
 thread_local bool t_in_pool = false;
+thread_local bool t_inline = false;  // tc_cpu_run_inline
 
 class Pool {
  public:
@@ -40,7 +41,7 @@ class Pool {
   // One job at a time: callers from different threads (streams, user
   // threads) queue up on run_mu_.
   void run(const std::function<void(int, int)>& fn) {
-    if (nthreads_ == 1 || t_in_pool) {
+    if (nthreads_ == 1 || t_in_pool || t_inline) {
       fn(0, 1);
       return;
     }
@@ -165,13 +166,16 @@ Pool& pool() {
 
 int num_threads() { return pool().size(); }
 
+bool runs_inline() { return t_inline; }
+void set_run_inline(bool on) { t_inline = on; }
+
 void parallel_run(const std::function<void(int, int)>& fn) { pool().run(fn); }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int nt = num_threads();
-  if (nt == 1 || n <= grain || t_in_pool) {
+  if (nt == 1 || n <= grain || t_in_pool || t_inline) {
     fn(0, n);
     return;
   }

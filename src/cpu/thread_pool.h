@@ -16,6 +16,11 @@ int num_threads();
 // when there is one thread, or when called from inside a pool worker.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+// Whether CPU work called from this thread stays on it (tc_cpu_run_inline):
+// no pool fan-out, and no BLAS with threads of its own.
+bool runs_inline();
+void set_run_inline(bool on);
+
 // Calls fn(t, nthreads) once on each of `nthreads` participants (the caller is
 // participant 0); for kernels that partition work themselves.
 void parallel_run(const std::function<void(int, int)>& fn);

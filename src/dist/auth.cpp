@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "dist/crypto.h"
+#include "core/crypto.h"
 
 namespace tc {
 namespace dist {

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/objects.h"
 #include "core/half.h"
-#include "dist/crypto.h"
+#include "core/crypto.h"
 #include "dist/diloco.h"
 #include "dist/group.h"
 

@@ -20,7 +20,7 @@
 #include <cstring>
 
 #include "core/half.h"
-#include "cpu/convert.h"
+#include "core/convert.h"
 #include "dist/diloco.h"
 
 namespace tc {
@@ -92,13 +92,13 @@ tc_status exchange(Comm& comm, int32_t compress, const std::vector<float>& delta
       const float inv = 1.0f / float(world);
       for (size_t i = 0; i < n; ++i) s[i] = (delta[i] + (*residual)[i]) * inv;
       std::vector<uint16_t> q(n);
-      cpu::narrow_row(false, s.data(), q.data(), int64_t(n));
+      narrow_row(false, s.data(), q.data(), int64_t(n));
       std::vector<float> back(n);
-      cpu::widen_row(false, q.data(), back.data(), int64_t(n));
+      widen_row(false, q.data(), back.data(), int64_t(n));
       for (size_t i = 0; i < n; ++i) (*residual)[i] = (s[i] - back[i]) * float(world);
       if (tc_status st = comm.allreduce(q.data(), n, TC_DTYPE_F16, TC_REDUCE_SUM)) return st;
       g->resize(n);
-      cpu::widen_row(false, q.data(), g->data(), int64_t(n));
+      widen_row(false, q.data(), g->data(), int64_t(n));
       *bytes = wire_bytes_allreduce(2 * n, world);
       return TC_OK;
     }
@@ -170,7 +170,7 @@ void widen_param(const DilocoParam& p, const void* src, float* flat) {
   if (p.dtype == TC_DTYPE_F32)
     std::memcpy(dst, src, p.n * 4);
   else
-    cpu::widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
+    widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
 }
 
 tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
@@ -195,7 +195,7 @@ tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vecto
     if (p.dtype == TC_DTYPE_F32)
       std::memcpy(dst, src, p.n * 4);
     else
-      cpu::narrow_row(p.dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(dst), int64_t(p.n));
+      narrow_row(p.dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(dst), int64_t(p.n));
     if (tc_status st = write_param(p, dst)) return st;
   }
   return TC_OK;

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "dist/crypto.h"
+#include "core/crypto.h"
 #include "dist/diloco.h"
 
 namespace tc {

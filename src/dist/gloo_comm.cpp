@@ -31,7 +31,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "cpu/convert.h"
+#include "core/convert.h"
 #include "dist/comm.h"
 
 namespace tc {
@@ -70,10 +70,10 @@ void reduce_16(void* out, const void* a, const void* b, size_t n) {
   auto* y = static_cast<const uint16_t*>(b);
   for (size_t i = 0; i < n; i += kChunk) {
     int64_t m = int64_t(std::min(kChunk, n - i));
-    cpu::widen_row(BF16, x + i, xa, m);
-    cpu::widen_row(BF16, y + i, xb, m);
+    widen_row(BF16, x + i, xa, m);
+    widen_row(BF16, y + i, xb, m);
     for (int64_t j = 0; j < m; ++j) xa[j] = Op::apply(xa[j], xb[j]);
-    cpu::narrow_row(BF16, xa, o + i, m);
+    narrow_row(BF16, xa, o + i, m);
   }
 }
 
@@ -113,9 +113,9 @@ void scale(void* buf, size_t n, tc_dtype dtype, float s) {
   float t[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     int64_t m = int64_t(std::min(kChunk, n - i));
-    cpu::widen_row(bf16, p + i, t, m);
+    widen_row(bf16, p + i, t, m);
     for (int64_t j = 0; j < m; ++j) t[j] *= s;
-    cpu::narrow_row(bf16, t, p + i, m);
+    narrow_row(bf16, t, p + i, m);
   }
 }
 

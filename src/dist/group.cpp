@@ -9,32 +9,17 @@
 namespace tc {
 namespace dist {
 
-namespace {
-
-std::mutex& handles_mu() {
-  static std::mutex mu;
-  return mu;
+const HandleKind& dist_kind() {
+  static const HandleKind& k = handle_kind("dist group");
+  return k;
 }
-std::unordered_map<const void*, DistHandle>& handles() {
-  static auto* m = new std::unordered_map<const void*, DistHandle>();
-  return *m;
+const HandleKind& diloco_kind() {
+  static const HandleKind& k = handle_kind("DiLoCo context");
+  return k;
 }
-
-}  // namespace
-
-void register_dist_handle(const void* h, DistHandle kind) {
-  std::lock_guard<std::mutex> lock(handles_mu());
-  handles()[h] = kind;
-}
-void unregister_dist_handle(const void* h) {
-  std::lock_guard<std::mutex> lock(handles_mu());
-  handles().erase(h);
-}
-bool is_live_dist_handle(const void* h, DistHandle kind) {
-  if (!h) return false;
-  std::lock_guard<std::mutex> lock(handles_mu());
-  auto it = handles().find(h);
-  return it != handles().end() && it->second == kind;
+const HandleKind& remote_kind() {
+  static const HandleKind& k = handle_kind("remote endpoint");
+  return k;
 }
 
 int64_t default_timeout_ms() {
@@ -98,14 +83,12 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
     tc_status st = req.backend == TC_DIST_GLOO ? make_gloo_comm(spec, &d->comm) : make_nccl_comm(spec, &d->comm);
     if (st) return fail_with(st, std::string(fn) + ": " + last_detail());
   }
-  tc_dist h = d.release();
-  register_dist_handle(h, DistHandle::Dist);
-  *out = h;
+  *out = register_handle(d.release(), dist_kind());
   return TC_OK;
 }
 
 void destroy_group(tc_dist d) {
-  unregister_dist_handle(d);
+  unregister_handle(d);
   d->comm.reset();
   d->store.reset();
   d->server.reset();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "core/handles.h"
 #include "dist/store.h"
 #include "tensorcore/dist.h"
 
@@ -52,11 +53,10 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out);
 // Leaves it: destroys the communicator, then the store.
 void destroy_group(tc_dist d);
 
-// Handles of this area, told apart from stale or foreign pointers.
-enum class DistHandle { Dist, Diloco, Remote };
-void register_dist_handle(const void* h, DistHandle kind);
-void unregister_dist_handle(const void* h);
-bool is_live_dist_handle(const void* h, DistHandle kind);
+// The handle kinds of this area (core/handles.h).
+const HandleKind& dist_kind();
+const HandleKind& diloco_kind();
+const HandleKind& remote_kind();
 
 // The default timeout: $TC_DIST_TIMEOUT_MS, else 120 s.
 int64_t default_timeout_ms();

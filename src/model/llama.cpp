@@ -43,7 +43,6 @@
 #include "core/objects.h"
 #include "model/llama.h"
 #include "quant/formats.h"
-#include "tensorcore/buffer.h"
 
 namespace tc {
 namespace model {
@@ -106,7 +105,7 @@ tc_status Llama::product_gemm(const Matrix& w, const float* x, float* y, int64_t
       if (tc_status st = queue_->sync(&detail)) return fail_with(st, "llama: " + detail);
       for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
         if ((*it)->bytes() == wdq_) {
-          tc_buffer_free(*it);
+          delete_buffer(*it);
           buffers_.erase(it);
           break;
         }

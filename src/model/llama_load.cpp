@@ -22,7 +22,6 @@
 #include "gguf/llama_config.h"
 #include "model/llama.h"
 #include "quant/formats.h"
-#include "tensorcore/buffer.h"
 
 namespace tc {
 namespace model {
@@ -33,13 +32,12 @@ const char* kArchs[] = {"llama", "mistral"};
 }  // namespace
 
 Llama::~Llama() {
-  // Freeing through the C API records success; a failed load must keep its
-  // own status and detail.
+  // A failed load must keep its own status and detail, whatever freeing records.
   const tc_status st = last_status();
   const std::string detail = last_detail();
   graph_.reset();
   queue_.reset();  // waits for the queue's work
-  for (tc_buffer_s* b : buffers_) tc_buffer_free(b);
+  for (tc_buffer_s* b : buffers_) delete_buffer(b);
   if (params_pinned_) be_->release_host(params_host_);
   if (st != TC_OK) fail_with(st, detail);
 }
@@ -185,7 +183,8 @@ size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 tc_status Llama::alloc(size_t bytes, void** out) {
   tc_buffer_s* b = nullptr;
-  if (tc_status st = tc_buffer_alloc(ctx_, std::max<size_t>(bytes, 1), &b)) return st;
+  if (tc_status st = allocate_buffer(ctx_, std::max<size_t>(bytes, 1), nullptr, &b))
+    return fail_with(st, "llama: " + last_detail());
   buffers_.push_back(b);
   *out = b->bytes();
   return TC_OK;

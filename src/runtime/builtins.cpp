@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/dtypes.h"
 #include "runtime/device.h"
 #include "runtime/kernel_ref.h"
 #include "runtime/task.h"
@@ -53,17 +54,7 @@ bool parse_flag(const std::string& s, int32_t* v) {
 }
 
 // simpler dtype -> tensorcore dtype; -1 where tensorcore has none.
-int32_t to_tc_dtype(int32_t d) {
-  switch (d) {
-    case SIMPLER_DT_FLOAT32: return TC_DTYPE_F32;
-    case SIMPLER_DT_FLOAT16: return TC_DTYPE_F16;
-    case SIMPLER_DT_BFLOAT16: return TC_DTYPE_BF16;
-    case SIMPLER_DT_INT8: return TC_DTYPE_I8;
-    case SIMPLER_DT_INT32: return TC_DTYPE_I32;
-    case SIMPLER_DT_FLOAT64: return TC_DTYPE_F64;
-    default: return -1;
-  }
-}
+int32_t to_tc_dtype(int32_t d) { return tc::tc_from_simpler(d); }
 
 // A view wrapped as a tensorcore buffer starting at its first element.
 struct Wrapped {

@@ -3,11 +3,14 @@
 #include <cstring>
 
 #include "runtime/builtins.h"
-#include "runtime/sha256.h"
+#include "core/crypto.h"
 #include "runtime/task_list.h"
 #include "simpler/simpler.h"
 
 namespace simpler {
+
+using tc::Sha256;
+using tc::sha256_hex;
 
 namespace {
 

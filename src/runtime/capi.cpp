@@ -4,8 +4,8 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <set>
 
+#include "core/handles.h"
 #include "runtime/callable.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
@@ -27,21 +27,30 @@ using namespace simpler;
 
 namespace {
 
-// Live handles, so a stale or foreign pointer is an error rather than a crash.
-std::mutex g_handles_mu;
-std::set<const void*> g_handles;
+// Handles carry a generation (core/handles.h, compiled into libsimpler with
+// a registry of its own), so a stale, freed or foreign one is an error rather
+// than a crash or another object. A check resolves the caller's handle to
+// its object in place.
+const tc::HandleKind& worker_kind() {
+  static const tc::HandleKind& k = tc::handle_kind("Worker");
+  return k;
+}
+const tc::HandleKind& callable_kind() {
+  static const tc::HandleKind& k = tc::handle_kind("callable");
+  return k;
+}
+const tc::HandleKind& run_kind() {
+  static const tc::HandleKind& k = tc::handle_kind("run");
+  return k;
+}
 
-void add_handle(const void* h) {
-  std::lock_guard<std::mutex> lk(g_handles_mu);
-  g_handles.insert(h);
-}
-void remove_handle(const void* h) {
-  std::lock_guard<std::mutex> lk(g_handles_mu);
-  g_handles.erase(h);
-}
-bool live(const void* h) {
-  std::lock_guard<std::mutex> lk(g_handles_mu);
-  return h && g_handles.count(h);
+template <class T>
+Error check_live(const char* fn, T*& h, const tc::HandleKind& kind) {
+  std::string why = "null";
+  void* obj = h ? tc::lookup_handle(h, kind, &why) : nullptr;
+  if (!obj) return make_error(TC_ERR_INVALID_ARG, "%s: not a live %s handle (%s)", fn, kind.name, why.c_str());
+  h = static_cast<T*>(obj);
+  return {};
 }
 
 template <class F>
@@ -59,14 +68,9 @@ tc_status guarded(const char* fn, F&& body) noexcept {
   }
 }
 
-Error check_worker(const char* fn, simpler_worker w) {
-  if (!live(w)) return make_error(TC_ERR_INVALID_ARG, "%s: not a live Worker handle", fn);
-  return {};
-}
-Error check_callable(const char* fn, simpler_callable c) {
-  if (!live(c)) return make_error(TC_ERR_INVALID_ARG, "%s: not a live callable handle", fn);
-  return {};
-}
+Error check_worker(const char* fn, simpler_worker& w) { return check_live(fn, w, worker_kind()); }
+Error check_callable(const char* fn, simpler_callable& c) { return check_live(fn, c, callable_kind()); }
+Error check_run(const char* fn, simpler_run& r) { return check_live(fn, r, run_kind()); }
 Error check_out(const char* fn, const void* p) {
   if (!p) return make_error(TC_ERR_INVALID_ARG, "%s: output pointer is null", fn);
   return {};
@@ -101,8 +105,7 @@ tc_status simpler_worker_create(const simpler_worker_config* cfg, simpler_worker
     if (Error e = parse_worker_config(cfg, &wc); !e.ok()) return e;
     auto* h = new simpler_worker_s();
     h->worker = std::make_unique<Worker>(wc);
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(h, worker_kind());
     return {};
   });
 }
@@ -124,7 +127,7 @@ tc_status simpler_worker_close(simpler_worker w) {
 tc_status simpler_worker_destroy(simpler_worker w) {
   return guarded("simpler_worker_destroy", [&]() -> Error {
     if (Error e = check_worker("simpler_worker_destroy", w); !e.ok()) return e;
-    remove_handle(w);
+    tc::unregister_handle(w);
     Error e = w->worker->close();
     delete w;
     return e;
@@ -188,8 +191,7 @@ tc_status simpler_core_callable_create(const int32_t* signature, uint32_t signat
     CallablePtr c;
     if (Error e = make_core_callable(signature, signature_len, binary, binary_size, &c); !e.ok()) return e;
     auto* h = new simpler_callable_s{c};
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(h, callable_kind());
     return {};
   });
 }
@@ -201,8 +203,7 @@ tc_status simpler_core_callable_builtin(const char* op, const char* params, simp
     CallablePtr c;
     if (Error e = make_builtin_callable(op, params ? params : "", &c); !e.ok()) return e;
     auto* h = new simpler_callable_s{c};
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(h, callable_kind());
     return {};
   });
 }
@@ -217,8 +218,9 @@ tc_status simpler_chip_callable_create(const int32_t* signature, uint32_t signat
       return make_error(TC_ERR_INVALID_ARG, "ChipCallable.build: children arrays are null");
     std::vector<std::pair<int32_t, CallablePtr>> kids;
     for (uint32_t i = 0; i < child_count; i++) {
-      if (Error e = check_callable("ChipCallable.build", children[i]); !e.ok()) return e;
-      kids.emplace_back(func_ids[i], children[i]->c);
+      simpler_callable child = children[i];
+      if (Error e = check_callable("ChipCallable.build", child); !e.ok()) return e;
+      kids.emplace_back(func_ids[i], child->c);
     }
     CallablePtr c;
     if (Error e = make_chip_callable(signature, signature_len, func_name ? func_name : "",
@@ -226,8 +228,7 @@ tc_status simpler_chip_callable_create(const int32_t* signature, uint32_t signat
         !e.ok())
       return e;
     auto* h = new simpler_callable_s{c};
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(h, callable_kind());
     return {};
   });
 }
@@ -242,14 +243,14 @@ tc_status simpler_chip_callable_from_tasks(const int32_t* signature, uint32_t si
       return make_error(TC_ERR_INVALID_ARG, "ChipCallable.from_tasks: children arrays are null");
     std::vector<std::pair<int32_t, CallablePtr>> kids;
     for (uint32_t i = 0; i < child_count; i++) {
-      if (Error e = check_callable("ChipCallable.from_tasks", children[i]); !e.ok()) return e;
-      kids.emplace_back(func_ids[i], children[i]->c);
+      simpler_callable child = children[i];
+      if (Error e = check_callable("ChipCallable.from_tasks", child); !e.ok()) return e;
+      kids.emplace_back(func_ids[i], child->c);
     }
     CallablePtr c;
     if (Error e = make_task_list_callable(signature, signature_len, description, kids, &c); !e.ok()) return e;
     auto* h = new simpler_callable_s{c};
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(h, callable_kind());
     return {};
   });
 }
@@ -285,7 +286,7 @@ tc_status simpler_callable_get_signature(simpler_callable c, int32_t* out, uint3
 tc_status simpler_callable_release(simpler_callable c) {
   return guarded("simpler_callable_release", [&]() -> Error {
     if (Error e = check_callable("simpler_callable_release", c); !e.ok()) return e;
-    remove_handle(c);
+    tc::unregister_handle(c);
     delete c;
     return {};
   });
@@ -315,16 +316,14 @@ tc_status simpler_submit(simpler_worker w, int32_t slot, const simpler_task_args
     simpler_task_args empty{nullptr, 0, nullptr, 0};
     std::shared_ptr<RunState> run;
     if (Error e = w->worker->submit(slot, args ? *args : empty, cfg, &run); !e.ok()) return e;
-    auto* h = new simpler_run_s{run};
-    add_handle(h);
-    *out = h;
+    *out = tc::register_handle(new simpler_run_s{run}, run_kind());
     return {};
   });
 }
 
 tc_status simpler_run_wait(simpler_run r, double timeout_s) {
   return guarded("simpler_run_wait", [&]() -> Error {
-    if (!live(r)) return make_error(TC_ERR_INVALID_ARG, "simpler_run_wait: not a live run handle");
+    if (Error e = check_run("simpler_run_wait", r); !e.ok()) return e;
     RunState& s = *r->run;
     std::unique_lock<std::mutex> lk(s.mu);
     if (timeout_s < 0) {
@@ -337,15 +336,15 @@ tc_status simpler_run_wait(simpler_run r, double timeout_s) {
 }
 
 int32_t simpler_run_done(simpler_run r) {
-  if (!live(r)) return -1;
+  if (!check_run("simpler_run_done", r).ok()) return -1;
   std::lock_guard<std::mutex> lk(r->run->mu);
   return r->run->done ? 1 : 0;
 }
 
 tc_status simpler_run_release(simpler_run r) {
   return guarded("simpler_run_release", [&]() -> Error {
-    if (!live(r)) return make_error(TC_ERR_INVALID_ARG, "simpler_run_release: not a live run handle");
-    remove_handle(r);
+    if (Error e = check_run("simpler_run_release", r); !e.ok()) return e;
+    tc::unregister_handle(r);
     delete r;
     return {};
   });

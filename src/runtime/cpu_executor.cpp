@@ -12,6 +12,7 @@
 #include "runtime/fault_guard.h"
 #include "runtime/kernel_ref.h"
 #include "simpler/simpler.h"
+#include "tensorcore/context.h"
 
 namespace simpler {
 
@@ -162,6 +163,11 @@ void CpuExecutor::log_span(int index, SchedPhase phase, uint64_t t0, uint64_t t1
 void CpuExecutor::loop(int index) {
   t_core = index;
   prepare_thread_for_faults();
+  // With several cores the executor already keeps that many threads busy: a
+  // tensorcore op a task runs stays on its core's thread instead of fanning
+  // out to tensorcore's pool and the BLAS's threads on top (one core alone
+  // leaves the op the whole machine).
+  if (cores_.size() > 1) tc_cpu_run_inline(1);
   while (!stop_.load(std::memory_order_relaxed)) {
     if (index < active_.load(std::memory_order_relaxed)) {
       if (TaskSlot* t = take(index)) {

@@ -1,9 +1,11 @@
 // Errors of the runtime: a status plus a message. The C ABI keeps the calling
-// thread's last one (simpler_last_error_detail); a run keeps its first one.
+// thread's last one (simpler_last_error_detail) in core's error record
+// (core/error.h, compiled into libsimpler); a run keeps its first one.
 #pragma once
 
 #include <string>
 
+#include "core/error.h"
 #include "tensorcore/types.h"
 
 namespace simpler {
@@ -16,14 +18,12 @@ struct Error {
 
 Error make_error(tc_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Records a failure on the calling thread and returns its status.
-tc_status fail(tc_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-tc_status fail_with(const Error& e);
-tc_status ok();
-tc_status last_status();
-const std::string& last_detail();
-
-// printf into a std::string.
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// The calling thread's record.
+using tc::fail;
+using tc::format;
+using tc::last_detail;
+using tc::last_status;
+using tc::ok;
+inline tc_status fail_with(const Error& e) { return tc::fail_with(e.status, e.message); }
 
 }  // namespace simpler

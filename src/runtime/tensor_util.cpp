@@ -11,15 +11,16 @@
 // bounding byte ranges, which can only add dependencies, never drop one.
 #include "runtime/tensor_util.h"
 
+#include "core/dtypes.h"
+
 #include <algorithm>
 #include <cstdio>
 
 namespace simpler {
 
 const char* dtype_name(int32_t dtype) {
-  static const char* names[SIMPLER_DT_COUNT] = {"f32", "f16", "bf16", "i8",  "i16", "i32",  "i64",
-                                                "u8",  "u16", "u32",  "u64", "f64", "bool"};
-  return dtype >= 0 && dtype < SIMPLER_DT_COUNT ? names[dtype] : "dtype?";
+  const tc::DtypeInfo* d = tc::dtype_of_simpler(dtype);
+  return d ? d->name : "dtype?";
 }
 
 uint64_t numel(const ChipTensor& t) {

@@ -54,20 +54,22 @@ struct Dev {
     for (tc_buffer b : bufs) tc_buffer_free(b);
     tc_shutdown(ctx);
   }
-  tc::Backend& be() { return *ctx->backend; }
+  // Handles carry a generation in their top bits (core/handles.h): the
+  // objects are at the addresses without it.
+  tc::Backend& be() { return *tc::handle_address(ctx)->backend; }
   template <class T>
   T* put(const std::vector<T>& host) {
     tc_buffer b = nullptr;
     EXPECT_EQ(tc_buffer_alloc(ctx, std::max<size_t>(host.size() * sizeof(T), 1), &b), TC_OK);
     EXPECT_EQ(tc_buffer_write(b, 0, host.data(), host.size() * sizeof(T)), TC_OK);
     bufs.push_back(b);
-    return reinterpret_cast<T*>(b->bytes());
+    return reinterpret_cast<T*>(tc::handle_address(b)->bytes());
   }
   template <class T>
   std::vector<T> get(const T* dev, size_t n) {
     std::vector<T> out(n);
     for (tc_buffer b : bufs)
-      if (reinterpret_cast<const char*>(dev) == b->bytes()) EXPECT_EQ(tc_buffer_read(b, 0, out.data(), n * sizeof(T)), TC_OK);
+      if (reinterpret_cast<const char*>(dev) == tc::handle_address(b)->bytes()) EXPECT_EQ(tc_buffer_read(b, 0, out.data(), n * sizeof(T)), TC_OK);
     return out;
   }
 };

@@ -188,6 +188,22 @@ def test_host_numpy_tensors_are_passed_directly(cpu_worker, cases):
 
 # ---- callables ---------------------------------------------------------------------
 
+def test_callable_digest_is_sha256_of_its_content(rng):
+    """A core callable's digest is SHA-256 (libcrypto's, src/core/crypto.h) of
+    its framed content; hashlib computes the same on random binaries."""
+    import hashlib
+    import struct
+
+    def framed(data):
+        return struct.pack("<Q", len(data)) + data
+
+    for n in (1, 55, 56, 63, 64, 65, 1000, int(rng.integers(1, 200000))):
+        binary = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+        sig = [int(d) for d in rng.choice([D.IN, D.OUT, D.INOUT], size=int(rng.integers(1, 5)))]
+        want = hashlib.sha256(framed(b"core") + struct.pack("<I%di" % len(sig), len(sig), *sig) + framed(binary))
+        assert CoreCallable.build(sig, binary).digest == want.hexdigest(), n
+
+
 def test_callables_digest_and_validation(cases):
     inc = cases.children[0][1]
     assert inc.signature == [D.INOUT] and len(inc.digest) == 64 and inc.binary_size > 1000

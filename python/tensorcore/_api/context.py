@@ -14,6 +14,8 @@ __all__ = ["init", "shutdown", "device_info", "runtime_capabilities", "capabilit
 _tc_device_info = declare("tc_device_info", tc_status, handle, POINTER(TCDeviceInfo))
 _tc_runtime_capabilities = declare("tc_runtime_capabilities", tc_status, handle, POINTER(TCRuntimeCapabilities))
 _tc_capability_available = declare("tc_capability_available", c_int32, POINTER(TCRuntimeCapabilities), c_uint64)
+# simpler's cpu executor calls it from its core threads; nothing to wrap.
+declare("tc_cpu_run_inline", tc_status, c_int32)
 
 
 def init(device=None, **options):

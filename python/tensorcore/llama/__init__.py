@@ -20,14 +20,12 @@ import numpy as np
 from .._api.llama import (llama_eval, llama_free, llama_get_config, llama_load, llama_n_past, llama_reset,
                           llama_set_activations, llama_tokenizer)
 from .._api.tokenizer import Tokenizer
-from .._constants import TC_ERR_UNSUPPORTED
+from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
 from .._errors import TensorcoreError, TensorcoreValueError
 from .._objects import Context
 from ._default import default_model_path, write_default_model
 
 __all__ = ["Llama", "default_model_path", "write_default_model", "sample"]
-
-TC_ERR_INVALID_ARG = -7
 
 
 class _BorrowedTokenizer(Tokenizer):

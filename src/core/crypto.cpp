@@ -1,4 +1,4 @@
-#include "dist/crypto.h"
+#include "core/crypto.h"
 
 #include <stdexcept>
 
@@ -13,6 +13,13 @@ unsigned char* HMAC(const EVP_MD* md, const void* key, int key_len, const unsign
 unsigned char* SHA256(const unsigned char* d, size_t n, unsigned char* md);
 int RAND_bytes(unsigned char* buf, int num);
 int CRYPTO_memcmp(const void* a, const void* b, size_t len);
+typedef struct evp_md_ctx_st EVP_MD_CTX;
+typedef struct engine_st ENGINE;
+EVP_MD_CTX* EVP_MD_CTX_new(void);
+void EVP_MD_CTX_free(EVP_MD_CTX* ctx);
+int EVP_DigestInit_ex(EVP_MD_CTX* ctx, const EVP_MD* type, ENGINE* impl);
+int EVP_DigestUpdate(EVP_MD_CTX* ctx, const void* d, size_t cnt);
+int EVP_DigestFinal_ex(EVP_MD_CTX* ctx, unsigned char* md, unsigned int* s);
 }
 #else
 #include <openssl/crypto.h>
@@ -23,7 +30,6 @@ int CRYPTO_memcmp(const void* a, const void* b, size_t len);
 #endif
 
 namespace tc {
-namespace dist {
 
 void sha256(const void* data, size_t n, uint8_t out[kDigestBytes]) {
   static const unsigned char empty = 0;
@@ -43,5 +49,33 @@ bool random_bytes(void* out, size_t n) { return RAND_bytes(static_cast<unsigned 
 
 bool equal_ct(const void* a, const void* b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
-}  // namespace dist
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("SHA-256 init failed in libcrypto");
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::update(const void* data, size_t n) {
+  if (n && EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n) != 1)
+    throw std::runtime_error("SHA-256 update failed in libcrypto");
+}
+
+std::string Sha256::hex() {
+  unsigned char d[kDigestBytes];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d, &len) != 1 || len != kDigestBytes)
+    throw std::runtime_error("SHA-256 final failed in libcrypto");
+  static const char digits[] = "0123456789abcdef";
+  std::string out(2 * kDigestBytes, '0');
+  for (size_t i = 0; i < kDigestBytes; ++i) out[2 * i] = digits[d[i] >> 4], out[2 * i + 1] = digits[d[i] & 15];
+  return out;
+}
+
+std::string sha256_hex(const void* data, size_t n) {
+  Sha256 h;
+  h.update(data, n);
+  return h.hex();
+}
+
 }  // namespace tc

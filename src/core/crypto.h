@@ -1,0 +1,43 @@
+// SHA-256, HMAC-SHA256, random bytes and constant-time comparison, from
+// OpenSSL's libcrypto: the one implementation of these in the project, used
+// by dist (digests, authentication) and by simpler's runtime (callable
+// digests; this file is compiled into libsimpler too).
+//
+// Without libcrypto's headers (a minimal image, the GPU machine) the few C
+// functions used are declared in crypto.cpp and the library found by CMake
+// (libcrypto.so.3) is linked as usual; there is no hand-written fallback.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tc {
+
+constexpr size_t kDigestBytes = 32;
+
+void sha256(const void* data, size_t n, uint8_t out[kDigestBytes]);
+void hmac_sha256(const void* key, size_t key_n, const void* data, size_t n, uint8_t out[kDigestBytes]);
+// Cryptographically strong random bytes; false when the generator fails.
+bool random_bytes(void* out, size_t n);
+// true when equal; the time taken does not depend on where they differ.
+bool equal_ct(const void* a, const void* b, size_t n);
+
+// SHA-256 over pieces fed in turn.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t n);
+  // 64 lowercase hex characters; the object is spent afterwards.
+  std::string hex();
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
+std::string sha256_hex(const void* data, size_t n);
+
+}  // namespace tc

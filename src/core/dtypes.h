@@ -1,0 +1,72 @@
+// The element types of both runtimes in one table: tensorcore's TC_DTYPE_*
+// (include/tensorcore/types.h) and simpler's SIMPLER_DT_* (include/simpler/
+// tensor.h) number them differently, and both numberings are ABI. Sizes,
+// names and the translation between the two come from here; the
+// static_asserts below and tests/cpp/test_dtypes.cpp hold the headers to it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simpler/tensor.h"
+#include "tensorcore/types.h"
+
+namespace tc {
+
+struct DtypeInfo {
+  const char* name;  // as tc_dtype_name and simpler's messages spell it
+  uint32_t bytes;
+  int32_t tc;        // TC_DTYPE_*, -1 where tensorcore has no such type
+  int32_t simpler;   // SIMPLER_DT_*
+};
+
+inline constexpr DtypeInfo kDtypes[] = {
+    {"f16", 2, TC_DTYPE_F16, SIMPLER_DT_FLOAT16},  {"bf16", 2, TC_DTYPE_BF16, SIMPLER_DT_BFLOAT16},
+    {"f32", 4, TC_DTYPE_F32, SIMPLER_DT_FLOAT32},  {"i8", 1, TC_DTYPE_I8, SIMPLER_DT_INT8},
+    {"i32", 4, TC_DTYPE_I32, SIMPLER_DT_INT32},    {"f64", 8, TC_DTYPE_F64, SIMPLER_DT_FLOAT64},
+    {"i16", 2, -1, SIMPLER_DT_INT16},              {"i64", 8, -1, SIMPLER_DT_INT64},
+    {"u8", 1, -1, SIMPLER_DT_UINT8},               {"u16", 2, -1, SIMPLER_DT_UINT16},
+    {"u32", 4, -1, SIMPLER_DT_UINT32},             {"u64", 8, -1, SIMPLER_DT_UINT64},
+    {"bool", 1, -1, SIMPLER_DT_BOOL},
+};
+inline constexpr size_t kDtypeCount = sizeof kDtypes / sizeof kDtypes[0];
+
+constexpr const DtypeInfo* dtype_of_tc(int32_t tc) {
+  for (const DtypeInfo& d : kDtypes)
+    if (d.tc >= 0 && d.tc == tc) return &d;
+  return nullptr;
+}
+constexpr const DtypeInfo* dtype_of_simpler(int32_t simpler) {
+  for (const DtypeInfo& d : kDtypes)
+    if (d.simpler == simpler) return &d;
+  return nullptr;
+}
+
+// Bytes per element of a TC_DTYPE_*; 0 for a value outside the table.
+constexpr size_t dtype_size(int32_t tc) { return dtype_of_tc(tc) ? dtype_of_tc(tc)->bytes : 0; }
+
+// simpler's number of a tensorcore dtype and back; -1 where there is none.
+constexpr int32_t simpler_from_tc(int32_t tc) { return dtype_of_tc(tc) ? dtype_of_tc(tc)->simpler : -1; }
+constexpr int32_t tc_from_simpler(int32_t simpler) {
+  return dtype_of_simpler(simpler) ? dtype_of_simpler(simpler)->tc : -1;
+}
+
+namespace dtypes_check {
+constexpr bool simpler_numbers_are_the_table() {
+  if (kDtypeCount != SIMPLER_DT_COUNT) return false;
+  for (int32_t i = 0; i < SIMPLER_DT_COUNT; ++i)
+    if (!dtype_of_simpler(i)) return false;
+  return true;
+}
+constexpr bool tc_numbers_are_the_table() {
+  for (int32_t i = TC_DTYPE_F16; i <= TC_DTYPE_F64; ++i)
+    if (!dtype_of_tc(i)) return false;
+  return true;
+}
+}  // namespace dtypes_check
+static_assert(dtypes_check::simpler_numbers_are_the_table(), "every SIMPLER_DT_* is in kDtypes once");
+static_assert(dtypes_check::tc_numbers_are_the_table(), "every TC_DTYPE_* is in kDtypes");
+static_assert(tc_from_simpler(SIMPLER_DT_BFLOAT16) == TC_DTYPE_BF16 && simpler_from_tc(TC_DTYPE_F32) == SIMPLER_DT_FLOAT32,
+              "the two numberings translate through kDtypes");
+
+}  // namespace tc

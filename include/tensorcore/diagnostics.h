@@ -32,6 +32,13 @@ TC_API const char* tc_last_error_detail(void);
 /* Status of the calling thread's last call. */
 TC_API tc_status tc_last_error(void);
 
+/* The kernel family that the CPU backend's last op in this process
+ * dispatched to, as "<family>/<level>" with the level in TC_CPU_ISA's
+ * vocabulary ("sgemm/avx512", "gemm_i8/amx", "attention/portable",
+ * "gemv_quantized/avx512_vnni", "simd/avx2" for the norm, RoPE, activation
+ * and AdamW kernels) or "sgemm/blas"; "" before any. Static storage. */
+TC_API const char* tc_cpu_last_kernel_name(void);
+
 #ifdef __cplusplus
 }
 #endif

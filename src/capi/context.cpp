@@ -5,6 +5,7 @@
 #include <string>
 
 #include "capi/api.h"
+#include "core/config.h"
 #include "dist/capabilities.h"
 
 using namespace tc;
@@ -49,8 +50,7 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
   if (tc_status st = check_out_ptr(fn, "out", out)) return st;
   std::string spec = device ? device : "";
   if (spec.empty()) {
-    const char* env = std::getenv("TC_DEVICE");
-    spec = env ? env : "";
+    spec = config::text(config::Key::kDevice);
   }
   std::unique_ptr<Backend> backend;
   if (spec.empty()) {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/objects.h"
+#include "cpu/cpu_features.h"
 
 #ifndef TC_VERSION_STRING
 #define TC_VERSION_STRING "0.0.0"
@@ -65,5 +66,7 @@ tc_backend tc_last_backend(void) { return tc::last_backend(); }
 const char* tc_last_error_detail(void) { return tc::last_detail().c_str(); }
 
 tc_status tc_last_error(void) { return tc::last_status(); }
+
+const char* tc_cpu_last_kernel_name(void) { return tc::cpu::last_kernel(); }
 
 }  // extern "C"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/env.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "core/trace.h"
@@ -39,7 +39,8 @@ void fill_device_info(const cudaDeviceProp& p, int index, struct tc_device_info*
 // TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 (read when a
 // context is created) run its GEMMs on the CPU backend instead of cuBLASLt.
 bool cuda_gemm_disabled() {
-  return env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM");
+  using config::Key;
+  return config::on(Key::kDisableCudaGemm) || !config::on(Key::kCudaGemm) || !config::on(Key::kUseCudaGemm);
 }
 
 class CudaQueue final : public Queue {

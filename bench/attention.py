@@ -257,8 +257,8 @@ def main():
         "- CPU: %s (%d logical CPUs), features: %s" % (info.name, os.cpu_count(), features),
         "- threads: tensorcore %d, NumPy's OpenBLAS %s (NumPy's ufuncs: 1)" % (
             info.compute_units, os.environ.get("OPENBLAS_NUM_THREADS", "default")),
-        "- tensorcore: %s, attention vector path: %s (TC_ATTENTION_ISA=%s)" % (
-            tc.version(), isa, os.environ.get("TC_ATTENTION_ISA", "(unset)")),
+        "- tensorcore: %s, attention vector path: %s (TC_CPU_ISA=%s)" % (
+            tc.version(), isa, os.environ.get("TC_CPU_ISA", "(unset)")),
         "- NumPy %s, Python %s" % (np.__version__, platform.python_version()),
         "- problem: B=%d, H=%d, Sq=Skv=%d, D in %s; FLOPs forward 4*B*H*Sq*Skv*D, backward 2.5x, "
         "halved for causal" % (B, H, S, dims),

@@ -292,17 +292,14 @@ class Bench:
     # an _async call plus a stream sync is also printed: for small shapes
     # (4096x4096 Q4_0 is 9.4 MB, ~2.6 us at 3.6 TB/s) it measures the ctypes
     # call, not the kernel. Weights rotate through > 256 MB of copies so
-    # L2 (50 MB) never serves them. Both kernel generations run in the same
-    # process: "stream" is the default (gemv_stream.cuh), "rows" the
-    # warp-per-row fallback (TC_CUDA_GEMV_STREAM=0, read at every call).
-    # Target: stream kernel-time GB/s >= 0.85 x 4225 GB/s (the H200's copy).
-    # (name, environment) of each GEMV variant timed; "default" is what a call
-    # runs (for one row of f16 X against Q4_0 / Q8_0: 8-bit activations and
-    # the dp4a kernel), judged against the target; the others are for
-    # information: the exact streaming kernel, the warp-per-row kernels.
-    QUANT_VARIANTS = (("default", {}), ("exact stream", {"TC_CUDA_GEMV_INT8": "0"}),
-                      ("rows", {"TC_CUDA_GEMV_STREAM": "0", "TC_CUDA_GEMV_INT8": "0"}))
-    QUANT_ENV = ("TC_CUDA_GEMV_STREAM", "TC_CUDA_GEMV_INT8", "TC_CUDA_PDL")
+    # L2 (50 MB) never serves them. What is timed is what a call runs (for
+    # one row of f16 X against Q4_0 / Q8_0: 8-bit activations and the dp4a
+    # kernel; otherwise the streaming or f32 kernels): the other kernel
+    # generations lost their benchmarks and were removed, with the switches
+    # that chose them.
+    # Target: kernel-time GB/s >= 0.85 x 4225 GB/s (the H200's copy).
+    QUANT_VARIANTS = (("default", {}),)
+    QUANT_ENV = ("TC_CUDA_PDL",)
 
     def gemv_kernel_seconds(self, fn, iters):
         """Device seconds per call of the GEMV kernels fn launches (CUDA
@@ -351,9 +348,6 @@ class Bench:
         saved = {k: os.environ.get(k) for k in self.QUANT_ENV}
         try:
             for name, env in self.QUANT_VARIANTS:
-                one_row_q8 = M == 1 and dtype != "f32" and fmt in ("q4_0", "q8_0")
-                if name == "exact stream" and not one_row_q8:
-                    continue  # the same kernel as "default"
                 for k in self.QUANT_ENV:
                     os.environ.pop(k, None)
                 os.environ.update(env)

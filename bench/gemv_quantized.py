@@ -19,7 +19,8 @@ Shapes are N x K: 4096 x 4096 (attention projections of a 7B model),
 Two kernels per case: "int8", the default for f16 activations on AVX512-VNNI
 processors (activations quantised to 8 bits, integer dot products, as
 llama.cpp does), and "exact", the f32 dequantise-and-FMA kernel that f32
-activations always use (selected here with TC_QUANT_ISA=avx512).
+activations always use (selected here with TC_CPU_ISA=avx512: AVX-512
+without VNNI).
 
     python bench/gemv_quantized.py [--quick] [--write]
 --write records the table in bench/results/gemv-quantized-cpu.md with the
@@ -149,11 +150,11 @@ def main():
                         res = {}
                         for kernel in ("exact", "int8"):
                             if kernel == "exact":
-                                os.environ["TC_QUANT_ISA"] = "avx512"
+                                os.environ["TC_CPU_ISA"] = "avx512"
                             else:
-                                os.environ.pop("TC_QUANT_ISA", None)
+                                os.environ.pop("TC_CPU_ISA", None)
                             res[kernel] = bench(ctx, rng, fmt, N, K, M, cold, reps)
-                        os.environ.pop("TC_QUANT_ISA", None)
+                        os.environ.pop("TC_CPU_ISA", None)
                         nb = res["int8"][0]
                         ex, i8, i8best = nb / res["exact"][2] / 1e9, nb / res["int8"][2] / 1e9, nb / res["int8"][1] / 1e9
                         rows.append((fmt, N, K, M, "cold" if cold else "hot", nb / 1e6, res["int8"][2] * 1e6, ex, i8,

@@ -41,6 +41,13 @@ TC_API tc_status tc_last_error(void);
 TC_API int32_t tc_op_entry_count(void);
 TC_API const char* tc_op_entry(int32_t index);
 
+/* The kernel family that the CPU backend's last op in this process
+ * dispatched to, as "<family>/<level>" with the level in TC_CPU_ISA's
+ * vocabulary ("sgemm/avx512", "gemm_i8/amx", "attention/portable",
+ * "gemv_quantized/avx512_vnni", "simd/avx2" for the norm, RoPE, activation
+ * and AdamW kernels) or "sgemm/blas"; "" before any. Static storage. */
+TC_API const char* tc_cpu_last_kernel_name(void);
+
 #ifdef __cplusplus
 }
 #endif

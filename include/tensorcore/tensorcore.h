@@ -4,6 +4,7 @@
 
 #include "tensorcore/types.h"
 #include "tensorcore/diagnostics.h"
+#include "tensorcore/config.h"
 #include "tensorcore/context.h"
 #include "tensorcore/buffer.h"
 #include "tensorcore/stream.h"

@@ -24,6 +24,7 @@ from ._objects import Buffer, Context, Stream
 
 # Raw functions and wrapper methods, one module per C header (_api/<area>.py).
 from ._api.diagnostics import *  # noqa: F401,F403
+from ._api.config import *  # noqa: F401,F403
 from ._api.context import *  # noqa: F401,F403
 from ._api.buffer import *  # noqa: F401,F403
 from ._api.interop import *  # noqa: F401,F403

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "capi/api.h"
-#include "core/env.h"
+#include "core/config.h"
 #include "cpu/thread_pool.h"
 #include "dist/capabilities.h"
 
@@ -50,8 +50,7 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
   if (tc_status st = check_out_ptr(fn, "out", out)) return st;
   std::string spec = device ? device : "";
   if (spec.empty()) {
-    const char* env = std::getenv("TC_DEVICE");
-    spec = env ? env : "";
+    spec = config::text(config::Key::kDevice);
   }
   std::unique_ptr<Backend> backend;
   if (spec.empty()) {  // the first registered backend with a usable device
@@ -74,8 +73,9 @@ tc_status create(const char* fn, const char* device, tc_context* out) {
   ctx->backend = std::move(backend);
   // TC_DISABLE_CUDA_GEMM=1, TC_CUDA_GEMM=0 or TC_USE_CUDA_GEMM=0 run a GPU
   // context's GEMMs on the CPU backend over host copies (capi/gemm.cpp).
-  ctx->gemm_on_host = !ctx->backend->host_accessible() &&
-                      (env_on("TC_DISABLE_CUDA_GEMM") || env_off("TC_CUDA_GEMM") || env_off("TC_USE_CUDA_GEMM"));
+  using config::Key;
+  ctx->gemm_on_host = !ctx->backend->host_accessible() && (config::on(Key::kDisableCudaGemm) ||
+                                                           !config::on(Key::kCudaGemm) || !config::on(Key::kUseCudaGemm));
   *out = register_handle(ctx, context_kind());
   return TC_OK;
 }

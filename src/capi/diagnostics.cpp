@@ -3,6 +3,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "core/objects.h"
+#include "cpu/cpu_features.h"
 
 #ifndef TC_VERSION_STRING
 #define TC_VERSION_STRING "0.0.0"
@@ -59,5 +60,7 @@ tc_backend tc_last_backend(void) { return tc::last_backend(); }
 const char* tc_last_error_detail(void) { return tc::last_detail().c_str(); }
 
 tc_status tc_last_error(void) { return tc::last_status(); }
+
+const char* tc_cpu_last_kernel_name(void) { return tc::cpu::last_kernel(); }
 
 }  // extern "C"

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/objects.h"
 
@@ -68,8 +69,7 @@ std::string TierManager::spill_dir() {
     std::lock_guard<std::mutex> lock(dir_mu_);
     if (!dir_override_.empty()) return dir_override_;
   }
-  const char* env = std::getenv("TC_TIER_DIR");
-  if (env && *env) return env;
+  if (config::from_env(config::Key::kTierDir)) return config::text(config::Key::kTierDir);
   std::error_code ec;
   std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
   std::string base = ec ? std::string("/tmp") : tmp.string();

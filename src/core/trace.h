@@ -1,5 +1,6 @@
 // TC_TRACE=1: one line per op on stderr with its shapes, status, backend and
-// microseconds. Backends wrap the execution of every op in trace::run.
+// microseconds, after the resolved settings (config::describe) once.
+// Backends wrap the execution of every op in trace::run.
 #pragma once
 
 #include <chrono>

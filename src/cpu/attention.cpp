@@ -50,13 +50,9 @@ __attribute__((noinline)) void tile_gemm_portable(const TileGemm& g) { tile_gemm
 
 Isa pick_isa() {
   const Features& f = features();
-  Isa best = f.avx512f && f.avx2 && f.fma ? Isa::Avx512 : f.avx2 && f.fma ? Isa::Avx2 : Isa::Portable;
-  if (const char* want = std::getenv("TC_ATTENTION_ISA")) {
-    std::string w = want;
-    if (w == "portable") return Isa::Portable;
-    if (w == "avx2" && best != Isa::Portable) return Isa::Avx2;
-  }
-  return best;
+  if (f.avx512f && f.avx2 && f.fma) return note_kernel("attention/avx512"), Isa::Avx512;
+  if (f.avx2 && f.fma) return note_kernel("attention/avx2"), Isa::Avx2;
+  return note_kernel("attention/portable"), Isa::Portable;
 }
 
 namespace {

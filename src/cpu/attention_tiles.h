@@ -7,8 +7,7 @@
 // functions marked target("avx512f,...") with W = 16, target("avx2,fma")
 // with W = 8, and the baseline ISA with W = 4. Everything vector-valued is
 // always_inline so that it takes the ISA of the function it lands in; the
-// ISA is chosen at run time from cpu/cpu_features.h (TC_ATTENTION_ISA =
-// avx512 | avx2 | portable narrows the choice, for tests).
+// ISA is chosen at run time from cpu/cpu_features.h (TC_CPU_ISA caps it).
 //
 // FMA contraction: the build uses -std=gnu++17, whose default
 // -ffp-contract=fast turns `acc += a * b` into one fused multiply-add.
@@ -203,7 +202,7 @@ struct IsaPortable {
 };
 
 enum class Isa { Avx512, Avx2, Portable };
-Isa pick_isa();  // best available, narrowed by TC_ATTENTION_ISA
+Isa pick_isa();  // the best that features() (capped by TC_CPU_ISA) allows
 
 // Which keys a query sees. A query at absolute position p = i + off
 // (off = Skv - Sq) sees keys j with

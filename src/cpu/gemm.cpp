@@ -98,6 +98,7 @@ bool f16_inputs_finite(const tc_gemm_desc& d, const uint16_t* a, const uint16_t*
 void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
   if (features().amx_bf16 && amx_ready() && (d.dtype == TC_DTYPE_BF16 || f16_inputs_finite(d, a, b))) {
     const KernelSet& ks = d.dtype == TC_DTYPE_BF16 ? bf16_amx_kernels() : f16_amx_kernels();
+    note_kernel("gemm_half/amx");
     run_packed_gemm(ks, make_operands(d, a, b), d.dtype, c, d.ldc, d.alpha, d.beta);
   } else {
     gemm_half_widen(d, a, b, c);

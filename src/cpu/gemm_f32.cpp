@@ -10,7 +10,9 @@
 //     process), or unless that BLAS did not recognise the processor: an
 //     OpenBLAS older than the CPU falls back to its SSE3 "Prescott" kernels,
 //     4-6x slower than ours on an AVX-512 machine (Debian's 0.3.21 on Emerald
-//     Rapids). TC_CPU_BLAS=1 uses the BLAS all the same;
+//     Rapids). TC_CPU_BLAS=1 uses the BLAS all the same. A TC_CPU_ISA cap
+//     below the processor's own level always takes our kernels: a BLAS
+//     chooses its kernels itself, once, and no cap reaches them;
 //   - otherwise our own kernels, in the packed driver of gemm_packed.h.
 //
 // Our kernels. op(B) is packed into panels of NR columns and op(A) into
@@ -22,7 +24,7 @@
 // offers (features(), capped by TC_CPU_ISA like the other kernel sets):
 //   AVX-512F    14 x 32  (gemm_f32_avx512.cpp)
 //   AVX2 + FMA   6 x 16  (gemm_f32_avx2.cpp)
-//   plain C++    4 x 8   (below; TC_CPU_ISA=scalar, processors without AVX2)
+//   plain C++    4 x 8   (below; TC_CPU_ISA=portable, processors without AVX2)
 // Each sum runs in f32 in depth order (fused multiply-adds on the vector
 // paths), so results agree with OpenBLAS's to rounding, not bit for bit. The
 // epilogue writes C = alpha t + beta C in f32. As in BLAS, beta == 0 never
@@ -34,7 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/env.h"
+#include "core/config.h"
 #include "cpu/blas.h"
 #include "cpu/cpu_features.h"
 #include "cpu/gemm_pack.h"
@@ -87,9 +89,9 @@ void micro(const void* a, const void* b, int64_t, int64_t k0, int64_t kn, void* 
 
 const KernelSet& own_kernels() {
   const Features& f = features();
-  if (f.avx512f) return f32_avx512_kernels();
-  if (f.avx2 && f.fma) return f32_avx2_kernels();
-  return f32_plain_kernels();
+  if (f.avx512f) return note_kernel("sgemm/avx512"), f32_avx512_kernels();
+  if (f.avx2 && f.fma) return note_kernel("sgemm/avx2"), f32_avx2_kernels();
+  return note_kernel("sgemm/portable"), f32_plain_kernels();
 }
 
 // C = beta * C; beta == 0 writes zeros without reading C.
@@ -115,7 +117,7 @@ struct BlasState {
         beta0_writes = major > 0 || minor > 3 || (minor == 3 && patch >= 10);
     const Features& f = features();
     misdetected = f.avx2 && f.fma && blas_core_lacks_avx2(blas::core_name());
-    if (std::getenv("TC_NUM_THREADS")) blas::set_num_threads(num_threads());
+    if (config::from_env(config::Key::kNumThreads)) blas::set_num_threads(num_threads());
   }
 };
 
@@ -126,8 +128,9 @@ const BlasState& blas_state() {
 
 // TC_CPU_BLAS: 0 our kernels, 1 the BLAS, unset: the BLAS unless misdetected.
 bool use_blas() {
-  if (env_off("TC_CPU_BLAS")) return false;
-  return env_on("TC_CPU_BLAS") || !blas_state().misdetected;
+  if (isa_capped()) return false;
+  const config::Value v = config::get(config::Key::kCpuBlas);
+  return v.from_env ? v.number != 0 : !blas_state().misdetected;
 }
 #endif
 
@@ -145,6 +148,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 #if TC_HAVE_BLAS
   if (use_blas() && !runs_inline()) {  // the BLAS would bring threads of its own
     if (beta == 0.0f && !blas_state().beta0_writes) scale_c(c, M, N, ldc, 0.0f);
+    note_kernel("sgemm/blas");
     blas::sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }

@@ -20,11 +20,11 @@ namespace {
 
 const KernelSet* packed_kernels() {
   const Features& f = features();
-  if (f.amx_int8 && amx_ready()) return &i8_amx_kernels();
-  if (f.avx512_vnni && f.avx512bw && f.avx512vl) return &i8_avx512_kernels();
-  if (f.avx_vnni && f.avx2) return &i8_avx_vnni_kernels();
-  if (f.avx2) return &i8_avx2_kernels();
-  return nullptr;
+  if (f.amx_int8 && amx_ready()) return note_kernel("gemm_i8/amx"), &i8_amx_kernels();
+  if (f.avx512_vnni && f.avx512bw && f.avx512vl) return note_kernel("gemm_i8/avx512_vnni"), &i8_avx512_kernels();
+  if (f.avx_vnni && f.avx2) return note_kernel("gemm_i8/avx_vnni"), &i8_avx_vnni_kernels();
+  if (f.avx2) return note_kernel("gemm_i8/avx2"), &i8_avx2_kernels();
+  return note_kernel("gemm_i8/portable"), nullptr;
 }
 
 // Portable fallback: op(B) transposed into rows of K, then row-times-row

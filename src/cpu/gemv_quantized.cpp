@@ -58,24 +58,17 @@ void dots_portable(int32_t fmt, const uint8_t* w, int64_t K, const float* const*
   }
 }
 
-// The instruction set for this call: the best the processor has, lowered by
-// TC_QUANT_ISA=avx512|avx2|portable (read on every call, so tests can switch
-// it; avx512 means without the VNNI integer path).
+// The instruction set for this call: the best that features() allows
+// (TC_CPU_ISA=avx512 keeps AVX-512 without the VNNI integer path).
 enum class Isa { Portable, Avx2, Avx512, Vnni };
 
 Isa pick_isa() {
   const Features& f = features();
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c;
-  Isa best = avx512 && f.avx512_vnni      ? Isa::Vnni
-             : avx512                     ? Isa::Avx512
-             : f.avx2 && f.fma && f.f16c  ? Isa::Avx2
-                                          : Isa::Portable;
-  if (const char* v = std::getenv("TC_QUANT_ISA")) {
-    if (!std::strcmp(v, "portable")) return Isa::Portable;
-    if (!std::strcmp(v, "avx2") && best != Isa::Portable) return Isa::Avx2;
-    if (!std::strcmp(v, "avx512") && best == Isa::Vnni) return Isa::Avx512;
-  }
-  return best;
+  if (avx512 && f.avx512_vnni) return note_kernel("gemv_quantized/avx512_vnni"), Isa::Vnni;
+  if (avx512) return note_kernel("gemv_quantized/avx512"), Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return note_kernel("gemv_quantized/avx2"), Isa::Avx2;
+  return note_kernel("gemv_quantized/portable"), Isa::Portable;
 }
 
 // Row kernel for (fmt, isa); null means the portable kernel.

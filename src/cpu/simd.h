@@ -68,23 +68,15 @@ inline void prefetch(const void* p, size_t bytes) {
 
 enum class Isa { Portable = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
 
-// The widest instruction set the processor has, capped by TC_CPU_ISA
-// ("portable", "avx2", "avx512": AVX-512 without its BF16 conversions) when
-// set. The cap exists to test the narrower paths on a wide machine; it is
-// read on every call so a test can change it between calls.
+// The widest instruction set the processor has, as capped by TC_CPU_ISA
+// (features(): avx512 and avx512_vnni give AVX-512 without its BF16
+// conversions).
 inline Isa active_isa() {
   const Features& f = features();
   Isa best = Isa::Portable;
   if (f.avx2 && f.fma && f.f16c) best = Isa::Avx2;
   if (best == Isa::Avx2 && f.avx512f && f.avx512bw && f.avx512vl) best = Isa::Avx512;
   if (best == Isa::Avx512 && f.avx512_bf16) best = Isa::Avx512Bf16;
-  if (const char* cap = std::getenv("TC_CPU_ISA")) {
-    Isa want = best;
-    if (std::strcmp(cap, "portable") == 0) want = Isa::Portable;
-    else if (std::strcmp(cap, "avx2") == 0) want = Isa::Avx2;
-    else if (std::strcmp(cap, "avx512") == 0) want = Isa::Avx512;
-    if (int(want) < int(best)) best = want;
-  }
   return best;
 }
 
@@ -93,10 +85,10 @@ inline Isa active_isa() {
 template <class F>
 inline F pick(F avx512bf16, F avx512, F avx2, F portable) {
   switch (active_isa()) {
-    case Isa::Avx512Bf16: return avx512bf16;
-    case Isa::Avx512: return avx512;
-    case Isa::Avx2: return avx2;
-    default: return portable;
+    case Isa::Avx512Bf16: return note_kernel("simd/avx512_bf16"), avx512bf16;
+    case Isa::Avx512: return note_kernel("simd/avx512"), avx512;
+    case Isa::Avx2: return note_kernel("simd/avx2"), avx2;
+    default: return note_kernel("simd/portable"), portable;
   }
 }
 

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
+
 namespace tc {
 namespace cpu {
 namespace {
@@ -122,10 +124,7 @@ int physical_cores() {
 
 // TC_NUM_THREADS, else the physical cores this process may use.
 int configured_threads() {
-  if (const char* v = std::getenv("TC_NUM_THREADS")) {
-    int n = std::atoi(v);
-    if (n >= 1 && n <= 1024) return n;
-  }
+  if (config::from_env(config::Key::kNumThreads)) return int(config::number(config::Key::kNumThreads));
   int n = physical_cores();
   if (n < 1) n = int(std::thread::hardware_concurrency());
   return std::clamp(n, 1, 1024);

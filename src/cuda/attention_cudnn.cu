@@ -66,7 +66,7 @@
 // and which engine was chosen.
 #include "cuda/attention_cudnn.h"
 
-#include "core/env.h"
+#include "core/config.h"
 #include "cuda/device.h"
 
 #ifndef TC_HAVE_CUDNN
@@ -111,7 +111,7 @@ using Desc = cudnnBackendDescriptor_t;
 using Dims = std::array<int64_t, 4>;
 
 bool debug_on() {
-  static const bool on = env_on("TC_CUDNN_DEBUG");
+  static const bool on = config::on(config::Key::kCudnnDebug);
   return on;
 }
 
@@ -732,7 +732,7 @@ constexpr int kTuneRuns = 3;
 template <class Run>
 tc_status tune(StreamState* s, Plan* p, const char* dir, Run&& run) {
   p->tuned = true;
-  if (p->candidates.size() < 2 || env_off("TC_CUDNN_AUTOTUNE")) return TC_OK;
+  if (p->candidates.size() < 2 || !config::on(config::Key::kCudnnAutotune)) return TC_OK;
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     if (start) cudaEventDestroy(start);
@@ -765,7 +765,7 @@ tc_status tune(StreamState* s, Plan* p, const char* dir, Run&& run) {
 
 // Per call, before any cache lookup: the switch, and ALiBi, which the key
 // does not hold (cuDNN's ALiBi uses its own slopes, not the caller's).
-bool wanted(const float* alibi) { return !env_off("TC_CUDA_ATTENTION_CUDNN") && !alibi; }
+bool wanted(const float* alibi) { return config::on(config::Key::kCudaAttentionCudnn) && !alibi; }
 
 }  // namespace
 

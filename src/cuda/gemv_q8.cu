@@ -43,7 +43,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
-#include "cuda/gemv_q8act.cuh"
+#include "cuda/q8_block.cuh"
 #include "cuda/pdl.cuh"
 #include "quant/formats.h"
 

@@ -4,31 +4,23 @@
 //
 // W quantised row by row (src/quant/formats.h), X and Y in f16, bf16 or f32,
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
-// eps). Two paths:
-//  - one row of f16/bf16 X against Q4_0 or Q8_0 (the decode shape; unless
-//    TC_CUDA_GEMV_INT8=0): X quantised to 8 bits per block of 32 and the
-//    warp-staged __dp4a kernel of gemv_q8.cu (two launches);
-//  - with TC_CUDA_GEMV_INT8=1 (read once; off by default, see
-//    int8_activations()), f16/bf16 activations against Q4_0, Q8_0, Q4_K or
-//    Q6_K, as the CPU chooses on an AVX512-VNNI processor: X (normalised
-//    in f32 first when fused) is quantised to 8 bits per block of 32 (in
-//    each CTA's shared memory at M = 1, else by a small pre-kernel into the
-//    stream's workspace), and the products are int8 dot products (__dp4a):
-//    gemv_q8act.cuh. Each activation moves by at
-//    most half a quantisation step, the CPU's VNNI contract;
-//  - otherwise (the default; f32 activations, the other formats, or
-//    TC_CUDA_GEMV_LEGACY=1 in the environment, read once): the activations
-//    are never quantised,
-//    accumulation is f32, and the result differs from the float64 product of
-//    the dequantised weights only by f32 rounding. Two kernel generations:
+// eps). The kernel for a call, each the one that measured fastest for its
+// case on the H200 (bench/results/h200.md, docs/performance.md):
+//  - one row of f16/bf16 X against Q4_0 or Q8_0 (the decode shape), W
+//    16-byte aligned: X quantised to 8 bits per block of 32 and the
+//    warp-staged __dp4a kernel of gemv_q8.cu (two launches); each activation
+//    moves by at most half a quantisation step, the CPU's VNNI contract;
+//  - otherwise the activations are never quantised, accumulation is f32, and
+//    the result differs from the float64 product of the dequantised weights
+//    only by f32 rounding:
+//     - f32 X and Y at M = 1, except Q4_K: four rows of W per warp sharing
+//       each load of X (gemv_blocks_f32_rows);
 //     - Q4_0, Q8_0, Q4_K, Q6_K with W 16-byte aligned: the streaming kernel
 //       of gemv_stream.cuh (W by 16-byte cp.async through a shared-memory
 //       ring, R rows of W per load of X, passes of up to 4 rows of X; its
-//       header has the design), unless TC_CUDA_GEMV_STREAM=0 (read at every
-//       call) or the kernel cannot be launched on the device;
-//     - everything else (other formats, W not 16-byte aligned, the switch
-//       off, and f32 X and Y at M = 1 except Q4_K, where the four-rows-per-
-//       warp kernel measured faster): the warp-per-row kernels below.
+//       header has the design), unless it cannot be launched on the device;
+//     - everything else (other formats, W not 16-byte aligned): the
+//       warp-per-row kernels below.
 //
 // The warp-per-row kernels. At small M the product streams W once at two
 // flops per weight, so it is bound by HBM bandwidth; their design:
@@ -60,9 +52,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "core/env.h"
 #include "cuda/device.h"
-#include "cuda/gemv_q8act.cuh"
 #include "cuda/gemv_stream.cuh"
 #include "cuda/quant_formats.cuh"
 
@@ -254,30 +244,15 @@ __global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamm
 // ---- launch --------------------------------------------------------------------------------
 
 bool is_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-// Whether TC_CUDA_GEMV_LEGACY=1 asks for the kernels of before the 8-bit
-// path and the shared-X f32 kernel, everywhere (read once): a bypass if those
-// regress.
-bool legacy_only() {
-  static const bool v = env_on("TC_CUDA_GEMV_LEGACY");
-  return v;
+// Whether a call takes the 8-bit one-row kernel of gemv_q8.cu (see the top).
+bool one_row_int8(const GemvQuantizedArgs& a, const StreamState* s, bool fused) {
+  const size_t es = dtype_size(a.dtype);
+  return a.M == 1 && a.dtype != TC_DTYPE_F32 && (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0) && a.K % 32 == 0 &&
+         is_aligned16(a.w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&
+         s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(a.K);
 }
-
-// Whether TC_CUDA_GEMV_INT8=1 asks for the 8-bit activation (__dp4a) path of
-// gemv_q8act.cuh for every f16/bf16 product of Q4_0, Q8_0, Q4_K and Q6_K
-// (read once). Off by default: on the H200 those kernels measured no faster
-// than the exact ones (Q4_0 14336x4096: 21% of copy bandwidth against 24%).
-bool int8_activations() {
-  static const bool v = env_on("TC_CUDA_GEMV_INT8");
-  return v;
-}
-
-// Whether one-row f16/bf16 products of Q4_0 / Q8_0 take the warp-staged
-// 8-bit kernel of gemv_q8.cu (quantize_q8 + gemv_q8_rows): on unless
-// TC_CUDA_GEMV_INT8=0 (read at every call) or TC_CUDA_GEMV_LEGACY=1. It
-// measured ~1.6-2x the exact streaming kernel on the H200 (Q4_0
-// 14336x4096: 50% of copy bandwidth against 31%).
-bool one_row_int8() { return !env_off("TC_CUDA_GEMV_INT8") && !legacy_only(); }
 
 struct Tile {
   const void* x;  // first row of the tile
@@ -293,7 +268,7 @@ void launch_blocks(const Tile& t, const uint8_t* w, cudaStream_t st) {
   const T* x = static_cast<const T*>(t.x);
   TY* y = static_cast<TY*>(t.y);
   if constexpr (std::is_same<T, float>::value && std::is_same<TY, float>::value) {
-    if (t.mt == 1 && !legacy_only()) {
+    if (t.mt == 1) {
       const int64_t rows_per_cta = int64_t(kWarpsF32) * kRowsF32;
       const dim3 grid4(unsigned((t.N + rows_per_cta - 1) / rows_per_cta));
       gemv_blocks_f32_rows<F, A><<<grid4, kWarpsF32 * 32, 0, st>>>(w, x, y, t.N, t.K);
@@ -349,12 +324,6 @@ void launch_tile(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cud
 }
 
 // ---- the streaming kernels (gemv_stream.cuh) ----------------------------------------------
-
-// Whether the streaming kernels serve Q4_0 / Q8_0 / Q4_K / Q6_K: on unless
-// TC_CUDA_GEMV_STREAM=0 (or TC_CUDA_GEMV_LEGACY=1), which selects the
-// warp-per-row kernels below, the fallback. Read at every call (one getenv)
-// so that a benchmark can time both in one process.
-bool stream_on() { return !env_off("TC_CUDA_GEMV_STREAM") && !legacy_only(); }
 
 struct Gpu {
   int index, sms;
@@ -418,7 +387,7 @@ bool launch_stream_x(tc_dtype xdt, tc_dtype ydt, const Tile& t, const uint8_t* w
 // launched) otherwise.
 bool launch_stream(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, Gpu g,
                    cudaStream_t st) {
-  if (!stream_on() || !is_aligned16(w)) return false;
+  if (!is_aligned16(w)) return false;
   // f32 X and Y, one row: the four-rows-per-warp kernel (gemv_blocks_f32_rows)
   // measured faster for these formats on an H200 (14336 x 4096: Q4_0 1800 vs
   // 1248 GB/s, Q8_0 2414 vs 2059, Q6_K 2182 vs 1633; Q4_K 1243 vs 1315).
@@ -447,93 +416,6 @@ void launch_any(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const ui
   }
 }
 
-// ---- the 8-bit activation path ----------------------------------------------------------
-
-bool int8_format(int32_t fmt) {
-  return fmt == quant::Q4_0 || fmt == quant::Q8_0 || fmt == quant::Q4_K || fmt == quant::Q6_K;
-}
-
-// Rows per launch of the 8-bit kernel for M > 1 (larger tiles take several
-// launches, each streaming W once).
-constexpr int kQ8Rows = 8;
-// Largest K whose quantised row fits the default 48 KB of dynamic shared
-// memory of the one-launch M = 1 kernel (K + K / 4 bytes).
-constexpr int64_t kQ8SmemK = (48 << 10) * 4 / 5;
-
-template <class F, class TY>
-void launch_q8_fmt(const q8act::XQ& x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N, cudaStream_t st) {
-  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
-  if (aligned) q8act::gemv<F, F::kAlign, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
-  else q8act::gemv<F, 1, kQ8Rows, TY, kWarps><<<grid, block, 0, st>>>(w, x, y, mt, N);
-}
-
-// Y rows [0, mt) of the tile from its X quantised into xq / xd.
-template <class TY>
-void launch_q8_rows(int32_t fmt, q8act::XQ x, const uint8_t* w, bool aligned, TY* y, int mt, int64_t N,
-                    cudaStream_t st) {
-  for (int m0 = 0; m0 < mt; m0 += kQ8Rows) {
-    const int r = std::min(kQ8Rows, mt - m0);
-    q8act::XQ xr{x.xq + int64_t(m0) * x.K, x.xd + int64_t(m0) * (x.K / 32), x.K};
-    TY* yr = y + int64_t(m0) * N;
-    switch (fmt) {
-      case quant::Q4_0: launch_q8_fmt<q8act::Q4_0, TY>(xr, w, aligned, yr, r, N, st); break;
-      case quant::Q8_0: launch_q8_fmt<q8act::Q8_0, TY>(xr, w, aligned, yr, r, N, st); break;
-      case quant::Q4_K: launch_q8_fmt<q8act::Q4_K, TY>(xr, w, aligned, yr, r, N, st); break;
-      default: launch_q8_fmt<q8act::Q6_K, TY>(xr, w, aligned, yr, r, N, st); break;
-    }
-  }
-}
-
-// M = 1, one launch (X of T quantised in each CTA's shared memory).
-template <class F, class T, class TY>
-void launch_q8_one_fmt(const T* x, const uint8_t* w, bool aligned, TY* y, int64_t N, int64_t K, cudaStream_t st) {
-  const dim3 grid(unsigned((N + kWarps - 1) / kWarps)), block(kWarps * 32);
-  const size_t smem = size_t(K) + size_t(K) / 4;
-  if (aligned) q8act::gemv1<F, F::kAlign, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
-  else q8act::gemv1<F, 1, T, TY, kWarps><<<grid, block, smem, st>>>(w, x, y, N, K);
-}
-
-template <class T, class TY>
-void launch_q8_one(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cudaStream_t st) {
-  const T* x = static_cast<const T*>(t.x);
-  TY* y = static_cast<TY*>(t.y);
-  switch (fmt) {
-    case quant::Q4_0: launch_q8_one_fmt<q8act::Q4_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
-    case quant::Q8_0: launch_q8_one_fmt<q8act::Q8_0, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
-    case quant::Q4_K: launch_q8_one_fmt<q8act::Q4_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
-    default: launch_q8_one_fmt<q8act::Q6_K, T, TY>(x, w, aligned, y, t.N, t.K, st); break;
-  }
-}
-
-// The tile's Y (dtype ydt: f16 or bf16) from its X (dtype xdt: the call's,
-// or f32 once normalised): one launch for a single row of moderate K, else
-// quantise X into xq / xd, then the product.
-void launch_q8_tile(tc_dtype xdt, tc_dtype ydt, int32_t fmt, const Tile& t, const uint8_t* w, bool aligned,
-                    int8_t* xq, float2* xd, cudaStream_t st) {
-  if (t.mt == 1 && t.K <= kQ8SmemK) {
-    const bool h = ydt == TC_DTYPE_F16;
-    if (xdt == TC_DTYPE_F32) {
-      if (h) launch_q8_one<float, __half>(fmt, t, w, aligned, st);
-      else launch_q8_one<float, __nv_bfloat16>(fmt, t, w, aligned, st);
-    } else if (xdt == TC_DTYPE_F16) {
-      launch_q8_one<__half, __half>(fmt, t, w, aligned, st);
-    } else {
-      launch_q8_one<__nv_bfloat16, __nv_bfloat16>(fmt, t, w, aligned, st);
-    }
-    return;
-  }
-  // Rows of K back to back: one run of mt * K activations (gemv_q8.cu).
-  // A launch error is the caller's cudaGetLastError().
-  (void)launch_quantize_q8(xdt, t.x, nullptr, 0.0f, int64_t(t.mt) * t.K, xq, xd, st);
-  const q8act::XQ x{xq, xd, t.K};
-  if (ydt == TC_DTYPE_F16) launch_q8_rows<__half>(fmt, x, w, aligned, static_cast<__half*>(t.y), t.mt, t.N, st);
-  else launch_q8_rows<__nv_bfloat16>(fmt, x, w, aligned, static_cast<__nv_bfloat16*>(t.y), t.mt, t.N, st);
-}
-
-size_t round256(size_t n) { return (n + 255) / 256 * 256; }
-
-bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 // Natural alignment of the format's weight loads.
 size_t weight_alignment(int32_t fmt) {
   switch (fmt) {
@@ -554,9 +436,7 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
   const size_t es = dtype_size(a.dtype);
   const int64_t M = a.M, N = a.N, K = a.K;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  if (M == 1 && a.dtype != TC_DTYPE_F32 && (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0) && K % 32 == 0 &&
-      is_aligned16(w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&
-      one_row_int8() && s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(K))
+  if (one_row_int8(a, s, fused))
     return gemv_q8_one_row(s, a.fmt, a.dtype, a.x, fused ? a.gamma : nullptr, a.eps, w, N, K, a.y, s->workspace);
   const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
   // X rows are read 4 elements at a time by the f32 kernels: the buffer
@@ -565,11 +445,7 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
   // (K is a multiple of 4 for block formats, so every row then is too). The
   // plain formats read element by element and only need element alignment.
   const bool blocks = a.fmt != quant::F16 && a.fmt != quant::BF16 && a.fmt != quant::F32;
-  // The 8-bit path (see the top of the file); it quantises X reading it
-  // element by element.
-  const bool q8 = a.dtype != TC_DTYPE_F32 && int8_format(a.fmt) && int8_activations() && !legacy_only() &&
-                  s->workspace;
-  const bool x_direct = !fused && is_aligned(a.x, blocks && !q8 ? 4 * es : es);
+  const bool x_direct = !fused && is_aligned(a.x, blocks ? 4 * es : es);
   const bool y_direct = is_aligned(a.y, es);
   // Workspace: the tile's X (f32 when normalised) in the first half, its Y
   // in the second when Y is not element-aligned.
@@ -578,10 +454,6 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
   int64_t tile = kMaxM;
   if (!x_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / x_row));
   if (!y_direct) tile = std::min<int64_t>(tile, int64_t(half_ws / y_row));
-  // 8-bit path: the tile's int8 X and its (dx, sx) per block of 32 follow
-  // the staged or normalised X in the first half (each part 256-aligned).
-  const size_t q_row = size_t(K) + size_t(K) / 32 * sizeof(float2);
-  if (q8) tile = std::min<int64_t>(tile, int64_t((half_ws - 1024) / ((x_direct ? 0 : x_row) + q_row)));
   if (tile < 1 || ((!x_direct || !y_direct) && !s->workspace))
     return fail(TC_ERR_UNSUPPORTED,
                 "%s: a row of X (%lld x %zu bytes) or Y (%lld x %zu bytes) needs staging through the stream's "
@@ -619,16 +491,8 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
         return st;
       t.x = ws_x;
     }
-    if (q8) {
-      char* qbase = ws_x + (t.x == ws_x ? round256(size_t(mt) * x_row) : 0);
-      int8_t* xq = reinterpret_cast<int8_t*>(qbase);
-      float2* xd = reinterpret_cast<float2*>(qbase + round256(size_t(mt) * size_t(K)));
-      s->last_kernel = "gemv_quantized (8-bit activations)";
-      launch_q8_tile(xdt, a.dtype, a.fmt, t, w, w_aligned, xq, xd, s->stream);
-    } else {
-      s->last_kernel = "gemv_quantized";
-      launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, Gpu{d.index(), d.props().multiProcessorCount}, s->stream);
-    }
+    s->last_kernel = "gemv_quantized";
+    launch_any(xdt, a.dtype, a.fmt, t, w, w_aligned, Gpu{d.index(), d.props().multiProcessorCount}, s->stream);
     if (tc_status st = check(cudaGetLastError(), fused ? "fused_rmsnorm_gemv_quantized: launch"
                                                        : "gemv_quantized: launch"))
       return st;

@@ -18,7 +18,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/env.h"
+#include "core/config.h"
 
 namespace tc {
 namespace cuda {
@@ -42,7 +42,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int la
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + o));
 }
 
-inline bool pdl_enabled() { return !env_off("TC_CUDA_PDL"); }
+inline bool pdl_enabled() { return config::on(config::Key::kCudaPdl); }
 
 template <class... KArgs, class... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

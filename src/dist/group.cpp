@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/objects.h"
 
@@ -23,13 +24,7 @@ const HandleKind& remote_kind() {
 }
 
 int64_t default_timeout_ms() {
-  const char* env = std::getenv("TC_DIST_TIMEOUT_MS");
-  if (env && *env) {
-    char* end = nullptr;
-    long long v = std::strtoll(env, &end, 10);
-    if (end && *end == '\0' && v > 0) return v;
-  }
-  return 120000;
+  return config::number(config::Key::kDistTimeoutMs);
 }
 
 tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {

@@ -26,7 +26,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/env.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "dist/comm.h"
 
@@ -39,7 +39,7 @@ ncclDataType_t nccl_type(tc_dtype d) {
   return d == TC_DTYPE_F16 ? ncclFloat16 : d == TC_DTYPE_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
-bool collectives_nonblocking() { return env_on("TC_NCCL_NONBLOCKING"); }
+bool collectives_nonblocking() { return config::on(config::Key::kNcclNonblocking); }
 
 ncclRedOp_t nccl_op(int32_t op) {
   return op == TC_REDUCE_AVG ? ncclAvg : op == TC_REDUCE_MAX ? ncclMax : op == TC_REDUCE_MIN ? ncclMin : ncclSum;
@@ -238,8 +238,9 @@ class NcclComm final : public Comm {
 
 // The blocking child's connections are made while it is created, not at its
 // first collectives, where a dead peer could block the enqueueing call.
+// NCCL reads its own variable; the registry only says whether the user set it.
 void connect_at_init() {
-  if (!std::getenv("NCCL_RUNTIME_CONNECT")) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+  if (!config::from_env(config::Key::kNcclRuntimeConnect)) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/env.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/objects.h"
@@ -190,7 +190,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 bool Llama::q8_decode() {
   if (host_ || act_ != TC_DTYPE_F16) return false;
   if (q8_state_ < 0) {
-    static const bool off = env_off("TC_LLAMA_Q8");
+    static const bool off = !config::on(config::Key::kLlamaQ8);
     auto ok = [](const Matrix& m) {
       return m.data && (m.fmt == quant::Q4_0 || m.fmt == quant::Q8_0) && m.K % 32 == 0 &&
              reinterpret_cast<uintptr_t>(m.data) % 16 == 0;

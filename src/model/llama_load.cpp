@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/env.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "gguf/llama_config.h"
@@ -49,7 +49,7 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
   // TC_LLAMA_DEVICE_PATH=1 runs a host backend the way a device runs: weights
   // copied, every step on a queue, products of many rows through GEMM, so
   // the tests exercise that path where no GPU is present.
-  m->host_ = m->be_->host_accessible() && !env_on("TC_LLAMA_DEVICE_PATH");
+  m->host_ = m->be_->host_accessible() && !config::on(config::Key::kLlamaDevicePath);
   if (tc_status st = gguf::File::open(path, &m->file_)) return st;
   tc_gguf_llama_config c;
   if (tc_status st = gguf::llama_config(*m->file_, &c)) return st;
@@ -267,7 +267,7 @@ tc_status Llama::place_weights() {
 // prefill's products and f32 activations keep reading. TC_LLAMA_SPLIT=0
 // (read once) keeps one copy.
 tc_status Llama::split_weights() {
-  static const bool off = env_off("TC_LLAMA_SPLIT");
+  static const bool off = !config::on(config::Key::kLlamaSplit);
   if (off || output_.split_qs) return TC_OK;  // off, or made already
   std::vector<Matrix*> mats{&output_};
   for (LlamaLayer& L : layers_) mats.insert(mats.end(), {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down});

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/switches.h"
+
 namespace simpler {
 
 namespace {
@@ -29,8 +31,9 @@ Error check_ring(const char* name, int i, uint64_t v) {
 // "N" or "a,b,c,d" -> four values.
 Error parse_env(const char* var, const char* name, uint64_t out[kRings], bool* set) {
   *set = false;
-  const char* text = std::getenv(var);
-  if (!text || !*text) return {};
+  const Switch sw = read_switch(var);
+  if (sw.text.empty()) return {};
+  const char* text = sw.text.c_str();
   uint64_t v[kRings];
   int n = 0;
   const char* p = text;

@@ -11,6 +11,7 @@
 #include "runtime/diagnostics.h"
 #include "runtime/fault_guard.h"
 #include "runtime/kernel_ref.h"
+#include "runtime/switches.h"
 #include "simpler/simpler.h"
 #include "tensorcore/context.h"
 
@@ -36,10 +37,8 @@ const SimplerLaunch* current_launch() { return t_launch; }
 void set_current_launch(const SimplerLaunch* l) { t_launch = l; }
 
 int default_cpu_cores() {
-  if (const char* env = std::getenv("SIMPLER_CPU_CORES")) {
-    int n = std::atoi(env);
-    if (n > 0) return n > 1024 ? 1024 : n;
-  }
+  const Switch cores = read_switch("SIMPLER_CPU_CORES");
+  if (cores.from_env) return int(cores.number);
   unsigned n = std::thread::hardware_concurrency();
   return n ? int(n) : 1;
 }

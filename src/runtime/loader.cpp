@@ -10,6 +10,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "runtime/switches.h"
+
 namespace simpler {
 
 namespace {
@@ -43,8 +45,7 @@ std::shared_ptr<SharedObject> SharedObject::load(const std::string& bytes, const
   if (fd >= 0) {
     path = "/proc/self/fd/" + std::to_string(fd);
   } else {
-    const char* dir = std::getenv("TMPDIR");
-    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/simpler-object-XXXXXX";
+    std::string tmpl = read_switch("TMPDIR").text + "/simpler-object-XXXXXX";
     fd = mkstemp(&tmpl[0]);
     if (fd < 0) {
       *err = make_error(TC_ERR_IO, "cannot create a file to load %s from: %s", what.c_str(), std::strerror(errno));

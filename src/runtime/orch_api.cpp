@@ -7,6 +7,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/kernel_ref.h"
+#include "runtime/switches.h"
 
 namespace simpler {
 namespace {
@@ -42,12 +43,10 @@ void op_report_fatal(int32_t code, const char* func, const char* message) {
 
 int log_threshold() {
   static int level = [] {
-    const char* env = std::getenv("SIMPLER_LOG_LEVEL");
-    if (!env) return SIMPLER_LOG_WARN;
-    if (!std::strcmp(env, "error")) return SIMPLER_LOG_ERROR;
-    if (!std::strcmp(env, "info")) return SIMPLER_LOG_INFO;
-    if (!std::strcmp(env, "debug")) return SIMPLER_LOG_DEBUG;
-    return SIMPLER_LOG_WARN;
+    // The registry's order (error|warn|info|debug) is the levels' order.
+    static_assert(SIMPLER_LOG_ERROR == 0 && SIMPLER_LOG_WARN == 1 && SIMPLER_LOG_INFO == 2 && SIMPLER_LOG_DEBUG == 3,
+                  "log levels");
+    return int(read_switch("SIMPLER_LOG_LEVEL").number);
   }();
   return level;
 }

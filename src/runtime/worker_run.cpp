@@ -10,6 +10,7 @@
 #include "runtime/diagnostics.h"
 #include "runtime/fault_guard.h"
 #include "runtime/platform.h"
+#include "runtime/switches.h"
 #include "runtime/task_list.h"
 #include "runtime/worker.h"
 
@@ -178,7 +179,7 @@ Error Worker::execute_inner(RunState& run, uint64_t* wall_ns) {
   if (cfg_.build_graph) {
     // host_build_graph: record the graph once per (callable, arguments), replay it.
     const bool cacheable = !(diag && (diag->options().dep_gen || diag->options().scope_stats)) &&
-                           !(std::getenv("SIMPLER_HBG_CACHE") && std::string(std::getenv("SIMPLER_HBG_CACHE")) == "0");
+                           read_switch("SIMPLER_HBG_CACHE").number;
     const std::string key = cacheable ? graph_key(run) : std::string();
     std::shared_ptr<Graph> graph, fresh;
     if (cacheable) {

@@ -1,5 +1,5 @@
 // Attention forward/backward against a double-precision reference that
-// materialises the scores, on every vector path (TC_ATTENTION_ISA).
+// materialises the scores, on every vector path (TC_CPU_ISA).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -191,8 +191,8 @@ void expect_close(const char* what, const std::vector<double>& got, const std::v
 }
 
 void run_case(const Cfg& c, const char* isa) {
-  if (isa) setenv("TC_ATTENTION_ISA", isa, 1);
-  else unsetenv("TC_ATTENTION_ISA");
+  if (isa) setenv("TC_CPU_ISA", isa, 1);
+  else unsetenv("TC_CPU_ISA");
   const std::string ctx_name = name_of(c) + " isa=" + (isa ? isa : "best");
   std::mt19937 rng(1234 + unsigned(c.Sq * 131 + c.Skv * 7 + c.D));
   const size_t qn = size_t(c.B * c.H * c.Sq * c.D), kn = size_t(c.B * c.Hkv * c.Skv * c.D);
@@ -228,7 +228,7 @@ void run_case(const Cfg& c, const char* isa) {
   expect_close("dQ", decode(c.dtype, dev.read(bdQ)), ref.dQ, gtol, ctx_name);
   expect_close("dK", decode(c.dtype, dev.read(bdK)), ref.dK, gtol, ctx_name);
   expect_close("dV", decode(c.dtype, dev.read(bdV)), ref.dV, gtol, ctx_name);
-  unsetenv("TC_ATTENTION_ISA");
+  unsetenv("TC_CPU_ISA");
 }
 
 class AttentionIsa : public ::testing::TestWithParam<const char*> {};

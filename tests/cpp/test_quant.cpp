@@ -155,8 +155,8 @@ TEST(Quant, GemvEveryFormatEveryPath) {
   std::mt19937 rng(7);
   const char* isas[] = {"", "avx512", "avx2", "portable"};
   for (const char* isa : isas) {
-    if (*isa) setenv("TC_QUANT_ISA", isa, 1);
-    else unsetenv("TC_QUANT_ISA");
+    if (*isa) setenv("TC_CPU_ISA", isa, 1);
+    else unsetenv("TC_CPU_ISA");
     for (tc_quant_type fmt = TC_QUANT_Q4_0; fmt <= TC_QUANT_F32; ++fmt) {
       const int64_t N = 19, K = 512;
       for (int64_t M : {1, 2, 3, 4, 6}) {
@@ -184,7 +184,7 @@ TEST(Quant, GemvEveryFormatEveryPath) {
       }
     }
   }
-  unsetenv("TC_QUANT_ISA");
+  unsetenv("TC_CPU_ISA");
 }
 
 TEST(Quant, BadArgumentsLeaveBuffersUntouched) {

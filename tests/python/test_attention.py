@@ -368,11 +368,11 @@ def test_cudnn_switch_off_runs_our_kernels(actx, rng, monkeypatch, dtype, D, hkv
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_vector_path(actx, rng, monkeypatch, isa):
-    """TC_ATTENTION_ISA narrows the run-time choice (unknown or unavailable
-    paths fall back to the best one available). CPU only."""
+    """TC_CPU_ISA caps the run-time choice (a path the processor lacks falls
+    back to the best one available). CPU only."""
     if actx.device != "cpu":
         pytest.skip("the vector paths are the CPU's")
-    monkeypatch.setenv("TC_ATTENTION_ISA", isa)
+    monkeypatch.setenv("TC_CPU_ISA", isa)
     p = Problem(actx, rng, "f32", 1, H, 2, 70, 90, 40, alibi=True)
     check_problem(p, True, 50)
 

@@ -416,7 +416,8 @@ print("done")
 def test_trace_prints_one_line_per_op():
     r = run_python(TRACE_SCRIPT, env={"TC_TRACE": "1"})
     assert r.returncode == 0, r.stderr
-    lines = [l for l in r.stderr.splitlines() if l.startswith("[tensorcore]")]
+    assert r.stderr.count("[tensorcore] settings:") == 1, r.stderr  # the resolved switches, once
+    lines = [l for l in r.stderr.splitlines() if l.startswith("[tensorcore] op=")]
     assert len(lines) == 3, r.stderr  # the refused call ran no op
     pattern = (r"\[tensorcore\] op=(gemm|gemm_batched) shapes=M=3,N=5,K=4,batch=1,dtype=f32,accum=f32,ta=0,tb=0 "
                r"status=0\(ok\) backend=portable_cpu us=\d+\.\d")

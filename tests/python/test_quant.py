@@ -18,7 +18,7 @@ from conftest import TOLERANCE, assert_close, np_dtype, poison, random_array, to
 FORMATS = ["q4_0", "q8_0", "q4_1", "q4_k", "q5_k", "q6_k", "q8_k", "f16", "bf16", "f32"]
 BLOCK = {"q4_0": (32, 18), "q8_0": (32, 34), "q4_1": (32, 20), "q4_k": (256, 144), "q5_k": (256, 176),
          "q6_k": (256, 210), "q8_k": (256, 292), "f16": (1, 2), "bf16": (1, 2), "f32": (1, 4)}
-ISAS = ["", "avx512", "avx2", "portable"]  # "" = the best the processor has (AVX512-VNNI here)
+ISAS = ["", "avx512", "avx2", "portable"]  # "" = the best the processor has; avx512: without VNNI
 
 
 def gguf_quants():
@@ -83,9 +83,9 @@ def reference_weights(w, fmt, N, K):
 def isa(request, monkeypatch):
     value = getattr(request, "param", "")
     if value:
-        monkeypatch.setenv("TC_QUANT_ISA", value)
+        monkeypatch.setenv("TC_CPU_ISA", value)
     else:
-        monkeypatch.delenv("TC_QUANT_ISA", raising=False)
+        monkeypatch.delenv("TC_CPU_ISA", raising=False)
     return value
 
 
@@ -336,8 +336,8 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
 @pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
 def test_gemv_int8_activation_error_bound(ctx, rng, fmt, M):
     """f16 activations against Q4_0/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
-    of 32 (the CPU's AVX512-VNNI path; on CUDA the __dp4a kernels, one row of X
-    per launch for M = 1, up to 8 otherwise, so 9 takes two launches): each
+    of 32 (the CPU's AVX512-VNNI path; on CUDA the one-row __dp4a kernel of
+    Q4_0 / Q8_0, the exact kernels otherwise): each
     activation moves by at most half a step of max|x| / 127 of its block.
     Outlier-heavy activations (one large value per block) make that error
     visible; it must stay within the bound, and the f32 path on the same data

@@ -1,14 +1,19 @@
 """Diagnostics (include/tensorcore/diagnostics.h): version, names of codes,
-the calling thread's last backend and last failure."""
+the calling thread's last backend and last failure, the CPU backend's last
+kernel family."""
+
+from ctypes import c_char_p
 
 from .._args import i64
 from .._constants import DTYPE_ALIASES, TC_ERR_INVALID_ARG
-from .._lib import (text, tc_backend_name, tc_dtype_name, tc_last_backend, tc_last_error, tc_last_error_detail,
+from .._lib import (declare, text, tc_backend_name, tc_dtype_name, tc_last_backend, tc_last_error, tc_last_error_detail,
                     tc_status_string, tc_version)
 from .._objects import context_method
 
 __all__ = ["version", "status_string", "dtype_name", "backend_name", "last_backend", "last_backend_name",
-           "last_error", "last_error_detail"]
+           "last_error", "last_error_detail", "cpu_last_kernel_name"]
+
+_tc_cpu_last_kernel_name = declare("tc_cpu_last_kernel_name", c_char_p)
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -65,3 +70,10 @@ def last_error():
 def last_error_detail():
     """Detail of this thread's last failing call; "" after a success."""
     return text(tc_last_error_detail())
+
+
+def cpu_last_kernel_name():
+    """The kernel family of the CPU backend's last op in this process,
+    "<family>/<level>" (TC_CPU_ISA's levels), e.g. "sgemm/avx512",
+    "attention/portable", "sgemm/blas"; "" before any."""
+    return text(_tc_cpu_last_kernel_name())

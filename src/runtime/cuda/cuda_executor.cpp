@@ -45,6 +45,7 @@
 #include "runtime/diagnostics.h"
 #include "runtime/engine.h"
 #include "runtime/platform.h"
+#include "runtime/switches.h"
 #include "simpler/simpler.h"
 
 namespace simpler {
@@ -69,9 +70,7 @@ uint64_t steady_ns() {
 
 int threads_per_block() {
   static int n = [] {
-    const char* env = std::getenv("SIMPLER_CUDA_THREADS");
-    int v = env ? std::atoi(env) : 256;
-    return v >= 32 && v <= 1024 ? v : 256;
+    return int(read_switch("SIMPLER_CUDA_THREADS").number);
   }();
   return n;
 }

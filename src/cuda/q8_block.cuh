@@ -1,0 +1,48 @@
+// Device helpers of the 8-bit activation path (gemv_q8.cu): quantising X
+// per block of 32 as the CPU does (src/cpu/gemv_q8.cpp), and loading and
+// storing the element types.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tc {
+namespace cuda {
+namespace q8act {
+
+// One block of 32 activations quantised by the 32 lanes of a warp (lane i
+// holds x[i]): dx = max|x| / 127, xq = round-to-nearest-even(x * (1 / dx)),
+// sx = dx sum(xq): the CPU's quantize_block, operation for operation.
+__device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, float2* xd) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  const int q = max(-128, min(127, __float2int_rn(__fmul_rn(v, id))));
+  xq[lane] = int8_t(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) *xd = make_float2(d, d * float(sum));
+}
+
+__device__ __forceinline__ float x_at(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float x_at(const __half* p) { return __half2float(__ldg(p)); }
+__device__ __forceinline__ float x_at(const __nv_bfloat16* p) {
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+
+template <class TY>
+__device__ __forceinline__ void store(TY* y, float s) {
+  if constexpr (std::is_same<TY, float>::value) *y = s;
+  else if constexpr (std::is_same<TY, __half>::value) *y = __float2half_rn(s);
+  else *y = __float2bfloat16_rn(s);
+}
+
+}  // namespace q8act
+}  // namespace cuda
+}  // namespace tc

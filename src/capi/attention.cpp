@@ -94,7 +94,7 @@ tc_status attention_forward_impl(bool async, tc_stream stream, tc_context ctx, t
   args.q = c.data("Q"), args.k = c.data("K"), args.v = c.data("V"), args.o = c.data("O");
   args.lse = d.return_lse ? c.ptr<float>("LSE") : nullptr;
   args.alibi = c.ptr<const float>("alibi_slopes");
-  c.fill_info(&args.info, "attention_forward", shapes_of(d, alibi != nullptr));
+  c.fill_info(&args.info, "attention_forward", [&] { return shapes_of(d, alibi != nullptr); });
   return c.run(&Backend::attention_forward, args);
 }
 
@@ -120,7 +120,7 @@ tc_status attention_backward_impl(bool async, tc_stream stream, tc_context ctx, 
   args.d_o = c.data("dO"), args.lse = c.ptr<const float>("LSE");
   args.dq = c.data("dQ"), args.dk = c.data("dK"), args.dv = c.data("dV");
   args.alibi = c.ptr<const float>("alibi_slopes");
-  c.fill_info(&args.info, "attention_backward", shapes_of(d, alibi != nullptr));
+  c.fill_info(&args.info, "attention_backward", [&] { return shapes_of(d, alibi != nullptr); });
   return c.run(&Backend::attention_backward, args);
 }
 

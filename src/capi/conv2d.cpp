@@ -143,7 +143,7 @@ tc_status conv2d_forward_impl(bool async, tc_stream stream, tc_context ctx, tc_b
   a.d = d;
   a.x = c.data("X"), a.w = c.data("weight"), a.bias = c.data("bias"), a.y = c.data("Y");
   a.col = c.ptr<float>("scratch_col");
-  c.fill_info(&a.info, "conv2d_forward", shapes_of(d));
+  c.fill_info(&a.info, "conv2d_forward", [&] { return shapes_of(d); });
   return c.run(&Backend::conv2d_forward, a);
 }
 
@@ -162,7 +162,7 @@ tc_status conv2d_backward_input_impl(bool async, tc_stream stream, tc_context ct
   a.d = d;
   a.dy = c.data("dY"), a.w = c.data("weight"), a.dx = c.data("dX");
   a.col = c.ptr<float>("scratch_col"), a.dx_f32 = c.ptr<float>("scratch_dX_f32");
-  c.fill_info(&a.info, "conv2d_backward_input", shapes_of(d));
+  c.fill_info(&a.info, "conv2d_backward_input", [&] { return shapes_of(d); });
   return c.run(&Backend::conv2d_backward_input, a);
 }
 
@@ -179,7 +179,7 @@ tc_status conv2d_backward_weight_impl(bool async, tc_stream stream, tc_context c
   Conv2dBackwardWeightArgs a;
   a.d = d;
   a.x = c.data("X"), a.dy = c.data("dY"), a.dw = c.data("dW"), a.col = c.ptr<float>("scratch_col");
-  c.fill_info(&a.info, "conv2d_backward_weight", shapes_of(d));
+  c.fill_info(&a.info, "conv2d_backward_weight", [&] { return shapes_of(d); });
   return c.run(&Backend::conv2d_backward_weight, a);
 }
 

@@ -139,10 +139,11 @@ tc_status run(EntryId id, bool batched, bool async, tc_stream stream, tc_context
   if (tc_status st = c.validate([&] { return check_gemm(c, desc, batched, &args); })) return st;
   const tc_gemm_desc& d = args.d;
   args.a = c.data("A"), args.b = c.data("B"), args.c = c.data("C");
-  c.fill_info(&args.info, batched ? "gemm_batched" : "gemm",
-              fmt("M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,accum=%s,ta=%d,tb=%d", (long long)d.M, (long long)d.N,
-                  (long long)d.K, (long long)d.batch, dtype_label(d.dtype).c_str(), dtype_label(d.accum).c_str(),
-                  d.transpose_a, d.transpose_b));
+  c.fill_info(&args.info, batched ? "gemm_batched" : "gemm", [&] {
+    return fmt("M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,accum=%s,ta=%d,tb=%d", (long long)d.M, (long long)d.N,
+               (long long)d.K, (long long)d.batch, dtype_label(d.dtype).c_str(), dtype_label(d.accum).c_str(),
+               d.transpose_a, d.transpose_b);
+  });
   if (c.context()->gemm_on_host) return gemm_on_host(c, args);
   return c.run(&Backend::gemm, args);
 }

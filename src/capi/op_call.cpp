@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -185,7 +186,7 @@ OpCall::OpCall(EntryId id, bool async, tc_stream stream, std::initializer_list<V
 
 const OpCall::Slot& OpCall::slot(const char* name) const {
   for (int i = 0; i < count_; ++i)
-    if (slots_[i].param->name == name) return slots_[i];
+    if (!std::strcmp(slots_[i].param->name.c_str(), name)) return slots_[i];
   throw std::logic_error(std::string(fn_) + ": no parameter " + name);
 }
 OpCall::Slot& OpCall::slot(const char* name) {
@@ -317,28 +318,25 @@ tc_status OpCall::check_overlaps() const {
   return TC_OK;
 }
 
-void OpCall::fill_info(OpInfo* info, const char* op_name, std::string shapes) const {
+void OpCall::fill_name_and_keep(OpInfo* info, const char* op_name) const {
   info->name = op_name ? op_name : tc::op_name(decl_.op);
-  if (shapes.empty()) {
-    char buf[256];
-    size_t n = 0;
-    for (const Slot& s : slots()) {
-      const Param& p = *s.param;
-      if (n >= sizeof buf) break;
-      const char* sep = n ? "," : "";
-      if (p.kind == Param::I64)
-        n += size_t(std::snprintf(buf + n, sizeof buf - n, "%s%s=%lld", sep, p.name.c_str(), (long long)s.value.i64));
-      else if (p.kind == Param::Dtype)
-        n += size_t(std::snprintf(buf + n, sizeof buf - n, "%s%s=%s", sep, p.name.c_str(), tc_dtype_name(s.value.i32)));
-      else if (p.kind == Param::Quant)
-        n += size_t(std::snprintf(buf + n, sizeof buf - n, "%s%s=%d", sep, p.name.c_str(), s.value.i32));
-    }
-    shapes.assign(buf, std::min(n, sizeof buf - 1));
-  }
-  info->shapes = std::move(shapes);
   info->keep.reserve(size_t(count_));
   for (const Slot& s : slots())
     if (s.param->kind == Param::Buffer && s.value.buf) info->keep.push_back(s.value.buf->storage);
+}
+
+std::string OpCall::default_shapes() const {
+  std::string out;
+  for (const Slot& s : slots()) {
+    const Param& p = *s.param;
+    std::string v;
+    if (p.kind == Param::I64) v = std::to_string(s.value.i64);
+    else if (p.kind == Param::Dtype) v = dtype_label(s.value.i32);
+    else if (p.kind == Param::Quant) v = std::to_string(s.value.i32);
+    else continue;
+    out += (out.empty() ? "" : ",") + p.name + "=" + v;
+  }
+  return out;
 }
 
 }  // namespace capi

@@ -24,6 +24,7 @@
 
 #include "capi/api.h"
 #include "core/backend.h"
+#include "core/trace.h"
 
 namespace tc {
 namespace capi {
@@ -121,9 +122,18 @@ class OpCall {
   template <class T>
   const T& desc() const { return *static_cast<const T*>(desc_ptr()); }
 
-  // The op's name (the backend op unless given), its shapes for TC_TRACE (the
-  // scalars "N=3,D=7,dtype=f16" unless given) and the storage it keeps alive.
-  void fill_info(OpInfo* info, const char* op_name = nullptr, std::string shapes = "") const;
+  // The op's name (the backend op unless given), the storage it keeps alive
+  // and, when TC_TRACE is on, its shapes: `shapes()` when given, else the
+  // scalars ("N=3,D=7,dtype=f16").
+  void fill_info(OpInfo* info, const char* op_name = nullptr) const {
+    fill_name_and_keep(info, op_name);
+    if (trace::enabled()) info->shapes = default_shapes();
+  }
+  template <class Shapes>
+  void fill_info(OpInfo* info, const char* op_name, Shapes&& shapes) const {
+    fill_name_and_keep(info, op_name);
+    if (trace::enabled()) info->shapes = shapes();
+  }
   // Runs the backend op on the call's stream, or synchronously.
   template <class Args>
   tc_status run(tc_status (Backend::*op)(const Args&, Queue*), const Args& args) {
@@ -149,6 +159,8 @@ class OpCall {
   };
   Range slots() const { return {const_cast<Slot*>(slots_), const_cast<Slot*>(slots_) + count_}; }
   const void* desc_ptr() const;
+  void fill_name_and_keep(OpInfo* info, const char* op_name) const;
+  std::string default_shapes() const;
   tc_status check_handles_dtypes_dims();
   tc_status check_sizes_overlaps_scalars();
   tc_status check_overlaps() const;

@@ -86,7 +86,7 @@ tc_status gemv_impl(EntryId id, bool fused, bool async, tc_stream stream, std::i
   a.x = c.data("X"), a.w = c.data("W_quant"), a.y = c.data("Y");
   a.gamma = fused ? c.data("gamma") : nullptr;
   a.eps = eps;
-  c.fill_info(&a.info, nullptr, shapes(*f, M, N, K, dtype));
+  c.fill_info(&a.info, nullptr, [&] { return shapes(*f, M, N, K, dtype); });
   return c.run(fused ? &Backend::fused_rmsnorm_gemv_quantized : &Backend::gemv_quantized, a);
 }
 
@@ -122,7 +122,7 @@ tc_status quantize_weights_impl(bool async, tc_stream stream, tc_context ctx, tc
   a.N = N, a.K = K;
   a.src_dtype = src_dtype;
   a.src = c.data("W_src"), a.dst = c.data("W_quant");
-  c.fill_info(&a.info, nullptr, shapes(*f, 1, N, K, src_dtype));
+  c.fill_info(&a.info, nullptr, [&] { return shapes(*f, 1, N, K, src_dtype); });
   return c.run(&Backend::quantize_weights, a);
 }
 
@@ -146,7 +146,7 @@ tc_status dequantize_weights_impl(bool async, tc_stream stream, tc_context ctx, 
   a.N = N, a.K = K;
   a.dtype = dtype;
   a.src = c.data("W_quant"), a.dst = c.data("Y");  // W_quant's span starts at row_offset
-  c.fill_info(&a.info, nullptr, shapes(*f, 1, N, K, dtype));
+  c.fill_info(&a.info, nullptr, [&] { return shapes(*f, 1, N, K, dtype); });
   return c.run(&Backend::dequantize_weights, a);
 }
 

@@ -101,10 +101,11 @@ tc_status rope_impl(EntryId id, bool inverse, bool async, tc_stream stream, tc_c
   a.d = d;
   a.inverse = inverse;
   a.x = c.data(xname), a.cos_t = c.ptr<const float>("cos_t"), a.sin_t = c.ptr<const float>("sin_t");
-  c.fill_info(&a.info, inverse ? "rope_backward" : "rope_forward",
-              fmt("batch=%lld,heads=%lld,seq=%lld,head_dim=%lld,dtype=%s,interleaved=%d", (long long)d.batch,
-                  (long long)d.heads, (long long)d.seq, (long long)d.head_dim, dtype_label(d.dtype).c_str(),
-                  d.interleaved));
+  c.fill_info(&a.info, inverse ? "rope_backward" : "rope_forward", [&] {
+    return fmt("batch=%lld,heads=%lld,seq=%lld,head_dim=%lld,dtype=%s,interleaved=%d", (long long)d.batch,
+               (long long)d.heads, (long long)d.seq, (long long)d.head_dim, dtype_label(d.dtype).c_str(),
+               d.interleaved);
+  });
   return c.run(&Backend::rope, a);
 }
 
@@ -227,7 +228,8 @@ tc_status adamw_step_impl(bool async, tc_stream stream, tc_context ctx, tc_buffe
   AdamwArgs a;
   a.d = d;
   a.params = c.ptr<float>("params"), a.m = c.ptr<float>("m"), a.v = c.ptr<float>("v"), a.grads = c.data("grads");
-  c.fill_info(&a.info, "adamw_step", fmt("n=%lld,grad_dtype=%s", (long long)d.n, dtype_label(d.grad_dtype).c_str()));
+  c.fill_info(&a.info, "adamw_step",
+              [&] { return fmt("n=%lld,grad_dtype=%s", (long long)d.n, dtype_label(d.grad_dtype).c_str()); });
   return c.run(&Backend::adamw_step, a);
 }
 

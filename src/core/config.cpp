@@ -175,10 +175,8 @@ void warn_value(int i, const char* raw) {
                allowed_text(s), *s.def ? s.def : "unset");
 }
 
-Value resolve(int i) {
-  scan_environment();
+Value resolve(int i, const char* raw) {
   const Switch& s = kTable[i];
-  const char* raw = std::getenv(s.name);
   if (!raw || !*raw) return default_value(s);
   Value v;
   if (!parse(s, raw, &v)) {
@@ -217,11 +215,31 @@ const char* type_name(Type t) {
   }
 }
 
-Value get(Key key) {
+// A per-call switch sits on hot paths (TC_CPU_ISA is read by every CPU
+// kernel dispatch): the text is read each time, but parsed only when it
+// differs from what this thread parsed last.
+const Value& resolve_per_call(int i) {
+  struct Last {
+    bool valid = false;
+    std::string raw;
+    Value value;
+  };
+  thread_local Last last[kCount];
+  const char* raw = std::getenv(kTable[i].name);
+  Last& l = last[i];
+  if (l.valid && l.raw == (raw ? raw : "")) return l.value;
+  l.value = resolve(i, raw);
+  l.raw = raw ? raw : "";
+  l.valid = true;
+  return l.value;
+}
+
+const Value& get(Key key) {
   const int i = int(key);
-  if (kTable[i].read == Read::PerCall) return resolve(i);
+  scan_environment();
+  if (kTable[i].read == Read::PerCall) return resolve_per_call(i);
   Cached& c = g_cached[i];
-  std::call_once(c.once, [&] { c.value = resolve(i); });
+  std::call_once(c.once, [&] { c.value = resolve(i, std::getenv(kTable[i].name)); });
   return c.value;
 }
 

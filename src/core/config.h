@@ -50,7 +50,8 @@ struct Value {
   std::string text;    // as set, or the default's text
   bool from_env = false;
 };
-Value get(Key key);
+// The value of a switch: valid until this thread's next read of the same switch.
+const Value& get(Key key);
 
 bool on(Key key);           // Bool
 int64_t number(Key key);    // Int; Enum: the index of the value in `allowed`

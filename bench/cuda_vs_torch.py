@@ -6,7 +6,7 @@ random data. Prints a table with the ratio ours/torch (>1 = we are faster)
 and, with --write, stores it in bench/results/h200.md.
 
 Families: gemm (f32, tf32, f16, bf16, i8 at 8192^3; 4096x4096xK for K in
-512..4096; batched); training (RMSNorm, LayerNorm, softmax, SwiGLU, RoPE,
+512..4096; batched); training (RMSNorm, LayerNorm, softmax, SwiGLU, GEGLU, RoPE,
 AdamW forward and backward at 16384x8192 bf16, GB/s against the copy
 bandwidth); attention (B=4, S=4096, H*D=4096 with D 128 and 64,
 f16/bf16, causal or not, forward and forward+backward, against PyTorch's
@@ -503,7 +503,15 @@ class Bench:
         both("swiglu_backward %d bf16" % n, 5 * S,
              lambda: tc.swiglu_backward(ctx, X, DY, Y, DX, Z, n, dtype="bf16"),
              grad_fn(yw, (xr, ug), tdy))
-        del xr, gr, br, yr, yl, ys, ug, yw
+        # GEGLU (tanh GELU, Gemma's feed-forward), the same traffic as SwiGLU
+        both("geglu_forward %d bf16 (gelu_tanh(g)*u)" % n, 3 * S,
+             lambda: tc.geglu_forward(ctx, X, DY, Y, n, dtype="bf16"),
+             lambda: F.gelu(tx, approximate="tanh") * tdy)
+        yg = F.gelu(xr, approximate="tanh") * ug
+        both("geglu_backward %d bf16" % n, 5 * S,
+             lambda: tc.geglu_backward(ctx, X, DY, Y, DX, Z, n, dtype="bf16"),
+             grad_fn(yg, (xr, ug), tdy))
+        del xr, gr, br, yr, yl, ys, ug, yw, yg
         # RoPE, half rotation, [4, 64, 4096, 128] = N x D elements, in place: reads and writes X
         Bt, H, Sq, hd = 4, 64, n // (4 * 64 * 128), 128
         inv = 10000.0 ** (-np.arange(0, hd // 2) * 2.0 / hd)

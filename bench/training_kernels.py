@@ -173,6 +173,8 @@ def bench_dtype(ctx, dtype):
     Up, dU = b.buf(nd, dtype), b.buf(nd, dtype)
     b.run("swiglu_forward", 3 * nd * e, lambda: tc.swiglu_forward(ctx, X, Up, Y, nd, dtype=dtype))
     b.run("swiglu_backward", 5 * nd * e, lambda: tc.swiglu_backward(ctx, X, Up, dY, dX, dU, nd, dtype=dtype))
+    b.run("geglu_forward", 3 * nd * e, lambda: tc.geglu_forward(ctx, X, Up, Y, nd, dtype=dtype))
+    b.run("geglu_backward", 5 * nd * e, lambda: tc.geglu_backward(ctx, X, Up, dY, dX, dU, nd, dtype=dtype))
     del Up, dU
     # AdamW: f32 state, gradients in dtype
     P, Mm, V = b.buf(nd, "f32"), b.buf(nd, "f32", scale=0.01), b.buf(nd, "f32", scale=0.0, shift=1e-4)

@@ -41,6 +41,23 @@ TC_API tc_status tc_last_error(void);
 TC_API int32_t tc_op_entry_count(void);
 TC_API const char* tc_op_entry(int32_t index);
 
+/* One argument of tc_op_call, in the slot its signature's kind reads:
+ * `handle` for ctx, buffers (NULL for an optional one left out) and a
+ * descriptor's address; `i` for i64, i32, dtype and quant; `f` for f32 and f64. */
+struct tc_op_value {
+  void* handle;
+  int64_t i;
+  double f;
+};
+
+/* Calls the entry point `c_name` (e.g. "tc_rmsnorm_forward") with `nargs`
+ * arguments in its signature's order (tc_op_entry), synchronously, or as
+ * its _async twin on `stream` when that is not NULL; validated exactly as the
+ * direct call. For runtimes and bindings that call ops by name.
+ * TC_ERR_INVALID_ARG for an unknown name or a count that is not the
+ * signature's. */
+TC_API tc_status tc_op_call(const char* c_name, const struct tc_op_value* args, int32_t nargs, tc_stream stream);
+
 /* The kernel family that the CPU backend's last op in this process
  * dispatched to, as "<family>/<level>" with the level in TC_CPU_ISA's
  * vocabulary ("sgemm/avx512", "gemm_i8/amx", "attention/portable",

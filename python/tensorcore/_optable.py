@@ -7,11 +7,14 @@ the binding cannot disagree with the library about an op's arguments;
 tests/python/test_op_table.py checks the signatures against the headers.
 """
 
-from ctypes import POINTER, c_char_p, c_double, c_float, c_int32, c_int64
+import ctypes
+from ctypes import POINTER, c_char_p, c_double, c_float, c_int32, c_int64, c_void_p
 
+from ._constants import dtype_code
 from ._errors import check
 from ._lib import declare, handle, lib, tc_status
-from ._objects import hold, stream_arg
+from ._objects import buffer_arg, context_arg, hold, stream_arg
+from ._structs import _Struct
 
 _SCALARS = {"i64": c_int64, "i32": c_int32, "f32": c_float, "f64": c_double, "dtype": c_int32, "quant": c_int32}
 
@@ -112,3 +115,44 @@ class Op:
         """The _async entry on `stream` (which the library checks, None included)."""
         check(self.async_(*args, stream_arg(stream, self.name + "_async")))
         hold(stream, *(k for k in keep if k is not None))
+
+
+class TCOpValue(_Struct):
+    """struct tc_op_value: one argument of tc_op_call."""
+    _c_name_ = "struct tc_op_value"
+    _fields_ = [("handle", c_void_p), ("i", c_int64), ("f", c_double)]
+
+
+_tc_op_call = declare("tc_op_call", tc_status, c_char_p, POINTER(TCOpValue), c_int32, handle)
+
+
+def op_entries():
+    """The library's op table: {c_name: Entry} (c_name, op, capabilities, signature, params)."""
+    return dict(ENTRIES)
+
+
+def op_call(name, *args, stream=None):
+    """Calls the op entry point `name` ("rmsnorm_forward" or "tc_rmsnorm_forward")
+    with its signature's arguments in order (Buffers, Context, numbers, dtype
+    names, descriptor structs), through tc_op_call: synchronously, or enqueued
+    on `stream`."""
+    c_name = name if name.startswith("tc_") else "tc_" + name
+    entry = ENTRIES.get(c_name)
+    values = (TCOpValue * max(1, len(args)))()
+    if entry is not None and len(args) == len(entry.params):
+        for v, p, a in zip(values, entry.params, args):
+            if p.kind == "ctx":
+                v.handle = context_arg(a, c_name)
+            elif p.is_buffer:
+                v.handle = buffer_arg(a, c_name, p.name)
+            elif p.kind == "desc":
+                v.handle = ctypes.addressof(a)
+            elif p.kind in ("f32", "f64"):
+                v.f = float(a)
+            elif p.kind == "dtype":
+                v.i = dtype_code(a)
+            else:
+                v.i = int(a)
+    check(_tc_op_call(c_name.encode(), values, len(args), stream_arg(stream, "tc_op_call")))
+    if stream is not None:
+        hold(stream, *args)

@@ -20,11 +20,14 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capi/api.h"
 #include "core/backend.h"
+#include "core/op_signature.h"
 #include "core/trace.h"
+#include "tensorcore/diagnostics.h"
 
 namespace tc {
 namespace capi {
@@ -36,23 +39,7 @@ enum class EntryId : int {
   count
 };
 
-// One parameter of a signature.
-struct Param {
-  enum Kind { Ctx, Buffer, I64, I32, F32, F64, Dtype, Quant, Desc } kind = Ctx;
-  std::string name;
-  bool input = false, output = false, optional = false;
-  std::vector<std::string> dims;  // [N, D]: names of i64 parameters; empty with `ruled` false: [*]
-  bool ruled = false;             // sized by dims and elem here, not by the entry
-  std::string elem;               // a dtype parameter's name, or f32 / i32
-  std::vector<std::string> alias; // operands an output may exactly be
-  bool nonneg = false;            // scalar rule >=0
-  std::string ctype;              // desc: the struct's C name
-  // Resolved once when the table is parsed: positions in the signature.
-  std::vector<int> dim_at;    // of dims
-  int elem_at = -1;           // of elem when it is a dtype parameter
-  std::vector<int> alias_at;  // of alias
-  bool is_dim = false;        // an i64 some shape rule names
-};
+using sig::Param;
 
 struct EntryDecl {
   const char* c_name;  // "tc_rmsnorm_forward"
@@ -175,8 +162,54 @@ class OpCall {
   Slot slots_[kMaxParams];
 };
 
+// ---- Calls by name (tc_op_call): each entry's `_impl` with its arguments
+// unboxed from tc_op_value slots by the types of its parameters.
+using BoxedEntry = tc_status (*)(bool async, tc_stream stream, const tc_op_value* args);
+bool register_boxed(EntryId id, BoxedEntry fn);
+
+template <class T>
+struct Unbox;
+template <>
+struct Unbox<tc_context> {
+  static tc_context get(const tc_op_value& v) { return static_cast<tc_context>(v.handle); }
+};
+template <>
+struct Unbox<tc_buffer> {
+  static tc_buffer get(const tc_op_value& v) { return static_cast<tc_buffer>(v.handle); }
+};
+template <>
+struct Unbox<int64_t> {
+  static int64_t get(const tc_op_value& v) { return v.i; }
+};
+template <>
+struct Unbox<int32_t> {  // i32, tc_dtype, tc_quant_type
+  static int32_t get(const tc_op_value& v) { return int32_t(v.i); }
+};
+template <>
+struct Unbox<float> {
+  static float get(const tc_op_value& v) { return float(v.f); }
+};
+template <class D>
+struct Unbox<const D*> {  // descriptors
+  static const D* get(const tc_op_value& v) { return static_cast<const D*>(v.handle); }
+};
+
+template <auto Impl>
+struct Boxed;
+template <class... Ts, tc_status (*Impl)(bool, tc_stream, Ts...)>
+struct Boxed<Impl> {
+  static tc_status call(bool async, tc_stream stream, const tc_op_value* args) {
+    return call(async, stream, args, std::index_sequence_for<Ts...>{});
+  }
+  template <size_t... I>
+  static tc_status call(bool async, tc_stream stream, const tc_op_value* args, std::index_sequence<I...>) {
+    return Impl(async, stream, Unbox<Ts>::get(args[I])...);
+  }
+};
+
 // Defines tc_<entry>(PARAMS) and tc_<entry>_async(PARAMS, tc_stream stream),
-// both running `entry_impl(EntryId::entry, async, stream, ARGS...)`.
+// both running `entry_impl(async, stream, ARGS...)`, and registers the
+// entry for calls by name.
 #define TC_PARAMS_WITH_STREAM(...) (__VA_ARGS__, tc_stream stream)
 #define TC_DEFINE_ENTRY(entry, PARAMS, ...)                                                              \
   extern "C" tc_status tc_##entry PARAMS {                                                               \
@@ -185,7 +218,9 @@ class OpCall {
   extern "C" tc_status tc_##entry##_async TC_PARAMS_WITH_STREAM PARAMS {                                 \
     return ::tc::capi::guarded("tc_" #entry "_async",                                                    \
                                [&] { return entry##_impl(true, stream, __VA_ARGS__); });                 \
-  }
+  }                                                                                                      \
+  static const bool entry##_registered [[maybe_unused]] =                                                \
+      ::tc::capi::register_boxed(::tc::capi::EntryId::entry, &::tc::capi::Boxed<&entry##_impl>::call);
 
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 

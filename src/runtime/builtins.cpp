@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 
 #include "core/dtypes.h"
+#include "core/op_signature.h"
 #include "runtime/device.h"
 #include "runtime/kernel_ref.h"
 #include "runtime/task.h"
@@ -116,10 +118,12 @@ Error gemm_prepare(bool batched, const std::string& params, std::vector<int32_t>
   return {};
 }
 
-Error gemm_prepare_2d(const std::string& p, std::vector<int32_t>* sig, std::shared_ptr<const void>* st) {
+Error gemm_prepare_2d(const Builtin&, const std::string& p, std::vector<int32_t>* sig,
+                      std::shared_ptr<const void>* st) {
   return gemm_prepare(false, p, sig, st);
 }
-Error gemm_prepare_3d(const std::string& p, std::vector<int32_t>* sig, std::shared_ptr<const void>* st) {
+Error gemm_prepare_3d(const Builtin&, const std::string& p, std::vector<int32_t>* sig,
+                      std::shared_ptr<const void>* st) {
   return gemm_prepare(true, p, sig, st);
 }
 
@@ -183,23 +187,179 @@ Error gemm_run(const void* state, const TaskSlot& t, Device* dev) {
   return {};
 }
 
+// ---- the op table's built-ins ------------------------------------------------
+
+struct TableOp {
+  std::string name, c_name, help;
+  std::vector<tc::sig::Param> params;
+  Builtin builtin;
+};
+
+struct TableState {
+  const TableOp* op;
+  std::map<std::string, std::string> given;  // scalar parameters as written
+};
+
+Error table_prepare(const Builtin& self, const std::string& text, std::vector<int32_t>* sig,
+                    std::shared_ptr<const void>* state) {
+  const TableOp& op = *static_cast<const TableOp*>(self.op);
+  std::vector<std::string> allowed;
+  for (const tc::sig::Param& p : op.params)
+    if (p.kind != tc::sig::Param::Ctx && p.kind != tc::sig::Param::Buffer && !p.is_dim &&
+        p.kind != tc::sig::Param::Dtype)
+      allowed.push_back(p.name);
+  auto s = std::make_shared<TableState>();
+  s->op = &op;
+  if (Error e = parse_params(text, allowed, &s->given); !e.ok()) return e;
+  for (const std::string& a : allowed) {
+    auto it = s->given.find(a);
+    double v;
+    if (it == s->given.end())
+      return make_error(TC_ERR_INVALID_ARG, "built-in %s: parameter %s is required (%s)", op.name.c_str(), a.c_str(),
+                        op.help.c_str());
+    if (!parse_double(it->second, &v))
+      return make_error(TC_ERR_INVALID_ARG, "built-in %s: bad value '%s' for %s", op.name.c_str(), it->second.c_str(),
+                        a.c_str());
+  }
+  sig->clear();
+  for (const tc::sig::Param& p : op.params)
+    if (p.kind == tc::sig::Param::Buffer)
+      sig->push_back(p.input && p.output ? SIMPLER_ARG_INOUT : p.output ? SIMPLER_ARG_OUT : SIMPLER_ARG_IN);
+  *state = s;
+  return {};
+}
+
+// Dimensions from the views' shapes (a 1-D rule takes a view's element
+// count), element types from their dtypes; every view packed row-major.
+Error table_run(const void* state, const TaskSlot& t, Device* dev) {
+  const TableState& s = *static_cast<const TableState*>(state);
+  const TableOp& op = *s.op;
+  const char* name = op.name.c_str();
+  const size_t n = op.params.size();
+  std::vector<int64_t> dim(n, -1);
+  std::vector<int32_t> dtype(n, -1);
+  std::vector<const ChipTensor*> view(n, nullptr);
+  size_t next = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const tc::sig::Param& p = op.params[i];
+    if (p.kind != tc::sig::Param::Buffer) continue;
+    const ChipTensor& v = t.tensors[next++];
+    view[i] = &v;
+    ByteRange r = byte_range(v);
+    int64_t numel = 1;
+    for (uint32_t d = 0; d < v.ndims; ++d) numel *= v.shapes[d];
+    if (int64_t(r.hi - r.lo) != numel * int64_t(elem_size(v)))
+      return make_error(TC_ERR_INVALID_SHAPE, "%s: %s must be a packed view, got %s", name, p.name.c_str(),
+                        describe(v).c_str());
+    const bool flat = p.dim_at.size() == 1;
+    if (!flat && v.ndims != p.dim_at.size())
+      return make_error(TC_ERR_INVALID_SHAPE, "%s: %s must be %zu-D, got %s", name, p.name.c_str(), p.dim_at.size(),
+                        describe(v).c_str());
+    for (size_t k = 0; k < p.dim_at.size(); ++k) {
+      const int64_t got = flat ? numel : int64_t(v.shapes[k]);
+      int64_t& d = dim[size_t(p.dim_at[k])];
+      if (d >= 0 && d != got)
+        return make_error(TC_ERR_INVALID_SHAPE, "%s: %s = %lld from %s disagrees with %lld from another operand", name,
+                          op.params[size_t(p.dim_at[k])].name.c_str(), (long long)got, p.name.c_str(), (long long)d);
+      d = got;
+    }
+    if (p.elem_at >= 0) {
+      const int32_t dt = to_tc_dtype(int32_t(v.dtype));
+      int32_t& d = dtype[size_t(p.elem_at)];
+      if (d >= 0 && d != dt)
+        return make_error(TC_ERR_UNSUPPORTED_DTYPE, "%s: %s is %s, another operand of the same element type is not",
+                          name, p.name.c_str(), dtype_name(int32_t(v.dtype)));
+      d = dt;
+    }
+  }
+  std::vector<Wrapped> wrapped(n);
+  std::vector<tc_op_value> args(n);
+  for (size_t i = 0; i < n; ++i) {
+    const tc::sig::Param& p = op.params[i];
+    tc_op_value& a = args[i];
+    a = tc_op_value{nullptr, 0, 0.0};
+    switch (p.kind) {
+      case tc::sig::Param::Ctx: a.handle = dev->context(); break;
+      case tc::sig::Param::Buffer:
+        if (Error e = wrap(dev, *view[i], &wrapped[i]); !e.ok()) return e;
+        a.handle = wrapped[i].buf;
+        break;
+      case tc::sig::Param::Dtype: a.i = dtype[i]; break;
+      default:
+        if (p.is_dim) {
+          a.i = dim[i];
+        } else {
+          double v = 0;
+          parse_double(s.given.at(p.name), &v);
+          a.i = int64_t(v);
+          a.f = v;
+        }
+    }
+  }
+  tc_status st = tc_op_call(op.c_name.c_str(), args.data(), int32_t(n), nullptr);
+  if (st != TC_OK) return make_error(st, "%s: %s", op.c_name.c_str(), tc_last_error_detail());
+  return {};
+}
+
 const Builtin kBuiltins[] = {
     {"gemm", "transpose_a, transpose_b (0/1), alpha, beta (numbers), accum (f32/f16/i32), allow_tf32 (0/1)",
      gemm_prepare_2d, gemm_run},
     {"gemm_batched", "as gemm; views are [batch, rows, cols]", gemm_prepare_3d, gemm_run},
 };
 
+// The op table's entries that a built-in can run generically: every buffer
+// shaped by the signature, no descriptor.
+const std::deque<TableOp>& table_ops() {
+  static const std::deque<TableOp> ops = [] {
+    std::deque<TableOp> out;
+    for (int32_t i = 0; i < tc_op_entry_count(); ++i) {
+      const std::string row = tc_op_entry(i);
+      const size_t a = row.find('|'), b = row.find('|', a + 1), c = row.find('|', b + 1);
+      if (a == std::string::npos || b == std::string::npos || c == std::string::npos) continue;
+      TableOp op;
+      op.c_name = row.substr(0, a);
+      op.name = op.c_name.substr(3);
+      try {
+        op.params = tc::sig::parse(op.c_name.c_str(), row.c_str() + c + 1);
+      } catch (const std::exception&) {
+        continue;
+      }
+      bool generic = true;
+      for (const Builtin& fixed : kBuiltins) generic = generic && op.name != fixed.name;
+      for (const tc::sig::Param& p : op.params)
+        generic = generic && p.kind != tc::sig::Param::Desc && p.kind != tc::sig::Param::Quant &&
+                  (p.kind != tc::sig::Param::Buffer || p.ruled);
+      if (!generic) continue;
+      op.help = "tensors: ";
+      std::string scalars;
+      for (const tc::sig::Param& p : op.params) {
+        if (p.kind == tc::sig::Param::Buffer) op.help += p.name + " ";
+        else if (p.kind != tc::sig::Param::Ctx && p.kind != tc::sig::Param::Dtype && !p.is_dim)
+          scalars += (scalars.empty() ? "" : ", ") + p.name;
+      }
+      op.help += "; parameters: " + (scalars.empty() ? std::string("none") : scalars);
+      out.push_back(std::move(op));
+    }
+    for (TableOp& op : out) op.builtin = {op.name.c_str(), op.help.c_str(), table_prepare, table_run, &op};
+    return out;
+  }();
+  return ops;
+}
+
 }  // namespace
 
 const Builtin* find_builtin(const std::string& name) {
   for (const Builtin& b : kBuiltins)
     if (name == b.name) return &b;
+  for (const TableOp& op : table_ops())
+    if (name == op.name) return &op.builtin;
   return nullptr;
 }
 
 std::string builtin_names() {
   std::string s;
   for (const Builtin& b : kBuiltins) s += (s.empty() ? "" : ", ") + std::string(b.name);
+  for (const TableOp& op : table_ops()) s += ", " + op.name;
   return s;
 }
 

@@ -4,8 +4,13 @@
 // ChipTensor views whose shapes give the sizes. It runs through tensorcore's
 // C ABI on the worker's device (on the calling core thread).
 //
-// Adding an op: write prepare (parse the parameters, give the signature)
-// and run (check the views, call tc_<op>), and list it in builtins.cpp.
+// Every op of tensorcore's table (tc_op_entry) whose operands its signature
+// shapes is a built-in by itself, named after the entry ("rmsnorm_forward",
+// "geglu_forward"): its tensors are the signature's buffers in order,
+// dimensions and element types come from their views, the other scalars
+// ("eps=1e-5") are parameters. Ops with descriptors (gemm) are written by
+// hand: prepare (parse the parameters, give the signature) and run (check
+// the views, call tc_<op>), listed in builtins.cpp.
 #pragma once
 
 #include <memory>
@@ -24,8 +29,10 @@ struct Builtin {
   const char* name;
   const char* help;  // parameters, for messages and docs
   // Parses `params` into an opaque state and gives the signature.
-  Error (*prepare)(const std::string& params, std::vector<int32_t>* signature, std::shared_ptr<const void>* state);
+  Error (*prepare)(const Builtin& self, const std::string& params, std::vector<int32_t>* signature,
+                   std::shared_ptr<const void>* state);
   Error (*run)(const void* state, const TaskSlot& t, Device* dev);
+  const void* op = nullptr;  // the op-table entry of a table built-in
 };
 
 const Builtin* find_builtin(const std::string& name);

@@ -83,7 +83,7 @@ Error make_builtin_callable(const std::string& op, const std::string& params, Ca
   c->builtin = b;
   c->builtin_op = op;
   c->builtin_params = params;
-  if (Error e = b->prepare(params, &c->signature, &c->builtin_state); !e.ok()) return e;
+  if (Error e = b->prepare(*b, params, &c->signature, &c->builtin_state); !e.ok()) return e;
   c->binary = "tensorcore-builtin:" + op + "?" + params;
   Sha256 h;
   hash_str(h, "builtin");

@@ -114,3 +114,33 @@ def test_shape_rules_name_parameters():
         for shape in re.findall(r"\[([^\]*]+)\]", entry.signature):
             for dim in shape.split(","):
                 assert dim.strip() in names, (entry.c_name, dim)
+
+
+def test_calls_by_name_equal_the_direct_calls(rng):
+    """tc_op_call boxes the same arguments; synchronous and on a stream."""
+    import numpy as np
+    with tc.Context("cpu") as ctx:
+        x = rng.standard_normal((3, 8)).astype(np.float32)
+        X = ctx.buffer_from_array(x)
+        Y1, Y2, Y3 = (ctx.buffer(x.nbytes) for _ in range(3))
+        tc.softmax_forward(ctx, X, Y1, 3, 8, dtype="f32")
+        tc.op_call("softmax_forward", ctx, X, Y2, 3, 8, "f32")
+        with ctx.stream() as s:
+            tc.op_call("tc_softmax_forward", ctx, X, Y3, 3, 8, "f32", stream=s)
+            s.sync()
+        want = Y1.to_numpy(x.nbytes, np.uint8).tobytes()
+        assert Y2.to_numpy(x.nbytes, np.uint8).tobytes() == want
+        assert Y3.to_numpy(x.nbytes, np.uint8).tobytes() == want
+        d = tc.TCRopeDesc(batch=1, heads=1, seq=2, head_dim=4, dtype=tc.TC_DTYPE_F32, interleaved=0)
+        T = ctx.buffer_from_array(np.ones(4, np.float32))
+        R = ctx.buffer_from_array(np.ones(8, np.float32))
+        tc.op_call("rope_forward", ctx, R, T, T, d)  # a descriptor by address
+        for args, what in (((ctx, X, Y2, 3, 8), "takes 6 arguments"), ((ctx,), "takes 6 arguments")):
+            with pytest.raises(tc.TensorcoreError, match=what) as e:
+                tc.op_call("softmax_forward", *args)
+            assert e.value.status == tc.TC_ERR_INVALID_ARG
+        with pytest.raises(tc.TensorcoreError, match="not an op entry point"):
+            tc.op_call("no_such_op", ctx)
+        with pytest.raises(tc.TensorcoreError) as e:  # validated as the direct call
+            tc.op_call("softmax_forward", ctx, X, X, 3, 9, "f32")
+        assert e.value.status == tc.TC_ERR_INVALID_ARG

@@ -92,3 +92,61 @@ def test_from_tasks_validation():
                                 [(0, gemm)])
     with pytest.raises(SimplerArgumentError, match="scope_begin without scope_end"):
         ChipCallable.from_tasks([D.IN], ["scope_begin"], [(0, gemm)])
+
+
+# ---- the op table's built-ins: every op whose operands its signature shapes ----
+
+def test_every_table_op_without_a_descriptor_is_a_builtin():
+    import tensorcore as tc
+    names = {e.c_name[3:] for e in tc.op_entries().values()
+             if all(p.kind != "desc" and p.kind != "quant" for p in e.params)
+             and "[*]" not in e.signature}
+    assert {"rmsnorm_forward", "geglu_forward", "softmax_backward", "fused_layernorm_gemv"} <= names
+    for name in sorted(names - {"gemm", "gemm_batched"}):
+        CoreCallable.builtin(name, **({"eps": 1e-5} if "eps" in tc.op_entries()["tc_" + name].signature else {}))
+
+
+@pytest.mark.parametrize("runtime", ["tensormap_and_ringbuffer", "host_build_graph"])
+def test_table_builtins_run_a_gated_norm_block(runtime):
+    """Y = rmsnorm(X) (and its rstd), then Z = geglu(Y, U): two table built-ins,
+    the second depending on the first through Y, against float64."""
+    norm = CoreCallable.builtin("rmsnorm_forward", eps=1e-5)
+    geglu = CoreCallable.builtin("geglu_forward")
+    M, Dm = 6, 40
+    tasks = [{"func_id": 0, "args": [("arg", 0), ("arg", 1), ("arg", 2), ("arg", 3)]},
+             {"func_id": 1, "args": [("arg", 2), ("arg", 4), ("arg", 5)]}]
+    chip = ChipCallable.from_tasks([D.IN, D.IN, D.OUT, D.OUT, D.IN, D.OUT], tasks, [(0, norm), (1, geglu)])
+    X = RNG.standard_normal((M, Dm)).astype(np.float32)
+    G = (RNG.standard_normal(Dm) + 1).astype(np.float32)
+    U = RNG.standard_normal((M, Dm)).astype(np.float32)
+    Y, R, Z = (np.full(s, np.nan, np.float32) for s in ((M, Dm), (M,), (M, Dm)))
+    with Worker(2, platform="cpu", runtime=runtime) as w:
+        w.init()
+        args = ChipStorageTaskArgs()
+        for a in (X, G, Y, R, U, Z):
+            args.add_tensor(a)
+        w.run(w.register(chip), args)
+    x = X.astype(np.float64)
+    rstd = 1 / np.sqrt((x * x).mean(axis=1) + 1e-5)
+    y = x * rstd[:, None] * G
+    g = Y.astype(np.float64)
+    z = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3))) * U
+    np.testing.assert_allclose(R, rstd, rtol=1e-5)
+    np.testing.assert_allclose(Y, y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+    np.testing.assert_allclose(Z, z, rtol=1e-5, atol=1e-5 * np.abs(z).max())
+
+
+def test_table_builtin_errors():
+    with pytest.raises(SimplerArgumentError, match="parameter eps is required"):
+        CoreCallable.builtin("rmsnorm_forward")
+    with pytest.raises(SimplerArgumentError, match="unknown built-in parameter"):
+        CoreCallable.builtin("softmax_forward", eps=1.0)
+    softmax = CoreCallable.builtin("softmax_forward")
+    chip = ChipCallable.from_tasks([D.IN, D.OUT], [{"func_id": 0, "args": [("arg", 0), ("arg", 1)]}], [(0, softmax)])
+    with Worker(2, platform="cpu") as w:
+        w.init()
+        args = ChipStorageTaskArgs()
+        args.add_tensor(np.zeros((4, 5), np.float32))
+        args.add_tensor(np.zeros((4, 6), np.float32))
+        with pytest.raises(SimplerError, match="D = 6 from Y disagrees with 5"):
+            w.run(w.register(chip), args)

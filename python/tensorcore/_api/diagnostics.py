@@ -9,9 +9,10 @@ from .._constants import DTYPE_ALIASES, TC_ERR_INVALID_ARG
 from .._lib import (declare, text, tc_backend_name, tc_dtype_name, tc_last_backend, tc_last_error, tc_last_error_detail,
                     tc_status_string, tc_version)
 from .._objects import context_method
+from .._optable import TCOpValue, op_call, op_entries
 
 __all__ = ["version", "status_string", "dtype_name", "backend_name", "last_backend", "last_backend_name",
-           "last_error", "last_error_detail", "cpu_last_kernel_name"]
+           "last_error", "last_error_detail", "cpu_last_kernel_name", "TCOpValue", "op_entries", "op_call"]
 
 _tc_cpu_last_kernel_name = declare("tc_cpu_last_kernel_name", c_char_p)
 

@@ -51,6 +51,11 @@ std::string mac(const std::string& secret, const std::string& data) {
   return std::string(reinterpret_cast<char*>(out), kDigestBytes);
 }
 
+// S = HMAC(K_s, HMAC(K_c, "tc-session-v1" | T_s)) (auth.h).
+std::string session_key(const std::string& client_secret, const std::string& server_secret, const std::string& ts) {
+  return mac(server_secret, mac(client_secret, "tc-session-v1" + ts));
+}
+
 std::string fresh_nonce() {
   std::string n(kNonce, '\0');
   if (!random_bytes(&n[0], kNonce)) throw std::runtime_error("libcrypto's random generator failed");
@@ -162,7 +167,8 @@ tc_status make_keyring(const char* fn, const struct tc_auth_config* cfg, Keyring
 
 tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose, int32_t claimed_rank,
                            const std::string& expected_identity, Deadline deadline, PeerInfo* server,
-                           std::string* why) {
+                           std::string* why, Session* session) {
+  if (session) *session = Session{std::string(), true, 0, 0};
   std::string nc = ring ? fresh_nonce() : std::string(kNonce, '\0');
   std::string hello(kMagic, 8);
   hello.push_back(char(ring ? kModeAuth : kModePlain));
@@ -221,11 +227,13 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   }
   server->identity = id_s;
   server->key_id = key_s;
+  if (session) session->key = session_key(me.secret, k->secret, ts);
   return TC_OK;
 }
 
 tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose, const AdmitFn& admit,
-                           Deadline deadline, PeerInfo* client, std::string* why) {
+                           Deadline deadline, PeerInfo* client, std::string* why, Session* session) {
+  if (session) *session = Session{std::string(), false, 0, 0};
   std::string f;
   if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for hello", why);
   const std::string refuse(1, char(kRefuse));
@@ -292,7 +300,42 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   put_u64(&ts, me.key_id);
   if (tc_status st = send_frame(s, proof(kAccept, me.identity, me.key_id, mac(me.secret, ts)), deadline))
     return io_fail(st, "sending our proof", why);
+  if (session) session->key = session_key(k->secret, me.secret, ts);
   return TC_OK;
+}
+
+namespace {
+
+// HMAC(S, direction | sequence number | payload): the direction keeps a
+// frame from being reflected back to its sender.
+std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const std::string& payload) {
+  std::string data(1, from_client ? 'c' : 's');
+  put_u64(&data, seq);
+  data += payload;
+  return mac(session.key, data);
+}
+
+}  // namespace
+
+tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline) {
+  if (session.key.empty()) return send_frame(s, payload, deadline);
+  if (payload.size() > kMaxFramePayload - kDigestBytes) return TC_ERR_INVALID_ARG;
+  const std::string tag = frame_mac(session, session.client, session.sent++, payload);
+  return send_frame(s, payload + tag, deadline);
+}
+
+tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
+                     uint64_t* announced) {
+  if (session.key.empty()) return recv_frame(s, payload, max_bytes, deadline, announced);
+  uint64_t got = 0;
+  tc_status st = recv_frame(s, payload, max_bytes + kDigestBytes, deadline, &got);
+  if (announced) *announced = got >= kDigestBytes ? got - kDigestBytes : 0;
+  if (st != TC_OK) return st;
+  if (payload->size() < kDigestBytes) return TC_ERR_AUTH;
+  const std::string tag = payload->substr(payload->size() - kDigestBytes);
+  payload->resize(payload->size() - kDigestBytes);
+  const std::string expect = frame_mac(session, !session.client, session.received++, *payload);
+  return equal_ct(expect.data(), tag.data(), kDigestBytes) ? TC_OK : TC_ERR_AUTH;
 }
 
 }  // namespace dist

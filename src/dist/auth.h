@@ -11,6 +11,14 @@
 // even its identity) before it is refused; both nonces are fresh per
 // connection, so a recorded exchange cannot be replayed; MACs are compared
 // in constant time. Nothing is encrypted.
+//
+// After the handshake both sides hold a session key that only holders of the
+// two keys can derive,
+//   S = HMAC(K_s, HMAC(K_c, "tc-session-v1" | T_s)),  T_s = (T, id_s, key_s),
+// and every later frame carries HMAC(S, direction | sequence number |
+// payload): a frame altered, replayed, reordered, dropped from the middle or
+// reflected back ends the connection (TC_ERR_AUTH). A plain (unauthenticated)
+// connection has no session key and its frames carry no MAC.
 #pragma once
 
 #include <atomic>
@@ -57,18 +65,33 @@ struct PeerInfo {
   int32_t claimed_rank = -1;
 };
 
+// The frames of one connection after its handshake.
+struct Session {
+  std::string key;  // empty: a plain connection
+  bool client = false;
+  uint64_t sent = 0, received = 0;  // frames, per direction
+};
+
 // Client side of the handshake; `ring` null runs the plain (unauthenticated)
 // hello. expected_identity "" accepts any identity of the ring.
-// TC_ERR_AUTH when either side's proof fails (detail in *why).
+// TC_ERR_AUTH when either side's proof fails (detail in *why). *session
+// (when given) is set for the frames that follow.
 tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose, int32_t claimed_rank,
                            const std::string& expected_identity, Deadline deadline, PeerInfo* server,
-                           std::string* why);
+                           std::string* why, Session* session = nullptr);
 
 // Server side. `admit` may refuse a proven peer (e.g. an identity bound to
 // another rank) by returning a reason; "" admits.
 using AdmitFn = std::function<std::string(const PeerInfo&)>;
 tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose, const AdmitFn& admit,
-                           Deadline deadline, PeerInfo* client, std::string* why);
+                           Deadline deadline, PeerInfo* client, std::string* why, Session* session = nullptr);
+
+// Frames after the handshake (net.h's framing, plus the session's MAC when
+// it has a key). recv_frame: max_bytes bounds the payload; a MAC that does
+// not verify is TC_ERR_AUTH (the connection must then be dropped).
+tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline);
+tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
+                     uint64_t* announced = nullptr);
 
 }  // namespace dist
 }  // namespace tc

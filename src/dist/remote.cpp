@@ -95,7 +95,9 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
   KeyringRef r = ring();  // the ring in force when the connection arrived
   PeerInfo info;
   std::string why;
-  tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why);
+  Session session;
+  tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why,
+                                  &session);
   if (st) {
     if (st == TC_ERR_AUTH) failures_++;
     s->shutdown_both();
@@ -103,13 +105,14 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    peers_.push_back(std::unique_ptr<Peer>(new Peer{info, nullptr, nullptr}));
+    peers_.push_back(std::unique_ptr<Peer>(new Peer{info, nullptr, nullptr, Session{}}));
   }
   while (!stop_) {
     std::string m;
     tc_status rs = wait_readable(*s, deadline_after_ms(200));
     if (rs == TC_ERR_TIMEOUT) continue;
-    if (rs == TC_OK) rs = recv_frame(*s, &m, 1 + kSizeBytes + kMaxName, deadline_after_ms(timeout_ms_));
+    if (rs == TC_OK) rs = recv_frame(*s, session, &m, 1 + kSizeBytes + kMaxName, deadline_after_ms(timeout_ms_));
+    if (rs == TC_ERR_AUTH) failures_++;  // a frame altered or replayed after the handshake
     if (rs != TC_OK || m.size() < 1 + kSizeBytes || m[0] != 'F') break;
     const uint64_t want = get_u64(m.data() + 1);
     std::string name = m.substr(1 + kSizeBytes), reply;
@@ -130,7 +133,7 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
       }
     }
     if (reply[0] == 'E' && reply.size() > kMaxReplyText) reply.resize(kMaxReplyText);
-    if (send_frame(*s, reply, deadline_after_ms(timeout_ms_)) != TC_OK) break;
+    if (send_frame(*s, session, reply, deadline_after_ms(timeout_ms_)) != TC_OK) break;
     if (reply[0] == 'D') served_ += reply.size() - 1;
   }
   // Shut down now, so the peer sees the end at once (a malformed or
@@ -147,12 +150,14 @@ tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::
   if (tc_status st = connect_tcp(host, port, d, sock.get(), why)) return st;
   KeyringRef r = ring();
   PeerInfo info;
-  if (tc_status st = client_handshake(*sock, r.get(), Purpose::Remote, -1, expected_identity, d, &info, why)) {
+  Session session;
+  if (tc_status st = client_handshake(*sock, r.get(), Purpose::Remote, -1, expected_identity, d, &info, why, &session)) {
     if (st == TC_ERR_AUTH) failures_++;
     return st;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  peers_.push_back(std::unique_ptr<Peer>(new Peer{info, std::move(sock), std::make_unique<std::mutex>()}));
+  peers_.push_back(
+      std::unique_ptr<Peer>(new Peer{info, std::move(sock), std::make_unique<std::mutex>(), std::move(session)}));
   *peer_id = int32_t(peers_.size() - 1);
   return TC_OK;
 }
@@ -161,10 +166,12 @@ tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* 
                                 std::string* why) {
   Socket* s;
   std::mutex* io;
+  Session* session;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = peers_[size_t(peer_id)]->sock.get();
     io = peers_[size_t(peer_id)]->io.get();
+    session = &peers_[size_t(peer_id)]->session;
   }
   std::lock_guard<std::mutex> lock(*io);
   Deadline d = deadline_after_ms(timeout_ms_);
@@ -172,10 +179,17 @@ tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* 
   put_u64(&request, nbytes);
   request += name;
   uint64_t announced = 0;
-  tc_status st = send_frame(*s, request, d);
+  tc_status st = send_frame(*s, *session, request, d);
   // The reply is the bytes asked for, or a short reason: nothing longer is
   // read, or allocated for.
-  if (!st) st = recv_frame(*s, &reply, std::max(nbytes + 1, kMaxReplyText), d, &announced);
+  if (!st) st = recv_frame(*s, *session, &reply, std::max(nbytes + 1, kMaxReplyText), d, &announced);
+  if (st == TC_ERR_AUTH) {
+    failures_++;
+    s->shutdown_both();
+    *why = "a reply from the server failed its integrity check (altered or replayed on the way); the connection "
+           "is closed";
+    return TC_ERR_AUTH;
+  }
   if (st == TC_ERR_CORRUPT) {
     s->shutdown_both();  // out of step with the server: later fetches fail at once
     *why = "the server announced a reply of " + std::to_string(announced) + " bytes to a request for " +

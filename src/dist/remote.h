@@ -73,6 +73,7 @@ class RemoteEndpoint {
     PeerInfo info;
     std::unique_ptr<Socket> sock;  // clients: the connection
     std::unique_ptr<std::mutex> io;
+    Session session;               // clients: its frames' MAC state (under io)
   };
   // Each peer on its own allocation: peer() hands out pointers into it that
   // must survive later connections.

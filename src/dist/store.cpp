@@ -120,7 +120,9 @@ void StoreServer::serve(Socket* s) {
              " ('" + printable(rank_identities_[size_t(p.claimed_rank)]) + "')";
     return std::string();
   };
-  tc_status st = server_handshake(*s, ring_.get(), Purpose::Store, admit, deadline_after_ms(handshake_ms_), &peer, &why);
+  Session session;
+  tc_status st =
+      server_handshake(*s, ring_.get(), Purpose::Store, admit, deadline_after_ms(handshake_ms_), &peer, &why, &session);
   if (st != TC_OK) {
     if (st == TC_ERR_AUTH) {
       auth_failures_++;
@@ -136,7 +138,12 @@ void StoreServer::serve(Socket* s) {
     std::string m;
     tc_status rs = wait_readable(*s, deadline_after_ms(200));
     if (rs == TC_ERR_TIMEOUT) continue;
-    if (rs == TC_OK) rs = recv_frame(*s, &m, kMaxStoreMessage, deadline_after_ms(handshake_ms_));
+    if (rs == TC_OK) rs = recv_frame(*s, session, &m, kMaxStoreMessage, deadline_after_ms(handshake_ms_));
+    if (rs == TC_ERR_AUTH) {  // a frame altered or replayed after the handshake
+      auth_failures_++;
+      std::lock_guard<std::mutex> lock(mu_);
+      last_refusal_ = "a request from rank " + std::to_string(peer.claimed_rank) + " failed its integrity check";
+    }
     if (rs != TC_OK || m.size() < 5) break;
     uint32_t kn;
     std::memcpy(&kn, m.data() + 1, 4);
@@ -153,7 +160,7 @@ void StoreServer::serve(Socket* s) {
     } else {
       break;
     }
-    if (send_frame(*s, reply, deadline_after_ms(handshake_ms_)) != TC_OK) break;
+    if (send_frame(*s, session, reply, deadline_after_ms(handshake_ms_)) != TC_OK) break;
   }
   // Shut down now, so the peer sees the end at once (a malformed or
   // oversized frame ends the connection); closed by the destructor, after
@@ -191,7 +198,7 @@ tc_status TcpStoreClient::connect(const std::string& host, int port, const Keyri
     return st;
   }
   PeerInfo server;
-  if (tc_status st = client_handshake(c->sock_, ring, Purpose::Store, rank, "", deadline, &server, why)) {
+  if (tc_status st = client_handshake(c->sock_, ring, Purpose::Store, rank, "", deadline, &server, why, &c->session_)) {
     *why = "rendezvous at " + host + ":" + std::to_string(port) + ": " + *why;
     return st;
   }
@@ -208,8 +215,12 @@ tc_status TcpStoreClient::set(const std::string& key, const std::string& value, 
   std::lock_guard<std::mutex> lock(mu_);
   Deadline d = deadline_after_ms(60000);
   std::string reply;
-  tc_status st = send_frame(sock_, request(kSet, key, value), d);
-  if (!st) st = recv_frame(sock_, &reply, kMaxRefusal, d);
+  tc_status st = send_frame(sock_, session_, request(kSet, key, value), d);
+  if (!st) st = recv_frame(sock_, session_, &reply, kMaxRefusal, d);
+  if (st == TC_ERR_AUTH) {
+    *why = "a reply of the rendezvous store failed its integrity check (altered or replayed on the way)";
+    return TC_ERR_AUTH;
+  }
   if (!st && !reply.empty() && reply[0] == kRefused) {
     *why = printable(reply.substr(1));
     return TC_ERR_ALLOC;
@@ -227,8 +238,12 @@ tc_status TcpStoreClient::get(const std::string& key, Deadline deadline, std::st
     std::string reply;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      tc_status st = send_frame(sock_, request(kGet, key), deadline);
-      if (!st) st = recv_frame(sock_, &reply, kMaxStoreMessage, deadline);
+      tc_status st = send_frame(sock_, session_, request(kGet, key), deadline);
+      if (!st) st = recv_frame(sock_, session_, &reply, kMaxStoreMessage, deadline);
+      if (st == TC_ERR_AUTH) {
+        *why = "a reply of the rendezvous store failed its integrity check (altered or replayed on the way)";
+        return TC_ERR_AUTH;
+      }
       if (st || reply.empty()) {
         *why = st == TC_ERR_TIMEOUT ? "rendezvous store did not answer before the deadline"
                                     : "rendezvous store connection lost (rank 0 gone?)";

@@ -95,6 +95,7 @@ class TcpStoreClient final : public Store {
  private:
   std::mutex mu_;
   Socket sock_;
+  Session session_;  // the frames' MAC state, under mu_
 };
 
 // Keys are files in a directory every rank sees (written to a fresh

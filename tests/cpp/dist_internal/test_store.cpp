@@ -201,4 +201,123 @@ TEST(Auth, PeerIdentityBytesAreEscapedInErrors) {
   EXPECT_EQ(refusal.find('\x1b'), std::string::npos) << refusal;
 }
 
+// After an authenticated handshake every frame carries a MAC over its
+// direction and sequence number: a frame altered on the way, replayed, or a
+// server reply reflected back is refused, the connection ends and the
+// refusal is counted; untouched frames work.
+struct AuthedStore {
+  KeyringRef ring0, ring1;
+  std::unique_ptr<StoreServer> server;
+  AuthedStore() {
+    Keyring r;
+    r.local_identity = "rank0";
+    r.active_key_id = 1;
+    r.keys.push_back(Key{"rank0", 1, std::string(32, 's')});
+    r.keys.push_back(Key{"rank1", 1, std::string(32, 't')});
+    ring0 = std::make_shared<const Keyring>(r);
+    r.local_identity = "rank1";
+    ring1 = std::make_shared<const Keyring>(r);
+    std::string why;
+    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, 5000, &server, &why), TC_OK) << why;
+  }
+  // A raw client after its handshake, with the session it derived.
+  Socket connect(Session* session) {
+    Socket s;
+    std::string why;
+    EXPECT_EQ(connect_tcp("127.0.0.1", server->port(), deadline_after_ms(5000), &s, &why), TC_OK) << why;
+    PeerInfo info;
+    EXPECT_EQ(client_handshake(s, ring1.get(), Purpose::Store, 1, "", deadline_after_ms(5000), &info, &why, session),
+              TC_OK)
+        << why;
+    EXPECT_EQ(session->key.size(), 32u);
+    return s;
+  }
+  void wait_refusals(uint64_t n) {
+    for (int i = 0; i < 500 && server->auth_failures() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+};
+
+// The bytes `session` would send for `payload` (payload and MAC), through a socket pair.
+std::string sealed(Session session, const std::string& payload) {
+  int sv[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Socket a(sv[0]), b(sv[1]);
+  EXPECT_EQ(send_frame(a, session, payload, deadline_after_ms(1000)), TC_OK);
+  std::string raw;
+  EXPECT_EQ(recv_frame(b, &raw, 1 << 20, deadline_after_ms(1000)), TC_OK);
+  return raw;
+}
+
+std::string set_request(const std::string& key, const std::string& value) {
+  std::string m(1, 'S');
+  const uint32_t n = uint32_t(key.size());
+  m.append(reinterpret_cast<const char*>(&n), 4);
+  return m + key + value;
+}
+
+TEST(Auth, FramesAfterTheHandshakeCarryAMac) {
+  AuthedStore st;
+  Session session;
+  Socket s = st.connect(&session);
+  std::string reply;
+  // A well-formed request, then its reply, verify.
+  ASSERT_EQ(send_frame(s, session, set_request("k", "v"), deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(recv_frame(s, session, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  std::string v, why;
+  LocalStore local(st.server.get());
+  ASSERT_EQ(local.get("k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "v");
+  EXPECT_EQ(st.server->auth_failures(), 0u);
+  // The next request with one payload bit flipped: refused, the connection ends.
+  std::string raw = sealed(session, set_request("k", "forged"));
+  raw[raw.size() - 40] ^= 1;
+  ASSERT_EQ(send_frame(s, raw, deadline_after_ms(5000)), TC_OK);
+  EXPECT_NE(recv_frame(s, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  st.wait_refusals(1);
+  EXPECT_EQ(st.server->auth_failures(), 1u);
+  ASSERT_EQ(local.get("k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "v");
+  EXPECT_NE(st.server->last_refusal().find("integrity"), std::string::npos) << st.server->last_refusal();
+}
+
+TEST(Auth, AReplayedOrReflectedFrameIsRefused) {
+  AuthedStore st;
+  Session session;
+  Socket s = st.connect(&session);
+  // Frame 0 as sent, then the very same bytes again (a replay).
+  const std::string first = sealed(session, set_request("a", "1"));
+  session.sent++;
+  ASSERT_EQ(send_frame(s, first, deadline_after_ms(5000)), TC_OK);
+  std::string reply;
+  ASSERT_EQ(recv_frame(s, session, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(send_frame(s, first, deadline_after_ms(5000)), TC_OK);
+  EXPECT_NE(recv_frame(s, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  st.wait_refusals(1);
+  EXPECT_EQ(st.server->auth_failures(), 1u);
+  // On a new connection, a frame sealed as if from the server (a reflection).
+  Session s2;
+  Socket t = st.connect(&s2);
+  Session as_server = s2;
+  as_server.client = false;
+  ASSERT_EQ(send_frame(t, sealed(as_server, set_request("b", "2")), deadline_after_ms(5000)), TC_OK);
+  EXPECT_NE(recv_frame(t, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  st.wait_refusals(2);
+  EXPECT_EQ(st.server->auth_failures(), 2u);
+}
+
+TEST(Auth, AnAuthenticatedClientWorksEndToEnd) {
+  AuthedStore st;
+  std::string why;
+  std::unique_ptr<TcpStoreClient> c;
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", st.server->port(), st.ring1.get(), 1, deadline_after_ms(5000), &c,
+                                    &why),
+            TC_OK)
+      << why;
+  ASSERT_EQ(c->set("x", "1", &why), TC_OK) << why;
+  std::string v;
+  ASSERT_EQ(c->get("x", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "1");
+}
+
 }  // namespace

@@ -1,5 +1,6 @@
 #include "dist/group.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -45,8 +46,11 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
     // through the handshake before reading anything).
     if (req.rendezvous == GroupRequest::Rendezvous::Tcp) {
       if (req.rank == 0) {
+        // A connection has its own short deadline for the handshake (and for
+        // each frame once a request has started), not the collective
+        // timeout: a silent peer frees its slot in seconds.
         if (tc_status st = StoreServer::start(req.host, req.port, req.ring, req.world, req.rank_identities,
-                                              req.timeout_ms, &d->server, &why))
+                                              std::min<int64_t>(req.timeout_ms, kStoreHandshakeMs), &d->server, &why))
           return fail(st, "%s: rank 0 cannot host the rendezvous: %s", fn, why.c_str());
         d->store = std::make_unique<LocalStore>(d->server.get());
       } else {

@@ -237,7 +237,10 @@ tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out) {
   if (w == 0) return TC_ERR_TIMEOUT;
   if (w < 0) return TC_ERR_IO;
   int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return errno == EAGAIN || errno == EINTR ? TC_ERR_TIMEOUT : TC_ERR_IO;
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return TC_ERR_TIMEOUT;
+    return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? TC_ERR_ALLOC : TC_ERR_IO;
+  }
   set_nodelay(fd);
   *out = Socket(fd);
   return TC_OK;

@@ -54,7 +54,8 @@ class Socket {
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why);
 // Listens on host:port (port 0: any free port; *bound_port says which).
 tc_status listen_tcp(const std::string& host, int port, Socket* out, int* bound_port, std::string* why);
-// Accepts one connection, waiting at most `wait_ms`; TC_ERR_TIMEOUT if none came.
+// Accepts one connection, waiting at most `wait_ms`; TC_ERR_TIMEOUT if none came,
+// TC_ERR_ALLOC when the process or system is out of descriptors.
 tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out);
 
 // Waits until `s` has bytes to read (or the peer closed it): TC_OK, or

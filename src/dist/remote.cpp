@@ -10,6 +10,7 @@ namespace {
 constexpr size_t kMaxName = 1024;
 constexpr size_t kMaxReplyText = kMaxName + 128;  // an 'E' reply: a reason naming the tensor
 constexpr size_t kSizeBytes = 8;                 // the u64 byte count in a request
+constexpr size_t kMaxConnections = 64;        // clients served at once; the rest wait in the backlog
 
 void put_u64(std::string* s, uint64_t v) {
   for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
@@ -30,7 +31,7 @@ tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port
   e->timeout_ms_ = timeout_ms;
   if (role == TC_REMOTE_ROLE_WEIGHT_SERVER) {
     if (tc_status st = listen_tcp(host, port, &e->listener_, &e->port_, why)) return st;
-    e->acceptor_ = std::thread([p = e.get()] { p->accept_loop(); });
+    e->acceptor_.start(&e->listener_, kMaxConnections, [p = e.get()](Socket& c) { p->serve(&c, -1); });
   }
   *out = std::move(e);
   return TC_OK;
@@ -38,12 +39,7 @@ tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port
 
 RemoteEndpoint::~RemoteEndpoint() {
   stop_ = true;
-  if (acceptor_.joinable()) acceptor_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& c : conns_) c->shutdown_both();
-  }
-  for (auto& t : workers_) t.join();
+  acceptor_.stop();
 }
 
 KeyringRef RemoteEndpoint::ring() const {
@@ -77,18 +73,6 @@ bool RemoteEndpoint::peer(int32_t id, const char** identity, uint64_t* key_id) c
   *identity = peers_[size_t(id)]->info.identity.c_str();
   *key_id = peers_[size_t(id)]->info.key_id;
   return true;
-}
-
-void RemoteEndpoint::accept_loop() {
-  while (!stop_) {
-    Socket s;
-    if (accept_tcp(listener_, 100, &s) != TC_OK) continue;
-    auto conn = std::make_unique<Socket>(std::move(s));
-    Socket* raw = conn.get();
-    std::lock_guard<std::mutex> lock(mu_);
-    conns_.push_back(std::move(conn));
-    workers_.emplace_back([this, raw] { serve(raw, -1); });
-  }
 }
 
 void RemoteEndpoint::serve(Socket* s, int32_t) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/acceptor.h"
 #include "dist/auth.h"
 #include "dist/net.h"
 #include "tensorcore/dist.h"
@@ -59,7 +60,6 @@ class RemoteEndpoint {
  private:
   RemoteEndpoint() = default;
   KeyringRef ring() const;
-  void accept_loop();
   void serve(Socket* s, int32_t peer_id);
 
   int32_t role_ = TC_REMOTE_ROLE_COMPUTE_CLIENT;
@@ -80,9 +80,7 @@ class RemoteEndpoint {
   std::vector<std::unique_ptr<Peer>> peers_;
   Socket listener_;
   std::atomic<bool> stop_{false};
-  std::thread acceptor_;
-  std::vector<std::unique_ptr<Socket>> conns_;
-  std::vector<std::thread> workers_;
+  Acceptor acceptor_;  // last: stopped first, while the state above is alive
   std::atomic<uint64_t> failures_{0}, served_{0}, fetched_{0};
 };
 

@@ -47,19 +47,15 @@ tc_status StoreServer::start(const std::string& host, int port, KeyringRef ring,
   s->world_ = world;
   s->rank_identities_ = std::move(rank_identities);
   s->handshake_ms_ = handshake_ms;
-  s->acceptor_ = std::thread([p = s.get()] { p->accept_loop(); });
+  // Each rank needs one connection; room for reconnections and a few strays.
+  s->acceptor_.start(&s->listener_, size_t(2 * world + 8), [p = s.get()](Socket& c) { p->serve(&c); });
   *out = std::move(s);
   return TC_OK;
 }
 
 StoreServer::~StoreServer() {
   stop_ = true;
-  if (acceptor_.joinable()) acceptor_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& c : conns_) c->shutdown_both();
-  }
-  for (auto& t : workers_) t.join();
+  acceptor_.stop();
 }
 
 std::string StoreServer::last_refusal() const {
@@ -95,18 +91,6 @@ bool StoreServer::lookup(const std::string& key, std::string* value) const {
   if (it == data_.end()) return false;
   *value = it->second;
   return true;
-}
-
-void StoreServer::accept_loop() {
-  while (!stop_) {
-    Socket s;
-    if (accept_tcp(listener_, 100, &s) != TC_OK) continue;
-    auto conn = std::make_unique<Socket>(std::move(s));
-    Socket* raw = conn.get();
-    std::lock_guard<std::mutex> lock(mu_);
-    conns_.push_back(std::move(conn));
-    workers_.emplace_back([this, raw] { serve(raw); });
-  }
 }
 
 void StoreServer::serve(Socket* s) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/acceptor.h"
 #include "dist/auth.h"
 #include "dist/net.h"
 
@@ -24,6 +25,9 @@ namespace dist {
 // TC_ERR_ALLOC and the server keeps running).
 constexpr size_t kMaxStoreMessage = size_t(64) << 20;
 constexpr size_t kMaxStoreBytes = size_t(256) << 20;
+// How long a connection to the store may take to finish its handshake, or a
+// frame once it has started (the group's timeout, when that is shorter).
+constexpr int64_t kStoreHandshakeMs = 10000;
 
 class Store {
  public:
@@ -43,6 +47,7 @@ class StoreServer {
   ~StoreServer();
 
   int port() const { return port_; }
+  size_t live_connections() const { return acceptor_.live(); }
   uint64_t auth_failures() const { return auth_failures_.load(); }
   std::string last_refusal() const;
 
@@ -53,7 +58,6 @@ class StoreServer {
 
  private:
   StoreServer() = default;
-  void accept_loop();
   void serve(Socket* s);
 
   Socket listener_;
@@ -68,9 +72,7 @@ class StoreServer {
   std::map<std::string, std::string> data_;
   size_t held_bytes_ = 0;  // keys + values in data_
   std::string last_refusal_;
-  std::thread acceptor_;
-  std::vector<std::unique_ptr<Socket>> conns_;
-  std::vector<std::thread> workers_;
+  Acceptor acceptor_;  // last: stopped first, while the state above is alive
 };
 
 // Rank 0's view of its own server.

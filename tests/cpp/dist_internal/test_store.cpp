@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -318,6 +319,63 @@ TEST(Auth, AnAuthenticatedClientWorksEndToEnd) {
   std::string v;
   ASSERT_EQ(c->get("x", deadline_after_ms(5000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "1");
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += (void(e), 1);
+  return n;
+}
+
+TEST(TcpStore, AFloodOfIdleConnectionsIsBoundedAndTheGroupStillForms) {
+  // A group of 2 (at most 2 * 2 + 8 = 12 connections served at once) whose
+  // handshakes must finish within 300 ms; 200 connections that never say a word.
+  Keyring r;
+  r.local_identity = "rank0";
+  r.active_key_id = 1;
+  r.keys.push_back(Key{"rank0", 1, std::string(32, 's')});
+  r.keys.push_back(Key{"rank1", 1, std::string(32, 't')});
+  KeyringRef ring0 = std::make_shared<const Keyring>(r);
+  r.local_identity = "rank1";
+  KeyringRef ring1 = std::make_shared<const Keyring>(r);
+  std::unique_ptr<StoreServer> server;
+  std::string why;
+  ASSERT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, 300, &server, &why), TC_OK) << why;
+  const size_t before = open_descriptors();
+  std::vector<Socket> idle;
+  for (int i = 0; i < 200; ++i) {
+    Socket s;
+    ASSERT_EQ(connect_tcp("127.0.0.1", server->port(), deadline_after_ms(5000), &s, &why), TC_OK) << why;
+    idle.push_back(std::move(s));
+  }
+  size_t most = 0;
+  for (int i = 0; i < 20; ++i) {
+    most = std::max(most, server->live_connections());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(most, 12u);
+  // The rightful rank gets through while the flood is still connected: the
+  // silent connections time out of their slots.
+  std::unique_ptr<TcpStoreClient> c;
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), ring1.get(), 1, deadline_after_ms(20000), &c, &why),
+            TC_OK)
+      << why;
+  ASSERT_EQ(c->set("addr", "10.0.0.1:1234", &why), TC_OK) << why;
+  std::string v;
+  ASSERT_EQ(c->get("addr", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "10.0.0.1:1234");
+  // Once the flood is gone, its descriptors and threads are too.
+  idle.clear();
+  c.reset();
+  for (int i = 0; i < 500 && server->live_connections() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(server->live_connections(), 0u);
+  Socket poke;  // one more connection makes the acceptor reap the finished ones
+  ASSERT_EQ(connect_tcp("127.0.0.1", server->port(), deadline_after_ms(5000), &poke, &why), TC_OK) << why;
+  poke.close();
+  for (int i = 0; i < 100 && open_descriptors() > before + 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(open_descriptors(), before + 2);
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace tc {
@@ -118,17 +121,52 @@ namespace {
 
 std::string err_text(int e) { return std::strerror(e); }
 
-bool resolve(const std::string& host, int port, bool passive, addrinfo** out, std::string* why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (passive) hints.ai_flags = AI_PASSIVE;
-  std::string port_s = std::to_string(port);
-  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_s.c_str(), &hints, out);
-  if (rc != 0) {
-    *why = "cannot resolve '" + host + "': " + gai_strerror(rc);
+// getaddrinfo under a deadline: it has none of its own (a slow or dead DNS
+// server blocks it for the resolver's whole retry schedule), so it runs on
+// a helper thread that owns its result; when the deadline passes first the
+// caller leaves and the thread frees the result when it ends.
+struct Resolution {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, abandoned = false;
+  int rc = 0;
+  addrinfo* ai = nullptr;
+};
+
+bool resolve(const std::string& host, int port, bool passive, Deadline deadline, addrinfo** out, std::string* why) {
+  auto r = std::make_shared<Resolution>();
+  std::string node = host, service = std::to_string(port);
+  try {
+    std::thread([r, node, service, passive] {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      if (passive) hints.ai_flags = AI_PASSIVE;
+      addrinfo* ai = nullptr;
+      int rc = getaddrinfo(node.empty() ? nullptr : node.c_str(), service.c_str(), &hints, &ai);
+      std::lock_guard<std::mutex> lock(r->mu);
+      if (r->abandoned) {
+        if (rc == 0) freeaddrinfo(ai);
+        return;
+      }
+      r->rc = rc, r->ai = ai, r->done = true;
+      r->cv.notify_all();
+    }).detach();
+  } catch (const std::exception&) {
+    *why = "cannot resolve '" + host + "': no thread for the lookup";
     return false;
   }
+  std::unique_lock<std::mutex> lock(r->mu);
+  if (!r->cv.wait_until(lock, deadline, [&] { return r->done; })) {
+    r->abandoned = true;
+    *why = "cannot resolve '" + host + "' before the deadline (no answer from the name service)";
+    return false;
+  }
+  if (r->rc != 0) {
+    *why = "cannot resolve '" + host + "': " + gai_strerror(r->rc);
+    return false;
+  }
+  *out = r->ai;
   return true;
 }
 
@@ -156,7 +194,8 @@ void set_nodelay(int fd) {
 
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why) {
   addrinfo* ai = nullptr;
-  if (!resolve(host, port, false, &ai, why)) return TC_ERR_INVALID_ARG;
+  if (!resolve(host, port, false, deadline, &ai, why))
+    return Clock::now() >= deadline ? TC_ERR_TIMEOUT : TC_ERR_INVALID_ARG;
   std::string last = "no address";
   int backoff_ms = 5;
   for (;;) {
@@ -203,7 +242,8 @@ tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Sock
 
 tc_status listen_tcp(const std::string& host, int port, Socket* out, int* bound_port, std::string* why) {
   addrinfo* ai = nullptr;
-  if (!resolve(host, port, true, &ai, why)) return TC_ERR_INVALID_ARG;
+  // A local name: resolved at once, or the name service is broken.
+  if (!resolve(host, port, true, deadline_after_ms(30000), &ai, why)) return TC_ERR_INVALID_ARG;
   std::string last = "no address";
   for (addrinfo* a = ai; a; a = a->ai_next) {
     int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);

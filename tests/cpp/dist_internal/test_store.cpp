@@ -378,4 +378,19 @@ TEST(TcpStore, AFloodOfIdleConnectionsIsBoundedAndTheGroupStillForms) {
   EXPECT_LE(open_descriptors(), before + 2);
 }
 
+TEST(Net, NameResolutionStopsAtTheDeadline) {
+  // A deadline already past: the lookup is abandoned (its thread frees the
+  // result when it ends) and the caller gets TC_ERR_TIMEOUT at once.
+  Socket s;
+  std::string why;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(connect_tcp("unresolvable-name.invalid", 1, deadline_after_ms(0), &s, &why), TC_ERR_TIMEOUT);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_NE(why.find("before the deadline"), std::string::npos) << why;
+  // With time to answer, a name that does not exist is refused as such.
+  EXPECT_EQ(connect_tcp("unresolvable-name.invalid", 1, deadline_after_ms(20000), &s, &why), TC_ERR_INVALID_ARG);
+  EXPECT_NE(why.find("cannot resolve"), std::string::npos) << why;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the abandoned lookup finish
+}
+
 }  // namespace

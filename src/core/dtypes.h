@@ -31,36 +31,43 @@ inline constexpr DtypeInfo kDtypes[] = {
 };
 inline constexpr size_t kDtypeCount = sizeof kDtypes / sizeof kDtypes[0];
 
-constexpr const DtypeInfo* dtype_of_tc(int32_t tc) {
-  for (const DtypeInfo& d : kDtypes)
-    if (d.tc >= 0 && d.tc == tc) return &d;
-  return nullptr;
+// Index in kDtypes, or -1. (Indices rather than pointers: GCC's
+// UndefinedBehaviorSanitizer makes a pointer's null test non-constant, which
+// would break the static_asserts below in a sanitizer build.)
+constexpr int index_of_tc(int32_t tc) {
+  for (size_t i = 0; i < kDtypeCount; ++i)
+    if (kDtypes[i].tc >= 0 && kDtypes[i].tc == tc) return int(i);
+  return -1;
 }
+constexpr int index_of_simpler(int32_t simpler) {
+  for (size_t i = 0; i < kDtypeCount; ++i)
+    if (kDtypes[i].simpler == simpler) return int(i);
+  return -1;
+}
+constexpr const DtypeInfo* dtype_of_tc(int32_t tc) { return index_of_tc(tc) < 0 ? nullptr : &kDtypes[index_of_tc(tc)]; }
 constexpr const DtypeInfo* dtype_of_simpler(int32_t simpler) {
-  for (const DtypeInfo& d : kDtypes)
-    if (d.simpler == simpler) return &d;
-  return nullptr;
+  return index_of_simpler(simpler) < 0 ? nullptr : &kDtypes[index_of_simpler(simpler)];
 }
 
 // Bytes per element of a TC_DTYPE_*; 0 for a value outside the table.
-constexpr size_t dtype_size(int32_t tc) { return dtype_of_tc(tc) ? dtype_of_tc(tc)->bytes : 0; }
+constexpr size_t dtype_size(int32_t tc) { return index_of_tc(tc) < 0 ? 0 : kDtypes[index_of_tc(tc)].bytes; }
 
 // simpler's number of a tensorcore dtype and back; -1 where there is none.
-constexpr int32_t simpler_from_tc(int32_t tc) { return dtype_of_tc(tc) ? dtype_of_tc(tc)->simpler : -1; }
+constexpr int32_t simpler_from_tc(int32_t tc) { return index_of_tc(tc) < 0 ? -1 : kDtypes[index_of_tc(tc)].simpler; }
 constexpr int32_t tc_from_simpler(int32_t simpler) {
-  return dtype_of_simpler(simpler) ? dtype_of_simpler(simpler)->tc : -1;
+  return index_of_simpler(simpler) < 0 ? -1 : kDtypes[index_of_simpler(simpler)].tc;
 }
 
 namespace dtypes_check {
 constexpr bool simpler_numbers_are_the_table() {
   if (kDtypeCount != SIMPLER_DT_COUNT) return false;
   for (int32_t i = 0; i < SIMPLER_DT_COUNT; ++i)
-    if (!dtype_of_simpler(i)) return false;
+    if (index_of_simpler(i) < 0) return false;
   return true;
 }
 constexpr bool tc_numbers_are_the_table() {
   for (int32_t i = TC_DTYPE_F16; i <= TC_DTYPE_F64; ++i)
-    if (!dtype_of_tc(i)) return false;
+    if (index_of_tc(i) < 0) return false;
   return true;
 }
 }  // namespace dtypes_check

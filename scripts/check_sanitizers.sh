@@ -11,12 +11,13 @@ build="${TC_SANITIZE_BUILD:-$TC_ROOT/build-sanitize}"
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -fno-sanitize=vptr"
 step() { printf '[check_sanitizers] %s\n' "$*" >&2; }
 step "building $build (CPU backend, $flags)"
+mkdir -p "$build"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$TC_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTC_ENABLE_CUDA=OFF "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" -DPython3_EXECUTABLE="$TC_PY" >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 1; }
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" -DPython3_EXECUTABLE="$TC_PY" >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" -j"$(nproc)"
 if [[ ! -f "$build/tests/cpp/CTestTestfile.cmake" ]]; then
   step "no C++ tests in this build (GoogleTest was not found): nothing to run"

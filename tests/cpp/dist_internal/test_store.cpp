@@ -209,7 +209,7 @@ TEST(Auth, PeerIdentityBytesAreEscapedInErrors) {
 struct AuthedStore {
   KeyringRef ring0, ring1;
   std::unique_ptr<StoreServer> server;
-  AuthedStore() {
+  explicit AuthedStore(int64_t handshake_ms = 5000) {
     Keyring r;
     r.local_identity = "rank0";
     r.active_key_id = 1;
@@ -219,7 +219,7 @@ struct AuthedStore {
     r.local_identity = "rank1";
     ring1 = std::make_shared<const Keyring>(r);
     std::string why;
-    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, 5000, &server, &why), TC_OK) << why;
+    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, handshake_ms, &server, &why), TC_OK) << why;
   }
   // A raw client after its handshake, with the session it derived.
   Socket connect(Session* session) {
@@ -330,17 +330,9 @@ size_t open_descriptors() {
 TEST(TcpStore, AFloodOfIdleConnectionsIsBoundedAndTheGroupStillForms) {
   // A group of 2 (at most 2 * 2 + 8 = 12 connections served at once) whose
   // handshakes must finish within 300 ms; 200 connections that never say a word.
-  Keyring r;
-  r.local_identity = "rank0";
-  r.active_key_id = 1;
-  r.keys.push_back(Key{"rank0", 1, std::string(32, 's')});
-  r.keys.push_back(Key{"rank1", 1, std::string(32, 't')});
-  KeyringRef ring0 = std::make_shared<const Keyring>(r);
-  r.local_identity = "rank1";
-  KeyringRef ring1 = std::make_shared<const Keyring>(r);
-  std::unique_ptr<StoreServer> server;
+  AuthedStore st(300);
+  StoreServer* server = st.server.get();
   std::string why;
-  ASSERT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, 300, &server, &why), TC_OK) << why;
   const size_t before = open_descriptors();
   std::vector<Socket> idle;
   for (int i = 0; i < 200; ++i) {
@@ -357,7 +349,7 @@ TEST(TcpStore, AFloodOfIdleConnectionsIsBoundedAndTheGroupStillForms) {
   // The rightful rank gets through while the flood is still connected: the
   // silent connections time out of their slots.
   std::unique_ptr<TcpStoreClient> c;
-  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), ring1.get(), 1, deadline_after_ms(20000), &c, &why),
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), st.ring1.get(), 1, deadline_after_ms(20000), &c, &why),
             TC_OK)
       << why;
   ASSERT_EQ(c->set("addr", "10.0.0.1:1234", &why), TC_OK) << why;

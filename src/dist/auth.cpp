@@ -17,14 +17,6 @@ constexpr uint8_t kModePlain = 0, kModeAuth = 1;
 constexpr uint8_t kChallenge = 'C', kRefuse = 'R', kAccept = 'A', kPlainOk = 'P';
 constexpr size_t kMaxFrame = 4096;
 
-void put_u64(std::string* s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
-  return v;
-}
 void put_str(std::string* s, const std::string& v) {
   put_u64(s, v.size());
   *s += v;
@@ -306,12 +298,15 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
 
 namespace {
 
-// HMAC(S, direction | sequence number | payload): the direction keeps a
-// frame from being reflected back to its sender.
-std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const std::string& payload) {
+// HMAC(S, direction | sequence number | SHA-256(payload)): the direction
+// keeps a frame from being reflected back to its sender; the payload enters
+// through its digest, read in place (a tensor reply is not copied for it).
+std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const char* payload, size_t n) {
   std::string data(1, from_client ? 'c' : 's');
   put_u64(&data, seq);
-  data += payload;
+  uint8_t digest[kDigestBytes];
+  sha256(payload, n, digest);
+  data.append(reinterpret_cast<const char*>(digest), kDigestBytes);
   return mac(session.key, data);
 }
 
@@ -320,8 +315,8 @@ std::string frame_mac(const Session& session, bool from_client, uint64_t seq, co
 tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline) {
   if (session.key.empty()) return send_frame(s, payload, deadline);
   if (payload.size() > kMaxFramePayload - kDigestBytes) return TC_ERR_INVALID_ARG;
-  const std::string tag = frame_mac(session, session.client, session.sent++, payload);
-  return send_frame(s, payload + tag, deadline);
+  return send_frame(s, payload, deadline, frame_mac(session, session.client, session.sent++, payload.data(),
+                                                    payload.size()));
 }
 
 tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
@@ -332,10 +327,11 @@ tc_status recv_frame(const Socket& s, Session& session, std::string* payload, si
   if (announced) *announced = got >= kDigestBytes ? got - kDigestBytes : 0;
   if (st != TC_OK) return st;
   if (payload->size() < kDigestBytes) return TC_ERR_AUTH;
-  const std::string tag = payload->substr(payload->size() - kDigestBytes);
-  payload->resize(payload->size() - kDigestBytes);
-  const std::string expect = frame_mac(session, !session.client, session.received++, *payload);
-  return equal_ct(expect.data(), tag.data(), kDigestBytes) ? TC_OK : TC_ERR_AUTH;
+  const size_t n = payload->size() - kDigestBytes;
+  const std::string expect = frame_mac(session, !session.client, session.received++, payload->data(), n);
+  const bool ok = equal_ct(expect.data(), payload->data() + n, kDigestBytes);
+  payload->resize(n);
+  return ok ? TC_OK : TC_ERR_AUTH;
 }
 
 }  // namespace dist

@@ -16,7 +16,7 @@
 // two keys can derive,
 //   S = HMAC(K_s, HMAC(K_c, "tc-session-v1" | T_s)),  T_s = (T, id_s, key_s),
 // and every later frame carries HMAC(S, direction | sequence number |
-// payload): a frame altered, replayed, reordered, dropped from the middle or
+// SHA-256(payload)): a frame altered, replayed, reordered, dropped from the middle or
 // reflected back ends the connection (TC_ERR_AUTH). A plain (unauthenticated)
 // connection has no session key and its frames carry no MAC.
 #pragma once

@@ -326,12 +326,15 @@ tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline) {
   return TC_OK;
 }
 
-tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline) {
-  if (payload.size() > kMaxFramePayload) return TC_ERR_INVALID_ARG;
-  uint32_t n = static_cast<uint32_t>(payload.size());
+tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline, const std::string& trailer) {
+  if (payload.size() > kMaxFramePayload - trailer.size()) return TC_ERR_INVALID_ARG;
+  uint32_t n = static_cast<uint32_t>(payload.size() + trailer.size());
   unsigned char len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
-  std::string msg(reinterpret_cast<char*>(len), 4);
+  std::string msg;  // one write: the frame leaves as few segments as possible
+  msg.reserve(4 + n);
+  msg.append(reinterpret_cast<char*>(len), 4);
   msg += payload;
+  msg += trailer;
   return send_all(s, msg.data(), msg.size(), deadline);
 }
 

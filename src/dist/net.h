@@ -22,6 +22,16 @@ inline int64_t ms_left(Deadline d) {
   return left > 0 ? left : 0;
 }
 
+// Little-endian u64 of the wire formats (handshake transcripts, requests).
+inline void put_u64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
+}
+inline uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
+  return v;
+}
+
 // "scheme://host:port/path?k=v&k2=v2", split. host may be "[v6addr]".
 struct Url {
   std::string scheme, host, path;
@@ -76,8 +86,11 @@ tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline);
 // soon as its length arrives, before allocating or reading the payload
 // (the connection is then out of step and must be dropped); *announced, if
 // given, gets the length the peer announced.
+// `trailer`, when given, follows the payload inside the same frame (a MAC),
+// sent without first joining the two.
 constexpr size_t kMaxFramePayload = 0xFFFFFFFFu;
-tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline);
+tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline,
+                     const std::string& trailer = std::string());
 tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline,
                      uint64_t* announced = nullptr);
 

@@ -12,14 +12,6 @@ constexpr size_t kMaxReplyText = kMaxName + 128;  // an 'E' reply: a reason nami
 constexpr size_t kSizeBytes = 8;                 // the u64 byte count in a request
 constexpr size_t kMaxConnections = 64;        // clients served at once; the rest wait in the backlog
 
-void put_u64(std::string* s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s->push_back(char(uint8_t(v >> (8 * i))));
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
-  return v;
-}
 }  // namespace
 
 tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port, KeyringRef ring, int64_t timeout_ms,

@@ -77,15 +77,6 @@ void* OpCall::data(const char* name) const {
   const Slot& s = slot(name);
   return s.value.buf ? s.value.buf->bytes() + s.offset : nullptr;
 }
-int64_t OpCall::i64(const char* name) const { return slot(name).value.i64; }
-float OpCall::f32(const char* name) const { return slot(name).value.f32; }
-int32_t OpCall::i32(const char* name) const { return slot(name).value.i32; }
-tc_dtype OpCall::dtype(const char* name) const { return tc_dtype(slot(name).value.i32); }
-const void* OpCall::desc_ptr() const {
-  for (const Slot& s : slots())
-    if (s.param->kind == Param::Desc) return s.value.desc;
-  throw std::logic_error(std::string(fn_) + ": no descriptor");
-}
 
 tc_status OpCall::span(const char* name, int64_t bytes, const std::string& what, int64_t offset) {
   Slot& s = slot(name);

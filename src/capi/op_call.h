@@ -102,12 +102,6 @@ class OpCall {
   void* data(const char* name) const;  // the operand's first byte (after its offset); null when absent
   template <class T>
   T* ptr(const char* name) const { return static_cast<T*>(data(name)); }
-  int64_t i64(const char* name) const;
-  float f32(const char* name) const;
-  tc_dtype dtype(const char* name) const;
-  int32_t i32(const char* name) const;
-  template <class T>
-  const T& desc() const { return *static_cast<const T*>(desc_ptr()); }
 
   // The op's name (the backend op unless given), the storage it keeps alive
   // and, when TC_TRACE is on, its shapes: `shapes()` when given, else the
@@ -145,7 +139,6 @@ class OpCall {
     Slot* end() const { return e; }
   };
   Range slots() const { return {const_cast<Slot*>(slots_), const_cast<Slot*>(slots_) + count_}; }
-  const void* desc_ptr() const;
   void fill_name_and_keep(OpInfo* info, const char* op_name) const;
   std::string default_shapes() const;
   tc_status check_handles_dtypes_dims();

@@ -197,7 +197,7 @@ struct TableOp {
 
 struct TableState {
   const TableOp* op;
-  std::map<std::string, std::string> given;  // scalar parameters as written
+  std::map<std::string, double> scalars;  // the parameters, parsed
 };
 
 Error table_prepare(const Builtin& self, const std::string& text, std::vector<int32_t>* sig,
@@ -210,14 +210,14 @@ Error table_prepare(const Builtin& self, const std::string& text, std::vector<in
       allowed.push_back(p.name);
   auto s = std::make_shared<TableState>();
   s->op = &op;
-  if (Error e = parse_params(text, allowed, &s->given); !e.ok()) return e;
+  std::map<std::string, std::string> given;
+  if (Error e = parse_params(text, allowed, &given); !e.ok()) return e;
   for (const std::string& a : allowed) {
-    auto it = s->given.find(a);
-    double v;
-    if (it == s->given.end())
+    auto it = given.find(a);
+    if (it == given.end())
       return make_error(TC_ERR_INVALID_ARG, "built-in %s: parameter %s is required (%s)", op.name.c_str(), a.c_str(),
                         op.help.c_str());
-    if (!parse_double(it->second, &v))
+    if (!parse_double(it->second, &s->scalars[a]))
       return make_error(TC_ERR_INVALID_ARG, "built-in %s: bad value '%s' for %s", op.name.c_str(), it->second.c_str(),
                         a.c_str());
   }
@@ -289,8 +289,7 @@ Error table_run(const void* state, const TaskSlot& t, Device* dev) {
         if (p.is_dim) {
           a.i = dim[i];
         } else {
-          double v = 0;
-          parse_double(s.given.at(p.name), &v);
+          const double v = s.scalars.at(p.name);
           a.i = int64_t(v);
           a.f = v;
         }

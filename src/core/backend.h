@@ -271,6 +271,10 @@ struct AttentionArgs {
   void* o = nullptr;
   float* lse = nullptr;
   const float* alibi = nullptr;
+  // Not in the public descriptor: the decoder's logit soft-capping (Gemma 2).
+  // softcap > 0 replaces each score s = scale <q, k> by softcap tanh(s /
+  // softcap) before the mask and the softmax. Forward only.
+  float softcap = 0.0f;
 };
 
 struct AttentionBackwardArgs {
@@ -306,14 +310,17 @@ struct EmbedRowsArgs {
   const void* table = nullptr;
   const int32_t* tokens = nullptr;  // n ids, valid rows of the table
   float* dst = nullptr;             // [n, K]
+  float scale = 1.0f;               // dst = scale * row (Gemma scales its embeddings by sqrt(K))
 };
 
-// x[i] += y[i] for i < n (the residual add).
+// x[i] += y[i] for i < n (the residual add); with period > 0, x[i] +=
+// y[i % period] (a bias row added to every row of x).
 struct AddArgs {
   OpInfo info;
   int64_t n = 0;
   float* x = nullptr;
   const float* y = nullptr;
+  int64_t period = 0;
 };
 
 // dst[r * dst_pitch + i] = src[r * src_pitch + i] converted, for r < rows and
@@ -329,9 +336,11 @@ struct ConvertArgs {
   void* dst = nullptr;
 };
 
-// Interleaved RoPE on the new tokens' queries and keys, and the cache append.
-// Token i (< n) is at position p = *pos + i; with (a, b) = (x[2k], x[2k+1]),
-// c = cos_t[p, k], s = sin_t[p, k]:  a' = a c - b s,  b' = b c + a s.
+// RoPE on the new tokens' queries and keys, and the cache append.
+// Token i (< n) is at position p = *pos + i; with c = cos_t[p, k],
+// s = sin_t[p, k] and the pair (a, b) = (x[2k], x[2k+1]) (GGUF's llama
+// layout) or, with neox, (x[k], x[k + D/2]) (the half rotation of Qwen and
+// Gemma files):  a' = a c - b s,  b' = b c + a s.
 //   qt[h, i, :]          = rope(q[i, h*D : (h+1)*D])      h < H
 //   k_cache[g, p, :]     = rope(k[i, g*D : (g+1)*D])      g < Hkv
 //   v_cache[g, p, :]     = v[i, g*D : (g+1)*D]
@@ -349,6 +358,7 @@ struct RopeKvAppendArgs {
   float* qt = nullptr;             // [H, n, D]
   float* k_cache = nullptr;        // [Hkv, C, D]
   float* v_cache = nullptr;
+  bool neox = false;
 };
 
 // dst[i, h, :] = src[h, i, :]: attention's head-major output back to token rows.
@@ -370,8 +380,10 @@ struct Copy2dArgs {
   void* dst = nullptr;
 };
 
-// One query row per head against the first S = *pos + 1 cache positions:
-//   o[h] = softmax(scale * q[h] K_g^T) V_g,   g = h / (H / Hkv)
+// One query row per head against the cache positions j <= *pos (and
+// j > *pos - window when window > 0):
+//   o[h] = softmax(cap(scale * q[h] K_g^T)) V_g,   g = h / (H / Hkv)
+// cap(s) = softcap tanh(s / softcap) when softcap > 0, else s.
 // `partial` is scratch for a split over the cache: room for
 // decode_attention_splits(C) partial results (D + 2 floats each) per head,
 // laid out as the backend chooses.
@@ -385,6 +397,8 @@ struct DecodeAttentionArgs {
   const float* v_cache = nullptr;
   float* o = nullptr;            // [H, D]
   float* partial = nullptr;      // [H, decode_attention_splits(C), D + 2]
+  int64_t window = 0;
+  float softcap = 0.0f;
 };
 // One piece per 64 cache positions, at most 128: the scratch's size (the GPU
 // kernel sizes the pieces it uses from the position).

@@ -7,6 +7,8 @@
 // (position p = i + Skv - Sq):
 //
 //   s_j  = scale * <q_r, k_j> + slope_h * (j - p)      for the keys j the row sees
+//          (the decoder's soft-capping first replaces scale <q_r, k_j> by
+//          cap tanh(scale <q_r, k_j> / cap): AttentionArgs::softcap)
 //   O_r  = sum_j exp(s_j - m) v_j / l,   l = sum_j exp(s_j - m),  m = max_j s_j
 //   LSE_r = m + log l
 //
@@ -139,6 +141,8 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * Brp;
       const int64_t kj = j0 + j;
+      if (A.softcap > 0.0f)
+        for (int64_t c = 0; c < nr; ++c) s[c] = A.softcap * std::tanh(s[c] / A.softcap);
       if (A.alibi) {
         const float fk = float(kj - p_first);  // j - p = fk + pos[c], exact below 2^24
         for (int64_t c = 0; c < Brp; c += W)

@@ -5,12 +5,13 @@
 // code is plain loops (the compiler vectorises the inner ones) split over the
 // thread pool where the work is large enough to pay for it.
 //
-//   embed_rows:       dst[i] = dequant(table row tokens[i])
-//   add:              x += y
+//   embed_rows:       dst[i] = scale * dequant(table row tokens[i])
+//   add:              x += y (or a bias row: x[i] += y[i % period])
 //   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i; (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
-//   decode_attention: o_h = sum_j softmax_j(scale q_h . K_g[j]) V_g[j], j <= *pos
+//   decode_attention: o_h = sum_j softmax_j(cap(scale q_h . K_g[j])) V_g[j],
+//                     *pos - window < j <= *pos
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,14 +28,23 @@ namespace cpu {
 
 tc_status embed_rows(const EmbedRowsArgs& a) {
   const uint8_t* table = static_cast<const uint8_t*>(a.table);
-  for (int64_t i = 0; i < a.n; ++i)
-    quant::dequantize_row(a.fmt, table + uint64_t(a.tokens[i]) * a.row_bytes, a.dst + i * a.K, a.K);
+  for (int64_t i = 0; i < a.n; ++i) {
+    float* row = a.dst + i * a.K;
+    quant::dequantize_row(a.fmt, table + uint64_t(a.tokens[i]) * a.row_bytes, row, a.K);
+    if (a.scale != 1.0f)
+      for (int64_t k = 0; k < a.K; ++k) row[k] *= a.scale;
+  }
   return TC_OK;
 }
 
 tc_status add(const AddArgs& a) {
   float* x = a.x;
   const float* y = a.y;
+  if (a.period > 0) {
+    for (int64_t r = 0; r < a.n; r += a.period)
+      for (int64_t i = 0; i < a.period && r + i < a.n; ++i) x[r + i] += y[i];
+    return TC_OK;
+  }
   auto run = [x, y](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) x[i] += y[i];
   };
@@ -58,12 +68,15 @@ tc_status convert(const ConvertArgs& a) {
 
 namespace {
 
-// Rotates D/2 interleaved pairs of `x` into `y` with the table row (c, s).
-inline void rotate(const float* x, float* y, const float* c, const float* s, int64_t half) {
+// Rotates the D/2 pairs of `x` into `y` with the table row (c, s): pair k is
+// (x[2k], x[2k+1]), or (x[k], x[k + D/2]) in the NEOX layout.
+inline void rotate(const float* x, float* y, const float* c, const float* s, int64_t half, bool neox) {
+  const int64_t step = neox ? 1 : 2, other = neox ? half : 1;
   for (int64_t k = 0; k < half; ++k) {
-    const float a = x[2 * k], b = x[2 * k + 1];
-    y[2 * k] = a * c[k] - b * s[k];
-    y[2 * k + 1] = b * c[k] + a * s[k];
+    const int64_t i = k * step;
+    const float a = x[i], b = x[i + other];
+    y[i] = a * c[k] - b * s[k];
+    y[i + other] = b * c[k] + a * s[k];
   }
 }
 
@@ -78,10 +91,10 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
-        rotate(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half);
+        rotate(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
       } else {
         const int64_t g = h - a.H;
-        rotate(a.k + i * a.ldk + g * D, a.k_cache + (g * a.C + p) * D, c, s, half);
+        rotate(a.k + i * a.ldk + g * D, a.k_cache + (g * a.C + p) * D, c, s, half, a.neox);
         std::memcpy(a.v_cache + (g * a.C + p) * D, a.v + i * a.ldv + g * D, size_t(D) * sizeof(float));
       }
     }
@@ -113,13 +126,14 @@ tc_status copy_2d(const Copy2dArgs& a) {
 // (A CPU model attends with attention_forward; this kernel serves the device
 // path on the CPU, TC_LLAMA_DEVICE_PATH, and is the reference of the GPU's.)
 tc_status decode_attention(const DecodeAttentionArgs& a) {
-  const int64_t D = a.D, S = int64_t(*a.pos) + 1, G = a.H / a.Hkv;
+  const int64_t D = a.D, end = int64_t(*a.pos) + 1, G = a.H / a.Hkv;
+  const int64_t first = a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0, S = end - first;
   parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> p(static_cast<size_t>(S));
     for (int64_t h = h0; h < h1; ++h) {
       const float* q = a.q + h * D;
-      const float* K = a.k_cache + (h / G) * a.C * D;
-      const float* V = a.v_cache + (h / G) * a.C * D;
+      const float* K = a.k_cache + ((h / G) * a.C + first) * D;
+      const float* V = a.v_cache + ((h / G) * a.C + first) * D;
       float m = -INFINITY;
       for (int64_t j = 0; j < S; ++j) {
         const float* kj = K + j * D;
@@ -128,8 +142,10 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
         for (; d + 4 <= D; d += 4)
           for (int u = 0; u < 4; ++u) acc[u] += q[d + u] * kj[d + u];
         for (; d < D; ++d) acc[0] += q[d] * kj[d];
-        p[size_t(j)] = a.scale * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-        m = std::max(m, p[size_t(j)]);
+        float sj = a.scale * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+        if (a.softcap > 0.0f) sj = a.softcap * std::tanh(sj / a.softcap);
+        p[size_t(j)] = sj;
+        m = std::max(m, sj);
       }
       float l = 0.0f;
       for (int64_t j = 0; j < S; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - m));

@@ -5,6 +5,8 @@
 // p = i + Skv - Sq, over the keys j the row sees (att::Mask):
 //
 //   s_j   = scale * <q_i, k_j> + slope_h * (j - p)
+//           (with soft-capping, AttentionArgs::softcap = c > 0, scale <q_i, k_j>
+//           becomes c tanh(scale <q_i, k_j> / c))
 //   O_i   = sum_j exp(s_j - m) v_j / l,   l = sum_j exp(s_j - m),  m = max_j s_j
 //   LSE_i = m + log l                     (natural log; -inf and O = 0 for no key)
 //
@@ -57,7 +59,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kRowWarps)
     attention_fwd_rowwise(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                           float* __restrict__ lse, const float* __restrict__ alibi, int64_t B, int64_t H,
-                          int64_t Hkv, int64_t D, float scale, Mask mask) {
+                          int64_t Hkv, int64_t D, float scale, float cap, Mask mask) {
   const int lane = threadIdx.x & 31;
   const int64_t G = H / Hkv, nrows = B * H * mask.sq;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; row < nrows;
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
       }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, off);
-      const float s = sdot + slope * float(j - pos);
+      const float s = (cap > 0.0f ? cap * tanhf(sdot / cap) : sdot) + slope * float(j - pos);
       const float m_new = fmaxf(m, s);
       const float alpha = expf(m - m_new);  // 0 for the first key (m = -inf)
       const float e = expf(s - m_new);
@@ -134,7 +136,7 @@ template <class T, int DP, int BN>
 __global__ void __launch_bounds__(kThreads)
     attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                       float* __restrict__ lse, const float* __restrict__ alibi, int64_t B, int64_t H, int64_t Hkv,
-                      int64_t D, float scale, Mask mask) {
+                      int64_t D, float scale, float cap, Mask mask) {
   constexpr int LDS = DP + 8;  // padded row: the 8 rows of an ldmatrix hit distinct banks
   constexpr int NT = BN / 8;   // n-tiles of S
   constexpr int DT = DP / 8;   // n-tiles of O
@@ -240,7 +242,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
           const int64_t j = j0 + n * 8 + 2 * tq + (e & 1);
-          float x = s[n][e] * scale2;
+          // Soft-capping (cap > 0): cap tanh(scale s / cap), then base 2.
+          float x = cap > 0.0f ? cap * tanhf(s[n][e] * scale / cap) * att::kLog2e : s[n][e] * scale2;
           if (alibi) x += slope2 * float(j - (ri[r] + mask.off));
           if (edge && (j < rkb[r] || j >= rke[r])) x = -INFINITY;
           s[n][e] = x;
@@ -331,7 +334,7 @@ tc_status launch_mma(StreamState* s, const AttentionArgs& a, const std::string& 
   s->last_kernel = name;
   kernel<<<grid_for(items), kThreads, smem, s->stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), att::make_mask(d));
+      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d));
   return check(cudaGetLastError(), "attention_forward: launch");
 }
 
@@ -342,7 +345,7 @@ tc_status launch_rowwise(StreamState* s, const AttentionArgs& a, const std::stri
   s->last_kernel = name;
   attention_fwd_rowwise<T><<<grid_for((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s->stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), att::make_mask(d));
+      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d));
   return check(cudaGetLastError(), "attention_forward: launch");
 }
 
@@ -364,7 +367,7 @@ tc_status forward_16bit(StreamState* s, const AttentionArgs& a, const char* tnam
 
 tc_status attention_forward(Device&, StreamState* s, const AttentionArgs& a) {
   tc_status st = TC_OK;
-  if (try_cudnn_forward(s, a, &st)) return st;
+  if (a.softcap <= 0.0f && try_cudnn_forward(s, a, &st)) return st;  // cuDNN's graph has no soft-capping here
   switch (a.d.dtype) {
     case TC_DTYPE_F16: return forward_16bit<__half>(s, a, "f16");
     case TC_DTYPE_BF16: return forward_16bit<__nv_bfloat16>(s, a, "bf16");

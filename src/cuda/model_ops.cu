@@ -1,20 +1,23 @@
 // The decoder's small ops on the GPU (core/backend.h, "model ops"); the CPU
 // kernels are src/cpu/model_ops.cpp and these compute the same values.
 //
-//   embed_rows:       dst[i, k] = dequant(table row tokens[i])[k]: one thread
+//   embed_rows:       dst[i, k] = scale * dequant(table row tokens[i])[k]: one thread
 //                     per weight, each format's formula as quant::dequantize_row
 //                     writes it (products and sums rounded one by one, no fused
 //                     multiply-add, so the f32 values are the reference's)
-//   add:              x += y
+//   add:              x += y, or x[i] += y[i % period] (a bias row)
 //   convert:          f32 <-> f16 / bf16, round to nearest even
 //   rope_kv_append:   p = *pos + i; (a, b) -> (a c - b s, b c + a s) for the
+//                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
 //                     values copied into the cache at p
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
-//   decode_attention: one query row per head over S = *pos + 1 cache rows,
-//                     split over the cache (flash-decoding), in base 2
-//                     (t_j = log2(e) scale q . K_j):
+//   decode_attention: one query row per head over the S cache rows
+//                     [j0, *pos] (j0 = 0, or *pos + 1 - window), split over
+//                     them (flash-decoding), in base 2 (t_j = log2(e) scale
+//                     q . K_j, or log2(e) cap tanh(scale q . K_j / cap) with
+//                     soft-capping):
 //       piece s covers rows [s c, (s+1) c), c = ceil(S / splits) rounded up
 //       to whole block iterations (4 warps x keys per warp), so the pieces in
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
@@ -113,18 +116,18 @@ __device__ float dequant_at(int32_t fmt, const uint8_t* row, int64_t k) {
 }
 
 __global__ void embed_rows_kernel(int32_t fmt, int64_t K, uint64_t row_bytes, const uint8_t* table,
-                                  const int32_t* tokens, float* dst) {
+                                  const int32_t* tokens, float* dst, float scale) {
   pdl_trigger();
   pdl_wait();
   const int64_t i = blockIdx.y;
   const uint8_t* row = table + uint64_t(tokens[i]) * row_bytes;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K; k += int64_t(gridDim.x) * blockDim.x)
-    dst[i * K + k] = dequant_at(fmt, row, k);
+    dst[i * K + k] = scale == 1.0f ? dequant_at(fmt, row, k) : __fmul_rn(dequant_at(fmt, row, k), scale);
 }
 
-__global__ void add_kernel(int64_t n, float* x, const float* y) {
+__global__ void add_kernel(int64_t n, float* x, const float* y, int64_t period) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] += y[i];
+    x[i] += y[period > 0 ? i % period : i];
 }
 
 template <class From, class To>
@@ -146,13 +149,15 @@ __global__ void convert_kernel(int64_t n, const From* src, int64_t src_pitch, To
 // The op's arguments without OpInfo (kernel parameters must be plain data).
 struct RopeParams {
   int64_t n, H, Hkv, D, C, ldq, ldk, ldv;
+  int neox;
   const int32_t* pos;
   const float *q, *k, *v, *cos_t, *sin_t;
   float *qt, *k_cache, *v_cache;
 };
 struct AttnParams {
-  int64_t H, Hkv, D, C, splits;
-  float scale;  // scale * log2(e): scores in base 2
+  int64_t H, Hkv, D, C, splits, window;
+  float scale;  // scale * log2(e): scores in base 2; without log2(e) when cap > 0
+  float cap;    // soft-capping: t = log2(e) cap tanh(scale q . k / cap); 0: none
   int lanes;    // lanes per key row (a power of two <= 32)
   int ks;       // keys per block iteration: pieces are multiples of it
   const int32_t* pos;
@@ -180,10 +185,12 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
     float* vd = a.v_cache + (g * a.C + p) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) vd[d] = v[d];
   }
+  const int64_t step = a.neox ? 1 : 2, other = a.neox ? half : 1;
   for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
-    const float x0 = src[2 * k], x1 = src[2 * k + 1];
-    dst[2 * k] = __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]));
-    dst[2 * k + 1] = __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k]));
+    const int64_t e = k * step;
+    const float x0 = src[e], x1 = src[e + other];
+    dst[e] = __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]));
+    dst[e + other] = __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k]));
   }
 }
 
@@ -234,6 +241,12 @@ __device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t splits, int ks)
   return (per + ks - 1) / ks * ks;
 }
 
+// The first cache row a query at position pos sees (a sliding window keeps
+// the last `window` rows).
+__device__ __forceinline__ int64_t attn_first(int32_t pos, int64_t window) {
+  return window > 0 && int64_t(pos) + 1 > window ? int64_t(pos) + 1 - window : 0;
+}
+
 // Dims 4v .. 4v + 3 of a row: one 16-byte load on the vector path (D % 4 == 0,
 // rows 16-byte aligned), four guarded scalar loads otherwise (zero past D).
 template <bool kVec>
@@ -271,14 +284,15 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
   pdl_trigger();
   pdl_wait();
   const int D = int(a.D), NV = (D + 3) / 4, L = a.lanes, KPW = 32 / L;
-  const int64_t S = int64_t(*a.pos) + 1, piece = blockIdx.x, chunk = attn_piece(S, a.splits, a.ks);
+  const int64_t first = attn_first(*a.pos, a.window), S = int64_t(*a.pos) + 1 - first, piece = blockIdx.x,
+                chunk = attn_piece(S, a.splits, a.ks);
   const int64_t j0 = piece * chunk;
   if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
   const int64_t j1 = min(j0 + chunk, S);
   const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
-  const float* K = a.k_cache + g * a.C * D;
-  const float* V = a.v_cache + g * a.C * D;
+  const float* K = a.k_cache + (g * a.C + first) * D;
+  const float* V = a.v_cache + (g * a.C + first) * D;
 
   float4 q[GT][R], acc[GT][R];
   float m[GT], l[GT];
@@ -327,6 +341,11 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
         for (int u = 0; u < U; ++u)
 #pragma unroll
           for (int gi = 0; gi < GT; ++gi) s[u][gi] += __shfl_xor_sync(0xffffffffu, s[u][gi], o);
+    if (a.cap > 0.0f)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int gi = 0; gi < GT; ++gi) s[u][gi] = a.cap * tanhf(s[u][gi] / a.cap) * 1.4426950408889634f;
 #pragma unroll
     for (int gi = 0; gi < GT; ++gi) {
       float mn = m[gi];
@@ -394,7 +413,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
   __shared__ float red[kWarps];
   pdl_trigger();
   pdl_wait();
-  const int64_t D = a.D, h = blockIdx.x, splits = a.splits, S = int64_t(*a.pos) + 1;
+  const int64_t D = a.D, h = blockIdx.x, splits = a.splits, S = int64_t(*a.pos) + 1 - attn_first(*a.pos, a.window);
   const int64_t chunk = attn_piece(S, splits, a.ks), used = (S + chunk - 1) / chunk;
   const float* pu = a.partial + h * splits * D;
   const float* pml = a.partial + a.H * splits * D + h * splits * 2;
@@ -425,13 +444,13 @@ tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
   s->last_kernel = "embed_rows";
   const dim3 grid(blocks_for(a.K, 256), unsigned(a.n));
   return check(launch_pdl(embed_rows_kernel, grid, dim3(256), 0, s->stream, a.fmt, a.K, a.row_bytes,
-                          static_cast<const uint8_t*>(a.table), a.tokens, a.dst),
+                          static_cast<const uint8_t*>(a.table), a.tokens, a.dst, a.scale),
                "embed_rows: launch");
 }
 
 tc_status add(Device&, StreamState* s, const AddArgs& a) {
   s->last_kernel = "add";
-  add_kernel<<<blocks_for(a.n, 256), 256, 0, s->stream>>>(a.n, a.x, a.y);
+  add_kernel<<<blocks_for(a.n, 256), 256, 0, s->stream>>>(a.n, a.x, a.y, a.period);
   return check(cudaGetLastError(), "add: launch");
 }
 
@@ -456,8 +475,8 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 }
 
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
-  const RopeParams p{a.n,     a.H,     a.Hkv,   a.D,     a.C,  a.ldq,     a.ldk,     a.ldv,     a.pos,
-                     a.q,     a.k,     a.v,     a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache};
+  const RopeParams p{a.n,   a.H,   a.Hkv, a.D,     a.C,     a.ldq, a.ldk,     a.ldv,    a.neox ? 1 : 0,
+                     a.pos, a.q,   a.k,   a.v,     a.cos_t, a.sin_t, a.qt,    a.k_cache, a.v_cache};
   s->last_kernel = "rope_kv_append";
   const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
   return check(launch_pdl(rope_kv_append_kernel, dim3(unsigned(a.n), unsigned(a.H + a.Hkv)), dim3(threads), 0,
@@ -499,9 +518,10 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
     while (gt > 1 && splits * (a.H / gt) < kAttnMinBlocks) gt /= 2;
   }
   const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
-  const AttnParams p{a.H,   a.Hkv, a.D,       a.C,       splits,    float(double(a.scale) * 1.4426950408889634),
-                     L,     ks,    a.pos,     a.q,       a.k_cache, a.v_cache,
-                     a.o,   a.partial};
+  // With soft-capping the scores are capped in natural units, then moved to base 2.
+  const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks, a.pos, a.q, a.k_cache,
+                     a.v_cache, a.o, a.partial};
   void (*split)(AttnParams) = nullptr;
   if (!vec)
     split = R == 1 ? decode_attention_split<1, 1, false>

@@ -16,6 +16,14 @@
 //     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
 //   logits = (rmsnorm(x) * output_norm) Wout^T                    [n, n_vocab]
 //
+// with the architecture's changes (Arch, llama_load.cpp): x scaled by
+// embed_scale; biases added to q, k, v; q and k normed per head (D) before
+// RoPE; RoPE on NEOX pairs (x[k], x[k + D/2]); scores scaled by attn_scale,
+// soft-capped and limited to a sliding window in the windowed layers (with
+// their own RoPE table); each branch's output normed (post_attention_norm,
+// post_ffw_norm) before its residual add; GEGLU for SwiGLU; logits
+// soft-capped (on the host, after they arrive).
+//
 // Every step is a backend op on the model's queue (none on a host backend:
 // ops then run at once in this thread). Products are the quantized GEMV
 // (M = n rows share one pass over the weights), or on a device, for
@@ -150,14 +158,31 @@ tc_status Llama::product_gemm(const Matrix& w, const float* x, float* y, int64_t
   return be_->gemm(g, queue_.get());
 }
 
-tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M) {
+// Rows of D (default n_embd) floats; y may be x (every backend's kernel
+// reads an element before writing it).
+tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D) {
   RmsNormForwardArgs a;
   a.info.name = "llama.rmsnorm";
-  a.N = M, a.D = cfg_.n_embd;
+  a.N = M, a.D = D ? D : cfg_.n_embd;
   a.dtype = TC_DTYPE_F32;
   a.eps = float(cfg_.rms_norm_eps);
   a.x = x, a.gamma = gamma, a.y = y;
   return be_->rmsnorm_forward(a, queue_.get());
+}
+
+// x[i] += y[i], or y[i % period] with period > 0 (a bias on every row).
+tc_status Llama::add_rows(float* x, const float* y, int64_t n, int64_t period) {
+  AddArgs a;
+  a.info.name = period ? "llama.bias" : "llama.residual";
+  a.n = n, a.x = x, a.y = y, a.period = period;
+  return be_->add(a, queue_.get());
+}
+
+// Gemma 2's final soft-capping, on the logits in host memory:
+// cap tanh(z / cap).
+void Llama::softcap_logits(float* logits, int64_t n) const {
+  const float cap = arch_.final_softcap;
+  for (int64_t i = 0; i < n; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 // y = (rmsnorm(x) * gamma) W^T for the one row of a decode step: the
@@ -188,7 +213,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // instead of ~20. Needs Q4_0 / Q8_0 matrices and the fused [q; k; v] and
 // [gate; up]; TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
-  if (host_ || act_ != TC_DTYPE_F16) return false;
+  if (host_ || act_ != TC_DTYPE_F16 || !arch_.plain()) return false;
   if (q8_state_ < 0) {
     static const bool off = !config::on(config::Key::kLlamaQ8);
     auto ok = [](const Matrix& m) {
@@ -241,48 +266,56 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
   e.table = tok_embd_.data;
   e.tokens = params_ + 2;
   e.dst = x_;
+  e.scale = arch_.embed_scale;
   TC_TRY(be_->embed_rows(e, q));
   const bool q8 = n == 1 && q8_decode();
   if (q8) {
     // The first op of the 8-bit path: a backend without it enqueues
     // nothing and the step reruns on the exact products.
-    const tc_status st = quantize_q8(x_, norm(0, 0), E);
+    const tc_status st = quantize_q8(x_, vec(layers_[0].attn_norm), E);
     if (st == TC_ERR_UNSUPPORTED) {
       q8_state_ = 0;
       return forward(n, P, lg, rows);
     }
     TC_TRY(st);
   }
-  AddArgs add;
-  add.info.name = "llama.residual";
-  add.n = n * E;
-  add.x = x_, add.y = tmp_;
-
+  const Arch& A = arch_;
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     float* kc = k_cache_ + l * Hkv * C * D;
     float* vc = v_cache_ + l * Hkv * C * D;
+    const int64_t window = A.swa[size_t(l)] ? A.window : 0;
     RopeKvAppendArgs r;
     r.info.name = "llama.rope_kv";
     r.n = n, r.H = H, r.Hkv = Hkv, r.D = D, r.C = C;
     r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
+    float *qp, *kp, *vp;
     if (q8) {
-      if (l > 0) TC_TRY(quantize_q8(x_, norm(l, 0), E));
+      if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E));
       TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore));
-      r.q = qkv_, r.k = qkv_ + Dq, r.v = qkv_ + Dq + Dkv;
+      qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else if (n == 1 && L.wqkv.data) {
       // One product for q, k and v: [q | k | v] in one row.
-      TC_TRY(norm_product(norm(l, 0), L.wqkv, qkv_));
-      r.q = qkv_, r.k = qkv_ + Dq, r.v = qkv_ + Dq + Dkv;
+      TC_TRY(norm_product(vec(L.attn_norm), L.wqkv, qkv_));
+      qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else {
-      TC_TRY(rmsnorm(x_, norm(l, 0), h_, n));
+      TC_TRY(rmsnorm(x_, vec(L.attn_norm), h_, n));
       TC_TRY(product(L.wq, h_, q_, n));
       TC_TRY(product(L.wk, h_, k_, n));
       TC_TRY(product(L.wv, h_, v_, n));
-      r.q = q_, r.k = k_, r.v = v_;
+      qp = q_, kp = k_, vp = v_;
     }
+    if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
+    if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
+    if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
+    if (A.qk_norm) {  // every head's row of D, in place
+      TC_TRY(rmsnorm(qp, vec(L.q_norm), qp, n * H, D));
+      TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));
+    }
+    r.q = qp, r.k = kp, r.v = vp;
+    r.neox = A.neox_rope;
     r.pos = params_;
-    r.cos_t = cos_, r.sin_t = sin_;
+    r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
     r.qt = qt_, r.k_cache = kc, r.v_cache = vc;
     TC_TRY(be_->rope_kv_append(r, q));
     if (n == 1 && !host_) {
@@ -291,7 +324,8 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       DecodeAttentionArgs a;
       a.info.name = "llama.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C;
-      a.scale = float(1.0 / std::sqrt(double(D)));
+      a.scale = float(A.attn_scale);
+      a.window = window, a.softcap = A.attn_softcap;
       a.pos = params_;
       a.q = qt_, a.k_cache = kc, a.v_cache = vc;
       a.o = o_, a.partial = partial_;
@@ -302,8 +336,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
       a.d.seq_q = n, a.d.seq_kv = P + n, a.d.head_dim = D;
       a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
-      a.d.softmax_scale = 1.0 / std::sqrt(double(D));
-      a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = 0;
+      a.d.softmax_scale = A.attn_scale;
+      a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = window;
+      a.softcap = A.attn_softcap;
       // One token: [H][1][D] is already o's [1][H][D].
       float* heads_out = n == 1 ? o_ : ot_;
       if (host_) {
@@ -365,41 +400,43 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       // x += o Wo^T; x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T, h = rmsnorm(x) * ffn_norm.
       TC_TRY(quantize_q8(o_, nullptr, Dq));
       TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd));
-      TC_TRY(quantize_q8(x_, norm(l, 1), E));
+      TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E));
       TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu));
       TC_TRY(quantize_q8(gu_, nullptr, g.n_ff));
       TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd));
       continue;
     }
     TC_TRY(product(L.wo, o_, tmp_, n));
-    TC_TRY(be_->add(add, q));
+    if (L.post_attn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
+    TC_TRY(add_rows(x_, tmp_, n * E, 0));
 
     SwigluForwardArgs s;
-    s.info.name = "llama.swiglu";
+    s.info.name = A.gelu ? "llama.geglu" : "llama.swiglu";
     s.n = n * g.n_ff;
     s.dtype = TC_DTYPE_F32;
     if (n == 1 && L.w_gate_up.data) {
       // One product for gate and up: [gate | up] in one row.
-      TC_TRY(norm_product(norm(l, 1), L.w_gate_up, gu_));
+      TC_TRY(norm_product(vec(L.ffn_norm), L.w_gate_up, gu_));
       s.gate = gu_, s.up = gu_ + g.n_ff, s.out = gu_;
     } else {
-      TC_TRY(rmsnorm(x_, norm(l, 1), h_, n));
+      TC_TRY(rmsnorm(x_, vec(L.ffn_norm), h_, n));
       TC_TRY(product(L.w_gate, h_, gate_, n));
       TC_TRY(product(L.w_up, h_, up_, n));
       s.gate = gate_, s.up = up_, s.out = gate_;
     }
-    TC_TRY(be_->swiglu_forward(s, q));
+    TC_TRY(A.gelu ? be_->geglu_forward(s, q) : be_->swiglu_forward(s, q));
     TC_TRY(product(L.w_down, static_cast<const float*>(s.out), tmp_, n));
-    TC_TRY(be_->add(add, q));
+    if (L.post_ffn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
+    TC_TRY(add_rows(x_, tmp_, n * E, 0));
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
     if (q8) {
-      TC_TRY(quantize_q8(x_, norm(g.n_layer, 0), E));
+      TC_TRY(quantize_q8(x_, vec(output_norm_), E));
       return gemv_q8(output_, lg, GemvQ8Args::kStore);
     }
-    if (n == 1) return norm_product(norm(g.n_layer, 0), output_, lg);
-    TC_TRY(rmsnorm(x_ + (n - rows) * E, norm(g.n_layer, 0), h_, rows));
+    if (n == 1) return norm_product(vec(output_norm_), output_, lg);
+    TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));
     TC_TRY(product(output_, h_, lg, rows));
   }
   return TC_OK;
@@ -464,6 +501,7 @@ tc_status Llama::eval(const int32_t* tokens, int64_t n, float* logits, bool all)
     const bool last = c0 + m == n;
     float* out = !logits ? nullptr : all ? logits + c0 * V : last ? logits : nullptr;
     if (tc_status st = finish(step(tokens + c0, m, n_past_ + c0, out, all ? m : 1))) return st;
+    if (out && arch_.final_softcap > 0.0f) softcap_logits(out, (all ? m : 1) * V);
   }
   n_past_ += n;
   return TC_OK;

@@ -1,5 +1,7 @@
 // A LLaMA-family decoder over a GGUF file (include/tensorcore/llama.h), on
-// any backend: the forward is backend ops only, on one queue.
+// any backend: the forward is backend ops only, on one queue. One forward
+// serves every architecture it loads (llama, mistral, qwen2, qwen3, gemma2,
+// gemma3): what a family changes is read from the file into an Arch.
 //
 // Weights: on a host-accessible backend (the CPU) the matrices stay in the
 // file's read-only mapping and are used in place; on a device they are
@@ -47,8 +49,33 @@ struct Matrix {
   const uint16_t* split_d = nullptr;
 };
 
+// What a model family changes in the forward, from general.architecture and
+// the file's metadata (llama_load.cpp lists each family's choices).
+struct Arch {
+  bool neox_rope = false;    // RoPE pairs (x[k], x[k + D/2]) instead of (x[2k], x[2k+1])
+  bool qkv_bias = false;     // biases on q, k and v (qwen2)
+  bool qk_norm = false;      // RMSNorm with a [D] weight on every head of q and k (qwen3, gemma3)
+  bool post_norms = false;   // RMSNorm on the attention and feed-forward outputs before their adds (gemma)
+  bool gelu = false;         // GEGLU (tanh GELU) feed-forward instead of SwiGLU (gemma)
+  float embed_scale = 1.0f;  // embeddings times sqrt(n_embd) (gemma)
+  double attn_scale = 0.0;   // softmax scale
+  float attn_softcap = 0.0f, final_softcap = 0.0f;  // cap tanh(x / cap) of scores / logits; 0: none
+  int64_t window = 0;        // sliding window of the layers in swa (keys in (p - window, p])
+  std::vector<uint8_t> swa;  // per layer: 1 for a sliding-window layer
+  double rope_base_swa = 0;   // the sliding-window layers' RoPE base and scale (their own
+  double rope_scale_swa = 1;  // table when either differs)
+  // Whether the forward is the plain LLaMA one (the fused 8-bit decode
+  // products assume it).
+  bool plain() const { return !qkv_bias && !qk_norm && !post_norms && !gelu; }
+};
+
 struct LlamaLayer {
   Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // Offsets of the layer's f32 vectors in the model's vector pool (floats);
+  // -1 where the architecture has none.
+  int64_t attn_norm = -1, ffn_norm = -1, post_attn_norm = -1, post_ffn_norm = -1;
+  int64_t q_norm = -1, k_norm = -1, bq = -1, bk = -1, bv = -1;
+  int rope = 0;  // which RoPE table: 0, or 1 for sliding-window layers with their own base
   // On a device, where the load laid them out one after the other and their
   // formats agree: [Wq; Wk; Wv] and [Wgate; Wup] as one matrix each, so a
   // one-token step reads its inputs' weights in one product (data null
@@ -89,6 +116,7 @@ class Llama {
 
  private:
   Llama() = default;
+  tc_status read_arch(const char* name);
   tc_status check_and_bind(const char* path);
   tc_status place_weights();
   tc_status split_weights();
@@ -104,7 +132,9 @@ class Llama {
 
   tc_status product(const Matrix& w, const float* x, float* y, int64_t M);
   tc_status product_gemm(const Matrix& w, const float* x, float* y, int64_t M);
-  tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M);
+  tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
+  tc_status add_rows(float* x, const float* y, int64_t n, int64_t period);
+  void softcap_logits(float* logits, int64_t n) const;
   tc_status norm_product(const float* gamma, const Matrix& w, float* y);
   tc_status convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n);
   // The one-token step's products on 8-bit activations (QuantizeQ8Args /
@@ -113,9 +143,7 @@ class Llama {
   bool q8_decode();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K);
   tc_status gemv_q8(const Matrix& w, float* y, int epilogue);
-  const float* norm(int64_t layer, int which) const {  // 0: attn, 1: ffn; layer n_layer: output
-    return norms_ + (2 * layer + which) * cfg_.n_embd;
-  }
+  const float* vec(int64_t offset) const { return offset < 0 ? nullptr : vecs_ + offset; }
 
   tc_context_s* ctx_ = nullptr;
   Backend* be_ = nullptr;
@@ -123,13 +151,15 @@ class Llama {
   std::unique_ptr<Queue> queue_;  // device only: every op of a forward, in order
   std::unique_ptr<gguf::File> file_;
   tc_llama_config cfg_{};
+  Arch arch_;
   Matrix tok_embd_, output_;
   std::vector<LlamaLayer> layers_;
-  std::vector<float> host_norms_;    // [attn, ffn] per layer, then output_norm, each [n_embd]
-  std::vector<float> host_rope_;     // cos [n_ctx, D/2] then sin
-  const float* norms_ = nullptr;     // host_norms_ or its device copy
-  const float* cos_ = nullptr;
-  const float* sin_ = nullptr;
+  int64_t output_norm_ = -1;
+  std::vector<float> host_vecs_;     // the vector pool: norms and biases, widened to f32
+  std::vector<float> host_rope_;     // per table: cos [n_ctx, D/2] then sin
+  const float* vecs_ = nullptr;      // host_vecs_ or its device copy
+  const float* cos_[2] = {nullptr, nullptr};
+  const float* sin_[2] = {nullptr, nullptr};
   std::vector<tc_buffer_s*> buffers_;  // freed with the model
 
   float* k_cache_ = nullptr;

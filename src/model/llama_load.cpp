@@ -9,8 +9,33 @@
 //   blk.i.attn_output [n_embd rows of n_head*D]
 //   blk.i.ffn_gate, ffn_up [n_ff rows of n_embd]  ffn_down [n_embd rows of n_ff]
 //
-// (GGUF lists dims[0] = row length first.) RoPE tables for the cache's
-// positions: theta(p, k) = p * freq_scale * freq_base^(-2k / D), k < D/2.
+// (GGUF lists dims[0] = row length first.) D is <arch>.attention.key_length
+// where the file has it (Gemma, Qwen3: n_head * D need not be n_embd), else
+// n_embd / n_head. What each architecture adds (Arch), as llama.cpp reads it:
+//
+//   llama, mistral  the above; RoPE on interleaved pairs
+//   qwen2           NEOX RoPE; attn_q/k/v.bias [n_head*D], [n_head_kv*D]
+//   qwen3           NEOX RoPE; attn_q_norm, attn_k_norm [D] on every head
+//   gemma2          NEOX RoPE; embeddings * sqrt(n_embd); GEGLU; post_attention_norm
+//                   and post_ffw_norm [n_embd] on the branch outputs; scores and
+//                   logits soft-capped (attn_logit_softcapping, default 50;
+//                   final_logit_softcapping, default 30); even layers attend a
+//                   sliding window (attention.sliding_window, default 4096);
+//                   output tied to token_embd
+//   gemma3          as gemma2 with attn_q_norm / attn_k_norm, no score capping,
+//                   final capping only where the file sets it; five of every
+//                   six layers windowed (when the file sets a window), with
+//                   their own RoPE base (rope.freq_base_swa, default 10000)
+//
+// The pattern of windowed layers may also come from the file
+// (attention.sliding_window_pattern: a period, or one bool per layer). The
+// softmax scale is 1/sqrt(D), except for the 27B Gemmas (1/sqrt(n_embd /
+// n_head), the models' query_pre_attn_scalar). Norm weights are used as
+// stored: the GGUF converter has already folded Gemma's (1 + w).
+//
+// RoPE tables for the cache's positions: theta(p, k) = p * freq_scale *
+// freq_base^(-2k / D), k < D/2; a second table with the sliding-window
+// layers' base where it differs.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -22,14 +47,140 @@
 #include "gguf/llama_config.h"
 #include "model/llama.h"
 #include "quant/formats.h"
+#include "tensorcore/attention.h"
 
 namespace tc {
 namespace model {
 namespace {
 
-const char* kArchs[] = {"llama", "mistral"};
+const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"};
+
+// Metadata readers for the keys llama_config does not cover: absent keys
+// keep *out; a key of the wrong type fails naming it.
+struct Meta {
+  const gguf::File& f;
+  std::string prefix;  // "<arch>."
+
+  tc_status num(const char* key, double* out, bool* found = nullptr) const {
+    if (found) *found = false;
+    const gguf::KeyValue* kv = f.find_kv(prefix + key);
+    if (!kv) return TC_OK;
+    if (!gguf::value_size(kv->value.type) || kv->value.type == gguf::kString ||
+        !f.scalar_f64(kv->value.type, kv->value.pos, out) || !std::isfinite(*out))
+      return fail(TC_ERR_CORRUPT, "tc_llama_load: metadata '%s%s' is not a finite number", prefix.c_str(), key);
+    if (found) *found = true;
+    return TC_OK;
+  }
+  tc_status count(const char* key, int64_t* out, bool* found = nullptr) const {
+    double v = 0;
+    bool have = false;
+    if (tc_status st = num(key, &v, &have)) return st;
+    if (found) *found = have;
+    if (!have) return TC_OK;
+    if (v < 0 || v > double(INT32_MAX) || v != std::floor(v))
+      return fail(TC_ERR_CORRUPT, "tc_llama_load: metadata '%s%s' = %g is not a count", prefix.c_str(), key, v);
+    *out = int64_t(v);
+    return TC_OK;
+  }
+  // The sliding-window layers: a period n (layer i windowed when i % n < n - 1,
+  // llama.cpp's rule), or a bool per layer; default_period when absent.
+  tc_status swa_layers(int64_t n_layer, int64_t default_period, std::vector<uint8_t>* out) const {
+    out->assign(size_t(n_layer), 0);
+    const std::string key = prefix + "attention.sliding_window_pattern";
+    int64_t period = default_period;
+    if (const gguf::KeyValue* kv = f.find_kv(key)) {
+      const gguf::Value& v = kv->value;
+      if (v.type == gguf::kArray) {
+        const int sz = gguf::value_size(v.elem_type);
+        if (!sz || v.elem_type == gguf::kF32 || v.elem_type == gguf::kF64 || int64_t(v.count) != n_layer)
+          return fail(TC_ERR_CORRUPT, "tc_llama_load: metadata '%s' is not one flag per layer (%lld)", key.c_str(),
+                      (long long)n_layer);
+        for (int64_t i = 0; i < n_layer; ++i) {
+          int64_t e = 0;
+          if (!f.scalar_i64(v.elem_type, v.pos + uint64_t(i) * uint64_t(sz), &e))
+            return fail(TC_ERR_CORRUPT, "tc_llama_load: metadata '%s' has a bad entry", key.c_str());
+          (*out)[size_t(i)] = e != 0;
+        }
+        return TC_OK;
+      }
+      if (tc_status st = count("attention.sliding_window_pattern", &period)) return st;
+    }
+    for (int64_t i = 0; i < n_layer; ++i) (*out)[size_t(i)] = period == 0 || i % period < period - 1;
+    return TC_OK;
+  }
+};
 
 }  // namespace
+
+// The architecture's choices (see the top of this file).
+tc_status Llama::read_arch(const char* name) {
+  const gguf::File& f = *file_;
+  tc_llama_config& g = cfg_;
+  Arch& a = arch_;
+  const std::string n(name);
+  const Meta m{f, n + "."};
+  const bool gemma = n == "gemma2" || n == "gemma3";
+  a.neox_rope = n == "qwen2" || n == "qwen3" || gemma;
+  a.qkv_bias = n == "qwen2";
+  a.qk_norm = n == "qwen3" || n == "gemma3";
+  a.post_norms = a.gelu = gemma;
+  a.embed_scale = gemma ? float(std::sqrt(double(g.n_embd))) : 1.0f;
+  a.rope_base_swa = g.rope_freq_base;
+  a.rope_scale_swa = g.rope_freq_scale;
+  double attn_cap = 0, final_cap = 0;
+  if (n == "gemma2") {
+    attn_cap = 50.0, final_cap = 30.0;
+    a.window = 4096;
+    a.rope_base_swa = g.rope_freq_base;
+  }
+  if (n == "gemma3") a.rope_base_swa = 10000.0, a.rope_scale_swa = 1.0;
+  if (gemma) {
+    bool windowed = n == "gemma2";
+    bool found = false;
+    if (tc_status st = m.count("attention.sliding_window", &a.window, &found)) return st;
+    windowed = windowed || (found && a.window > 0);
+    if (!windowed || a.window <= 0) a.window = 0;
+    if (tc_status st = m.num("attn_logit_softcapping", &attn_cap)) return st;
+    if (tc_status st = m.num("final_logit_softcapping", &final_cap)) return st;
+    if (tc_status st = m.num("rope.freq_base_swa", &a.rope_base_swa)) return st;
+    if (a.window > 0) {
+      if (tc_status st = m.swa_layers(g.n_layer, n == "gemma2" ? 2 : 6, &a.swa)) return st;
+    }
+    if (attn_cap < 0 || final_cap < 0 || !(a.rope_base_swa > 0))
+      return fail(TC_ERR_CORRUPT, "tc_llama_load: soft-capping %g / %g or rope.freq_base_swa %g out of range",
+                  attn_cap, final_cap, a.rope_base_swa);
+  }
+  a.swa.resize(size_t(g.n_layer), 0);
+  if (n == "gemma3") attn_cap = 0;  // gemma3 has no score capping (its files may still carry the key)
+  a.attn_softcap = float(attn_cap), a.final_softcap = float(final_cap);
+
+  // Head size: attention.key_length where present (and value_length equal).
+  int64_t key_len = 0, value_len = 0, rope_dims = 0;
+  bool has_key = false, has_value = false, has_rope = false;
+  if (tc_status st = m.count("attention.key_length", &key_len, &has_key)) return st;
+  if (tc_status st = m.count("attention.value_length", &value_len, &has_value)) return st;
+  if (tc_status st = m.count("rope.dimension_count", &rope_dims, &has_rope)) return st;
+  if (has_key && has_value && key_len != value_len)
+    return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: %sattention.key_length %lld and value_length %lld differ",
+                m.prefix.c_str(), (long long)key_len, (long long)value_len);
+  if (!has_key && g.n_embd % g.n_head)
+    return fail(TC_ERR_UNSUPPORTED,
+                "tc_llama_load: n_embd %lld is not a multiple of n_head %lld and the file has no %sattention.key_length",
+                (long long)g.n_embd, (long long)g.n_head, m.prefix.c_str());
+  g.head_dim = has_key ? key_len : g.n_embd / g.n_head;
+  if (g.head_dim <= 0 || g.head_dim % 2 || g.head_dim > TC_ATTENTION_MAX_HEAD_DIM || g.n_head % g.n_head_kv)
+    return fail(TC_ERR_UNSUPPORTED,
+                "tc_llama_load: head_dim %lld (%sattention.key_length or n_embd / n_head), n_head %lld, n_head_kv %lld: "
+                "need an even head_dim <= %d and n_head a multiple of n_head_kv",
+                (long long)g.head_dim, m.prefix.c_str(), (long long)g.n_head, (long long)g.n_head_kv,
+                TC_ATTENTION_MAX_HEAD_DIM);
+  if (has_rope && rope_dims != g.head_dim)
+    return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: partial RoPE (%srope.dimension_count %lld, head_dim %lld)",
+                m.prefix.c_str(), (long long)rope_dims, (long long)g.head_dim);
+  const bool big_gemma = (n == "gemma2" && g.n_layer == 46) || (n == "gemma3" && g.n_layer == 62);
+  a.attn_scale = 1.0 / std::sqrt(double(big_gemma ? g.n_embd / g.n_head : g.head_dim));
+  return TC_OK;
+}
 
 Llama::~Llama() {
   // A failed load must keep its own status and detail, whatever freeing records.
@@ -63,20 +214,12 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
   g.n_layer = c.block_count;
   g.n_head = c.attention_head_count;
   g.n_head_kv = c.attention_head_count_kv;
-  g.head_dim = c.embedding_length / c.attention_head_count;
   g.n_ff = c.feed_forward_length;
   g.rms_norm_eps = c.rms_norm_epsilon;
   g.rope_freq_base = c.rope_freq_base;
   g.rope_freq_scale = c.rope_freq_scale;
   g.bos_id = g.eos_id = -1;
-  if (g.n_embd % g.n_head || g.head_dim % 2 || g.n_head % g.n_head_kv)
-    return fail(TC_ERR_UNSUPPORTED,
-                "tc_llama_load: n_embd %lld, n_head %lld, n_head_kv %lld: need n_embd = n_head * even head_dim and "
-                "n_head a multiple of n_head_kv",
-                (long long)g.n_embd, (long long)g.n_head, (long long)g.n_head_kv);
-  if (c.rope_dimension_count != g.head_dim)
-    return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: partial RoPE (rope.dimension_count %lld, head_dim %lld)",
-                (long long)c.rope_dimension_count, (long long)g.head_dim);
+  if (tc_status st = m->read_arch(c.architecture)) return st;
   if (!(g.rms_norm_eps >= 0) || !std::isfinite(g.rms_norm_eps) || !(g.rope_freq_base > 0) ||
       !std::isfinite(g.rope_freq_base) || !(g.rope_freq_scale > 0) || !std::isfinite(g.rope_freq_scale))
     return fail(TC_ERR_CORRUPT, "tc_llama_load: rms epsilon %g, rope freq_base %g, freq_scale %g out of range",
@@ -85,15 +228,27 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
 
   g.n_ctx = n_ctx > 0 ? n_ctx : (g.n_ctx_train > 0 ? std::min<int64_t>(g.n_ctx_train, 2048) : 2048);
   const int64_t D = g.head_dim, half = D / 2;
-  m->host_rope_.resize(size_t(2 * g.n_ctx * half));
-  float* cos_t = m->host_rope_.data();
-  float* sin_t = cos_t + g.n_ctx * half;
-  for (int64_t p = 0; p < g.n_ctx; ++p)
-    for (int64_t k = 0; k < half; ++k) {
-      const double theta = double(p) * g.rope_freq_scale * std::pow(g.rope_freq_base, -2.0 * double(k) / double(D));
-      cos_t[p * half + k] = float(std::cos(theta));
-      sin_t[p * half + k] = float(std::sin(theta));
-    }
+  // Table 1 (the sliding-window layers' base and scale) only where some
+  // layer uses it.
+  const Arch& a = m->arch_;
+  const bool second = a.rope_base_swa != g.rope_freq_base || a.rope_scale_swa != g.rope_freq_scale;
+  bool any_swa = false;
+  for (LlamaLayer& L : m->layers_) {
+    L.rope = second && a.swa[size_t(&L - m->layers_.data())] ? 1 : 0;
+    any_swa |= L.rope == 1;
+  }
+  m->host_rope_.resize(size_t((any_swa ? 4 : 2) * g.n_ctx * half));
+  for (int t = 0; t < (any_swa ? 2 : 1); ++t) {
+    const double base = t ? a.rope_base_swa : g.rope_freq_base, scale = t ? a.rope_scale_swa : g.rope_freq_scale;
+    float* cos_t = m->host_rope_.data() + 2 * t * g.n_ctx * half;
+    float* sin_t = cos_t + g.n_ctx * half;
+    for (int64_t p = 0; p < g.n_ctx; ++p)
+      for (int64_t k = 0; k < half; ++k) {
+        const double theta = double(p) * scale * std::pow(base, -2.0 * double(k) / double(D));
+        cos_t[p * half + k] = float(std::cos(theta));
+        sin_t[p * half + k] = float(std::sin(theta));
+      }
+  }
   if (tc_status st = m->place_weights()) return st;
   if (tc_status st = m->alloc_state()) return st;
 
@@ -137,12 +292,16 @@ tc_status Llama::check_and_bind(const char* path) {
     out->row_bytes = uint64_t(k / fi->block_elems) * uint64_t(fi->block_bytes);
     return TC_OK;
   };
-  // Norms widened to f32 into host_norms_ at `slot` (norm()'s order).
-  host_norms_.assign(size_t((2 * g.n_layer + 1) * g.n_embd), 0.0f);
-  auto vector = [&](const std::string& name, int64_t slot) -> tc_status {
+  // Norms and biases widened to f32 into the vector pool; *at is the offset
+  // (left -1 for an optional vector the file lacks).
+  host_vecs_.clear();
+  auto vector = [&](const std::string& name, int64_t n, bool optional, int64_t* at) -> tc_status {
     Matrix v;
-    if (tc_status st = matrix(name, 0, g.n_embd, false, &v)) return st;
-    quant::dequantize_row(v.fmt, v.data, host_norms_.data() + slot * g.n_embd, g.n_embd);
+    if (tc_status st = matrix(name, 0, n, optional, &v)) return st;
+    if (!v.data) return TC_OK;
+    *at = int64_t(host_vecs_.size());
+    host_vecs_.resize(host_vecs_.size() + size_t(n));
+    quant::dequantize_row(v.fmt, v.data, host_vecs_.data() + *at, n);
     return TC_OK;
   };
   if (g.n_vocab <= 0 || g.n_vocab > INT32_MAX)
@@ -151,18 +310,28 @@ tc_status Llama::check_and_bind(const char* path) {
   if (tc_status st = matrix("output.weight", g.n_vocab, g.n_embd, true, &output_)) return st;
   g.tied_embeddings = output_.data == nullptr;
   if (g.tied_embeddings) output_ = tok_embd_;
-  if (tc_status st = vector("output_norm.weight", 2 * g.n_layer)) return st;
+  if (tc_status st = vector("output_norm.weight", g.n_embd, false, &output_norm_)) return st;
   // The feed-forward width from the first layer's gate (the metadata may be
   // absent or a per-layer array).
   if (const gguf::TensorInfo* t = f.find_tensor("blk.0.ffn_gate.weight"); t && t->n_dims == 2) g.n_ff = t->dims[1];
   if (g.n_ff <= 0) return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: no feed-forward length");
   const int64_t E = g.n_embd, Dq = g.n_head * g.head_dim, Dkv = g.n_head_kv * g.head_dim, F = g.n_ff;
   layers_.resize(size_t(g.n_layer));
+  const Arch& a = arch_;
+  const int64_t D = g.head_dim;
   for (int64_t i = 0; i < g.n_layer; ++i) {
     LlamaLayer& L = layers_[size_t(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     tc_status st;
-    if ((st = vector(p + "attn_norm.weight", 2 * i)) || (st = vector(p + "ffn_norm.weight", 2 * i + 1)) ||
+    if ((st = vector(p + "attn_norm.weight", E, false, &L.attn_norm)) ||
+        (st = vector(p + "ffn_norm.weight", E, false, &L.ffn_norm)) ||
+        (a.post_norms && (st = vector(p + "post_attention_norm.weight", E, false, &L.post_attn_norm))) ||
+        (a.post_norms && (st = vector(p + "post_ffw_norm.weight", E, false, &L.post_ffn_norm))) ||
+        (a.qk_norm && (st = vector(p + "attn_q_norm.weight", D, false, &L.q_norm))) ||
+        (a.qk_norm && (st = vector(p + "attn_k_norm.weight", D, false, &L.k_norm))) ||
+        (st = vector(p + "attn_q.bias", Dq, !a.qkv_bias, &L.bq)) ||
+        (st = vector(p + "attn_k.bias", Dkv, !a.qkv_bias, &L.bk)) ||
+        (st = vector(p + "attn_v.bias", Dkv, !a.qkv_bias, &L.bv)) ||
         (st = matrix(p + "attn_q.weight", Dq, E, false, &L.wq)) ||
         (st = matrix(p + "attn_k.weight", Dkv, E, false, &L.wk)) ||
         (st = matrix(p + "attn_v.weight", Dkv, E, false, &L.wv)) ||
@@ -196,10 +365,17 @@ tc_status Llama::alloc(size_t bytes, void** out) {
 tc_status Llama::place_weights() {
   const tc_llama_config& g = cfg_;
   const size_t rope_half = size_t(g.n_ctx * (g.head_dim / 2));
+  // Table t is cos then sin at 2 t rope_half; a single table serves both slots.
+  auto bind_rope = [&](const float* base) {
+    const bool two = host_rope_.size() > 2 * rope_half;
+    for (int t = 0; t < 2; ++t) {
+      cos_[t] = base + (two ? 2 * t * rope_half : 0);
+      sin_[t] = cos_[t] + rope_half;
+    }
+  };
   if (host_) {
-    norms_ = host_norms_.data();
-    cos_ = host_rope_.data();
-    sin_ = cos_ + rope_half;
+    vecs_ = host_vecs_.data();
+    bind_rope(host_rope_.data());
     return TC_OK;
   }
   // Groups stored back to back: a layer's [Wq; Wk; Wv] and [Wgate; Wup]
@@ -223,8 +399,8 @@ tc_status Llama::place_weights() {
     }
     total = aligned(total);
   }
-  const size_t norms_at = total;
-  total += aligned(host_norms_.size() * sizeof(float));
+  const size_t vecs_at = total;
+  total += aligned(host_vecs_.size() * sizeof(float));
   const size_t rope_at = total;
   total += aligned(host_rope_.size() * sizeof(float));
   void* base_v = nullptr;
@@ -251,11 +427,10 @@ tc_status Llama::place_weights() {
     fuse({&L.wq, &L.wk, &L.wv}, &L.wqkv);
     fuse({&L.w_gate, &L.w_up}, &L.w_gate_up);
   }
-  if (tc_status st = be_->copy_in(base + norms_at, host_norms_.data(), host_norms_.size() * sizeof(float))) return st;
+  if (tc_status st = be_->copy_in(base + vecs_at, host_vecs_.data(), host_vecs_.size() * sizeof(float))) return st;
   if (tc_status st = be_->copy_in(base + rope_at, host_rope_.data(), host_rope_.size() * sizeof(float))) return st;
-  norms_ = reinterpret_cast<const float*>(base + norms_at);
-  cos_ = reinterpret_cast<const float*>(base + rope_at);
-  sin_ = cos_ + rope_half;
+  vecs_ = reinterpret_cast<const float*>(base + vecs_at);
+  bind_rope(reinterpret_cast<const float*>(base + rope_at));
   return TC_OK;
 }
 

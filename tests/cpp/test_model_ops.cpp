@@ -144,6 +144,8 @@ TEST_P(ModelOps, EmbedRowsEveryFormat) {
 
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
+  for (bool neox : {false, true}) {
+  SCOPED_TRACE(neox ? "NEOX pairs" : "interleaved pairs");
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
   const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
@@ -162,12 +164,16 @@ TEST_P(ModelOps, RopeKvAppend) {
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = dev.put(cache_init), a.v_cache = dev.put(cache_init);
+  a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
   const auto qt = dev.get(a.qt, H * n * D), kc = dev.get(a.k_cache, Hkv * C * D), vc = dev.get(a.v_cache, Hkv * C * D);
+  // Pair k: (x[2k], x[2k+1]), or (x[k], x[k + D/2]) with NEOX; d is its first or second element.
   auto rot = [&](const float* x, int64_t p, int64_t d) {
-    const double c = cs[p * half + d / 2], s = sn[p * half + d / 2];
-    const double a0 = x[d & ~int64_t(1)], b0 = x[d | 1];
-    return d % 2 == 0 ? a0 * c - b0 * s : b0 * c + a0 * s;
+    const int64_t k = neox ? d % half : d / 2;
+    const bool first = neox ? d < half : d % 2 == 0;
+    const double c = cs[p * half + k], s = sn[p * half + k];
+    const double a0 = neox ? x[k] : x[2 * k], b0 = neox ? x[k + half] : x[2 * k + 1];
+    return first ? a0 * c - b0 * s : b0 * c + a0 * s;
   };
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
@@ -185,6 +191,7 @@ TEST_P(ModelOps, RopeKvAppend) {
           ASSERT_EQ(kc[(g * C + p) * D + d], -7.0f) << "k cache row " << p << " written";
           ASSERT_EQ(vc[(g * C + p) * D + d], -7.0f) << "v cache row " << p << " written";
         }
+  }
 }
 
 TEST_P(ModelOps, DecodeAttention) {
@@ -192,6 +199,8 @@ TEST_P(ModelOps, DecodeAttention) {
   struct Case {
     int64_t H, Hkv, D, C;
     std::vector<int32_t> pos;
+    int64_t window = 0;  // sliding window (keys in (pos - window, pos])
+    float cap = 0.0f;    // soft-capping of the scores
   };
   const Case cases[] = {
       {8, 2, 64, 300, {0, 57, 60, 299}},  // decode_attention_splits(300) = 5
@@ -208,6 +217,10 @@ TEST_P(ModelOps, DecodeAttention) {
       {8, 1, 8, 700, {0, 5, 699}},                    // 2 lanes a key, 16 keys a warp, G = 8
       {3, 3, 3, 200, {0, 77, 199}},                   // one lane a key, D % 4 != 0
       {2, 1, 300, 260, {0, 259}},                     // D above 256: four float4s a lane
+      {4, 1, 256, 4096, {0, 511, 512, 1000, 4095}, 512},          // Gemma 3's windowed layers
+      {8, 2, 64, 700, {0, 5, 299, 300, 699}, 300, 0.7f},          // window and soft-capping (Gemma 2)
+      {6, 3, 37, 500, {0, 100, 499}, 0, 0.7f},                    // soft-capping, scalar loads
+      {16, 4, 128, 2048, {0, 64, 65, 2047}, 65},                  // window of 65: pieces not aligned
   };
   for (const Case& c : cases) {
     const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
@@ -218,10 +231,12 @@ TEST_P(ModelOps, DecodeAttention) {
     const float* Vd = dev.put(V);
     for (int32_t pos : c.pos) {
       SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
-                   std::to_string(C) + " pos " + std::to_string(pos));
+                   std::to_string(C) + " pos " + std::to_string(pos) + " window " + std::to_string(c.window) +
+                   " cap " + std::to_string(c.cap));
       tc::DecodeAttentionArgs a;
       a.info.name = "test.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
+      a.window = c.window, a.softcap = c.cap;
       a.pos = dev.put(std::vector<int32_t>{pos});
       a.q = qd, a.k_cache = Kd, a.v_cache = Vd;
       a.o = dev.put(std::vector<float>(H * D, NAN));
@@ -230,17 +245,20 @@ TEST_P(ModelOps, DecodeAttention) {
       const auto o = dev.get(a.o, H * D);
       for (int64_t h = 0; h < H; ++h) {
         const int64_t g = h / G;
-        std::vector<double> s(size_t(pos) + 1);
+        const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos + 1 - c.window) : 0;
+        std::vector<double> s(size_t(pos + 1 - first));
         double m = -INFINITY, l = 0;
-        for (int64_t j = 0; j <= pos; ++j) {
+        for (int64_t j = first; j <= pos; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += double(q[h * D + d]) * K[(g * C + j) * D + d];
-          m = std::max(m, s[j] = dot * scale);
+          double x = dot * scale;
+          if (c.cap > 0) x = c.cap * std::tanh(x / c.cap);
+          m = std::max(m, s[size_t(j - first)] = x);
         }
         for (double& x : s) l += (x = std::exp(x - m));
         for (int64_t d = 0; d < D; ++d) {
           double ref = 0;
-          for (int64_t j = 0; j <= pos; ++j) ref += s[j] * V[(g * C + j) * D + d];
+          for (int64_t j = first; j <= pos; ++j) ref += s[size_t(j - first)] * V[(g * C + j) * D + d];
           ASSERT_NEAR(o[h * D + d], ref / l, 1e-5 * (1 + std::fabs(ref / l))) << "head " << h << " d " << d;
         }
       }
@@ -265,6 +283,12 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
   ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
   const auto sum = dev.get(a.x, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], x[i] + y[i]);
+  // A bias row of 40 on every row of x.
+  a.x = dev.put(x), a.y = dev.put(std::vector<float>(y.begin(), y.begin() + 40));
+  a.period = 40;
+  ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
+  const auto biased = dev.get(a.x, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(biased[i], x[i] + y[i % 40]) << i;
 
   for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16}) {
     tc::ConvertArgs c;

@@ -275,9 +275,11 @@ tc_status Llama::check_and_bind(const char* path) {
       return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: %s has no tensor '%s'", path, name.c_str());
     }
     const quant::FormatInfo* fi = quant::format_info(t->format);
-    if (!fi)
-      return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: tensor '%s' has GGML type %d, which has no kernel here",
-                  name.c_str(), t->type);
+    if (!fi) {
+      const quant::GgmlTypeInfo* ti = quant::ggml_type_info(t->type);
+      return fail(TC_ERR_UNSUPPORTED, "tc_llama_load: tensor '%s' has type %s (GGML type %d), which tensorcore does "
+                  "not compute with", name.c_str(), ti ? ti->name : "unknown", t->type);
+    }
     const bool vec = rows == 0;
     const bool shape_ok = vec ? (t->n_dims == 1 && t->dims[0] == k)
                               : (t->n_dims == 2 && t->dims[0] == k && t->dims[1] == rows);

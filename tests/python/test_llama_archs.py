@@ -71,8 +71,9 @@ def make_weights(rng, arch):
     return w
 
 
-def write_model(path, arch, weights, fmt="f32", skip=(), meta=None):
-    """Writes with tc.GgufWriter; returns the float64 weights the file holds."""
+def write_model(path, arch, weights, fmt="f32", skip=(), meta=None, raw=None):
+    """Writes with tc.GgufWriter; returns the float64 weights the file holds.
+    raw: name -> (bytes, ggml type, shape) written in place of that weight."""
     a = ARCHS[arch]
     w = tc.GgufWriter()
     held = {}
@@ -99,10 +100,13 @@ def write_model(path, arch, weights, fmt="f32", skip=(), meta=None):
         for name, x in weights.items():
             if name in skip:
                 continue
-            if x.ndim == 2 and fmt == "q8_0":
-                raw = quantize_q8_0(x.astype(np.float32))
-                w.add_tensor(name, raw, ggml_type="q8_0", shape=x.shape, copy=True)
-                held[name] = dequantize(raw.tobytes(), "q8_0", x.shape)
+            if raw and name in raw:
+                data, ggml_type, shape = raw[name]
+                w.add_tensor(name, data, ggml_type=ggml_type, shape=shape, copy=True)
+            elif x.ndim == 2 and fmt == "q8_0":
+                q = quantize_q8_0(x.astype(np.float32))
+                w.add_tensor(name, q, ggml_type="q8_0", shape=x.shape, copy=True)
+                held[name] = dequantize(q.tobytes(), "q8_0", x.shape)
             else:
                 f = x.astype(np.float32)
                 w.add_tensor(name, f, copy=True)
@@ -272,3 +276,15 @@ def test_unknown_architecture_is_refused_by_name(tmp_path, cpu):
         Llama(path, ctx=cpu, n_ctx=32)
     assert e.value.status == tc.TC_ERR_UNSUPPORTED
     assert saved is None
+
+
+def test_a_tensor_type_without_kernels_is_refused_naming_tensor_and_type(tmp_path, cpu):
+    """An IQ4_NL matrix (a type llama.cpp files carry that tensorcore does not
+    compute with): refused naming the tensor and the type."""
+    rng = np.random.default_rng(9)
+    path = tmp_path / "m.gguf"
+    iq = rng.integers(0, 256, F * E // 32 * 18, dtype=np.uint8)  # 18 bytes per 32 weights
+    write_model(path, "llama", make_weights(rng, "llama"), raw={"blk.1.ffn_up.weight": (iq, "IQ4_NL", (F, E))})
+    with pytest.raises(tc.TensorcoreError, match=r"'blk\.1\.ffn_up\.weight' has type IQ4_NL") as e:
+        Llama(path, ctx=cpu, n_ctx=32)
+    assert e.value.status == tc.TC_ERR_UNSUPPORTED

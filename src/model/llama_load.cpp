@@ -219,6 +219,11 @@ tc_status Llama::load(tc_context_s* ctx, const char* path, int64_t n_ctx, std::u
   g.rope_freq_base = c.rope_freq_base;
   g.rope_freq_scale = c.rope_freq_scale;
   g.bos_id = g.eos_id = -1;
+  // Every layer has at least 9 tensors: a block_count beyond that is corrupt
+  // metadata, refused before anything is sized from it.
+  if (g.n_layer > int64_t(m->file_->tensors().size() / 9))
+    return fail(TC_ERR_CORRUPT, "tc_llama_load: %s.block_count %lld, but the file has %zu tensors", c.architecture,
+                (long long)g.n_layer, m->file_->tensors().size());
   if (tc_status st = m->read_arch(c.architecture)) return st;
   if (!(g.rms_norm_eps >= 0) || !std::isfinite(g.rms_norm_eps) || !(g.rope_freq_base > 0) ||
       !std::isfinite(g.rope_freq_base) || !(g.rope_freq_scale > 0) || !std::isfinite(g.rope_freq_scale))

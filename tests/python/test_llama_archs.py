@@ -288,3 +288,14 @@ def test_a_tensor_type_without_kernels_is_refused_naming_tensor_and_type(tmp_pat
     with pytest.raises(tc.TensorcoreError, match=r"'blk\.1\.ffn_up\.weight' has type IQ4_NL") as e:
         Llama(path, ctx=cpu, n_ctx=32)
     assert e.value.status == tc.TC_ERR_UNSUPPORTED
+
+
+def test_block_count_beyond_the_tensors_is_refused_before_sizing(tmp_path, cpu):
+    """block_count 2^31 - 1: refused naming the key, not a multi-gigabyte
+    allocation of layers."""
+    rng = np.random.default_rng(10)
+    path = tmp_path / "m.gguf"
+    write_model(path, "gemma3", make_weights(rng, "gemma3"), meta={"gemma3.block_count": 2 ** 31 - 1})
+    with pytest.raises(tc.TensorcoreError, match="block_count") as e:
+        Llama(path, ctx=cpu, n_ctx=32)
+    assert e.value.status == tc.TC_ERR_CORRUPT

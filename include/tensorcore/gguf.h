@@ -48,6 +48,8 @@ typedef struct tc_gguf_writer_s* tc_gguf_writer;
 #define TC_GGML_TYPE_F16 1
 #define TC_GGML_TYPE_Q4_0 2
 #define TC_GGML_TYPE_Q4_1 3
+#define TC_GGML_TYPE_Q5_0 6
+#define TC_GGML_TYPE_Q5_1 7
 #define TC_GGML_TYPE_Q8_0 8
 #define TC_GGML_TYPE_Q4_K 12
 #define TC_GGML_TYPE_Q5_K 13

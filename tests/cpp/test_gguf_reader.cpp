@@ -168,6 +168,11 @@ TEST(GgufReader, ReadsEveryMetadataType) {
   EXPECT_EQ(qi.quant_type, TC_QUANT_Q4_0);
   EXPECT_EQ(qi.buffer, nullptr);
   EXPECT_EQ(tc_gguf_tensor_quantized_matrix_info(g, "w.iq4", &qi), TC_ERR_UNSUPPORTED_DTYPE);
+  // The refusal names the tensor and its type.
+  EXPECT_NE(std::string(tc_last_error_detail()).find("tensor 'w.iq4' has type IQ4_NL, which tensorcore does not "
+                                                     "compute with"),
+            std::string::npos)
+      << tc_last_error_detail();
   const void* data;
   uint64_t nb;
   ASSERT_EQ(tc_gguf_tensor_data(g, "v.f32", &data, &nb), TC_OK);

@@ -168,8 +168,9 @@ def test_files_written_by_gguf_py_read_identically(tmp_path, rng, alignment):
         info = g.quantized_matrix_info("blk.3.q4_0.weight")
         assert info == {"quant_type": tc.TC_QUANT_Q4_0, "gguf_type": tc.TC_GGML_TYPE_Q4_0, "N": 6, "K": 256,
                         "n_bytes": 6 * 8 * 18}
-        expect_error(tc.TC_ERR_UNSUPPORTED_DTYPE, g.quantized_matrix_info,
-                     "blk.%d.%s.weight" % (len(SUPPORTED), UNSUPPORTED))
+        name = "blk.%d.%s.weight" % (len(SUPPORTED), UNSUPPORTED)
+        e = expect_error(tc.TC_ERR_UNSUPPORTED_DTYPE, g.quantized_matrix_info, name)
+        assert "tensor '%s' has type IQ4_NL, which tensorcore does not compute with" % name in str(e)
 
 
 def test_metadata_all_and_from_bytes(tmp_path, rng):

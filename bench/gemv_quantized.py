@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Quantized GEMV bandwidth on the CPU: Y[M, N] = X[M, K] @ W[N, K]^T with W
-in Q4_0, Q8_0, Q4_K, Q6_K, X and Y f16.
+in Q4_0, Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, X and Y f16.
 
 Decode at batch 1 reads every weight once and does two flops per weight, so
 the figure of merit is weight bytes / time (GB/s), against the memory
@@ -20,11 +20,13 @@ Two kernels per case: "int8", the default for f16 activations on AVX512-VNNI
 processors (activations quantised to 8 bits, integer dot products, as
 llama.cpp does), and "exact", the f32 dequantise-and-FMA kernel that f32
 activations always use (selected here with TC_CPU_ISA=avx512: AVX-512
-without VNNI).
+without VNNI). Formats without an integer kernel (Q5_1) run the exact one in
+both columns.
 
-    python bench/gemv_quantized.py [--quick] [--write]
+    python bench/gemv_quantized.py [--quick] [--write] [--formats q5_0,q5_1]
 --write records the table in bench/results/gemv-quantized-cpu.md with the
-date, processor, thread count and machine load.
+date, processor, thread count and machine load; with --formats, a section
+for those formats only, added to (or replacing its earlier self in) that file.
 """
 
 import argparse
@@ -43,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 import tensorcore as tc  # noqa: E402
 
-FORMATS = ["q4_0", "q8_0", "q4_k", "q6_k"]
+FORMATS = ["q4_0", "q8_0", "q4_k", "q6_k", "q5_0", "q5_1"]
 SHAPES = [(4096, 4096), (4096, 11008), (11008, 4096)]
 COLD_BYTES = 1200 << 20  # ring of W copies per cold measurement, beyond this machine's 480 MB L3
 
@@ -54,9 +56,9 @@ def weights(rng, fmt, N, K):
     nb = N * K // be
     raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
     d = np.full(nb, 0.01, np.float16).view(np.uint8).reshape(nb, 2)
-    if fmt in ("q4_0", "q8_0"):
+    if fmt in ("q4_0", "q8_0", "q5_0"):
         raw[:, 0:2] = d
-    elif fmt in ("q4_k", "q5_k"):
+    elif fmt in ("q4_1", "q5_1", "q4_k", "q5_k"):
         raw[:, 0:2] = d
         raw[:, 2:4] = d
     elif fmt == "q6_k":
@@ -127,7 +129,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, hot only")
     ap.add_argument("--write", action="store_true", help="write bench/results/gemv-quantized-cpu.md")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats (default: all)")
     args = ap.parse_args()
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     reps = 5 if args.quick else 20
     rng = np.random.default_rng(0)
     load_before = load_average()
@@ -139,7 +143,7 @@ def main():
         c1, c2 = copy_bandwidth(1 << 30, 5)
         print("copy 1 GiB: %.1f GB/s (1 thread), %.1f GB/s (2 threads)" % (c1, c2))
         for (N, K) in SHAPES:
-            for fmt in FORMATS:
+            for fmt in formats:
                 nbytes = tc.quantized_size(fmt, N, K)
                 if nbytes not in copy_hot:
                     copy_hot[nbytes] = copy_bandwidth(nbytes, reps)
@@ -163,17 +167,24 @@ def main():
                               "  2T copy %5.1f: %4.0f%%" % (rows[-1][:11] + (100 * i8 / ref,)))
     load_after = load_average()
     if args.write:
-        write_results(rows, info, threads, c1, c2, load_before, load_after)
+        write_results(rows, info, threads, c1, c2, load_before, load_after,
+                      None if formats == FORMATS else formats)
 
 
-def write_results(rows, info, threads, c1, c2, load_before, load_after):
+def write_results(rows, info, threads, c1, c2, load_before, load_after, subset=None):
     out = REPO / "bench" / "results" / "gemv-quantized-cpu.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     loaded = max(load_before[0], load_after[0]) > threads * 0.75
+    if subset:
+        command = "`python bench/gemv_quantized.py --write --formats %s`" % ",".join(subset)
+        title = "## Formats %s" % ", ".join(subset)
+    else:
+        command = "`python bench/gemv_quantized.py --write`"
+        title = "# Quantized GEMV on the CPU"
     lines = [
-        "# Quantized GEMV on the CPU",
+        title,
         "",
-        "`python bench/gemv_quantized.py --write`, %s." % datetime.date.today().isoformat(),
+        "%s, %s." % (command, datetime.date.today().isoformat()),
         "",
         "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
             info.name, platform.machine(), threads, info.features),
@@ -194,7 +205,17 @@ def write_results(rows, info, threads, c1, c2, load_before, load_after):
     for fmt, N, K, M, mode, mb, us, ex, i8, best, ref, ratio in rows:
         lines.append("| %s | %dx%d | %d | %s | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |" % (
             fmt, N, K, M, mode, mb, us, ex, i8, best, ref, ratio))
-    out.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    if subset and out.exists():
+        # Keep the rest of the file; this run's section replaces its earlier
+        # self (up to the next section) or goes at the end.
+        old = out.read_text()
+        start = old.find(title + "\n")
+        if start >= 0:
+            end = old.find("\n## ", start + len(title))
+            old = old[:start] + (old[end + 1:] if end >= 0 else "")
+        text = old.rstrip("\n") + "\n\n" + text
+    out.write_text(text)
     print("wrote", out)
 
 

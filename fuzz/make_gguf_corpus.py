@@ -2,7 +2,7 @@
 """Writes the seed corpus of the GGUF reader fuzzer (fuzz/corpus/gguf/):
 small valid files covering every metadata type, string and nested arrays,
 both versions, custom alignment, a LLaMA-style configuration, and tensors of
-every type the library computes with plus one it only sizes (Q5_0).
+every type the library computes with plus one it only sizes (IQ4_NL).
 
 Standalone (struct only), so the corpus can be rebuilt anywhere:
     python3 fuzz/make_gguf_corpus.py [output_dir]
@@ -18,8 +18,8 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 FIXED = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q",
          I64: "<q", F64: "<d"}
 # ggml type id -> (weights per block, bytes per block)
-TYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 8: (32, 34), 12: (256, 144), 13: (256, 176),
-         14: (256, 210), 15: (256, 292), 30: (1, 2)}
+TYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 12: (256, 144),
+         13: (256, 176), 14: (256, 210), 15: (256, 292), 20: (32, 18), 30: (1, 2)}
 
 
 def s(text):

@@ -48,6 +48,8 @@ typedef struct tc_gguf_writer_s* tc_gguf_writer;
 #define TC_GGML_TYPE_F16 1
 #define TC_GGML_TYPE_Q4_0 2
 #define TC_GGML_TYPE_Q4_1 3
+#define TC_GGML_TYPE_Q5_0 6
+#define TC_GGML_TYPE_Q5_1 7
 #define TC_GGML_TYPE_Q8_0 8
 #define TC_GGML_TYPE_Q4_K 12
 #define TC_GGML_TYPE_Q5_K 13
@@ -177,7 +179,9 @@ TC_API tc_status tc_gguf_find_tensor(tc_gguf g, const char* name, int64_t* index
 /* The tensor's bytes, read-only, in the mapped file. */
 TC_API tc_status tc_gguf_tensor_data(tc_gguf g, const char* name, const void** data, uint64_t* n_bytes);
 /* Matrix view of a tensor (buffer null). UNSUPPORTED_DTYPE when the library
- * does not compute with its type. */
+ * does not compute with its type (IQ*, Q2_K, ...); the detail names the tensor
+ * and the type ("tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which
+ * tensorcore does not compute with"). */
 TC_API tc_status tc_gguf_tensor_quantized_matrix_info(tc_gguf g, const char* name,
                                                       struct tc_quantized_matrix_info* out);
 

@@ -28,9 +28,11 @@ typedef int32_t tc_quant_type;
 #define TC_QUANT_F16 7  /* plain IEEE half */
 #define TC_QUANT_BF16 8 /* plain bfloat16 */
 #define TC_QUANT_F32 9  /* plain float */
+#define TC_QUANT_Q5_0 10 /* 32 weights in 22 bytes: f16 d, 32 fifth bits, nibbles; w = (q - 16) d */
+#define TC_QUANT_Q5_1 11 /* 32 weights in 24 bytes: f16 d, f16 m, 32 fifth bits, nibbles; w = q d + m */
 
 /* "q4_0", "q8_0", "q4_1", "q4_k", "q5_k", "q6_k", "q8_k", "f16", "bf16",
- * "f32"; "unknown" otherwise. */
+ * "f32", "q5_0", "q5_1"; "unknown" otherwise. */
 TC_API const char* tc_quant_name(tc_quant_type fmt);
 
 /* Block geometry of a format: weights per block and bytes per block. */
@@ -42,8 +44,8 @@ TC_API tc_status tc_quantized_size(tc_quant_type fmt, int64_t N, int64_t K, size
 
 /* Quantises W_src[N, K] (dtype f16, bf16 or f32) into W_quant, row by row,
  * bit-identical to ggml's reference quantisers (quantize_row_*_ref) run on the
- * f32 values. Formats: Q4_0, Q4_1, Q8_0, Q8_K, F16, BF16, F32; the others give
- * TC_ERR_UNSUPPORTED. */
+ * f32 values. Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K, F16, BF16, F32;
+ * the others give TC_ERR_UNSUPPORTED. */
 TC_API tc_status tc_quantize_weights(tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt,
                                      int64_t N, int64_t K, tc_dtype src_dtype);
 TC_API tc_status tc_quantize_weights_async(tc_context ctx, tc_buffer W_src, tc_buffer W_quant, tc_quant_type fmt,

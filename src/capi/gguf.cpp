@@ -186,7 +186,7 @@ void fill_info(const gguf::File& f, const gguf::TensorInfo& t, struct tc_gguf_te
 tc_status matrix_info(const char* fn, const char* name, int32_t type, int32_t format, int32_t n_dims,
                       const int64_t* dims, uint64_t n_bytes, tc_buffer buffer, struct tc_quantized_matrix_info* out) {
   if (format < 0)
-    return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: tensor '%s' has type %s, which the library does not compute with", fn,
+    return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: tensor '%s' has type %s, which tensorcore does not compute with", fn,
                 name, tc_gguf_type_name(type));
   int64_t K = n_dims ? dims[0] : 1, N = 1;
   for (int d = 1; d < n_dims; ++d) N *= dims[d];  // the reader checked the product fits

@@ -18,7 +18,7 @@ constexpr int64_t kMaxDim = 0x7fffffff;
 tc_status check_format(const char* fn, tc_quant_type fmt, const quant::FormatInfo** out) {
   *out = quant::format_info(fmt);
   if (!*out)
-    return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: unknown quantized format %d (TC_QUANT_Q4_0 .. TC_QUANT_F32)", fn,
+    return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: unknown quantized format %d (TC_QUANT_Q4_0 .. TC_QUANT_Q5_1)", fn,
                 int(fmt));
   return TC_OK;
 }
@@ -110,7 +110,8 @@ tc_status quantize_weights_impl(bool async, tc_stream stream, tc_context ctx, tc
   auto rule = [&]() -> tc_status {
     if (tc_status st = check_format(c.fn(), fmt, &f)) return st;
     if (!quant::can_quantize(fmt))
-      return fail(TC_ERR_UNSUPPORTED, "%s: quantising to %s is not implemented (q4_0, q4_1, q8_0, q8_k, f16, bf16, f32)",
+      return fail(TC_ERR_UNSUPPORTED,
+                  "%s: quantising to %s is not implemented (q4_0, q4_1, q5_0, q5_1, q8_0, q8_k, f16, bf16, f32)",
                   c.fn(), f->name);
     if (tc_status st = check_dims(c.fn(), *f, 1, N, K)) return st;
     if (tc_status st = span_dense(c, "W_src", N, K, int64_t(dtype_size(src_dtype)))) return st;

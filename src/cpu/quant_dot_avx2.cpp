@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/quant_dot.h"
 #include "quant/formats.h"
@@ -97,6 +98,53 @@ TC_AVX2 void dots_q4_1(const uint8_t* w, int64_t K, const float* const* x, float
     emit16<MT, 0>(acc, i * QK4_1, _mm_and_si128(q, m0f), vd, vm);
     emit16<MT, 2>(acc, i * QK4_1 + 16, _mm_and_si128(_mm_srli_epi16(q, 4), m0f), vd, vm);
   }
+  acc.finish(out);
+}
+
+// ---- Q5_0 / Q5_1 -----------------------------------------------------------------
+// 16 bits of qh (the fifth bits of 16 consecutive weights) as 16 bytes holding
+// 0x10 where the bit is set: byte i takes byte i / 8 of the bits, keeps bit
+// i % 8 and compares it with itself.
+TC_AVX2_INLINE __m128i fifth_bits(uint32_t bits16) {
+  const __m128i v = _mm_set1_epi16(short(bits16 & 0xFFFF));
+  const __m128i spread = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(spread, bit), bit), _mm_set1_epi8(0x10));
+}
+
+// Both 5-bit formats are w = q * scale + bias with q = nibble | fifth bit << 4:
+// Q5_0 scale d, bias -16 d; Q5_1 scale d, bias m.
+template <int MT>
+TC_AVX2_INLINE void q5_block(Acc<MT>& acc, int64_t k, const uint8_t* qh, const uint8_t* qs, __m256 scale,
+                             __m256 bias) {
+  const __m128i m0f = _mm_set1_epi8(0x0F);
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  emit16<MT, 0>(acc, k, _mm_or_si128(_mm_and_si128(q, m0f), fifth_bits(h)), scale, bias);
+  emit16<MT, 2>(acc, k + 16, _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m0f), fifth_bits(h >> 16)), scale,
+                bias);
+}
+
+template <int MT>
+TC_AVX2 void dots_q5_0(const uint8_t* w, int64_t K, const float* const* x, float* out) {
+  Acc<MT> acc;
+  acc.init(x);
+  const BlockQ5_0* b = reinterpret_cast<const BlockQ5_0*>(w);
+  for (int64_t i = 0; i < K / QK5_0; ++i) {
+    const float d = half(b[i].d);
+    q5_block<MT>(acc, i * QK5_0, b[i].qh, b[i].qs, _mm256_set1_ps(d), _mm256_set1_ps(-16.0f * d));
+  }
+  acc.finish(out);
+}
+
+template <int MT>
+TC_AVX2 void dots_q5_1(const uint8_t* w, int64_t K, const float* const* x, float* out) {
+  Acc<MT> acc;
+  acc.init(x);
+  const BlockQ5_1* b = reinterpret_cast<const BlockQ5_1*>(w);
+  for (int64_t i = 0; i < K / QK5_1; ++i)
+    q5_block<MT>(acc, i * QK5_1, b[i].qh, b[i].qs, _mm256_set1_ps(half(b[i].d)), _mm256_set1_ps(half(b[i].m)));
   acc.finish(out);
 }
 
@@ -328,6 +376,8 @@ RowDots row_dots_avx2(int32_t fmt) {
     case Q4_0: return TC_TILES(dots_q4_0);
     case Q4_1: return TC_TILES(dots_q4_1);
     case Q8_0: return TC_TILES(dots_q8_0);
+    case Q5_0: return TC_TILES(dots_q5_0);
+    case Q5_1: return TC_TILES(dots_q5_1);
     case Q4_K: return TC_TILES(dots_q4_k);
     case Q5_K: return TC_TILES(dots_q5_k);
     case Q6_K: return TC_TILES(dots_q6_k);

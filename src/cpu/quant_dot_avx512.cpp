@@ -10,10 +10,11 @@
 // one or two rows. The 4-bit formats decode with a table lookup: vpermps
 // picks lane q & 15 of a 16-entry table that already holds the dequantised
 // values (q - 8) * d (Q4_0), q * d + m (Q4_1), (d sc) q - dmin m (Q4_K), and
-// vpermt2ps a 32-entry one for Q5_K's five bits. Q8 and Q6_K widen int8 and
-// convert. The block scales of Q4_0/Q4_1/Q8_0 are converted 16 blocks at a
-// time into a small array, so each block reads its scale with a broadcast
-// load instead of a scalar conversion.
+// vpermt2ps a 32-entry one for the five bits of Q5_0 ((q - 16) d), Q5_1
+// (q d + m) and Q5_K. Q8 and Q6_K widen int8 and convert. The block scales
+// of the 32-weight formats are converted 16 blocks at a time into a small
+// array, so each block reads its scale with a broadcast load instead of a
+// scalar conversion.
 // GCC 12 warns about the undefined upper lanes inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -141,6 +142,86 @@ TC_AVX512 void dots_q4_1(const uint8_t* w, int64_t K, const float* const* x, flo
       q4_1_block<MT, 2>(acc, b + i0 + j + 1, (i0 + j + 1) * QK4_1, iota, d + j + 1, m + j + 1);
     }
     if (j < n) q4_1_block<MT, 0>(acc, b + i0 + j, (i0 + j) * QK4_1, iota, d + j, m + j);
+  }
+  acc.finish(out);
+}
+
+// ---- Q5_0: w = (q - 16) d, Q5_1: w = q d + m ------------------------------------
+// Weights j and j + 16 share byte j of qs (low, high nibble) as in Q4_0; their
+// fifth bits are bits j and j + 16 of qh, which serve directly as lane masks:
+// the masked OR sets index bit 4, so vpermt2ps reads the upper table
+// (q = 16..31) in those lanes.
+template <int MT, int SLOT>
+TC_AVX512_INLINE void q5_block(Acc<MT>& acc, const uint8_t* qh, const uint8_t* qs, int64_t k, __m512 lo,
+                               __m512 hi) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m512i c16 = _mm512_set1_epi32(16);
+  // Index bit 4 also picks the table, so the low nibbles lose the high
+  // nibble's bit first; q >> 4 is below 16 already.
+  const __m512i qa = _mm512_and_si512(q, _mm512_set1_epi32(0x0F)), qb = _mm512_srli_epi32(q, 4);
+  const __m512i ia = _mm512_mask_or_epi32(qa, __mmask16(h), qa, c16);
+  const __m512i ib = _mm512_mask_or_epi32(qb, __mmask16(h >> 16), qb, c16);
+  acc.template emit<SLOT>(k, _mm512_permutex2var_ps(lo, ia, hi));
+  acc.template emit<SLOT + 1>(k + 16, _mm512_permutex2var_ps(lo, ib, hi));
+}
+
+template <int MT, int SLOT>
+TC_AVX512_INLINE void q5_0_block(Acc<MT>& acc, const BlockQ5_0* b, int64_t k, __m512 iota, __m512 iota16m,
+                                 const float* d) {
+  // Tables: q = 0..15 -> (q - 16) d, q = 16..31 -> (q - 16) d = iota d.
+  const __m512 vd = _mm512_set1_ps(*d);
+  q5_block<MT, SLOT>(acc, b->qh, b->qs, k, _mm512_mul_ps(iota16m, vd), _mm512_mul_ps(iota, vd));
+}
+
+template <int MT>
+TC_AVX512 void dots_q5_0(const uint8_t* w, int64_t K, const float* const* x, float* out) {
+  Acc<MT> acc;
+  acc.init(x);
+  const __m512 iota = iota16(), iota16m = _mm512_sub_ps(iota, _mm512_set1_ps(16.0f));
+  const BlockQ5_0* b = reinterpret_cast<const BlockQ5_0*>(w);
+  const int64_t nb = K / QK5_0;
+  alignas(64) float d[16];
+  for (int64_t i0 = 0; i0 < nb; i0 += 16) {
+    const int n = nb - i0 < 16 ? int(nb - i0) : 16;
+    block_halves<22, 0>(reinterpret_cast<const uint8_t*>(b + i0), n, d);
+    int j = 0;
+    for (; j + 2 <= n; j += 2) {
+      q5_0_block<MT, 0>(acc, b + i0 + j, (i0 + j) * QK5_0, iota, iota16m, d + j);
+      q5_0_block<MT, 2>(acc, b + i0 + j + 1, (i0 + j + 1) * QK5_0, iota, iota16m, d + j + 1);
+    }
+    if (j < n) q5_0_block<MT, 0>(acc, b + i0 + j, (i0 + j) * QK5_0, iota, iota16m, d + j);
+  }
+  acc.finish(out);
+}
+
+template <int MT, int SLOT>
+TC_AVX512_INLINE void q5_1_block(Acc<MT>& acc, const BlockQ5_1* b, int64_t k, __m512 iota, __m512 iota16p,
+                                 const float* d, const float* m) {
+  // Tables: q = 0..15 -> q d + m, q = 16..31 -> (iota + 16) d + m.
+  const __m512 vd = _mm512_set1_ps(*d), vm = _mm512_set1_ps(*m);
+  q5_block<MT, SLOT>(acc, b->qh, b->qs, k, _mm512_fmadd_ps(iota, vd, vm), _mm512_fmadd_ps(iota16p, vd, vm));
+}
+
+template <int MT>
+TC_AVX512 void dots_q5_1(const uint8_t* w, int64_t K, const float* const* x, float* out) {
+  Acc<MT> acc;
+  acc.init(x);
+  const __m512 iota = iota16(), iota16p = _mm512_add_ps(iota, _mm512_set1_ps(16.0f));
+  const BlockQ5_1* b = reinterpret_cast<const BlockQ5_1*>(w);
+  const int64_t nb = K / QK5_1;
+  alignas(64) float d[16], m[16];
+  for (int64_t i0 = 0; i0 < nb; i0 += 16) {
+    const int n = nb - i0 < 16 ? int(nb - i0) : 16;
+    block_halves<24, 0>(reinterpret_cast<const uint8_t*>(b + i0), n, d);
+    block_halves<24, 2>(reinterpret_cast<const uint8_t*>(b + i0), n, m);
+    int j = 0;
+    for (; j + 2 <= n; j += 2) {
+      q5_1_block<MT, 0>(acc, b + i0 + j, (i0 + j) * QK5_1, iota, iota16p, d + j, m + j);
+      q5_1_block<MT, 2>(acc, b + i0 + j + 1, (i0 + j + 1) * QK5_1, iota, iota16p, d + j + 1, m + j + 1);
+    }
+    if (j < n) q5_1_block<MT, 0>(acc, b + i0 + j, (i0 + j) * QK5_1, iota, iota16p, d + j, m + j);
   }
   acc.finish(out);
 }
@@ -419,6 +500,8 @@ RowDots row_dots_avx512(int32_t fmt) {
     case Q4_0: return TC_TILES(dots_q4_0);
     case Q4_1: return TC_TILES(dots_q4_1);
     case Q8_0: return TC_TILES(dots_q8_0);
+    case Q5_0: return TC_TILES(dots_q5_0);
+    case Q5_1: return TC_TILES(dots_q5_1);
     case Q4_K: return TC_TILES(dots_q4_k);
     case Q5_K: return TC_TILES(dots_q5_k);
     case Q6_K: return TC_TILES(dots_q6_k);

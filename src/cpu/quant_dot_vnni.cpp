@@ -1,4 +1,4 @@
-// AVX512-VNNI row kernels for Q4_0, Q8_0, Q4_K and Q6_K weights against
+// AVX512-VNNI row kernels for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights against
 // activations quantised to 8 bits (used for f16/bf16 activations; see
 // gemv_quantized.cpp).
 //
@@ -6,6 +6,7 @@
 //   dx = max|x| / 127,  xq = round(x / dx)  (int8)
 // and 32 weights of scale s then contribute
 //   s * dx * sum_k (q_k - 8) * xq_k            (Q4_0: s = d, q in 0..15)
+//   s * dx * sum_k (q_k - 16) * xq_k           (Q5_0: s = d, q in 0..31)
 //   s * dx * sum_k q_k * xq_k                  (Q8_0: s = d, q in -128..127)
 //   s * dx * sum_k q_k * xq_k - dmin m dx sum_k xq_k
 //                                              (Q4_K: s = d sc, q in 0..15)
@@ -13,13 +14,15 @@
 // with the integer sums done by vpdpbusd, which multiplies 64 unsigned bytes
 // by 64 signed bytes and adds groups of four into 16 int32 lanes. Its
 // unsigned operand is the weights (Q8_0 bytes flipped to q + 128); the
-// offsets this introduces (-8, -128 or -32 times the sum of four xq) depend
+// offsets this introduces (-8, -16, -128 or -32 times the sum of four xq) depend
 // on the activations only, so they are precomputed per lane and seed the
 // accumulator. Q4_K's mins use the precomputed dx * sum xq of each block.
 //
 // 64 weights fill a 512-bit register. Q4_0 (two blocks a, b): lanes 0-3 the
 // low nibbles (weights 0-15) of a, 4-7 those of b, 8-11 the high nibbles
-// (weights 16-31) of a, 12-15 of b. The others hold 64 consecutive weights,
+// (weights 16-31) of a, 12-15 of b; Q5_0 the same, its fifth bits added to
+// those bytes under a 64-bit byte mask built from the two qh words. The
+// others hold 64 consecutive weights,
 // lanes 0-7 the first block of 32 activations, 8-15 the second. The
 // activations are laid out in the same order when they are quantised, and dx
 // is stored expanded to the lanes, so 64 weights cost one integer dot
@@ -88,21 +91,39 @@ struct LaneIndex {
 };
 const LaneIndex kLaneIndex;
 
+// The 32-weight formats of the pair kernel: bytes per block, where the quants
+// start, and whether they are nibbles (the Q4 lane layout) or int8.
+constexpr int pair_stride(int32_t fmt) { return fmt == Q4_0 ? 18 : fmt == Q5_0 ? 22 : 34; }
+constexpr int pair_qs(int32_t fmt) { return fmt == Q5_0 ? 6 : 2; }
+constexpr bool pair_nibbles(int32_t fmt) { return fmt != Q8_0; }
+
 // One pair of weight blocks (a, b) into the accumulators of slot SLOT.
-template <int MT, bool Q4, int SLOT>
+template <int MT, int32_t FMT, int SLOT>
 TC_VNNI_INLINE void pair(__m512 (&acc)[MT][2], const uint8_t* a, const uint8_t* b, int64_t pr, __m512 dwp,
                          const QxRow* const* x) {
+  constexpr int QS = pair_qs(FMT);
   __m512i q;
-  if (Q4) {
+  if (pair_nibbles(FMT)) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i t = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), 1);
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + QS))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + QS)), 1);
     q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
                            _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
+    if (FMT == Q5_0) {
+      // Bytes 0-15 hold weights 0-15 of a, 16-31 those of b, 32-47 weights
+      // 16-31 of a, 48-63 those of b: the fifth bits in that order are the
+      // halves of the qh words, and adding 16 sets bit 4 of a nibble.
+      uint32_t ha, hb;
+      std::memcpy(&ha, a + 2, 4);
+      std::memcpy(&hb, b + 2, 4);
+      const __mmask64 k = uint64_t(ha & 0xFFFF) | uint64_t(hb & 0xFFFF) << 16 | uint64_t(ha >> 16) << 32 |
+                          uint64_t(hb >> 16) << 48;
+      q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16));
+    }
   } else {
-    q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
+    q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + QS))),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + QS)), 1);
     q = _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80)));
   }
   for (int m = 0; m < MT; ++m) {
@@ -113,15 +134,15 @@ TC_VNNI_INLINE void pair(__m512 (&acc)[MT][2], const uint8_t* a, const uint8_t* 
   }
 }
 
-template <int MT, bool Q4>
+template <int MT, int32_t FMT>
 TC_VNNI void dots(const uint8_t* w, int64_t K, const QxRow* const* x, float* out) {
-  constexpr int STRIDE = Q4 ? 18 : 34;
+  constexpr int STRIDE = pair_stride(FMT);
   const int64_t nb = K / 32;
   __m512 acc[MT][2];
   for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
   const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(STRIDE));
-  const int32_t(*lanes)[16] = Q4 ? kLaneIndex.q4 : kLaneIndex.q8;
+  const int32_t(*lanes)[16] = pair_nibbles(FMT) ? kLaneIndex.q4 : kLaneIndex.q8;
   for (int64_t i0 = 0; i0 < nb; i0 += 16) {
     const int n = nb - i0 < 16 ? int(nb - i0) : 16;
     const uint8_t* blk = w + i0 * STRIDE;
@@ -132,14 +153,14 @@ TC_VNNI void dots(const uint8_t* w, int64_t K, const QxRow* const* x, float* out
     int p = 0;
     for (; 2 * p + 4 <= n; p += 2) {  // two pairs, two accumulator slots
       const uint8_t* a = blk + 2 * p * STRIDE;
-      pair<MT, Q4, 0>(acc, a, a + STRIDE, pr0 + p, _mm512_permutexvar_ps(_mm512_load_si512(lanes[p]), dw), x);
-      pair<MT, Q4, 1>(acc, a + 2 * STRIDE, a + 3 * STRIDE, pr0 + p + 1,
-                      _mm512_permutexvar_ps(_mm512_load_si512(lanes[p + 1]), dw), x);
+      pair<MT, FMT, 0>(acc, a, a + STRIDE, pr0 + p, _mm512_permutexvar_ps(_mm512_load_si512(lanes[p]), dw), x);
+      pair<MT, FMT, 1>(acc, a + 2 * STRIDE, a + 3 * STRIDE, pr0 + p + 1,
+                       _mm512_permutexvar_ps(_mm512_load_si512(lanes[p + 1]), dw), x);
     }
     for (; 2 * p < n; ++p) {
       const uint8_t* a = blk + 2 * p * STRIDE;
       const uint8_t* b = 2 * p + 1 < n ? a + STRIDE : a;  // an odd last block pairs with itself (x is 0 there)
-      pair<MT, Q4, 0>(acc, a, b, pr0 + p, _mm512_permutexvar_ps(_mm512_load_si512(lanes[p]), dw), x);
+      pair<MT, FMT, 0>(acc, a, b, pr0 + p, _mm512_permutexvar_ps(_mm512_load_si512(lanes[p]), dw), x);
     }
   }
   for (int m = 0; m < MT; ++m) out[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
@@ -233,13 +254,13 @@ TC_VNNI void dots_q6_k(const uint8_t* w, int64_t K, const QxRow* const* x, float
   for (int m = 0; m < MT; ++m) out[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
 }
 
-template <bool Q4>
+template <int32_t FMT>
 void by_tile(const uint8_t* w, int64_t K, const QxRow* const* x, int mt, float* out) {
   switch (mt) {
-    case 1: dots<1, Q4>(w, K, x, out); break;
-    case 2: dots<2, Q4>(w, K, x, out); break;
-    case 3: dots<3, Q4>(w, K, x, out); break;
-    default: dots<4, Q4>(w, K, x, out); break;
+    case 1: dots<1, FMT>(w, K, x, out); break;
+    case 2: dots<2, FMT>(w, K, x, out); break;
+    case 3: dots<3, FMT>(w, K, x, out); break;
+    default: dots<4, FMT>(w, K, x, out); break;
   }
 }
 
@@ -261,7 +282,7 @@ void by_tile_k(const uint8_t* w, int64_t K, const QxRow* const* x, int mt, float
 int64_t qx_pairs(int64_t K) { return (K / 32 + 1) / 2; }
 
 TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow* row) {
-  const bool q4 = fmt == Q4_0;
+  const bool q4 = fmt == Q4_0 || fmt == Q5_0;  // the nibble lane layout
   const int64_t nb = K / 32, np = qx_pairs(K);
   std::memset(row->xq, 0, size_t(np) * 64);
   for (int64_t b = 0; b < nb; ++b) {
@@ -281,7 +302,7 @@ TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow*
     for (int l = 0; l < 16; ++l)
       if ((q4 ? kLaneBlockQ4[l] : kLaneBlockQ8[l]) == 1) row->dx[(np - 1) * 16 + l] = 0.0f;
   // The offsets of the unsigned weight operand, per lane of four bytes.
-  const int32_t off = fmt == Q4_0 ? -8 : fmt == Q8_0 ? -128 : fmt == Q6_K ? -32 : 0;
+  const int32_t off = fmt == Q4_0 ? -8 : fmt == Q5_0 ? -16 : fmt == Q8_0 ? -128 : fmt == Q6_K ? -32 : 0;
   for (int64_t p = 0; p < np; ++p)
     for (int l = 0; l < 16; ++l) {
       const int8_t* g = row->xq + p * 64 + 4 * l;
@@ -291,8 +312,9 @@ TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow*
 
 QxDots row_dots_vnni(int32_t fmt) {
   switch (fmt) {
-    case Q4_0: return by_tile<true>;
-    case Q8_0: return by_tile<false>;
+    case Q4_0: return by_tile<Q4_0>;
+    case Q5_0: return by_tile<Q5_0>;
+    case Q8_0: return by_tile<Q8_0>;
     case Q4_K: return by_tile_k<dots_q4_k<1>, dots_q4_k<2>, dots_q4_k<3>, dots_q4_k<4>>;
     case Q6_K: return by_tile_k<dots_q6_k<1>, dots_q6_k<2>, dots_q6_k<3>, dots_q6_k<4>>;
     default: return nullptr;

@@ -19,8 +19,8 @@
 //       of gemv_stream.cuh (W by 16-byte cp.async through a shared-memory
 //       ring, R rows of W per load of X, passes of up to 4 rows of X; its
 //       header has the design), unless it cannot be launched on the device;
-//     - everything else (other formats, W not 16-byte aligned): the
-//       warp-per-row kernels below.
+//     - everything else (other formats, Q4_1 and Q5_0/Q5_1 among them, W
+//       not 16-byte aligned): the warp-per-row kernels below.
 //
 // The warp-per-row kernels. At small M the product streams W once at two
 // flops per weight, so it is bound by HBM bandwidth; their design:
@@ -304,6 +304,8 @@ void launch_tile(int32_t fmt, const Tile& t, const uint8_t* w, bool aligned, cud
     case quant::Q4_0: launch_fmt<qdev::Q4_0, T, TY>(t, w, aligned, st); break;
     case quant::Q4_1: launch_fmt<qdev::Q4_1, T, TY>(t, w, aligned, st); break;
     case quant::Q8_0: launch_fmt<qdev::Q8_0, T, TY>(t, w, aligned, st); break;
+    case quant::Q5_0: launch_fmt<qdev::Q5_0, T, TY>(t, w, aligned, st); break;
+    case quant::Q5_1: launch_fmt<qdev::Q5_1, T, TY>(t, w, aligned, st); break;
     case quant::Q4_K: launch_fmt<qdev::Q4_K, T, TY>(t, w, aligned, st); break;
     case quant::Q5_K: launch_fmt<qdev::Q5_K, T, TY>(t, w, aligned, st); break;
     case quant::Q6_K: launch_fmt<qdev::Q6_K, T, TY>(t, w, aligned, st); break;
@@ -422,6 +424,8 @@ size_t weight_alignment(int32_t fmt) {
     case quant::Q4_0: return qdev::Q4_0::kAlign;
     case quant::Q4_1: return qdev::Q4_1::kAlign;
     case quant::Q8_0: return qdev::Q8_0::kAlign;
+    case quant::Q5_0: return qdev::Q5_0::kAlign;
+    case quant::Q5_1: return qdev::Q5_1::kAlign;
     case quant::Q4_K: return qdev::Q4_K::kAlign;
     case quant::Q5_K: return qdev::Q5_K::kAlign;
     case quant::Q6_K: return qdev::Q6_K::kAlign;

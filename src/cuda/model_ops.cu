@@ -69,6 +69,18 @@ __device__ float dequant_at(int32_t fmt, const uint8_t* row, int64_t k) {
       const int q = j < 16 ? (b->qs[j] & 0x0F) : (b->qs[j - 16] >> 4);
       return __fadd_rn(__fmul_rn(float(q), h2f(b->d)), h2f(b->m));
     }
+    case Q5_0: {
+      const BlockQ5_0* b = reinterpret_cast<const BlockQ5_0*>(row) + k / QK5_0;
+      const int j = int(k % QK5_0);
+      const int q = (j < 16 ? (b->qs[j] & 0x0F) : (b->qs[j - 16] >> 4)) | (((b->qh[j / 8] >> (j % 8)) & 1) << 4);
+      return __fmul_rn(float(q - 16), h2f(b->d));
+    }
+    case Q5_1: {
+      const BlockQ5_1* b = reinterpret_cast<const BlockQ5_1*>(row) + k / QK5_1;
+      const int j = int(k % QK5_1);
+      const int q = (j < 16 ? (b->qs[j] & 0x0F) : (b->qs[j - 16] >> 4)) | (((b->qh[j / 8] >> (j % 8)) & 1) << 4);
+      return __fadd_rn(__fmul_rn(float(q), h2f(b->d)), h2f(b->m));
+    }
     case Q8_0: {
       const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + k / QK8_0;
       return __fmul_rn(float(b->qs[k % QK8_0]), h2f(b->d));

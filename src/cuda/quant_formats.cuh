@@ -10,7 +10,8 @@
 //    at a time: any alignment, meant for the element-wise kernels.
 //  - Fmt<...>::decode<A>(block, part, out): the GEMV's decoder. A block is cut
 //    into kParts parts; a part is kGroups runs of 4 consecutive weights, each
-//    run sharing one affine map w = a * q + b (b = 0 except Q4_1, Q4_K, Q5_K)
+//    run sharing one affine map w = a * q + b (b = 0 except Q4_1, Q5_1, Q4_K,
+//    Q5_K)
 //    with q an exact small integer held as a float (Q4_0 and Q4_K high
 //    nibbles: 16 times the integer, a divided by 16, which changes no
 //    rounding since powers of two commute with it). The dot product of a run
@@ -220,6 +221,44 @@ struct Q4_1 {
   }
 };
 
+// The fifth bits of weights j .. j + 3 (bits j .. j + 3 of the qh word h) at
+// bit 4 of the four bytes of a word. n (1 + 2^7 + 2^14 + 2^21) holds four
+// copies of the nibble n at bits 0, 7, 14 and 21, which do not overlap (no
+// carries), so bit 8i of the product is bit i of n.
+__device__ __forceinline__ uint32_t fifth_bits4(uint32_t h, int j) {
+  return ((((h >> j) & 0xFu) * 0x00204081u) & 0x01010101u) << 4;
+}
+
+// Q5_0 and Q5_1: part p is quant bytes 8p .. 8p+7, weights 8p .. 8p+7 (low
+// nibbles) and 16 + 8p .. 16 + 8p + 7 (high nibbles), as Q4_0; weight j's
+// fifth bit is bit j of the qh word. Q5_0: w = (q - 16) d; Q5_1: w = q d + m.
+template <bool kOne>
+struct Q5 {
+  static constexpr int kQK = 32, kBytes = kOne ? 24 : 22, kParts = 2, kGroups = 4, kAlign = kOne ? 4 : 2;
+  static constexpr bool kMin = kOne;
+  template <int A>
+  __device__ __forceinline__ static void decode(const uint8_t* blk, int p, Part<4>& o) {
+    constexpr int AW = al(A, kAlign);  // qh and qs: at 2 and 6 (Q5_0), 4 and 8 (Q5_1)
+    constexpr int kQh = kOne ? 4 : 2, kQs = kQh + 4;
+    const float d = f16s(ld16<al(A, 2)>(blk));
+    const float m = kOne ? f16s(ld16<al(A, 2)>(blk + 2)) : 0.0f;
+    const uint32_t h = ld32<AW>(blk + kQh);
+    const uint32_t v0 = ld32<AW>(blk + kQs + 8 * p), v1 = ld32<AW>(blk + kQs + 8 * p + 4);
+    // The high nibbles are shifted down (unlike Q4_0): bit 4 takes the fifth
+    // bit, which would not fit above a nibble left in place.
+    constexpr int kBias = kOne ? 0 : 16;
+    bytes_to_f32<kBias>((v0 & 0x0F0F0F0Fu) | fifth_bits4(h, 8 * p), o.q + 0);
+    bytes_to_f32<kBias>((v1 & 0x0F0F0F0Fu) | fifth_bits4(h, 8 * p + 4), o.q + 4);
+    bytes_to_f32<kBias>(((v0 >> 4) & 0x0F0F0F0Fu) | fifth_bits4(h, 16 + 8 * p), o.q + 8);
+    bytes_to_f32<kBias>(((v1 >> 4) & 0x0F0F0F0Fu) | fifth_bits4(h, 20 + 8 * p), o.q + 12);
+    o.pos[0] = 8 * p, o.pos[1] = 8 * p + 4, o.pos[2] = 16 + 8 * p, o.pos[3] = 20 + 8 * p;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) o.a[g] = d, o.b[g] = m;
+  }
+};
+using Q5_0 = Q5<false>;
+using Q5_1 = Q5<true>;
+
 struct Q8_0 {
   static constexpr int kQK = 32, kBytes = 34, kParts = 2, kGroups = 4, kAlign = 2;
   static constexpr bool kMin = false;
@@ -373,6 +412,17 @@ __device__ inline float weight_at(int32_t fmt, const uint8_t* blk, int j) {
     case quant::Q4_1: {
       const uint32_t byte = ld8(blk + 4 + (j & 15));
       const int q = int(j < 16 ? byte & 0xF : byte >> 4);
+      return __fadd_rn(__fmul_rn(float(q), ld_f16(blk)), ld_f16(blk + 2));
+    }
+    case quant::Q5_0:
+    case quant::Q5_1: {
+      // qh at 2 (Q5_0) or 4 (Q5_1), the nibbles after it; bit j of qh is
+      // weight j's fifth bit.
+      const int qh = fmt == quant::Q5_0 ? 2 : 4;
+      const uint32_t byte = ld8(blk + qh + 4 + (j & 15));
+      const uint32_t fifth = (ld8(blk + qh + j / 8) >> (j % 8)) & 1u;
+      const int q = int((j < 16 ? byte & 0xF : byte >> 4) | (fifth << 4));
+      if (fmt == quant::Q5_0) return __fmul_rn(float(q - 16), ld_f16(blk));
       return __fadd_rn(__fmul_rn(float(q), ld_f16(blk)), ld_f16(blk + 2));
     }
     case quant::Q8_0: return __fmul_rn(float(int8_t(ld8(blk + 2 + j))), ld_f16(blk));

@@ -2,13 +2,16 @@
 // to the CPU (src/quant/quantize.cpp, dequantize.cpp: ggml's reference
 // quantisers and dequantisers).
 //
-// quantize_weights: one thread per block of 32 (Q4_0, Q4_1, Q8_0) or 256
+// quantize_weights: one thread per block of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) or 256
 // (Q8_K) weights, one per element for f16 / bf16 / f32. The f32 arithmetic is
 // ggml's, operation for operation, with explicit round-to-nearest intrinsics
 // so nvcc fuses nothing into an FMA:
 //   Q4_0  max = the element of largest |x| (first on ties), d = max / -8,
 //         id = 1/d (0 if d = 0), q = min(15, (int8)(x id + 8.5))
 //   Q4_1  d = (max - min) / 15, q = min(15, (int8)((x - min) id + 0.5))
+//   Q5_0  as Q4_0 with d = max / -16, q = min(31, (int8)(x id + 16.5))
+//   Q5_1  d = (max - min) / 31, q = (uint8)((x - min) id + 0.5)
+//         (both: nibbles as Q4_0, bit 4 of weight j's q at bit j of qh)
 //   Q8_0  d = amax / 127, q = roundf(x id) (half away from zero)
 //   Q8_K  iscale = -127 / max, q = min(127, nearest_int(iscale x)), d = 1 / iscale
 // (int8)(float) reproduces x86's cvttss2si (INT32_MIN when out of range,
@@ -74,7 +77,7 @@ __global__ void quantize_blocks(const uint8_t* __restrict__ src, uint8_t* __rest
                                 tc_dtype dt, int64_t nblocks) {
   const int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (blk >= nblocks) return;
-  if (fmt == quant::Q4_0 || fmt == quant::Q4_1 || fmt == quant::Q8_0) {
+  if (fmt == quant::Q4_0 || fmt == quant::Q4_1 || fmt == quant::Q5_0 || fmt == quant::Q5_1 || fmt == quant::Q8_0) {
     float x[32];
     for (int j = 0; j < 32; ++j) x[j] = load_src(src, blk * 32 + j, dt);
     if (fmt == quant::Q4_0) {
@@ -94,6 +97,45 @@ __global__ void quantize_blocks(const uint8_t* __restrict__ src, uint8_t* __rest
         const uint8_t xi0 = uint8_t(a < 15 ? a : 15), xi1 = uint8_t(b < 15 ? b : 15);
         y[2 + j] = uint8_t(xi0 | (xi1 << 4));
       }
+    } else if (fmt == quant::Q5_0) {
+      uint8_t* y = dst + blk * 22;
+      float amax = 0.0f, max = 0.0f;
+      for (int j = 0; j < 32; ++j)
+        if (amax < fabsf(x[j])) {
+          amax = fabsf(x[j]);
+          max = x[j];
+        }
+      const float d = __fdiv_rn(max, -16.0f);
+      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+      store16(y, f32_to_f16(d));
+      uint32_t qh = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int8_t a = to_int8(__fadd_rn(__fmul_rn(x[j], id), 16.5f));
+        const int8_t b = to_int8(__fadd_rn(__fmul_rn(x[j + 16], id), 16.5f));
+        const uint8_t xi0 = uint8_t(a < 31 ? a : 31), xi1 = uint8_t(b < 31 ? b : 31);
+        y[6 + j] = uint8_t((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+        qh |= uint32_t((xi0 >> 4) & 1) << j | uint32_t((xi1 >> 4) & 1) << (j + 16);
+      }
+      store32(y + 2, qh);
+    } else if (fmt == quant::Q5_1) {
+      uint8_t* y = dst + blk * 24;
+      float min = 3.402823466e+38f, max = -3.402823466e+38f;
+      for (int j = 0; j < 32; ++j) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+      }
+      const float d = __fdiv_rn(__fsub_rn(max, min), 31.0f);
+      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+      store16(y, f32_to_f16(d));
+      store16(y + 2, f32_to_f16(min));
+      uint32_t qh = 0;
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t xi0 = uint8_t(to_int8(__fadd_rn(__fmul_rn(__fsub_rn(x[j], min), id), 0.5f)));
+        const uint8_t xi1 = uint8_t(to_int8(__fadd_rn(__fmul_rn(__fsub_rn(x[j + 16], min), id), 0.5f)));
+        y[8 + j] = uint8_t((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+        qh |= uint32_t((xi0 >> 4) & 1) << j | uint32_t((xi1 >> 4) & 1) << (j + 16);
+      }
+      store32(y + 4, qh);
     } else if (fmt == quant::Q4_1) {
       uint8_t* y = dst + blk * 20;
       float min = 3.402823466e+38f, max = -3.402823466e+38f;
@@ -259,6 +301,8 @@ tc_status dequantize_weights(Device&, StreamState* s, const DequantizeWeightsArg
       case quant::Q4_0: launch_dequantize_blocks<quant::Q4_0>(a, f.block_elems, f.block_bytes, s->stream); break;
       case quant::Q4_1: launch_dequantize_blocks<quant::Q4_1>(a, f.block_elems, f.block_bytes, s->stream); break;
       case quant::Q8_0: launch_dequantize_blocks<quant::Q8_0>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q5_0: launch_dequantize_blocks<quant::Q5_0>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q5_1: launch_dequantize_blocks<quant::Q5_1>(a, f.block_elems, f.block_bytes, s->stream); break;
       case quant::Q4_K: launch_dequantize_blocks<quant::Q4_K>(a, f.block_elems, f.block_bytes, s->stream); break;
       case quant::Q5_K: launch_dequantize_blocks<quant::Q5_K>(a, f.block_elems, f.block_bytes, s->stream); break;
       case quant::Q6_K: launch_dequantize_blocks<quant::Q6_K>(a, f.block_elems, f.block_bytes, s->stream); break;

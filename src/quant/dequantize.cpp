@@ -37,6 +37,35 @@ void row_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
   }
 }
 
+// ggml's dequantize_row_q5_0 / _q5_1: the fifth bit of weight j is bit j of
+// qh, so x0 = (q[j] & 15) | bit j << 4, x1 = (q[j] >> 4) | bit (j + 16) << 4.
+void row_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    const uint32_t qh = q5_high_bits(x[i].qh);
+    for (int j = 0; j < QK5_0 / 2; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      y[i * QK5_0 + j] = float(x0) * d;
+      y[i * QK5_0 + j + QK5_0 / 2] = float(x1) * d;
+    }
+  }
+}
+
+void row_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    const float m = f16_to_f32(x[i].m);
+    const uint32_t qh = q5_high_bits(x[i].qh);
+    for (int j = 0; j < QK5_1 / 2; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      y[i * QK5_1 + j] = float(x0) * d + m;
+      y[i * QK5_1 + j + QK5_1 / 2] = float(x1) * d + m;
+    }
+  }
+}
+
 void row_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = f16_to_f32(x[i].d);
@@ -126,6 +155,8 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k) {
     case Q4_0: row_q4_0(static_cast<const BlockQ4_0*>(src), dst, k / QK4_0); break;
     case Q4_1: row_q4_1(static_cast<const BlockQ4_1*>(src), dst, k / QK4_1); break;
     case Q8_0: row_q8_0(static_cast<const BlockQ8_0*>(src), dst, k / QK8_0); break;
+    case Q5_0: row_q5_0(static_cast<const BlockQ5_0*>(src), dst, k / QK5_0); break;
+    case Q5_1: row_q5_1(static_cast<const BlockQ5_1*>(src), dst, k / QK5_1); break;
     case Q4_K: row_q4_k(static_cast<const BlockQ4_K*>(src), dst, k / QK_K); break;
     case Q5_K: row_q5_k(static_cast<const BlockQ5_K*>(src), dst, k / QK_K); break;
     case Q6_K: row_q6_k(static_cast<const BlockQ6_K*>(src), dst, k / QK_K); break;

@@ -8,6 +8,8 @@
 //   Q4_0  32 weights, 18 bytes   w = (q - 8) * d            q: 4 bits
 //   Q4_1  32 weights, 20 bytes   w = q * d + m              q: 4 bits
 //   Q8_0  32 weights, 34 bytes   w = q * d                  q: int8
+//   Q5_0  32 weights, 22 bytes   w = (q - 16) * d           q: 5 bits
+//   Q5_1  32 weights, 24 bytes   w = q * d + m              q: 5 bits
 //   Q4_K 256 weights, 144 bytes  8 sub-blocks of 32 with 6-bit scale and min:
 //                                w = (d * sc) * q - (dmin * m)
 //   Q5_K 256 weights, 176 bytes  as Q4_K with a fifth bit from qh
@@ -35,6 +37,8 @@ namespace quant {
 constexpr int QK4_0 = 32;
 constexpr int QK4_1 = 32;
 constexpr int QK8_0 = 32;
+constexpr int QK5_0 = 32;
+constexpr int QK5_1 = 32;
 constexpr int QK_K = 256;
 constexpr int K_SCALE_SIZE = 12;
 
@@ -49,6 +53,19 @@ struct BlockQ4_1 {
 struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[QK8_0];
+};
+// The 5-bit formats keep Q4_0's nibble order and put the fifth bits apart:
+// bit j of the little-endian word qh is the fifth bit of weight j, so q(j) =
+// nibble | ((qh >> j) & 1) << 4.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[QK5_0 / 2];  // as Q4_0
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_1 / 2];
 };
 struct BlockQ4_K {
   uint16_t d, dmin;
@@ -77,6 +94,8 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ4_0) == 18, "ggml block_q4_0");
 static_assert(sizeof(BlockQ4_1) == 20, "ggml block_q4_1");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml block_q8_0");
+static_assert(sizeof(BlockQ5_0) == 22, "ggml block_q5_0");
+static_assert(sizeof(BlockQ5_1) == 24, "ggml block_q5_1");
 static_assert(sizeof(BlockQ4_K) == 144, "ggml block_q4_K");
 static_assert(sizeof(BlockQ5_K) == 176, "ggml block_q5_K");
 static_assert(sizeof(BlockQ6_K) == 210, "ggml block_q6_K");
@@ -96,7 +115,13 @@ TC_QUANT_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8
   }
 }
 
-// Our format ids; the values are the C ABI's TC_QUANT_*.
+// The 32 fifth bits of a Q5_0 / Q5_1 block as one word (bit j: weight j).
+TC_QUANT_HD inline uint32_t q5_high_bits(const uint8_t* qh) {
+  return uint32_t(qh[0]) | uint32_t(qh[1]) << 8 | uint32_t(qh[2]) << 16 | uint32_t(qh[3]) << 24;
+}
+
+// Our format ids; the values are the C ABI's TC_QUANT_* (new formats are
+// appended: the values are part of the ABI).
 enum Format : int32_t {
   Q4_0 = 0,
   Q8_0 = 1,
@@ -108,8 +133,10 @@ enum Format : int32_t {
   F16 = 7,
   BF16 = 8,
   F32 = 9,
+  Q5_0 = 10,
+  Q5_1 = 11,
 };
-constexpr int kNumFormats = 10;
+constexpr int kNumFormats = 12;
 
 struct FormatInfo {
   int32_t format;      // TC_QUANT_*
@@ -123,7 +150,7 @@ constexpr FormatInfo kFormats[kNumFormats] = {
     {Q4_0, 2, "q4_0", 32, 18},   {Q8_0, 8, "q8_0", 32, 34},     {Q4_1, 3, "q4_1", 32, 20},
     {Q4_K, 12, "q4_k", 256, 144}, {Q5_K, 13, "q5_k", 256, 176}, {Q6_K, 14, "q6_k", 256, 210},
     {Q8_K, 15, "q8_k", 256, 292}, {F16, 1, "f16", 1, 2},        {BF16, 30, "bf16", 1, 2},
-    {F32, 0, "f32", 1, 4},
+    {F32, 0, "f32", 1, 4},        {Q5_0, 6, "q5_0", 32, 22},     {Q5_1, 7, "q5_1", 32, 24},
 };
 
 // Bytes of one block's quants in the split layout of Q4_0 / Q8_0 weights
@@ -147,7 +174,7 @@ struct GgmlTypeInfo {
 
 constexpr GgmlTypeInfo kGgmlTypes[] = {
     {0, "F32", 1, 4, F32},          {1, "F16", 1, 2, F16},          {2, "Q4_0", 32, 18, Q4_0},
-    {3, "Q4_1", 32, 20, Q4_1},      {6, "Q5_0", 32, 22, -1},        {7, "Q5_1", 32, 24, -1},
+    {3, "Q4_1", 32, 20, Q4_1},      {6, "Q5_0", 32, 22, Q5_0},      {7, "Q5_1", 32, 24, Q5_1},
     {8, "Q8_0", 32, 34, Q8_0},      {9, "Q8_1", 32, 40, -1},        {10, "Q2_K", 256, 84, -1},
     {11, "Q3_K", 256, 110, -1},     {12, "Q4_K", 256, 144, Q4_K},   {13, "Q5_K", 256, 176, Q5_K},
     {14, "Q6_K", 256, 210, Q6_K},   {15, "Q8_K", 256, 292, Q8_K},   {16, "IQ2_XXS", 256, 66, -1},
@@ -190,8 +217,8 @@ inline bool matrix_bytes(const FormatInfo& f, int64_t rows, int64_t k, uint64_t*
 void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 
 // Reference quantisation of one row, bit-identical to ggml's
-// quantize_row_*_ref. Supported formats: Q4_0, Q4_1, Q8_0, Q8_K, F16, BF16,
-// F32 (f16/bf16 round to nearest even). False for the others.
+// quantize_row_*_ref. Supported formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K,
+// F16, BF16, F32 (f16/bf16 round to nearest even). False for the others.
 bool quantize_row(int32_t format, const float* src, void* dst, int64_t k);
 bool can_quantize(int32_t format);
 

@@ -40,7 +40,7 @@ enum : uint32_t { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64,
 
 // A small valid v3 file: metadata of every scalar type, a string array, a
 // nested array, general.alignment 64, and three tensors (a Q4_0 matrix
-// 64 x 2, an F32 vector of 8, a Q5_0 matrix that is read but unsupported).
+// 64 x 2, an F32 vector of 8, an IQ4_NL matrix that is read but unsupported).
 // Tensor bytes are filled with a recognisable pattern.
 inline std::vector<uint8_t> small_file(uint32_t version = 3) {
   Bytes h;
@@ -67,13 +67,13 @@ inline std::vector<uint8_t> small_file(uint32_t version = 3) {
   h.str("llama.embedding_length").u32(U32).u32(64);
   h.str("llama.block_count").u32(U32).u32(2);
   // tensors: q4_0 [64, 2] = 2 rows x 2 blocks x 18 = 72 bytes at 0;
-  // f32 [8] = 32 bytes at 128; q5_0 [32] = 22 bytes at 192
+  // f32 [8] = 32 bytes at 128; iq4_nl [32] = 18 bytes at 192
   h.str("w.q4").u32(2).u64(64).u64(2).u32(2).u64(0);
   h.str("v.f32").u32(1).u64(8).u32(0).u64(128);
-  h.str("w.q5").u32(1).u64(32).u32(6).u64(192);
+  h.str("w.iq4").u32(1).u64(32).u32(20).u64(192);
   h.pad_to(64);
   const size_t data = h.size();
-  h.b.resize(data + 192 + 22);
+  h.b.resize(data + 192 + 18);
   for (size_t i = data; i < h.b.size(); ++i) h.b[i] = uint8_t(i * 7 + 3);
   // valid f16 scales (1.0) in the Q4_0 blocks, f32 values 0..7
   for (int blk = 0; blk < 4; ++blk) {

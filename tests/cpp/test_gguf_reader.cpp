@@ -154,9 +154,9 @@ TEST(GgufReader, ReadsEveryMetadataType) {
   EXPECT_EQ(t.n_bytes, 72u);
   EXPECT_EQ(t.offset, 0u);
   ASSERT_EQ(tc_gguf_tensor_at(g, 2, &t), TC_OK);
-  EXPECT_STREQ(t.name, "w.q5");
+  EXPECT_STREQ(t.name, "w.iq4");
   EXPECT_EQ(t.quant_type, -1);
-  EXPECT_EQ(t.n_bytes, 22u);
+  EXPECT_EQ(t.n_bytes, 18u);
   EXPECT_EQ(t.offset, 192u);
   EXPECT_EQ(t.file_offset % 64, 0u);
   EXPECT_EQ(tc_gguf_tensor_at(g, 3, &t), TC_ERR_INVALID_ARG);
@@ -167,7 +167,12 @@ TEST(GgufReader, ReadsEveryMetadataType) {
   EXPECT_EQ(qi.K, 64);
   EXPECT_EQ(qi.quant_type, TC_QUANT_Q4_0);
   EXPECT_EQ(qi.buffer, nullptr);
-  EXPECT_EQ(tc_gguf_tensor_quantized_matrix_info(g, "w.q5", &qi), TC_ERR_UNSUPPORTED_DTYPE);
+  EXPECT_EQ(tc_gguf_tensor_quantized_matrix_info(g, "w.iq4", &qi), TC_ERR_UNSUPPORTED_DTYPE);
+  // The refusal names the tensor and its type.
+  EXPECT_NE(std::string(tc_last_error_detail()).find("tensor 'w.iq4' has type IQ4_NL, which tensorcore does not "
+                                                     "compute with"),
+            std::string::npos)
+      << tc_last_error_detail();
   const void* data;
   uint64_t nb;
   ASSERT_EQ(tc_gguf_tensor_data(g, "v.f32", &data, &nb), TC_OK);
@@ -387,7 +392,7 @@ TEST(GgufReader, LoadedModelAndBuffers) {
   ASSERT_EQ(tc_gguf_loaded_tensor_count(m, &n), TC_OK);
   EXPECT_EQ(n, 2);
   ASSERT_EQ(tc_gguf_loaded_skipped_tensor_count(m, &n), TC_OK);
-  EXPECT_EQ(n, 1);  // Q5_0
+  EXPECT_EQ(n, 1);  // IQ4_NL
   struct tc_gguf_loaded_tensor lt;
   ASSERT_EQ(tc_gguf_loaded_get_tensor(m, "v.f32", &lt), TC_OK);
   EXPECT_EQ(lt.n_bytes, 32u);
@@ -415,7 +420,7 @@ TEST(GgufReader, LoadedModelAndBuffers) {
   EXPECT_EQ(qi.N, 2);
   EXPECT_EQ(qi.K, 64);
   EXPECT_NE(qi.buffer, nullptr);
-  EXPECT_EQ(tc_gguf_loaded_tensor_quantized_matrix_info(m, "w.q5", &qi), TC_ERR_INVALID_ARG);  // not loaded
+  EXPECT_EQ(tc_gguf_loaded_tensor_quantized_matrix_info(m, "w.iq4", &qi), TC_ERR_INVALID_ARG);  // not loaded
   ASSERT_EQ(tc_gguf_loaded_tensor_at(m, 0, &lt), TC_OK);
   EXPECT_STREQ(lt.name, "w.q4");
   EXPECT_EQ(tc_gguf_loaded_tensor_at(m, 2, &lt), TC_ERR_INVALID_ARG);

@@ -96,8 +96,8 @@ std::vector<uint8_t> random_rows(int32_t fmt, int64_t rows, int64_t K) {
       std::memcpy(p + at, &v, 2);
     };
     switch (fmt) {
-      case tc::quant::Q4_0: case tc::quant::Q8_0: h(0); break;
-      case tc::quant::Q4_1: case tc::quant::Q4_K: case tc::quant::Q5_K: h(0), h(2); break;
+      case tc::quant::Q4_0: case tc::quant::Q8_0: case tc::quant::Q5_0: h(0); break;
+      case tc::quant::Q4_1: case tc::quant::Q4_K: case tc::quant::Q5_K: case tc::quant::Q5_1: h(0), h(2); break;
       case tc::quant::Q6_K: h(208); break;
       case tc::quant::Q8_K: { const float d = scale(rng()); std::memcpy(p, &d, 4); break; }
       case tc::quant::F16: for (int64_t i = 0; i < bb; i += 2) h(size_t(i)); break;

@@ -64,7 +64,11 @@ TEST(Quant, SizesAndNames) {
   EXPECT_STREQ(tc_quant_name(99), "unknown");
   EXPECT_EQ(tc_quant_to_gguf_type(TC_QUANT_Q6_K), TC_GGML_TYPE_Q6_K);
   EXPECT_EQ(tc_gguf_type_to_quant(TC_GGML_TYPE_BF16), TC_QUANT_BF16);
-  EXPECT_EQ(tc_gguf_type_to_quant(6), -1);  // Q5_0
+  EXPECT_EQ(tc_gguf_type_to_quant(TC_GGML_TYPE_Q5_0), TC_QUANT_Q5_0);
+  EXPECT_EQ(tc_gguf_type_to_quant(TC_GGML_TYPE_Q5_1), TC_QUANT_Q5_1);
+  EXPECT_EQ(tc_quant_to_gguf_type(TC_QUANT_Q5_1), 7);
+  EXPECT_STREQ(tc_quant_name(TC_QUANT_Q5_0), "q5_0");
+  EXPECT_EQ(tc_gguf_type_to_quant(16), -1);  // IQ2_XXS
   int64_t be, bb;
   tc_quant_type q;
   ASSERT_EQ(tc_gguf_type_info(23, &be, &bb, &q), TC_OK);  // IQ4_XS: known, not computed with
@@ -114,6 +118,48 @@ TEST(Quant, ReferenceBlocks) {
   EXPECT_EQ(b[0], 0x00);
   EXPECT_EQ(b[1], 0x80);
   for (int i = 2; i < 18; ++i) EXPECT_EQ(b[i], 0x88);
+  // Q5_0: the largest magnitude is -4, d = -4 / -16 = 0.25, id = 4 and
+  // q(x) = min(31, trunc(4x + 16.5)): -4 -> 0, 4 -> 31 (32 clamped), 0 -> 16,
+  // 1 -> 20, 0.25 -> 17, -0.75 -> 13. qs byte j holds the low four bits of
+  // q(x[j]) | q(x[j + 16]) << 4, bit j of the qh word the fifth bit of q(x[j]).
+  tc_buffer q5 = c.buf(std::vector<uint8_t>(22, 0xAA));
+  ASSERT_EQ(tc_quantize_weights(c.ctx, src, q5, TC_QUANT_Q5_0, 1, 32, TC_DTYPE_F32), TC_OK) << tc_last_error_detail();
+  b = c.read<uint8_t>(q5, 22);
+  std::memcpy(&d, b.data(), 2);
+  EXPECT_EQ(d, f16(0.25f));
+  uint32_t qh;
+  std::memcpy(&qh, b.data() + 2, 4);
+  // q >= 16 everywhere except x[1] = -4 (q = 0) and x[17] = -0.75 (q = 13).
+  EXPECT_EQ(qh, ~((1u << 1) | (1u << 17)));
+  EXPECT_EQ(b[6], uint8_t((20 & 15) | ((17 & 15) << 4)));
+  EXPECT_EQ(b[7], uint8_t(0 | (13 << 4)));
+  EXPECT_EQ(b[8], uint8_t((31 & 15) | ((16 & 15) << 4)));
+  // And back: w = (q - 16) d.
+  tc_buffer y5 = c.buf(std::vector<float>(32, NAN));
+  ASSERT_EQ(tc_dequantize_weights(c.ctx, q5, y5, TC_QUANT_Q5_0, 0, 1, 32, TC_DTYPE_F32), TC_OK);
+  auto w5 = c.read<float>(y5, 32);
+  EXPECT_EQ(w5[0], 1.0f);
+  EXPECT_EQ(w5[1], -4.0f);
+  EXPECT_EQ(w5[2], 3.75f);  // 4 clamped to q = 31
+  EXPECT_EQ(w5[16], 0.25f);
+  EXPECT_EQ(w5[17], -0.75f);
+  // Q5_1: min -4, max 4, d = 8 / 31, q(x) = trunc((x + 4) / d + 0.5): -4 -> 0
+  // and 4 -> 31, so weight 1's fifth bit is 0 and weight 2's 1; w = q d + m
+  // gives back -4 exactly and 4 up to the f16 rounding of d.
+  tc_buffer q51 = c.buf(std::vector<uint8_t>(24, 0xAA));
+  ASSERT_EQ(tc_quantize_weights(c.ctx, src, q51, TC_QUANT_Q5_1, 1, 32, TC_DTYPE_F32), TC_OK);
+  b = c.read<uint8_t>(q51, 24);
+  std::memcpy(&d, b.data() + 2, 2);
+  EXPECT_EQ(d, f16(-4.0f));
+  std::memcpy(&qh, b.data() + 4, 4);
+  EXPECT_EQ((qh >> 1) & 1, 0u);
+  EXPECT_EQ((qh >> 2) & 1, 1u);
+  EXPECT_EQ(b[8 + 1] & 15, 0);
+  EXPECT_EQ(b[8 + 2] & 15, 15);
+  ASSERT_EQ(tc_dequantize_weights(c.ctx, q51, y5, TC_QUANT_Q5_1, 0, 1, 32, TC_DTYPE_F32), TC_OK);
+  w5 = c.read<float>(y5, 32);
+  EXPECT_EQ(w5[1], -4.0f);
+  EXPECT_NEAR(w5[2], 4.0f, 31 * 0.258f / 1024);
   // K-quants are read, not written.
   tc_buffer qk = c.buf(std::vector<uint8_t>(144, 0));
   tc_buffer src256 = c.buf(std::vector<float>(256, 1.0f));
@@ -131,8 +177,8 @@ std::vector<uint8_t> random_matrix(tc_quant_type fmt, int64_t N, int64_t K, std:
   const uint16_t s = f16(0.0078125f);
   for (size_t off = 0; off < n; off += size_t(bb)) {
     switch (fmt) {
-      case TC_QUANT_Q4_0: case TC_QUANT_Q8_0: std::memcpy(&w[off], &s, 2); break;
-      case TC_QUANT_Q4_1: case TC_QUANT_Q4_K: case TC_QUANT_Q5_K:
+      case TC_QUANT_Q4_0: case TC_QUANT_Q8_0: case TC_QUANT_Q5_0: std::memcpy(&w[off], &s, 2); break;
+      case TC_QUANT_Q4_1: case TC_QUANT_Q4_K: case TC_QUANT_Q5_K: case TC_QUANT_Q5_1:
         std::memcpy(&w[off], &s, 2);
         std::memcpy(&w[off + 2], &s, 2);
         break;
@@ -157,7 +203,7 @@ TEST(Quant, GemvEveryFormatEveryPath) {
   for (const char* isa : isas) {
     if (*isa) setenv("TC_CPU_ISA", isa, 1);
     else unsetenv("TC_CPU_ISA");
-    for (tc_quant_type fmt = TC_QUANT_Q4_0; fmt <= TC_QUANT_F32; ++fmt) {
+    for (tc_quant_type fmt = TC_QUANT_Q4_0; fmt <= TC_QUANT_Q5_1; ++fmt) {  // every format
       const int64_t N = 19, K = 512;
       for (int64_t M : {1, 2, 3, 4, 6}) {
         auto w = random_matrix(fmt, N, K, rng);

@@ -14,7 +14,8 @@ import tensorcore as tc
 from conftest import TOLERANCE, assert_close, poison, random_array, to_f64
 from test_quant import random_weights, reference_weights
 
-SUPPORTED = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k"]
+SUPPORTED = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
+UNSUPPORTED = "iq4_nl"  # read and sized, never computed with: 32 weights in 18 bytes
 
 
 def gguf_py():
@@ -52,7 +53,7 @@ def metadata_cases():
     ]
 
 
-def write_gguf_py(path, rng, alignment=None, tensors=SUPPORTED + ["q5_0"], extra=()):
+def write_gguf_py(path, rng, alignment=None, tensors=SUPPORTED + [UNSUPPORTED], extra=()):
     """A v3 file from gguf-py with every metadata case and a tensor of each
     type (random bytes with sane scales); returns {name: (type, shape, bytes)}."""
     gguf = gguf_py()
@@ -68,9 +69,9 @@ def write_gguf_py(path, rng, alignment=None, tensors=SUPPORTED + ["q5_0"], extra
     for i, fmt in enumerate(tensors):
         N, K = 3 + i, 256
         name = "blk.%d.%s.weight" % (i, fmt)
-        if fmt == "q5_0":
-            data = rng.integers(0, 256, (N, K // 32 * 22), dtype=np.uint8)
-            w.add_tensor(name, data, raw_dtype=qtype("q5_0"))  # shape from the bytes
+        if fmt == UNSUPPORTED:
+            data = rng.integers(0, 256, (N, K // 32 * 18), dtype=np.uint8)
+            w.add_tensor(name, data, raw_dtype=qtype(fmt))  # shape from the bytes
         elif fmt == "f32":
             data = rng.standard_normal((N, K)).astype(np.float32)
             w.add_tensor(name, data)
@@ -167,7 +168,9 @@ def test_files_written_by_gguf_py_read_identically(tmp_path, rng, alignment):
         info = g.quantized_matrix_info("blk.3.q4_0.weight")
         assert info == {"quant_type": tc.TC_QUANT_Q4_0, "gguf_type": tc.TC_GGML_TYPE_Q4_0, "N": 6, "K": 256,
                         "n_bytes": 6 * 8 * 18}
-        expect_error(tc.TC_ERR_UNSUPPORTED_DTYPE, g.quantized_matrix_info, "blk.9.q5_0.weight")
+        name = "blk.%d.%s.weight" % (len(SUPPORTED), UNSUPPORTED)
+        e = expect_error(tc.TC_ERR_UNSUPPORTED_DTYPE, g.quantized_matrix_info, name)
+        assert "tensor '%s' has type IQ4_NL, which tensorcore does not compute with" % name in str(e)
 
 
 def test_metadata_all_and_from_bytes(tmp_path, rng):
@@ -199,10 +202,10 @@ def test_files_we_write_read_identically_with_gguf_py(tmp_path, rng):
                 w.add_value(key, value, getattr(tc, "TC_GGUF_TYPE_" + vtype))
         w.add_array("a.np_u16", np.array([1, 2, 65535], np.uint16))
         w.add_array("a.np_f64", np.array([0.25, -8.0]))
-        for i, fmt in enumerate(SUPPORTED + ["q5_0"]):
+        for i, fmt in enumerate(SUPPORTED + [UNSUPPORTED]):
             N, K = 2 + i, 512
-            if fmt == "q5_0":
-                data = rng.integers(0, 256, (N, K // 32 * 22), dtype=np.uint8)
+            if fmt == UNSUPPORTED:
+                data = rng.integers(0, 256, (N, K // 32 * 18), dtype=np.uint8)
             else:
                 data = random_weights(rng, fmt, N, K)
             w.add_tensor("t.%s" % fmt, data, ggml_type=fmt, shape=(N, K))
@@ -287,7 +290,7 @@ def test_load_supported_tensors_and_gemv(tmp_path, ctx, rng):
     written = write_gguf_py(path, rng)
     with tc.GgufFile(path) as g:
         model = ctx.load_supported_tensors(g)
-    assert model.tensor_count() == len(SUPPORTED) + 1 and model.skipped_tensor_count() == 1  # q5_0
+    assert model.tensor_count() == len(SUPPORTED) + 1 and model.skipped_tensor_count() == 1  # iq4_nl
     for t in model.tensors():
         fmt, shape, data = written[t["name"]]
         assert isinstance(t, dict) and t.model is model
@@ -296,7 +299,7 @@ def test_load_supported_tensors_and_gemv(tmp_path, ctx, rng):
         buf = t["buffer"]
         assert buf is t.buffer
         assert np.array_equal(buf.to_numpy((data.size,), np.uint8), data)
-    for fmt in ("q4_0", "q4_k", "q6_k", "f16"):
+    for fmt in ("q4_0", "q5_0", "q5_1", "q4_k", "q6_k", "f16"):
         name = [n for n, v in written.items() if v[0] == fmt and n.startswith("blk")][0]
         q = model.quantized_matrix(name)
         N, K = written[name][1]

@@ -6,7 +6,7 @@ W holds N rows of K weights in a ggml block format, byte-compatible with
 GGUF tensors (a GGUF matrix has dims [K, N]); X and Y are f16 by default
 (dtype="bf16" or "f32" also work), accumulation is f32. Formats are the
 TC_QUANT_* constants or their names: "q4_0", "q8_0", "q4_1", "q4_k",
-"q5_k", "q6_k", "q8_k", "f16", "bf16", "f32".
+"q5_k", "q6_k", "q8_k", "f16", "bf16", "f32", "q5_0", "q5_1".
 """
 
 from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t
@@ -19,7 +19,8 @@ from .._optable import Op
 from .._objects import buffer_arg, context_arg, context_method
 
 __all__ = ["TC_QUANT_Q4_0", "TC_QUANT_Q8_0", "TC_QUANT_Q4_1", "TC_QUANT_Q4_K", "TC_QUANT_Q5_K", "TC_QUANT_Q6_K",
-           "TC_QUANT_Q8_K", "TC_QUANT_F16", "TC_QUANT_BF16", "TC_QUANT_F32", "TC_CAPABILITY_QUANTIZED",
+           "TC_QUANT_Q8_K", "TC_QUANT_F16", "TC_QUANT_BF16", "TC_QUANT_F32", "TC_QUANT_Q5_0", "TC_QUANT_Q5_1",
+           "TC_CAPABILITY_QUANTIZED",
            "QUANT_ALIASES", "QUANT_NAMES", "quant_code", "quant_name", "quant_block_info", "quantized_size",
            "quantize_weights", "dequantize_weights", "gemv_quantized", "gemv_quantized_async",
            "fused_rmsnorm_gemv_quantized"]
@@ -34,12 +35,14 @@ TC_QUANT_Q8_K = 6
 TC_QUANT_F16 = 7
 TC_QUANT_BF16 = 8
 TC_QUANT_F32 = 9
+TC_QUANT_Q5_0 = 10
+TC_QUANT_Q5_1 = 11
 TC_CAPABILITY_QUANTIZED = 1 << 11  # context.h
 CAPABILITY_ALIASES["quantized"] = TC_CAPABILITY_QUANTIZED
 
 QUANT_NAMES = {TC_QUANT_Q4_0: "q4_0", TC_QUANT_Q8_0: "q8_0", TC_QUANT_Q4_1: "q4_1", TC_QUANT_Q4_K: "q4_k",
                TC_QUANT_Q5_K: "q5_k", TC_QUANT_Q6_K: "q6_k", TC_QUANT_Q8_K: "q8_k", TC_QUANT_F16: "f16",
-               TC_QUANT_BF16: "bf16", TC_QUANT_F32: "f32"}
+               TC_QUANT_BF16: "bf16", TC_QUANT_F32: "f32", TC_QUANT_Q5_0: "q5_0", TC_QUANT_Q5_1: "q5_1"}
 QUANT_ALIASES = {name: code for code, name in QUANT_NAMES.items()}
 
 _tc_quant_name = declare("tc_quant_name", c_char_p, c_int32)
@@ -80,7 +83,7 @@ def quantized_size(fmt, N, K):
 def quantize_weights(ctx, W_fp16, W_quant, fmt, N, K, dtype="f16", *, stream=None):
     """Quantises W_fp16[N, K] (of `dtype`: f16 by default, bf16 or f32) into
     W_quant, bit-identical to ggml's reference quantisers. Formats q4_0, q4_1,
-    q8_0, q8_k, f16, bf16, f32. With `stream`, enqueued there and returns at once
+    q5_0, q5_1, q8_0, q8_k, f16, bf16, f32. With `stream`, enqueued there and returns at once
     (likewise every function here that takes one)."""
     fn = "tc_quantize_weights"
     _quantize_weights(stream, context_arg(ctx, fn), buffer_arg(W_fp16, fn, "W_fp16"),

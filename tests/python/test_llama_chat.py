@@ -110,7 +110,8 @@ def test_template_globals_filters_and_errors():
     msgs = [{"role": "user", "content": "caf\u00e9"}]
     assert render_jinja("{{ messages | tojson }}", msgs) == '[{"role": "user", "content": "caf\u00e9"}]'
     assert render_jinja("{{ strftime_now('%Y') }}", msgs).isdigit()
-    assert render_jinja("{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}x{% endfor %}.", msgs) == "."
+    loop = "{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}x{% endfor %}."
+    assert render_jinja(loop, msgs) == "."
     assert render_jinja("{% generation %}{{ messages[0].content }}{% endgeneration %}", msgs) == "caf\u00e9"
     assert render_jinja("{{ tools is none }} {{ eos_token }}", msgs, eos_token="</s>") == "True </s>"
     assert render_jinja("{{ extra }}", msgs, extra=7) == "7"
@@ -141,7 +142,8 @@ def test_missing_jinja2_is_a_clear_error(tmp_path, cpu, monkeypatch):
             with pytest.raises(MissingPackageError, match=r"chatml\.gguf is a Jinja template.*pip install jinja2"):
                 m.chat(CONVERSATION, max_tokens=2)
         with Llama(path, ctx=cpu, chat_template="chatml") as m:
-            assert m.format_chat(CONVERSATION[:1]) == "<|im_start|>user\nHello world <|im_end|>\n<|im_start|>assistant\n"
+            assert m.format_chat(CONVERSATION[:1]) == ("<|im_start|>user\nHello world <|im_end|>\n"
+                                                       "<|im_start|>assistant\n")
     finally:
         _chat._compile.cache_clear()
 
@@ -288,7 +290,8 @@ def test_chat_stops_at_every_end_of_generation_id(tmp_path, cpu, end):
         s = m.last_chat
         assert got == text and "".join(pieces) == text and len(pieces) == 2
         assert s["reply_ids"] == reply and s["stop"] == "eog" and s["stop_id"] == ids[end]
-        assert s["decode_tokens"] == 2 and s["prefill_tokens"] == s["prompt_tokens"] == len(m.tokenize_chat(CONVERSATION))
+        assert s["decode_tokens"] == 2
+        assert s["prefill_tokens"] == s["prompt_tokens"] == len(m.tokenize_chat(CONVERSATION))
         assert list(m.chat_stream(CONVERSATION, max_tokens=10)) == pieces
         # max_tokens cuts the reply.
         assert m.chat(CONVERSATION, max_tokens=1) == m.detokenize(reply[:1]) and m.last_chat["stop"] == "length"

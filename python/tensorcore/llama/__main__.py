@@ -103,7 +103,8 @@ def main(argv=None):
         prefill = n_prompt / prefill_s if prefill_s > 0 else float("nan")
         decode = n_dec / decode_s if n_dec > 0 else float("nan")
         out = sys.stdout
-        out.write("prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n" % (n_prompt, prefill, n_dec, decode))
+        out.write("prompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n"
+                  % (n_prompt, prefill, n_dec, decode))
         if args.bench:
             out.write("prefill_tok_s=%.2f decode_tok_s=%.2f\n" % (prefill, decode))
     return 0

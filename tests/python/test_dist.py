@@ -32,8 +32,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def spawn(scenario, rank, world, url, seed, extra=""):
-    env = dict(os.environ)
+def spawn(scenario, rank, world, url, seed, extra="", env=None):
+    env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TC_NUM_THREADS", "1")
     return subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), url, str(seed), extra],
@@ -62,9 +62,9 @@ def results(out):
     return kv
 
 
-def run_group(scenario, world, seed, url=None, extra="", timeout=60):
+def run_group(scenario, world, seed, url=None, extra="", timeout=60, env=None):
     url = url or "gloo+tcp://127.0.0.1:%d" % free_port()
-    procs = [spawn(scenario, r, world, url, seed, extra) for r in range(world)]
+    procs = [spawn(scenario, r, world, url, seed, extra, env) for r in range(world)]
     outs = finish(procs, timeout)
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, "rank %d failed (exit %s):\n%s" % (r, p.returncode, out)
@@ -73,10 +73,33 @@ def run_group(scenario, world, seed, url=None, extra="", timeout=60):
 
 # ---- multi-process ---------------------------------------------------------------
 
+# Where the buffers of a gloo test live: host memory read in place, or
+# handled as device memory (TC_DIST_DEVICE_PATH=1: staged through page-locked
+# host memory in chunks, the path of a CUDA context's buffers). TC_TRACE names
+# every staged collective, so each test also checks which path ran.
+PATHS = {"host": {}, "device-path": {"TC_DIST_DEVICE_PATH": "1", "TC_TRACE": "1"}}
+STAGED = "staged through host memory"
+
+
+def check_path(path, outs):
+    for out in outs:
+        assert (STAGED in out) == (path == "device-path"), out[-2000:]
+
+
 @needs_gloo
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("world", [2, 4])
-def test_every_collective_and_dtype_matches_numpy(world, rng):
-    run_group("collectives", world, int(rng.integers(1 << 30)))
+def test_every_collective_and_dtype_matches_numpy(world, path, rng):
+    check_path(path, run_group("collectives", world, int(rng.integers(1 << 30)), env=PATHS[path]))
+
+
+@needs_gloo
+@pytest.mark.parametrize("world,path", [(2, "host"), (2, "device-path"), (3, "device-path")])
+def test_collectives_of_several_staging_chunks_match_numpy(world, path, rng):
+    outs = run_group("collectives_large", world, int(rng.integers(1 << 30)), env=PATHS[path], timeout=120)
+    check_path(path, outs)
+    if path == "device-path":  # the 10 MB allreduce went in three chunks
+        assert any(re.search(r"allreduce \(staged through host memory\).*in 3 chunks", o) for o in outs)
 
 
 def _nccl_gpus():

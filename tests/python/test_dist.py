@@ -539,3 +539,23 @@ def test_remote_endpoint_authentication_rotation_and_fetch(cpu_ctx, rng):
     with pytest.raises(tc.TensorcoreError) as e:
         tc.remote_init(cpu_ctx, 5, "tcp://127.0.0.1:0")
     assert e.value.status == tc.TC_ERR_INVALID_ARG
+
+
+def test_remote_endpoint_refuses_a_buffer_it_cannot_map_by_name(cpu_ctx, monkeypatch):
+    """A device buffer has no host address (tc_buffer_map refuses it): the
+    endpoint's calls refuse it naming themselves, before touching anything."""
+    b = cpu_ctx.buffer(64)
+
+    def unmappable():
+        raise tc.TensorcoreError(tc.TC_ERR_UNSUPPORTED, "tc_buffer_map: buffer lives in device memory")
+
+    monkeypatch.setattr(b, "map", unmappable)
+    with tc.remote_init(cpu_ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+        with pytest.raises(tc.TensorcoreError) as e:
+            server.register_tensor("w", b)
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_register_tensor" in str(e.value)
+        assert server.registered_count() == 0
+    with tc.remote_init(cpu_ctx, "client") as client:
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.fetch(0, "w", b)
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)

@@ -360,6 +360,19 @@ def scenario_diloco_state(ctx, url, seed, extra):
         diloco_state(ctx, dist, seed)
 
 
+def scenario_diloco_nccl(ctx, url, seed, extra):
+    """DiLoCo on an NCCL group (one GPU per rank): the outer exchange goes
+    through device scratch; the same checks as on gloo."""
+    sizes = [300, 77]
+    with ctx.dist("nccl", WORLD, RANK, url, timeout=60) as dist:
+        gather = ctx.buffer(4 * sum(sizes) * WORLD)
+        for opt in ("sgd", "nesterov", "adam"):
+            for comp in ("none", "fp16", "topk_1pct"):
+                for async_overlap in (False, True):
+                    run_diloco(ctx, dist, gather, sizes, 3, opt, comp, async_overlap, seed)
+        diloco_state(ctx, dist, seed)
+
+
 def diloco_state(ctx, dist, seed):
     """Serialize after 2 outer steps, continue 2 more; a fresh context
     restored from the blob continues bit-identically."""

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import BF16, REPO
+from conftest import BF16, HAVE_CUDA, REPO
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 HAVE_GLOO = tc.capability_available(tc.Context("cpu").runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO)
@@ -183,14 +183,16 @@ def test_rendezvous_without_peers_times_out(cpu_ctx):
 
 
 @needs_gloo
-@pytest.mark.parametrize("world", [2, 4])
-def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, rng):
-    run_group("diloco", world, int(rng.integers(1 << 30)), timeout=90)
+@pytest.mark.parametrize("world,path", [(2, "host"), (4, "host"), (2, "device-path")])
+def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, path, rng):
+    outs = run_group("diloco", world, int(rng.integers(1 << 30)), timeout=120, env=PATHS[path])
+    check_path(path, outs)
 
 
 @needs_gloo
-def test_diloco_state_round_trip_continues_bit_identically(rng):
-    run_group("diloco_state", 2, int(rng.integers(1 << 30)))
+@pytest.mark.parametrize("path", PATHS)
+def test_diloco_state_round_trip_continues_bit_identically(path, rng):
+    check_path(path, run_group("diloco_state", 2, int(rng.integers(1 << 30)), env=PATHS[path]))
 
 
 # ---- single process: the single backend ------------------------------------------------
@@ -373,6 +375,160 @@ def test_diloco_async_keeps_local_progress(ctx, rng, dtype):
         tol = 1e-5 if dtype == "f32" else 1e-2
         np.testing.assert_allclose(read(), want, rtol=tol, atol=tol)
         assert d.outer_steps_completed == 1
+
+
+# ---- DiLoCo with parameters in device memory -----------------------------------------
+
+# A parameter of more than one 4 MiB staging chunk (and a partial one), and
+# one of each 16-bit dtype.
+DEVICE_PARAMS = [("big", 1_050_001, "f32"), ("half", 333, "f16"), ("brain", 5_001, "bf16")]
+DEVICE_CASES = [(opt, comp, False) for opt in ("sgd", "nesterov", "adam")
+                for comp in ("none", "fp16", "topk_1pct", "topk_01pct")] + \
+    [("nesterov", "none", True), ("adam", "fp16", True), ("sgd", "topk_1pct", True)]
+
+
+def _np_type(dtype):
+    return {"f32": np.float32, "f16": np.float16, "bf16": BF16}[dtype]
+
+
+def _state_without_timing(blob):
+    """A v2 blob less its digest and last_outer_step_seconds (a wall-clock time)."""
+    digest, seconds = slice(24, 56), slice(64 + 100, 64 + 108)
+    return blob[:digest.start] + blob[digest.stop:seconds.start] + blob[seconds.stop:]
+
+
+def _diloco_trace(ctx, opt, comp, async_overlap, seed):
+    """Two outer steps of H = 2 deterministic inner steps on DEVICE_PARAMS in
+    `ctx`; returns every parameter's bytes after each outer step and the
+    state blob. NaN-poisoned parameters before add_parameter would show: it
+    broadcasts the buffers' own values, which are written first."""
+    rng = np.random.default_rng(seed)
+    params = [(name, n, dt) for name, n, dt in DEVICE_PARAMS if _np_type(dt) is not None]
+    init = [rng.standard_normal(n).astype(_np_type(dt)) for _, n, dt in params]
+    bufs = [ctx.buffer_from_array(x) for x in init]
+    snaps = []
+    with ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=2, outer_lr=0.7, outer_momentum=0.9,
+                                                       outer_optimizer=opt, compress=comp,
+                                                       async_overlap=async_overlap) as d:
+        for (name, n, dt), b in zip(params, bufs):
+            d.add_parameter(name, b, n, dtype=dt)
+        for outer in range(2):
+            for step in range(2):
+                for (name, n, dt), b in zip(params, bufs):
+                    x = b.to_numpy((n,), _np_type(dt)).astype(np.float32)
+                    b.write((x - 0.01 * rng.standard_normal(n).astype(np.float32)).astype(_np_type(dt)))
+                if d.step():
+                    d.apply_outer()
+            if async_overlap:
+                d.async_wait()
+                d.async_commit()
+            assert d.outer_steps_completed == outer + 1
+            snaps.append([b.to_numpy((n,), _np_type(dt)).view(np.uint8).copy() for (_, n, dt), b in zip(params, bufs)])
+        blob = d.serialize_state()
+        # The blob restores into a fresh context of the same parameters.
+        with dist.diloco(inner_steps=2, outer_lr=0.7, outer_momentum=0.9, outer_optimizer=opt, compress=comp,
+                         async_overlap=async_overlap) as d2:
+            for (name, n, dt), b in zip(params, bufs):
+                d2.add_parameter(name, b, n, dtype=dt)
+            d2.deserialize_state(blob)
+            assert d2.serialize_state() == blob
+    return snaps, blob
+
+
+@pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
+def test_diloco_device_path_equals_host_path_bit_for_bit(cpu_ctx, monkeypatch, rng, opt, comp, async_overlap):
+    """TC_DIST_DEVICE_PATH=1 stages the parameters through page-locked host
+    memory in 4 MiB chunks and runs the exchange through device scratch (and
+    back through the staging of a host engine): the same outer steps, so the
+    same bits as the host path, and the same state blob."""
+    seed = int(rng.integers(1 << 30))
+    host, host_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
+    monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
+    dev, dev_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
+    for outer, (a, b) in enumerate(zip(host, dev)):
+        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
+            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
+    assert _state_without_timing(host_blob) == _state_without_timing(dev_blob)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
+def test_diloco_on_cuda_parameters_equals_the_cpu_result(opt, comp, async_overlap, rng):
+    """The outer step of parameters in CUDA memory (staged through the host)
+    gives the CPU's bits and state blob."""
+    seed = int(rng.integers(1 << 30))
+    with tc.Context("cpu") as cpu, tc.Context("cuda") as gpu:
+        want, want_blob = _diloco_trace(cpu, opt, comp, async_overlap, seed)
+        got, got_blob = _diloco_trace(gpu, opt, comp, async_overlap, seed)
+    for outer, (a, b) in enumerate(zip(want, got)):
+        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
+            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
+    assert _state_without_timing(want_blob) == _state_without_timing(got_blob)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+def test_every_dist_and_diloco_entry_point_with_a_cuda_buffer(rng):
+    """Each entry point given CUDA buffers either works (checked against
+    NumPy, outputs NaN-poisoned first) or refuses with a status naming the
+    buffer; none reads device memory from the host."""
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    with tc.Context("cuda") as ctx:
+        b = ctx.buffer_from_array(x)
+        dst = ctx.buffer_from_array(np.full(n, np.nan, np.float32))
+        with ctx.dist("single", 1, 0, "single://cuda") as d:
+            d.allreduce(b, n, "f32", "sum")
+            d.broadcast(b, n, "f32", 0)
+            assert np.array_equal(b.to_numpy((n,), np.float32), x)
+            d.allgather(b, dst, n)
+            assert np.array_equal(dst.to_numpy((n,), np.float32), x)
+            dst.write(np.full(n, np.nan, np.float32))
+            d.reduce_scatter(b, dst, n, "f32", "sum")
+            assert np.array_equal(dst.to_numpy((n,), np.float32), x)
+            d.barrier()
+            with d.diloco(inner_steps=1, outer_optimizer="sgd", outer_lr=1.0, async_overlap=True) as lo:
+                lo.add_parameter("w", b, n)
+                b.write(x - 1.0)
+                assert lo.step()
+                lo.apply_outer()
+                lo.async_wait()
+                lo.async_commit()
+                np.testing.assert_allclose(b.to_numpy((n,), np.float32), x - 1.0, rtol=1e-6, atol=1e-6)
+                blob = lo.serialize_state()
+                lo.deserialize_state(blob)
+                assert lo.outer_steps_completed == 1
+        if tc.capability_available(ctx.runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO):
+            with pytest.raises(tc.TensorcoreError) as e:  # gloo is accepted: the rendezvous times out alone
+                ctx.dist("gloo", 2, 0, "gloo+tcp://127.0.0.1:%d" % free_port(), timeout=0.5)
+            assert e.value.status == tc.TC_ERR_TIMEOUT
+        # The remote endpoint serves host memory: a device buffer is refused by name.
+        with tc.remote_init(ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+            with pytest.raises(tc.TensorcoreError) as e:
+                server.register_tensor("w", b)
+            assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_register_tensor" in str(e.value)
+        with tc.remote_init(ctx, "client") as client:
+            with pytest.raises(tc.TensorcoreError) as e:
+                client.fetch(0, "w", b)
+            assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)
+
+
+@pytest.mark.skipif(not HAVE_CUDA or not HAVE_GLOO, reason="needs a usable CUDA device and gloo")
+@pytest.mark.parametrize("world", [2])
+def test_gloo_collectives_of_cuda_buffers_match_numpy(world, rng):
+    """gloo on a CUDA context: each collective staged through page-locked host
+    memory, several chunks of it, against float64 NumPy (every rank on cuda:0)."""
+    env = {"TC_TEST_DIST_DEVICE": "cuda", "TC_TRACE": "1"}
+    outs = run_group("collectives_large", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+    assert all(STAGED in o for o in outs)
+    run_group("collectives", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+    run_group("diloco", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+
+
+@pytest.mark.skipif(_nccl_gpus() < 2, reason="NCCL with two GPUs not available")
+def test_diloco_on_an_nccl_group_of_two_gpus(rng):
+    """DiLoCo's exchange through NCCL (device scratch), parameters on each
+    rank's GPU: anchors identical, NONE against NumPy, state round trips."""
+    run_group("diloco_nccl", 2, int(rng.integers(1 << 30)), timeout=240)
 
 
 def test_diloco_errors_and_unsupported_modes(cpu_ctx):

@@ -237,6 +237,19 @@ tc_status identities_from(const char* fn, const char* const* ids, size_t count, 
   return TC_OK;
 }
 
+// The endpoint reads and writes its bytes on the host (a publish is copied
+// under its lock, a fetch is written where it lands). An address the
+// context's device says is its own memory would be read by the host: refused.
+// (A host backend cannot tell a device address from a host one.)
+tc_status check_host_address(const char* fn, const char* arg, tc_remote r, const void* ptr, size_t nbytes) {
+  // accepts_pointer records a detail when it says no; the call's success
+  // clears it (capi's guarded).
+  Backend& be = *r->ctx->backend;
+  if (be.host_accessible() || !be.accepts_pointer(ptr, nbytes)) return TC_OK;
+  return fail(TC_ERR_UNSUPPORTED, "%s: %s is %s; the remote endpoint serves and fetches host memory", fn, arg,
+              where(be).c_str());
+}
+
 tc_status check_name(const char* fn, const char* name) {
   if (!name || !*name) return fail(TC_ERR_INVALID_ARG, "%s: name is empty", fn);
   if (std::strlen(name) > 1000) return fail(TC_ERR_INVALID_ARG, "%s: name is longer than 1000 bytes", fn);
@@ -546,6 +559,7 @@ tc_status tc_remote_register_tensor(tc_remote remote, const char* name, const vo
     if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
       return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
                   fn, nbytes, tc::dist::kMaxTensorBytes);
+    if (tc_status st = check_host_address(fn, "ptr", remote, ptr, nbytes)) return st;
     remote->ep->publish(name, ptr, nbytes);
     return TC_OK;
   });
@@ -618,6 +632,7 @@ tc_status tc_remote_tensor_fetch(tc_remote remote, int32_t peer_id, const char* 
     if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
       return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
                   fn, nbytes, tc::dist::kMaxTensorBytes);
+    if (tc_status st = check_host_address(fn, "dst", remote, dst, nbytes)) return st;
     std::string why;
     if (tc_status st = remote->ep->fetch(peer_id, name, dst, nbytes, &why)) return fail(st, "%s: %s", fn, why.c_str());
     return TC_OK;

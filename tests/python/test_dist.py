@@ -510,6 +510,23 @@ def test_every_dist_and_diloco_entry_point_with_a_cuda_buffer(rng):
             with pytest.raises(tc.TensorcoreError) as e:
                 client.fetch(0, "w", b)
             assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)
+        # A raw device address reaches the library, which asks the device.
+        raw = tc.buffer_device_ptr(b)
+        with tc.Context("cpu") as cpu, tc.remote_init(cpu, tc.TC_REMOTE_ROLE_WEIGHT_SERVER,
+                                                      "tcp://127.0.0.1:0") as host_server:
+            host_server.register_tensor("w", x)
+            with tc.remote_init(ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+                with pytest.raises(tc.TensorcoreError) as e:
+                    tc.remote_register_tensor(server, "raw", raw, n * 4)
+                assert e.value.status == tc.TC_ERR_UNSUPPORTED and "device memory of cuda:" in e.value.detail
+            with tc.remote_init(ctx, "client") as client:
+                pid = client.connect("tcp://127.0.0.1:%d" % host_server.port)
+                with pytest.raises(tc.TensorcoreError) as e:
+                    tc.remote_tensor_fetch(client, pid, "w", raw, n * 4)
+                assert e.value.status == tc.TC_ERR_UNSUPPORTED and "device memory of cuda:" in e.value.detail
+                host = np.full(n, np.nan, np.float32)
+                client.fetch(pid, "w", host)  # host memory of the same client works
+                assert np.array_equal(host, x)
 
 
 @pytest.mark.skipif(not HAVE_CUDA or not HAVE_GLOO, reason="needs a usable CUDA device and gloo")

@@ -732,3 +732,27 @@ def test_remote_endpoint_refuses_a_buffer_it_cannot_map_by_name(cpu_ctx, monkeyp
         with pytest.raises(tc.TensorcoreError) as e:
             client.fetch(0, "w", b)
         assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_diloco_train_example_with_cuda_buffers_equals_the_cpu_run(backend, tmp_path):
+    """examples/diloco_train.py --device cuda: the allreduce and the outer step
+    on CUDA buffers give a CPU run's weights, bit for bit (one chunk, two
+    ranks: the sums are the same)."""
+    if backend == "gloo" and not HAVE_GLOO:
+        pytest.skip("gloo not built")
+    if backend == "nccl" and _nccl_gpus() < 2:
+        pytest.skip("NCCL with two GPUs not available")
+    args = ["--workers", "2", "--steps", "4", "--H", "2", "--dim", "16", "--layers", "1", "--heads", "2", "--ffn",
+            "32", "--batch", "2", "--eval-batches", "1", "--warmup", "1"]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    example = str(REPO / "examples" / "diloco_train.py")
+    for name, extra in (("cpu", []), ("cuda", ["--device", "cuda", "--backend", backend])):
+        p = subprocess.run([sys.executable, example] + args + extra + ["--out", str(tmp_path / name)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for mode in ("ddp", "diloco"):
+        a = np.load(tmp_path / "cpu" / ("%s_theta.npy" % mode))
+        b = np.load(tmp_path / "cuda" / ("%s_theta.npy" % mode))
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), mode

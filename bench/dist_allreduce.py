@@ -10,12 +10,21 @@ allreduce through tensorcore next to PyTorch's NCCL on the same buffers
 (tensorcore wraps PyTorch's device memory with buffer_from_ptr). Target:
 tensorcore >= 0.95x PyTorch.
 
+Device buffers over gloo (a GPU machine with gloo built; skipped cleanly
+elsewhere): N ranks (default 2, all on cuda:0, or one GPU each when there are
+enough) allreduce a CUDA buffer of 4..64 MB through gloo, which tensorcore
+stages through page-locked host memory in 4 MiB chunks, the copies of one
+chunk overlapping the collective of the previous one. Side by side: the same
+bytes done by hand (device -> host copy, allreduce of a host buffer, host ->
+device copy, each waited for), and torch.distributed's gloo on CUDA tensors
+when PyTorch is installed. Results go to bench/results/dist-gloo-device.md.
+
     bus bandwidth = bytes * 2 (n - 1) / n / time     (NCCL's definition)
 
 Time per size: the median of several allreduces after warm-up, the slowest
 rank's. Results go to bench/results/dist-cpu.md (and dist-gpu.md).
 
-    python bench/dist_allreduce.py [--ranks 4] [--max-mb 256] [--gpu-only|--cpu-only]
+    python bench/dist_allreduce.py [--ranks 4] [--max-mb 256] [--gpu-only|--cpu-only|--device-only]
 """
 
 import argparse
@@ -148,7 +157,114 @@ def rank_main(args):
         d.close()
         ctx.close()
         td.destroy_process_group()
+    elif which == "gloo-device":
+        times = device_rank(rank, world, url, args.url2, max_mb)
+    elif which == "torch-gloo-cuda":
+        import torch
+        import torch.distributed as td
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        td.init_process_group("gloo", init_method=url.replace("gloo+tcp", "tcp"), world_size=world, rank=rank)
+        for nbytes in device_sizes(max_mb):
+            x = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+            for _ in range(2):
+                td.all_reduce(x)
+            t = []
+            for _ in range(iterations(nbytes)):
+                td.barrier()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                td.all_reduce(x)
+                torch.cuda.synchronize()
+                t.append(time.perf_counter() - t0)
+            times[nbytes] = float(np.median(t))
+        td.destroy_process_group()
     print("TIMES " + json.dumps(times), flush=True)
+
+
+def device_sizes(max_mb):
+    return [b for b in (4 << 20, 16 << 20, 64 << 20) if b <= max(max_mb, 4) * (1 << 20)]
+
+
+def device_rank(rank, world, url, url2, max_mb):
+    """gloo allreduce of a CUDA buffer (staged by tensorcore) and, on a CPU
+    context's group, the same bytes copied to the host, allreduced there and
+    copied back by hand. Checks the staged result against NumPy first."""
+    import ctypes
+    import tensorcore as tc
+    gpus = tc.cuda_device_count()
+    times = {"staged": {}, "by_hand": {}}
+    with tc.Context("cuda:%d" % (rank % gpus)) as gctx, tc.Context("cpu") as cctx, \
+            gctx.dist("gloo", world, rank, url, timeout=600) as dg, cctx.dist("gloo", world, rank, url2, timeout=600) as dc:
+        n = (4 << 20) // 4 * 3 + 5  # three chunks and a bit
+        x = np.random.default_rng([3, rank]).standard_normal(n).astype(np.float32)
+        ref = sum(np.random.default_rng([3, r]).standard_normal(n).astype(np.float64) for r in range(world))
+        b = gctx.buffer_from_array(x)
+        dg.allreduce(b, n)
+        if not np.allclose(b.to_numpy((n,), np.float32), ref, rtol=1e-5, atol=1e-5 * world):
+            raise SystemExit("staged gloo allreduce of a CUDA buffer is wrong")
+        b.close()
+        for nbytes in device_sizes(max_mb):
+            n = nbytes // 4
+            dev = gctx.buffer_from_array(np.ones(n, np.float32))
+            host = cctx.buffer(nbytes)
+            view = np.ctypeslib.as_array((ctypes.c_float * n).from_address(host.map()))
+
+            def by_hand():
+                dev.read(view)
+                dc.allreduce(host, n)
+                dev.write(view)
+
+            for name, fn in (("staged", lambda: dg.allreduce(dev, n)), ("by_hand", by_hand)) * 2:
+                for _ in range(2):
+                    fn()
+                t = []
+                for _ in range(iterations(nbytes)):
+                    dc.barrier()
+                    t0 = time.perf_counter()
+                    fn()
+                    t.append(time.perf_counter() - t0)
+                times[name][nbytes] = float(np.median(t))  # the second pass counts
+            dev.close()
+            host.close()
+    return times
+
+
+def device_bench(world, max_mb):
+    """The device-buffer case; a reason string when it cannot run here."""
+    import tensorcore as tc
+    if tc.cuda_device_count() < 1:
+        return "skipped: no CUDA device"
+    with tc.Context("cuda:0") as ctx:
+        if not tc.capability_available(ctx.runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO):
+            return "skipped: this tensorcore build has no gloo backend"
+    res = run_ranks("gloo-device", world, max_mb, ["--url2", "gloo+tcp://127.0.0.1:%d" % free_port()])
+    try:
+        import torch.distributed  # noqa: F401
+        torch_res = run_ranks("torch-gloo-cuda", world, max_mb)
+    except ImportError:
+        torch_res = None
+    lines = ["# gloo allreduce of CUDA buffers", "",
+             "Date: %s. Machine: %s, %d CUDA device(s)." % (datetime.date.today().isoformat(), machine(),
+                                                            tc.cuda_device_count()),
+             "%d ranks over loopback gloo, f32 sum; `staged`: tensorcore's allreduce of the CUDA buffer (4 MiB chunks "
+             "through page-locked memory, copies overlapping the collective); `by hand`: device -> host copy, "
+             "allreduce of a CPU context's buffer, host -> device copy. Time = median, slowest rank." % world, "",
+             "| size | staged us | staged busbw GB/s | by hand us | by hand busbw GB/s | staged / by hand |%s" % (
+                 " torch gloo (CUDA tensors) busbw GB/s |" if torch_res else ""),
+             "|---|---|---|---|---|---|%s" % ("---|" if torch_res else "")]
+    for nbytes in device_sizes(max_mb):
+        ts = max(r["staged"][str(nbytes)] for r in res)
+        th = max(r["by_hand"][str(nbytes)] for r in res)
+        line = "| %s | %.0f | %.3f | %.0f | %.3f | %.2fx |" % (fmt_bytes(nbytes), ts * 1e6, busbw(nbytes, ts, world),
+                                                              th * 1e6, busbw(nbytes, th, world), th / ts)
+        if torch_res:
+            tp = max(r[str(nbytes)] for r in torch_res)
+            line += " %.3f |" % busbw(nbytes, tp, world)
+        lines.append(line)
+    out = REPO / "bench" / "results" / "dist-gloo-device.md"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return "written to %s" % out
 
 
 def run_ranks(which, world, max_mb, extra=()):
@@ -278,6 +394,8 @@ def main():
     ap.add_argument("--max-mb", type=int, default=256)
     ap.add_argument("--cpu-only", action="store_true")
     ap.add_argument("--gpu-only", action="store_true")
+    ap.add_argument("--device-only", action="store_true", help="only the gloo allreduce of CUDA buffers")
+    ap.add_argument("--device-ranks", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dist-cpu.md"))
     # internal: one rank
     ap.add_argument("--rank", type=int)
@@ -285,14 +403,17 @@ def main():
     ap.add_argument("--url")
     ap.add_argument("--which")
     ap.add_argument("--torch-port", type=int, default=0)
+    ap.add_argument("--url2")
     args = ap.parse_args()
     if args.rank is not None:
         return rank_main(args)
-    if not args.gpu_only:
+    if not args.gpu_only and not args.device_only:
         peer, rows = cpu_bench(args.ranks, args.max_mb)
         write_cpu(args.ranks, peer, rows, args.out)
-    if not args.cpu_only:
+    if not args.cpu_only and not args.device_only:
         print("GPU NCCL comparison:", gpu_bench(args.max_mb))
+    if not args.cpu_only:
+        print("gloo on CUDA buffers:", device_bench(args.device_ranks, args.max_mb))
 
 
 if __name__ == "__main__":

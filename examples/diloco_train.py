@@ -19,6 +19,14 @@ tensorcore's LLaMA harness (tensorcore.llama.Llama), checking that the
 harness and the training model agree.
 
     python examples/diloco_train.py [--workers 4] [--steps 800] [--H 100] [--compress none] [--kernels tc]
+                                    [--device cpu|cuda] [--backend gloo|nccl]
+
+`--device cuda` keeps what the collectives and DiLoCo see (the parameter and
+gradient buffers) in a CUDA context's memory: the gradient allreduce and the
+outer step read device buffers (gloo stages them through page-locked host
+memory; `--backend nccl` reads them in place, one GPU per worker), while the
+model's kernels keep running on the CPU context. The numbers are those of a
+CPU run.
 """
 
 import argparse
@@ -83,7 +91,9 @@ def worker(args):
     eval_batches = [batch(held, rng_eval, args.batch, cfg.seq) for _ in range(args.eval_batches)]
     ctx = tc.Context("cpu")
     kctx = ctx if args.kernels == "tc" else None  # None: the NumPy reference kernels
-    dist = ctx.dist("gloo", world, rank, args.url, timeout=300)
+    # The context whose buffers the collectives and DiLoCo see.
+    dctx = ctx if args.device == "cpu" else tc.Context("cuda:%d" % (rank if args.backend == "nccl" else 0))
+    dist = dctx.dist(args.backend, world, rank, args.url, timeout=300)
     n = cfg.size()
     theta_buf = ctx.buffer(n * 4)
     theta = np.ctypeslib.as_array(ctypes_ptr(theta_buf.map()), (n,))  # a view of the tensorcore buffer
@@ -96,13 +106,20 @@ def worker(args):
     # The model reads theta_buf and writes grad_buf in place; AdamW updates theta_buf.
     net = M.model(cfg, theta, grad, kctx)
     opt = M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
+    # Device copies of theta and the gradient, synchronised around the
+    # collectives (the same buffers as the kernels' on the CPU).
+    theta_dev, grad_dev = (theta_buf, grad_buf) if dctx is ctx else (dctx.buffer(n * 4), dctx.buffer(n * 4))
     rng = np.random.default_rng([7, rank])
     log = {"train": [], "eval": [], "bytes": 0.0, "outer_bytes": [], "seconds": 0.0}
     d = None
     if args.mode == "diloco":
         d = dist.diloco(inner_steps=args.H, outer_lr=args.outer_lr, outer_momentum=0.9,
                         outer_optimizer="nesterov", compress=args.compress)
-        d.add_parameter("model", theta_buf, n)
+        if theta_dev is not theta_buf:
+            theta_dev.write(theta)
+        d.add_parameter("model", theta_dev, n)
+        if theta_dev is not theta_buf:
+            theta_dev.read(theta)  # rank 0's start
     if rank == 0:
         log["eval"].append((0, evaluate(net, eval_batches)))
     t0 = time.time()
@@ -111,10 +128,18 @@ def worker(args):
         loss = net.loss_and_grad(x, y)
         log["train"].append(float(loss))
         if args.mode == "ddp":
-            dist.allreduce(grad_buf, n, "f32", "avg")
+            if grad_dev is not grad_buf:
+                grad_dev.write(grad)
+            dist.allreduce(grad_dev, n, "f32", "avg")
+            if grad_dev is not grad_buf:
+                grad_dev.read(grad)
         opt.step(lr_at(step, args.lr, args.warmup, args.steps))
         if d is not None and d.step():
+            if theta_dev is not theta_buf:
+                theta_dev.write(theta)
             d.apply_outer()
+            if theta_dev is not theta_buf:
+                theta_dev.read(theta)
             log["outer_bytes"].append(d.last_outer_bytes_sent)
         if rank == 0 and (step + 1) % args.H == 0:
             log["eval"].append((step + 1, evaluate(net, eval_batches)))
@@ -127,6 +152,8 @@ def worker(args):
     if rank == 0:
         np.save(args.save, theta.copy())
     dist.close()
+    if dctx is not ctx:
+        dctx.close()
     ctx.close()
     Path(args.log).write_text(json.dumps(log))
 
@@ -163,7 +190,7 @@ def run_mode(args, mode, out):
 
 
 SHARED = ("workers", "steps", "pretrain", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
-          "outer_lr", "eval_batches", "kernels", "rope", "seed")
+          "outer_lr", "eval_batches", "kernels", "rope", "seed", "device", "backend")
 
 
 def smooth(v, k=25):
@@ -319,6 +346,10 @@ def main():
                     help="RoPE pairs (k, k + hd/2), as the recorded runs (Wq/Wk are permuted into GGUF's order on "
                     "export), or (2k, 2k+1) as GGUF")
     ap.add_argument("--seed", type=int, default=0, help="of the initial weights")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where the buffers the collectives and DiLoCo see live (the kernels run on the CPU)")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
+                    help="the workers' group (nccl: --device cuda, one GPU per worker)")
     ap.add_argument("--out", default=str(HERE / "diloco_train_out"))
     ap.add_argument("--role", default="driver")
     ap.add_argument("--mode")
@@ -327,6 +358,8 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--save")
     args = ap.parse_args()
+    if args.backend == "nccl" and args.device != "cuda":
+        ap.error("--backend nccl needs --device cuda")
     (worker if args.role == "worker" else driver)(args)
 
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "capi/api.h"
+#include "core/config.h"
 #include "core/half.h"
 #include "dist/diloco.h"
 #include "dist/group.h"
@@ -92,10 +93,11 @@ tc_status tc_diloco_init(tc_dist dist, const tc_diloco_config* config, tc_diloco
     if (!dist) return fail(TC_ERR_INVALID_ARG, "%s: dist is null", fn);
     if (tc_status st = check_handle(fn, "dist", dist, dist_kind())) return st;
     if (tc_status st = check_config(fn, config)) return st;
-    if (dist->device_memory)
-      return fail(TC_ERR_UNSUPPORTED, "%s: DiLoCo runs on host buffers (single or gloo groups); this group is NCCL", fn);
+    // The outer step runs on host vectors: an NCCL group exchanges them
+    // through device scratch (as does every group under TC_DIST_DEVICE_PATH=1).
+    const bool device_exchange = dist->device_memory || config::on(config::Key::kDistDevicePath);
     tc_diloco d = nullptr;
-    if (tc_status st = diloco_create(dist, *config, &d)) return st;
+    if (tc_status st = diloco_create(dist, *config, device_exchange, &d)) return st;
     dist->live_diloco++;
     *out = register_handle(d, diloco_kind());
     return TC_OK;
@@ -138,8 +140,15 @@ tc_status tc_diloco_add_parameter(tc_diloco diloco, const char* name, tc_buffer 
       if (a < b + num_elements * dtype_size(dtype) && b < a + p.n * dtype_size(p.dtype))
         return fail(TC_ERR_INVALID_ARG, "%s: '%s' overlaps the memory of parameter '%s'", fn, name, p.name.c_str());
     }
+    // Device memory (or host memory under TC_DIST_DEVICE_PATH=1) is read and
+    // written only through the backend's copies, staged through the host.
+    const Backend& be = *diloco->dist->ctx->backend;
+    const bool device = treat_as_device(be);
+    if (device && !can_stage(be))
+      return fail(TC_ERR_UNSUPPORTED, "%s: parameter '%s' is %s, which this backend cannot stage through host memory "
+                  "for the outer step", fn, name, where(be).c_str());
     if (tc_status st = check_idle(fn, diloco)) return st;
-    return diloco_add(diloco, name, theta_local, num_elements, dtype);
+    return diloco_add(diloco, name, theta_local, num_elements, dtype, device);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "dist/group.h"
 #include "dist/net.h"
 #include "dist/remote.h"
+#include "dist/staging.h"
 
 using namespace tc;
 using namespace tc::capi;
@@ -86,9 +87,11 @@ tc_status build_request(const char* fn, tc_context ctx, int32_t backend, int32_t
       return fail(TC_ERR_UNSUPPORTED, "%s: backend %d (ring) is reserved and not implemented; use gloo or nccl", fn,
                   backend);
     case TC_DIST_GLOO:
-      if (!ctx->backend->host_accessible())
-        return fail(TC_ERR_UNSUPPORTED, "%s: gloo runs on host buffers; this context's buffers are device memory "
-                                        "(use the nccl backend)", fn);
+      // gloo reads host memory; a device context's buffers are staged
+      // through page-locked host memory at each collective.
+      if (!can_stage(*ctx->backend))
+        return fail(TC_ERR_UNSUPPORTED, "%s: gloo runs on host memory; this context's buffers are %s, which its "
+                                        "backend cannot stage through the host", fn, where(*ctx->backend).c_str());
       if (!gloo_built()) return make_gloo_comm(GroupSpec(), nullptr);
       break;
     case TC_DIST_NCCL:
@@ -177,11 +180,40 @@ bool overlap(tc_buffer a, size_t an, tc_buffer b, size_t bn) {
   return pa < pb + bn && pb < pa + an;
 }
 
+// How a collective reaches its buffers (all of the group's context, so all
+// in one place): in place, or staged through the host.
+enum class Route { InPlace, Staged };
+
+// NCCL reads device memory in place. gloo reads host memory: device memory
+// (or host memory under TC_DIST_DEVICE_PATH=1) is staged through page-locked
+// host memory. The single backend only copies, with the device's copy for
+// device memory, so it takes the staged route's communicator too.
+tc_status route_of(const char* fn, const char* arg, tc_dist d, Route* out) {
+  *out = Route::InPlace;
+  if (d->backend == TC_DIST_NCCL) return TC_OK;
+  const Backend& be = *d->ctx->backend;
+  if (!treat_as_device(be)) return TC_OK;
+  if (!can_stage(be))
+    return fail(TC_ERR_UNSUPPORTED, "%s: %s is %s, which the %s backend cannot read and this device cannot stage "
+                "through host memory", fn, arg, where(be).c_str(), d->backend == TC_DIST_GLOO ? "gloo" : "single");
+  *out = Route::Staged;
+  return TC_OK;
+}
+
 // Runs a collective under the group's lock and counts its bytes.
 template <class F>
-tc_status collective(tc_dist d, uint64_t wire_bytes, F&& body) {
+tc_status collective(tc_dist d, Route route, uint64_t wire_bytes, F&& body) {
   std::lock_guard<std::mutex> lock(d->mu);
-  tc_status st = body(*d->comm);
+  Comm* c = d->comm.get();
+  if (route == Route::Staged) {
+    if (!d->staged) {
+      Backend* be = d->ctx->backend.get();
+      d->staged = d->backend == TC_DIST_SINGLE ? make_single_comm(be) : make_staged_comm(d->comm.get(), be);
+      d->staged->set_timeout_ms(d->timeout_ms.load());
+    }
+    c = d->staged.get();
+  }
+  tc_status st = body(*c);
   if (st == TC_OK) d->bytes_sent += wire_bytes;
   return st;
 }
@@ -205,6 +237,19 @@ tc_status identities_from(const char* fn, const char* const* ids, size_t count, 
   return TC_OK;
 }
 
+// The endpoint reads and writes its bytes on the host (a publish is copied
+// under its lock, a fetch is written where it lands). An address the
+// context's device says is its own memory would be read by the host: refused.
+// (A host backend cannot tell a device address from a host one.)
+tc_status check_host_address(const char* fn, const char* arg, tc_remote r, const void* ptr, size_t nbytes) {
+  // accepts_pointer records a detail when it says no; the call's success
+  // clears it (capi's guarded).
+  Backend& be = *r->ctx->backend;
+  if (be.host_accessible() || !be.accepts_pointer(ptr, nbytes)) return TC_OK;
+  return fail(TC_ERR_UNSUPPORTED, "%s: %s is %s; the remote endpoint serves and fetches host memory", fn, arg,
+              where(be).c_str());
+}
+
 tc_status check_name(const char* fn, const char* name) {
   if (!name || !*name) return fail(TC_ERR_INVALID_ARG, "%s: name is empty", fn);
   if (std::strlen(name) > 1000) return fail(TC_ERR_INVALID_ARG, "%s: name is longer than 1000 bytes", fn);
@@ -215,8 +260,7 @@ tc_status check_name(const char* fn, const char* name) {
 
 uint64_t tc::dist::available_capabilities(tc_context ctx) {
   uint64_t bits = 0;
-  bool host = ctx->backend->host_accessible();
-  if (host && gloo_built()) bits |= TC_CAPABILITY_DIST_GLOO;
+  if (gloo_built() && can_stage(*ctx->backend)) bits |= TC_CAPABILITY_DIST_GLOO;  // device memory staged
   if (ctx->backend->kind() == TC_BACKEND_CUDA && nccl_built()) bits |= TC_CAPABILITY_DIST_NCCL;
   bits |= TC_CAPABILITY_DILOCO;  // single groups on any context (device memory through the host), gloo on host ones
   return bits;
@@ -332,6 +376,7 @@ tc_status tc_dist_set_timeout(tc_dist dist, int64_t timeout_ms) {
     std::lock_guard<std::mutex> lock(dist->mu);
     dist->timeout_ms = timeout_ms;
     dist->comm->set_timeout_ms(timeout_ms);
+    if (dist->staged) dist->staged->set_timeout_ms(timeout_ms);
     return TC_OK;
   });
 }
@@ -370,8 +415,10 @@ tc_status tc_allreduce(tc_dist dist, tc_buffer buf, size_t num_elements, tc_dtyp
     if (tc_status st = check_dtype(fn, dtype)) return st;
     if (tc_status st = check_op(fn, op)) return st;
     if (tc_status st = check_elems(fn, "buf", dist, buf, num_elements, dtype, 1)) return st;
+    Route route;
+    if (tc_status st = route_of(fn, "buf", dist, &route)) return st;
     uint64_t wire = wire_bytes_allreduce(num_elements * dtype_size(dtype), dist->world);
-    return collective(dist, wire, [&](Comm& c) { return c.allreduce(buf->bytes(), num_elements, dtype, op); });
+    return collective(dist, route, wire, [&](Comm& c) { return c.allreduce(buf->bytes(), num_elements, dtype, op); });
   });
 }
 
@@ -383,8 +430,11 @@ tc_status tc_broadcast(tc_dist dist, tc_buffer buf, size_t num_elements, tc_dtyp
     if (root < 0 || root >= dist->world)
       return fail(TC_ERR_INVALID_ARG, "%s: root %d is not a rank of 0..%d", fn, root, dist->world - 1);
     if (tc_status st = check_elems(fn, "buf", dist, buf, num_elements, dtype, 1)) return st;
+    Route route;
+    if (tc_status st = route_of(fn, "buf", dist, &route)) return st;
     uint64_t wire = wire_bytes_broadcast(num_elements * dtype_size(dtype), dist->world, root == dist->rank);
-    return collective(dist, wire, [&](Comm& c) { return c.broadcast(buf->bytes(), num_elements, dtype, root); });
+    return collective(dist, route, wire,
+                      [&](Comm& c) { return c.broadcast(buf->bytes(), num_elements, dtype, root); });
   });
 }
 
@@ -398,8 +448,10 @@ tc_status tc_allgather(tc_dist dist, tc_buffer src, tc_buffer dst, size_t num_el
     size_t per = num_elements_per_rank * dtype_size(dtype);
     if (overlap(src, per, dst, per * size_t(dist->world)))
       return fail(TC_ERR_INVALID_ARG, "%s: src and dst overlap", fn);
+    Route route;
+    if (tc_status st = route_of(fn, "src", dist, &route)) return st;
     uint64_t wire = wire_bytes_allgather(per, dist->world);
-    return collective(dist, wire,
+    return collective(dist, route, wire,
                       [&](Comm& c) { return c.allgather(src->bytes(), dst->bytes(), num_elements_per_rank, dtype); });
   });
 }
@@ -416,8 +468,10 @@ tc_status tc_reduce_scatter(tc_dist dist, tc_buffer src, tc_buffer dst, size_t n
     size_t per = num_elements_per_rank * dtype_size(dtype);
     if (overlap(src, per * size_t(dist->world), dst, per))
       return fail(TC_ERR_INVALID_ARG, "%s: src and dst overlap", fn);
+    Route route;
+    if (tc_status st = route_of(fn, "src", dist, &route)) return st;
     uint64_t wire = wire_bytes_reduce_scatter(per, dist->world);
-    return collective(dist, wire, [&](Comm& c) {
+    return collective(dist, route, wire, [&](Comm& c) {
       return c.reduce_scatter(src->bytes(), dst->bytes(), num_elements_per_rank, dtype, op);
     });
   });
@@ -427,7 +481,7 @@ tc_status tc_barrier(tc_dist dist) {
   const char* fn = "tc_barrier";
   return guarded(fn, [&] {
     if (tc_status st = check_dist(fn, dist)) return st;
-    return collective(dist, 0, [&](Comm& c) { return c.barrier(); });
+    return collective(dist, Route::InPlace, 0, [&](Comm& c) { return c.barrier(); });
   });
 }
 
@@ -505,6 +559,7 @@ tc_status tc_remote_register_tensor(tc_remote remote, const char* name, const vo
     if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
       return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
                   fn, nbytes, tc::dist::kMaxTensorBytes);
+    if (tc_status st = check_host_address(fn, "ptr", remote, ptr, nbytes)) return st;
     remote->ep->publish(name, ptr, nbytes);
     return TC_OK;
   });
@@ -577,6 +632,7 @@ tc_status tc_remote_tensor_fetch(tc_remote remote, int32_t peer_id, const char* 
     if (nbytes == 0 || nbytes > tc::dist::kMaxTensorBytes)
       return fail(TC_ERR_INVALID_ARG, "%s: nbytes %zu must be in 1..%zu (a tensor travels in one frame of at most 4 GiB)",
                   fn, nbytes, tc::dist::kMaxTensorBytes);
+    if (tc_status st = check_host_address(fn, "dst", remote, dst, nbytes)) return st;
     std::string why;
     if (tc_status st = remote->ep->fetch(peer_id, name, dst, nbytes, &why)) return fail(st, "%s: %s", fn, why.c_str());
     return TC_OK;

@@ -62,6 +62,9 @@ TC_CONFIG(kLlamaQ8, "TC_LLAMA_Q8", Bool, "on", "", Once,
 // ---- tensorcore: distributed
 TC_CONFIG(kDistTimeoutMs, "TC_DIST_TIMEOUT_MS", Int, "120000", "1..9223372036854775807", PerCall,
           "default deadline of distributed calls, milliseconds; a URL's ?timeout_ms= wins")
+TC_CONFIG(kDistDevicePath, "TC_DIST_DEVICE_PATH", Bool, "off", "", PerCall,
+          "collectives and DiLoCo handle a host backend's buffers as device memory (staged through page-locked "
+          "host memory, the exchange through device scratch): tests the GPU path on the CPU")
 TC_CONFIG(kNcclNonblocking, "TC_NCCL_NONBLOCKING", Bool, "off", "", PerCall,
           "NCCL collectives on the non-blocking communicator itself (every enqueue polled; slower) instead of "
           "the blocking one split from it")

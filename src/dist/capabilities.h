@@ -1,7 +1,8 @@
-// The dist area's capability bits for a context: gloo on host-memory
-// contexts when gloo is built, NCCL on CUDA contexts when NCCL is built,
-// DiLoCo on every context (its groups are single or gloo; parameters in
-// device memory are staged through the host).
+// The dist area's capability bits for a context: gloo when gloo is built
+// (a device context's buffers are staged through the host), NCCL on CUDA
+// contexts when NCCL is built, DiLoCo on every context (parameters in device
+// memory are staged through the host; an NCCL group exchanges through device
+// scratch).
 #pragma once
 
 #include <cstdint>

@@ -35,7 +35,7 @@ void size_state(tc_diloco d, OuterState* s) {
 // *delta = anchor - theta (theta itself in *theta when asked).
 tc_status outer_gradient(tc_diloco d, std::vector<float>* delta, std::vector<float>* theta = nullptr) {
   delta->resize(d->total);
-  if (tc_status st = gather_theta(d->params, delta)) return st;
+  if (tc_status st = gather_theta(d->stager.get(), d->params, delta)) return st;
   if (theta) *theta = *delta;
   for (size_t i = 0; i < d->total; ++i) (*delta)[i] = d->state.anchor[i] - (*delta)[i];
   return TC_OK;
@@ -62,13 +62,22 @@ void join_worker(tc_diloco d) {
 
 }  // namespace
 
-tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, tc_diloco* out) {
+tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, bool device_exchange, tc_diloco* out) {
   auto d = std::make_unique<tc_diloco_s>();
   d->dist = dist;
   d->cfg = cfg;
   {
     std::lock_guard<std::mutex> lock(dist->mu);
     if (tc_status st = dist->comm->fork(&d->comm)) return st;
+  }
+  if (device_exchange) {
+    // The outer step works on host vectors. NCCL reads device memory: they
+    // go through device scratch. On a group that reads host memory (only
+    // under TC_DIST_DEVICE_PATH=1) the scratch is then staged back through
+    // the host, so both adapters run where no GPU is.
+    Backend* be = dist->ctx->backend.get();
+    if (!dist->device_memory) d->comm = make_staged_comm(std::move(d->comm), be);
+    d->comm = make_device_backed_comm(std::move(d->comm), be);
   }
   d->comm->set_timeout_ms(dist->timeout_ms.load());
   *out = d.release();
@@ -84,7 +93,7 @@ void diloco_destroy(tc_diloco d) {
   delete d;
 }
 
-tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, tc_dtype dtype) {
+tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, tc_dtype dtype, bool device) {
   // Every rank must register the same parameter: compare descriptors
   // (name digest, count, dtype, position) across the group first, so a
   // mismatch fails on every rank instead of corrupting the exchange.
@@ -116,14 +125,23 @@ tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, t
   p.n = n;
   p.dtype = dtype;
   p.offset = d->total;
-  // One starting point for everyone: rank 0's values (through the host when
-  // the parameter lives in device memory).
+  p.device = device;
+  if (device && !d->stager) {
+    d->stager = std::make_unique<Stager>(d->dist->ctx->backend.get());
+    d->stager->set_timeout_ms(d->dist->timeout_ms.load());
+  }
+  // One starting point for everyone: rank 0's values. A host parameter is
+  // broadcast in place; a device one through a host copy.
   std::vector<char> staged;
-  const void* host = nullptr;
-  if (tc_status st = read_param(p, &staged, &host)) return st;
-  if (tc_status st = d->comm->broadcast(const_cast<void*>(host), n, dtype, 0)) return st;
-  if (!host_visible(p))
-    if (tc_status st = write_param(p, host)) return st;
+  void* host = p.storage->data;
+  if (device) {
+    staged.resize(param_bytes(p));
+    host = staged.data();
+    if (tc_status st = read_param(d->stager.get(), p, host)) return st;
+  }
+  if (tc_status st = d->comm->broadcast(host, n, dtype, 0)) return st;
+  if (device)
+    if (tc_status st = write_param(d->stager.get(), p, host)) return st;
   d->params.push_back(p);
   d->total += n;
   size_state(d, &d->state);
@@ -170,7 +188,7 @@ tc_status diloco_apply_outer(tc_diloco d) {
   d->round_id++;
   if (tc_status st = run_round(d, delta, &next, &secs, &bytes)) return st;
   d->state = std::move(next);
-  if (tc_status st = scatter_theta(d->params, d->state.anchor)) return st;
+  if (tc_status st = scatter_theta(d->stager.get(), d->params, d->state.anchor)) return st;
   d->since_outer = 0;
   d->outer_completed++;
   d->last_seconds = secs;
@@ -209,9 +227,9 @@ tc_status diloco_commit(tc_diloco d) {
     // A failed copy (device memory) returns with the round still READY and
     // the state as it was, so the commit can be tried again.
     std::vector<float> theta(d->total);
-    if (tc_status st = gather_theta(d->params, &theta)) return st;
+    if (tc_status st = gather_theta(d->stager.get(), d->params, &theta)) return st;
     for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
-    if (tc_status st = scatter_theta(d->params, theta)) return st;
+    if (tc_status st = scatter_theta(d->stager.get(), d->params, theta)) return st;
     d->state = std::move(d->work);
     d->outer_completed++;
     d->last_seconds = d->work_seconds;

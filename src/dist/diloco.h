@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "dist/comm.h"
+#include "dist/staging.h"
 #include "tensorcore/diloco.h"
 
 namespace tc {
@@ -24,6 +25,7 @@ struct DilocoParam {
   size_t n = 0;
   tc_dtype dtype = TC_DTYPE_F32;
   size_t offset = 0;   // into the flat vectors
+  bool device = false; // read and written through the Stager, never by the host
 };
 
 // What an outer step reads and writes besides theta.
@@ -42,16 +44,15 @@ tc_status exchange(Comm& comm, int32_t compress, const std::vector<float>& delta
                    std::vector<float>* g, uint64_t* bytes);
 // anchor := OuterOpt(anchor, g) with the optimizer's moments in `s`.
 void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, OuterState* s);
-// theta (the parameters) <-> the flat f32 vector. Parameters in memory the
-// host cannot read (a CUDA context's buffers) are copied through the host by
-// their backend; a failed copy is returned.
-tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat);
-tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat);
-// A parameter's bytes where the host can read them: the buffer itself, or a
-// copy in *staged (read_param); write_param puts host bytes back.
-bool host_visible(const DilocoParam& p);
-tc_status read_param(const DilocoParam& p, std::vector<char>* staged, const void** out);
-tc_status write_param(const DilocoParam& p, const void* src);
+// theta (the parameters) <-> the flat f32 vector. Device parameters go
+// through `stager` (page-locked host memory, chunk by chunk, the next
+// chunk's copy overlapping this one's conversion); a failed copy is returned.
+tc_status gather_theta(Stager* stager, const std::vector<DilocoParam>& params, std::vector<float>* flat);
+tc_status scatter_theta(Stager* stager, const std::vector<DilocoParam>& params, const std::vector<float>& flat);
+// A parameter's bytes to and from host memory (`host`, param_bytes(p) long).
+size_t param_bytes(const DilocoParam& p);
+tc_status read_param(Stager* stager, const DilocoParam& p, void* host);
+tc_status write_param(Stager* stager, const DilocoParam& p, const void* host);
 // flat[p.offset ..] = f32 of the parameter's bytes at `src` (host memory).
 void widen_param(const DilocoParam& p, const void* src, float* flat);
 // Top-k budget of a compression mode for n elements (0: dense modes).
@@ -64,6 +65,8 @@ struct tc_diloco_s {
   tc_dist dist = nullptr;
   tc_diloco_config cfg{};
   std::unique_ptr<tc::dist::Comm> comm;  // forked from the group's: never interleaves with caller collectives
+  // Device parameters' copies (made with the first one); caller's thread only.
+  std::unique_ptr<tc::dist::Stager> stager;
   std::vector<tc::dist::DilocoParam> params;
   size_t total = 0;
   tc::dist::OuterState state;
@@ -91,9 +94,12 @@ namespace tc {
 namespace dist {
 
 // diloco.cpp: the engine (src/capi/diloco.cpp validates before calling).
-tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, tc_diloco* out);
+// `device_exchange`: the exchange's host vectors go through device scratch
+// (NCCL groups; every group under TC_DIST_DEVICE_PATH=1).
+tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, bool device_exchange, tc_diloco* out);
 void diloco_destroy(tc_diloco d);
-tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, tc_dtype dtype);
+// `device`: the parameter is staged (src/capi decided where it lives).
+tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, tc_dtype dtype, bool device);
 tc_status diloco_apply_outer(tc_diloco d);
 int32_t diloco_poll(tc_diloco d, tc_status* worker_status, uint64_t* round_id);
 tc_status diloco_wait(tc_diloco d);

@@ -141,62 +141,77 @@ void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, Oute
   }
 }
 
-namespace {
 size_t param_bytes(const DilocoParam& p) { return p.n * (p.dtype == TC_DTYPE_F32 ? 4 : 2); }
+
+tc_status read_param(Stager* stager, const DilocoParam& p, void* host) {
+  if (!p.device) {
+    std::memcpy(host, p.storage->data, param_bytes(p));
+    return TC_OK;
+  }
+  return stager->read(p.storage->data, param_bytes(p), [&](const char* chunk, size_t off, size_t len) {
+    std::memcpy(static_cast<char*>(host) + off, chunk, len);
+  });
+}
+
+tc_status write_param(Stager* stager, const DilocoParam& p, const void* host) {
+  if (!p.device) {
+    if (host != p.storage->data) std::memcpy(p.storage->data, host, param_bytes(p));
+    return TC_OK;
+  }
+  return stager->write(p.storage->data, param_bytes(p), [&](char* chunk, size_t off, size_t len) {
+    std::memcpy(chunk, static_cast<const char*>(host) + off, len);
+  });
+}
+
+namespace {
+
+// flat[first .. first + count) <-> `count` elements of the parameter's dtype.
+void widen(tc_dtype dtype, const void* src, float* dst, size_t count) {
+  if (dtype == TC_DTYPE_F32)
+    std::memcpy(dst, src, count * 4);
+  else
+    widen_row(dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(count));
+}
+void narrow(tc_dtype dtype, const float* src, void* dst, size_t count) {
+  if (dtype == TC_DTYPE_F32)
+    std::memcpy(dst, src, count * 4);
+  else
+    narrow_row(dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(dst), int64_t(count));
+}
+
 }  // namespace
 
-bool host_visible(const DilocoParam& p) { return !p.storage->backend || p.storage->backend->host_accessible(); }
+void widen_param(const DilocoParam& p, const void* src, float* flat) { widen(p.dtype, src, flat + p.offset, p.n); }
 
-tc_status read_param(const DilocoParam& p, std::vector<char>* staged, const void** out) {
-  if (host_visible(p)) {
-    *out = p.storage->data;
-    return TC_OK;
-  }
-  staged->resize(param_bytes(p));
-  *out = staged->data();
-  return p.storage->backend->copy_out(staged->data(), p.storage->data, staged->size());
-}
-
-tc_status write_param(const DilocoParam& p, const void* src) {
-  if (host_visible(p)) {
-    if (src != p.storage->data) std::memcpy(p.storage->data, src, param_bytes(p));
-    return TC_OK;
-  }
-  return p.storage->backend->copy_in(p.storage->data, src, param_bytes(p));
-}
-
-void widen_param(const DilocoParam& p, const void* src, float* flat) {
-  float* dst = flat + p.offset;
-  if (p.dtype == TC_DTYPE_F32)
-    std::memcpy(dst, src, p.n * 4);
-  else
-    widen_row(p.dtype == TC_DTYPE_BF16, static_cast<const uint16_t*>(src), dst, int64_t(p.n));
-}
-
-tc_status gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
-  std::vector<char> staged;
+tc_status gather_theta(Stager* stager, const std::vector<DilocoParam>& params, std::vector<float>* flat) {
   for (auto& p : params) {
-    const void* src = nullptr;
-    if (tc_status st = read_param(p, &staged, &src)) return st;
-    widen_param(p, src, flat->data());
+    float* dst = flat->data() + p.offset;
+    if (!p.device) {
+      widen(p.dtype, p.storage->data, dst, p.n);
+      continue;
+    }
+    // Chunks are whole elements: kChunk is a multiple of 4.
+    const size_t esz = dtype_size(p.dtype);
+    if (tc_status st = stager->read(p.storage->data, param_bytes(p), [&](const char* chunk, size_t off, size_t len) {
+          widen(p.dtype, chunk, dst + off / esz, len / esz);
+        }))
+      return st;
   }
   return TC_OK;
 }
 
-tc_status scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
-  std::vector<char> staged;
+tc_status scatter_theta(Stager* stager, const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
   for (auto& p : params) {
     const float* src = flat.data() + p.offset;
-    void* dst = p.storage->data;
-    if (!host_visible(p)) {
-      staged.resize(param_bytes(p));
-      dst = staged.data();
+    if (!p.device) {
+      narrow(p.dtype, src, p.storage->data, p.n);
+      continue;
     }
-    if (p.dtype == TC_DTYPE_F32)
-      std::memcpy(dst, src, p.n * 4);
-    else
-      narrow_row(p.dtype == TC_DTYPE_BF16, src, static_cast<uint16_t*>(dst), int64_t(p.n));
-    if (tc_status st = write_param(p, dst)) return st;
+    const size_t esz = dtype_size(p.dtype);
+    if (tc_status st = stager->write(p.storage->data, param_bytes(p), [&](char* chunk, size_t off, size_t len) {
+          narrow(p.dtype, src + off / esz, chunk, len / esz);
+        }))
+      return st;
   }
   return TC_OK;
 }

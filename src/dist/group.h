@@ -22,7 +22,11 @@ struct tc_dist_s {
   std::unique_ptr<tc::dist::StoreServer> server;
   std::unique_ptr<tc::dist::Store> store;
   std::unique_ptr<tc::dist::Comm> comm;
-  std::mutex mu;  // one collective at a time on `comm`
+  // Made at the first collective on device memory that `comm` cannot read in
+  // place (gloo on a CUDA context, or TC_DIST_DEVICE_PATH=1): the same
+  // collectives staged through the host (src/dist/staging.h).
+  std::unique_ptr<tc::dist::Comm> staged;
+  std::mutex mu;  // one collective at a time on `comm` and `staged`
   std::atomic<int64_t> timeout_ms{120000};
   std::atomic<uint64_t> bytes_sent{0};
   std::atomic<uint64_t> client_auth_failures{0};

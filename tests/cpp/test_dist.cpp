@@ -131,6 +131,45 @@ TEST(DilocoAsync, TwoGlooRanksInOneProcess) {
   }
 }
 
+// TC_DIST_DEVICE_PATH=1: theta is staged through a queue's worker thread and
+// the exchange goes through device scratch and the staging again, on the
+// DiLoCo worker thread, while the caller trains: the handoffs between the
+// three threads are what ThreadSanitizer checks here.
+TEST(DilocoAsync, DevicePathWhileTraining) {
+  ASSERT_EQ(setenv("TC_DIST_DEVICE_PATH", "1", 1), 0);
+  {
+    const size_t n = 4096;
+    Rank r;
+    open_rank(r, TC_DIST_SINGLE, 1, 0, "single://t", TC_DILOCO_COMPRESS_FP16, n);
+    train(r, 0, 6, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(r.p[i]));
+    close_rank(r);
+  }
+  tc_context probe = nullptr;
+  ASSERT_EQ(tc_init_device("cpu", &probe), TC_OK);
+  struct tc_runtime_capabilities caps {};
+  caps.struct_size = sizeof caps;
+  ASSERT_EQ(tc_runtime_capabilities(probe, &caps), TC_OK);
+  tc_shutdown(probe);
+  if (tc_capability_available(&caps, TC_CAPABILITY_DIST_GLOO)) {
+    const size_t n = 2048;
+    const std::string url =
+        "gloo+tcp://127.0.0.1:" + std::to_string(31000 + (getpid() % 2000)) + "?timeout_ms=30000";
+    Rank ranks[2];
+    std::thread t1([&] { open_rank(ranks[1], TC_DIST_GLOO, 2, 1, url, TC_DILOCO_COMPRESS_NONE, n); });
+    open_rank(ranks[0], TC_DIST_GLOO, 2, 0, url, TC_DILOCO_COMPRESS_NONE, n);
+    t1.join();
+    std::thread u1([&] { train(ranks[1], 1, 5, n); });
+    train(ranks[0], 0, 5, n);
+    u1.join();
+    EXPECT_EQ(std::memcmp(ranks[0].p, ranks[1].p, n * 4), 0);
+    std::thread c1([&] { close_rank(ranks[1]); });
+    close_rank(ranks[0]);
+    c1.join();
+  }
+  unsetenv("TC_DIST_DEVICE_PATH");
+}
+
 TEST(DistApi, NullAndStaleHandlesAreRefused) {
   int32_t v = 0;
   EXPECT_EQ(tc_dist_world_size(nullptr, &v), TC_ERR_INVALID_ARG);

@@ -119,6 +119,47 @@ def scenario_collectives(ctx, url, seed, extra):
         collectives(ctx, d, seed)
 
 
+def scenario_collectives_large(ctx, url, seed, extra):
+    """Buffers of several 4 MiB staging chunks and a partial one, so that a
+    staged collective (device memory, or TC_DIST_DEVICE_PATH=1) pipelines
+    chunks and puts each back at its place; outputs NaN-poisoned first."""
+    world, rank = WORLD, RANK
+    chunk = 4 << 20
+    with ctx.dist("gloo", world, rank, url, timeout=60) as d:
+        for dtype, op, salt in (("f32", "sum", 1), ("f16", "avg", 2), ("bf16", "max", 3)):
+            if NP[dtype] is None:
+                continue
+            esz = NP[dtype].itemsize
+            n = 2 * chunk // esz + 12345  # three chunks, the last one partial
+            xs = [data(seed, r, n, dtype, salt) for r in range(world)]
+            buf = ctx.buffer_from_array(xs[rank])
+            d.allreduce(buf, n, dtype=dtype, op=op)
+            stack = np.stack([x.astype(np.float64) for x in xs])
+            ref = {"sum": np.sum, "avg": np.mean, "max": np.max}[op](stack, 0)
+            check(close(buf.to_numpy((n,), NP[dtype]), ref, dtype, scale=world), "large allreduce %s %s" % (dtype, op))
+        n = 2 * chunk // 4 + 777
+        root = world - 1
+        x = data(seed, root, n, "f32", 9) if rank == root else np.full(n, np.nan, np.float32)
+        buf = ctx.buffer_from_array(x)
+        d.broadcast(buf, n, root=root)
+        check(np.array_equal(buf.to_numpy((n,), np.float32).view(np.uint32), data(seed, root, n, "f32", 9).view(np.uint32)),
+              "large broadcast bits")
+        # Every rank's block spans several chunks of chunk / world bytes.
+        m = 2 * chunk // (4 * world) + 333
+        src = ctx.buffer_from_array(data(seed, rank, m, "f32", 11))
+        dst = ctx.buffer_from_array(np.full(m * world, np.nan, np.float32))
+        d.allgather(src, dst, m)
+        ref = np.concatenate([data(seed, r, m, "f32", 11) for r in range(world)])
+        check(np.array_equal(dst.to_numpy((m * world,), np.float32).view(np.uint32), ref.view(np.uint32)),
+              "large allgather bits")
+        ys = [data(seed, r, m * world, "f32", 12) for r in range(world)]
+        src = ctx.buffer_from_array(ys[rank])
+        dst = ctx.buffer_from_array(np.full(m, np.nan, np.float32))
+        d.reduce_scatter(src, dst, m, op="sum")
+        ref = np.sum(np.stack([y.astype(np.float64) for y in ys]), 0)[rank * m:(rank + 1) * m]
+        check(close(dst.to_numpy((m,), np.float32), ref, "f32", scale=world), "large reduce_scatter")
+
+
 def scenario_file(ctx, url, seed, extra):
     with ctx.dist("gloo", WORLD, RANK, url, timeout=20) as d:
         x = ctx.buffer_from_array(np.full(10, RANK + 1, np.float32))
@@ -319,6 +360,19 @@ def scenario_diloco_state(ctx, url, seed, extra):
         diloco_state(ctx, dist, seed)
 
 
+def scenario_diloco_nccl(ctx, url, seed, extra):
+    """DiLoCo on an NCCL group (one GPU per rank): the outer exchange goes
+    through device scratch; the same checks as on gloo."""
+    sizes = [300, 77]
+    with ctx.dist("nccl", WORLD, RANK, url, timeout=60) as dist:
+        gather = ctx.buffer(4 * sum(sizes) * WORLD)
+        for opt in ("sgd", "nesterov", "adam"):
+            for comp in ("none", "fp16", "topk_1pct"):
+                for async_overlap in (False, True):
+                    run_diloco(ctx, dist, gather, sizes, 3, opt, comp, async_overlap, seed)
+        diloco_state(ctx, dist, seed)
+
+
 def diloco_state(ctx, dist, seed):
     """Serialize after 2 outer steps, continue 2 more; a fresh context
     restored from the blob continues bit-identically."""
@@ -381,7 +435,9 @@ def main():
     global RANK, WORLD
     scenario, RANK, WORLD, url, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
     extra = sys.argv[6] if len(sys.argv) > 6 else ""
-    device = "cuda:%d" % RANK if scenario == "nccl" else "cpu"
+    # TC_TEST_DIST_DEVICE: the context of the gloo scenarios (e.g. "cuda":
+    # gloo on device buffers, staged through the host).
+    device = "cuda:%d" % RANK if scenario.endswith("nccl") else os.environ.get("TC_TEST_DIST_DEVICE", "cpu")
     with tc.Context(device) as ctx:
         globals()["scenario_" + scenario](ctx, url, seed, extra)
     print("DONE rank %d failures %d" % (RANK, len(FAILURES)), flush=True)

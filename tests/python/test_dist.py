@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import BF16, REPO
+from conftest import BF16, HAVE_CUDA, REPO
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 HAVE_GLOO = tc.capability_available(tc.Context("cpu").runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO)
@@ -32,8 +32,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def spawn(scenario, rank, world, url, seed, extra=""):
-    env = dict(os.environ)
+def spawn(scenario, rank, world, url, seed, extra="", env=None):
+    env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TC_NUM_THREADS", "1")
     return subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), url, str(seed), extra],
@@ -62,9 +62,9 @@ def results(out):
     return kv
 
 
-def run_group(scenario, world, seed, url=None, extra="", timeout=60):
+def run_group(scenario, world, seed, url=None, extra="", timeout=60, env=None):
     url = url or "gloo+tcp://127.0.0.1:%d" % free_port()
-    procs = [spawn(scenario, r, world, url, seed, extra) for r in range(world)]
+    procs = [spawn(scenario, r, world, url, seed, extra, env) for r in range(world)]
     outs = finish(procs, timeout)
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, "rank %d failed (exit %s):\n%s" % (r, p.returncode, out)
@@ -73,10 +73,33 @@ def run_group(scenario, world, seed, url=None, extra="", timeout=60):
 
 # ---- multi-process ---------------------------------------------------------------
 
+# Where the buffers of a gloo test live: host memory read in place, or
+# handled as device memory (TC_DIST_DEVICE_PATH=1: staged through page-locked
+# host memory in chunks, the path of a CUDA context's buffers). TC_TRACE names
+# every staged collective, so each test also checks which path ran.
+PATHS = {"host": {}, "device-path": {"TC_DIST_DEVICE_PATH": "1", "TC_TRACE": "1"}}
+STAGED = "staged through host memory"
+
+
+def check_path(path, outs):
+    for out in outs:
+        assert (STAGED in out) == (path == "device-path"), out[-2000:]
+
+
 @needs_gloo
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("world", [2, 4])
-def test_every_collective_and_dtype_matches_numpy(world, rng):
-    run_group("collectives", world, int(rng.integers(1 << 30)))
+def test_every_collective_and_dtype_matches_numpy(world, path, rng):
+    check_path(path, run_group("collectives", world, int(rng.integers(1 << 30)), env=PATHS[path]))
+
+
+@needs_gloo
+@pytest.mark.parametrize("world,path", [(2, "host"), (2, "device-path"), (3, "device-path")])
+def test_collectives_of_several_staging_chunks_match_numpy(world, path, rng):
+    outs = run_group("collectives_large", world, int(rng.integers(1 << 30)), env=PATHS[path], timeout=120)
+    check_path(path, outs)
+    if path == "device-path":  # the 10 MB allreduce went in three chunks
+        assert any(re.search(r"allreduce \(staged through host memory\).*in 3 chunks", o) for o in outs)
 
 
 def _nccl_gpus():
@@ -160,14 +183,16 @@ def test_rendezvous_without_peers_times_out(cpu_ctx):
 
 
 @needs_gloo
-@pytest.mark.parametrize("world", [2, 4])
-def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, rng):
-    run_group("diloco", world, int(rng.integers(1 << 30)), timeout=90)
+@pytest.mark.parametrize("world,path", [(2, "host"), (4, "host"), (2, "device-path")])
+def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, path, rng):
+    outs = run_group("diloco", world, int(rng.integers(1 << 30)), timeout=120, env=PATHS[path])
+    check_path(path, outs)
 
 
 @needs_gloo
-def test_diloco_state_round_trip_continues_bit_identically(rng):
-    run_group("diloco_state", 2, int(rng.integers(1 << 30)))
+@pytest.mark.parametrize("path", PATHS)
+def test_diloco_state_round_trip_continues_bit_identically(path, rng):
+    check_path(path, run_group("diloco_state", 2, int(rng.integers(1 << 30)), env=PATHS[path]))
 
 
 # ---- single process: the single backend ------------------------------------------------
@@ -352,6 +377,177 @@ def test_diloco_async_keeps_local_progress(ctx, rng, dtype):
         assert d.outer_steps_completed == 1
 
 
+# ---- DiLoCo with parameters in device memory -----------------------------------------
+
+# A parameter of more than one 4 MiB staging chunk (and a partial one), and
+# one of each 16-bit dtype.
+DEVICE_PARAMS = [("big", 1_050_001, "f32"), ("half", 333, "f16"), ("brain", 5_001, "bf16")]
+DEVICE_CASES = [(opt, comp, False) for opt in ("sgd", "nesterov", "adam")
+                for comp in ("none", "fp16", "topk_1pct", "topk_01pct")] + \
+    [("nesterov", "none", True), ("adam", "fp16", True), ("sgd", "topk_1pct", True)]
+
+
+def _np_type(dtype):
+    return {"f32": np.float32, "f16": np.float16, "bf16": BF16}[dtype]
+
+
+def _state_without_timing(blob):
+    """A v2 blob less its digest and last_outer_step_seconds (a wall-clock time)."""
+    digest, seconds = slice(24, 56), slice(64 + 100, 64 + 108)
+    return blob[:digest.start] + blob[digest.stop:seconds.start] + blob[seconds.stop:]
+
+
+def _diloco_trace(ctx, opt, comp, async_overlap, seed):
+    """Two outer steps of H = 2 deterministic inner steps on DEVICE_PARAMS in
+    `ctx`; returns every parameter's bytes after each outer step and the
+    state blob. NaN-poisoned parameters before add_parameter would show: it
+    broadcasts the buffers' own values, which are written first."""
+    rng = np.random.default_rng(seed)
+    params = [(name, n, dt) for name, n, dt in DEVICE_PARAMS if _np_type(dt) is not None]
+    init = [rng.standard_normal(n).astype(_np_type(dt)) for _, n, dt in params]
+    bufs = [ctx.buffer_from_array(x) for x in init]
+    snaps = []
+    with ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=2, outer_lr=0.7, outer_momentum=0.9,
+                                                       outer_optimizer=opt, compress=comp,
+                                                       async_overlap=async_overlap) as d:
+        for (name, n, dt), b in zip(params, bufs):
+            d.add_parameter(name, b, n, dtype=dt)
+        for outer in range(2):
+            for step in range(2):
+                for (name, n, dt), b in zip(params, bufs):
+                    x = b.to_numpy((n,), _np_type(dt)).astype(np.float32)
+                    b.write((x - 0.01 * rng.standard_normal(n).astype(np.float32)).astype(_np_type(dt)))
+                if d.step():
+                    d.apply_outer()
+            if async_overlap:
+                d.async_wait()
+                d.async_commit()
+            assert d.outer_steps_completed == outer + 1
+            snaps.append([b.to_numpy((n,), _np_type(dt)).view(np.uint8).copy() for (_, n, dt), b in zip(params, bufs)])
+        blob = d.serialize_state()
+        # The blob restores into a fresh context of the same parameters.
+        with dist.diloco(inner_steps=2, outer_lr=0.7, outer_momentum=0.9, outer_optimizer=opt, compress=comp,
+                         async_overlap=async_overlap) as d2:
+            for (name, n, dt), b in zip(params, bufs):
+                d2.add_parameter(name, b, n, dtype=dt)
+            d2.deserialize_state(blob)
+            assert d2.serialize_state() == blob
+    return snaps, blob
+
+
+@pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
+def test_diloco_device_path_equals_host_path_bit_for_bit(cpu_ctx, monkeypatch, rng, opt, comp, async_overlap):
+    """TC_DIST_DEVICE_PATH=1 stages the parameters through page-locked host
+    memory in 4 MiB chunks and runs the exchange through device scratch (and
+    back through the staging of a host engine): the same outer steps, so the
+    same bits as the host path, and the same state blob."""
+    seed = int(rng.integers(1 << 30))
+    host, host_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
+    monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
+    dev, dev_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
+    for outer, (a, b) in enumerate(zip(host, dev)):
+        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
+            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
+    assert _state_without_timing(host_blob) == _state_without_timing(dev_blob)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
+def test_diloco_on_cuda_parameters_equals_the_cpu_result(opt, comp, async_overlap, rng):
+    """The outer step of parameters in CUDA memory (staged through the host)
+    gives the CPU's bits and state blob."""
+    seed = int(rng.integers(1 << 30))
+    with tc.Context("cpu") as cpu, tc.Context("cuda") as gpu:
+        want, want_blob = _diloco_trace(cpu, opt, comp, async_overlap, seed)
+        got, got_blob = _diloco_trace(gpu, opt, comp, async_overlap, seed)
+    for outer, (a, b) in enumerate(zip(want, got)):
+        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
+            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
+    assert _state_without_timing(want_blob) == _state_without_timing(got_blob)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+def test_every_dist_and_diloco_entry_point_with_a_cuda_buffer(rng):
+    """Each entry point given CUDA buffers either works (checked against
+    NumPy, outputs NaN-poisoned first) or refuses with a status naming the
+    buffer; none reads device memory from the host."""
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    with tc.Context("cuda") as ctx:
+        b = ctx.buffer_from_array(x)
+        dst = ctx.buffer_from_array(np.full(n, np.nan, np.float32))
+        with ctx.dist("single", 1, 0, "single://cuda") as d:
+            d.allreduce(b, n, "f32", "sum")
+            d.broadcast(b, n, "f32", 0)
+            assert np.array_equal(b.to_numpy((n,), np.float32), x)
+            d.allgather(b, dst, n)
+            assert np.array_equal(dst.to_numpy((n,), np.float32), x)
+            dst.write(np.full(n, np.nan, np.float32))
+            d.reduce_scatter(b, dst, n, "f32", "sum")
+            assert np.array_equal(dst.to_numpy((n,), np.float32), x)
+            d.barrier()
+            with d.diloco(inner_steps=1, outer_optimizer="sgd", outer_lr=1.0, async_overlap=True) as lo:
+                lo.add_parameter("w", b, n)
+                b.write(x - 1.0)
+                assert lo.step()
+                lo.apply_outer()
+                lo.async_wait()
+                lo.async_commit()
+                np.testing.assert_allclose(b.to_numpy((n,), np.float32), x - 1.0, rtol=1e-6, atol=1e-6)
+                blob = lo.serialize_state()
+                lo.deserialize_state(blob)
+                assert lo.outer_steps_completed == 1
+        if tc.capability_available(ctx.runtime_capabilities(), tc.TC_CAPABILITY_DIST_GLOO):
+            with pytest.raises(tc.TensorcoreError) as e:  # gloo is accepted: the rendezvous times out alone
+                ctx.dist("gloo", 2, 0, "gloo+tcp://127.0.0.1:%d" % free_port(), timeout=0.5)
+            assert e.value.status == tc.TC_ERR_TIMEOUT
+        # The remote endpoint serves host memory: a device buffer is refused by name.
+        with tc.remote_init(ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+            with pytest.raises(tc.TensorcoreError) as e:
+                server.register_tensor("w", b)
+            assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_register_tensor" in str(e.value)
+        with tc.remote_init(ctx, "client") as client:
+            with pytest.raises(tc.TensorcoreError) as e:
+                client.fetch(0, "w", b)
+            assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)
+        # A raw device address reaches the library, which asks the device.
+        raw = tc.buffer_device_ptr(b)
+        with tc.Context("cpu") as cpu, tc.remote_init(cpu, tc.TC_REMOTE_ROLE_WEIGHT_SERVER,
+                                                      "tcp://127.0.0.1:0") as host_server:
+            host_server.register_tensor("w", x)
+            with tc.remote_init(ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+                with pytest.raises(tc.TensorcoreError) as e:
+                    tc.remote_register_tensor(server, "raw", raw, n * 4)
+                assert e.value.status == tc.TC_ERR_UNSUPPORTED and "device memory of cuda:" in e.value.detail
+            with tc.remote_init(ctx, "client") as client:
+                pid = client.connect("tcp://127.0.0.1:%d" % host_server.port)
+                with pytest.raises(tc.TensorcoreError) as e:
+                    tc.remote_tensor_fetch(client, pid, "w", raw, n * 4)
+                assert e.value.status == tc.TC_ERR_UNSUPPORTED and "device memory of cuda:" in e.value.detail
+                host = np.full(n, np.nan, np.float32)
+                client.fetch(pid, "w", host)  # host memory of the same client works
+                assert np.array_equal(host, x)
+
+
+@pytest.mark.skipif(not HAVE_CUDA or not HAVE_GLOO, reason="needs a usable CUDA device and gloo")
+@pytest.mark.parametrize("world", [2])
+def test_gloo_collectives_of_cuda_buffers_match_numpy(world, rng):
+    """gloo on a CUDA context: each collective staged through page-locked host
+    memory, several chunks of it, against float64 NumPy (every rank on cuda:0)."""
+    env = {"TC_TEST_DIST_DEVICE": "cuda", "TC_TRACE": "1"}
+    outs = run_group("collectives_large", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+    assert all(STAGED in o for o in outs)
+    run_group("collectives", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+    run_group("diloco", world, int(rng.integers(1 << 30)), env=env, timeout=180)
+
+
+@pytest.mark.skipif(_nccl_gpus() < 2, reason="NCCL with two GPUs not available")
+def test_diloco_on_an_nccl_group_of_two_gpus(rng):
+    """DiLoCo's exchange through NCCL (device scratch), parameters on each
+    rank's GPU: anchors identical, NONE against NumPy, state round trips."""
+    run_group("diloco_nccl", 2, int(rng.integers(1 << 30)), timeout=240)
+
+
 def test_diloco_errors_and_unsupported_modes(cpu_ctx):
     ERR = tc.TensorcoreError
     w = cpu_ctx.buffer_from_array(np.ones(8, np.float32))
@@ -516,3 +712,47 @@ def test_remote_endpoint_authentication_rotation_and_fetch(cpu_ctx, rng):
     with pytest.raises(tc.TensorcoreError) as e:
         tc.remote_init(cpu_ctx, 5, "tcp://127.0.0.1:0")
     assert e.value.status == tc.TC_ERR_INVALID_ARG
+
+
+def test_remote_endpoint_refuses_a_buffer_it_cannot_map_by_name(cpu_ctx, monkeypatch):
+    """A device buffer has no host address (tc_buffer_map refuses it): the
+    endpoint's calls refuse it naming themselves, before touching anything."""
+    b = cpu_ctx.buffer(64)
+
+    def unmappable():
+        raise tc.TensorcoreError(tc.TC_ERR_UNSUPPORTED, "tc_buffer_map: buffer lives in device memory")
+
+    monkeypatch.setattr(b, "map", unmappable)
+    with tc.remote_init(cpu_ctx, tc.TC_REMOTE_ROLE_WEIGHT_SERVER, "tcp://127.0.0.1:0") as server:
+        with pytest.raises(tc.TensorcoreError) as e:
+            server.register_tensor("w", b)
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_register_tensor" in str(e.value)
+        assert server.registered_count() == 0
+    with tc.remote_init(cpu_ctx, "client") as client:
+        with pytest.raises(tc.TensorcoreError) as e:
+            client.fetch(0, "w", b)
+        assert e.value.status == tc.TC_ERR_UNSUPPORTED and "tc_remote_tensor_fetch" in str(e.value)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_diloco_train_example_with_cuda_buffers_equals_the_cpu_run(backend, tmp_path):
+    """examples/diloco_train.py --device cuda: the allreduce and the outer step
+    on CUDA buffers give a CPU run's weights, bit for bit (one chunk, two
+    ranks: the sums are the same)."""
+    if backend == "gloo" and not HAVE_GLOO:
+        pytest.skip("gloo not built")
+    if backend == "nccl" and _nccl_gpus() < 2:
+        pytest.skip("NCCL with two GPUs not available")
+    args = ["--workers", "2", "--steps", "4", "--H", "2", "--dim", "16", "--layers", "1", "--heads", "2", "--ffn",
+            "32", "--batch", "2", "--eval-batches", "1", "--warmup", "1"]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    example = str(REPO / "examples" / "diloco_train.py")
+    for name, extra in (("cpu", []), ("cuda", ["--device", "cuda", "--backend", backend])):
+        p = subprocess.run([sys.executable, example] + args + extra + ["--out", str(tmp_path / name)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for mode in ("ddp", "diloco"):
+        a = np.load(tmp_path / "cpu" / ("%s_theta.npy" % mode))
+        b = np.load(tmp_path / "cuda" / ("%s_theta.npy" % mode))
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), mode

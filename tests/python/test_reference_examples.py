@@ -7,6 +7,7 @@ the NumPy interop example builds them."""
 import threading
 
 import numpy as np
+import pytest
 
 import tensorcore as tc
 
@@ -131,10 +132,14 @@ def test_errors(capsys):
     ctx.close()
 
 
-def test_diloco_context_on_every_device(device, capsys):
+@pytest.mark.parametrize("path", ["plain", "device-path"])
+def test_diloco_context_on_every_device(device, path, capsys, monkeypatch):
     """The DiLoCoContext example on each device; its parameter buffer is 2^20
     f32 values in the context's memory (device memory on a GPU, which the
-    outer step reads and writes through the host)."""
+    outer step stages through the host; TC_DIST_DEVICE_PATH=1 stages a CPU
+    context's buffer the same way)."""
+    if path == "device-path":
+        monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
     weight_count = 1 << 20
     x0 = np.random.default_rng(5).standard_normal(weight_count).astype(np.float32)
     with tc.Context(device) as ctx:

@@ -18,8 +18,9 @@ import weakref
 from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 from .._args import host_memory, i64, size
-from .._constants import CAPABILITY_ALIASES, TC_ERR_INVALID_ARG, TC_ERR_INVALID_SHAPE, dtype_code, resolve
-from .._errors import TensorcoreTypeError, TensorcoreValueError, check
+from .._constants import (CAPABILITY_ALIASES, TC_ERR_INVALID_ARG, TC_ERR_INVALID_SHAPE, TC_ERR_UNSUPPORTED, dtype_code,
+                          resolve)
+from .._errors import TensorcoreError, TensorcoreTypeError, TensorcoreValueError, check
 from .._lib import declare, handle, tc_status, text
 from .._objects import Buffer, _Owned, buffer_arg, context_arg, context_method, wrapper_of
 from .._structs import _Struct
@@ -571,7 +572,15 @@ def _memory(fn, obj, nbytes, writable):
         if n > obj.nbytes:
             raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: nbytes %d exceeds the buffer's %d" % (
                 fn, n, obj.nbytes))
-        return obj.map(), n, obj
+        try:
+            address = obj.map()
+        except TensorcoreError as e:
+            if e.status != TC_ERR_UNSUPPORTED:
+                raise
+            # The endpoint sends and receives bytes the host reads in place.
+            raise TensorcoreError(TC_ERR_UNSUPPORTED, "%s: the buffer is device memory; the remote endpoint serves "
+                                  "and fetches host memory (copy it through a host array)" % fn) from None
+        return address, n, obj
     if isinstance(obj, int) and not isinstance(obj, bool):
         if nbytes is None:
             raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: nbytes is required with a raw address" % fn)

@@ -39,6 +39,7 @@ from ._api.hip import *  # noqa: F401,F403
 from ._api.tensorops import *  # noqa: F401,F403
 # -- dist --
 from ._api.dist import *  # noqa: F401,F403
+from ._api.channel import *  # noqa: F401,F403
 from ._api.diloco import *  # noqa: F401,F403
 from ._api.conv2d import *  # noqa: F401,F403
 from ._api.quant import *  # noqa: F401,F403

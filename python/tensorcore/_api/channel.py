@@ -1,0 +1,81 @@
+"""Authenticated message channels over a connected socket
+(include/tensorcore/channel.h): dist's mutual HMAC handshake, then frames
+that each carry a MAC under the connection's session key.
+
+    ch = Channel.open(sock, server=False, keys=[("simpler", 1, secret)], timeout=10)
+    ch.send(b"...")
+    payload = ch.recv(max_bytes=1 << 20, timeout=5)
+
+Keys are (identity, key_id, secret) tuples or mappings as in the dist
+module; secrets have at least 32 bytes.
+"""
+
+import threading
+from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_void_p, string_at
+
+from .._errors import check
+from .._lib import declare, handle, tc_status, text
+from .dist import TCAuthConfig, _auth_config
+
+__all__ = ["TC_CHANNEL_MAX_FRAME_BYTES", "Channel"]
+
+TC_CHANNEL_MAX_FRAME_BYTES = 0x40000000
+
+_tc_channel_open = declare("tc_channel_open", tc_status, c_int32, c_int32, POINTER(TCAuthConfig), c_char_p, c_int64,
+                           POINTER(handle))
+_tc_channel_send = declare("tc_channel_send", tc_status, handle, c_void_p, c_size_t, c_int64)
+_tc_channel_recv = declare("tc_channel_recv", tc_status, handle, c_size_t, c_int64, POINTER(c_void_p),
+                           POINTER(c_size_t))
+_tc_channel_peer_identity = declare("tc_channel_peer_identity", tc_status, handle, POINTER(c_char_p))
+_tc_channel_shutdown = declare("tc_channel_shutdown", tc_status, handle)
+_tc_channel_close = declare("tc_channel_close", tc_status, handle)
+
+
+def _ms(timeout):
+    return max(1, int(timeout * 1000))
+
+
+class Channel:
+    """One authenticated connection. send() and recv() may run in two
+    threads at once; shutdown() from a third wakes both."""
+
+    def __init__(self, h):
+        self._h = h
+        self._close_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, sock, server, keys, timeout, expected_peer_identity="", local_identity=None):
+        """Runs the handshake on `sock` (a connected socket or its fd; the
+        channel works on a duplicate, the caller still closes sock)."""
+        fd = sock if isinstance(sock, int) else sock.fileno()
+        cfg, keep = _auth_config("tc_channel_open", local_identity, 0, keys)
+        h = handle()
+        check(_tc_channel_open(fd, 1 if server else 0, byref(cfg), (expected_peer_identity or "").encode(),
+                               _ms(timeout), byref(h)))
+        del keep
+        return cls(h)
+
+    def send(self, data, timeout):
+        data = bytes(data)
+        check(_tc_channel_send(self._h, data, len(data), _ms(timeout)))
+
+    def recv(self, max_bytes, timeout):
+        p, n = c_void_p(), c_size_t()
+        check(_tc_channel_recv(self._h, max_bytes, _ms(timeout), byref(p), byref(n)))
+        return string_at(p.value, n.value) if n.value else b""
+
+    @property
+    def peer_identity(self):
+        out = c_char_p()
+        check(_tc_channel_peer_identity(self._h, byref(out)))
+        return text(out.value)
+
+    def shutdown(self):
+        if self._h:
+            _tc_channel_shutdown(self._h)
+
+    def close(self):
+        with self._close_lock:
+            if self._h:
+                _tc_channel_close(self._h)
+                self._h = None

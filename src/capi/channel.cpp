@@ -1,0 +1,166 @@
+// Entry points of include/tensorcore/channel.h: dist's handshake and MAC'd
+// frames (src/dist/auth.h) over a socket the caller connected.
+#include "tensorcore/channel.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "capi/api.h"
+#include "core/handles.h"
+#include "dist/auth.h"
+#include "dist/net.h"
+
+using namespace tc;
+using namespace tc::capi;
+using namespace tc::dist;
+
+struct tc_channel_s {
+  Socket sock;
+  Session session;
+  PeerInfo peer;
+  // One lock per direction: the session's counters of each direction are
+  // touched only by that direction's calls.
+  std::mutex send_mu, recv_mu;
+  std::string received;
+  std::atomic<bool> broken{false};
+};
+
+namespace {
+
+const HandleKind& channel_kind() { return handle_kind("channel"); }
+
+tc_status check_channel(const char* fn, tc_channel& ch) {
+  if (!ch) return fail(TC_ERR_INVALID_ARG, "%s: channel is null", fn);
+  return check_handle(fn, "channel", ch, channel_kind());
+}
+
+tc_status check_timeout(const char* fn, int64_t timeout_ms) {
+  if (timeout_ms <= 0 || timeout_ms > (int64_t(1) << 40))
+    return fail(TC_ERR_INVALID_ARG, "%s: timeout_ms %lld must be a positive number of milliseconds", fn,
+                (long long)timeout_ms);
+  return TC_OK;
+}
+
+const char* io_what(tc_status st) {
+  switch (st) {
+    case TC_ERR_TIMEOUT: return "the deadline passed";
+    case TC_ERR_AUTH: return "a frame failed its MAC (altered, replayed or reordered)";
+    case TC_ERR_CORRUPT: return "the peer announced a frame longer than allowed";
+    default: return "the connection closed or failed";
+  }
+}
+
+}  // namespace
+
+tc_status tc_channel_open(int32_t fd, int32_t is_server, const struct tc_auth_config* auth,
+                          const char* expected_peer_identity, int64_t timeout_ms, tc_channel* out) {
+  const char* fn = "tc_channel_open";
+  return guarded(fn, [&] {
+    if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+    *out = nullptr;
+    if (fd < 0) return fail(TC_ERR_INVALID_ARG, "%s: fd %d is not a descriptor", fn, fd);
+    if (is_server != 0 && is_server != 1) return fail(TC_ERR_INVALID_ARG, "%s: is_server must be 0 or 1", fn);
+    if (tc_status st = check_timeout(fn, timeout_ms)) return st;
+    KeyringRef ring;
+    if (tc_status st = make_keyring(fn, auth, &ring)) return st;
+    int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return fail(TC_ERR_INVALID_ARG, "%s: fd %d cannot be duplicated", fn, fd);
+    std::unique_ptr<tc_channel_s> ch(new tc_channel_s());
+    ch->sock = Socket(dup);
+    std::string why;
+    Deadline deadline = deadline_after_ms(timeout_ms);
+    tc_status st;
+    if (is_server) {
+      st = server_handshake(ch->sock, ring.get(), Purpose::Remote, nullptr, deadline, &ch->peer, &why, &ch->session);
+    } else {
+      st = client_handshake(ch->sock, ring.get(), Purpose::Remote, -1,
+                            expected_peer_identity ? expected_peer_identity : "", deadline, &ch->peer, &why,
+                            &ch->session);
+    }
+    if (st) return fail(st, "%s: handshake failed: %s", fn, why.empty() ? io_what(st) : why.c_str());
+    *out = register_handle(ch.release(), channel_kind());
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_send(tc_channel ch, const void* data, size_t nbytes, int64_t timeout_ms) {
+  const char* fn = "tc_channel_send";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    if (tc_status st = check_timeout(fn, timeout_ms)) return st;
+    if (nbytes > TC_CHANNEL_MAX_FRAME_BYTES)
+      return fail(TC_ERR_INVALID_ARG, "%s: %zu bytes exceed the frame limit %d", fn, nbytes,
+                  TC_CHANNEL_MAX_FRAME_BYTES);
+    if (nbytes && !data) return fail(TC_ERR_INVALID_ARG, "%s: data is null", fn);
+    if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
+    std::lock_guard<std::mutex> lock(ch->send_mu);
+    std::string payload(static_cast<const char*>(data), nbytes);
+    tc_status st = send_frame(ch->sock, ch->session, payload, deadline_after_ms(timeout_ms));
+    if (st) {
+      ch->broken = true;  // a frame cut short leaves the peer out of step
+      return fail(st, "%s: %s", fn, io_what(st));
+    }
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, const void** data, size_t* nbytes) {
+  const char* fn = "tc_channel_recv";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    if (tc_status st = check_out_ptr(fn, "data", data)) return st;
+    if (tc_status st = check_out_ptr(fn, "nbytes", nbytes)) return st;
+    if (tc_status st = check_timeout(fn, timeout_ms)) return st;
+    if (max_bytes > TC_CHANNEL_MAX_FRAME_BYTES)
+      return fail(TC_ERR_INVALID_ARG, "%s: max_bytes %zu exceeds the frame limit %d", fn, max_bytes,
+                  TC_CHANNEL_MAX_FRAME_BYTES);
+    if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
+    std::lock_guard<std::mutex> lock(ch->recv_mu);
+    uint64_t announced = 0;
+    tc_status st = recv_frame(ch->sock, ch->session, &ch->received, max_bytes, deadline_after_ms(timeout_ms),
+                              &announced);
+    if (st) {
+      ch->broken = true;
+      if (st == TC_ERR_CORRUPT)
+        return fail(st, "%s: the peer announced a %llu-byte frame; at most %zu allowed", fn,
+                    (unsigned long long)announced, max_bytes);
+      return fail(st, "%s: %s", fn, io_what(st));
+    }
+    *data = ch->received.data();
+    *nbytes = ch->received.size();
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_peer_identity(tc_channel ch, const char** out) {
+  const char* fn = "tc_channel_peer_identity";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+    *out = ch->peer.identity.c_str();
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_shutdown(tc_channel ch) {
+  const char* fn = "tc_channel_shutdown";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    ch->sock.shutdown_both();
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_close(tc_channel ch) {
+  const char* fn = "tc_channel_close";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    unregister_handle(ch);
+    delete ch;
+    return TC_OK;
+  });
+}

@@ -18,9 +18,11 @@ import importlib
 from ._errors import SimplerArgumentError, SimplerError, SimplerTimeoutError, SimplerUnsupportedError
 
 __all__ = ["Worker", "RunHandle", "CallableHandle", "Buffer", "SimplerError", "SimplerArgumentError",
-           "SimplerTimeoutError", "SimplerUnsupportedError", "task_interface", "version"]
+           "SimplerTimeoutError", "SimplerUnsupportedError", "RemoteWorkerSpec", "RemoteCallable", "task_interface",
+           "version"]
 
-_LAZY = {"Worker": "worker", "RunHandle": "worker", "CallableHandle": "worker", "Buffer": "worker"}
+_LAZY = {"Worker": "worker", "RunHandle": "worker", "CallableHandle": "worker", "Buffer": "worker",
+         "RemoteWorkerSpec": "remote", "RemoteCallable": "remote"}
 
 
 def __getattr__(name):

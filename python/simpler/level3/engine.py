@@ -78,6 +78,7 @@ class Engine:
         self.eps = endpoints
         self.chips = [e for e in endpoints if e.role == "chip"]
         self.subs = [e for e in endpoints if e.role == "sub"]
+        self.remotes = []  # remote level-3 Workers (level 4): see remote/client.py
         self.mv = mv
         self.parent_efd = parent_efd
         h = ctypes.c_void_p()
@@ -210,6 +211,9 @@ class Engine:
                 # gets its own address, the dependencies the owner's.
                 key = alias[1] | ((alias[0] + 1) << L.DEV_TAG_SHIFT)
             tag = 0
+        elif ep is not None and ep.role == "remote":
+            raise ValueError(f"task {tid} ({label}): tensor {i} at 0x{addr:x} is not memory of {ep.label}; a remote "
+                             f"task names remote_malloc memory of its worker (fill it with remote_copy_to)")
         else:
             idx = getattr(keep, "_l3_idx", None)
             base = keep.ptr if idx is not None and self.buffers.get(idx) is keep else None
@@ -323,6 +327,9 @@ class Engine:
         self._dispatch(ep)
 
     def _dispatch(self, ep) -> None:
+        if ep.role == "remote":
+            self._dispatch_remote(ep)
+            return
         mv = self.mv
         while ep.ready:
             f = ep.free_frame()
@@ -372,6 +379,45 @@ class Engine:
                     del self._to_wake[e]
                     e.wake()
 
+    def _dispatch_remote(self, ep) -> None:
+        from ..remote.client import RemoteDied
+
+        while ep.ready:
+            task = ep.ready.popleft()
+            if task.run.error is not None:
+                self._finish(task, CANCELLED, None)
+                continue
+            try:
+                ep.post(task)
+            except RemoteDied as e:
+                self._finish(task, FAILED, (_errors.DISPATCH, f"{e} before task {task.id} ({task.label}) started"))
+                continue
+            task.state = RUNNING
+            ep.running[task.id] = task
+
+    def _collect_remote(self, ep) -> bool:
+        got = False
+        while ep.completions:
+            tid, status, msg = ep.completions.popleft()
+            task = ep.running.pop(tid, None)
+            if task is None:
+                continue
+            got = True
+            if status:
+                self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
+            else:
+                self._finish(task, DONE, None)
+        if ep.dead and ep.running:
+            for task in list(ep.running.values()):
+                self._finish(task, FAILED, (_errors.DISPATCH, f"{ep.dead} while running task {task.id} "
+                                            f"({task.label})"))
+            ep.running.clear()
+            got = True
+        return got
+
+    def _remote_pending(self) -> bool:
+        return any(ep.running for ep in self.remotes)
+
     def flush_wakes(self) -> None:
         while self._to_wake:
             self._to_wake.popitem()[0].wake()
@@ -403,6 +449,9 @@ class Engine:
                 got = True
             else:
                 i += 1
+        for ep in self.remotes:
+            if ep.completions or (ep.dead and ep.running):
+                got = self._collect_remote(ep) or got
         return got
 
     def _finish(self, task, state, error) -> None:
@@ -449,6 +498,9 @@ class Engine:
         for ep, f in self.inflight:
             if ep.done(f):
                 return True
+        for ep in self.remotes:
+            if ep.completions or (ep.dead and ep.running):
+                return True
         return False
 
     def wait(self, cond, timeout) -> bool:
@@ -458,13 +510,13 @@ class Engine:
             self.poll()
             if cond():
                 return True
-            if not self.inflight:
+            if not self.inflight and not self._remote_pending():
                 # Nothing running and cond() unmet: a child with queued work died or
                 # everything left waits on something that cannot finish.
                 for ep in self.eps:
                     if ep.ready and not ep.dead:
                         self._dispatch(ep)
-                if not self.inflight:
+                if not self.inflight and not self._remote_pending():
                     if cond():
                         return True
                     raise _errors.SimplerError(_errors.INTERNAL, "level-3 engine stalled: nothing is running")

@@ -107,7 +107,7 @@ C_CTRL_LEN = 12
 FREE, POSTED, DONE = 0, 1, 2
 STARTING, READY, FAILED = 0, 1, 2
 CTRL_IDLE, CTRL_REQUEST, CTRL_REPLY = 0, 1, 2
-KIND_CHIP, KIND_SUB = 1, 2
+KIND_CHIP, KIND_SUB, KIND_REMOTE = 1, 2, 3
 
 # A device pointer travels tagged with its child (top byte), so pointers of
 # different children never meet in the TensorMap.

@@ -57,14 +57,18 @@ class Orchestrator:
         fn(orch, args, cfg) here, its tasks joining this run (the engine is
         shared, so dependencies cross child Workers through shared buffers)."""
         w = self._w
-        if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < len(w._added):
-            raise ValueError(f"submit_next_level: worker {worker!r} is not a child Worker (0..{len(w._added) - 1})")
+        if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < len(w._children):
+            raise ValueError(f"submit_next_level: worker {worker!r} is not a child Worker "
+                             f"(0..{len(w._children) - 1})")
+        child = w._children[worker]
+        if not hasattr(child, "level"):
+            return w._submit_remote(self._run, worker, handle, args, config)
         fn = w._registry.get(handle, "py").target if isinstance(handle, int) else handle
         if not callable(fn):
             raise TypeError("submit_next_level: at this level the callable is an orchestration function of the "
                             "child Worker")
         cfg = as_config(config) or CallConfig()
-        fn(Orchestrator(w._added[worker], self._run), args, cfg)
+        fn(Orchestrator(child, self._run), args, cfg)
         return None
 
     def submit_sub(self, callable_handle, args=None) -> int:

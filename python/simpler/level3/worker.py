@@ -19,6 +19,7 @@ from .endpoint import Endpoint, set_spin, wait_until
 from .engine import Engine
 from .memory import MemoryOps
 from .orchestrator import Orchestrator, as_config
+from ..remote.ops import RemoteOps
 
 KEYS = {"platform", "runtime", "device_ids", "num_sub_workers", "heap_ring_size", "num_cores", "enable_sdma",
         "startup_timeout_s", "control_timeout_s"}
@@ -56,7 +57,7 @@ class RunHandle3(RunHandle):
         return None
 
 
-class HierWorker(MemoryOps, Worker):
+class HierWorker(RemoteOps, MemoryOps, Worker):
     """Worker(level >= 3): see the module docstring and docs/simpler.md."""
 
     def __init__(self, level: int, **config):
@@ -104,6 +105,14 @@ class HierWorker(MemoryOps, Worker):
         c = config.get("control_timeout_s")
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c <= 0):
             raise ValueError(f"Worker: control_timeout_s must be a positive number, got {c!r}")
+        rt = config.get("remote_session_timeout_s", 30.0)
+        if isinstance(rt, bool) or not isinstance(rt, (int, float)) or rt <= 0:
+            raise ValueError(f"Worker: remote_session_timeout_s must be a positive number, got {rt!r}")
+        rh = config.get("remote_heap_ring_size") or 0
+        if isinstance(rh, bool) or not isinstance(rh, int) or rh < 0:
+            raise ValueError(f"Worker: remote_heap_ring_size must be a non-negative int, got {rh!r}")
+        self.remote_session_timeout_s = float(rt)
+        self.remote_heap_ring_size = rh
         self.device_ids = ids
         self.num_sub_workers = subs
         self.startup_timeout_s = float(t)
@@ -112,6 +121,8 @@ class HierWorker(MemoryOps, Worker):
         self._cores = config.get("num_cores") or 0
         self._registry = Registry()
         self._added: list = []  # child Workers (add_worker)
+        self._children: list = []  # next-level workers by id: a HierWorker or a RemoteWorkerSpec
+        self._remote_eps: list = []
         self._parent = None  # the Worker whose engine this one shares
         self._engine = None
         self._chip_eps: list = []
@@ -143,13 +154,27 @@ class HierWorker(MemoryOps, Worker):
             raise ValueError(f"add_worker: platform {worker.platform!r} differs from {self.platform!r}")
         worker._parent = self
         self._added.append(worker)
-        return len(self._added) - 1
+        self._children.append(worker)
+        return len(self._children) - 1
 
     def add_remote_worker(self, spec) -> int:
-        if self.level < 4:
-            raise ValueError(f"add_remote_worker needs a level-4 Worker; this Worker is level {self.level}")
-        raise _errors.SimplerUnsupportedError(_errors.UNSUPPORTED, "add_remote_worker: remote level-3 workers "
-                                              "(level 4 over the network) are not built yet")
+        """Attaches a level-3 Worker served by a remote daemon (before
+        init(), which opens its session). Returns its id for
+        submit_next_level(RemoteCallable(...), args, cfg, worker=id) and the
+        remote_* memory calls."""
+        from ..remote.client import RemoteWorkerSpec
+
+        if self.level != 4:
+            raise ValueError(f"add_remote_worker needs a level-4 Worker (a remote worker is level 3); this Worker "
+                             f"is level {self.level}")
+        if not isinstance(spec, RemoteWorkerSpec):
+            raise TypeError(f"add_remote_worker: expected a RemoteWorkerSpec, got {type(spec).__name__}")
+        if self._initialized:
+            raise ValueError("add_remote_worker: call it before init()")
+        if spec.platform != self.platform:
+            raise ValueError(f"add_remote_worker: platform {spec.platform!r} differs from {self.platform!r}")
+        self._children.append(spec)
+        return len(self._children) - 1
 
     def _leaves(self):
         """(owner, role, index, device) for every child process, depth first."""
@@ -182,7 +207,7 @@ class HierWorker(MemoryOps, Worker):
         for slot, (owner, role, k, dev) in enumerate(leaves):
             label = f"chip worker {k} (device {dev})" if role == "chip" else f"sub-worker {k}"
             if owner is not self:
-                label = f"worker {self._added.index(owner)}: {label}"
+                label = f"worker {self._children.index(owner)}: {label}"
             ep = Endpoint(slot, role, k, label, mv)
             if self.control_timeout_s is not None:
                 ep.control_timeout_s = self.control_timeout_s
@@ -204,6 +229,7 @@ class HierWorker(MemoryOps, Worker):
         for w in [self] + self._added:
             for b in w._buffers:
                 self._engine.add_buffer(b)
+        self._open_remotes(len(eps))
 
     def _fork_all(self, eps) -> None:
         from .child import Child
@@ -275,6 +301,7 @@ class HierWorker(MemoryOps, Worker):
             self._shutdown(force=False)
 
     def _shutdown(self, force: bool) -> None:
+        self._close_remotes()
         eps = self._all_eps
         for d in list(self._domains.values()):
             try:

@@ -1,0 +1,302 @@
+"""The parent's side of one remote level-3 Worker: the endpoint a Worker(4)
+engine schedules onto, as it schedules onto a local child's mailbox.
+
+The engine sees the same surface as a local endpoint (ready queue,
+allocations for dependency keys, `dead`) plus post(task) and a queue of
+completions; the transport behind it is two authenticated channels to the
+session process: the command lane (a receiver thread collects COMPLETION
+and CONTROL_REPLY frames) and the health lane (a thread exchanges
+heartbeats; a session silent for remote_session_timeout_s is declared dead).
+Any failure of either lane kills the endpoint: its running tasks fail with
+the reason, later tasks fail at once, like a local child that died.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections import deque
+
+from .. import _errors
+from ..level3 import layout as L
+from ..level3.endpoint import Endpoint
+from . import protocol as P
+
+_U64 = struct.Struct("<Q")
+
+
+class RemoteWorkerSpec:
+    """Where a remote level-3 Worker runs and what it is made of."""
+
+    def __init__(self, address: str, key, platform: str = "cpu", device_ids=(0,), num_sub_workers: int = 0,
+                 runtime: str = "tensormap_and_ringbuffer"):
+        self.host, self.port = P.parse_address(address)
+        self.address = address
+        self.key = P.check_key(key)
+        self.platform = platform
+        self.device_ids = [int(d) for d in device_ids]
+        self.num_sub_workers = int(num_sub_workers)
+        self.runtime = runtime
+
+    def __repr__(self) -> str:
+        return (f"RemoteWorkerSpec(address={self.address!r}, platform={self.platform!r}, "
+                f"device_ids={self.device_ids}, num_sub_workers={self.num_sub_workers})")
+
+
+class RemoteCallable:
+    """An orchestration function the remote session imports by name,
+    "module:qualname": fn(orch, args, cfg) runs there on its level-3 Worker."""
+
+    def __init__(self, name: str):
+        mod, sep, qual = str(name).partition(":")
+        if not sep or not mod or not qual:
+            raise ValueError(f"RemoteCallable: {name!r} is not 'module:qualname'")
+        self.name = str(name)
+
+    def __repr__(self) -> str:
+        return f"RemoteCallable({self.name!r})"
+
+
+class RemoteDied(Exception):
+    pass
+
+
+class RemoteEndpoint:
+    role = "remote"
+    add_alloc = Endpoint.add_alloc
+    drop_alloc = Endpoint.drop_alloc
+    find_alloc = Endpoint.find_alloc
+
+    def __init__(self, slot: int, wid: int, spec: RemoteWorkerSpec, timeout_s: float, heap_ring_size: int):
+        self.slot = slot
+        self.index = wid
+        self.spec = spec
+        self.label = f"remote worker {wid} ({spec.address})"
+        self.timeout_s = timeout_s
+        self.heap = heap_ring_size
+        self.dead = None
+        self.ready = deque()
+        self.running = {}  # task id -> task (engine-owned, under its lock)
+        self.completions = deque()  # (task id, status, message), from the receiver thread
+        self.allocs, self.alloc_bases, self.aliases = {}, [], {}
+        self.mapped = set()
+        self.names, self._name_idx = [], {}
+        self.cfgs, self._cfg_idx = [{}], {"{}": 0}
+        self.pid = 0  # the session process, on the remote host
+        self.wake_fd = -1
+        self._cmd = self._health = None
+        self._socks = []
+        self._send_lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._replies = {}
+        self._next_rid = 1
+        self._threads = []
+        self._stopping = False
+
+    # ---- session set-up -------------------------------------------------------
+
+    def open(self, startup_timeout_s: float, wake_fd: int) -> None:
+        from tensorcore import Channel, TensorcoreError
+
+        self.wake_fd = wake_fd
+        spec = self.spec
+        try:
+            s = socket.create_connection((spec.host, spec.port), timeout=startup_timeout_s)
+            self._socks.append(s)
+            self._cmd = Channel.open(s, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
+                                     expected_peer_identity=P.IDENTITY)
+        except (OSError, TensorcoreError) as e:
+            raise self._open_error(e) from None
+        manifest = {"op": "open", "platform": spec.platform, "runtime": spec.runtime, "device_ids": spec.device_ids,
+                    "num_sub_workers": spec.num_sub_workers, "heap_ring_size": self.heap, "timeout_s": self.timeout_s}
+        try:
+            self._cmd.send(P.encode(P.CONTROL, P.control_body(0, manifest)), startup_timeout_s)
+            _, body = P.decode(self._cmd.recv(P.MAX_FRAME_BYTES, startup_timeout_s), {P.CONTROL_REPLY})
+            _, status, value, _ = P.parse_reply(body)
+        except (OSError, TensorcoreError, P.ProtocolError) as e:
+            raise self._open_error(e) from None
+        if status:
+            raise _errors.error_for(status, f"{self.label}: the session failed to start: {value}")
+        self.pid = int(value["pid"])
+        try:
+            h = socket.create_connection((spec.host, int(value["health_port"])), timeout=startup_timeout_s)
+            self._socks.append(h)
+            self._health = Channel.open(h, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
+                                        expected_peer_identity=P.IDENTITY)
+        except (OSError, TensorcoreError) as e:
+            raise self._open_error(e) from None
+        for target in (self._receive_loop, self._health_loop):
+            t = threading.Thread(target=target, daemon=True, name=f"simpler-l4-{target.__name__}")
+            t.start()
+            self._threads.append(t)
+
+    def _open_error(self, e) -> Exception:
+        status = getattr(e, "status", None)
+        if status == _errors.AUTH:
+            return _errors.SimplerError(_errors.AUTH, f"{self.label}: authentication failed (wrong key?): {e}")
+        if isinstance(e, socket.timeout) or status == _errors.TIMEOUT:
+            return _errors.SimplerTimeoutError(_errors.TIMEOUT, f"{self.label}: no session within the startup "
+                                               f"timeout: {e}")
+        return _errors.SimplerError(_errors.IO if hasattr(_errors, "IO") else _errors.INTERNAL,
+                                    f"{self.label}: cannot open a session: {e}")
+
+    # ---- liveness -----------------------------------------------------------------
+
+    def _die(self, why: str) -> None:
+        with self._cv:
+            if self.dead is None:
+                self.dead = f"{self.label} {why}"
+            self._cv.notify_all()
+        for ch in (self._cmd, self._health):
+            if ch is not None:
+                ch.shutdown()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wake_fd >= 0:
+            try:
+                os.eventfd_write(self.wake_fd, 1)
+            except OSError:
+                pass
+
+    def _receive_loop(self) -> None:
+        fd = self._socks[0].fileno()
+        try:
+            while True:
+                if self._stopping:
+                    return
+                if not select.select([fd], [], [], 0.5)[0]:
+                    continue
+                frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
+                ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
+                if ftype == P.COMPLETION:
+                    self.completions.append(P.parse_completion(body))
+                    self._wake()
+                elif ftype == P.CONTROL_REPLY:
+                    rid, status, value, data = P.parse_reply(body)
+                    with self._cv:
+                        self._replies[rid] = (status, value, data)
+                        self._cv.notify_all()
+                else:
+                    self._stopping = True
+                    with self._cv:
+                        self._cv.notify_all()
+                    return
+        except P.ProtocolError as e:
+            self._die(f"sent a malformed frame ({e}); the session was dropped")
+        except Exception as e:  # noqa: BLE001
+            if not self._stopping:
+                self._die(f"lost its session: the connection closed or failed ({e}); the remote host or its "
+                          f"session process died")
+
+    def _health_loop(self) -> None:
+        interval = max(0.05, self.timeout_s / 4)
+        seq = 0
+        try:
+            while not self._stopping:
+                seq += 1
+                self._health.send(P.encode(P.HEARTBEAT, P.heartbeat_body(seq)), self.timeout_s)
+                _, body = P.decode(self._health.recv(64, self.timeout_s), P.HEALTH_TYPES)
+                if P.parse_heartbeat(body) != seq:
+                    raise P.ProtocolError("a heartbeat answered out of order")
+                end = time.monotonic() + interval
+                while not self._stopping and time.monotonic() < end:
+                    time.sleep(min(0.05, interval))
+        except Exception as e:  # noqa: BLE001
+            if self._stopping:
+                return
+            if getattr(e, "status", None) == _errors.TIMEOUT:
+                self._die(f"did not answer heartbeats within remote_session_timeout_s={self.timeout_s:g} s; "
+                          f"declared dead")
+            else:
+                self._die(f"lost its health lane ({e}); the remote host or its session process died")
+
+    # ---- commands -------------------------------------------------------------------
+
+    def _send(self, frame: bytes) -> None:
+        if self.dead:
+            raise RemoteDied(self.dead)
+        try:
+            with self._send_lock:
+                self._cmd.send(frame, self.timeout_s)
+        except Exception as e:  # noqa: BLE001
+            self._die(f"lost its session while sending ({e})")
+            raise RemoteDied(self.dead) from None
+
+    def callable_index(self, name: str) -> int:
+        i = self._name_idx.get(name)
+        if i is None:
+            i = self._name_idx[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+    def config_index(self, fields: dict) -> int:
+        import json
+
+        k = json.dumps(fields, sort_keys=True)
+        i = self._cfg_idx.get(k)
+        if i is None:
+            i = self._cfg_idx[k] = len(self.cfgs)
+            self.cfgs.append(fields)
+        return i
+
+    def post(self, task) -> None:
+        """Sends one ready task (its tensors back in this host's view of the
+        remote addresses: the engine keyed them with our tag)."""
+        nt = task.nt
+        raw = bytearray(task.tensors)
+        for i in range(nt):
+            key = _U64.unpack_from(raw, 96 * i)[0]
+            _U64.pack_into(raw, 96 * i, key & L.DEV_MASK)
+        scalars = struct.unpack(f"<{task.ns}Q", task.scalars) if task.ns else ()
+        body = P.task_body(task.id, self.names[task.slot], self.cfgs[task.cfg], task.dirs, bytes(raw), scalars)
+        self._send(P.encode(P.TASK, body))
+
+    def control(self, request: dict, data: bytes = b""):
+        """One request; waits for its reply while the session lives (a
+        request waits for the task the session is running)."""
+        with self._cv:
+            rid = self._next_rid
+            self._next_rid += 1
+        self._send(P.encode(P.CONTROL, P.control_body(rid, request, data)))
+        with self._cv:
+            while rid not in self._replies:
+                if self.dead:
+                    raise RemoteDied(self.dead)
+                self._cv.wait(0.5)
+            status, value, out = self._replies.pop(rid)
+        if status:
+            raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
+        return value, out
+
+    # ---- shutdown -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Asks the session to end (it closes its level-3 Worker) and waits
+        briefly for its acknowledgement; a dead session is just dropped."""
+        if not self.dead and self._cmd is not None:
+            try:
+                self._send(P.encode(P.SHUTDOWN))
+                deadline = time.monotonic() + min(self.timeout_s, 10.0)
+                with self._cv:
+                    while not self._stopping and not self.dead and time.monotonic() < deadline:
+                        self._cv.wait(0.1)
+            except RemoteDied:
+                pass
+        self._stopping = True
+        for ch in (self._cmd, self._health):
+            if ch is not None:
+                ch.shutdown()
+        for t in self._threads:
+            t.join(5.0)
+        for ch in (self._cmd, self._health):
+            if ch is not None:
+                ch.close()
+        self._cmd = self._health = None
+        for s in self._socks:
+            s.close()
+        self._socks = []

@@ -1,0 +1,215 @@
+"""The wire format of level-4 sessions (a parent Worker(4) and the session
+process that serves one remote level-3 Worker).
+
+Every frame travels inside an authenticated channel (tensorcore's
+Channel: dist's HMAC handshake, then a MAC per frame under the
+connection's session key), so a frame that reaches the decoder came from a
+key holder; it is still bounds-checked field by field, because a bug or a
+version skew must fail with a message, never with a wrong read.
+
+    header (12 B)   magic b"SL4F", version u16, type u16, body length u32
+    body            exactly `body length` bytes, laid out per type below
+
+Two connections per session: the command lane (CONTROL / CONTROL_REPLY,
+TASK / COMPLETION, SHUTDOWN, in order) and the health lane (HEARTBEAT both
+ways), so a long task never delays the liveness check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+
+MAGIC = b"SL4F"
+VERSION = 1
+HEADER = struct.Struct("<4sHHI")
+
+TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN, HEARTBEAT = 1, 2, 3, 4, 5, 6
+NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REPLY: "CONTROL_REPLY",
+         SHUTDOWN: "SHUTDOWN", HEARTBEAT: "HEARTBEAT"}
+COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
+HEALTH_TYPES = {HEARTBEAT}
+
+# Copies travel in pieces of this size, so a frame (and the receiver's
+# buffer for it) stays bounded whatever the transfer.
+CHUNK_BYTES = 16 << 20
+MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
+MAX_TENSORS = 256
+MAX_SCALARS = 128
+TENSOR_BYTES = 96
+
+IDENTITY = "simpler-l4"  # both ends hold the same shared key
+KEY_ID = 1
+MIN_KEY_BYTES = 32
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_TASK_HEAD = struct.Struct("<QII")  # task id, name length, config length
+_COUNTS = struct.Struct("<II")
+_COMPLETION = struct.Struct("<QiI")
+_CONTROL = struct.Struct("<QI")
+_REPLY = struct.Struct("<QiI")
+
+
+class ProtocolError(Exception):
+    """A frame that does not parse: the connection must be dropped."""
+
+
+def encode(ftype: int, body: bytes = b"") -> bytes:
+    return HEADER.pack(MAGIC, VERSION, ftype, len(body)) + body
+
+
+def decode(frame: bytes, allowed) -> tuple:
+    """(type, body) of a whole frame; ProtocolError names what is wrong."""
+    if len(frame) < HEADER.size:
+        raise ProtocolError(f"truncated frame: {len(frame)} bytes, the header alone has {HEADER.size}")
+    magic, version, ftype, n = HEADER.unpack_from(frame)
+    if magic != MAGIC:
+        raise ProtocolError(f"not a level-4 frame (magic {magic!r})")
+    if version != VERSION:
+        raise ProtocolError(f"frame version {version}; this side speaks version {VERSION}")
+    if ftype not in allowed:
+        raise ProtocolError(f"unexpected frame type {NAMES.get(ftype, ftype)} on this lane")
+    if n != len(frame) - HEADER.size:
+        raise ProtocolError(f"{NAMES[ftype]} frame announces a {n}-byte body but carries {len(frame) - HEADER.size}")
+    return ftype, memoryview(frame)[HEADER.size:]
+
+
+def _need(body, at: int, n: int, what: str) -> None:
+    if n < 0 or at + n > len(body):
+        raise ProtocolError(f"truncated {what}: needs {at + n} bytes, the body has {len(body)}")
+
+
+# ---- TASK / COMPLETION ---------------------------------------------------------
+
+def task_body(task_id: int, name: str, config: dict, dirs: bytes, tensors: bytes, scalars) -> bytes:
+    nm = name.encode()
+    cfg = json.dumps(config).encode()
+    nt, ns = len(dirs), len(scalars)
+    return (_TASK_HEAD.pack(task_id, len(nm), len(cfg)) + nm + cfg + _COUNTS.pack(nt, ns) + bytes(dirs) + tensors
+            + struct.pack(f"<{ns}Q", *scalars))
+
+
+def parse_task(body) -> tuple:
+    """(task id, callable name, config dict, directions, [96-byte tensors], scalars)."""
+    _need(body, 0, _TASK_HEAD.size, "TASK header")
+    tid, nn, nc = _TASK_HEAD.unpack_from(body)
+    at = _TASK_HEAD.size
+    _need(body, at, nn, "TASK callable name")
+    name = bytes(body[at:at + nn]).decode("utf-8", "strict")
+    at += nn
+    _need(body, at, nc, "TASK config")
+    config = json.loads(bytes(body[at:at + nc])) if nc else {}
+    if not isinstance(config, dict):
+        raise ProtocolError("TASK config is not an object")
+    at += nc
+    _need(body, at, _COUNTS.size, "TASK counts")
+    nt, ns = _COUNTS.unpack_from(body, at)
+    at += _COUNTS.size
+    if nt > MAX_TENSORS or ns > MAX_SCALARS:
+        raise ProtocolError(f"TASK with {nt} tensors and {ns} scalars (at most {MAX_TENSORS} and {MAX_SCALARS})")
+    want = nt + nt * TENSOR_BYTES + 8 * ns
+    if len(body) - at != want:
+        raise ProtocolError(f"TASK body has {len(body) - at} bytes of arguments; {nt} tensors and {ns} scalars "
+                            f"take {want}")
+    dirs = bytes(body[at:at + nt])
+    at += nt
+    tensors = [bytes(body[at + i * TENSOR_BYTES:at + (i + 1) * TENSOR_BYTES]) for i in range(nt)]
+    at += nt * TENSOR_BYTES
+    scalars = list(struct.unpack_from(f"<{ns}Q", body, at))
+    return tid, name, config, dirs, tensors, scalars
+
+
+def completion_body(task_id: int, status: int, message: str) -> bytes:
+    m = message.encode("utf-8", "replace")[:8192]
+    return _COMPLETION.pack(task_id, status, len(m)) + m
+
+
+def parse_completion(body) -> tuple:
+    _need(body, 0, _COMPLETION.size, "COMPLETION")
+    tid, status, n = _COMPLETION.unpack_from(body)
+    if len(body) != _COMPLETION.size + n:
+        raise ProtocolError(f"COMPLETION announces a {n}-byte message but carries {len(body) - _COMPLETION.size}")
+    return tid, status, bytes(body[_COMPLETION.size:]).decode("utf-8", "replace")
+
+
+# ---- CONTROL / CONTROL_REPLY ------------------------------------------------------
+# A request is a JSON object {"op": ..., ...} and raw bytes after it (the data
+# of a copy); a reply is a status, a JSON value and raw bytes.
+
+def control_body(req_id: int, request: dict, data: bytes = b"") -> bytes:
+    js = json.dumps(request).encode()
+    return _CONTROL.pack(req_id, len(js)) + js + data
+
+
+def parse_control(body) -> tuple:
+    _need(body, 0, _CONTROL.size, "CONTROL header")
+    rid, n = _CONTROL.unpack_from(body)
+    _need(body, _CONTROL.size, n, "CONTROL request")
+    req = json.loads(bytes(body[_CONTROL.size:_CONTROL.size + n]))
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        raise ProtocolError("CONTROL request is not an object with an 'op'")
+    return rid, req, bytes(body[_CONTROL.size + n:])
+
+
+def reply_body(req_id: int, status: int, value, data: bytes = b"") -> bytes:
+    js = json.dumps(value).encode()
+    return _REPLY.pack(req_id, status, len(js)) + js + data
+
+
+def parse_reply(body) -> tuple:
+    _need(body, 0, _REPLY.size, "CONTROL_REPLY header")
+    rid, status, n = _REPLY.unpack_from(body)
+    _need(body, _REPLY.size, n, "CONTROL_REPLY value")
+    value = json.loads(bytes(body[_REPLY.size:_REPLY.size + n]))
+    return rid, status, value, bytes(body[_REPLY.size + n:])
+
+
+def heartbeat_body(seq: int) -> bytes:
+    return _U64.pack(seq)
+
+
+def parse_heartbeat(body) -> int:
+    if len(body) != _U64.size:
+        raise ProtocolError(f"HEARTBEAT body of {len(body)} bytes, not {_U64.size}")
+    return _U64.unpack_from(body)[0]
+
+
+# ---- keys -----------------------------------------------------------------------
+
+def check_key(key) -> bytes:
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"the session key must be bytes or str, got {type(key).__name__}")
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"the session key has {len(key)} bytes; at least {MIN_KEY_BYTES} are required")
+    return bytes(key)
+
+
+def read_key_file(path: str) -> bytes:
+    """The secret in `path` (one trailing newline dropped). The file must
+    not be readable by group or others: the key admits anyone to run code
+    on the host."""
+    st = os.stat(path)
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(f"key file {path} is accessible to group or others (mode {stat.S_IMODE(st.st_mode):o}); "
+                              f"chmod 600 it")
+    with open(path, "rb") as f:
+        key = f.read()
+    if key.endswith(b"\n"):
+        key = key[:-1]
+    return check_key(key)
+
+
+def keyring(key: bytes):
+    return [(IDENTITY, KEY_ID, key)]
+
+
+def parse_address(address: str) -> tuple:
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,395 @@
+"""Level 4 over the network: a Worker(4) parent with remote level-3 Workers
+served by daemons (python -m simpler.remote_worker) on loopback, each a
+subprocess on a port of its own choosing. Authentication, the frame
+decoder's bounds, remote memory, and failures (a killed daemon, a silent
+session) that must end in a clear error and leave no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simpler import RemoteCallable, RemoteWorkerSpec, SimplerError, SimplerUnsupportedError, Worker
+from simpler.remote import protocol as P
+from simpler.task_interface import ArgDirection as D, ChipStorageTaskArgs, ChipTensor, CoreCallable, ChipCallable, DataType
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+class Daemon:
+    def __init__(self, tmp_path, key: bytes, name: str = "d"):
+        self.key = key
+        kf = tmp_path / f"{name}.key"
+        fd = os.open(kf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, key)
+        os.close(fd)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(HERE), env.get("PYTHONPATH", "")])
+        self.proc = subprocess.Popen([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0",
+                                      "--key-file", str(kf)], stdout=subprocess.PIPE, env=env, text=True)
+        line = self.proc.stdout.readline()
+        assert "listening on" in line, line
+        self.address = line.split()[-1]
+        self.host, self.port = P.parse_address(self.address)
+
+    def spec(self, key=None, **kw):
+        kw.setdefault("device_ids", [0])
+        return RemoteWorkerSpec(address=self.address, key=self.key if key is None else key, platform="cpu", **kw)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    made = []
+
+    def make(key=None, name=None):
+        d = Daemon(tmp_path, key or os.urandom(32), name or f"d{len(made)}")
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.stop()
+
+
+def gemm_chip() -> ChipCallable:
+    return ChipCallable.from_tasks([D.IN, D.IN, D.OUT], [{"func_id": 0, "args": [("arg", 0), ("arg", 1), ("arg", 2)]}],
+                                   [(0, CoreCallable.builtin("gemm"))])
+
+
+def args3(a, b, c, shapes):
+    t = ChipStorageTaskArgs()
+    for ptr, shape, d in zip((a, b, c), shapes, (D.IN, D.IN, D.OUT)):
+        t.add_tensor(ptr if isinstance(ptr, ChipTensor) else ChipTensor.make(ptr, shape, DataType.FLOAT32), d)
+    return t
+
+
+def test_one_local_and_two_remote_level3_workers_match_level3(daemons):
+    rng = np.random.default_rng(1)
+    m, k, n = 8, 16, 4
+    A = [rng.standard_normal((m, k)).astype(np.float32) for _ in range(3)]
+    B = [rng.standard_normal((k, n)).astype(np.float32) for _ in range(3)]
+    E = rng.standard_normal((n, n)).astype(np.float32)
+    shapes = [(m, k), (k, n), (m, n)]
+
+    # Level 3: the three products on three chips of one host.
+    l3 = []
+    with Worker(3, platform="cpu", device_ids=[0, 1, 2]) as w3:
+        h = w3.register(gemm_chip())
+        w3.init()
+        bufs = [[w3.create_buffer(x.nbytes) for x in (A[i], B[i], np.empty((m, n), np.float32))] for i in range(3)]
+        for i in range(3):
+            bufs[i][0].numpy((m, k), "float32")[:] = A[i]
+            bufs[i][1].numpy((k, n), "float32")[:] = B[i]
+
+        def orch3(o, args, cfg):
+            for i in range(3):
+                o.submit_next_level(h, args3(*(b.tensor(s, "float32") for b, s in zip(bufs[i], shapes)), shapes),
+                                    worker=i)
+
+        w3.run(orch3)
+        l3 = [bufs[i][2].numpy((m, n), "float32").copy() for i in range(3)]
+
+    # Level 4: worker 0 local, workers 1 and 2 remote; remote 1 also chains a
+    # second product on its own result (the parent orders it after the first).
+    d1, d2 = daemons(), daemons()
+    local = Worker(3, platform="cpu", device_ids=[0])
+    hl = local.register(gemm_chip())
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=10)
+    try:
+        assert w4.add_worker(local) == 0
+        assert w4.add_remote_worker(d1.spec()) == 1
+        assert w4.add_remote_worker(d2.spec(num_sub_workers=1)) == 2
+        w4.init()
+        lb = [w4.create_buffer(x.nbytes) for x in (A[0], B[0], l3[0])]
+        lb[0].numpy((m, k), "float32")[:] = A[0]
+        lb[1].numpy((k, n), "float32")[:] = B[0]
+        rb = {}
+        for r in (1, 2):
+            rb[r] = [w4.remote_malloc(x.nbytes, r) for x in (A[r], B[r], l3[r])]
+            w4.remote_copy_to(rb[r][0], A[r], r)
+            w4.remote_copy_to(rb[r][1], B[r], r)
+            w4.remote_copy_to(rb[r][2], np.full((m, n), np.nan, np.float32), r)
+        pe = w4.remote_malloc(E.nbytes, 1)
+        pf = w4.remote_malloc(4 * m * n, 1)
+        w4.remote_copy_to(pe, E, 1)
+
+        def l3_orch(o, args, cfg):
+            o.submit_next_level(hl, args3(*(b.tensor(s, "float32") for b, s in zip(lb, shapes)), shapes), worker=0)
+
+        def l4(o, args, cfg):
+            o.submit_next_level(l3_orch, None, worker=0)
+            for r in (1, 2):
+                o.submit_next_level(RemoteCallable("simpler_remote_orchs:gemm"), args3(*rb[r], shapes), worker=r)
+            o.submit_next_level("simpler_remote_orchs:gemm", args3(rb[1][2], pe, pf, [(m, n), (n, n), (m, n)]),
+                                worker=1)
+
+        w4.run(l4)
+        got = [lb[2].numpy((m, n), "float32").copy()]
+        for r in (1, 2):
+            c = np.empty((m, n), np.float32)
+            w4.remote_copy_from(c, rb[r][2], r)
+            got.append(c)
+        F = np.empty((m, n), np.float32)
+        w4.remote_copy_from(F, pf, 1)
+        for i in range(3):
+            np.testing.assert_array_equal(got[i], l3[i])
+        np.testing.assert_allclose(F, l3[1].astype(np.float64) @ E, rtol=1e-4, atol=1e-4)
+        pids = [ep.pid for ep in w4._remote_eps]
+    finally:
+        w4.close()
+        local.close()
+    deadline = time.time() + 10
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids), "session processes outlived close()"
+
+
+def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
+    d = daemons()
+    monkeypatch.setattr(P, "CHUNK_BYTES", 1000)  # several pieces per copy on our side
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec())
+        w4.init()
+        data = np.random.default_rng(2).integers(0, 255, 5000, dtype=np.uint8)
+        p = w4.remote_malloc(5000, r)
+        w4.remote_copy_to(p, data, r)
+        w4.remote_copy_to(p + 10, b"\x01\x02\x03", r)  # an interior update
+        out = np.zeros(5000, np.uint8)
+        w4.remote_copy_from(out, p, r)
+        ref = data.copy()
+        ref[10:13] = [1, 2, 3]
+        np.testing.assert_array_equal(out, ref)
+        with pytest.raises(ValueError, match="not inside one allocation"):
+            w4.remote_copy_from(np.zeros(10, np.uint8), p + 4995, r)
+        with pytest.raises(ValueError, match="not a remote worker"):
+            w4.remote_malloc(16, 7)
+        with pytest.raises(SimplerUnsupportedError, match="not supported"):
+            w4.remote_export(p, r)
+        # A local buffer cannot be named by a remote task.
+        local = w4.create_buffer(64)
+
+        def bad(o, args, cfg):
+            t = ChipStorageTaskArgs()
+            t.add_tensor(local.tensor((16,), "float32"), D.IN)
+            o.submit_next_level("simpler_remote_orchs:nap", t, worker=r)
+
+        with pytest.raises(ValueError, match="remote_malloc memory"):
+            w4.run(bad)
+        w4.remote_free(p, r)
+        with pytest.raises(ValueError, match="not an allocation"):
+            w4.remote_free(p, r)
+
+
+def test_a_failing_remote_orchestration_fails_the_run_naming_the_worker(daemons):
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec())
+        w4.init()
+
+        def orch(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:fail", None, worker=r)
+
+        with pytest.raises(SimplerError, match=r"remote worker 0 .*failed on purpose"):
+            w4.run(orch)
+
+        def missing(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:no_such_fn", None, worker=r)
+
+        with pytest.raises(SimplerError, match="no_such_fn"):
+            w4.run(missing)
+        w4.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=r))  # still usable
+
+
+def test_a_wrong_key_is_refused_before_any_task(daemons):
+    d = daemons()
+    w4 = Worker(4, platform="cpu")
+    w4.add_remote_worker(d.spec(key=os.urandom(32)))
+    with pytest.raises(SimplerError, match="authentication failed"):
+        w4.init()
+    w4.close()
+    with pytest.raises(ValueError, match="at least 32"):
+        RemoteWorkerSpec(address=d.address, key=b"short")
+    # The daemon goes on serving, and the refused session left nothing behind.
+    with Worker(4, platform="cpu") as ok:
+        ok.add_remote_worker(d.spec())
+        ok.init()
+    deadline = time.time() + 10
+    while descendants(d.proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert descendants(d.proc.pid) == []
+
+
+def test_a_daemon_killed_mid_task_fails_the_run_in_time_and_close_is_clean(daemons):
+    d = daemons()
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=5)
+    r = w4.add_remote_worker(d.spec(num_sub_workers=1))
+    try:
+        w4.init()
+        tree = descendants(d.proc.pid)
+        assert tree  # the session and its level-3 children
+
+        def orch(o, args, cfg):
+            t = ChipStorageTaskArgs()
+            t.add_scalar(20000)
+            o.submit_next_level("simpler_remote_orchs:nap", t, worker=r)
+
+        h = w4.submit(orch)
+        time.sleep(0.3)
+        t0 = time.time()
+        d.proc.kill()
+        with pytest.raises(SimplerError, match=r"remote worker 0 .*lost its session.*while running task"):
+            h.wait(30)
+        assert time.time() - t0 < 5 + 2
+        with pytest.raises(SimplerError, match="lost its session"):
+            w4.run(orch)  # later tasks fail at once
+    finally:
+        w4.close()
+    d.proc.wait()
+    deadline = time.time() + 10
+    while any(alive(p) for p in tree) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in tree if alive(p)], "processes of the killed daemon's session survived"
+
+
+def test_a_silent_session_is_declared_dead_after_the_timeout(daemons):
+    d = daemons()
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=1.0)
+    r = w4.add_remote_worker(d.spec())
+    try:
+        w4.init()
+        session = w4._remote_eps[0].pid
+        os.kill(session, signal.SIGSTOP)
+
+        def orch(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:pid", None, worker=r)
+
+        t0 = time.time()
+        with pytest.raises(SimplerError, match="remote_session_timeout_s=1 s"):
+            w4.run(orch)
+        assert time.time() - t0 < 1.0 + 2.5
+    finally:
+        t0 = time.time()
+        w4.close()
+        assert time.time() - t0 < 5
+        d.proc.kill()  # the stopped session dies with it
+    d.proc.wait()
+    deadline = time.time() + 10
+    while alive(session) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(session)
+
+
+# ---- frames --------------------------------------------------------------------
+
+def test_the_decoder_refuses_malformed_frames():
+    good = P.encode(P.COMPLETION, P.completion_body(7, 0, "ok"))
+    assert P.parse_completion(P.decode(good, P.COMMAND_TYPES)[1]) == (7, 0, "ok")
+    cases = {
+        "truncated frame": good[:5],
+        "magic": b"XXXX" + good[4:],
+        "version": good[:4] + struct.pack("<H", 99) + good[6:],
+        "announces": good[:-1],
+        "unexpected frame type": P.encode(P.HEARTBEAT, P.heartbeat_body(1)),
+    }
+    for what, frame in cases.items():
+        with pytest.raises(P.ProtocolError, match=what):
+            P.decode(frame, P.COMMAND_TYPES)
+    body = P.task_body(1, "m:f", {}, bytes([1, 3]), bytes(192), [5])
+    assert P.parse_task(body)[5] == [5]
+    for cut in (3, 20, len(body) - 1):
+        with pytest.raises(P.ProtocolError):
+            P.parse_task(body[:cut])
+    with pytest.raises(P.ProtocolError, match="at most"):
+        P.parse_task(struct.pack("<QII", 1, 0, 0) + struct.pack("<II", 100000, 0))
+    with pytest.raises(P.ProtocolError, match="announces"):
+        P.parse_completion(struct.pack("<QiI", 1, 1, 50) + b"short")
+
+
+def _session_closes(sock, timeout=10.0) -> bool:
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_malformed_and_truncated_frames_end_the_connection(daemons):
+    from tensorcore import Channel
+
+    d = daemons()
+    # Before the handshake: a length prefix announcing more than arrives.
+    with socket.create_connection((d.host, d.port)) as s:
+        s.sendall(struct.pack("<I", 1000) + b"abc")
+        s.shutdown(socket.SHUT_WR)
+        assert _session_closes(s)
+    # After a valid handshake: a frame that is not a level-4 frame, and a
+    # CONTROL frame cut short.
+    for payload in (b"garbage that is no frame", P.encode(P.CONTROL, P.control_body(0, {"op": "open"}))[:-3],
+                    P.encode(P.TASK, P.task_body(1, "m:f", {}, b"", b"", []))):
+        with socket.create_connection((d.host, d.port)) as s:
+            ch = Channel.open(s, server=False, keys=P.keyring(d.key), timeout=10)
+            ch.send(payload, 10)
+            with pytest.raises(Exception):
+                ch.recv(P.MAX_FRAME_BYTES, 10)
+            ch.close()
+    # The daemon is unharmed.
+    with Worker(4, platform="cpu") as w4:
+        w4.add_remote_worker(d.spec())
+        w4.init()
+
+
+def test_level4_argument_checks(daemons):
+    with pytest.raises(ValueError, match="level-4"):
+        Worker(3, platform="cpu").add_remote_worker(RemoteWorkerSpec(address="127.0.0.1:1", key=os.urandom(32)))
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        RemoteWorkerSpec(address="nowhere", key=os.urandom(32))
+    with pytest.raises(ValueError, match="module:qualname"):
+        RemoteCallable("no_colon")
+    with pytest.raises(ValueError, match="remote_session_timeout_s"):
+        Worker(4, platform="cpu", remote_session_timeout_s=0)

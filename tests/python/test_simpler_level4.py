@@ -393,3 +393,18 @@ def test_level4_argument_checks(daemons):
         RemoteCallable("no_colon")
     with pytest.raises(ValueError, match="remote_session_timeout_s"):
         Worker(4, platform="cpu", remote_session_timeout_s=0)
+
+
+def test_the_daemon_refuses_a_key_file_others_can_read(tmp_path):
+    kf = tmp_path / "open.key"
+    kf.write_bytes(os.urandom(32))
+    os.chmod(kf, 0o644)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0", "--key-file",
+                        str(kf)], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "chmod 600" in p.stderr
+    os.chmod(kf, 0o600)
+    kf.write_bytes(b"too short\n")
+    p = subprocess.run([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0", "--key-file",
+                        str(kf)], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "at least 32" in p.stderr

@@ -232,8 +232,15 @@ def serve_connection(conn: socket.socket, key: bytes) -> None:
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        Session(conn, key).run()
+        sess = Session(conn, key)
+
+        def stop(*_):  # the daemon is stopping: close the level-3 Worker (its shared memory) on the way out
+            sess.stop.set()
+            if sess.cmd is not None:
+                sess.cmd.shutdown()
+
+        signal.signal(signal.SIGTERM, stop)
+        sess.run()
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         code = 1

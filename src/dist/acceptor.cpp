@@ -15,7 +15,9 @@ void Acceptor::start(const Socket* listener, size_t max_live, Serve serve) {
 
 void Acceptor::stop_accepting() {
   accepting_ = false;
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  listener_->shutdown_both();  // ends the accepting thread's wait at once
+  thread_.join();
 }
 
 void Acceptor::stop() {
@@ -63,6 +65,7 @@ void Acceptor::loop() {
     tc_status st = accept_tcp(*listener_, 100, &s);
     if (st == TC_ERR_TIMEOUT) continue;
     if (st != TC_OK) {  // out of descriptors or a transient error: back off
+      if (!accepting_) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }

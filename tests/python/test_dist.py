@@ -332,6 +332,9 @@ def test_dist_argument_errors_leave_buffers_untouched(cpu_ctx):
                       rank_identities=["other", "group"]) == tc.TC_ERR_INVALID_ARG  # rank 0 bound elsewhere
     with ctx.dist_authenticated("single", 1, 0, "single://a", {"identity": "g", "key_id": 3, "secret": b"s" * 32}) as d:
         assert d.auth_failure_count == 0
+        assert (d.refusal_count, d.last_refusal) == (0, "")
+    for fn in (tc.dist_refusal_count, tc.dist_last_refusal):
+        assert status(fn, None) == tc.TC_ERR_INVALID_ARG
     with tc.dist_init(ctx) as d:
         x = np.arange(8, dtype=np.float32)
         b = ctx.buffer_from_array(x)
@@ -587,6 +590,8 @@ def test_remote_endpoint_authentication_rotation_and_fetch(cpu_ctx, rng):
         while server.auth_failure_count < 2 and time.time() < deadline:
             time.sleep(0.01)
         assert server.auth_failure_count == 2
+        assert server.refusal_count == 2  # every refusal so far was one of authentication
+        assert client.refusal_count == client.auth_failure_count == 1  # the server that proved another identity
         # Rotation: the server drops the old client key; new connections with it fail, the old connection lives on.
         server.auth_rotate("weights/server-a", 202, [("weights/server-a", 202, b"T" * 32),
                                                      ("client-b", 302, b"D" * 32)])

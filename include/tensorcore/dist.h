@@ -76,7 +76,9 @@ TC_API tc_status tc_dist_init(tc_context ctx, int32_t backend, int32_t world_siz
  * rank_identities is given (rank_identity_count == world_size), rank r must
  * prove identity rank_identities[r]; otherwise any key of the ring admits a
  * peer. A refused peer learns nothing of the group and is counted
- * (tc_dist_auth_failure_count on rank 0); the refused process gets TC_ERR_AUTH. */
+ * (tc_dist_auth_failure_count on rank 0); the refused process gets TC_ERR_AUTH.
+ * Once the group has formed, rank 0 closes the rendezvous listener: later
+ * connections to it are refused by the system. */
 TC_API tc_status tc_dist_init_authenticated(tc_context ctx, int32_t backend, int32_t world_size, int32_t rank,
                                             const char* rendezvous_url, const char* const* rank_identities,
                                             size_t rank_identity_count, const struct tc_auth_config* auth,
@@ -108,9 +110,18 @@ TC_API tc_status tc_dist_get_timeout(tc_dist dist, int64_t* out);
  * 2 (n-1)/n S). */
 TC_API tc_status tc_dist_bytes_sent(tc_dist dist, uint64_t* out);
 
-/* Authentication refusals seen by this rank (rank 0 hosts the rendezvous
- * and sees the refused joiners). */
+/* Refusals this rank counted on its control connections (the rendezvous
+ * store it hosts as rank 0, its own connection to the store as any rank),
+ * from the group's formation on: tc_dist_auth_failure_count those of
+ * authentication (a handshake's proof or a frame's MAC failed, either
+ * side); tc_dist_refusal_count every kind (those, plus handshakes and frames
+ * past their deadline, frames and values past a bound, keys outside the
+ * setter's namespace, malformed requests and replies, rendezvous reads that
+ * timed out). tc_dist_last_refusal: why the last one was refused ("" when
+ * none); the text stays valid until this thread's next call of it. */
 TC_API tc_status tc_dist_auth_failure_count(tc_dist dist, uint64_t* out);
+TC_API tc_status tc_dist_refusal_count(tc_dist dist, uint64_t* out);
+TC_API tc_status tc_dist_last_refusal(tc_dist dist, const char** out);
 
 /* Collectives. Buffers belong to the dist's context; dtypes F32, F16, BF16
  * (allreduce and reduce_scatter reduce 16-bit types in their own precision,
@@ -170,7 +181,11 @@ TC_API tc_status tc_remote_auth_rotate(tc_remote remote, const struct tc_auth_co
  * the endpoint shuts down. */
 TC_API tc_status tc_remote_peer_identity(tc_remote remote, int32_t peer_id, const char** out);
 TC_API tc_status tc_remote_peer_key_id(tc_remote remote, int32_t peer_id, uint64_t* out);
+/* Authentication refusals (handshakes, frames' MACs) on this endpoint's
+ * connections, and refusals of every kind (those, plus deadlines, replies
+ * longer than asked, malformed requests or replies). */
 TC_API tc_status tc_remote_auth_failure_count(tc_remote remote, uint64_t* out);
+TC_API tc_status tc_remote_refusal_count(tc_remote remote, uint64_t* out);
 TC_API tc_status tc_remote_total_bytes_served(tc_remote remote, uint64_t* out);
 TC_API tc_status tc_remote_total_bytes_fetched(tc_remote remote, uint64_t* out);
 

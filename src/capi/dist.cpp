@@ -403,7 +403,29 @@ tc_status tc_dist_auth_failure_count(tc_dist dist, uint64_t* out) {
   return guarded("tc_dist_auth_failure_count", [&] {
     if (tc_status st = check_dist("tc_dist_auth_failure_count", dist)) return st;
     if (tc_status st = check_out_ptr("tc_dist_auth_failure_count", "out", out)) return st;
-    *out = dist->client_auth_failures.load() + (dist->server ? dist->server->auth_failures() : 0);
+    *out = dist->refusals->auth();
+    return TC_OK;
+  });
+}
+
+tc_status tc_dist_refusal_count(tc_dist dist, uint64_t* out) {
+  return guarded("tc_dist_refusal_count", [&] {
+    if (tc_status st = check_dist("tc_dist_refusal_count", dist)) return st;
+    if (tc_status st = check_out_ptr("tc_dist_refusal_count", "out", out)) return st;
+    *out = dist->refusals->total();
+    return TC_OK;
+  });
+}
+
+tc_status tc_dist_last_refusal(tc_dist dist, const char** out) {
+  return guarded("tc_dist_last_refusal", [&] {
+    if (tc_status st = check_dist("tc_dist_last_refusal", dist)) return st;
+    if (tc_status st = check_out_ptr("tc_dist_last_refusal", "out", out)) return st;
+    // A copy the caller's thread owns: the record changes under the
+    // server's threads.
+    static thread_local std::string text;
+    text = dist->refusals->last();
+    *out = text.c_str();
     return TC_OK;
   });
 }
@@ -684,6 +706,7 @@ tc_status tc_remote_peer_key_id(tc_remote remote, int32_t peer_id, uint64_t* out
     });                                                                \
   }
 TC_REMOTE_COUNTER(tc_remote_auth_failure_count, auth_failures)
+TC_REMOTE_COUNTER(tc_remote_refusal_count, refusal_count)
 TC_REMOTE_COUNTER(tc_remote_total_bytes_served, bytes_served)
 TC_REMOTE_COUNTER(tc_remote_total_bytes_fetched, bytes_fetched)
 #undef TC_REMOTE_COUNTER

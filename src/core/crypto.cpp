@@ -61,11 +61,15 @@ void Sha256::update(const void* data, size_t n) {
     throw std::runtime_error("SHA-256 update failed in libcrypto");
 }
 
-std::string Sha256::hex() {
-  unsigned char d[kDigestBytes];
+void Sha256::digest(uint8_t out[kDigestBytes]) {
   unsigned int len = 0;
-  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d, &len) != 1 || len != kDigestBytes)
+  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), out, &len) != 1 || len != kDigestBytes)
     throw std::runtime_error("SHA-256 final failed in libcrypto");
+}
+
+std::string Sha256::hex() {
+  uint8_t d[kDigestBytes];
+  digest(d);
   static const char digits[] = "0123456789abcdef";
   std::string out(2 * kDigestBytes, '0');
   for (size_t i = 0; i < kDigestBytes; ++i) out[2 * i] = digits[d[i] >> 4], out[2 * i + 1] = digits[d[i] & 15];

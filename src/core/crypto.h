@@ -31,7 +31,8 @@ class Sha256 {
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t n);
-  // 64 lowercase hex characters; the object is spent afterwards.
+  // The 32 bytes, or 64 lowercase hex characters; either spends the object.
+  void digest(uint8_t out[kDigestBytes]);
   std::string hex();
 
  private:

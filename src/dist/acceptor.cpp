@@ -9,12 +9,19 @@ void Acceptor::start(const Socket* listener, size_t max_live, Serve serve) {
   listener_ = listener;
   max_live_ = max_live;
   serve_ = std::move(serve);
+  accepting_ = true;
   thread_ = std::thread([this] { loop(); });
 }
 
+void Acceptor::stop_accepting() {
+  accepting_ = false;
+  if (!thread_.joinable()) return;
+  listener_->shutdown_both();  // ends the accepting thread's wait at once
+  thread_.join();
+}
+
 void Acceptor::stop() {
-  if (stop_.exchange(true)) return;
-  if (thread_.joinable()) thread_.join();
+  stop_accepting();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : conns_) c->sock.shutdown_both();
@@ -48,7 +55,7 @@ void Acceptor::reap(bool all) {
 }
 
 void Acceptor::loop() {
-  while (!stop_) {
+  while (accepting_) {
     reap(false);
     if (live() >= max_live_) {  // leave the rest in the backlog until a slot frees
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -58,6 +65,7 @@ void Acceptor::loop() {
     tc_status st = accept_tcp(*listener_, 100, &s);
     if (st == TC_ERR_TIMEOUT) continue;
     if (st != TC_OK) {  // out of descriptors or a transient error: back off
+      if (!accepting_) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }

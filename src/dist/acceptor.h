@@ -26,6 +26,9 @@ class Acceptor {
   using Serve = std::function<void(Socket&)>;
   // Starts accepting on `listener` (which must outlive stop()).
   void start(const Socket* listener, size_t max_live, Serve serve);
+  // Stops accepting (the listener is no longer touched afterwards); the
+  // connections being served go on.
+  void stop_accepting();
   // Stops accepting, shuts every connection down and joins every thread.
   void stop();
   ~Acceptor() { stop(); }
@@ -45,7 +48,7 @@ class Acceptor {
   const Socket* listener_ = nullptr;
   size_t max_live_ = 0;
   Serve serve_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> accepting_{false};
   std::atomic<uint64_t> accepted_{0};
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Conn>> conns_;

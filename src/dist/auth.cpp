@@ -1,5 +1,6 @@
 #include "dist/auth.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -301,13 +302,25 @@ namespace {
 // HMAC(S, direction | sequence number | SHA-256(payload)): the direction
 // keeps a frame from being reflected back to its sender; the payload enters
 // through its digest, read in place (a tensor reply is not copied for it).
-std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const char* payload, size_t n) {
+std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const uint8_t digest[kDigestBytes]) {
   std::string data(1, from_client ? 'c' : 's');
   put_u64(&data, seq);
-  uint8_t digest[kDigestBytes];
-  sha256(payload, n, digest);
   data.append(reinterpret_cast<const char*>(digest), kDigestBytes);
   return mac(session.key, data);
+}
+
+std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const char* payload, size_t n) {
+  uint8_t digest[kDigestBytes];
+  sha256(payload, n, digest);
+  return frame_mac(session, from_client, seq, digest);
+}
+
+// Reads the MAC that ends a frame and checks it against the payload's digest.
+tc_status check_mac(const Socket& s, Session& session, const uint8_t digest[kDigestBytes], Deadline deadline) {
+  char got[kDigestBytes];
+  if (tc_status st = recv_all(s, got, kDigestBytes, deadline)) return st;
+  const std::string expect = frame_mac(session, !session.client, session.received++, digest);
+  return equal_ct(expect.data(), got, kDigestBytes) ? TC_OK : TC_ERR_AUTH;
 }
 
 }  // namespace
@@ -319,19 +332,52 @@ tc_status send_frame(const Socket& s, Session& session, const std::string& paylo
                                                     payload.size()));
 }
 
+tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload_bytes, Deadline deadline) {
+  unsigned char len[4];
+  if (tc_status st = recv_all(s, len, 4, deadline)) return st;
+  const uint64_t n = uint64_t(len[0]) | uint64_t(len[1]) << 8 | uint64_t(len[2]) << 16 | uint64_t(len[3]) << 24;
+  if (session.key.empty()) {
+    *payload_bytes = n;
+    return TC_OK;
+  }
+  *payload_bytes = n >= kDigestBytes ? n - kDigestBytes : 0;
+  return n >= kDigestBytes ? TC_OK : TC_ERR_AUTH;  // too short to carry its MAC
+}
+
+tc_status recv_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, std::string* payload,
+                             Deadline deadline) {
+  payload->assign(size_t(payload_bytes), '\0');
+  if (payload_bytes)
+    if (tc_status st = recv_all(s, &(*payload)[0], size_t(payload_bytes), deadline)) return st;
+  if (session.key.empty()) return TC_OK;
+  uint8_t digest[kDigestBytes];
+  sha256(payload->data(), payload->size(), digest);
+  return check_mac(s, session, digest, deadline);
+}
+
+tc_status skip_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, Deadline deadline) {
+  char buf[16384];
+  Sha256 h;
+  for (uint64_t left = payload_bytes; left;) {
+    const size_t n = size_t(std::min<uint64_t>(left, sizeof buf));
+    if (tc_status st = recv_all(s, buf, n, deadline)) return st;
+    if (!session.key.empty()) h.update(buf, n);
+    left -= n;
+  }
+  if (session.key.empty()) return TC_OK;
+  uint8_t digest[kDigestBytes];
+  h.digest(digest);
+  return check_mac(s, session, digest, deadline);
+}
+
 tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
                      uint64_t* announced) {
-  if (session.key.empty()) return recv_frame(s, payload, max_bytes, deadline, announced);
-  uint64_t got = 0;
-  tc_status st = recv_frame(s, payload, max_bytes + kDigestBytes, deadline, &got);
-  if (announced) *announced = got >= kDigestBytes ? got - kDigestBytes : 0;
+  uint64_t n = 0;
+  tc_status st = recv_frame_length(s, session, &n, deadline);
+  if (announced) *announced = n;
   if (st != TC_OK) return st;
-  if (payload->size() < kDigestBytes) return TC_ERR_AUTH;
-  const size_t n = payload->size() - kDigestBytes;
-  const std::string expect = frame_mac(session, !session.client, session.received++, payload->data(), n);
-  const bool ok = equal_ct(expect.data(), payload->data() + n, kDigestBytes);
-  payload->resize(n);
-  return ok ? TC_OK : TC_ERR_AUTH;
+  if (n > max_bytes) return TC_ERR_CORRUPT;
+  return recv_frame_payload(s, session, n, payload, deadline);
 }
 
 }  // namespace dist

@@ -92,6 +92,15 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
 tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline);
 tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
                      uint64_t* announced = nullptr);
+// The same frame read in two steps, for a reader that decides from the
+// length alone whether to take it: recv_frame_length (the payload's length,
+// the MAC left out), then either recv_frame_payload, or skip_frame_payload,
+// which reads the payload through a small buffer (nothing is allocated for
+// it) and still checks its MAC, so the connection stays in step.
+tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload_bytes, Deadline deadline);
+tc_status recv_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, std::string* payload,
+                             Deadline deadline);
+tc_status skip_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, Deadline deadline);
 
 }  // namespace dist
 }  // namespace tc

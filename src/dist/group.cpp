@@ -50,16 +50,15 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
         // each frame once a request has started), not the collective
         // timeout: a silent peer frees its slot in seconds.
         if (tc_status st = StoreServer::start(req.host, req.port, req.ring, req.world, req.rank_identities,
-                                              std::min<int64_t>(req.timeout_ms, kStoreHandshakeMs), &d->server, &why))
+                                              std::min<int64_t>(req.timeout_ms, kStoreHandshakeMs), &d->server, &why,
+                                              d->refusals))
           return fail(st, "%s: rank 0 cannot host the rendezvous: %s", fn, why.c_str());
         d->store = std::make_unique<LocalStore>(d->server.get());
       } else {
         std::unique_ptr<TcpStoreClient> client;
-        if (tc_status st = TcpStoreClient::connect(req.host, req.port, req.ring.get(), req.rank, deadline, &client,
-                                                   &why)) {
-          if (st == TC_ERR_AUTH) d->client_auth_failures++;
+        if (tc_status st = TcpStoreClient::connect(req.host, req.port, req.ring, req.rank, deadline, &client, &why,
+                                                   d->refusals))
           return fail(st, "%s: rank %d of %d: %s", fn, req.rank, req.world, why.c_str());
-        }
         d->store = std::move(client);
       }
     } else if (req.backend == TC_DIST_NCCL) {
@@ -81,6 +80,11 @@ tc_status create_group(const char* fn, const GroupRequest& req, tc_dist* out) {
     };
     tc_status st = req.backend == TC_DIST_GLOO ? make_gloo_comm(spec, &d->comm) : make_nccl_comm(spec, &d->comm);
     if (st) return fail_with(st, std::string(fn) + ": " + last_detail());
+    // Every rank has joined and read what it needed (rank 0 has read every
+    // rank's address, NCCL's initialisation has seen every rank), so no one
+    // needs a new connection: later connects are refused by the system
+    // instead of reaching the handshake.
+    if (d->server) d->server->close_listener();
   }
   *out = register_handle(d.release(), dist_kind());
   return TC_OK;

@@ -10,6 +10,7 @@
 
 #include "dist/comm.h"
 #include "core/handles.h"
+#include "dist/refusals.h"
 #include "dist/store.h"
 #include "tensorcore/dist.h"
 
@@ -29,7 +30,8 @@ struct tc_dist_s {
   std::mutex mu;  // one collective at a time on `comm` and `staged`
   std::atomic<int64_t> timeout_ms{120000};
   std::atomic<uint64_t> bytes_sent{0};
-  std::atomic<uint64_t> client_auth_failures{0};
+  // What this rank refused or was refused, on its server and client sides.
+  std::shared_ptr<tc::dist::Refusals> refusals = std::make_shared<tc::dist::Refusals>();
   std::atomic<int64_t> live_diloco{0};
 };
 

@@ -113,7 +113,7 @@ void Socket::close() {
   fd_ = -1;
 }
 
-void Socket::shutdown_both() {
+void Socket::shutdown_both() const {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 

@@ -53,7 +53,7 @@ class Socket {
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void close();
-  void shutdown_both();  // wakes a thread blocked on it
+  void shutdown_both() const;  // wakes a thread blocked on it (a listener's too)
 
  private:
   int fd_ = -1;

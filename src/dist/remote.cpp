@@ -23,7 +23,7 @@ tc_status RemoteEndpoint::create(int32_t role, const std::string& host, int port
   e->timeout_ms_ = timeout_ms;
   if (role == TC_REMOTE_ROLE_WEIGHT_SERVER) {
     if (tc_status st = listen_tcp(host, port, &e->listener_, &e->port_, why)) return st;
-    e->acceptor_.start(&e->listener_, kMaxConnections, [p = e.get()](Socket& c) { p->serve(&c, -1); });
+    e->acceptor_.start(&e->listener_, kMaxConnections, [p = e.get()](Socket& c) { p->serve(c); });
   }
   *out = std::move(e);
   return TC_OK;
@@ -67,7 +67,8 @@ bool RemoteEndpoint::peer(int32_t id, const char** identity, uint64_t* key_id) c
   return true;
 }
 
-void RemoteEndpoint::serve(Socket* s, int32_t) {
+void RemoteEndpoint::serve(Socket& conn) {
+  Socket* s = &conn;
   KeyringRef r = ring();  // the ring in force when the connection arrived
   PeerInfo info;
   std::string why;
@@ -75,7 +76,9 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
   tc_status st = server_handshake(*s, r.get(), Purpose::Remote, nullptr, deadline_after_ms(timeout_ms_), &info, &why,
                                   &session);
   if (st) {
-    if (st == TC_ERR_AUTH) failures_++;
+    if (st == TC_ERR_AUTH) refusals_.count(Refusals::Kind::Auth, why);
+    if (st == TC_ERR_TIMEOUT)
+      refusals_.count(Refusals::Kind::Timeout, "a connection did not finish its handshake in time");
     s->shutdown_both();
     return;  // the socket is closed by the destructor, after the join
   }
@@ -88,7 +91,11 @@ void RemoteEndpoint::serve(Socket* s, int32_t) {
     tc_status rs = wait_readable(*s, deadline_after_ms(200));
     if (rs == TC_ERR_TIMEOUT) continue;
     if (rs == TC_OK) rs = recv_frame(*s, session, &m, 1 + kSizeBytes + kMaxName, deadline_after_ms(timeout_ms_));
-    if (rs == TC_ERR_AUTH) failures_++;  // a frame altered or replayed after the handshake
+    if (rs == TC_ERR_AUTH) refusals_.count(Refusals::Kind::Auth, "a request failed its integrity check");
+    if (rs == TC_ERR_TIMEOUT) refusals_.count(Refusals::Kind::Timeout, "a request did not arrive whole in time");
+    if (rs == TC_ERR_CORRUPT) refusals_.count(Refusals::Kind::Bound, "a request longer than a tensor name allows");
+    if (rs == TC_OK && (m.size() < 1 + kSizeBytes || m[0] != 'F'))
+      refusals_.count(Refusals::Kind::Malformed, "a malformed request");
     if (rs != TC_OK || m.size() < 1 + kSizeBytes || m[0] != 'F') break;
     const uint64_t want = get_u64(m.data() + 1);
     std::string name = m.substr(1 + kSizeBytes), reply;
@@ -128,7 +135,8 @@ tc_status RemoteEndpoint::connect(const std::string& host, int port, const std::
   PeerInfo info;
   Session session;
   if (tc_status st = client_handshake(*sock, r.get(), Purpose::Remote, -1, expected_identity, d, &info, why, &session)) {
-    if (st == TC_ERR_AUTH) failures_++;
+    if (st == TC_ERR_AUTH) refusals_.count(Refusals::Kind::Auth, *why);
+    if (st == TC_ERR_TIMEOUT) refusals_.count(Refusals::Kind::Timeout, *why);
     return st;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -160,20 +168,22 @@ tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* 
   // read, or allocated for.
   if (!st) st = recv_frame(*s, *session, &reply, std::max(nbytes + 1, kMaxReplyText), d, &announced);
   if (st == TC_ERR_AUTH) {
-    failures_++;
     s->shutdown_both();
     *why = "a reply from the server failed its integrity check (altered or replayed on the way); the connection "
            "is closed";
+    refusals_.count(Refusals::Kind::Auth, *why);
     return TC_ERR_AUTH;
   }
   if (st == TC_ERR_CORRUPT) {
     s->shutdown_both();  // out of step with the server: later fetches fail at once
     *why = "the server announced a reply of " + std::to_string(announced) + " bytes to a request for " +
-           std::to_string(nbytes) + " bytes of tensor '" + name + "'; refused, and the connection closed";
+           std::to_string(nbytes) + " bytes of tensor '" + printable(name) + "'; refused, and the connection closed";
+    refusals_.count(Refusals::Kind::Bound, *why);
     return TC_ERR_CORRUPT;
   }
   if (st || reply.empty()) {
     *why = st == TC_ERR_TIMEOUT ? "the server did not answer before the deadline" : "the connection to the server was lost";
+    if (st == TC_ERR_TIMEOUT) refusals_.count(Refusals::Kind::Timeout, *why);
     return TC_ERR_TIMEOUT;
   }
   if (reply[0] == 'E' && reply.size() <= kMaxReplyText) {
@@ -184,7 +194,8 @@ tc_status RemoteEndpoint::fetch(int32_t peer_id, const std::string& name, void* 
     s->shutdown_both();
     *why = "the server sent a malformed reply (" + std::to_string(reply.size()) + " bytes, tag " +
            printable(reply.substr(0, 1)) + ") to a request for " + std::to_string(nbytes) + " bytes of tensor '" +
-           name + "'; refused, and the connection closed";
+           printable(name) + "'; refused, and the connection closed";
+    refusals_.count(Refusals::Kind::Malformed, *why);
     return TC_ERR_CORRUPT;
   }
   std::memcpy(dst, reply.data() + 1, nbytes);

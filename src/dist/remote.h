@@ -6,7 +6,8 @@
 // exactly that many ('D') or a reason ('E', at most kMaxReplyText bytes),
 // and the client refuses any other reply as soon as its length arrives,
 // before allocating for it. A tensor is at most kMaxTensorBytes: its 'D'
-// reply must fit one frame. Frames after the handshake carry no MAC.
+// reply must fit one frame. Frames after an authenticated handshake carry
+// the session's MAC (auth.h).
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "dist/acceptor.h"
 #include "dist/auth.h"
 #include "dist/net.h"
+#include "dist/refusals.h"
 #include "tensorcore/dist.h"
 
 namespace tc {
@@ -53,14 +55,18 @@ class RemoteEndpoint {
   // identity string stays where it is until the endpoint is destroyed.
   bool peer(int32_t id, const char** identity, uint64_t* key_id) const;
 
-  uint64_t auth_failures() const { return failures_.load(); }
+  uint64_t auth_failures() const { return refusals_.auth(); }
+  uint64_t refusal_count() const { return refusals_.total(); }
   uint64_t bytes_served() const { return served_.load(); }
   uint64_t bytes_fetched() const { return fetched_.load(); }
+
+  // Serves one connection until it ends (a server's acceptor threads call
+  // it; a fuzz target may hand it one end of a socket pair).
+  void serve(Socket& s);
 
  private:
   RemoteEndpoint() = default;
   KeyringRef ring() const;
-  void serve(Socket* s, int32_t peer_id);
 
   int32_t role_ = TC_REMOTE_ROLE_COMPUTE_CLIENT;
   bool authenticated_ = false;
@@ -81,7 +87,8 @@ class RemoteEndpoint {
   Socket listener_;
   std::atomic<bool> stop_{false};
   Acceptor acceptor_;  // last: stopped first, while the state above is alive
-  std::atomic<uint64_t> failures_{0}, served_{0}, fetched_{0};
+  Refusals refusals_;
+  std::atomic<uint64_t> served_{0}, fetched_{0};
 };
 
 }  // namespace dist

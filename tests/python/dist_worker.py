@@ -9,6 +9,7 @@ Scenario-specific outcomes are printed as "RESULT key=value" lines.
 """
 
 import os
+import socket
 import sys
 import time
 
@@ -227,6 +228,37 @@ def scenario_mesh(ctx, url, seed, extra):
         x = ctx.buffer_from_array(np.full(16, RANK + 1, np.float32))
         g.allreduce(x, 16)
         check(np.all(x.to_numpy((16,), np.float32) == WORLD * (WORLD + 1) / 2), "mesh allreduce")
+
+
+def scenario_listener(ctx, url, seed, extra):
+    """Once the group has formed, rank 0's rendezvous listener is closed: a
+    connect to its port is refused by the system, and the group works on."""
+    port = int(url.rsplit(":", 1)[1])
+    with ctx.dist("gloo", WORLD, RANK, url, timeout=20) as d:
+        d.barrier()  # rank 0 closed the listener before its rendezvous returned
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            refused = 0
+        except ConnectionRefusedError:
+            refused = 1
+        result(refused=refused)
+        x = ctx.buffer_from_array(np.full(16, RANK + 1, np.float32))
+        d.allreduce(x, 16)
+        check(np.all(x.to_numpy((16,), np.float32) == WORLD * (WORLD + 1) / 2), "allreduce after the listener closed")
+
+
+def scenario_refusals(ctx, url, seed, extra):
+    """An authenticated group; rank 1 reaches the rendezvous through `extra`
+    (a proxy that alters one reply). Prints this rank's refusal counters
+    once the group has formed."""
+    keys = my_keyring(WORLD, RANK)
+    ids = ["rank-%d" % r for r in range(WORLD)]
+    with ctx.dist_authenticated("gloo", WORLD, RANK, extra if RANK == 1 else url, keys, rank_identities=ids,
+                                local_identity=ids[RANK], timeout=20) as d:
+        x = ctx.buffer_from_array(np.full(16, RANK + 1, np.float32))
+        d.allreduce(x, 16)
+        check(np.all(x.to_numpy((16,), np.float32) == WORLD * (WORLD + 1) / 2), "allreduce after a refusal")
+        result(refusals=d.refusal_count, auth=d.auth_failure_count, last=d.last_refusal.replace(" ", "_"))
 
 
 def scenario_death(ctx, url, seed, extra):

@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,6 +159,94 @@ def test_mesh_group_authenticated():
 
 
 @needs_gloo
+def test_rendezvous_listener_is_closed_once_the_group_has_formed():
+    outs = run_group("listener", 3, 0)
+    for out in outs:
+        assert results(out)["refused"] == "1", out
+
+
+class _AlteringProxy:
+    """Forwards connections to `port`; in the first one, flips a bit of the
+    first reply after the handshake (the server's third frame), as an
+    attacker on the path would."""
+
+    def __init__(self, port):
+        self.port = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = "gloo+tcp://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            first = self.connections == 0
+            self.connections += 1
+            server = None
+            for _ in range(200):  # rank 0 may not listen yet
+                try:
+                    server = socket.create_connection(("127.0.0.1", self.port))
+                    break
+                except ConnectionRefusedError:
+                    time.sleep(0.05)
+            threading.Thread(target=self._pump, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, 2 if first else None), daemon=True).start()
+
+    @staticmethod
+    def _read(s, n):
+        b = b""
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise OSError("closed")
+            b += chunk
+        return b
+
+    def _pump(self, src, dst, alter_frame):
+        try:
+            index = 0
+            while True:
+                head = self._read(src, 4)
+                body = bytearray(self._read(src, int.from_bytes(head, "little")))
+                if index == alter_frame:
+                    body[-1] ^= 1  # the MAC's last byte
+                dst.sendall(head + bytes(body))
+                index += 1
+        except OSError:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+
+
+@needs_gloo
+def test_refusals_are_counted_on_a_nonzero_rank():
+    """Rank 1's first store reply is altered on the way: rank 1 refuses it,
+    counts it, connects again and the group forms; rank 0 saw nothing wrong."""
+    port = free_port()
+    url = "gloo+tcp://127.0.0.1:%d" % port
+    proxy = _AlteringProxy(port)
+    try:
+        outs = run_group("refusals", 2, 0, url=url, extra=proxy.url)
+    finally:
+        proxy.close()
+    r0, r1 = results(outs[0]), results(outs[1])
+    assert int(r1["refusals"]) == 1 and int(r1["auth"]) == 1, outs[1]
+    assert "integrity" in r1["last"], outs[1]
+    assert proxy.connections == 2  # the altered connection, then the one made again
+    assert int(r0["refusals"]) == 0, outs[0]
+
+
+@needs_gloo
 @pytest.mark.parametrize("how", ["exit", "hang"])
 def test_dead_or_silent_peer_times_out(how):
     url = "gloo+tcp://127.0.0.1:%d" % free_port()
@@ -268,6 +357,9 @@ def test_dist_argument_errors_leave_buffers_untouched(cpu_ctx):
                       rank_identities=["other", "group"]) == tc.TC_ERR_INVALID_ARG  # rank 0 bound elsewhere
     with ctx.dist_authenticated("single", 1, 0, "single://a", {"identity": "g", "key_id": 3, "secret": b"s" * 32}) as d:
         assert d.auth_failure_count == 0
+        assert (d.refusal_count, d.last_refusal) == (0, "")
+    for fn in (tc.dist_refusal_count, tc.dist_last_refusal):
+        assert status(fn, None) == tc.TC_ERR_INVALID_ARG
     with tc.dist_init(ctx) as d:
         x = np.arange(8, dtype=np.float32)
         b = ctx.buffer_from_array(x)
@@ -694,6 +786,8 @@ def test_remote_endpoint_authentication_rotation_and_fetch(cpu_ctx, rng):
         while server.auth_failure_count < 2 and time.time() < deadline:
             time.sleep(0.01)
         assert server.auth_failure_count == 2
+        assert server.refusal_count == 2  # every refusal so far was one of authentication
+        assert client.refusal_count == client.auth_failure_count == 1  # the server that proved another identity
         # Rotation: the server drops the old client key; new connections with it fail, the old connection lives on.
         server.auth_rotate("weights/server-a", 202, [("weights/server-a", 202, b"T" * 32),
                                                      ("client-b", 302, b"D" * 32)])

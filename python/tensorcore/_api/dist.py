@@ -37,13 +37,13 @@ __all__ = [
     "DistContext", "Remote",
     "dist_init", "dist_init_authenticated", "mesh_group_init_authenticated", "dist_finalize",
     "dist_world_size", "dist_rank", "dist_backend", "dist_set_timeout", "dist_get_timeout",
-    "dist_bytes_sent", "dist_auth_failure_count",
+    "dist_bytes_sent", "dist_auth_failure_count", "dist_refusal_count", "dist_last_refusal",
     "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier",
     "remote_init", "remote_init_authenticated", "remote_shutdown", "remote_bound_port",
     "remote_register_tensor", "remote_unregister_tensor", "remote_registered_count",
     "remote_connect", "remote_connect_authenticated", "remote_tensor_fetch", "remote_auth_rotate",
     "remote_peer_identity", "remote_peer_key_id", "remote_auth_failure_count",
-    "remote_total_bytes_served", "remote_total_bytes_fetched",
+    "remote_refusal_count", "remote_total_bytes_served", "remote_total_bytes_fetched",
 ]
 
 TC_DIST_SINGLE = 0
@@ -175,6 +175,8 @@ _tc_dist_set_timeout = declare("tc_dist_set_timeout", tc_status, handle, c_int64
 _tc_dist_get_timeout = declare("tc_dist_get_timeout", tc_status, handle, POINTER(c_int64))
 _tc_dist_bytes_sent = declare("tc_dist_bytes_sent", tc_status, handle, POINTER(c_uint64))
 _tc_dist_auth_failure_count = declare("tc_dist_auth_failure_count", tc_status, handle, POINTER(c_uint64))
+_tc_dist_refusal_count = declare("tc_dist_refusal_count", tc_status, handle, POINTER(c_uint64))
+_tc_dist_last_refusal = declare("tc_dist_last_refusal", tc_status, handle, POINTER(c_char_p))
 _tc_allreduce = declare("tc_allreduce", tc_status, handle, handle, c_size_t, c_int32, c_int32)
 _tc_broadcast = declare("tc_broadcast", tc_status, handle, handle, c_size_t, c_int32, c_int32)
 _tc_allgather = declare("tc_allgather", tc_status, handle, handle, handle, c_size_t, c_int32)
@@ -197,6 +199,7 @@ _tc_remote_auth_rotate = declare("tc_remote_auth_rotate", tc_status, handle, POI
 _tc_remote_peer_identity = declare("tc_remote_peer_identity", tc_status, handle, c_int32, POINTER(c_char_p))
 _tc_remote_peer_key_id = declare("tc_remote_peer_key_id", tc_status, handle, c_int32, POINTER(c_uint64))
 _tc_remote_auth_failure_count = declare("tc_remote_auth_failure_count", tc_status, handle, POINTER(c_uint64))
+_tc_remote_refusal_count = declare("tc_remote_refusal_count", tc_status, handle, POINTER(c_uint64))
 _tc_remote_total_bytes_served = declare("tc_remote_total_bytes_served", tc_status, handle, POINTER(c_uint64))
 _tc_remote_total_bytes_fetched = declare("tc_remote_total_bytes_fetched", tc_status, handle, POINTER(c_uint64))
 
@@ -239,6 +242,14 @@ class DistContext(_Owned):
     @property
     def auth_failure_count(self):
         return dist_auth_failure_count(self)
+
+    @property
+    def refusal_count(self):
+        return dist_refusal_count(self)
+
+    @property
+    def last_refusal(self):
+        return dist_last_refusal(self)
 
     @property
     def timeout(self):
@@ -349,6 +360,10 @@ class Remote(_Owned):
     @property
     def auth_failure_count(self):
         return remote_auth_failure_count(self)
+
+    @property
+    def refusal_count(self):
+        return remote_refusal_count(self)
 
 
 def _dist_arg(obj, fn, name="dist"):
@@ -483,6 +498,17 @@ def dist_bytes_sent(dist):
 
 def dist_auth_failure_count(dist):
     return _get(_tc_dist_auth_failure_count, c_uint64, dist, "tc_dist_auth_failure_count")
+
+
+def dist_refusal_count(dist):
+    return _get(_tc_dist_refusal_count, c_uint64, dist, "tc_dist_refusal_count")
+
+
+def dist_last_refusal(dist):
+    fn = "tc_dist_last_refusal"
+    out = c_char_p()
+    check(_tc_dist_last_refusal(_dist_arg(dist, fn), byref(out)))
+    return text(out.value)
 
 
 # ---- collectives ------------------------------------------------------------------
@@ -669,6 +695,10 @@ def remote_auth_failure_count(remote):
     if isinstance(remote, DistContext):
         return dist_auth_failure_count(remote)
     return _get(_tc_remote_auth_failure_count, c_uint64, remote, "tc_remote_auth_failure_count")
+
+
+def remote_refusal_count(remote):
+    return _get(_tc_remote_refusal_count, c_uint64, remote, "tc_remote_refusal_count")
 
 
 def remote_total_bytes_served(remote):

@@ -2,7 +2,10 @@
 // does not export them): the file store NCCL rendezvous uses never follows
 // a planted link and leaves no temporary file behind; the TCP store bounds
 // each message and everything it holds, and a refusal leaves it serving;
-// identity bytes a peer sends reach error text escaped. Loopback only.
+// identity bytes a peer sends reach error text escaped; keys are namespaced
+// by the setter's rank; the server and the client count what they refuse;
+// a closed listener refuses connections while the store serves on.
+// Loopback only.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -99,38 +102,50 @@ TEST_F(FileStoreTest, OversizedValuesAreRefused) {
 // ---- the TCP store ----------------------------------------------------------
 
 struct PlainStore {
+  RefusalsRef server_refusals = std::make_shared<Refusals>(), client_refusals = std::make_shared<Refusals>();
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<TcpStoreClient> client;
-  PlainStore() {
+  explicit PlainStore(StoreLimits limits = StoreLimits(), int world = 2) {
     std::string why;
-    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, nullptr, 2, {}, 5000, &server, &why), TC_OK) << why;
-    EXPECT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), nullptr, 1, deadline_after_ms(5000), &client, &why),
+    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, nullptr, world, {}, 5000, &server, &why, server_refusals, limits),
+              TC_OK)
+        << why;
+    EXPECT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), nullptr, 1, deadline_after_ms(5000), &client, &why,
+                                      client_refusals),
               TC_OK)
         << why;
   }
 };
 
 TEST(TcpStore, TotalBytesAreBoundedAndARefusalLeavesTheStoreServing) {
-  PlainStore p;
+  StoreLimits limits;
+  limits.max_message = 64 << 10;
+  limits.max_bytes = 1 << 20;
+  PlainStore p(limits);
   ASSERT_TRUE(p.client);
   std::string why, v;
-  const std::string chunk(kMaxStoreMessage - 64, 'v');
+  const std::string chunk(limits.max_message - 64, 'v');
   size_t stored = 0;
   tc_status st = TC_OK;
   for (int i = 0; i < 64 && st == TC_OK; ++i) {
-    st = p.client->set("k" + std::to_string(i), chunk, &why);
+    st = p.client->set("1/k" + std::to_string(i), chunk, &why);
     if (st == TC_OK) stored++;
   }
   EXPECT_EQ(st, TC_ERR_ALLOC) << why;
   EXPECT_NE(why.find("bound"), std::string::npos) << why;
-  EXPECT_EQ(stored, kMaxStoreBytes / chunk.size());
-  EXPECT_LE(p.server->held_bytes(), kMaxStoreBytes);
+  EXPECT_GE(stored, limits.max_bytes / chunk.size() - 1);
+  EXPECT_LE(stored, limits.max_bytes / chunk.size());
+  EXPECT_LE(p.server->held_bytes(), limits.max_bytes);
+  // Counted on both sides, the detail on both.
+  EXPECT_EQ(p.server->refusals().total(), 1u);
+  EXPECT_EQ(p.client_refusals->total(), 1u);
+  EXPECT_NE(p.client_refusals->last().find("bound"), std::string::npos) << p.client_refusals->last();
   // The connection and the store still work: reads, a small write, and
   // replacing a value by a smaller one, which frees room.
-  ASSERT_EQ(p.client->get("k0", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  ASSERT_EQ(p.client->get("1/k0", deadline_after_ms(5000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v.size(), chunk.size());
-  ASSERT_EQ(p.client->set("k0", "small", &why), TC_OK) << why;
-  ASSERT_EQ(p.client->set("again", chunk, &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("1/k0", "small", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("1/again", chunk, &why), TC_OK) << why;
   // Rank 0's own view is held to the same bound.
   LocalStore local(p.server.get());
   EXPECT_EQ(local.set("local", chunk, &why), TC_ERR_ALLOC);
@@ -141,10 +156,12 @@ TEST(TcpStore, OversizedRequestsAreRefusedBeforeSending) {
   PlainStore p;
   ASSERT_TRUE(p.client);
   std::string why, v;
-  EXPECT_EQ(p.client->set("big", std::string(kMaxStoreMessage, 'x'), &why), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(p.client->set("1/big", std::string(kMaxStoreMessage, 'x'), &why), TC_ERR_INVALID_ARG);
   EXPECT_NE(why.find("larger than"), std::string::npos) << why;
-  ASSERT_EQ(p.client->set("ok", "1", &why), TC_OK) << why;  // nothing was sent: the connection is in step
-  ASSERT_EQ(p.client->get("ok", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(p.client->set(std::string(kMaxStoreKey + 1, '1'), "1", &why), TC_ERR_INVALID_ARG);
+  EXPECT_NE(why.find("key has"), std::string::npos) << why;
+  ASSERT_EQ(p.client->set("1/ok", "1", &why), TC_OK) << why;  // nothing was sent: the connection is in step
+  ASSERT_EQ(p.client->get("1/ok", deadline_after_ms(5000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "1");
 }
 
@@ -209,7 +226,7 @@ TEST(Auth, PeerIdentityBytesAreEscapedInErrors) {
 struct AuthedStore {
   KeyringRef ring0, ring1;
   std::unique_ptr<StoreServer> server;
-  explicit AuthedStore(int64_t handshake_ms = 5000) {
+  explicit AuthedStore(int64_t handshake_ms = 5000, StoreLimits limits = StoreLimits()) {
     Keyring r;
     r.local_identity = "rank0";
     r.active_key_id = 1;
@@ -219,7 +236,8 @@ struct AuthedStore {
     r.local_identity = "rank1";
     ring1 = std::make_shared<const Keyring>(r);
     std::string why;
-    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, handshake_ms, &server, &why), TC_OK) << why;
+    EXPECT_EQ(StoreServer::start("127.0.0.1", 0, ring0, 2, {}, handshake_ms, &server, &why, nullptr, limits), TC_OK)
+        << why;
   }
   // A raw client after its handshake, with the session it derived.
   Socket connect(Session* session) {
@@ -263,21 +281,25 @@ TEST(Auth, FramesAfterTheHandshakeCarryAMac) {
   Socket s = st.connect(&session);
   std::string reply;
   // A well-formed request, then its reply, verify.
-  ASSERT_EQ(send_frame(s, session, set_request("k", "v"), deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(send_frame(s, session, set_request("1/k", "v"), deadline_after_ms(5000)), TC_OK);
   ASSERT_EQ(recv_frame(s, session, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  EXPECT_EQ(reply, "K");
   std::string v, why;
   LocalStore local(st.server.get());
-  ASSERT_EQ(local.get("k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  ASSERT_EQ(local.get("1/k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "v");
   EXPECT_EQ(st.server->auth_failures(), 0u);
   // The next request with one payload bit flipped: refused, the connection ends.
-  std::string raw = sealed(session, set_request("k", "forged"));
+  std::string raw = sealed(session, set_request("1/k", "forged"));
   raw[raw.size() - 40] ^= 1;
   ASSERT_EQ(send_frame(s, raw, deadline_after_ms(5000)), TC_OK);
+  // The server says why (so a client can start afresh), then hangs up.
+  ASSERT_EQ(recv_frame(s, session, &reply, 256, deadline_after_ms(5000)), TC_OK);
+  EXPECT_EQ(reply.substr(0, 2), "EI");
   EXPECT_NE(recv_frame(s, &reply, 256, deadline_after_ms(5000)), TC_OK);
   st.wait_refusals(1);
   EXPECT_EQ(st.server->auth_failures(), 1u);
-  ASSERT_EQ(local.get("k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
+  ASSERT_EQ(local.get("1/k", deadline_after_ms(1000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "v");
   EXPECT_NE(st.server->last_refusal().find("integrity"), std::string::npos) << st.server->last_refusal();
 }
@@ -287,12 +309,15 @@ TEST(Auth, AReplayedOrReflectedFrameIsRefused) {
   Session session;
   Socket s = st.connect(&session);
   // Frame 0 as sent, then the very same bytes again (a replay).
-  const std::string first = sealed(session, set_request("a", "1"));
+  const std::string first = sealed(session, set_request("1/a", "1"));
   session.sent++;
   ASSERT_EQ(send_frame(s, first, deadline_after_ms(5000)), TC_OK);
   std::string reply;
   ASSERT_EQ(recv_frame(s, session, &reply, 256, deadline_after_ms(5000)), TC_OK);
   ASSERT_EQ(send_frame(s, first, deadline_after_ms(5000)), TC_OK);
+  std::string said;  // the server's "altered" notice, then the end
+  ASSERT_EQ(recv_frame(s, session, &said, 256, deadline_after_ms(5000)), TC_OK);
+  EXPECT_EQ(said.substr(0, 2), "EI");
   EXPECT_NE(recv_frame(s, &reply, 256, deadline_after_ms(5000)), TC_OK);
   st.wait_refusals(1);
   EXPECT_EQ(st.server->auth_failures(), 1u);
@@ -301,7 +326,9 @@ TEST(Auth, AReplayedOrReflectedFrameIsRefused) {
   Socket t = st.connect(&s2);
   Session as_server = s2;
   as_server.client = false;
-  ASSERT_EQ(send_frame(t, sealed(as_server, set_request("b", "2")), deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(send_frame(t, sealed(as_server, set_request("1/b", "2")), deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(recv_frame(t, s2, &said, 256, deadline_after_ms(5000)), TC_OK);
+  EXPECT_EQ(said.substr(0, 2), "EI");
   EXPECT_NE(recv_frame(t, &reply, 256, deadline_after_ms(5000)), TC_OK);
   st.wait_refusals(2);
   EXPECT_EQ(st.server->auth_failures(), 2u);
@@ -311,13 +338,12 @@ TEST(Auth, AnAuthenticatedClientWorksEndToEnd) {
   AuthedStore st;
   std::string why;
   std::unique_ptr<TcpStoreClient> c;
-  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", st.server->port(), st.ring1.get(), 1, deadline_after_ms(5000), &c,
-                                    &why),
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", st.server->port(), st.ring1, 1, deadline_after_ms(5000), &c, &why),
             TC_OK)
       << why;
-  ASSERT_EQ(c->set("x", "1", &why), TC_OK) << why;
+  ASSERT_EQ(c->set("1", "1", &why), TC_OK) << why;
   std::string v;
-  ASSERT_EQ(c->get("x", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  ASSERT_EQ(c->get("1", deadline_after_ms(5000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "1");
 }
 
@@ -346,15 +372,21 @@ TEST(TcpStore, AFloodOfIdleConnectionsIsBoundedAndTheGroupStillForms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_LE(most, 12u);
+  // Handshakes past their deadline are refusals too, counted as such.
+  for (int i = 0; i < 200 && server->refusals().total() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(server->refusals().total(), 0u);
+  EXPECT_EQ(server->auth_failures(), 0u);
+  EXPECT_NE(server->last_refusal().find("handshake"), std::string::npos) << server->last_refusal();
   // The rightful rank gets through while the flood is still connected: the
   // silent connections time out of their slots.
   std::unique_ptr<TcpStoreClient> c;
-  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), st.ring1.get(), 1, deadline_after_ms(20000), &c, &why),
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", server->port(), st.ring1, 1, deadline_after_ms(20000), &c, &why),
             TC_OK)
       << why;
-  ASSERT_EQ(c->set("addr", "10.0.0.1:1234", &why), TC_OK) << why;
+  ASSERT_EQ(c->set("1", "10.0.0.1:1234", &why), TC_OK) << why;
   std::string v;
-  ASSERT_EQ(c->get("addr", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  ASSERT_EQ(c->get("1", deadline_after_ms(5000), &v, &why), TC_OK) << why;
   EXPECT_EQ(v, "10.0.0.1:1234");
   // Once the flood is gone, its descriptors and threads are too.
   idle.clear();
@@ -383,6 +415,146 @@ TEST(Net, NameResolutionStopsAtTheDeadline) {
   EXPECT_EQ(connect_tcp("unresolvable-name.invalid", 1, deadline_after_ms(20000), &s, &why), TC_ERR_INVALID_ARG);
   EXPECT_NE(why.find("cannot resolve"), std::string::npos) << why;
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the abandoned lookup finish
+}
+
+TEST(TcpStore, KeysAreNamespacedByTheSettersRank) {
+  EXPECT_EQ(key_owner("0", 4), 0);
+  EXPECT_EQ(key_owner("1", 4), 1);
+  EXPECT_EQ(key_owner("3/addr", 4), 3);
+  EXPECT_EQ(key_owner("4", 4), 0);   // not a rank of the group
+  EXPECT_EQ(key_owner("01", 4), 0);  // not how gloo writes rank 1
+  EXPECT_EQ(key_owner("1x", 4), 0);
+  EXPECT_EQ(key_owner("/1", 4), 0);
+  EXPECT_EQ(key_owner("99999999999", 4), 0);
+  EXPECT_EQ(key_owner("tc/nccl_unique_id", 4), 0);
+  EXPECT_EQ(key_owner("rank_2", 4), 2);  // gloo's host-name key
+  EXPECT_EQ(key_owner("rank_2/x", 4), 2);
+  EXPECT_EQ(key_owner("rank_", 4), 0);
+  EXPECT_EQ(key_owner("rank_02", 4), 0);
+  EXPECT_EQ(key_owner("rank_x", 4), 0);
+  PlainStore p(StoreLimits(), 3);
+  ASSERT_TRUE(p.client);
+  std::string why, v;
+  LocalStore local(p.server.get());
+  ASSERT_EQ(local.set("tc/nccl_unique_id", "rank 0's id", &why), TC_OK) << why;
+  ASSERT_EQ(local.set("0", "rank 0's address", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("1", "rank 1's address", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("1/more", "x", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->set("rank_1", "rank 1's host", &why), TC_OK) << why;
+  // Rank 1 cannot write rank 0's keys (the NCCL id among them) nor rank 2's:
+  // refused with TC_ERR_AUTH and a detail naming the namespace, counted on
+  // both sides, and nothing changes.
+  uint64_t n = 0;
+  for (const char* key : {"tc/nccl_unique_id", "0", "rank_0", "2", "2/x", "rank_2", "anything"}) {
+    EXPECT_EQ(p.client->set(key, "forged", &why), TC_ERR_AUTH) << key;
+    EXPECT_NE(why.find("namespace"), std::string::npos) << why;
+    ++n;
+    EXPECT_EQ(p.server->refusals().total(), n);
+    EXPECT_EQ(p.client_refusals->total(), n);
+  }
+  EXPECT_EQ(p.server->auth_failures(), 0u);  // an authorization refusal, not a failed proof
+  ASSERT_TRUE(p.server->lookup("tc/nccl_unique_id", &v));
+  EXPECT_EQ(v, "rank 0's id");
+  ASSERT_TRUE(p.server->lookup("0", &v));
+  EXPECT_EQ(v, "rank 0's address");
+  EXPECT_FALSE(p.server->lookup("2", &v));
+  // Nor can rank 0 write rank 1's; and the refusals left the connection in step.
+  EXPECT_EQ(local.set("1", "forged", &why), TC_ERR_AUTH);
+  ASSERT_EQ(p.client->get("1", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "rank 1's address");
+}
+
+std::string frame_length(size_t n) {
+  const unsigned char len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+  return std::string(reinterpret_cast<const char*>(len), 4);
+}
+
+TEST(TcpStore, ASetPastTheBoundIsRefusedOnItsLengthUnread) {
+  StoreLimits limits;
+  limits.max_message = 16 << 20;
+  limits.max_bytes = 1 << 20;
+  PlainStore p(limits);
+  Socket s = raw_plain_client(p.server->port(), 1);
+  // Only the frame's length and the request's head: the refusal comes
+  // before the 8 MiB value is sent, so the server neither read nor
+  // allocated it.
+  const std::string head = set_request("1/big", "");
+  const size_t value_bytes = 8 << 20;
+  const std::string start = frame_length(head.size() + value_bytes) + head;
+  ASSERT_EQ(send_all(s, start.data(), start.size(), deadline_after_ms(1000)), TC_OK);
+  std::string reply;
+  ASSERT_EQ(recv_frame(s, &reply, 1024, deadline_after_ms(3000)), TC_OK);
+  EXPECT_EQ(reply.substr(0, 2), "EB");
+  EXPECT_NE(reply.find("unread"), std::string::npos) << reply;
+  EXPECT_EQ(p.server->held_bytes(), 0u);
+  EXPECT_EQ(p.server->refusals().total(), 1u);
+  // The rest of the frame is read through and dropped: the connection is
+  // still in step.
+  const std::string rest(value_bytes, 'v');
+  ASSERT_EQ(send_all(s, rest.data(), rest.size(), deadline_after_ms(5000)), TC_OK);
+  ASSERT_EQ(send_frame(s, set_request("1/small", "ok"), deadline_after_ms(1000)), TC_OK);
+  ASSERT_EQ(recv_frame(s, &reply, 1024, deadline_after_ms(3000)), TC_OK);
+  EXPECT_EQ(reply, "K");
+  EXPECT_EQ(p.server->held_bytes(), std::string("1/smallok").size());
+}
+
+TEST(Auth, ASetPastTheBoundIsDroppedAndItsMacStillChecked) {
+  StoreLimits limits;
+  limits.max_bytes = 1 << 20;
+  AuthedStore st(5000, limits);
+  auto refusals = std::make_shared<Refusals>();
+  std::unique_ptr<TcpStoreClient> c;
+  std::string why, v;
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", st.server->port(), st.ring1, 1, deadline_after_ms(5000), &c, &why,
+                                    refusals),
+            TC_OK)
+      << why;
+  EXPECT_EQ(c->set("1/big", std::string(2 << 20, 'v'), &why), TC_ERR_ALLOC);
+  EXPECT_NE(why.find("bound"), std::string::npos) << why;
+  EXPECT_EQ(refusals->total(), 1u);
+  EXPECT_EQ(st.server->refusals().total(), 1u);
+  EXPECT_EQ(st.server->auth_failures(), 0u);  // the dropped bytes' MAC held
+  ASSERT_EQ(c->set("1", "addr", &why), TC_OK) << why;
+  ASSERT_EQ(c->get("1", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "addr");
+}
+
+TEST(TcpStore, AClientCountsItsOwnTimeouts) {
+  // A server that finishes the plain handshake, then never answers.
+  Socket listener;
+  int port = 0;
+  std::string why, v;
+  ASSERT_EQ(listen_tcp("127.0.0.1", 0, &listener, &port, &why), TC_OK) << why;
+  std::thread silent([&listener] {
+    Socket c;
+    if (accept_tcp(listener, 5000, &c) != TC_OK) return;
+    PeerInfo info;
+    std::string w;
+    server_handshake(c, nullptr, Purpose::Store, nullptr, deadline_after_ms(5000), &info, &w);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  });
+  auto refusals = std::make_shared<Refusals>();
+  std::unique_ptr<TcpStoreClient> c;
+  ASSERT_EQ(TcpStoreClient::connect("127.0.0.1", port, nullptr, 1, deadline_after_ms(5000), &c, &why, refusals), TC_OK)
+      << why;
+  EXPECT_EQ(c->get("0", deadline_after_ms(300), &v, &why), TC_ERR_TIMEOUT);
+  EXPECT_EQ(refusals->total(), 1u);
+  EXPECT_EQ(refusals->auth(), 0u);
+  EXPECT_NE(refusals->last().find("deadline"), std::string::npos) << refusals->last();
+  silent.join();
+}
+
+TEST(TcpStore, AClosedListenerRefusesNewConnectionsAndServesOldOnes) {
+  PlainStore p;
+  ASSERT_TRUE(p.client);
+  p.server->close_listener();
+  Socket s;
+  std::string why, v;
+  EXPECT_EQ(connect_tcp("127.0.0.1", p.server->port(), deadline_after_ms(300), &s, &why), TC_ERR_TIMEOUT);
+  EXPECT_NE(why.find("refused"), std::string::npos) << why;
+  ASSERT_EQ(p.client->set("1", "addr", &why), TC_OK) << why;
+  ASSERT_EQ(p.client->get("1", deadline_after_ms(5000), &v, &why), TC_OK) << why;
+  EXPECT_EQ(v, "addr");
 }
 
 }  // namespace

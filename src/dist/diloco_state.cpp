@@ -55,6 +55,7 @@ struct Reader {
   }
   bool bytes(void* dst, size_t n) {
     if (left < n) return ok = false;
+    if (n == 0) return true;  // an empty vector's data() may be null, which memcpy may not be given
     std::memcpy(dst, p, n);
     p += n;
     left -= n;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The C++ suite under AddressSanitizer (with LeakSanitizer) and
+# The C++ suite, then the Python tests of the dist, runtime and GGUF code,
+# under AddressSanitizer (with LeakSanitizer for the C++ suite) and
 # UndefinedBehaviorSanitizer, CPU backend only: a separate build in
 # build-sanitize (TC_SANITIZE_BUILD changes it). Any report fails the run
 # (UBSan does not recover). The tests link the library's objects instead of
@@ -28,3 +29,17 @@ fi
 step "running the C++ suite"
 ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 900
+
+# The Python tests that drive the native code's network, runtime and file
+# surfaces, on the same sanitized libraries: the sanitizer runtimes are
+# preloaded into the interpreter (which is not built with them; its child
+# processes inherit them), and leak checking is off because the
+# interpreter's own allocations outlive it by design.
+step "running the dist, runtime and GGUF Python tests on the sanitized libraries"
+cxx="$(grep -E '^CMAKE_CXX_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2)"
+preload="$("${cxx:-c++}" -print-file-name=libasan.so) $("${cxx:-c++}" -print-file-name=libubsan.so)"
+LD_PRELOAD="$preload" ASAN_OPTIONS="detect_leaks=0" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+  TENSORCORE_LIB="$build/libtensorcore.so" "$TC_PY" -m pytest -q -p no:cacheprovider \
+  tests/python/test_dist.py tests/python/test_gguf.py tests/python/test_tokenizer.py \
+  tests/python/test_simpler_api.py tests/python/test_simpler_depmap.py tests/python/test_simpler_failures.py \
+  tests/python/test_simpler_level3.py tests/python/test_simpler_level4.py

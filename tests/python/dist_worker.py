@@ -463,6 +463,67 @@ def diloco_state(ctx, dist, seed):
                     check((d2.outer_steps_completed, d2.inner_steps_completed) == counters_a, "counters restored")
 
 
+def scenario_diloco_kill(ctx, url, seed, extra):
+    """DiLoCo on gloo with a checkpoint (state blob and parameters, written
+    atomically) after every outer step. extra = MODE:DIR. full: 5 outer
+    steps; kill / hang: the last rank dies (or goes silent for 12 s, then
+    dies) just before the exchange of outer step 3, and the others report
+    the error (the group timeout is 5 s); resume: from the checkpoints to
+    the end. Final parameters in DIR/final-RANK.npy."""
+    mode, ckpt = extra.split(":", 1)
+    sizes, H, outers = [200, 33], 2, 5
+
+    def inner(bufs, outer, step):
+        for i, (b, n) in enumerate(zip(bufs, sizes)):
+            g = data(seed, RANK, n, "f32", 1000 * outer + 10 * step + i) * 0.01
+            b.write(b.to_numpy((n,), np.float32) - g)
+
+    def save(name, blob, theta):
+        for suffix, write in ((".bin", lambda f: f.write(blob)), (".npy", lambda f: np.save(f, theta))):
+            tmp = os.path.join(ckpt, "%s-%d%s.tmp" % (name, RANK, suffix))
+            with open(tmp, "wb") as f:
+                write(f)
+            os.replace(tmp, os.path.join(ckpt, "%s-%d%s" % (name, RANK, suffix)))
+
+    with ctx.dist("gloo", WORLD, RANK, url, timeout=20) as dist:
+        dist.timeout = 5.0  # DiLoCo's exchange takes the group's timeout when it is made
+        bufs = [ctx.buffer_from_array(data(seed, 0, n, "f32", 7 + i)) for i, n in enumerate(sizes)]
+        with dist.diloco(inner_steps=H, outer_optimizer="nesterov", compress="topk_1pct", outer_lr=0.8) as d:
+            for i, (b, n) in enumerate(zip(bufs, sizes)):
+                d.add_parameter("p%d" % i, b, n)
+            start = 0
+            if mode == "resume":
+                theta = np.load(os.path.join(ckpt, "ckpt-%d.npy" % RANK))
+                for b, piece in zip(bufs, np.split(theta, np.cumsum(sizes)[:-1])):
+                    b.write(piece)  # the caller restores its parameters
+                with open(os.path.join(ckpt, "ckpt-%d.bin" % RANK), "rb") as f:
+                    d.deserialize_state(f.read())
+                start = d.outer_steps_completed
+                result(resumed_at=start)
+            for outer in range(start, outers):
+                for step in range(H):
+                    inner(bufs, outer, step)
+                    if mode in ("kill", "hang") and outer == 3 and step == H - 1:
+                        if RANK == WORLD - 1:
+                            if mode == "hang":
+                                time.sleep(12)
+                            os._exit(9)
+                        t0 = time.time()
+                        try:
+                            if d.step():
+                                d.apply_outer()
+                            check(False, "an outer step with a dead peer returned")
+                        except tc.TensorcoreError as e:
+                            result(status=e.status, seconds="%.2f" % (time.time() - t0))
+                            print("ERROR " + str(e).replace("\n", " "), flush=True)
+                        print("DONE rank %d failures %d" % (RANK, len(FAILURES)), flush=True)
+                        os._exit(1 if FAILURES else 0)  # the group is broken: nothing to close cleanly
+                    if d.step():
+                        d.apply_outer()
+                save("ckpt", d.serialize_state(), flat_theta(bufs, sizes))
+            np.save(os.path.join(ckpt, "final-%d.npy" % RANK), flat_theta(bufs, sizes))
+
+
 def main():
     global RANK, WORLD
     scenario, RANK, WORLD, url, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])

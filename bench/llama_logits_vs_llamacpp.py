@@ -59,7 +59,8 @@ def file_config(path):
     D = int(g("attention.key_length", E // H))
     L = int(g("block_count"))
     cfg = dict(arch=arch, E=E, H=H, HKV=int(g("attention.head_count_kv", H)), D=D, layers=L,
-               eps=float(g("attention.layer_norm_rms_epsilon")), base=float(g("rope.freq_base", 10000.0)))
+               eps=float(g("attention.layer_norm_rms_epsilon")), base=float(g("rope.freq_base", 10000.0)),
+               rope_scale=1.0 / float(g("rope.scaling.factor", g("rope.scale_linear", 1.0))))
     if arch in ("qwen2", "qwen3", "gemma2", "gemma3"):
         cfg["neox"] = True
     if arch in ("qwen3", "gemma3"):

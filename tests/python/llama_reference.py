@@ -2,7 +2,8 @@
 loads, written from the model families' definitions (as llama.cpp runs
 them), for the tests and for bench/llama_logits_vs_llamacpp.py.
 
-cfg: E, H, HKV, D, eps, base (RoPE), and the architecture's choices:
+cfg: E, H, HKV, D, eps, base and rope_scale (RoPE: positions times
+rope_scale, default 1), and the architecture's choices:
 neox (RoPE pairs (x[k], x[k + D/2])), gemma (embeddings * sqrt(E), GEGLU,
 post-branch norms, output tied when the weights have no output.weight),
 qk_norm, attn_cap / final_cap (soft-capping; absent or 0: none), window
@@ -19,7 +20,7 @@ def rmsnorm(x, g, eps):
 
 
 def rope(x, pos, base, neox):
-    """x [S, heads, D] rotated by pos * base^(-2k/D), k < D/2."""
+    """x [S, heads, D] rotated by pos * base^(-2k/D), k < D/2 (pos already scaled)."""
     D = x.shape[-1]
     k = np.arange(D // 2)
     theta = pos[:, None] * base ** (-2.0 * k / D)
@@ -43,7 +44,7 @@ def forward(cfg, w, tokens, layers=None):
     n_layer = cfg["layers"] if layers is None else layers
     swa = cfg.get("swa", [False] * n_layer)
     x = w["token_embd.weight"][np.asarray(tokens)] * (np.sqrt(E) if gemma else 1.0)
-    pos = np.arange(S, dtype=np.float64)
+    pos = np.arange(S, dtype=np.float64) * cfg.get("rope_scale", 1.0)
     i, j = np.arange(S)[:, None], np.arange(S)[None, :]
     for l in range(n_layer):
         p = "blk.%d." % l

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
+import llama_reference
 from conftest import DEVICES, HAVE_CUDA, run_python
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
@@ -141,48 +142,10 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
 
 # ---- the float64 reference ------------------------------------------------------------------
 
-def rmsnorm(x, g, eps=1e-5):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
-
-
-def rope_interleaved(x, pos, base, scale):
-    """x [S, heads, D]; pairs (x[2k], x[2k+1]) rotated by pos*scale*base^(-2k/D)."""
-    k = np.arange(D // 2)
-    theta = (pos[:, None] * scale) * base ** (-2.0 * k / D)
-    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2] = a * c - b * s
-    out[..., 1::2] = b * c + a * s
-    return out
-
-
 def reference(w, tokens, base=10000.0, scale=1.0):
-    """float64 logits [S, V] of the whole sequence."""
-    tokens = np.asarray(tokens)
-    S = len(tokens)
-    x = w["token_embd.weight"][tokens]
-    pos = np.arange(S, dtype=np.float64)
-    mask = np.triu(np.full((S, S), -np.inf), 1)
-    for i in range(L):
-        p = "blk.%d." % i
-        h = rmsnorm(x, w[p + "attn_norm.weight"])
-        q = rope_interleaved((h @ w[p + "attn_q.weight"].T).reshape(S, H, D), pos, base, scale)
-        k = rope_interleaved((h @ w[p + "attn_k.weight"].T).reshape(S, HKV, D), pos, base, scale)
-        v = (h @ w[p + "attn_v.weight"].T).reshape(S, HKV, D)
-        o = np.empty((S, H, D))
-        for hh in range(H):
-            g = hh // (H // HKV)
-            sc = q[:, hh] @ k[:, g].T / np.sqrt(D) + mask
-            pr = np.exp(sc - sc.max(-1, keepdims=True))
-            pr /= pr.sum(-1, keepdims=True)
-            o[:, hh] = pr @ v[:, g]
-        x = x + o.reshape(S, E) @ w[p + "attn_output.weight"].T
-        h = rmsnorm(x, w[p + "ffn_norm.weight"])
-        gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
-    out = w.get("output.weight", w["token_embd.weight"])
-    return rmsnorm(x, w["output_norm.weight"]) @ out.T
+    """float64 logits [S, V] of the whole sequence (llama_reference's llama)."""
+    cfg = dict(E=E, H=H, HKV=HKV, D=D, layers=L, eps=1e-5, base=base, rope_scale=scale)
+    return llama_reference.forward(cfg, w, tokens)
 
 
 # f32 weights: f32 rounding only; f16 the same (weights exact in the file);

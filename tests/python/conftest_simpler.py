@@ -77,3 +77,12 @@ def read_f32(worker, ptr, n):
     out = np.empty(n, np.float32)
     worker.copy_from(out, ptr)
     return out
+
+
+def alive(pid: int) -> bool:
+    """Whether process pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest_simpler import alive
 from simpler import SimplerError, SimplerTimeoutError, Worker
 from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs, ChipTensor, CoreCallable, DataType
 
@@ -38,14 +39,6 @@ def zombie_children() -> list:
         if int(rest[1]) == me and rest[0] == "Z":
             out.append(int(pid))
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -18,20 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest_simpler import alive
 from simpler import RemoteCallable, RemoteWorkerSpec, SimplerError, SimplerUnsupportedError, Worker
 from simpler.remote import protocol as P
 from simpler.task_interface import ArgDirection as D, ChipStorageTaskArgs, ChipTensor, CoreCallable, ChipCallable, DataType
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def descendants(pid: int) -> list:

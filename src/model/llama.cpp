@@ -305,9 +305,14 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       TC_TRY(product(L.wv, h_, v_, n));
       qp = q_, kp = k_, vp = v_;
     }
-    if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
-    if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
-    if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
+    if (qp == qkv_ && L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv) {
+      // The pool holds [bq | bk | bv] as the fused row holds [q | k | v]: one add.
+      TC_TRY(add_rows(qkv_, vec(L.bq), Dq + 2 * Dkv, 0));
+    } else {
+      if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
+      if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
+      if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
+    }
     if (A.qk_norm) {  // every head's row of D, in place
       TC_TRY(rmsnorm(qp, vec(L.q_norm), qp, n * H, D));
       TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));

@@ -128,18 +128,11 @@ tc_status Llama::read_arch(const char* name) {
   a.rope_base_swa = g.rope_freq_base;
   a.rope_scale_swa = g.rope_freq_scale;
   double attn_cap = 0, final_cap = 0;
-  if (n == "gemma2") {
-    attn_cap = 50.0, final_cap = 30.0;
-    a.window = 4096;
-    a.rope_base_swa = g.rope_freq_base;
-  }
+  if (n == "gemma2") attn_cap = 50.0, final_cap = 30.0, a.window = 4096;
   if (n == "gemma3") a.rope_base_swa = 10000.0, a.rope_scale_swa = 1.0;
   if (gemma) {
-    bool windowed = n == "gemma2";
-    bool found = false;
-    if (tc_status st = m.count("attention.sliding_window", &a.window, &found)) return st;
-    windowed = windowed || (found && a.window > 0);
-    if (!windowed || a.window <= 0) a.window = 0;
+    // The file's window where it has one (0: no windowed layers).
+    if (tc_status st = m.count("attention.sliding_window", &a.window)) return st;
     if (tc_status st = m.num("attn_logit_softcapping", &attn_cap)) return st;
     if (tc_status st = m.num("final_logit_softcapping", &final_cap)) return st;
     if (tc_status st = m.num("rope.freq_base_swa", &a.rope_base_swa)) return st;

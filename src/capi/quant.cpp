@@ -109,10 +109,12 @@ tc_status quantize_weights_impl(bool async, tc_stream stream, tc_context ctx, tc
   const quant::FormatInfo* f = nullptr;
   auto rule = [&]() -> tc_status {
     if (tc_status st = check_format(c.fn(), fmt, &f)) return st;
-    if (!quant::can_quantize(fmt))
-      return fail(TC_ERR_UNSUPPORTED,
-                  "%s: quantising to %s is not implemented (q4_0, q4_1, q5_0, q5_1, q8_0, q8_k, f16, bf16, f32)",
-                  c.fn(), f->name);
+    if (!quant::can_quantize(fmt)) {
+      std::string have;  // the formats with a quantiser, from the same test
+      for (const quant::FormatInfo& q : quant::kFormats)
+        if (quant::can_quantize(q.format)) have += std::string(have.empty() ? "" : ", ") + q.name;
+      return fail(TC_ERR_UNSUPPORTED, "%s: quantising to %s is not implemented (%s)", c.fn(), f->name, have.c_str());
+    }
     if (tc_status st = check_dims(c.fn(), *f, 1, N, K)) return st;
     if (tc_status st = span_dense(c, "W_src", N, K, int64_t(dtype_size(src_dtype)))) return st;
     return span_quant(c, "W_quant", *f, 0, N, K);

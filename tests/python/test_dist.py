@@ -510,6 +510,14 @@ def _np_type(dtype):
     return {"f32": np.float32, "f16": np.float16, "bf16": BF16}[dtype]
 
 
+def _assert_same_training(want, want_blob, got, got_blob):
+    """Two _diloco_trace runs: every parameter after every outer step, and the state blob, identical."""
+    for outer, (a, b) in enumerate(zip(want, got)):
+        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
+            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
+    assert _state_without_timing(want_blob) == _state_without_timing(got_blob)
+
+
 def _state_without_timing(blob):
     """A v2 blob less its digest and last_outer_step_seconds (a wall-clock time)."""
     digest, seconds = slice(24, 56), slice(64 + 100, 64 + 108)
@@ -564,10 +572,7 @@ def test_diloco_device_path_equals_host_path_bit_for_bit(cpu_ctx, monkeypatch, r
     host, host_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
     monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
     dev, dev_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
-    for outer, (a, b) in enumerate(zip(host, dev)):
-        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
-            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
-    assert _state_without_timing(host_blob) == _state_without_timing(dev_blob)
+    _assert_same_training(host, host_blob, dev, dev_blob)
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
@@ -579,10 +584,7 @@ def test_diloco_on_cuda_parameters_equals_the_cpu_result(opt, comp, async_overla
     with tc.Context("cpu") as cpu, tc.Context("cuda") as gpu:
         want, want_blob = _diloco_trace(cpu, opt, comp, async_overlap, seed)
         got, got_blob = _diloco_trace(gpu, opt, comp, async_overlap, seed)
-    for outer, (a, b) in enumerate(zip(want, got)):
-        for (name, _, _), x, y in zip(DEVICE_PARAMS, a, b):
-            assert np.array_equal(x, y), "%s after outer step %d" % (name, outer)
-    assert _state_without_timing(want_blob) == _state_without_timing(got_blob)
+    _assert_same_training(want, want_blob, got, got_blob)
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")

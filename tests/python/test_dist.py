@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,25 +35,37 @@ def free_port():
 
 
 def spawn(scenario, rank, world, url, seed, extra="", env=None):
+    """A rank's process. Its output goes to a file, not a pipe: a rank that
+    writes more than a pipe holds (TC_TRACE=1) while another is waited for
+    would block in the write and stall the group's collectives."""
     env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TC_NUM_THREADS", "1")
-    return subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), url, str(seed), extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), url, str(seed), extra],
+                         stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    p.output_file = out
+    return p
+
+
+def _output(p):
+    p.output_file.seek(0)
+    text = p.output_file.read()
+    p.output_file.close()
+    return text
 
 
 def finish(procs, timeout=60):
-    outs = []
     deadline = time.time() + timeout
     for p in procs:
         try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+            p.wait(timeout=max(1, deadline - time.time()))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise AssertionError("a rank hung:\n" + "\n".join(q.communicate()[0] for q in procs))
-        outs.append(out)
-    return outs
+                q.wait()
+            raise AssertionError("a rank hung:\n" + "\n".join(_output(q) for q in procs))
+    return [_output(p) for p in procs]
 
 
 def results(out):

@@ -96,8 +96,11 @@ tc_status tc_diloco_init(tc_dist dist, const tc_diloco_config* config, tc_diloco
     // The outer step runs on host vectors: an NCCL group exchanges them
     // through device scratch (as does every group under TC_DIST_DEVICE_PATH=1).
     const bool device_exchange = dist->device_memory || config::on(config::Key::kDistDevicePath);
+    // Parameters in device memory (or handled as such) keep the outer
+    // step's state there and run it with the backend's ops.
+    const bool params_on_device = treat_as_device(*dist->ctx->backend);
     tc_diloco d = nullptr;
-    if (tc_status st = diloco_create(dist, *config, device_exchange, &d)) return st;
+    if (tc_status st = diloco_create(dist, *config, device_exchange, params_on_device, &d)) return st;
     dist->live_diloco++;
     *out = register_handle(d, diloco_kind());
     return TC_OK;
@@ -147,6 +150,10 @@ tc_status tc_diloco_add_parameter(tc_diloco diloco, const char* name, tc_buffer 
     if (device && !can_stage(be))
       return fail(TC_ERR_UNSUPPORTED, "%s: parameter '%s' is %s, which this backend cannot stage through host memory "
                   "for the outer step", fn, name, where(be).c_str());
+    if (device != diloco->params_on_device)
+      return fail(TC_ERR_INVALID_ARG, "%s: parameter '%s' is %s, but the DiLoCo context was created for %s "
+                  "(TC_DIST_DEVICE_PATH changed in between?)", fn, name, device ? where(be).c_str() : "host memory",
+                  diloco->params_on_device ? "device memory" : "host memory");
     if (tc_status st = check_idle(fn, diloco)) return st;
     return diloco_add(diloco, name, theta_local, num_elements, dtype, device);
   });
@@ -283,7 +290,7 @@ tc_status tc_diloco_state_serialize(tc_diloco diloco, uint32_t abi_version, void
     if (tc_status st = check_idle(fn, diloco)) return st;
     size_t need = diloco_state_size(diloco, abi_version);
     if (capacity < need) return fail(TC_ERR_INVALID_ARG, "%s: capacity %zu < %zu bytes needed", fn, capacity, need);
-    diloco_state_write(diloco, abi_version, static_cast<uint8_t*>(out));
+    if (tc_status st = diloco_state_write(diloco, abi_version, static_cast<uint8_t*>(out))) return st;
     if (out_written) *out_written = need;
     return TC_OK;
   });

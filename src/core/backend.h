@@ -458,6 +458,84 @@ struct RepackQ8Args {
 };
 // ---- end model ops ----
 
+// ---- DiLoCo's outer step on device-resident parameters (src/dist/diloco.cpp) ----
+// The parameters are one flat f32 vector (each parameter at its offset);
+// anchor, moments, residual and the outer gradient g are flat vectors in
+// device memory. prepare and update cover one parameter's range (its theta
+// has the parameter's dtype), topk and combine the whole vector. Every
+// product and sum is rounded one by one in the order written (no fused
+// multiply-add), so the bits are those of the host path
+// (src/dist/diloco_outer.cpp). n ranks, Delta = anchor - f32(theta), e the
+// residual of the last round.
+//   kDelta:          out = Delta
+//   kFp16:           s = (Delta + e) * (1/n);  q = f16(s);  out = (s - f32(q)) * n
+//                    (out: the next residual)
+//   kErrorFeedback:  out = Delta + e  (u, which topk selects from)
+struct DilocoPrepareArgs {
+  enum Mode : int { kDelta = 0, kFp16 = 1, kErrorFeedback = 2 };
+  OpInfo info;
+  int64_t n = 0;
+  int mode = kDelta;
+  int32_t world = 1;
+  tc_dtype dtype = TC_DTYPE_F32;  // theta's
+  const void* theta = nullptr;
+  const float* anchor = nullptr;
+  const float* residual = nullptr;  // kFp16, kErrorFeedback
+  float* out = nullptr;
+  uint16_t* q = nullptr;  // kFp16: f16 bits
+};
+// The k (1 <= k <= n) largest |u_i|, ties to the lower index, written as
+// pairs (index bits as uint32, u_i) in ascending index order; then u becomes
+// the residual: the chosen entries zeroed, the rest kept. u finite.
+struct DilocoTopkArgs {
+  OpInfo info;
+  int64_t n = 0, k = 0;
+  float* u = nullptr;      // [n]
+  float* pairs = nullptr;  // [k][2]
+};
+// g[i] = sum over ranks r in order, over r's pairs (i, v) with i < n, of
+// v * (1/world) (g starts at zero; a rank names an index at most once).
+struct DilocoCombineArgs {
+  OpInfo info;
+  int64_t n = 0, k = 0;
+  int32_t world = 1;
+  const float* pairs = nullptr;  // [world][k][2]
+  float* g = nullptr;            // [n]
+};
+// The outer optimizer on the anchor a with lr, mu, b2 = beta2:
+//   SGD       a = a - lr g
+//   NESTEROV  v = mu v + g;  a = a - lr (g + mu v)                (v: m1)
+//   ADAM      m = mu m + (1 - mu) g;  v = b2 v + ((1 - b2) g) g;
+//             mh = m / bc1 (m when bc1 <= 0), vh = v / bc2 (v when bc2 <= 0);
+//             a = a - (lr mh) / (sqrt(vh) + eps)                  (m: m1, v: m2)
+// bc1 = 1 - mu^t, bc2 = 1 - b2^t computed by the caller (in double, then
+// rounded to f32). Then, when theta is set, theta = a in theta's dtype
+// (round to nearest even).
+struct DilocoUpdateArgs {
+  OpInfo info;
+  int64_t n = 0;
+  int32_t optimizer = 0;  // TC_DILOCO_OUTER_*
+  float lr = 0, mu = 0, beta2 = 0, eps = 0, bc1 = 0, bc2 = 0;
+  const float* g = nullptr;
+  float* anchor = nullptr;
+  float* m1 = nullptr;  // NESTEROV, ADAM
+  float* m2 = nullptr;  // ADAM
+  tc_dtype dtype = TC_DTYPE_F32;
+  void* theta = nullptr;  // optional
+};
+// The asynchronous round's commit: the local progress made while the round
+// ran is kept on top of the new anchor,
+//   theta = narrow(anchor + (f32(theta) - theta_at_launch)).
+struct DilocoCommitArgs {
+  OpInfo info;
+  int64_t n = 0;
+  tc_dtype dtype = TC_DTYPE_F32;
+  void* theta = nullptr;
+  const float* anchor = nullptr;
+  const float* theta_at_launch = nullptr;
+};
+// ---- end DiLoCo ----
+
 // The backend side of a stream: an ordered queue of work.
 class Queue {
  public:

@@ -62,24 +62,43 @@ void join_worker(tc_diloco d) {
 
 }  // namespace
 
-tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, bool device_exchange, tc_diloco* out) {
+tc_status diloco_create(tc_dist dist, const tc_diloco_config& cfg, bool device_exchange, bool params_on_device,
+                        tc_diloco* out) {
   auto d = std::make_unique<tc_diloco_s>();
   d->dist = dist;
   d->cfg = cfg;
+  d->params_on_device = params_on_device;
+  Backend* be = dist->ctx->backend.get();
   {
+    // One fork (two in a row could race in gloo's context factory).
     std::lock_guard<std::mutex> lock(dist->mu);
-    if (tc_status st = dist->comm->fork(&d->comm)) return st;
+    if (tc_status st = dist->comm->fork(&d->engine)) return st;
   }
+  // A view that takes device memory: NCCL's engine itself; a host engine's
+  // collectives staged through the host. The device outer step exchanges
+  // on it.
+  tc::dist::Comm* device_side = nullptr;
+  if (params_on_device || device_exchange) {
+    if (dist->device_memory) {
+      device_side = d->engine.get();
+    } else {
+      d->staged_engine = make_staged_comm(d->engine.get(), be);
+      device_side = d->staged_engine.get();
+    }
+  }
+  d->device_comm = params_on_device ? device_side : nullptr;
+  // Host memory (the host outer step's vectors, the parameter descriptors):
+  // the engine itself, or through device scratch where the device view is
+  // the one to use (NCCL; every group under TC_DIST_DEVICE_PATH=1, so the
+  // adapters run where no GPU is).
   if (device_exchange) {
-    // The outer step works on host vectors. NCCL reads device memory: they
-    // go through device scratch. On a group that reads host memory (only
-    // under TC_DIST_DEVICE_PATH=1) the scratch is then staged back through
-    // the host, so both adapters run where no GPU is.
-    Backend* be = dist->ctx->backend.get();
-    if (!dist->device_memory) d->comm = make_staged_comm(std::move(d->comm), be);
-    d->comm = make_device_backed_comm(std::move(d->comm), be);
+    d->host_view = make_device_backed_comm(device_side, be);
+    d->comm = d->host_view.get();
+  } else {
+    d->comm = d->engine.get();
   }
-  d->comm->set_timeout_ms(dist->timeout_ms.load());
+  for (auto* c : {d->engine.get(), d->staged_engine.get(), d->host_view.get()})
+    if (c) c->set_timeout_ms(dist->timeout_ms.load());
   *out = d.release();
   return TC_OK;
 }
@@ -142,6 +161,12 @@ tc_status diloco_add(tc_diloco d, const char* name, tc_buffer theta, size_t n, t
   if (tc_status st = d->comm->broadcast(host, n, dtype, 0)) return st;
   if (device)
     if (tc_status st = write_param(d->stager.get(), p, host)) return st;
+  if (d->params_on_device) {
+    if (tc_status st = device_add(d, p)) return st;  // the anchor from theta, on the device
+    d->params.push_back(p);
+    d->total += n;
+    return TC_OK;
+  }
   d->params.push_back(p);
   d->total += n;
   size_state(d, &d->state);
@@ -154,9 +179,14 @@ tc_status diloco_apply_outer(tc_diloco d) {
     // A round still in flight is installed first (this call is a safe
     // boundary), so at most one round runs at a time.
     if (tc_status st = diloco_commit(d)) return st;
-    std::vector<float> delta;
-    if (tc_status st = outer_gradient(d, &delta, &d->theta_at_launch)) return st;
-    d->snapshot = delta;
+    if (d->params_on_device) {
+      // theta (as f32) and the state copied on the device; `work` carries adam_t.
+      if (tc_status st = device_launch(d)) return st;
+    } else {
+      std::vector<float> delta;
+      if (tc_status st = outer_gradient(d, &delta, &d->theta_at_launch)) return st;
+      d->snapshot = delta;
+    }
     d->work = d->state;
     d->since_outer = 0;
     {
@@ -169,7 +199,8 @@ tc_status diloco_apply_outer(tc_diloco d) {
     join_worker(d);
     d->worker = std::thread([d] {
       double secs = 0, bytes = 0;
-      tc_status st = run_round(d, d->snapshot, &d->work, &secs, &bytes);
+      tc_status st = d->params_on_device ? device_round(d, &secs, &bytes)
+                                         : run_round(d, d->snapshot, &d->work, &secs, &bytes);
       std::string detail = st ? last_detail() : std::string();
       std::lock_guard<std::mutex> lock(d->amu);
       d->worker_status = st;
@@ -181,14 +212,20 @@ tc_status diloco_apply_outer(tc_diloco d) {
     });
     return TC_OK;
   }
-  std::vector<float> delta;
-  if (tc_status st = outer_gradient(d, &delta)) return st;
-  OuterState next = d->state;  // a failed exchange leaves the state as it was
   double secs = 0, bytes = 0;
-  d->round_id++;
-  if (tc_status st = run_round(d, delta, &next, &secs, &bytes)) return st;
-  d->state = std::move(next);
-  if (tc_status st = scatter_theta(d->stager.get(), d->params, d->state.anchor)) return st;
+  if (d->params_on_device) {
+    // A failed exchange leaves the state as it was (see diloco_device.cpp).
+    d->round_id++;
+    if (tc_status st = device_outer_step(d, &secs, &bytes)) return st;
+  } else {
+    std::vector<float> delta;
+    if (tc_status st = outer_gradient(d, &delta)) return st;
+    OuterState next = d->state;  // a failed exchange leaves the state as it was
+    d->round_id++;
+    if (tc_status st = run_round(d, delta, &next, &secs, &bytes)) return st;
+    d->state = std::move(next);
+    if (tc_status st = scatter_theta(d->stager.get(), d->params, d->state.anchor)) return st;
+  }
   d->since_outer = 0;
   d->outer_completed++;
   d->last_seconds = secs;
@@ -226,10 +263,14 @@ tc_status diloco_commit(tc_diloco d) {
     // new anchor when there was none).
     // A failed copy (device memory) returns with the round still READY and
     // the state as it was, so the commit can be tried again.
-    std::vector<float> theta(d->total);
-    if (tc_status st = gather_theta(d->stager.get(), d->params, &theta)) return st;
-    for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
-    if (tc_status st = scatter_theta(d->stager.get(), d->params, theta)) return st;
+    if (d->params_on_device) {
+      if (tc_status st = device_commit(d)) return st;  // theta and the state's arrays, on the device
+    } else {
+      std::vector<float> theta(d->total);
+      if (tc_status st = gather_theta(d->stager.get(), d->params, &theta)) return st;
+      for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
+      if (tc_status st = scatter_theta(d->stager.get(), d->params, theta)) return st;
+    }
     d->state = std::move(d->work);
     d->outer_completed++;
     d->last_seconds = d->work_seconds;

@@ -8,7 +8,9 @@
 // parameter table (name, count, dtype), then the f32 arrays anchor, m1 (not
 // for SGD), m2 (Adam), residual (compressed modes), each `total` long.
 // Reading checks the whole blob (sizes, digest, every length) before
-// anything changes, so a refused blob leaves the context as it was.
+// anything changes, so a refused blob leaves the context as it was. The
+// arrays of device parameters live in device memory (diloco_device.cpp):
+// they are read and written through the stager.
 #include <cstring>
 
 #include "core/error.h"
@@ -63,7 +65,8 @@ struct Reader {
   }
 };
 
-std::vector<uint8_t> payload(tc_diloco d) {
+// The payload up to the state arrays.
+std::vector<uint8_t> fixed_part(tc_diloco d) {
   Writer w;
   const tc_diloco_config& c = d->cfg;
   w.put<uint32_t>(uint32_t(d->params.size()));
@@ -91,11 +94,32 @@ std::vector<uint8_t> payload(tc_diloco d) {
     w.put<uint64_t>(p.n);
     w.put<int32_t>(p.dtype);
   }
+  return w.out;
+}
+
+// How many `total`-long arrays the state has: anchor, m1, m2, residual as
+// the optimizer and the compression have them.
+size_t array_count(const tc_diloco_config& c) {
+  return 1 + (c.outer_optimizer != TC_DILOCO_OUTER_SGD) + (c.outer_optimizer == TC_DILOCO_OUTER_ADAM) +
+         (c.compress != TC_DILOCO_COMPRESS_NONE);
+}
+
+size_t payload_size(tc_diloco d) { return fixed_part(d).size() + array_count(d->cfg) * d->total * 4; }
+
+// The whole payload; device state is read through the stager.
+tc_status payload(tc_diloco d, std::vector<uint8_t>* out) {
+  Writer w;
+  w.out = fixed_part(d);
+  if (d->params_on_device) {
+    *out = std::move(w.out);
+    return device_state_read(d, out);
+  }
   w.floats(d->state.anchor);
   w.floats(d->state.m1);
   w.floats(d->state.m2);
   w.floats(d->state.residual);
-  return w.out;
+  *out = std::move(w.out);
+  return TC_OK;
 }
 
 size_t header_size(uint32_t version) {
@@ -104,10 +128,11 @@ size_t header_size(uint32_t version) {
 
 }  // namespace
 
-size_t diloco_state_size(tc_diloco d, uint32_t version) { return header_size(version) + payload(d).size(); }
+size_t diloco_state_size(tc_diloco d, uint32_t version) { return header_size(version) + payload_size(d); }
 
-void diloco_state_write(tc_diloco d, uint32_t version, uint8_t* out) {
-  std::vector<uint8_t> body = payload(d);
+tc_status diloco_state_write(tc_diloco d, uint32_t version, uint8_t* out) {
+  std::vector<uint8_t> body;
+  if (tc_status st = payload(d, &body)) return st;
   Writer h;
   h.bytes(version == 1 ? kMagic1 : kMagic2, 8);
   h.put<uint32_t>(version);
@@ -122,6 +147,7 @@ void diloco_state_write(tc_diloco d, uint32_t version, uint8_t* out) {
   h.put<uint32_t>(uint32_t(d->comm->rank()));
   std::memcpy(out, h.out.data(), h.out.size());
   std::memcpy(out + h.out.size(), body.data(), body.size());
+  return TC_OK;
 }
 
 tc_status diloco_state_read(tc_diloco d, uint32_t version, const uint8_t* blob, size_t n) {
@@ -198,15 +224,24 @@ tc_status diloco_state_read(tc_diloco d, uint32_t version, const uint8_t* blob, 
                 (unsigned long long)topo, (unsigned long long)member, (unsigned long long)d->topology_epoch,
                 (unsigned long long)d->membership_epoch);
   OuterState s;
-  s.anchor.resize(d->total);
-  s.m1.resize(d->cfg.outer_optimizer == TC_DILOCO_OUTER_SGD ? 0 : d->total);
-  s.m2.resize(d->cfg.outer_optimizer == TC_DILOCO_OUTER_ADAM ? d->total : 0);
-  s.residual.resize(d->cfg.compress == TC_DILOCO_COMPRESS_NONE ? 0 : d->total);
-  for (auto* v : {&s.anchor, &s.m1, &s.m2, &s.residual})
-    if (!r.bytes(v->data(), v->size() * 4)) return fail(TC_ERR_CORRUPT, "%s: state arrays truncated", fn);
-  if (r.left != 0) return fail(TC_ERR_CORRUPT, "%s: %zu unexpected bytes after the state arrays", fn, r.left);
+  const size_t array_bytes = array_count(d->cfg) * d->total * 4;
+  if (d->params_on_device) {
+    // The arrays go to device memory once the blob has been checked.
+    if (r.left < array_bytes) return fail(TC_ERR_CORRUPT, "%s: state arrays truncated", fn);
+    if (r.left != array_bytes)
+      return fail(TC_ERR_CORRUPT, "%s: %zu unexpected bytes after the state arrays", fn, r.left - array_bytes);
+    if (tc_status st = device_state_write(d, r.p)) return st;  // installs only when every copy succeeded
+  } else {
+    s.anchor.resize(d->total);
+    s.m1.resize(d->cfg.outer_optimizer == TC_DILOCO_OUTER_SGD ? 0 : d->total);
+    s.m2.resize(d->cfg.outer_optimizer == TC_DILOCO_OUTER_ADAM ? d->total : 0);
+    s.residual.resize(d->cfg.compress == TC_DILOCO_COMPRESS_NONE ? 0 : d->total);
+    for (auto* v : {&s.anchor, &s.m1, &s.m2, &s.residual})
+      if (!r.bytes(v->data(), v->size() * 4)) return fail(TC_ERR_CORRUPT, "%s: state arrays truncated", fn);
+    if (r.left != 0) return fail(TC_ERR_CORRUPT, "%s: %zu unexpected bytes after the state arrays", fn, r.left);
+  }
   s.adam_t = adam_t;
-  // Everything checked: install.
+  // Everything checked (and device arrays written): install.
   d->state = std::move(s);
   d->inner_total = inner_total;
   d->outer_completed = outer_completed;

@@ -269,7 +269,8 @@ class StagedComm final : public Comm {
 
 class DeviceBackedComm final : public Comm {
  public:
-  DeviceBackedComm(std::unique_ptr<Comm> inner, Backend* device) : inner_(std::move(inner)), device_(device) {}
+  DeviceBackedComm(Comm* inner, std::unique_ptr<Comm> owned, Backend* device)
+      : owned_(std::move(owned)), inner_(inner), device_(device) {}
   ~DeviceBackedComm() override {
     if (scratch_) device_->release(scratch_);
   }
@@ -323,7 +324,8 @@ class DeviceBackedComm final : public Comm {
     return device_->copy_out(dst, scratch_ + out_offset, out_bytes);
   }
 
-  std::unique_ptr<Comm> inner_;
+  std::unique_ptr<Comm> owned_;
+  Comm* inner_;
   Backend* device_;
   char* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
@@ -340,8 +342,13 @@ std::unique_ptr<Comm> make_staged_comm(std::unique_ptr<Comm> host, Backend* devi
   return std::make_unique<StagedComm>(h, std::move(host), device);
 }
 
+std::unique_ptr<Comm> make_device_backed_comm(Comm* device_comm, Backend* device) {
+  return std::make_unique<DeviceBackedComm>(device_comm, nullptr, device);
+}
+
 std::unique_ptr<Comm> make_device_backed_comm(std::unique_ptr<Comm> device_comm, Backend* device) {
-  return std::make_unique<DeviceBackedComm>(std::move(device_comm), device);
+  Comm* c = device_comm.get();
+  return std::make_unique<DeviceBackedComm>(c, std::move(device_comm), device);
 }
 
 }  // namespace dist

@@ -87,7 +87,9 @@ class Stager {
 std::unique_ptr<Comm> make_staged_comm(Comm* host, Backend* device);
 std::unique_ptr<Comm> make_staged_comm(std::unique_ptr<Comm> host, Backend* device);
 // The collectives of `device_comm` (an engine that reads device memory) on
-// host memory, through device scratch of `device`.
+// host memory, through device scratch of `device`. The first form does not
+// own `device_comm`, the second does.
+std::unique_ptr<Comm> make_device_backed_comm(Comm* device_comm, Backend* device);
 std::unique_ptr<Comm> make_device_backed_comm(std::unique_ptr<Comm> device_comm, Backend* device);
 
 }  // namespace dist

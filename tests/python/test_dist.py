@@ -100,6 +100,15 @@ def check_path(path, outs):
         assert (STAGED in out) == (path == "device-path"), out[-2000:]
 
 
+# DiLoCo's outer step of device parameters runs as the backend's diloco_* ops.
+DEVICE_OUTER_STEP = "op=diloco_update"
+
+
+def check_outer_step_path(path, outs):
+    for out in outs:
+        assert (DEVICE_OUTER_STEP in out) == (path == "device-path"), out[-2000:]
+
+
 @needs_gloo
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("world", [2, 4])
@@ -316,12 +325,15 @@ def test_rendezvous_without_peers_times_out(cpu_ctx):
 def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, path, rng):
     outs = run_group("diloco", world, int(rng.integers(1 << 30)), timeout=120, env=PATHS[path])
     check_path(path, outs)
+    check_outer_step_path(path, outs)
 
 
 @needs_gloo
 @pytest.mark.parametrize("path", PATHS)
 def test_diloco_state_round_trip_continues_bit_identically(path, rng):
-    check_path(path, run_group("diloco_state", 2, int(rng.integers(1 << 30)), env=PATHS[path]))
+    outs = run_group("diloco_state", 2, int(rng.integers(1 << 30)), env=PATHS[path])
+    check_path(path, outs)
+    check_outer_step_path(path, outs)
 
 
 # ---- single process: the single backend ------------------------------------------------
@@ -537,16 +549,25 @@ def _state_without_timing(blob):
     return blob[:digest.start] + blob[digest.stop:seconds.start] + blob[seconds.stop:]
 
 
-def _diloco_trace(ctx, opt, comp, async_overlap, seed):
+def _diloco_trace(ctx, opt, comp, async_overlap, seed, progress_in_round=False, continue_restored=False):
     """Two outer steps of H = 2 deterministic inner steps on DEVICE_PARAMS in
     `ctx`; returns every parameter's bytes after each outer step and the
     state blob. NaN-poisoned parameters before add_parameter would show: it
-    broadcasts the buffers' own values, which are written first."""
+    broadcasts the buffers' own values, which are written first.
+    progress_in_round: an inner step between an asynchronous round's launch
+    and its commit (kept on top of the new anchor). continue_restored: the
+    restored context runs one more outer step (its bytes appended)."""
     rng = np.random.default_rng(seed)
     params = [(name, n, dt) for name, n, dt in DEVICE_PARAMS if _np_type(dt) is not None]
     init = [rng.standard_normal(n).astype(_np_type(dt)) for _, n, dt in params]
     bufs = [ctx.buffer_from_array(x) for x in init]
     snaps = []
+
+    def inner_step():
+        for (name, n, dt), b in zip(params, bufs):
+            x = b.to_numpy((n,), _np_type(dt)).astype(np.float32)
+            b.write((x - 0.01 * rng.standard_normal(n).astype(np.float32)).astype(_np_type(dt)))
+
     with ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=2, outer_lr=0.7, outer_momentum=0.9,
                                                        outer_optimizer=opt, compress=comp,
                                                        async_overlap=async_overlap) as d:
@@ -554,12 +575,12 @@ def _diloco_trace(ctx, opt, comp, async_overlap, seed):
             d.add_parameter(name, b, n, dtype=dt)
         for outer in range(2):
             for step in range(2):
-                for (name, n, dt), b in zip(params, bufs):
-                    x = b.to_numpy((n,), _np_type(dt)).astype(np.float32)
-                    b.write((x - 0.01 * rng.standard_normal(n).astype(np.float32)).astype(_np_type(dt)))
+                inner_step()
                 if d.step():
                     d.apply_outer()
             if async_overlap:
+                if progress_in_round:
+                    inner_step()
                 d.async_wait()
                 d.async_commit()
             assert d.outer_steps_completed == outer + 1
@@ -572,15 +593,26 @@ def _diloco_trace(ctx, opt, comp, async_overlap, seed):
                 d2.add_parameter(name, b, n, dtype=dt)
             d2.deserialize_state(blob)
             assert d2.serialize_state() == blob
+            if continue_restored:
+                for step in range(2):
+                    inner_step()
+                    if d2.step():
+                        d2.apply_outer()
+                if async_overlap:
+                    d2.async_wait()
+                    d2.async_commit()
+                snaps.append([b.to_numpy((n,), _np_type(dt)).view(np.uint8).copy()
+                              for (_, n, dt), b in zip(params, bufs)])
     return snaps, blob
 
 
 @pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
 def test_diloco_device_path_equals_host_path_bit_for_bit(cpu_ctx, monkeypatch, rng, opt, comp, async_overlap):
-    """TC_DIST_DEVICE_PATH=1 stages the parameters through page-locked host
-    memory in 4 MiB chunks and runs the exchange through device scratch (and
-    back through the staging of a host engine): the same outer steps, so the
-    same bits as the host path, and the same state blob."""
+    """TC_DIST_DEVICE_PATH=1 handles the parameters as device memory: the
+    outer state stays there, the outer step runs as the backend's diloco_*
+    ops, the parameters' first broadcast and the state blob are staged through
+    page-locked host memory: the same bits as the host path, and the same
+    state blob."""
     seed = int(rng.integers(1 << 30))
     host, host_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed)
     monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
@@ -588,11 +620,46 @@ def test_diloco_device_path_equals_host_path_bit_for_bit(cpu_ctx, monkeypatch, r
     _assert_same_training(host, host_blob, dev, dev_blob)
 
 
+# Asynchronous rounds with local progress while they run, and a restored
+# context that carries on: the commit and the restored device state.
+DEVICE_ROUND_CASES = [("sgd", "none"), ("nesterov", "fp16"), ("adam", "topk_1pct"), ("nesterov", "topk_01pct")]
+
+
+@pytest.mark.parametrize("opt,comp", DEVICE_ROUND_CASES)
+@pytest.mark.parametrize("async_overlap", [False, True])
+def test_diloco_device_state_restores_and_commits_as_the_host_path(cpu_ctx, monkeypatch, rng, opt, comp,
+                                                                    async_overlap):
+    """TC_DIST_DEVICE_PATH=1 keeps the outer state in device memory and runs
+    the outer step as the backend's diloco_* ops: an asynchronous round with
+    an inner step between launch and commit, and a context restored from the
+    state blob that runs one more outer step, give the host path's bits."""
+    seed = int(rng.integers(1 << 30))
+    kw = dict(progress_in_round=async_overlap, continue_restored=True)
+    host, host_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed, **kw)
+    monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")
+    dev, dev_blob = _diloco_trace(cpu_ctx, opt, comp, async_overlap, seed, **kw)
+    assert len(dev) == 3
+    _assert_same_training(host, host_blob, dev, dev_blob)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("opt,comp", DEVICE_ROUND_CASES)
+@pytest.mark.parametrize("async_overlap", [False, True])
+def test_diloco_cuda_state_restores_and_commits_as_the_cpu(opt, comp, async_overlap, rng):
+    """The same on CUDA parameters (the CUDA kernels) against the CPU's host path."""
+    seed = int(rng.integers(1 << 30))
+    kw = dict(progress_in_round=async_overlap, continue_restored=True)
+    with tc.Context("cpu") as cpu, tc.Context("cuda") as gpu:
+        want, want_blob = _diloco_trace(cpu, opt, comp, async_overlap, seed, **kw)
+        got, got_blob = _diloco_trace(gpu, opt, comp, async_overlap, seed, **kw)
+    _assert_same_training(want, want_blob, got, got_blob)
+
+
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
 @pytest.mark.parametrize("opt,comp,async_overlap", DEVICE_CASES)
 def test_diloco_on_cuda_parameters_equals_the_cpu_result(opt, comp, async_overlap, rng):
-    """The outer step of parameters in CUDA memory (staged through the host)
-    gives the CPU's bits and state blob."""
+    """The outer step of parameters in CUDA memory (the CUDA diloco_* kernels)
+    gives the CPU host path's bits and state blob."""
     seed = int(rng.integers(1 << 30))
     with tc.Context("cpu") as cpu, tc.Context("cuda") as gpu:
         want, want_blob = _diloco_trace(cpu, opt, comp, async_overlap, seed)

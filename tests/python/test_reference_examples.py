@@ -135,8 +135,8 @@ def test_errors(capsys):
 @pytest.mark.parametrize("path", ["plain", "device-path"])
 def test_diloco_context_on_every_device(device, path, capsys, monkeypatch):
     """The DiLoCoContext example on each device; its parameter buffer is 2^20
-    f32 values in the context's memory (device memory on a GPU, which the
-    outer step stages through the host; TC_DIST_DEVICE_PATH=1 stages a CPU
+    f32 values in the context's memory (device memory on a GPU, where the
+    outer step keeps its state and runs; TC_DIST_DEVICE_PATH=1 handles a CPU
     context's buffer the same way)."""
     if path == "device-path":
         monkeypatch.setenv("TC_DIST_DEVICE_PATH", "1")

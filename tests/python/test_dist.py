@@ -796,7 +796,11 @@ def test_diloco_errors_and_unsupported_modes(cpu_ctx):
     assert build.tolerate_dropouts_supported == 0
 
 
-def test_diloco_state_blobs_refuse_corruption(cpu_ctx, rng):
+@pytest.mark.parametrize("path", PATHS)
+def test_diloco_state_blobs_refuse_corruption(cpu_ctx, rng, monkeypatch, path):
+    """Host state and device state (TC_DIST_DEVICE_PATH=1) alike."""
+    for key, value in PATHS[path].items():
+        monkeypatch.setenv(key, value)
     n = 64
     w = cpu_ctx.buffer_from_array(rng.standard_normal(n).astype(np.float32))
     with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_optimizer="adam",
@@ -843,6 +847,27 @@ def test_diloco_state_blobs_refuse_corruption(cpu_ctx, rng):
         with pytest.raises(tc.TensorcoreError) as e:
             other.deserialize_state(blob)  # another optimizer / compression
         assert e.value.status == tc.TC_ERR_INVALID_ARG
+
+
+def test_diloco_refuses_a_parameter_where_its_outer_step_does_not_run(cpu_ctx, monkeypatch):
+    """A context decides at init where its outer step runs (host, or device
+    memory under TC_DIST_DEVICE_PATH=1); a parameter added after the switch
+    changed is refused by name, and nothing is registered."""
+    w = cpu_ctx.buffer_from_array(np.ones(8, np.float32))
+    for init_env, add_env in (({}, {"TC_DIST_DEVICE_PATH": "1"}), ({"TC_DIST_DEVICE_PATH": "1"}, {})):
+        monkeypatch.delenv("TC_DIST_DEVICE_PATH", raising=False)
+        for key, value in init_env.items():
+            monkeypatch.setenv(key, value)
+        with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1) as d:
+            monkeypatch.delenv("TC_DIST_DEVICE_PATH", raising=False)
+            for key, value in add_env.items():
+                monkeypatch.setenv(key, value)
+            with pytest.raises(tc.TensorcoreError) as e:
+                d.add_parameter("w", w, 8)
+            assert e.value.status == tc.TC_ERR_INVALID_ARG and "'w'" in e.value.detail
+            with pytest.raises(tc.TensorcoreError) as e:
+                d.apply_outer()  # nothing registered
+            assert e.value.status == tc.TC_ERR_INVALID_ARG
 
 
 # ---- the remote endpoint ------------------------------------------------------------

@@ -32,13 +32,12 @@ void size_state(tc_diloco d, OuterState* s) {
   s->residual.resize(d->cfg.compress == TC_DILOCO_COMPRESS_NONE ? 0 : d->total);
 }
 
-// *delta = anchor - theta (theta itself in *theta when asked).
-tc_status outer_gradient(tc_diloco d, std::vector<float>* delta, std::vector<float>* theta = nullptr) {
+// *delta = anchor - theta (theta itself in *theta when asked); host parameters.
+void outer_gradient(tc_diloco d, std::vector<float>* delta, std::vector<float>* theta = nullptr) {
   delta->resize(d->total);
-  if (tc_status st = gather_theta(d->stager.get(), d->params, delta)) return st;
+  gather_theta(d->params, delta);
   if (theta) *theta = *delta;
   for (size_t i = 0; i < d->total; ++i) (*delta)[i] = d->state.anchor[i] - (*delta)[i];
-  return TC_OK;
 }
 
 // exchange + optimizer on `s` (the live state, or a private copy).
@@ -184,7 +183,7 @@ tc_status diloco_apply_outer(tc_diloco d) {
       if (tc_status st = device_launch(d)) return st;
     } else {
       std::vector<float> delta;
-      if (tc_status st = outer_gradient(d, &delta, &d->theta_at_launch)) return st;
+      outer_gradient(d, &delta, &d->theta_at_launch);
       d->snapshot = delta;
     }
     d->work = d->state;
@@ -219,12 +218,12 @@ tc_status diloco_apply_outer(tc_diloco d) {
     if (tc_status st = device_outer_step(d, &secs, &bytes)) return st;
   } else {
     std::vector<float> delta;
-    if (tc_status st = outer_gradient(d, &delta)) return st;
+    outer_gradient(d, &delta);
     OuterState next = d->state;  // a failed exchange leaves the state as it was
     d->round_id++;
     if (tc_status st = run_round(d, delta, &next, &secs, &bytes)) return st;
     d->state = std::move(next);
-    if (tc_status st = scatter_theta(d->stager.get(), d->params, d->state.anchor)) return st;
+    scatter_theta(d->params, d->state.anchor);
   }
   d->since_outer = 0;
   d->outer_completed++;
@@ -261,15 +260,15 @@ tc_status diloco_commit(tc_diloco d) {
     // theta <- new anchor + (theta - theta_at_launch): the local progress
     // made while the round ran is kept on top of the new anchor (exactly the
     // new anchor when there was none).
-    // A failed copy (device memory) returns with the round still READY and
-    // the state as it was, so the commit can be tried again.
+    // A failed device commit returns with the round still READY and the
+    // state as it was.
     if (d->params_on_device) {
       if (tc_status st = device_commit(d)) return st;  // theta and the state's arrays, on the device
     } else {
       std::vector<float> theta(d->total);
-      if (tc_status st = gather_theta(d->stager.get(), d->params, &theta)) return st;
+      gather_theta(d->params, &theta);
       for (size_t i = 0; i < d->total; ++i) theta[i] = d->work.anchor[i] + (theta[i] - d->theta_at_launch[i]);
-      if (tc_status st = scatter_theta(d->stager.get(), d->params, theta)) return st;
+      scatter_theta(d->params, theta);
     }
     d->state = std::move(d->work);
     d->outer_completed++;

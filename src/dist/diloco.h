@@ -25,7 +25,7 @@ struct DilocoParam {
   size_t n = 0;
   tc_dtype dtype = TC_DTYPE_F32;
   size_t offset = 0;   // into the flat vectors
-  bool device = false; // read and written through the Stager, never by the host
+  bool device = false; // device memory: the backend's ops and the Stager touch it, never the host
 };
 
 // What an outer step reads and writes besides theta.
@@ -91,11 +91,11 @@ tc_status exchange(Comm& comm, int32_t compress, const std::vector<float>& delta
                    std::vector<float>* g, uint64_t* bytes);
 // anchor := OuterOpt(anchor, g) with the optimizer's moments in `s`.
 void outer_update(const tc_diloco_config& cfg, const std::vector<float>& g, OuterState* s);
-// theta (the parameters) <-> the flat f32 vector. Device parameters go
-// through `stager` (page-locked host memory, chunk by chunk, the next
-// chunk's copy overlapping this one's conversion); a failed copy is returned.
-tc_status gather_theta(Stager* stager, const std::vector<DilocoParam>& params, std::vector<float>* flat);
-tc_status scatter_theta(Stager* stager, const std::vector<DilocoParam>& params, const std::vector<float>& flat);
+// theta (the parameters, in host memory) <-> the flat f32 vector. Device
+// parameters never take this path: their outer step runs on the device
+// (diloco_device.cpp).
+void gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat);
+void scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat);
 // A parameter's bytes to and from host memory (`host`, param_bytes(p) long).
 size_t param_bytes(const DilocoParam& p);
 tc_status read_param(Stager* stager, const DilocoParam& p, void* host);

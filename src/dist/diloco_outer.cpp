@@ -183,37 +183,12 @@ void narrow(tc_dtype dtype, const float* src, void* dst, size_t count) {
 
 void widen_param(const DilocoParam& p, const void* src, float* flat) { widen(p.dtype, src, flat + p.offset, p.n); }
 
-tc_status gather_theta(Stager* stager, const std::vector<DilocoParam>& params, std::vector<float>* flat) {
-  for (auto& p : params) {
-    float* dst = flat->data() + p.offset;
-    if (!p.device) {
-      widen(p.dtype, p.storage->data, dst, p.n);
-      continue;
-    }
-    // Chunks are whole elements: kChunk is a multiple of 4.
-    const size_t esz = dtype_size(p.dtype);
-    if (tc_status st = stager->read(p.storage->data, param_bytes(p), [&](const char* chunk, size_t off, size_t len) {
-          widen(p.dtype, chunk, dst + off / esz, len / esz);
-        }))
-      return st;
-  }
-  return TC_OK;
+void gather_theta(const std::vector<DilocoParam>& params, std::vector<float>* flat) {
+  for (auto& p : params) widen(p.dtype, p.storage->data, flat->data() + p.offset, p.n);
 }
 
-tc_status scatter_theta(Stager* stager, const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
-  for (auto& p : params) {
-    const float* src = flat.data() + p.offset;
-    if (!p.device) {
-      narrow(p.dtype, src, p.storage->data, p.n);
-      continue;
-    }
-    const size_t esz = dtype_size(p.dtype);
-    if (tc_status st = stager->write(p.storage->data, param_bytes(p), [&](char* chunk, size_t off, size_t len) {
-          narrow(p.dtype, src + off / esz, chunk, len / esz);
-        }))
-      return st;
-  }
-  return TC_OK;
+void scatter_theta(const std::vector<DilocoParam>& params, const std::vector<float>& flat) {
+  for (auto& p : params) narrow(p.dtype, flat.data() + p.offset, p.storage->data, p.n);
 }
 
 }  // namespace dist

@@ -8,6 +8,7 @@ Exit status 0 means every check passed; failures print what differed.
 Scenario-specific outcomes are printed as "RESULT key=value" lines.
 """
 
+import hashlib
 import os
 import socket
 import sys
@@ -407,9 +408,11 @@ def scenario_diloco_nccl(ctx, url, seed, extra):
 
 def diloco_state(ctx, dist, seed):
     """Serialize after 2 outer steps, continue 2 more; a fresh context
-    restored from the blob continues bit-identically."""
+    restored from the blob continues bit-identically. Prints each case's
+    final parameters' SHA-256 (RESULT), so two runs can be compared."""
     sizes = [200, 33]
     H = 2
+    digests = {}
 
     def inner(bufs, outer, step):
         for i, (b, n) in enumerate(zip(bufs, sizes)):
@@ -441,6 +444,7 @@ def diloco_state(ctx, dist, seed):
                             if d.step():
                                 d.apply_outer()
                 final_a = flat_theta(bufs, sizes)
+                digests["%s_%s" % (opt, comp)] = hashlib.sha256(final_a.tobytes()).hexdigest()
                 counters_a = (d.outer_steps_completed, d.inner_steps_completed)
             for version, b in ((tc.TC_DILOCO_STATE_ABI_VERSION_2, blob), (tc.TC_DILOCO_STATE_ABI_VERSION_1, blob1)):
                 bufs2 = [ctx.buffer_from_array(np.zeros(n, np.float32)) for n in sizes]
@@ -461,6 +465,7 @@ def diloco_state(ctx, dist, seed):
                     check(np.array_equal(final_a.view(np.uint32), final_b.view(np.uint32)),
                           "%s/%s v%d: restored training is bit-identical" % (opt, comp, version))
                     check((d2.outer_steps_completed, d2.inner_steps_completed) == counters_a, "counters restored")
+    result(**digests)
 
 
 def scenario_diloco_kill(ctx, url, seed, extra):

@@ -329,6 +329,18 @@ def test_diloco_anchors_identical_and_outer_step_matches_numpy(world, path, rng)
 
 
 @needs_gloo
+def test_diloco_on_two_ranks_device_path_gives_the_host_paths_bits(rng):
+    """Two gloo ranks, the same training both ways: the device path's outer
+    steps (the exchange staged, the combine of two ranks' top-k pairs and the
+    f16 sum on the device) leave every rank's parameters with the host
+    path's bits."""
+    seed = int(rng.integers(1 << 30))
+    host = [results(o) for o in run_group("diloco_state", 2, seed, env=PATHS["host"])]
+    dev = [results(o) for o in run_group("diloco_state", 2, seed, env=PATHS["device-path"])]
+    assert len(host[0]) == 3 and host == dev
+
+
+@needs_gloo
 @pytest.mark.parametrize("path", PATHS)
 def test_diloco_state_round_trip_continues_bit_identically(path, rng):
     outs = run_group("diloco_state", 2, int(rng.integers(1 << 30)), env=PATHS[path])

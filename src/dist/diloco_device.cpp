@@ -252,8 +252,8 @@ tc_status update(tc_diloco d, DeviceOuterState* s, uint64_t* adam_t, bool write_
 
 // prepare, exchange and update on `s`; theta written unless the round runs
 // on the copy made at launch.
-tc_status round(tc_diloco d, DeviceOuterState* s, uint64_t* adam_t, bool from_launch_copy, double* seconds,
-                double* bytes) {
+tc_status outer_round(tc_diloco d, DeviceOuterState* s, uint64_t* adam_t, bool from_launch_copy, double* seconds,
+                      double* bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   if (tc_status st = reserve_scratch(d)) return st;
   if (tc_status st = prepare(d, *s, from_launch_copy)) return st;
@@ -296,7 +296,7 @@ tc_status device_add(tc_diloco d, const DilocoParam& p) {
 }
 
 tc_status device_outer_step(tc_diloco d, double* seconds, double* bytes) {
-  return round(d, &d->dstate, &d->state.adam_t, false, seconds, bytes);
+  return outer_round(d, &d->dstate, &d->state.adam_t, false, seconds, bytes);
 }
 
 tc_status device_launch(tc_diloco d) {
@@ -314,7 +314,7 @@ tc_status device_launch(tc_diloco d) {
 }
 
 tc_status device_round(tc_diloco d, double* seconds, double* bytes) {
-  return round(d, &d->dwork, &d->work.adam_t, true, seconds, bytes);
+  return outer_round(d, &d->dwork, &d->work.adam_t, true, seconds, bytes);
 }
 
 tc_status device_commit(tc_diloco d) {

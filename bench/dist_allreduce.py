@@ -249,14 +249,14 @@ def device_bench(world, max_mb):
              "%d ranks over loopback gloo, f32 sum; `staged`: tensorcore's allreduce of the CUDA buffer (4 MiB chunks "
              "through page-locked memory, copies overlapping the collective); `by hand`: device -> host copy, "
              "allreduce of a CPU context's buffer, host -> device copy. Time = median, slowest rank." % world, "",
-             "| size | staged us | staged busbw GB/s | by hand us | by hand busbw GB/s | staged / by hand |%s" % (
+             "| size | staged us | staged busbw GB/s | by hand us | by hand busbw GB/s | staged time / by hand (target <= 1.25) |%s" % (
                  " torch gloo (CUDA tensors) busbw GB/s |" if torch_res else ""),
              "|---|---|---|---|---|---|%s" % ("---|" if torch_res else "")]
     for nbytes in device_sizes(max_mb):
         ts = max(r["staged"][str(nbytes)] for r in res)
         th = max(r["by_hand"][str(nbytes)] for r in res)
         line = "| %s | %.0f | %.3f | %.0f | %.3f | %.2fx |" % (fmt_bytes(nbytes), ts * 1e6, busbw(nbytes, ts, world),
-                                                              th * 1e6, busbw(nbytes, th, world), th / ts)
+                                                              th * 1e6, busbw(nbytes, th, world), ts / th)
         if torch_res:
             tp = max(r[str(nbytes)] for r in torch_res)
             line += " %.3f |" % busbw(nbytes, tp, world)

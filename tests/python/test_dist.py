@@ -282,19 +282,23 @@ def test_dead_or_silent_peer_times_out(how):
 
 
 @needs_gloo
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not HAVE_CUDA, reason="needs a usable CUDA device"))])
 @pytest.mark.parametrize("how", ["kill", "hang"])
-def test_diloco_worker_killed_mid_outer_step_then_resumed(tmp_path, rng, how):
+def test_diloco_worker_killed_mid_outer_step_then_resumed(tmp_path, rng, how, device):
     """A rank dies (or goes silent) just before an outer step's exchange:
     the other gets a clear error within the group timeout (5 s); both
     restart from their last checkpoints (state blob and parameters) and
-    finish with the parameters of an uninterrupted run, bit for bit."""
+    finish with the parameters of an uninterrupted run, bit for bit. On
+    "cuda" the parameters live in device memory (staged through gloo)."""
     seed = int(rng.integers(1 << 30))
+    env = {"TC_TEST_DIST_DEVICE": device}
     full, ck = tmp_path / "full", tmp_path / "ck"
     full.mkdir()
     ck.mkdir()
-    run_group("diloco_kill", 2, seed, extra="full:%s" % full, timeout=120)
+    run_group("diloco_kill", 2, seed, extra="full:%s" % full, timeout=120, env=env)
     url = "gloo+tcp://127.0.0.1:%d" % free_port()
-    procs = [spawn("diloco_kill", r, 2, url, seed, "%s:%s" % (how, ck)) for r in range(2)]
+    procs = [spawn("diloco_kill", r, 2, url, seed, "%s:%s" % (how, ck), env) for r in range(2)]
     outs = finish(procs, 120)
     assert procs[1].returncode == 9, outs[1]
     assert procs[0].returncode == 0, outs[0]
@@ -302,7 +306,7 @@ def test_diloco_worker_killed_mid_outer_step_then_resumed(tmp_path, rng, how):
     assert int(kv["status"]) == tc.TC_ERR_TIMEOUT and "5000 ms" in outs[0], outs[0]
     assert float(kv["seconds"]) < 10, outs[0]  # the silent rank stays 12 s
     assert not (ck / "final-0.npy").exists()
-    outs = run_group("diloco_kill", 2, seed, extra="resume:%s" % ck, timeout=120)
+    outs = run_group("diloco_kill", 2, seed, extra="resume:%s" % ck, timeout=120, env=env)
     assert all(results(o)["resumed_at"] == "3" for o in outs), outs
     for r in range(2):
         np.testing.assert_array_equal(np.load(ck / ("final-%d.npy" % r)), np.load(full / ("final-%d.npy" % r)))

@@ -140,7 +140,7 @@ def new_model(args, cfg, ctx, init_theta):
         return theta_buf, grad_buf, M.model(cfg, theta, grad), M.adamw(cfg, theta, grad, lr=args.lr, wd=args.wd)
     theta_buf, grad_buf = ctx.buffer(4 * n), ctx.buffer(4 * n)
     theta_buf.write(np.ascontiguousarray(init_theta, np.float32))
-    net = M.model(cfg, theta_buf, grad_buf, ctx, tf32=args.tf32 == "on")
+    net = M.model(cfg, theta_buf, grad_buf, ctx, tf32=args.tf32 == "on", stream=args.stream == "on")
     opt = M.adamw(cfg, theta_buf, grad_buf, ctx, lr=args.lr, wd=args.wd)
     return theta_buf, grad_buf, net, opt
 
@@ -250,8 +250,9 @@ def run_mode(args, mode, out):
     return [json.loads((out / ("%s_rank%d.json" % (mode, r))).read_text()) for r in range(args.workers)]
 
 
-SHARED = ("workers", "steps", "pretrain", "H", "compress", "preset", "dim", "layers", "heads", "ffn", "seq", "batch", "lr",
-          "wd", "warmup", "tf32", "outer_lr", "eval_batches", "kernels", "rope", "seed", "device", "backend", "corpus")
+SHARED = ("workers", "steps", "pretrain", "H", "compress", "preset", "dim", "layers", "heads", "ffn", "seq", "batch",
+          "lr", "wd", "warmup", "tf32", "stream", "outer_lr", "eval_batches", "kernels", "rope", "seed", "device",
+          "backend", "corpus")
 
 
 def smooth(v, k=25):
@@ -341,8 +342,9 @@ def driver(args):
     train, held = corpus(args.corpus)
     print("corpus %s: %d train bytes, %d held-out bytes" % (args.corpus, len(train), len(held)))
     print("model: dim %d, %d layers, %d heads, ffn %d, context %d: %d parameters; batch %d x %d tokens per worker "
-          "per step; %s%s" % (cfg.dim, cfg.layers, cfg.heads, cfg.ffn, cfg.seq, cfg.size(), args.batch, cfg.seq,
-                              args.device, ", TF32 products" if args.tf32 == "on" and args.device == "cuda" else ""),
+          "per step; %s%s%s" % (cfg.dim, cfg.layers, cfg.heads, cfg.ffn, cfg.seq, cfg.size(), args.batch, cfg.seq,
+                                args.device, ", TF32 products" if args.tf32 == "on" and args.device == "cuda" else "",
+                                ", kernels on a stream" if args.stream == "on" else ""),
           flush=True)
     t_start = time.time()
     if args.pretrain:
@@ -426,6 +428,9 @@ def main():
     ap.add_argument("--tf32", choices=["on", "off"],
                     help="let the model's matrix products run on TF32 tensor cores (CUDA; the reorderings and "
                     "one-hot products stay f32)")
+    ap.add_argument("--stream", choices=["on", "off"],
+                    help="enqueue each forward and backward pass on a stream and wait once, instead of after every "
+                    "kernel (default: on with --device cuda, off on the CPU)")
     ap.add_argument("--corpus", choices=["licenses", "stdlib"],
                     help="license texts (default on the CPU) or the standard library's .py sources (default with "
                     "--device cuda)")
@@ -461,6 +466,8 @@ def main():
             setattr(args, k, ("on" if v else "off") if k == "tf32" else v)
     if args.corpus is None:
         args.corpus = "licenses" if args.device == "cpu" else "stdlib"
+    if args.stream is None:
+        args.stream = "off" if args.device == "cpu" else "on"
     (worker if args.role == "worker" else driver)(args)
 
 

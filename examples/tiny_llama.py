@@ -112,9 +112,9 @@ def rope_tables(cfg, T, dtype=np.float32):
     return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
-def model(cfg, theta, grad, ctx=None, tf32=False):
-    """TcModel on `ctx`, or the NumPy reference when ctx is None."""
-    return NumpyModel(cfg, theta, grad) if ctx is None else TcModel(cfg, ctx, theta, grad, tf32=tf32)
+def model(cfg, theta, grad, ctx=None, **kw):
+    """TcModel on `ctx` (keywords tf32, stream), or the NumPy reference when ctx is None."""
+    return NumpyModel(cfg, theta, grad) if ctx is None else TcModel(cfg, ctx, theta, grad, **kw)
 
 
 def adamw(cfg, theta, grad, ctx=None, **kw):
@@ -394,10 +394,20 @@ class TcModel:
     theta and grad: Buffers of the context holding cfg.size() floats (or,
     on a CPU context, flat f32 arrays); their memory is used in place (the
     gradient is written straight into grad). tf32=True lets the matrix
-    products of the model run on TF32 tensor cores (ignored on the CPU)."""
+    products of the model run on TF32 tensor cores (ignored on the CPU).
 
-    def __init__(self, cfg, ctx, theta, grad, tf32=False):
+    stream=True enqueues the kernels of a forward (and of a backward) pass
+    on a stream of the context and waits once at the end, instead of
+    waiting for every kernel: on a GPU the host then prepares the next
+    kernels while the device runs. The host touches the buffers only after
+    such a wait (reading the distribution, the logits) or before any kernel
+    of the pass is enqueued (writing the one-hot rows), and every public
+    call returns with the stream drained, so the gradient is complete for
+    whatever runs next (the allreduce, AdamW)."""
+
+    def __init__(self, cfg, ctx, theta, grad, tf32=False, stream=False):
         self.cfg, self.ctx, self.tf32 = cfg, ctx, tf32
+        self.stream = ctx.stream() if stream else None
         self.P, self.G = _Flat(ctx, cfg, theta), _Flat(ctx, cfg, grad)
         # 3H copies of I [hd, hd]: gemm_batched has no broadcast stride, so
         # each batch of a reordering reads its own identity.
@@ -419,25 +429,30 @@ class TcModel:
         """C = alpha op(A) op(B) + beta C in f32; `exact` products (one-hot
         rows) never run on TF32."""
         self.ctx.gemm(A, Bm, C, M, N, K, dtype="f32", accum="f32", alpha=alpha, beta=beta, transpose_a=ta,
-                      transpose_b=tb, allow_tf32=self.tf32 and not exact)
+                      transpose_b=tb, allow_tf32=self.tf32 and not exact, stream=self.stream)
 
     def _axpy(self, x, y, n, alpha=1.0, beta=1.0):
         """y = alpha x + beta y over n floats (beta = 0: a copy), exactly."""
         k = math.gcd(self.cfg.head_dim, n)
         self.ctx.gemm(x, self.eye, y, n // k, k, k, dtype="f32", accum="f32", alpha=alpha, beta=beta,
-                      ldb=self.cfg.head_dim)
+                      ldb=self.cfg.head_dim, stream=self.stream)
 
     def _to_heads(self, src, dst, groups, N, ld):
         """dst [groups, N, hd] <- the column blocks of src [N, ld]."""
         hd = self.cfg.head_dim
         self.ctx.gemm_batched(src, self.eye, dst, groups, N, hd, hd, dtype="f32", accum="f32", lda=ld,
-                              stride_a=hd, stride_b=hd * hd, stride_c=N * hd)
+                              stride_a=hd, stride_b=hd * hd, stride_c=N * hd, stream=self.stream)
 
     def _heads_to_t(self, src, dst, groups, N):
         """dst [groups * hd, N] <- src [groups, N, hd] (block g is head g transposed)."""
         hd = self.cfg.head_dim
         self.ctx.gemm_batched(self.eye, src, dst, groups, hd, N, hd, dtype="f32", accum="f32", transpose_b=True,
-                              stride_a=hd * hd, stride_b=N * hd, stride_c=hd * N)
+                              stride_a=hd * hd, stride_b=N * hd, stride_c=hd * N, stream=self.stream)
+
+    def _sync(self):
+        """Waits for the kernels enqueued on the stream (none without one)."""
+        if self.stream is not None:
+            self.stream.sync()
 
     def _onehot(self, x, buf, ids):
         """buf [N, V] <- the one-hot rows of ids (built on the host, one write)."""
@@ -450,6 +465,7 @@ class TcModel:
 
     def logits(self, tokens):
         x = self._forward(tokens)
+        self._sync()
         out = np.empty((tokens.size, self.cfg.vocab), np.float32)
         x.logits.read(out)
         return out.reshape(*tokens.shape, -1)
@@ -462,6 +478,7 @@ class TcModel:
         x = self._forward(tokens)
         loss = self._loss(x, tokens, targets)
         self._backward(x, tokens, targets)
+        self._sync()
         return loss
 
     def _loss(self, x, tokens, targets):
@@ -469,7 +486,8 @@ class TcModel:
         (floored at the smallest normal f32 so that a vanishing probability
         stays finite)."""
         N = tokens.size
-        self.ctx.softmax_forward(x.logits, x.probs, N, self.cfg.vocab, dtype="f32")
+        self.ctx.softmax_forward(x.logits, x.probs, N, self.cfg.vocab, dtype="f32", stream=self.stream)
+        self._sync()
         x.probs.read(x.probs_host)
         pt = x.probs_host[np.arange(N), np.asarray(targets).reshape(-1)]
         return float(-np.mean(np.log(np.maximum(pt.astype(np.float64), np.finfo(np.float32).tiny))))
@@ -479,29 +497,31 @@ class TcModel:
         B, T = tokens.shape
         N, D, F, H, hd, V = B * T, cfg.dim, cfg.ffn, cfg.heads, cfg.head_dim, cfg.vocab
         x = self._acts(B, T)
-        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved)
+        st = self.stream  # None: each kernel runs before its call returns
+        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved, stream=st)
         # h0 = onehot(tokens) @ E: exact (one 1 per row), and its transpose gives dE.
         self._onehot(x, x.onehot_x, tokens)
         self._gemm(x.onehot_x, P["token_embd.weight"], x.h[0], N, D, V, exact=True)
         for i in range(cfg.layers):
             L = lambda n: P["blk.%d.%s.weight" % (i, n)]  # noqa: E731
-            ctx.rmsnorm_forward(x.h[i], L("attn_norm"), x.a[i], x.r1[i], N, D, eps=EPS, dtype="f32")
+            ctx.rmsnorm_forward(x.h[i], L("attn_norm"), x.a[i], x.r1[i], N, D, eps=EPS, dtype="f32", stream=st)
             self._gemm(x.a[i], P["blk.%d.qkv" % i], x.tok, N, 3 * D, D, tb=True)  # [N, (q|k|v, head, hd)]
             self._to_heads(x.tok, x.qkv[i], 3 * H, N, 3 * D)
             ctx.rope_forward(x.qk[i], x.cos, x.sin, 1, 2 * H * B, T, hd, **rope_kw)
             ctx.attention_forward(x.q[i], x.k[i], x.v[i], x.o[i], 1, H * B, T, T, hd, LSE=x.lse[i], dtype="f32",
-                                  accum="f32", causal=True)
+                                  accum="f32", causal=True, stream=st)
             self._heads_to_t(x.o[i], x.oT[i], H, N)
             # h1 = h + o Wo^T: the product accumulates onto a copy of h (beta = 1)
             self._axpy(x.h[i], x.h1[i], N * D, beta=0.0)
             self._gemm(x.oT[i], L("attn_output"), x.h1[i], N, D, D, ta=True, tb=True, beta=1.0)
-            ctx.rmsnorm_forward(x.h1[i], L("ffn_norm"), x.b[i], x.r2[i], N, D, eps=EPS, dtype="f32")
+            ctx.rmsnorm_forward(x.h1[i], L("ffn_norm"), x.b[i], x.r2[i], N, D, eps=EPS, dtype="f32", stream=st)
             self._gemm(x.b[i], L("ffn_gate"), x.gate[i], N, F, D, tb=True)
             self._gemm(x.b[i], L("ffn_up"), x.up[i], N, F, D, tb=True)
-            ctx.swiglu_forward(x.gate[i], x.up[i], x.m[i], N * F, dtype="f32")
+            ctx.swiglu_forward(x.gate[i], x.up[i], x.m[i], N * F, dtype="f32", stream=st)
             self._axpy(x.h1[i], x.h[i + 1], N * D, beta=0.0)
             self._gemm(x.m[i], L("ffn_down"), x.h[i + 1], N, D, F, tb=True, beta=1.0)
-        ctx.rmsnorm_forward(x.h[cfg.layers], P["output_norm.weight"], x.f, x.rf, N, D, eps=EPS, dtype="f32")
+        ctx.rmsnorm_forward(x.h[cfg.layers], P["output_norm.weight"], x.f, x.rf, N, D, eps=EPS, dtype="f32",
+                            stream=st)
         self._gemm(x.f, P["output.weight"], x.logits, N, V, D, tb=True)
         return x
 
@@ -510,7 +530,8 @@ class TcModel:
         ctx, cfg, P, G = self.ctx, self.cfg, self.P, self.G
         B, T = tokens.shape
         N, D, F, H, hd, V = B * T, cfg.dim, cfg.ffn, cfg.heads, cfg.head_dim, cfg.vocab
-        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved)
+        st = self.stream  # None: each kernel runs before its call returns
+        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved, stream=st)
         # dlogits = (probs - onehot(targets)) / N: the 1/N rides on the GEMMs' alpha.
         self._onehot(x, x.onehot_y, targets)
         self._axpy(x.onehot_y, x.probs, N * V, alpha=-1.0)
@@ -518,32 +539,34 @@ class TcModel:
         self._gemm(dlog, P["output.weight"], x.df, N, D, V, alpha=1.0 / N)
         self._gemm(dlog, x.f, G["output.weight"], V, D, N, ta=True, alpha=1.0 / N)
         ctx.rmsnorm_backward(x.h[cfg.layers], P["output_norm.weight"], x.df, x.rf, x.dh, G["output_norm.weight"], N,
-                             D, dtype="f32")
+                             D, dtype="f32", stream=st)
         for i in reversed(range(cfg.layers)):
             L = lambda n: P["blk.%d.%s.weight" % (i, n)]  # noqa: E731
             W = lambda n: G["blk.%d.%s.weight" % (i, n)]  # noqa: E731
             # SwiGLU block: dh is the gradient of the block's output h2 = h1 + m Wd^T
             self._gemm(x.dh, L("ffn_down"), x.dm, N, F, D)
             self._gemm(x.dh, x.m[i], W("ffn_down"), D, F, N, ta=True)
-            ctx.swiglu_backward(x.gate[i], x.up[i], x.dm, x.dgate, x.dup, N * F, dtype="f32")
+            ctx.swiglu_backward(x.gate[i], x.up[i], x.dm, x.dgate, x.dup, N * F, dtype="f32", stream=st)
             self._gemm(x.dgate, x.b[i], W("ffn_gate"), F, D, N, ta=True)
             self._gemm(x.dup, x.b[i], W("ffn_up"), F, D, N, ta=True)
             self._gemm(x.dgate, L("ffn_gate"), x.db, N, D, F)
             self._gemm(x.dup, L("ffn_up"), x.db, N, D, F, beta=1.0)
-            ctx.rmsnorm_backward(x.h1[i], L("ffn_norm"), x.db, x.r2[i], x.db, W("ffn_norm"), N, D, dtype="f32")
+            ctx.rmsnorm_backward(x.h1[i], L("ffn_norm"), x.db, x.r2[i], x.db, W("ffn_norm"), N, D, dtype="f32",
+                                 stream=st)
             self._axpy(x.db, x.dh, N * D)  # now the gradient of h1 = h + o Wo^T
             # attention block: dWo = dh1^T o (o as oT [D, N]); do = dh1 Wo, to heads
             self._gemm(x.dh, x.oT[i], W("attn_output"), D, D, N, ta=True, tb=True)
             self._gemm(x.dh, L("attn_output"), x.do2, N, D, D)
             self._to_heads(x.do2, x.do, H, N, D)
             ctx.attention_backward(x.q[i], x.k[i], x.v[i], x.o[i], x.do, x.lse[i], x.dq, x.dk, x.dv, 1, H * B, T, T,
-                                   hd, dtype="f32", accum="f32", causal=True)
+                                   hd, dtype="f32", accum="f32", causal=True, stream=st)
             ctx.rope_backward(x.dqk, x.cos, x.sin, 1, 2 * H * B, T, hd, **rope_kw)
             # [dq | dk | dv] as [3D, N]: dWqkv = that @ a, da = its transpose @ Wqkv
             self._heads_to_t(x.dqkv, x.tok, 3 * H, N)
             self._gemm(x.tok, x.a[i], G["blk.%d.qkv" % i], 3 * D, D, N)
             self._gemm(x.tok, P["blk.%d.qkv" % i], x.da, N, D, 3 * D, ta=True)
-            ctx.rmsnorm_backward(x.h[i], L("attn_norm"), x.da, x.r1[i], x.da, W("attn_norm"), N, D, dtype="f32")
+            ctx.rmsnorm_backward(x.h[i], L("attn_norm"), x.da, x.r1[i], x.da, W("attn_norm"), N, D, dtype="f32",
+                                 stream=st)
             self._axpy(x.da, x.dh, N * D)  # the gradient of the block's input h
         self._gemm(x.onehot_x, x.dh, G["token_embd.weight"], V, D, N, ta=True, exact=True)
 

@@ -70,9 +70,10 @@ SHAPES = [pytest.param(dict(dim=32, layers=2, heads=4, ffn=48, vocab=64), id="d3
           pytest.param(dict(dim=36, layers=1, heads=3, ffn=40, vocab=50), id="d36h3")]
 
 
+@pytest.mark.parametrize("stream", [pytest.param(False, id="sync"), pytest.param(True, id="stream")])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("interleaved", ROPE)
-def test_tensorcore_loss_and_gradient_match_numpy(ctx, device, unmappable, rng, interleaved, shape):
+def test_tensorcore_loss_and_gradient_match_numpy(ctx, device, unmappable, rng, interleaved, shape, stream):
     cfg = M.Config(seq=16, rope_interleaved=interleaved, **shape)
     theta = random_theta(cfg, rng)
     # Errors are measured against the reference in float64; the f32 NumPy
@@ -85,7 +86,7 @@ def test_tensorcore_loss_and_gradient_match_numpy(ctx, device, unmappable, rng, 
     # The tensorcore path's weights and gradient in tensorcore buffers, as in the example.
     tbuf, gbuf = ctx.buffer(theta.nbytes), ctx.buffer(theta.nbytes)
     tbuf.write(theta)
-    net = M.model(cfg, tbuf, gbuf, ctx)
+    net = M.TcModel(cfg, ctx, tbuf, gbuf, stream=stream)
     ref_grad = np.zeros(theta.size, np.float64)
     ref = M.model(cfg, theta.astype(np.float64), ref_grad)
     # Two batches of one shape (buffers reused), then another shape.

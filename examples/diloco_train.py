@@ -373,8 +373,9 @@ def driver(args):
     gguf_path = out / "tiny-llama-diloco.gguf"
     M.save_gguf(cfg, theta, gguf_path)
     prompt = list(PROMPTS[args.corpus])
-    new, harness_logits = M.decode_gguf(gguf_path, prompt, cfg.seq - len(prompt),
-                                        device="cpu" if args.device == "cpu" else "cuda:0")
+    # On the CPU whatever the run's device: a file check, as on the machine
+    # that recorded the CPU runs.
+    new, harness_logits = M.decode_gguf(gguf_path, prompt, cfg.seq - len(prompt), device="cpu")
     text = bytes(prompt + new).decode("utf-8", "replace")
     # The training model on the same sequence, in one forward on the CPU: it
     # decodes the same text greedily iff its argmax reproduces every new token.

@@ -304,9 +304,10 @@ class NumpyAdamW:
 # need:
 #   tokens [N, G*hd] -> heads [G, N, hd]:  C_g = A[:, g*hd:(g+1)*hd] @ I
 #   heads [G, N, hd] -> transposed tokens [G*hd, N]:  C_g = I @ (head g)^T
-# (gemm_batched over g; a batch's C must be one packed block, so the way back
-# to tokens gives the transposed layout, which the following products read
-# with transpose flags). A product with the identity is exact in f32 (one
+# (gemm_batched over g. It refuses batches of C whose spans overlap, as
+# interleaved column blocks of [N, G*hd] would, so the way back to tokens
+# gives the transposed layout, which the following products read with
+# transpose flags.) A product with the identity is exact in f32 (one
 # non-zero term per output), as is the "axpy" y = alpha x + beta y written as
 # [n/k, k] @ I_k with k = gcd(hd, n): an ordinary GEMM shape for which every
 # BLAS has an algorithm. These reorderings and copies never run on TF32.

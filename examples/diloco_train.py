@@ -1,9 +1,8 @@
 """DiLoCo against synchronous data-parallel training, on a real workload.
 
-A small LLaMA-style byte-level language model (examples/tiny_llama.py) is
-trained on text shipped with the system (/usr/share/common-licenses: the
-GPL, Apache, Artistic, MPL, ... license texts) by N worker processes
-(default 4) over loopback gloo, twice with the same compute:
+A LLaMA-style byte-level language model (examples/tiny_llama.py) is trained
+by N worker processes (default 4) over loopback gloo, twice with the same
+compute:
 
   ddp     every step: local gradient -> allreduce (avg) -> AdamW, all workers in lockstep
   diloco  every step: local gradient -> local AdamW; every H steps a DiLoCo outer
@@ -12,21 +11,33 @@ GPL, Apache, Artistic, MPL, ... license texts) by N worker processes
 Both see the same number of tokens per worker per step and take the same
 number of steps. Forward, backward and AdamW run on tensorcore's kernels
 (tiny_llama.TcModel / TcAdamW; `--kernels numpy` selects the NumPy
-reference). The report compares held-out loss curves and the bytes each
-worker put on the wire, draws them (PNG), saves the DiLoCo model as a
-llama-architecture GGUF and greedily decodes a prompt from that file with
-tensorcore's LLaMA harness (tensorcore.llama.Llama), checking that the
-harness and the training model agree.
+reference). The report compares held-out loss curves, the bytes each worker
+put on the wire and the tokens per second of each worker, draws the curves
+(PNG), saves the DiLoCo model as a llama-architecture GGUF and greedily
+decodes a prompt from that file with tensorcore's LLaMA harness
+(tensorcore.llama.Llama), checking that the harness and the training model
+agree.
 
     python examples/diloco_train.py [--workers 4] [--steps 800] [--H 100] [--compress none] [--kernels tc]
-                                    [--device cpu|cuda] [--backend gloo|nccl]
+                                    [--device cpu|cuda] [--backend gloo|nccl] [--preset small|gpu]
+                                    [--corpus licenses|stdlib]
 
-`--device cuda` keeps what the collectives and DiLoCo see (the parameter and
-gradient buffers) in a CUDA context's memory: the gradient allreduce and the
-outer step read device buffers (gloo stages them through page-locked host
-memory; `--backend nccl` reads them in place, one GPU per worker), while the
-model's kernels keep running on the CPU context. The numbers are those of a
-CPU run.
+Corpora (`--corpus`): `licenses`, the license texts Debian ships in
+/usr/share/common-licenses (303 KB; the default on the CPU), or `stdlib`,
+the .py sources of the running Python's standard library
+(sysconfig.get_paths()["stdlib"] without site-/dist-packages, in sorted
+path order; about 30 MB; the default with --device cuda). Either is
+concatenated and split by bytes: the first 90% trains, the rest is held out.
+
+`--device cuda` runs everything of a worker on a CUDA context: the model,
+its gradient, AdamW's state and the activations are device buffers, and the
+gradient allreduce and DiLoCo's outer step read the same buffers (gloo
+stages them through page-locked host memory; `--backend nccl` reads them in
+place). With gloo every worker uses cuda:0 (N processes share one GPU);
+with nccl worker r uses cuda:r. `--preset gpu` is a model of tens of
+millions of parameters (dim 512, 8 layers, 8 heads, ffn 1408, 256-byte
+context, batch 16: about 26M parameters, 4096 tokens per worker per step,
+products on TF32); any size flag given explicitly overrides the preset.
 """
 
 import argparse
@@ -35,6 +46,7 @@ import os
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -48,19 +60,40 @@ sys.path.insert(0, str(HERE))
 import tiny_llama as M  # noqa: E402
 
 
-def corpus():
-    """All readable license texts, as bytes; 90% train, 10% held out."""
-    root = Path("/usr/share/common-licenses")
-    text = b"".join(p.read_bytes() + b"\n\n" for p in sorted(root.iterdir()) if p.is_file())
-    data = np.frombuffer(text, np.uint8).astype(np.int64)
+def corpus(name):
+    """The corpus as bytes (token id = byte value): 90% train, 10% held out."""
+    if name == "licenses":
+        root = Path("/usr/share/common-licenses")
+        text = b"".join(p.read_bytes() + b"\n\n" for p in sorted(root.iterdir()) if p.is_file())
+    else:
+        text = b"".join(t + b"\n\n" for t in stdlib_sources())
+    data = np.frombuffer(text, np.uint8)
     cut = int(len(data) * 0.9)
     return data[:cut], data[cut:]
 
 
+def stdlib_sources():
+    """The bytes of every .py file of the running Python's standard library,
+    in sorted order of their paths (installed packages left out; unreadable
+    files skipped)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    paths = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in ("site-packages", "dist-packages")]
+        paths += [Path(d, f) for f in files if f.endswith(".py")]
+    out = []
+    for p in sorted(paths, key=lambda q: q.relative_to(root).as_posix()):
+        try:
+            out.append(p.read_bytes())
+        except OSError:
+            continue
+    return out
+
+
 def batch(data, rng, B, T):
     start = rng.integers(0, len(data) - T - 1, B)
-    x = np.stack([data[s:s + T] for s in start])
-    y = np.stack([data[s + 1:s + T + 1] for s in start])
+    x = np.stack([data[s:s + T] for s in start]).astype(np.int64)
+    y = np.stack([data[s + 1:s + T + 1] for s in start]).astype(np.int64)
     return x, y
 
 
@@ -80,87 +113,106 @@ def config(args):
                     rope_interleaved=args.rope == "interleaved")
 
 
+PRESETS = {
+    # the recorded CPU runs
+    "small": dict(dim=64, layers=2, heads=4, ffn=176, seq=64, batch=8, lr=3e-3, warmup=50, tf32=False),
+    # tens of millions of parameters, for a GPU (about 26M; 4096 tokens per worker per step)
+    "gpu": dict(dim=512, layers=8, heads=8, ffn=1408, seq=256, batch=16, lr=1e-3, warmup=100, tf32=True),
+}
+
+
+def device_name(args):
+    """The context of a worker: the CPU, cuda:0 for every gloo worker (they
+    share the GPU), cuda:rank with NCCL (one GPU each)."""
+    if args.device == "cpu":
+        return "cpu"
+    return "cuda:%d" % (args.rank if args.backend == "nccl" and args.rank is not None else 0)
+
+
+def new_model(args, cfg, ctx, init_theta):
+    """theta and the gradient as buffers of ctx (theta written from
+    init_theta), the model and AdamW over them."""
+    n = cfg.size()
+    if args.kernels == "numpy":
+        # The NumPy reference computes on host arrays: buffers over them (CPU only).
+        theta, grad = init_theta.astype(np.float32).copy(), np.zeros(n, np.float32)
+        theta_buf, grad_buf = ctx.buffer_from_ptr(theta), ctx.buffer_from_ptr(grad)
+        return theta_buf, grad_buf, M.model(cfg, theta, grad), M.adamw(cfg, theta, grad, lr=args.lr, wd=args.wd)
+    theta_buf, grad_buf = ctx.buffer(4 * n), ctx.buffer(4 * n)
+    theta_buf.write(np.ascontiguousarray(init_theta, np.float32))
+    net = M.model(cfg, theta_buf, grad_buf, ctx, tf32=args.tf32 == "on", stream=args.stream == "on")
+    opt = M.adamw(cfg, theta_buf, grad_buf, ctx, lr=args.lr, wd=args.wd)
+    return theta_buf, grad_buf, net, opt
+
+
 # ---- one worker ----------------------------------------------------------------------
 
 def worker(args):
     import tensorcore as tc
     rank, world = args.rank, args.workers
     cfg = config(args)
-    train, held = corpus()
+    train, held = corpus(args.corpus)
     rng_eval = np.random.default_rng(12345)
     eval_batches = [batch(held, rng_eval, args.batch, cfg.seq) for _ in range(args.eval_batches)]
-    ctx = tc.Context("cpu")
-    kctx = ctx if args.kernels == "tc" else None  # None: the NumPy reference kernels
-    # The context whose buffers the collectives and DiLoCo see.
-    dctx = ctx if args.device == "cpu" else tc.Context("cuda:%d" % (rank if args.backend == "nccl" else 0))
-    dist = dctx.dist(args.backend, world, rank, args.url, timeout=300)
+    # One context holds the model, its gradient, AdamW's state and the
+    # activations; the collectives and DiLoCo read the same buffers.
+    ctx = tc.Context(device_name(args))
+    log_device = ctx.device_info().name
+    dist = ctx.dist(args.backend, world, rank, args.url, timeout=300)
     n = cfg.size()
-    theta_buf = ctx.buffer(n * 4)
-    theta = np.ctypeslib.as_array(ctypes_ptr(theta_buf.map()), (n,))  # a view of the tensorcore buffer
     if args.init:
-        theta[...] = np.load(args.init)  # the shared pretrained checkpoint
+        theta0 = np.load(args.init)  # the shared pretrained checkpoint
     else:
-        M.init(cfg, theta, seed=args.seed)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
-    grad_buf = ctx.buffer(n * 4)
-    grad = np.ctypeslib.as_array(ctypes_ptr(grad_buf.map()), (n,))
-    # The model reads theta_buf and writes grad_buf in place; AdamW updates theta_buf.
-    net = M.model(cfg, theta, grad, kctx)
-    opt = M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
-    # Device copies of theta and the gradient, synchronised around the
-    # collectives (the same buffers as the kernels' on the CPU).
-    theta_dev, grad_dev = (theta_buf, grad_buf) if dctx is ctx else (dctx.buffer(n * 4), dctx.buffer(n * 4))
+        theta0 = np.zeros(n, np.float32)
+        M.init(cfg, theta0, seed=args.seed)  # the same start everywhere (DiLoCo also broadcasts rank 0's)
+    theta_buf, grad_buf, net, opt = new_model(args, cfg, ctx, theta0)
     rng = np.random.default_rng([7, rank])
-    log = {"train": [], "eval": [], "bytes": 0.0, "outer_bytes": [], "seconds": 0.0}
+    log = {"train": [], "eval": [], "bytes": 0.0, "outer_bytes": [], "seconds": 0.0, "compute_seconds": 0.0,
+           "comm_seconds": 0.0, "eval_seconds": 0.0, "tokens": 0,
+           "device": log_device.decode() if isinstance(log_device, bytes) else str(log_device)}
     d = None
     if args.mode == "diloco":
         d = dist.diloco(inner_steps=args.H, outer_lr=args.outer_lr, outer_momentum=0.9,
                         outer_optimizer="nesterov", compress=args.compress)
-        if theta_dev is not theta_buf:
-            theta_dev.write(theta)
-        d.add_parameter("model", theta_dev, n)
-        if theta_dev is not theta_buf:
-            theta_dev.read(theta)  # rank 0's start
+        d.add_parameter("model", theta_buf, n)
     if rank == 0:
         log["eval"].append((0, evaluate(net, eval_batches)))
     t0 = time.time()
     for step in range(args.steps):
         x, y = batch(train, rng, args.batch, cfg.seq)
+        tc0 = time.time()
         loss = net.loss_and_grad(x, y)
-        log["train"].append(float(loss))
+        tc1 = time.time()
         if args.mode == "ddp":
-            if grad_dev is not grad_buf:
-                grad_dev.write(grad)
-            dist.allreduce(grad_dev, n, "f32", "avg")
-            if grad_dev is not grad_buf:
-                grad_dev.read(grad)
+            dist.allreduce(grad_buf, n, "f32", "avg")
+        tc2 = time.time()
         opt.step(lr_at(step, args.lr, args.warmup, args.steps))
+        tc3 = time.time()
         if d is not None and d.step():
-            if theta_dev is not theta_buf:
-                theta_dev.write(theta)
             d.apply_outer()
-            if theta_dev is not theta_buf:
-                theta_dev.read(theta)
             log["outer_bytes"].append(d.last_outer_bytes_sent)
+        tc4 = time.time()
+        log["compute_seconds"] += (tc1 - tc0) + (tc3 - tc2)
+        log["comm_seconds"] += (tc2 - tc1) + (tc4 - tc3)
+        log["tokens"] += x.size
+        log["train"].append(float(loss))
         if rank == 0 and (step + 1) % args.H == 0:
+            te = time.time()
             log["eval"].append((step + 1, evaluate(net, eval_batches)))
+            log["eval_seconds"] += time.time() - te
             print("[%s] step %d eval %.4f (%.1fs)" % (args.mode, step + 1, log["eval"][-1][1], time.time() - t0),
                   flush=True)
     log["seconds"] = time.time() - t0
+    log["tokens_per_second"] = log["tokens"] / log["seconds"]
+    log["compute_tokens_per_second"] = log["tokens"] / max(log["compute_seconds"], 1e-9)
     log["bytes"] = float(sum(log["outer_bytes"])) if d is not None else float(dist.bytes_sent)
     if d is not None:
         d.close()
     if rank == 0:
-        np.save(args.save, theta.copy())
+        np.save(args.save, theta_buf.to_numpy(n, np.float32))
     dist.close()
-    if dctx is not ctx:
-        dctx.close()
     ctx.close()
     Path(args.log).write_text(json.dumps(log))
-
-
-def ctypes_ptr(addr):
-    import ctypes
-    return ctypes.cast(ctypes.c_void_p(addr), ctypes.POINTER(ctypes.c_float))
 
 
 # ---- the driver ------------------------------------------------------------------------
@@ -183,14 +235,24 @@ def run_mode(args, mode, out):
         cmd += ["--%s" % k.replace("_", "-") + "=" + str(v) for k, v in vars(args).items()
                 if k in SHARED]
         procs.append(subprocess.Popen(cmd, env=env))
-    for p in procs:
-        if p.wait() != 0:
+    # A worker that fails leaves the others waiting in a collective until its
+    # timeout: stop them at once instead.
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             raise SystemExit("%s worker failed" % mode)
+        time.sleep(0.2)
+    if any(p.returncode != 0 for p in procs):
+        raise SystemExit("%s worker failed" % mode)
     return [json.loads((out / ("%s_rank%d.json" % (mode, r))).read_text()) for r in range(args.workers)]
 
 
-SHARED = ("workers", "steps", "pretrain", "H", "compress", "dim", "layers", "heads", "ffn", "seq", "batch", "lr", "wd", "warmup",
-          "outer_lr", "eval_batches", "kernels", "rope", "seed", "device", "backend")
+SHARED = ("workers", "steps", "pretrain", "H", "compress", "preset", "dim", "layers", "heads", "ffn", "seq", "batch",
+          "lr", "wd", "warmup", "tf32", "stream", "outer_lr", "eval_batches", "kernels", "rope", "seed", "device",
+          "backend", "corpus")
 
 
 def smooth(v, k=25):
@@ -248,20 +310,28 @@ def plot_without_matplotlib(results, path):
                            chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
-def pretrain(args, cfg, train, path, kctx):
+def pretrain(args, cfg, train, path):
     """The shared starting checkpoint: `--pretrain` steps of one worker
-    (no communication), as DiLoCo's authors start from a pretrained model."""
-    theta = np.zeros(cfg.size(), np.float32)
-    M.init(cfg, theta, seed=args.seed)
-    grad = np.zeros_like(theta)
-    net, opt = M.model(cfg, theta, grad, kctx), M.adamw(cfg, theta, grad, kctx, lr=args.lr, wd=args.wd)
-    rng = np.random.default_rng(99)
-    for step in range(args.pretrain):
-        x, y = batch(train, rng, args.batch, cfg.seq)
-        loss = net.loss_and_grad(x, y)
-        opt.step(lr_at(step, args.lr, args.warmup, args.pretrain))
-    np.save(path, theta)
-    print("pretrained %d steps on one worker: train loss %.4f" % (args.pretrain, loss), flush=True)
+    (no communication), as DiLoCo's authors start from a pretrained model;
+    on the device of the runs (cuda:0 with --device cuda)."""
+    import tensorcore as tc
+    theta0 = np.zeros(cfg.size(), np.float32)
+    M.init(cfg, theta0, seed=args.seed)
+    with tc.Context(device_name(args)) as ctx:
+        theta_buf, _, net, opt = new_model(args, cfg, ctx, theta0)
+        rng = np.random.default_rng(99)
+        t0 = time.time()
+        for step in range(args.pretrain):
+            x, y = batch(train, rng, args.batch, cfg.seq)
+            loss = net.loss_and_grad(x, y)
+            opt.step(lr_at(step, args.lr, args.warmup, args.pretrain))
+        seconds = time.time() - t0
+        np.save(path, theta_buf.to_numpy(cfg.size(), np.float32))
+    print("pretrained %d steps on one worker: train loss %.4f, %.0f tokens/s" % (
+        args.pretrain, loss, args.pretrain * args.batch * cfg.seq / max(seconds, 1e-9)), flush=True)
+
+
+PROMPTS = {"licenses": b"This program is free software; ", "stdlib": b"def main():\n    "}
 
 
 def driver(args):
@@ -269,23 +339,30 @@ def driver(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = config(args)
-    train, held = corpus()
-    print("corpus: %d train bytes, %d held-out bytes; model %d parameters" % (len(train), len(held), cfg.size()))
-    ctx = tc.Context("cpu")
-    kctx = ctx if args.kernels == "tc" else None
+    train, held = corpus(args.corpus)
+    print("corpus %s: %d train bytes, %d held-out bytes" % (args.corpus, len(train), len(held)))
+    print("model: dim %d, %d layers, %d heads, ffn %d, context %d: %d parameters; batch %d x %d tokens per worker "
+          "per step; %s%s%s" % (cfg.dim, cfg.layers, cfg.heads, cfg.ffn, cfg.seq, cfg.size(), args.batch, cfg.seq,
+                                args.device, ", TF32 products" if args.tf32 == "on" and args.device == "cuda" else "",
+                                ", kernels on a stream" if args.stream == "on" else ""),
+          flush=True)
     t_start = time.time()
     if args.pretrain:
         t0 = time.time()
-        pretrain(args, cfg, train, out / "pretrained.npy", kctx)
+        pretrain(args, cfg, train, out / "pretrained.npy")
         print("pretrain: %.0f s" % (time.time() - t0), flush=True)
     results = {}
     for mode in ("ddp", "diloco"):
         t0 = time.time()
         results[mode] = run_mode(args, mode, out)
-        print("%s: %.0f s" % (mode, time.time() - t0), flush=True)
+        tps = np.mean([lg["tokens_per_second"] for lg in results[mode]])
+        print("%s: %.0f s, %.0f tokens/s per worker" % (mode, time.time() - t0, tps), flush=True)
     final = {m: results[m][0]["eval"][-1][1] for m in results}
     sent = {m: float(np.mean([lg["bytes"] for lg in results[m]])) for m in results}
     secs = {m: float(np.max([lg["seconds"] for lg in results[m]])) for m in results}
+    per_worker = {m: float(np.mean([lg["tokens_per_second"] for lg in results[m]])) for m in results}
+    compute_per_worker = {m: float(np.mean([lg["compute_tokens_per_second"] for lg in results[m]])) for m in results}
+    comm = {m: float(np.mean([lg["comm_seconds"] for lg in results[m]])) for m in results}
     gap = (final["diloco"] - final["ddp"]) / final["ddp"]
     ratio = sent["ddp"] / max(sent["diloco"], 1.0)
     title = "%d workers, %d steps, H=%d, compress=%s" % (args.workers, args.steps, args.H, args.compress)
@@ -295,28 +372,38 @@ def driver(args):
     theta = np.load(out / "diloco_theta.npy")
     gguf_path = out / "tiny-llama-diloco.gguf"
     M.save_gguf(cfg, theta, gguf_path)
-    prompt = list(b"This program is free software; ")
-    new, harness_logits = M.decode_gguf(gguf_path, prompt, cfg.seq - len(prompt))
+    prompt = list(PROMPTS[args.corpus])
+    # On the CPU whatever the run's device: a file check, as on the machine
+    # that recorded the CPU runs.
+    new, harness_logits = M.decode_gguf(gguf_path, prompt, cfg.seq - len(prompt), device="cpu")
     text = bytes(prompt + new).decode("utf-8", "replace")
-    # The training model on the same sequence, in one forward: it decodes the
-    # same text greedily iff its argmax reproduces every new token.
-    ours = M.model(cfg, theta, np.zeros_like(theta), kctx).logits(np.array([prompt + new[:-1]]))[0]
+    # The training model on the same sequence, in one forward on the CPU: it
+    # decodes the same text greedily iff its argmax reproduces every new token.
+    with tc.Context("cpu") as ctx:
+        kctx = ctx if args.kernels == "tc" else None
+        ours = M.model(cfg, theta, np.zeros_like(theta), kctx).logits(np.array([prompt + new[:-1]]))[0]
     same = [int(t) for t in np.argmax(ours[len(prompt) - 1:], -1)] == new
     logit_diff = float(np.max(np.abs(ours - harness_logits)))
-    ctx.close()
     report = {
         "config": {k: getattr(args, k) for k in SHARED}, "parameters": cfg.size(),
+        "corpus": {"name": args.corpus, "train_bytes": len(train), "held_out_bytes": len(held),
+                   "python": sys.version.split()[0]},
+        "device": results["ddp"][0].get("device", args.device),
         "final_eval_loss": final, "relative_gap": gap, "bytes_per_worker": sent, "bytes_ratio": ratio,
         "best_eval_loss": {m: min(v for _, v in results[m][0]["eval"]) for m in results},
         "train_loss_last_100": {m: float(np.mean([lg["train"][-100:] for lg in results[m]])) for m in results},
         "seconds": secs, "total_wall_seconds": time.time() - t_start,
+        "tokens_per_second_per_worker": per_worker, "compute_tokens_per_second_per_worker": compute_per_worker,
+        "comm_seconds_per_worker": comm,
         "eval_curves": {m: results[m][0]["eval"] for m in results},
         "gguf": str(gguf_path.name), "gguf_bytes": gguf_path.stat().st_size, "decoded": text,
         "decode_matches_training_model": same, "decode_max_abs_logit_diff": logit_diff,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(json.dumps({k: report[k] for k in ("final_eval_loss", "relative_gap", "bytes_per_worker", "bytes_ratio",
-                                            "seconds", "decode_matches_training_model", "decode_max_abs_logit_diff")},
+    print(json.dumps({k: report[k] for k in ("parameters", "final_eval_loss", "relative_gap", "bytes_per_worker",
+                                            "bytes_ratio", "seconds", "tokens_per_second_per_worker",
+                                            "compute_tokens_per_second_per_worker", "decode_matches_training_model",
+                                            "decode_max_abs_logit_diff")},
                      indent=1))
     print("decoded from GGUF: %r" % text)
 
@@ -327,15 +414,27 @@ def main():
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--H", type=int, default=100, help="inner steps per DiLoCo outer step")
     ap.add_argument("--compress", default="none")
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ffn", type=int, default=176)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--preset", default="small", choices=sorted(PRESETS),
+                    help="model size, batch, lr, warmup and TF32: small (%s) or gpu (%s); flags given explicitly "
+                    "win" % tuple(", ".join("%s %s" % kv for kv in PRESETS[k].items()) for k in ("small", "gpu")))
+    ap.add_argument("--dim", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--ffn", type=int)
+    ap.add_argument("--seq", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--lr", type=float)
     ap.add_argument("--wd", type=float, default=0.1)
-    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--tf32", choices=["on", "off"],
+                    help="let the model's matrix products run on TF32 tensor cores (CUDA; the reorderings and "
+                    "one-hot products stay f32)")
+    ap.add_argument("--stream", choices=["on", "off"],
+                    help="enqueue each forward and backward pass on a stream and wait once, instead of after every "
+                    "kernel (default: on with --device cuda, off on the CPU)")
+    ap.add_argument("--corpus", choices=["licenses", "stdlib"],
+                    help="license texts (default on the CPU) or the standard library's .py sources (default with "
+                    "--device cuda)")
     ap.add_argument("--outer-lr", dest="outer_lr", type=float, default=0.7)
     ap.add_argument("--pretrain", type=int, default=0, help="steps of one-worker pretraining both runs start from")
     ap.add_argument("--init", default="")
@@ -347,7 +446,8 @@ def main():
                     "export), or (2k, 2k+1) as GGUF")
     ap.add_argument("--seed", type=int, default=0, help="of the initial weights")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                    help="where the buffers the collectives and DiLoCo see live (the kernels run on the CPU)")
+                    help="where each worker trains: model, gradient, AdamW and the buffers the collectives and "
+                    "DiLoCo see (gloo: every worker on cuda:0; nccl: worker r on cuda:r)")
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
                     help="the workers' group (nccl: --device cuda, one GPU per worker)")
     ap.add_argument("--out", default=str(HERE / "diloco_train_out"))
@@ -360,6 +460,15 @@ def main():
     args = ap.parse_args()
     if args.backend == "nccl" and args.device != "cuda":
         ap.error("--backend nccl needs --device cuda")
+    if args.kernels == "numpy" and args.device != "cpu":
+        ap.error("--kernels numpy runs on the CPU (--device cpu)")
+    for k, v in PRESETS[args.preset].items():
+        if getattr(args, k) is None:
+            setattr(args, k, ("on" if v else "off") if k == "tf32" else v)
+    if args.corpus is None:
+        args.corpus = "licenses" if args.device == "cpu" else "stdlib"
+    if args.stream is None:
+        args.stream = "off" if args.device == "cpu" else "on"
     (worker if args.role == "worker" else driver)(args)
 
 

@@ -10,17 +10,17 @@ Two implementations of the same maths, behind one interface
 (model(cfg, theta, grad, ctx).loss / .loss_and_grad / .logits, and
 adamw(...).step):
 
-  TcModel / TcAdamW (a Context is given): every kernel is tensorcore's -
-    tc.gemm (every matrix product, the embedding lookup and its gradient as
-    products with a one-hot matrix), rmsnorm_forward/backward,
-    rope_forward/backward, attention_forward/backward (causal, with its
-    log-sum-exp), swiglu_forward/backward, softmax_forward (the output
-    distribution) and adamw_step on the flat parameter buffer. Activations
-    live in tensorcore buffers allocated once per (batch, seq) shape. What is
-    left to NumPy is glue on those buffers' memory, never a copy of the model:
-    the head-layout permutations [B,T,H,hd] <-> [B,H,T,hd], the residual
-    copies and the two residual adds of the backward pass, the one-hot rows,
-    and picking the targets' probabilities for the loss.
+  TcModel / TcAdamW (a Context is given, CPU or CUDA): every kernel is
+    tensorcore's - tc.gemm (every matrix product, the embedding lookup and
+    its gradient as products with a one-hot matrix, the residual adds as
+    GEMMs with beta = 1) and gemm_batched (the head layout),
+    rmsnorm_forward/backward, rope_forward/backward, attention_forward/
+    backward (causal, with its log-sum-exp), swiglu_forward/backward,
+    softmax_forward (the output distribution) and adamw_step on the flat
+    parameter buffer. Parameters, gradients and activations are buffers of
+    the context, never mapped into host memory; the host builds the one-hot
+    rows of inputs and targets and reads the output distribution back for
+    the loss.
   NumpyModel / NumpyAdamW (no Context): the reference, with every backward
     pass written out by hand; dtype-agnostic, so tests run it in float64
     against finite differences.
@@ -38,7 +38,7 @@ norm weights last, so AdamW decays [0, n_decay) and leaves the norms'
 [n_decay, n) alone with two calls on contiguous ranges.
 """
 
-import ctypes
+import math
 
 import numpy as np
 
@@ -112,9 +112,9 @@ def rope_tables(cfg, T, dtype=np.float32):
     return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
-def model(cfg, theta, grad, ctx=None):
-    """TcModel on `ctx`, or the NumPy reference when ctx is None."""
-    return NumpyModel(cfg, theta, grad) if ctx is None else TcModel(cfg, ctx, theta, grad)
+def model(cfg, theta, grad, ctx=None, **kw):
+    """TcModel on `ctx` (keywords tf32, stream), or the NumPy reference when ctx is None."""
+    return NumpyModel(cfg, theta, grad) if ctx is None else TcModel(cfg, ctx, theta, grad, **kw)
 
 
 def adamw(cfg, theta, grad, ctx=None, **kw):
@@ -286,43 +286,59 @@ class NumpyAdamW:
 
 
 # ---- tensorcore ------------------------------------------------------------------------
-
-class _T:
-    """A tensorcore buffer and the NumPy view of its (host) memory."""
-
-    def __init__(self, buf, arr, parent=None):
-        self.buf, self.a, self._parent = buf, arr, parent
-
-
-def _host_array(x, n):
-    """(address, float32 view) of the first n floats of a flat array or a
-    host-accessible Buffer."""
-    if isinstance(x, np.ndarray):
-        if x.dtype != np.float32 or not x.flags.c_contiguous or x.size < n:
-            raise ValueError("expected a contiguous float32 array of at least %d elements" % n)
-        return x.ctypes.data, x.reshape(-1)[:n]
-    addr = x.map()
-    return addr, np.ctypeslib.as_array((ctypes.c_float * n).from_address(addr))
+#
+# Nothing below maps a buffer into host memory: tensors are buffers over
+# ranges of allocations, made with ctx.buffer_from_ptr(device address +
+# offset), which is the host address on a CPU context and the device address
+# on a CUDA context (the CUDA backend accepts any pointer inside an
+# allocation of its device). The host only writes the one-hot matrices and
+# the RoPE tables and reads the output distribution back for the loss, so
+# the same code trains on a CPU and on a CUDA context.
+#
+# Head layout. Attention and RoPE take [batch, heads, seq, hd]; the
+# projections produce tokens x (head, hd). The per-head tensors are kept as
+# [H, B, T, hd] and handed to attention and RoPE as batch 1 with H*B heads:
+# every (h, b) block is an independent causal sequence of T rows, so this is
+# the same maths as [B, H, T, hd]. In that layout head h of all B*T tokens is
+# one contiguous [B*T, hd] matrix, which is what the reordering GEMMs below
+# need:
+#   tokens [N, G*hd] -> heads [G, N, hd]:  C_g = A[:, g*hd:(g+1)*hd] @ I
+#   heads [G, N, hd] -> transposed tokens [G*hd, N]:  C_g = I @ (head g)^T
+# (gemm_batched over g. It refuses batches of C whose spans overlap, as
+# interleaved column blocks of [N, G*hd] would, so the way back to tokens
+# gives the transposed layout, which the following products read with
+# transpose flags.) A product with the identity is exact in f32 (one
+# non-zero term per output), as is the "axpy" y = alpha x + beta y written as
+# [n/k, k] @ I_k with k = gcd(hd, n): an ordinary GEMM shape for which every
+# BLAS has an algorithm. These reorderings and copies never run on TF32.
 
 
 class _Flat:
-    """Buffers over ranges of a flat f32 array/buffer (no copies)."""
+    """Buffers over ranges of a flat f32 array or Buffer of cfg.size() floats
+    (no copies): the model's tensors as views of theta or of the gradient."""
 
     def __init__(self, ctx, cfg, x):
-        self.ctx, self.cfg = ctx, cfg
-        self.addr, self.a = _host_array(x, cfg.size())
-        self.owner = x
-        self.t = {name: self.range(off, int(np.prod(shape)), shape) for name, (off, shape) in cfg.offsets().items()}
+        self.ctx, self.cfg, self.owner = ctx, cfg, x  # owner keeps the memory alive
+        n = cfg.size()
+        if isinstance(x, np.ndarray):  # host memory: CPU contexts only (a CUDA context refuses the address)
+            if x.dtype != np.float32 or not x.flags.c_contiguous or x.size < n:
+                raise ValueError("expected a contiguous float32 array of at least %d elements" % n)
+            self.addr = x.ctypes.data
+        else:
+            if x.size() < 4 * n:
+                raise ValueError("expected a buffer of at least %d bytes" % (4 * n))
+            self.addr = x.device_ptr()
+        self.t = {name: self.range(off, int(np.prod(shape))) for name, (off, shape) in cfg.offsets().items()}
         for i in range(cfg.layers):  # Wq, Wk, Wv as one [3*dim, dim] matrix
             off = cfg.offsets()["blk.%d.attn_q.weight" % i][0]
-            self.t["blk.%d.qkv" % i] = self.range(off, 3 * cfg.dim * cfg.dim, (3 * cfg.dim, cfg.dim))
+            self.t["blk.%d.qkv" % i] = self.range(off, 3 * cfg.dim * cfg.dim)
 
-    def range(self, off, n, shape=None):
-        buf = self.ctx.buffer_from_ptr(self.addr + 4 * off, 4 * n)
-        return _T(buf, self.a[off:off + n].reshape(shape or (n,)), self)
+    def range(self, off, n):
+        """A Buffer over floats [off, off + n)."""
+        return self.ctx.buffer_from_ptr(self.addr + 4 * off, 4 * n)
 
     def __getitem__(self, name):
-        return self.t[name].buf
+        return self.t[name]
 
 
 class _Acts:
@@ -330,48 +346,77 @@ class _Acts:
 
     def __init__(self, ctx, cfg, B, T):
         N, D, F, H, hd, V = B * T, cfg.dim, cfg.ffn, cfg.heads, cfg.head_dim, cfg.vocab
+        L = cfg.layers
+        self._owners = []
 
-        def new(*shape):
-            n = int(np.prod(shape))
+        def new(n):
             buf = ctx.buffer(4 * n)
-            return _T(buf, np.ctypeslib.as_array((ctypes.c_float * n).from_address(buf.map())).reshape(shape))
+            self._owners.append(buf)
+            return buf
 
-        def part(t, i, n):  # the i-th of the equal parts of t's memory
-            size = t.a.size // n
-            return _T(ctx.buffer_from_ptr(t.a.ctypes.data + 4 * size * i, 4 * size), t.a.reshape(n, -1)[i], t)
+        def part(buf, off, n):  # floats [off, off + n) of buf
+            return ctx.buffer_from_ptr(buf.device_ptr() + 4 * off, 4 * n)
 
-        self.onehot = new(N, V)
-        self.h = [new(N, D) for _ in range(cfg.layers + 1)]  # residual stream entering each block (and the last)
-        self.a, self.h1, self.b, self.o2 = ([new(N, D) for _ in range(cfg.layers)] for _ in range(4))
-        self.r1, self.r2 = ([new(N) for _ in range(cfg.layers)] for _ in range(2))
-        self.qkv4 = [new(3, B, H, T, hd) for _ in range(cfg.layers)]  # RoPE'd q, k and v, attention's layout
-        self.q, self.k, self.v = ([part(t, j, 3) for t in self.qkv4] for j in range(3))
-        self.o = [new(B, H, T, hd) for _ in range(cfg.layers)]
-        self.lse = [new(B, H, T) for _ in range(cfg.layers)]
-        self.gate, self.up, self.m = ([new(N, F) for _ in range(cfg.layers)] for _ in range(3))
-        self.f, self.rf = new(N, D), new(N)
-        self.logits, self.probs = new(N, V), new(N, V)
-        self.cos, self.sin = new(T, hd // 2), new(T, hd // 2)
-        self.cos.a[...], self.sin.a[...] = rope_tables(cfg, T)
-        # backward scratch, shared by the layers
-        self.qkv = new(N, 3 * D)  # projections [B, T, 3, H, hd] (forward) and their gradients (backward)
-        self.dqkv4 = new(3, B, H, T, hd)
-        self.dq, self.dk, self.dv = (part(self.dqkv4, j, 3) for j in range(3))
-        self.dh, self.dtmp, self.db, self.do2, self.da, self.df = (new(N, D) for _ in range(6))
-        self.do = new(B, H, T, hd)
-        self.dm, self.dgate, self.dup = (new(N, F) for _ in range(3))
+        hs = H * N * hd  # one of q, k, v: [H, B, T, hd]
+        self.onehot_x, self.onehot_y = new(N * V), new(N * V)  # inputs (embedding), targets (dlogits)
+        self.h = [new(N * D) for _ in range(L + 1)]  # residual stream entering each block (and the last)
+        self.a, self.h1, self.b = ([new(N * D) for _ in range(L)] for _ in range(3))
+        self.r1, self.r2 = ([new(N) for _ in range(L)] for _ in range(2))
+        self.qkv = [new(3 * hs) for _ in range(L)]  # [3H, B, T, hd]: q, k (RoPE'd) and v of every head
+        self.q, self.k, self.v = ([part(t, j * hs, hs) for t in self.qkv] for j in range(3))
+        self.qk = [part(t, 0, 2 * hs) for t in self.qkv]  # q and k, rotated by one RoPE call
+        self.o = [new(hs) for _ in range(L)]  # attention output [H, B, T, hd]
+        self.oT = [new(N * D) for _ in range(L)]  # the same as [D, N]: o's tokens, transposed
+        self.lse = [new(H * N) for _ in range(L)]
+        self.gate, self.up, self.m = ([new(N * F) for _ in range(L)] for _ in range(3))
+        self.f, self.rf = new(N * D), new(N)
+        self.logits, self.probs = new(N * V), new(N * V)
+        self.cos, self.sin = new(T * (hd // 2)), new(T * (hd // 2))
+        cos, sin = rope_tables(cfg, T)
+        self.cos.write(np.ascontiguousarray(cos))
+        self.sin.write(np.ascontiguousarray(sin))
+        # scratch shared by the layers: the q/k/v projections in token layout
+        # [N, 3D] (forward) and their gradients transposed, [3D, N] (backward)
+        self.tok = new(N * 3 * D)
+        self.dqkv = new(3 * hs)  # dq, dk, dv [3H, B, T, hd]
+        self.dq, self.dk, self.dv = (part(self.dqkv, j * hs, hs) for j in range(3))
+        self.dqk = part(self.dqkv, 0, 2 * hs)
+        self.dh, self.db, self.da, self.do2, self.df = (new(N * D) for _ in range(5))
+        self.do = new(hs)
+        self.dm, self.dgate, self.dup = (new(N * F) for _ in range(3))
+        # host staging: the one-hot rows written each step, the distribution read back
+        self.onehot_host = np.zeros((N, V), np.float32)
+        self.probs_host = np.empty((N, V), np.float32)
 
 
 class TcModel:
-    """The model on tensorcore kernels. theta and grad: flat f32 arrays or
-    host-accessible Buffers of cfg.size() floats; their memory is used in
-    place (the gradient is written straight into grad)."""
+    """The model on tensorcore kernels, on a CPU or a CUDA context.
 
-    def __init__(self, cfg, ctx, theta, grad):
-        self.cfg, self.ctx = cfg, ctx
+    theta and grad: Buffers of the context holding cfg.size() floats (or,
+    on a CPU context, flat f32 arrays); their memory is used in place (the
+    gradient is written straight into grad). tf32=True lets the matrix
+    products of the model run on TF32 tensor cores (ignored on the CPU).
+
+    stream=True enqueues the kernels of a forward (and of a backward) pass
+    on a stream of the context and waits once at the end, instead of
+    waiting for every kernel: on a GPU the host then prepares the next
+    kernels while the device runs. The host touches the buffers only after
+    such a wait (reading the distribution, the logits) or before any kernel
+    of the pass is enqueued (writing the one-hot rows), and every public
+    call returns with the stream drained, so the gradient is complete for
+    whatever runs next (the allreduce, AdamW)."""
+
+    def __init__(self, cfg, ctx, theta, grad, tf32=False, stream=False):
+        self.cfg, self.ctx, self.tf32 = cfg, ctx, tf32
+        self.stream = ctx.stream() if stream else None
         self.P, self.G = _Flat(ctx, cfg, theta), _Flat(ctx, cfg, grad)
+        # 3H copies of I [hd, hd]: gemm_batched has no broadcast stride, so
+        # each batch of a reordering reads its own identity.
+        H, hd = cfg.heads, cfg.head_dim
+        eye = np.ascontiguousarray(np.tile(np.eye(hd, dtype=np.float32), (3 * H, 1, 1)))
+        self.eye = ctx.buffer(eye.nbytes)
+        self.eye.write(eye)
         self.acts = {}
-        self._last = None
 
     def _acts(self, B, T):
         x = self.acts.get((B, T))
@@ -379,13 +424,52 @@ class TcModel:
             x = self.acts[(B, T)] = _Acts(self.ctx, self.cfg, B, T)
         return x
 
-    def _gemm(self, A, Bm, C, M, N, K, ta=False, tb=False, alpha=1.0, beta=0.0):
+    # ---- the few shapes of GEMM the model uses ----
+
+    def _gemm(self, A, Bm, C, M, N, K, ta=False, tb=False, alpha=1.0, beta=0.0, exact=False):
+        """C = alpha op(A) op(B) + beta C in f32; `exact` products (one-hot
+        rows) never run on TF32."""
         self.ctx.gemm(A, Bm, C, M, N, K, dtype="f32", accum="f32", alpha=alpha, beta=beta, transpose_a=ta,
-                      transpose_b=tb)
+                      transpose_b=tb, allow_tf32=self.tf32 and not exact, stream=self.stream)
+
+    def _axpy(self, x, y, n, alpha=1.0, beta=1.0):
+        """y = alpha x + beta y over n floats (beta = 0: a copy), exactly."""
+        k = math.gcd(self.cfg.head_dim, n)
+        self.ctx.gemm(x, self.eye, y, n // k, k, k, dtype="f32", accum="f32", alpha=alpha, beta=beta,
+                      ldb=self.cfg.head_dim, stream=self.stream)
+
+    def _to_heads(self, src, dst, groups, N, ld):
+        """dst [groups, N, hd] <- the column blocks of src [N, ld]."""
+        hd = self.cfg.head_dim
+        self.ctx.gemm_batched(src, self.eye, dst, groups, N, hd, hd, dtype="f32", accum="f32", lda=ld,
+                              stride_a=hd, stride_b=hd * hd, stride_c=N * hd, stream=self.stream)
+
+    def _heads_to_t(self, src, dst, groups, N):
+        """dst [groups * hd, N] <- src [groups, N, hd] (block g is head g transposed)."""
+        hd = self.cfg.head_dim
+        self.ctx.gemm_batched(self.eye, src, dst, groups, hd, N, hd, dtype="f32", accum="f32", transpose_b=True,
+                              stride_a=hd * hd, stride_b=N * hd, stride_c=hd * N, stream=self.stream)
+
+    def _sync(self):
+        """Waits for the kernels enqueued on the stream (none without one)."""
+        if self.stream is not None:
+            self.stream.sync()
+
+    def _onehot(self, x, buf, ids):
+        """buf [N, V] <- the one-hot rows of ids (built on the host, one write)."""
+        oh = x.onehot_host
+        oh[...] = 0.0
+        oh[np.arange(oh.shape[0]), np.asarray(ids).reshape(-1)] = 1.0
+        buf.write(oh)
+
+    # ---- the interface ----
 
     def logits(self, tokens):
         x = self._forward(tokens)
-        return x.logits.a.reshape(*tokens.shape, -1).copy()
+        self._sync()
+        out = np.empty((tokens.size, self.cfg.vocab), np.float32)
+        x.logits.read(out)
+        return out.reshape(*tokens.shape, -1)
 
     def loss(self, tokens, targets):
         x = self._forward(tokens)
@@ -395,15 +479,18 @@ class TcModel:
         x = self._forward(tokens)
         loss = self._loss(x, tokens, targets)
         self._backward(x, tokens, targets)
+        self._sync()
         return loss
 
     def _loss(self, x, tokens, targets):
-        """Mean -log p(target) from softmax_forward's probabilities (floored at
-        the smallest normal f32 so that a vanishing probability stays finite)."""
-        ctx, cfg = self.ctx, self.cfg
+        """Mean -log p(target) from softmax_forward's probabilities, read back
+        (floored at the smallest normal f32 so that a vanishing probability
+        stays finite)."""
         N = tokens.size
-        ctx.softmax_forward(x.logits.buf, x.probs.buf, N, cfg.vocab, dtype="f32")
-        pt = x.probs.a[np.arange(N), targets.reshape(-1)]
+        self.ctx.softmax_forward(x.logits, x.probs, N, self.cfg.vocab, dtype="f32", stream=self.stream)
+        self._sync()
+        x.probs.read(x.probs_host)
+        pt = x.probs_host[np.arange(N), np.asarray(targets).reshape(-1)]
         return float(-np.mean(np.log(np.maximum(pt.astype(np.float64), np.finfo(np.float32).tiny))))
 
     def _forward(self, tokens):
@@ -411,32 +498,32 @@ class TcModel:
         B, T = tokens.shape
         N, D, F, H, hd, V = B * T, cfg.dim, cfg.ffn, cfg.heads, cfg.head_dim, cfg.vocab
         x = self._acts(B, T)
-        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved)
+        st = self.stream  # None: each kernel runs before its call returns
+        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved, stream=st)
         # h0 = onehot(tokens) @ E: exact (one 1 per row), and its transpose gives dE.
-        x.onehot.a[...] = 0.0
-        x.onehot.a[np.arange(N), tokens.reshape(-1)] = 1.0
-        self._gemm(x.onehot.buf, P["token_embd.weight"], x.h[0].buf, N, D, V)
+        self._onehot(x, x.onehot_x, tokens)
+        self._gemm(x.onehot_x, P["token_embd.weight"], x.h[0], N, D, V, exact=True)
         for i in range(cfg.layers):
             L = lambda n: P["blk.%d.%s.weight" % (i, n)]  # noqa: E731
-            ctx.rmsnorm_forward(x.h[i].buf, L("attn_norm"), x.a[i].buf, x.r1[i].buf, N, D, eps=EPS, dtype="f32")
-            self._gemm(x.a[i].buf, P["blk.%d.qkv" % i], x.qkv.buf, N, 3 * D, D, tb=True)
-            x.qkv4[i].a[...] = x.qkv.a.reshape(B, T, 3, H, hd).transpose(2, 0, 3, 1, 4)
-            ctx.rope_forward(x.q[i].buf, x.cos.buf, x.sin.buf, B, H, T, hd, **rope_kw)
-            ctx.rope_forward(x.k[i].buf, x.cos.buf, x.sin.buf, B, H, T, hd, **rope_kw)
-            ctx.attention_forward(x.q[i].buf, x.k[i].buf, x.v[i].buf, x.o[i].buf, B, H, T, T, hd, LSE=x.lse[i].buf,
-                                  dtype="f32", accum="f32", causal=True)
-            x.o2[i].a.reshape(B, T, H, hd)[...] = x.o[i].a.transpose(0, 2, 1, 3)
-            x.h1[i].a[...] = x.h[i].a  # h1 = h + o Wo^T: the product accumulates (beta = 1)
-            self._gemm(x.o2[i].buf, L("attn_output"), x.h1[i].buf, N, D, D, tb=True, beta=1.0)
-            ctx.rmsnorm_forward(x.h1[i].buf, L("ffn_norm"), x.b[i].buf, x.r2[i].buf, N, D, eps=EPS, dtype="f32")
-            self._gemm(x.b[i].buf, L("ffn_gate"), x.gate[i].buf, N, F, D, tb=True)
-            self._gemm(x.b[i].buf, L("ffn_up"), x.up[i].buf, N, F, D, tb=True)
-            ctx.swiglu_forward(x.gate[i].buf, x.up[i].buf, x.m[i].buf, N * F, dtype="f32")
-            x.h[i + 1].a[...] = x.h1[i].a
-            self._gemm(x.m[i].buf, L("ffn_down"), x.h[i + 1].buf, N, D, F, tb=True, beta=1.0)
-        ctx.rmsnorm_forward(x.h[cfg.layers].buf, P["output_norm.weight"], x.f.buf, x.rf.buf, N, D, eps=EPS,
-                            dtype="f32")
-        self._gemm(x.f.buf, P["output.weight"], x.logits.buf, N, V, D, tb=True)
+            ctx.rmsnorm_forward(x.h[i], L("attn_norm"), x.a[i], x.r1[i], N, D, eps=EPS, dtype="f32", stream=st)
+            self._gemm(x.a[i], P["blk.%d.qkv" % i], x.tok, N, 3 * D, D, tb=True)  # [N, (q|k|v, head, hd)]
+            self._to_heads(x.tok, x.qkv[i], 3 * H, N, 3 * D)
+            ctx.rope_forward(x.qk[i], x.cos, x.sin, 1, 2 * H * B, T, hd, **rope_kw)
+            ctx.attention_forward(x.q[i], x.k[i], x.v[i], x.o[i], 1, H * B, T, T, hd, LSE=x.lse[i], dtype="f32",
+                                  accum="f32", causal=True, stream=st)
+            self._heads_to_t(x.o[i], x.oT[i], H, N)
+            # h1 = h + o Wo^T: the product accumulates onto a copy of h (beta = 1)
+            self._axpy(x.h[i], x.h1[i], N * D, beta=0.0)
+            self._gemm(x.oT[i], L("attn_output"), x.h1[i], N, D, D, ta=True, tb=True, beta=1.0)
+            ctx.rmsnorm_forward(x.h1[i], L("ffn_norm"), x.b[i], x.r2[i], N, D, eps=EPS, dtype="f32", stream=st)
+            self._gemm(x.b[i], L("ffn_gate"), x.gate[i], N, F, D, tb=True)
+            self._gemm(x.b[i], L("ffn_up"), x.up[i], N, F, D, tb=True)
+            ctx.swiglu_forward(x.gate[i], x.up[i], x.m[i], N * F, dtype="f32", stream=st)
+            self._axpy(x.h1[i], x.h[i + 1], N * D, beta=0.0)
+            self._gemm(x.m[i], L("ffn_down"), x.h[i + 1], N, D, F, tb=True, beta=1.0)
+        ctx.rmsnorm_forward(x.h[cfg.layers], P["output_norm.weight"], x.f, x.rf, N, D, eps=EPS, dtype="f32",
+                            stream=st)
+        self._gemm(x.f, P["output.weight"], x.logits, N, V, D, tb=True)
         return x
 
     def _backward(self, x, tokens, targets):
@@ -444,49 +531,51 @@ class TcModel:
         ctx, cfg, P, G = self.ctx, self.cfg, self.P, self.G
         B, T = tokens.shape
         N, D, F, H, hd, V = B * T, cfg.dim, cfg.ffn, cfg.heads, cfg.head_dim, cfg.vocab
-        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved)
+        st = self.stream  # None: each kernel runs before its call returns
+        rope_kw = dict(dtype="f32", interleaved=cfg.rope_interleaved, stream=st)
         # dlogits = (probs - onehot(targets)) / N: the 1/N rides on the GEMMs' alpha.
-        x.probs.a[np.arange(N), targets.reshape(-1)] -= 1.0
-        dlog = x.probs.buf
-        self._gemm(dlog, P["output.weight"], x.df.buf, N, D, V, alpha=1.0 / N)
-        self._gemm(dlog, x.f.buf, G["output.weight"], V, D, N, ta=True, alpha=1.0 / N)
-        ctx.rmsnorm_backward(x.h[cfg.layers].buf, P["output_norm.weight"], x.df.buf, x.rf.buf, x.dh.buf,
-                             G["output_norm.weight"], N, D, dtype="f32")
+        self._onehot(x, x.onehot_y, targets)
+        self._axpy(x.onehot_y, x.probs, N * V, alpha=-1.0)
+        dlog = x.probs
+        self._gemm(dlog, P["output.weight"], x.df, N, D, V, alpha=1.0 / N)
+        self._gemm(dlog, x.f, G["output.weight"], V, D, N, ta=True, alpha=1.0 / N)
+        ctx.rmsnorm_backward(x.h[cfg.layers], P["output_norm.weight"], x.df, x.rf, x.dh, G["output_norm.weight"], N,
+                             D, dtype="f32", stream=st)
         for i in reversed(range(cfg.layers)):
             L = lambda n: P["blk.%d.%s.weight" % (i, n)]  # noqa: E731
             W = lambda n: G["blk.%d.%s.weight" % (i, n)]  # noqa: E731
             # SwiGLU block: dh is the gradient of the block's output h2 = h1 + m Wd^T
-            self._gemm(x.dh.buf, L("ffn_down"), x.dm.buf, N, F, D)
-            self._gemm(x.dh.buf, x.m[i].buf, W("ffn_down"), D, F, N, ta=True)
-            ctx.swiglu_backward(x.gate[i].buf, x.up[i].buf, x.dm.buf, x.dgate.buf, x.dup.buf, N * F, dtype="f32")
-            self._gemm(x.dgate.buf, x.b[i].buf, W("ffn_gate"), F, D, N, ta=True)
-            self._gemm(x.dup.buf, x.b[i].buf, W("ffn_up"), F, D, N, ta=True)
-            self._gemm(x.dgate.buf, L("ffn_gate"), x.db.buf, N, D, F)
-            self._gemm(x.dup.buf, L("ffn_up"), x.db.buf, N, D, F, beta=1.0)
-            ctx.rmsnorm_backward(x.h1[i].buf, L("ffn_norm"), x.db.buf, x.r2[i].buf, x.dtmp.buf, W("ffn_norm"), N, D,
-                                 dtype="f32")
-            x.dh.a += x.dtmp.a  # now the gradient of h1 = h + o Wo^T
-            # attention block
-            self._gemm(x.dh.buf, L("attn_output"), x.do2.buf, N, D, D)
-            self._gemm(x.dh.buf, x.o2[i].buf, W("attn_output"), D, D, N, ta=True)
-            x.do.a[...] = x.do2.a.reshape(B, T, H, hd).transpose(0, 2, 1, 3)
-            ctx.attention_backward(x.q[i].buf, x.k[i].buf, x.v[i].buf, x.o[i].buf, x.do.buf, x.lse[i].buf,
-                                   x.dq.buf, x.dk.buf, x.dv.buf, B, H, T, T, hd, dtype="f32", accum="f32", causal=True)
-            ctx.rope_backward(x.dq.buf, x.cos.buf, x.sin.buf, B, H, T, hd, **rope_kw)
-            ctx.rope_backward(x.dk.buf, x.cos.buf, x.sin.buf, B, H, T, hd, **rope_kw)
-            x.qkv.a.reshape(B, T, 3, H, hd)[...] = x.dqkv4.a.transpose(1, 3, 0, 2, 4)
-            self._gemm(x.qkv.buf, x.a[i].buf, G["blk.%d.qkv" % i], 3 * D, D, N, ta=True)
-            self._gemm(x.qkv.buf, P["blk.%d.qkv" % i], x.da.buf, N, D, 3 * D)
-            ctx.rmsnorm_backward(x.h[i].buf, L("attn_norm"), x.da.buf, x.r1[i].buf, x.dtmp.buf, W("attn_norm"), N,
-                                 D, dtype="f32")
-            x.dh.a += x.dtmp.a  # the gradient of the block's input h
-        self._gemm(x.onehot.buf, x.dh.buf, G["token_embd.weight"], V, D, N, ta=True)
+            self._gemm(x.dh, L("ffn_down"), x.dm, N, F, D)
+            self._gemm(x.dh, x.m[i], W("ffn_down"), D, F, N, ta=True)
+            ctx.swiglu_backward(x.gate[i], x.up[i], x.dm, x.dgate, x.dup, N * F, dtype="f32", stream=st)
+            self._gemm(x.dgate, x.b[i], W("ffn_gate"), F, D, N, ta=True)
+            self._gemm(x.dup, x.b[i], W("ffn_up"), F, D, N, ta=True)
+            self._gemm(x.dgate, L("ffn_gate"), x.db, N, D, F)
+            self._gemm(x.dup, L("ffn_up"), x.db, N, D, F, beta=1.0)
+            ctx.rmsnorm_backward(x.h1[i], L("ffn_norm"), x.db, x.r2[i], x.db, W("ffn_norm"), N, D, dtype="f32",
+                                 stream=st)
+            self._axpy(x.db, x.dh, N * D)  # now the gradient of h1 = h + o Wo^T
+            # attention block: dWo = dh1^T o (o as oT [D, N]); do = dh1 Wo, to heads
+            self._gemm(x.dh, x.oT[i], W("attn_output"), D, D, N, ta=True, tb=True)
+            self._gemm(x.dh, L("attn_output"), x.do2, N, D, D)
+            self._to_heads(x.do2, x.do, H, N, D)
+            ctx.attention_backward(x.q[i], x.k[i], x.v[i], x.o[i], x.do, x.lse[i], x.dq, x.dk, x.dv, 1, H * B, T, T,
+                                   hd, dtype="f32", accum="f32", causal=True, stream=st)
+            ctx.rope_backward(x.dqk, x.cos, x.sin, 1, 2 * H * B, T, hd, **rope_kw)
+            # [dq | dk | dv] as [3D, N]: dWqkv = that @ a, da = its transpose @ Wqkv
+            self._heads_to_t(x.dqkv, x.tok, 3 * H, N)
+            self._gemm(x.tok, x.a[i], G["blk.%d.qkv" % i], 3 * D, D, N)
+            self._gemm(x.tok, P["blk.%d.qkv" % i], x.da, N, D, 3 * D, ta=True)
+            ctx.rmsnorm_backward(x.h[i], L("attn_norm"), x.da, x.r1[i], x.da, W("attn_norm"), N, D, dtype="f32",
+                                 stream=st)
+            self._axpy(x.da, x.dh, N * D)  # the gradient of the block's input h
+        self._gemm(x.onehot_x, x.dh, G["token_embd.weight"], V, D, N, ta=True, exact=True)
 
 
 class TcAdamW:
     """tensorcore's adamw_step on the flat parameter buffer: one call over
     the matrices [0, n_decay) with weight decay, one over the norm weights
-    [n_decay, n) without. m and v are tensorcore buffers."""
+    [n_decay, n) without. m and v are buffers of the same context."""
 
     def __init__(self, cfg, ctx, theta, grad, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1):
         self.ctx = ctx
@@ -496,12 +585,11 @@ class TcAdamW:
         zeros = np.zeros(n, np.float32)
         self.m.write(zeros)
         self.v.write(zeros)
-        addr_m, addr_v = self.m.map(), self.v.map()
+        addr_m, addr_v = self.m.device_ptr(), self.v.device_ptr()
         self.ranges = []
         for off, cnt, decay in ((0, nd, wd), (nd, n - nd, 0.0)):
-            self.ranges.append((self.P.range(off, cnt).buf, ctx.buffer_from_ptr(addr_m + 4 * off, 4 * cnt),
-                                ctx.buffer_from_ptr(addr_v + 4 * off, 4 * cnt), self.G.range(off, cnt).buf, cnt,
-                                decay))
+            self.ranges.append((self.P.range(off, cnt), ctx.buffer_from_ptr(addr_m + 4 * off, 4 * cnt),
+                                ctx.buffer_from_ptr(addr_v + 4 * off, 4 * cnt), self.G.range(off, cnt), cnt, decay))
         self.t = 0
         self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
 
@@ -511,6 +599,14 @@ class TcAdamW:
         bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
         for p, m, v, g, cnt, wd in self.ranges:
             self.ctx.adamw_step(p, m, v, g, "f32", cnt, lr, self.b1, self.b2, self.eps, wd, bc1, bc2)
+
+
+def host_copy(cfg, theta):
+    """theta as a flat float32 host array: itself when it is one, else read
+    back from its Buffer (a CUDA buffer has no host address)."""
+    if isinstance(theta, np.ndarray):
+        return theta
+    return theta.to_numpy(cfg.size(), np.float32)
 
 
 # ---- GGUF export and decoding with tensorcore's LLaMA harness -----------------------
@@ -529,7 +625,7 @@ def save_gguf(cfg, theta, path, name="tiny-llama-diloco"):
     writer. The vocabulary is SentencePiece-style with only the 256 byte
     tokens <0x00>..<0xFF>, so token id = byte value, as in training."""
     import tensorcore as tc
-    p = views(cfg, theta)
+    p = views(cfg, host_copy(cfg, theta))
     with tc.GgufWriter() as w:
         w.add_string("general.architecture", "llama")
         w.add_string("general.name", name)
@@ -556,13 +652,13 @@ def save_gguf(cfg, theta, path, name="tiny-llama-diloco"):
         w.write(str(path))
 
 
-def decode_gguf(path, prompt_ids, n_new):
+def decode_gguf(path, prompt_ids, n_new, device=None):
     """Greedy decoding from the GGUF with tensorcore's LLaMA harness
-    (tensorcore.llama.Llama, KV cache, interleaved RoPE): (the n_new token
-    ids, the harness's logits [len(prompt) + n_new - 1, vocab] of the whole
-    sequence in one evaluation)."""
+    (tensorcore.llama.Llama, KV cache, interleaved RoPE) on `device` (the
+    harness's default when None): (the n_new token ids, the harness's logits
+    [len(prompt) + n_new - 1, vocab] of the whole sequence in one evaluation)."""
     from tensorcore.llama import Llama
-    with Llama(str(path), n_ctx=len(prompt_ids) + n_new, activations="f32") as m:
+    with Llama(str(path), n_ctx=len(prompt_ids) + n_new, activations="f32", device=device) as m:
         new = m.generate(prompt_ids, n_new)
         m.reset()
         logits = m.eval(list(prompt_ids) + new[:-1])

@@ -6,6 +6,7 @@ cover the single backend, argument validation, the remote endpoint and the
 state blobs. Timeouts are short so a regression fails instead of hanging.
 """
 
+import json
 import os
 import re
 import socket
@@ -980,16 +981,21 @@ def test_remote_endpoint_refuses_a_buffer_it_cannot_map_by_name(cpu_ctx, monkeyp
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
-def test_diloco_train_example_with_cuda_buffers_equals_the_cpu_run(backend, tmp_path):
-    """examples/diloco_train.py --device cuda: the allreduce and the outer step
-    on CUDA buffers give a CPU run's weights, bit for bit (one chunk, two
-    ranks: the sums are the same)."""
+def test_diloco_train_example_on_cuda_follows_the_cpu_run(backend, tmp_path):
+    """examples/diloco_train.py --device cuda: the model, AdamW, the
+    allreduce and the outer step on the GPU follow the CPU run from the same
+    weights and batches. Not bit for bit (the GPU's products sum in another
+    order): the first loss agrees to f32 rounding, the later ones closely,
+    and the weights within AdamW's step size (an update whose gradient is
+    near zero may take the other sign)."""
     if backend == "gloo" and not HAVE_GLOO:
         pytest.skip("gloo not built")
     if backend == "nccl" and _nccl_gpus() < 2:
         pytest.skip("NCCL with two GPUs not available")
-    args = ["--workers", "2", "--steps", "4", "--H", "2", "--dim", "16", "--layers", "1", "--heads", "2", "--ffn",
-            "32", "--batch", "2", "--eval-batches", "1", "--warmup", "1"]
+    steps, lr = 4, 3e-3
+    args = ["--workers", "2", "--steps", str(steps), "--H", "2", "--dim", "16", "--layers", "1", "--heads", "2",
+            "--ffn", "32", "--batch", "2", "--eval-batches", "1", "--warmup", "1", "--lr", str(lr), "--corpus",
+            "licenses", "--tf32", "off"]
     env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     example = str(REPO / "examples" / "diloco_train.py")
     for name, extra in (("cpu", []), ("cuda", ["--device", "cuda", "--backend", backend])):
@@ -997,6 +1003,12 @@ def test_diloco_train_example_with_cuda_buffers_equals_the_cpu_run(backend, tmp_
                            capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for mode in ("ddp", "diloco"):
+        for rank in range(2):
+            want = json.loads((tmp_path / "cpu" / ("%s_rank%d.json" % (mode, rank))).read_text())["train"]
+            got = json.loads((tmp_path / "cuda" / ("%s_rank%d.json" % (mode, rank))).read_text())["train"]
+            assert got[0] == pytest.approx(want[0], rel=1e-5), (mode, rank)
+            assert got == pytest.approx(want, rel=1e-3), (mode, rank)
         a = np.load(tmp_path / "cpu" / ("%s_theta.npy" % mode))
         b = np.load(tmp_path / "cuda" / ("%s_theta.npy" % mode))
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), mode
+        assert np.median(np.abs(a - b)) < 1e-5, mode
+        assert np.max(np.abs(a - b)) <= 4 * lr * steps, mode

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from . import _errors
-from ._lib import CWorkerConfig, CWorkerInfo, check, lib
+from ._lib import CTaskArgs, CWorkerConfig, CWorkerInfo, check, lib
 from .level3.shm import create as _create_segment
 from .task_interface import CallConfig, ChipCallable, ChipStorageTaskArgs, ChipTensor, DataType
 
@@ -29,6 +29,20 @@ class CallableHandle(int):
 
     def __repr__(self) -> str:
         return f"CallableHandle({int(self)})"
+
+
+_NO_ARGS = CTaskArgs(None, 0, None, 0)  # a run without arguments (never written)
+_DEFAULT_C_CONFIG = None
+
+
+def _default_c_config():
+    """The C form of CallConfig(), built once (valid by construction; never written)."""
+    global _DEFAULT_C_CONFIG
+    if _DEFAULT_C_CONFIG is None:
+        c = CallConfig()
+        c.validate()
+        _DEFAULT_C_CONFIG = c._to_c()
+    return _DEFAULT_C_CONFIG
 
 
 class RunHandle:
@@ -323,28 +337,37 @@ class Worker:
 
     # ---- runs ---------------------------------------------------------------
 
-    def submit(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> RunHandle:
+    def _call(self, callable, args, config):
+        """(slot, C arguments, C config, what must stay alive while the run uses them)."""
         if isinstance(callable, ChipCallable):
             callable = self.register(callable)
         if not isinstance(callable, int):
             raise TypeError("submit: pass the handle register() returned (or a ChipCallable)")
         if config is None:
-            config = CallConfig()
-        elif isinstance(config, dict):
-            config = CallConfig.from_dict(config)
-        config.validate()
-        cfg = config._to_c()
-        if args is None:
-            args = ChipStorageTaskArgs()
+            cfg = _default_c_config()
+        else:
+            if isinstance(config, dict):
+                config = CallConfig.from_dict(config)
+            config.validate()
+            cfg = config._to_c()
+        if args is None or not (args._tensors or args._scalars):
+            return int(callable), _NO_ARGS, cfg, (args, cfg)
         c_args, keep = args._to_c()
+        return int(callable), c_args, cfg, (keep, args, cfg)
+
+    def submit(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> RunHandle:
+        slot, c_args, cfg, keep = self._call(callable, args, config)
         out = ctypes.c_void_p()
-        check(lib().simpler_submit(self._handle(), int(callable), ctypes.byref(c_args), ctypes.byref(cfg),
-                                   ctypes.byref(out)))
-        return RunHandle(out.value, (keep, args, cfg))
+        check(lib().simpler_submit(self._handle(), slot, ctypes.byref(c_args), ctypes.byref(cfg), ctypes.byref(out)))
+        return RunHandle(out.value, keep)
 
     def run(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> None:
-        """submit(...).wait(): blocks until the run completes; raises its error."""
-        self.submit(callable, args, config).wait()
+        """submit(...).wait() in one call: blocks until the run completes;
+        raises its error. An idle Worker executes the run on this thread (no
+        hand-over to its orchestrating thread), so Ctrl-C is seen once the
+        run returns."""
+        slot, c_args, cfg, _keep = self._call(callable, args, config)
+        check(lib().simpler_run_sync(self._handle(), slot, ctypes.byref(c_args), ctypes.byref(cfg)))
 
     def live_domains(self) -> dict:
         """Communication domains (level 3 and up); none at level 2."""

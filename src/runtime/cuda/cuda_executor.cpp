@@ -9,15 +9,23 @@
 //
 // A kernel takes `int64_t* args` in device memory: argv followed by the
 // ChipTensor descriptors. Submitted tasks are batched (up to 64, or until the
-// orchestration waits or ends, or the oldest has waited 50 us); a batch's
-// argument blocks go to the device in one copy from pinned memory, then its
-// kernels are launched. A thread watches one event per stream and batch and
-// reports the batch's tasks finished when it completes.
+// orchestration waits or ends, or the oldest has waited 50 us). A batch is
+// planned (streams, waits), then cut into segments: runs of tasks on one
+// stream with no event wait between them. A segment of several kernels whose
+// shape repeats launches as one CUDA Graph (a chain of kernel nodes,
+// instantiated once per shape, its argument blocks refilled by one copy per
+// launch): per task, a graph node's launch cost on the device and none on
+// the host, where a kernel launch costs about 2 us of driver time. Other
+// segments' argument blocks go to the device in one copy from pinned memory,
+// then their kernels are launched one by one. A thread watches one event per
+// stream and batch and reports the batch's tasks finished when it completes.
 //
 // host_build_graph: the recorded graph becomes a CUDA Graph (one kernel node
 // per task, edges from the dependencies, argument blocks uploaded once),
-// instantiated once and replayed; graphs with built-in ops (which run
-// through tensorcore on the host) are launched task by task instead.
+// instantiated once and replayed; without diagnostics a replay is launched
+// and reported as one unit (no per-task work on the host before or after).
+// Graphs with built-in ops (which run through tensorcore on the host) are
+// launched task by task instead.
 //
 // Built-in tensorcore ops run synchronously on the orchestrating thread after
 // their producers' streams are drained. A kernel fault is sticky for a CUDA
@@ -70,6 +78,10 @@ constexpr size_t kMinGraphSegment = 4;
 // batch plans to use is evicted), and shapes seen once remembered.
 constexpr size_t kMaxSegmentGraphs = 128;
 constexpr size_t kMaxSeenShapes = 4096;
+
+// Kernel modules unloaded so far (an unregistered callable's): a segment
+// graph names kernels by CUfunction, which a module loaded later may reuse.
+std::atomic<uint64_t> g_module_unloads{0};
 
 uint64_t steady_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -136,6 +148,15 @@ class CudaExecutor final : public Executor {
     }
     pmu_type_ = d ? d->options().pmu : 0;
     pmu_tasks_.clear();
+    // Segment graphs may name kernels of a module unloaded since: drop them
+    // all (nothing of the last run still runs).
+    if (const uint64_t unloads = g_module_unloads.load(); unloads != unloads_seen_) {
+      std::lock_guard<std::recursive_mutex> lk(launch_mu_);
+      for (auto& kv : seg_graphs_) drop(*kv.second);
+      seg_graphs_.clear();
+      seg_seen_.clear();
+      unloads_seen_ = unloads;
+    }
     engine_.store(engine);
   }
 
@@ -877,6 +898,7 @@ class CudaExecutor final : public Executor {
   std::map<std::vector<uint64_t>, std::unique_ptr<SegmentGraph>> seg_graphs_;
   std::map<std::vector<uint64_t>, uint32_t> seg_seen_;
   uint64_t use_clock_ = 0;  // launch() calls, for the least recently used graph
+  uint64_t unloads_seen_ = 0;  // g_module_unloads when seg_graphs_ was last checked
 
   CUdeviceptr arena_dev_ = 0;
   char* arena_host_ = nullptr;
@@ -934,6 +956,7 @@ Error load_cuda_kernel(Device* dev, const std::string& binary, const std::string
     ~Module() {
       ctx->bind();
       cu().cuModuleUnload(mod);
+      g_module_unloads.fetch_add(1);
     }
   };
   *keep = std::shared_ptr<Module>(new Module{ctx, mod});

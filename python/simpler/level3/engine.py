@@ -243,6 +243,9 @@ class Engine:
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1]:
             t._l3 = (tag - 1, keep, rec)
+            recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
+            if recs is not None and len(recs) < 4096:
+                recs[bytes(t._c)] = t._l3
         return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------

@@ -78,7 +78,8 @@ class SubTaskArgs:
             import numpy
 
             _np = numpy
-        f = self._tensor(i)
+        if not 0 <= i < self._nt:
+            raise IndexError(f"tensor {i}: the task has {self._nt}")
         idx = self._tags[i] - 1
         key = self._raw[96 * i:96 * i + 96]
         made = _MADE.get(idx)
@@ -88,6 +89,7 @@ class SubTaskArgs:
                 return a.view()  # a view: whatever the task does to its shape stays its own
         else:
             made = _MADE[idx] = {}
+        f = L.TENSOR.unpack_from(key)
         addr, _, start, nd, code = f[:5]
         m, pbase = self._maps[idx]  # addr is an address of the parent's mapping at pbase
         dt = _np_dtype(code)

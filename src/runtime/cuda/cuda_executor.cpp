@@ -795,8 +795,8 @@ class CudaExecutor final : public Executor {
       events_.put(c.done, false);
       Error e;
       if (r != CUDA_SUCCESS) {
-        e = make_error(TC_ERR_DISPATCH, "a kernel of the recorded graph failed on the GPU: %s",
-                       cu_error_text(r).c_str());
+        e = make_error(TC_ERR_DISPATCH, "a kernel failed on the GPU in the replayed CUDA Graph of the recorded "
+                       "graph (stream 0): %s", cu_error_text(r).c_str());
         note_sticky(r, e);
       }
       eng->graph_finished(e);

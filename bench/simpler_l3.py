@@ -245,9 +245,8 @@ def write(rows, tp, args):
             lines.append(f"| {name} | {c:.1f} | {m:.2f} | {tgt} | {cc:.1f} | {cm:.2f} | "
                          f"{', '.join(f'{n}: {t:.0f}' for n, t in pts)} |")
     lines.append("")
-    lines.append(f"For reference, an empty level-2 run (what a chip task costs inside its chip child) takes "
-                 f"{args.l2_us:.1f} us wall here through the Python API, so chip tasks are bounded by the level-2 run, "
-                 f"not by the handoff." + (
+    lines.append(f"For reference, an empty level-2 run through Worker.run (a chip task runs one inside its chip "
+                 f"child, through the same simpler_run_sync) takes {args.l2_us:.1f} us wall here." + (
                      " On a host with this few hardware threads the wall-clock figures move by 2-5x between runs "
                      "(every handoff that finds the other side asleep costs a wakeup and often a lost time slice); "
                      "the CPU columns are steadier." if (os.cpu_count() or 1) <= 4 else ""))

@@ -155,6 +155,11 @@ TC_API tc_status simpler_submit(simpler_worker w, int32_t slot, const simpler_ta
 TC_API tc_status simpler_run_wait(simpler_run r, double timeout_s);
 TC_API int32_t simpler_run_done(simpler_run r);
 TC_API tc_status simpler_run_release(simpler_run r);
+/* submit + wait forever in one call, returning the run's status. A Worker
+ * with nothing queued or running executes the run on the calling thread
+ * (no hand-over to its orchestrating thread and back). */
+TC_API tc_status simpler_run_sync(simpler_worker w, int32_t slot, const simpler_task_args* args,
+                                  const simpler_call_config* cfg);
 
 
 /* ---- dependency map (the TensorMap for a scheduler above the chips) ------

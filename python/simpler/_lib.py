@@ -169,6 +169,7 @@ _SIGNATURES = {
     "simpler_unregister": (_S, [_P, _I32]),
     "simpler_submit": (_S, [_P, _I32, ctypes.POINTER(CTaskArgs), ctypes.POINTER(CCallConfig), ctypes.POINTER(_P)]),
     "simpler_run_wait": (_S, [_P, ctypes.c_double]),
+    "simpler_run_sync": (_S, [_P, _I32, ctypes.POINTER(CTaskArgs), ctypes.POINTER(CCallConfig)]),
     "simpler_run_done": (_I32, [_P]),
     "simpler_run_release": (_S, [_P]),
     "simpler_depmap_create": (_S, [ctypes.POINTER(_P)]),

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from . import _errors
-from ._lib import CWorkerConfig, CWorkerInfo, check, lib
+from ._lib import CChipTensor, CTaskArgs, CWorkerConfig, CWorkerInfo, check, lib
 from .level3.shm import create as _create_segment
 from .task_interface import CallConfig, ChipCallable, ChipStorageTaskArgs, ChipTensor, DataType
 
@@ -29,6 +29,20 @@ class CallableHandle(int):
 
     def __repr__(self) -> str:
         return f"CallableHandle({int(self)})"
+
+
+_NO_ARGS = CTaskArgs(None, 0, None, 0)  # a run without arguments (never written)
+_DEFAULT_C_CONFIG = None
+
+
+def _default_c_config():
+    """The C form of CallConfig(), built once (valid by construction; never written)."""
+    global _DEFAULT_C_CONFIG
+    if _DEFAULT_C_CONFIG is None:
+        c = CallConfig()
+        c.validate()
+        _DEFAULT_C_CONFIG = c._to_c()
+    return _DEFAULT_C_CONFIG
 
 
 class RunHandle:
@@ -89,6 +103,12 @@ class Buffer:
         self.nbytes = nbytes
         self._closed = False
         self._ptr = None
+        # Tensors made so far, (shapes, dtype, offset) -> ChipTensor bytes, and
+        # a level-3 engine's resolution of such bytes (engine.py _resolve_one):
+        # a level-3 orchestration names the same views of a buffer task after
+        # task, run after run.
+        self._made: dict = {}
+        self._l3_recs: dict = {}
 
     @property
     def ptr(self) -> int:
@@ -104,6 +124,15 @@ class Buffer:
         return a.reshape(shape) if shape is not None else a
 
     def tensor(self, shapes, dtype, offset: int = 0) -> ChipTensor:
+        try:
+            key = (shapes if type(shapes) is tuple else tuple(shapes), dtype, offset)
+            packed = self._made.get(key)
+        except TypeError:  # unhashable arguments: the long way checks them
+            key = packed = None
+        if packed is not None:
+            t = ChipTensor(CChipTensor.from_buffer_copy(packed), self)
+            t._l3 = self._l3_recs.get(packed)
+            return t
         dt = dtype if isinstance(dtype, DataType) else DataType.from_numpy(dtype)
         n = 1
         for s in shapes:
@@ -112,6 +141,8 @@ class Buffer:
             raise ValueError(f"Buffer.tensor: {n} x {dt.name} at byte {offset} exceed the buffer's {self.nbytes} bytes")
         t = ChipTensor.make(self.ptr + offset, shapes, dt)
         t._keep = self
+        if key is not None and len(self._made) < 4096:
+            self._made[key] = bytes(t._c)
         return t
 
     def close(self) -> None:
@@ -323,28 +354,37 @@ class Worker:
 
     # ---- runs ---------------------------------------------------------------
 
-    def submit(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> RunHandle:
+    def _call(self, callable, args, config):
+        """(slot, C arguments, C config, what must stay alive while the run uses them)."""
         if isinstance(callable, ChipCallable):
             callable = self.register(callable)
         if not isinstance(callable, int):
             raise TypeError("submit: pass the handle register() returned (or a ChipCallable)")
         if config is None:
-            config = CallConfig()
-        elif isinstance(config, dict):
-            config = CallConfig.from_dict(config)
-        config.validate()
-        cfg = config._to_c()
-        if args is None:
-            args = ChipStorageTaskArgs()
+            cfg = _default_c_config()
+        else:
+            if isinstance(config, dict):
+                config = CallConfig.from_dict(config)
+            config.validate()
+            cfg = config._to_c()
+        if args is None or not (args._tensors or args._scalars):
+            return int(callable), _NO_ARGS, cfg, (args, cfg)
         c_args, keep = args._to_c()
+        return int(callable), c_args, cfg, (keep, args, cfg)
+
+    def submit(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> RunHandle:
+        slot, c_args, cfg, keep = self._call(callable, args, config)
         out = ctypes.c_void_p()
-        check(lib().simpler_submit(self._handle(), int(callable), ctypes.byref(c_args), ctypes.byref(cfg),
-                                   ctypes.byref(out)))
-        return RunHandle(out.value, (keep, args, cfg))
+        check(lib().simpler_submit(self._handle(), slot, ctypes.byref(c_args), ctypes.byref(cfg), ctypes.byref(out)))
+        return RunHandle(out.value, keep)
 
     def run(self, callable, args: ChipStorageTaskArgs | None = None, config=None) -> None:
-        """submit(...).wait(): blocks until the run completes; raises its error."""
-        self.submit(callable, args, config).wait()
+        """submit(...).wait() in one call: blocks until the run completes;
+        raises its error. An idle Worker executes the run on this thread (no
+        hand-over to its orchestrating thread), so Ctrl-C is seen once the
+        run returns."""
+        slot, c_args, cfg, _keep = self._call(callable, args, config)
+        check(lib().simpler_run_sync(self._handle(), slot, ctypes.byref(c_args), ctypes.byref(cfg)))
 
     def live_domains(self) -> dict:
         """Communication domains (level 3 and up); none at level 2."""

@@ -321,6 +321,15 @@ tc_status simpler_submit(simpler_worker w, int32_t slot, const simpler_task_args
   });
 }
 
+tc_status simpler_run_sync(simpler_worker w, int32_t slot, const simpler_task_args* args,
+                           const simpler_call_config* cfg) {
+  return guarded("simpler_run_sync", [&]() -> Error {
+    if (Error e = check_worker("simpler_run_sync", w); !e.ok()) return e;
+    simpler_task_args empty{nullptr, 0, nullptr, 0};
+    return w->worker->run(slot, args ? *args : empty, cfg);
+  });
+}
+
 tc_status simpler_run_wait(simpler_run r, double timeout_s) {
   return guarded("simpler_run_wait", [&]() -> Error {
     if (Error e = check_run("simpler_run_wait", r); !e.ok()) return e;

@@ -464,6 +464,14 @@ void Engine::run_graph(Graph& g, bool replay) {
   if (fatal()) return;
   graph_ = &g;
   build_ = true;
+  if (!g.slots.empty() && !diag_) {
+    // The executor may run the graph as one unit (a replayed CUDA Graph):
+    // then nothing here touches the tasks, before or after.
+    incomplete_.store(1);
+    executor_owns_graph_ = true;
+    if (executor_->run_graph_whole(g)) return;
+    executor_owns_graph_ = false;
+  }
   if (replay && diag_) {
     std::vector<DiagEdge> edges;
     for (TaskSlot& t : g.slots) {
@@ -494,6 +502,14 @@ void Engine::run_graph(Graph& g, bool replay) {
   for (TaskSlot* t : roots) {
     make_ready(t, nullptr);
     drain_inline();
+  }
+}
+
+void Engine::graph_finished(const Error& e) {
+  if (!e.ok()) report_fatal(e);
+  if (incomplete_.fetch_sub(1, std::memory_order_acq_rel) == 1 && waiting_.load()) {
+    std::lock_guard<std::mutex> lk(done_mu_);
+    done_cv_.notify_all();
   }
 }
 

@@ -69,6 +69,11 @@ class Executor {
   virtual void push(TaskSlot* t) = 0;
   // Runs a whole recorded graph; false to let the engine push its roots.
   virtual bool run_graph(Graph&) { return false; }
+  // Runs a whole recorded graph as one unit and reports it with one
+  // Engine::graph_finished (no task finishes on its own, so the engine
+  // resets no per-task state either); false when it cannot, and then
+  // run_graph is asked. Only asked when no diagnostics want per-task records.
+  virtual bool run_graph_whole(Graph&) { return false; }
 
   // Executors that order tasks on the device themselves (cuda: streams and
   // events) take every kernel task at submit, whatever its producers' state,
@@ -137,6 +142,8 @@ class Engine {
   // are pushed to the executor, except one returned in *next (may be null)
   // for the caller to run at once.
   void task_finished(TaskSlot* t, bool ok, TaskSlot** next);
+  // A graph taken by Executor::run_graph_whole has finished (e: its error).
+  void graph_finished(const Error& e);
   // Records a task's failure (the first one becomes the run's error).
   void fail_task(TaskSlot* t, const Error& e);
   bool aborting() const { return aborting_.load(std::memory_order_relaxed); }

@@ -121,8 +121,16 @@ void prepare_thread_for_faults() {
 bool guarded_call(void (*fn)(void*), void* arg, std::string* what) {
   sigjmp_buf jump;
   sigjmp_buf* volatile saved = t_jump;  // nested guarded calls restore the outer one
-  if (sigsetjmp(jump, 1) != 0) {
+  // The signal mask is not saved (that is a system call, and this runs once
+  // per kernel block): the only change a fault makes to it is the delivered
+  // signal, blocked while on_fault runs (its sa_mask is empty), so the
+  // fault path unblocks that one signal itself.
+  if (sigsetjmp(jump, 0) != 0) {
     t_jump = saved;
+    sigset_t delivered;
+    sigemptyset(&delivered);
+    sigaddset(&delivered, t_signal);
+    pthread_sigmask(SIG_UNBLOCK, &delivered, nullptr);
     char buf[128];
     const char* name = t_signal == SIGSEGV   ? "SIGSEGV (invalid memory access)"
                        : t_signal == SIGBUS  ? "SIGBUS (bus error)"

@@ -398,8 +398,8 @@ Error Worker::bind_args(const LoadedChip& chip, const simpler_task_args& a, RunS
   return {};
 }
 
-Error Worker::submit(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg,
-                     std::shared_ptr<RunState>* out) {
+Error Worker::prepare(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg,
+                      std::shared_ptr<RunState>* out) {
   if (Error e = check_usable("run"); !e.ok()) return e;
   auto run = std::make_shared<RunState>();
   if (Error e = copy_call_config(cfg, &run->cfg); !e.ok()) return e;
@@ -419,6 +419,14 @@ Error Worker::submit(int32_t slot, const simpler_task_args& args, const simpler_
     run->chip = slots_[slot];
   }
   if (Error e = bind_args(*run->chip, args, run.get()); !e.ok()) return e;
+  *out = std::move(run);
+  return {};
+}
+
+Error Worker::submit(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg,
+                     std::shared_ptr<RunState>* out) {
+  std::shared_ptr<RunState> run;
+  if (Error e = prepare(slot, args, cfg, &run); !e.ok()) return e;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_ || stopping_) return make_error(TC_ERR_NOT_INITIALIZED, "run: the Worker is closed");
@@ -427,6 +435,43 @@ Error Worker::submit(int32_t slot, const simpler_task_args& args, const simpler_
   }
   *out = run;
   return {};
+}
+
+Error Worker::run(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg) {
+  std::shared_ptr<RunState> run;
+  if (Error e = prepare(slot, args, cfg, &run); !e.ok()) return e;
+  bool here = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_ || stopping_) return make_error(TC_ERR_NOT_INITIALIZED, "run: the Worker is closed");
+    if (busy_ || !queue_.empty()) {
+      // Runs execute one at a time in submission order: queue behind the others.
+      queue_.push_back(run);
+      queue_cv_.notify_one();
+    } else {
+      // The caller would only wait: it executes the run itself, which spares
+      // the two thread switches (hand over, hand back) a queued run costs.
+      busy_ = true;
+      current_ = run;
+      here = true;
+    }
+  }
+  if (!here) {
+    std::unique_lock<std::mutex> lk(run->mu);
+    run->cv.wait(lk, [&] { return run->done; });
+    return run->error;
+  }
+  execute(*run);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+    current_.reset();
+    if (queue_.empty())
+      idle_cv_.notify_all();
+    else
+      queue_cv_.notify_one();  // runs queued meanwhile: the orchestrating thread takes them
+  }
+  return run->error;
 }
 
 }  // namespace simpler

@@ -102,8 +102,12 @@ class Worker {
 
   Error submit(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg,
                std::shared_ptr<RunState>* out);
+  // submit + wait in one: an idle Worker executes the run on the calling thread.
+  Error run(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg);
 
  private:
+  Error prepare(int32_t slot, const simpler_task_args& args, const simpler_call_config* cfg,
+                std::shared_ptr<RunState>* out);
   Error load(LoadedChip& chip);
   Error check_usable(const char* what) const;
   Error bind_args(const LoadedChip& chip, const simpler_task_args& args, RunState* run);

@@ -46,7 +46,8 @@ void Worker::loop() {
     std::shared_ptr<RunState> run;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      queue_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      // busy_ without a run of ours: a caller executes one itself (Worker::run).
+      queue_cv_.wait(lk, [&] { return stopping_ || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;
       run = queue_.front();
       queue_.pop_front();

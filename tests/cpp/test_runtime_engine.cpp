@@ -501,6 +501,22 @@ TEST(RuntimeEngine, FaultingKernelIsReported) {
   EXPECT_EQ(tw.download(px, 1)[0], 4.f);
 }
 
+// A core thread that caught a fault catches the next one too: the fault
+// path leaves the signal unblocked (a blocked SIGSEGV would kill the process).
+TEST(RuntimeEngine, OneCoreCatchesRepeatedFaults) {
+  TestWorker tw(false, 1);
+  uint64_t px = tw.upload({1.f});
+  int32_t segv = tw.reg(make_native_chip_callable({INOUT}, segv_orch, kernels()));
+  for (int i = 0; i < 3; i++) {
+    Error e = tw.run(segv, {vec(px, 1)});
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.message.find("SIGSEGV"), std::string::npos) << e.message;
+  }
+  Error e = tw.run(tw.reg(make_native_chip_callable({INOUT, SC, SC}, chain_orch, kernels())), {vec(px, 1)}, {2, 0});
+  ASSERT_TRUE(e.ok()) << e.message;
+  EXPECT_EQ(tw.download(px, 1)[0], 3.f);
+}
+
 // An executor thread's alternate signal stack is its own while it lives:
 // the stack the thread had before (here a stack of the test's) is in place
 // again when it ends, and ours is freed. A thread_local constructed before

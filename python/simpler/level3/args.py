@@ -10,6 +10,17 @@ from . import layout as L
 
 _NP_DTYPES: dict = {}
 _np = None  # numpy, imported by the first array()
+# Arrays made so far: buffer index -> {tensor bytes: ndarray}. An ndarray
+# over a mapping costs several microseconds to make, a view of one already
+# made a fraction of that, and tasks name the same tensors run after run.
+# A buffer's entries go with its mapping (forget).
+_MADE: dict = {}
+_MADE_PER_BUFFER = 4096
+
+
+def forget(idx: int) -> None:
+    """Drops the arrays over buffer `idx` (its mapping is going away)."""
+    _MADE.pop(idx, None)
 
 
 def _np_dtype(code: int):
@@ -67,13 +78,28 @@ class SubTaskArgs:
             import numpy
 
             _np = numpy
-        f = self._tensor(i)
+        if not 0 <= i < self._nt:
+            raise IndexError(f"tensor {i}: the task has {self._nt}")
+        idx = self._tags[i] - 1
+        key = self._raw[96 * i:96 * i + 96]
+        made = _MADE.get(idx)
+        if made is not None:
+            a = made.get(key)
+            if a is not None:
+                return a.view()  # a view: whatever the task does to its shape stays its own
+        else:
+            made = _MADE[idx] = {}
+        f = L.TENSOR.unpack_from(key)
         addr, _, start, nd, code = f[:5]
-        m, pbase = self._maps[self._tags[i] - 1]  # addr is an address of the parent's mapping at pbase
+        m, pbase = self._maps[idx]  # addr is an address of the parent's mapping at pbase
         dt = _np_dtype(code)
         item = dt.itemsize
         strides = (item * f[11],) if nd == 1 else tuple(x * item for x in f[11:11 + nd])
-        return _np.ndarray(f[5:5 + nd], dtype=dt, buffer=m.mm, offset=addr - pbase + start * item, strides=strides)
+        a = _np.ndarray(f[5:5 + nd], dtype=dt, buffer=m.mm, offset=addr - pbase + start * item, strides=strides)
+        if len(made) >= _MADE_PER_BUFFER:
+            made.clear()
+        made[key] = a
+        return a.view()
 
     def __repr__(self) -> str:
         return f"SubTaskArgs(tensors={self._nt}, scalars={len(self._s)})"

@@ -110,26 +110,27 @@ class Child:
         ppid = os.getppid()
         spin = _endpoint.SPIN_S
         naps = 0  # sleeps since the last piece of work
+        nframes = len(frames)
         while True:
             t0 = time.perf_counter()
             while True:
-                for off in frames:
-                    if unpack(mv, off)[0] == L.POSTED and unpack(mv, off + 4)[0] == expected:
-                        self.run_frame(off)
-                        expected = (expected + 1) & 0xFFFFFFFF
-                        t0 = time.perf_counter()
-                        naps = 0
-                        break
-                else:
-                    if unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST:
-                        self.control()
-                        t0 = time.perf_counter()
-                    elif time.perf_counter() - t0 >= spin:
-                        break
+                # The task of seq `expected` is in its ring frame once posted.
+                off = frames[(expected - 1) % nframes]
+                if unpack(mv, off)[0] == L.POSTED and unpack(mv, off + 4)[0] == expected:
+                    self.run_frame(off)
+                    expected = (expected + 1) & 0xFFFFFFFF
+                    t0 = time.perf_counter()
+                    naps = 0
+                elif unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST:
+                    self.control()
+                    t0 = time.perf_counter()
+                elif time.perf_counter() - t0 >= spin:
+                    break
             # Nothing to do: block until the parent posts (it writes our
             # eventfd when it sees the sleeping flag).
             L.U32.pack_into(mv, sleeping_at, 1)
-            busy = any(unpack(mv, off)[0] == L.POSTED for off in frames) or unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST
+            off = frames[(expected - 1) % nframes]
+            busy = unpack(mv, off)[0] == L.POSTED or unpack(mv, ctrl_at)[0] == L.CTRL_REQUEST
             if not busy:
                 # The flag store and the parent's post may pass each other
                 # (x86 lets a load overtake an earlier store, and Python
@@ -216,15 +217,10 @@ class Child:
                              ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
         else:
             args = _NO_ARGS
-        run = ctypes.c_void_p()
+        # One call: the idle level-2 Worker runs it on this thread.
         lb = lib()
-        st = lb.simpler_submit(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c), ctypes.byref(run))
-        if st:
-            return st, lb.simpler_last_error_detail().decode("utf-8", "replace")
-        st = lb.simpler_run_wait(run, -1.0)
-        msg = lb.simpler_last_error_detail().decode("utf-8", "replace") if st else ""
-        lb.simpler_run_release(run)
-        return st, msg
+        st = lb.simpler_run_sync(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c))
+        return st, (lb.simpler_last_error_detail().decode("utf-8", "replace") if st else "")
 
     def map(self, idx: int, name: str, size: int, pbase: int) -> None:
         if idx not in self.maps:
@@ -312,7 +308,10 @@ class Child:
             self.map(idx, name, size, pbase)
 
     def op_unmap(self, idxs):
+        from .args import forget
+
         for idx in idxs:
+            forget(idx)
             m = self.maps.pop(idx, None)
             if m is not None:
                 m[0].close()

@@ -63,7 +63,8 @@ class Endpoint:
         self.base = L.child_base(slot)
         self.frames = [L.frame_base(slot, f) for f in range(L.FRAMES)]
         self.busy = [None] * L.FRAMES  # the task in each frame
-        self.seq = 0
+        self.seq = 0  # of the last task posted
+        self.posted = 0  # tasks posted and not yet collected: seqs seq - posted + 1 .. seq
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.pid = 0
         self.pidfd = -1
@@ -170,12 +171,15 @@ class Endpoint:
             os.eventfd_write(self.efd, 1)
 
     def free_frame(self) -> int:
-        b = self.busy
-        if b[0] is None:
-            return 0
-        if b[1] is None:
-            return 1
-        return -1
+        """The frame the next task goes to (the ring's next), or -1 while
+        the task there is not collected yet."""
+        f = self.seq % L.FRAMES
+        return f if self.busy[f] is None else -1
+
+    def oldest_frame(self) -> int:
+        """The frame of the oldest task posted and not yet collected (the
+        child finishes its tasks in seq order); only while posted > 0."""
+        return (self.seq - self.posted) % L.FRAMES
 
     def done(self, f: int) -> bool:
         return L.U32.unpack_from(self.mv, self.frames[f])[0] == L.DONE

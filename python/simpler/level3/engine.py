@@ -27,9 +27,12 @@ PENDING, READY, RUNNING, DONE, FAILED, CANCELLED = range(6)
 # level-3 counterpart of a full task ring).
 WINDOW = 16384
 _MAX_PRODUCERS = 4096
-# The longest a posted task waits for its child's wakeup while the
-# orchestration goes on submitting.
-WAKE_DELAY_S = 20e-6
+# While the orchestration goes on submitting, a child is woken once this
+# many of its tasks are posted, or once the oldest has waited WAKE_DELAY_S
+# (and at the latest when the orchestration waits or returns): one wakeup
+# (a system call, and on a busy host a lost time slice) runs a batch.
+WAKE_BATCH = L.FRAMES // 2
+WAKE_DELAY_S = 50e-6
 
 
 class Task:
@@ -78,6 +81,7 @@ class Engine:
         self.eps = endpoints
         self.chips = [e for e in endpoints if e.role == "chip"]
         self.subs = [e for e in endpoints if e.role == "sub"]
+        self.local = self.chips + self.subs  # the children with task frames
         self.remotes = []  # remote level-3 Workers (level 4): see remote/client.py
         self.mv = mv
         self.parent_efd = parent_efd
@@ -87,7 +91,7 @@ class Engine:
         self.next_id = 1
         self.next_run = 1
         self.live = {}  # task id -> Task (unfinished)
-        self.inflight = []  # (endpoint, frame)
+        self.inflight = 0  # tasks posted to children's frames and not yet collected
         self.lock = threading.RLock()
         self.defer = False  # set while an orchestration function runs
         self._to_wake = {}  # endpoint -> when its wake was deferred
@@ -239,6 +243,9 @@ class Engine:
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1]:
             t._l3 = (tag - 1, keep, rec)
+            recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
+            if recs is not None and len(recs) < 4096:
+                recs[bytes(t._c)] = t._l3
         return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------
@@ -317,7 +324,7 @@ class Engine:
                 ep = subs[0]
             else:
                 alive = [e for e in subs if not e.dead] or subs
-                ep = min(alive, key=lambda e: len(e.ready) + (e.busy[0] is not None) + (e.busy[1] is not None))
+                ep = min(alive, key=lambda e: len(e.ready) + e.posted)
             task.ep = ep
         task.state = READY
         if ep.dead:
@@ -361,12 +368,14 @@ class Engine:
             L.HDR.pack_into(mv, off + L.F_HDR, ep.seq, task.id, task.kind, task.slot, task.cfg, nt, ns, len(maps))
             L.U32.pack_into(mv, off, L.POSTED)
             ep.busy[f] = task
+            ep.posted += 1
             task.state = RUNNING
-            self.inflight.append((ep, f))
-            if self.defer and ep.free_frame() >= 0:
+            self.inflight += 1
+            if self.defer and ep.posted < WAKE_BATCH:
                 # Wake later (coalescing): the child that finishes a task faster than the orchestration
                 # submits the next sleeps after each one, and every wake is a syscall plus, on a busy
-                # host, a lost time slice for this process. flush_wakes() at the latest.
+                # host, a lost time slice for this process; meanwhile more tasks fill the ring, and the
+                # child runs them all on one wakeup. flush_wakes() at the latest.
                 if ep not in self._to_wake:
                     self._to_wake[ep] = time.perf_counter()
             else:
@@ -431,24 +440,28 @@ class Engine:
     def poll(self) -> bool:
         """Collects finished frames (no blocking); True if any."""
         got = False
-        i = 0
-        inflight = self.inflight
-        unpack, mv = L.U32.unpack_from, self.mv
-        while i < len(inflight):
-            ep, f = inflight[i]
-            if unpack(mv, ep.frames[f])[0] == L.DONE:
-                status, msg = ep.completion(f)
-                task = ep.busy[f]
-                ep.busy[f] = None
-                inflight.pop(i)
-                if status:
-                    self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
-                else:
-                    self._finish(task, DONE, None)
-                self._dispatch(ep)
-                got = True
-            else:
-                i += 1
+        if self.inflight:
+            unpack, mv = L.U32.unpack_from, self.mv
+            for ep in self.local:
+                # A child finishes its tasks in seq order: collect from the oldest until one still runs.
+                collected = False
+                while ep.posted:
+                    f = ep.oldest_frame()
+                    if unpack(mv, ep.frames[f])[0] != L.DONE:
+                        break
+                    status, msg = ep.completion(f)
+                    task = ep.busy[f]
+                    ep.busy[f] = None
+                    ep.posted -= 1
+                    self.inflight -= 1
+                    if status:
+                        self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
+                    else:
+                        self._finish(task, DONE, None)
+                    collected = True
+                if collected:
+                    self._dispatch(ep)
+                    got = True
         for ep in self.remotes:
             if ep.completions or (ep.dead and ep.running):
                 got = self._collect_remote(ep) or got
@@ -479,10 +492,11 @@ class Engine:
 
     def on_death(self, ep) -> None:
         msg = ep.mark_dead()
+        self.inflight -= ep.posted
+        ep.posted = 0
         for f, task in enumerate(ep.busy):
             if task is not None:
                 ep.busy[f] = None
-                self.inflight = [(e, g) for e, g in self.inflight if e is not ep]
                 self._finish(task, FAILED, (_errors.DISPATCH, f"{msg} while running task {task.id} ({task.label})"))
         while ep.ready:
             task = ep.ready.popleft()
@@ -495,8 +509,8 @@ class Engine:
         return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
 
     def _any_done(self) -> bool:
-        for ep, f in self.inflight:
-            if ep.done(f):
+        for ep in self.local:
+            if ep.posted and ep.done(ep.oldest_frame()):
                 return True
         for ep in self.remotes:
             if ep.completions or (ep.dead and ep.running):
@@ -523,5 +537,5 @@ class Engine:
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= 0:
                 return False
-            eps = list({id(e): e for e, _ in self.inflight}.values())
+            eps = [e for e in self.local if e.posted]
             self.waiter(self._any_done, eps, left)

@@ -6,8 +6,10 @@ One segment per Worker holds a 64-byte global header (the parent's
 
     child header (64 B)   state, sleeping, ctrl_state, ctrl_len
     control frame         pickled request / reply (rare operations)
-    task frame 0, 1       fixed layout, no pickling: two so that one task
-                          can be staged while the other runs
+    task frames           a ring of FRAMES, fixed layout, no pickling: the
+                          task of seq s sits in frame (s - 1) % FRAMES, so the
+                          parent can post several tasks per wakeup and the
+                          child finds the next one without a search
 
 A task frame (FRAME_BYTES):
 
@@ -44,7 +46,7 @@ GLOBAL_BYTES = 64
 CHILD_HEADER = 64
 CTRL_BYTES = 64 * 1024
 FRAME_BYTES = 32 * 1024
-FRAMES = 2
+FRAMES = 16  # tasks a child can have posted at once (a power of two: seq wraps at 2**32)
 CHILD_BYTES = CHILD_HEADER + CTRL_BYTES + FRAMES * FRAME_BYTES
 
 # Frame offsets.

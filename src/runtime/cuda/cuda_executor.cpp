@@ -9,15 +9,23 @@
 //
 // A kernel takes `int64_t* args` in device memory: argv followed by the
 // ChipTensor descriptors. Submitted tasks are batched (up to 64, or until the
-// orchestration waits or ends, or the oldest has waited 50 us); a batch's
-// argument blocks go to the device in one copy from pinned memory, then its
-// kernels are launched. A thread watches one event per stream and batch and
-// reports the batch's tasks finished when it completes.
+// orchestration waits or ends, or the oldest has waited 50 us). A batch is
+// planned (streams, waits), then cut into segments: runs of tasks on one
+// stream with no event wait between them. A segment of several kernels whose
+// shape repeats launches as one CUDA Graph (a chain of kernel nodes,
+// instantiated once per shape, its argument blocks refilled by one copy per
+// launch): per task, a graph node's launch cost on the device and none on
+// the host, where a kernel launch costs about 2 us of driver time. Other
+// segments' argument blocks go to the device in one copy from pinned memory,
+// then their kernels are launched one by one. A thread watches one event per
+// stream and batch and reports the batch's tasks finished when it completes.
 //
 // host_build_graph: the recorded graph becomes a CUDA Graph (one kernel node
 // per task, edges from the dependencies, argument blocks uploaded once),
-// instantiated once and replayed; graphs with built-in ops (which run
-// through tensorcore on the host) are launched task by task instead.
+// instantiated once and replayed; without diagnostics a replay is launched
+// and reported as one unit (no per-task work on the host before or after).
+// Graphs with built-in ops (which run through tensorcore on the host) are
+// launched task by task instead.
 //
 // Built-in tensorcore ops run synchronously on the orchestrating thread after
 // their producers' streams are drained. A kernel fault is sticky for a CUDA
@@ -32,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -61,6 +70,18 @@ constexpr size_t kBatch = 64;
 constexpr uint64_t kBatchAgeNs = 50000;
 constexpr uint64_t kArenaBytes = 64ull << 20;
 constexpr size_t kPmuRanges = 1024;  // kernels per CUPTI session before it is read out
+// Segments (see Segment) of at least this many kernels launch as a CUDA
+// Graph: below it, the copy of the arguments and the graph launch cost about
+// what the kernel launches they replace do.
+constexpr size_t kMinGraphSegment = 4;
+// Instantiated segment graphs kept (more than a batch's segments, so none a
+// batch plans to use is evicted), and shapes seen once remembered.
+constexpr size_t kMaxSegmentGraphs = 128;
+constexpr size_t kMaxSeenShapes = 4096;
+
+// Kernel modules unloaded so far (an unregistered callable's): a segment
+// graph names kernels by CUfunction, which a module loaded later may reuse.
+std::atomic<uint64_t> g_module_unloads{0};
 
 uint64_t steady_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -103,6 +124,7 @@ class CudaExecutor final : public Executor {
     ctx_.bind();
     for (CUstream s : streams_)
       if (s) cu().cuStreamSynchronize(s), cu().cuStreamDestroy(s);
+    for (auto& kv : seg_graphs_) drop(*kv.second);
     events_.destroy_all();
     if (arena_dev_) cu().cuMemFree(arena_dev_);
     if (arena_host_) cu().cuMemFreeHost(arena_host_);
@@ -126,6 +148,15 @@ class CudaExecutor final : public Executor {
     }
     pmu_type_ = d ? d->options().pmu : 0;
     pmu_tasks_.clear();
+    // Segment graphs may name kernels of a module unloaded since: drop them
+    // all (nothing of the last run still runs).
+    if (const uint64_t unloads = g_module_unloads.load(); unloads != unloads_seen_) {
+      std::lock_guard<std::recursive_mutex> lk(launch_mu_);
+      for (auto& kv : seg_graphs_) drop(*kv.second);
+      seg_graphs_.clear();
+      seg_seen_.clear();
+      unloads_seen_ = unloads;
+    }
     engine_.store(engine);
   }
 
@@ -166,6 +197,33 @@ class CudaExecutor final : public Executor {
     std::vector<TaskSlot*> batch;
     batch.swap(batch_);
     launch(batch);
+  }
+
+  bool run_graph_whole(Graph& g) override {
+    // Per-task timing or checks need the task-by-task paths of run_graph.
+    if (timing_ || serial_) return false;
+    Engine* eng = engine_.load();
+    ctx_.bind();
+    auto* gs = static_cast<cuda::GraphState*>(g.cuda_graph);
+    if (!gs) {
+      for (TaskSlot& t : g.slots)
+        if (t.kernel && t.kernel->builtin) return false;
+      if (!cuda::build_graph(g, &ctx_, threads_per_block(), &gs).ok()) return false;  // run_graph reports it
+      g.cuda_graph = gs;
+      g.destroy_cuda_graph = cuda::destroy_graph_state;
+    }
+    CUresult r = cu().cuGraphLaunch(gs->exec, streams_[0]);
+    if (r != CUDA_SUCCESS) {
+      Error e = cu_error(r, "cuGraphLaunch");
+      note_sticky(r, e);
+      eng->graph_finished(e);
+      return true;
+    }
+    Completion c;
+    c.stream = 0;
+    c.whole = true;
+    enqueue_completion(0, std::move(c));
+    return true;
   }
 
   bool run_graph(Graph& g) override {
@@ -238,6 +296,15 @@ class CudaExecutor final : public Executor {
     std::vector<TaskTiming> timing;  // parallel to tasks when timing_
     CUevent graph_start = nullptr, graph_end = nullptr;
     uint64_t span = 0;               // arena span index (+1), 0 if none
+    bool whole = false;              // a graph of run_graph_whole: no tasks, one report
+  };
+  // An instantiated segment graph, used on one stream only (so a launch
+  // never overwrites the argument blocks of one still running).
+  struct SegmentGraph {
+    CUgraphExec exec = nullptr;
+    CUdeviceptr args = 0;
+    int stream = 0;
+    uint64_t last_used = 0;
   };
   struct Span {
     uint64_t end;
@@ -337,6 +404,154 @@ class CudaExecutor final : public Executor {
     eng->task_finished(t, false, nullptr);
   }
 
+  // A run of a batch's tasks on one stream with no event wait between them
+  // (stream order alone orders them): launched as one CUDA Graph when its
+  // shape repeats, else kernel by kernel.
+  struct Segment {
+    int stream = 0;
+    bool builtin = false;
+    int waits[kMaxStreams];  // other streams whose work so far must finish first
+    int nwait = 0;
+    std::vector<uint32_t> tasks;  // indices into the batch
+    uint64_t off = 0, bytes = 0;  // its argument blocks, contiguous in the arena
+    SegmentGraph* graph = nullptr;
+  };
+
+  // Streams and segments of a batch, in batch order: a task follows its one
+  // unfinished producer's stream (else takes one round-robin) and waits on
+  // an event of every other stream holding a producer. Segments launch in
+  // the order they are created, which keeps every stream's order and
+  // records each event right after the producers it stands for.
+  std::vector<Segment> plan(const std::vector<TaskSlot*>& live) {
+    std::vector<Segment> segs;
+    int open[kMaxStreams];
+    std::fill(open, open + kMaxStreams, -1);
+    for (uint32_t i = 0; i < live.size(); i++) {
+      TaskSlot* t = live[i];
+      int last_launched = -1, waits[kMaxStreams], nwait = 0;
+      for (uint32_t k = 0; k < t->fanin_count; k++) {
+        TaskSlot* p = t->fanin[k].producer;
+        if (p->state.load(std::memory_order_acquire) != kRunning || p->core < 0) continue;
+        last_launched = p->core;
+        bool seen = false;
+        for (int w = 0; w < nwait; w++) seen |= waits[w] == p->core;
+        if (!seen) waits[nwait++] = p->core;
+      }
+      const int chosen = last_launched >= 0 ? last_launched : int(rr_++ % uint32_t(nstreams_));
+      int cross = 0;
+      for (int w = 0; w < nwait; w++)
+        if (waits[w] != chosen) waits[cross++] = waits[w];
+      // Taken: the batch's later tasks see it as launched on `chosen`.
+      t->core = chosen;
+      t->state.store(kRunning, std::memory_order_release);
+      const bool builtin = t->kernel->builtin;
+      // A stream waited on takes later tasks into a new segment, so the
+      // event (recorded when the waiting segment launches) covers no more
+      // than the producers.
+      for (int w = 0; w < cross; w++) open[waits[w]] = -1;
+      if (builtin || cross > 0 || open[chosen] < 0) {
+        segs.emplace_back();
+        Segment& sg = segs.back();
+        sg.stream = chosen;
+        sg.builtin = builtin;
+        sg.nwait = cross;
+        std::copy(waits, waits + cross, sg.waits);
+        open[chosen] = int(segs.size() - 1);
+      }
+      segs[size_t(open[chosen])].tasks.push_back(i);
+      // A built-in op runs on the host between what comes before and after it.
+      if (builtin) std::fill(open, open + kMaxStreams, -1);
+    }
+    return segs;
+  }
+
+  // The instantiated graph for a segment's shape (stream; each task's
+  // kernel, grid and argument bytes), or null to launch it kernel by kernel.
+  // A shape is instantiated the second time it is seen: one seen once costs
+  // no instantiation.
+  SegmentGraph* segment_graph(const Segment& sg, const std::vector<TaskSlot*>& live) {
+    if (sg.builtin || sg.tasks.size() < kMinGraphSegment) return nullptr;
+    std::vector<uint64_t> key;
+    key.reserve(1 + 3 * sg.tasks.size());
+    key.push_back(uint64_t(sg.stream));
+    for (uint32_t i : sg.tasks) {
+      const TaskSlot& t = *live[i];
+      key.push_back(reinterpret_cast<uint64_t>(t.kernel->cuda_function));
+      key.push_back(t.block_num);
+      key.push_back((cuda::arg_block_bytes(t) + 255) / 256 * 256);
+    }
+    auto it = seg_graphs_.find(key);
+    if (it != seg_graphs_.end()) {
+      it->second->last_used = use_clock_;
+      return it->second->exec ? it->second.get() : nullptr;
+    }
+    if (seg_seen_.size() >= kMaxSeenShapes) seg_seen_.clear();
+    if (++seg_seen_[key] < 2) return nullptr;
+    seg_seen_.erase(key);
+    if (seg_graphs_.size() >= kMaxSegmentGraphs) evict_segment_graph();
+    auto g = std::make_unique<SegmentGraph>();
+    g->stream = sg.stream;
+    g->last_used = use_clock_;
+    if (!build_segment_graph(sg, live, g.get())) {
+      drop(*g);  // remembered without an exec: this shape launches kernel by kernel
+      g->exec = nullptr, g->args = 0;
+    }
+    SegmentGraph* out = g->exec ? g.get() : nullptr;
+    seg_graphs_.emplace(std::move(key), std::move(g));
+    return out;
+  }
+
+  // A chain of kernel nodes (stream order), argument blocks at fixed
+  // places in g->args, which each launch refills from the staging arena.
+  bool build_segment_graph(const Segment& sg, const std::vector<TaskSlot*>& live, SegmentGraph* g) {
+    uint64_t bytes = 0;
+    for (uint32_t i : sg.tasks) bytes += (cuda::arg_block_bytes(*live[i]) + 255) / 256 * 256;
+    if (cu().cuMemAlloc(&g->args, bytes) != CUDA_SUCCESS) return false;
+    CUgraph graph = nullptr;
+    if (cu().cuGraphCreate(&graph, 0) != CUDA_SUCCESS) return false;
+    CUgraphNode prev = nullptr;
+    uint64_t off = 0;
+    bool ok = true;
+    for (uint32_t i : sg.tasks) {
+      const TaskSlot& t = *live[i];
+      CUdeviceptr argp = g->args + off;
+      off += (cuda::arg_block_bytes(t) + 255) / 256 * 256;
+      void* params[] = {&argp};
+      CUDA_KERNEL_NODE_PARAMS kp;
+      std::memset(&kp, 0, sizeof kp);
+      kp.func = static_cast<CUfunction>(t.kernel->cuda_function);
+      kp.gridDimX = t.block_num, kp.gridDimY = 1, kp.gridDimZ = 1;
+      kp.blockDimX = unsigned(threads_per_block()), kp.blockDimY = 1, kp.blockDimZ = 1;
+      kp.kernelParams = params;
+      CUgraphNode node = nullptr;
+      if (cu().cuGraphAddKernelNode(&node, graph, prev ? &prev : nullptr, prev ? 1 : 0, &kp) != CUDA_SUCCESS) {
+        ok = false;
+        break;
+      }
+      prev = node;
+    }
+    ok = ok && cu().cuGraphInstantiate(&g->exec, graph, 0) == CUDA_SUCCESS;
+    cu().cuGraphDestroy(graph);  // the exec is independent of it
+    return ok;
+  }
+
+  void drop(SegmentGraph& g) {
+    if (g.exec) cu().cuGraphExecDestroy(g.exec);
+    if (g.args) cu().cuMemFree(g.args);
+  }
+
+  // Frees the least recently used segment graph; it may still run, so its
+  // stream is drained first (rare: the cache holds many shapes).
+  void evict_segment_graph() {
+    auto victim = seg_graphs_.begin();
+    for (auto it = seg_graphs_.begin(); it != seg_graphs_.end(); ++it)
+      if (it->second->last_used < victim->second->last_used) victim = it;
+    if (victim == seg_graphs_.end()) return;
+    if (victim->second->exec) cu().cuStreamSynchronize(streams_[victim->second->stream]);
+    drop(*victim->second);
+    seg_graphs_.erase(victim);
+  }
+
   // Launches a batch (orchestrating thread, launch_mu_ held, context bound).
   void launch(std::vector<TaskSlot*>& batch) {
     Engine* eng = engine_.load();
@@ -350,123 +565,69 @@ class CudaExecutor final : public Executor {
         live.push_back(t);
     }
     if (live.empty()) return;
-    // Argument blocks of the whole batch: one copy.
+    use_clock_++;
+    std::vector<Segment> segs = plan(live);
+    // Diagnostics want each kernel launched (and timed, dumped, counted) alone.
+    const bool graphs = !timing_ && !serial_ && pmu_type_ == 0;
+    // Argument blocks of the whole batch, each segment's contiguous: one
+    // staging area, one copy to the arena (for what launches kernel by
+    // kernel), one copy per segment graph into its own blocks.
     uint64_t bytes = 0;
     std::vector<uint64_t> offs(live.size());
-    for (size_t i = 0; i < live.size(); i++) {
-      offs[i] = bytes;
-      bytes += (cuda::arg_block_bytes(*live[i]) + 255) / 256 * 256;
+    bool arena_used = false;
+    for (Segment& sg : segs) {
+      sg.off = bytes;
+      for (uint32_t i : sg.tasks) {
+        offs[i] = bytes;
+        bytes += (cuda::arg_block_bytes(*live[i]) + 255) / 256 * 256;
+      }
+      sg.bytes = bytes - sg.off;
+      sg.graph = graphs ? segment_graph(sg, live) : nullptr;
+      arena_used |= !sg.graph;
     }
     uint64_t base = 0, span = 0;
     if (!reserve(bytes, &base, &span)) {
-      for (TaskSlot* t : live) fail_now(t, health());
+      for (TaskSlot* t : live) t->state.store(kPending, std::memory_order_release), fail_now(t, health());
       return;
     }
-    for (size_t i = 0; i < live.size(); i++)
-      cuda::write_arg_block(*live[i], arena_host_ + base + offs[i], arena_dev_ + base + offs[i]);
-    CUresult r = cu().cuMemcpyHtoDAsync(arena_dev_ + base, arena_host_ + base, bytes, streams_[0]);
-    if (r != CUDA_SUCCESS) {
-      Error e = cu_error(r, "uploading kernel arguments");
-      note_sticky(r, e);
-      for (TaskSlot* t : live) fail_now(t, e);
-      release_span(span);
-      return;
-    }
-    launches_[0]++;  // the copy counts as work on stream 0
-    // Other streams wait for the copy alone, not for kernels stream 0 runs next.
+    for (Segment& sg : segs)
+      for (uint32_t i : sg.tasks) {
+        const uint64_t dev = sg.graph ? sg.graph->args + (offs[i] - sg.off) : arena_dev_ + base + offs[i];
+        cuda::write_arg_block(*live[i], arena_host_ + base + offs[i], dev);
+      }
     CUevent copied = nullptr;
-    if (nstreams_ > 1) {
-      copied = events_.get(false);
-      cu().cuEventRecord(copied, streams_[0]);
+    if (arena_used) {
+      CUresult r = cu().cuMemcpyHtoDAsync(arena_dev_ + base, arena_host_ + base, bytes, streams_[0]);
+      if (r != CUDA_SUCCESS) {
+        Error e = cu_error(r, "uploading kernel arguments");
+        note_sticky(r, e);
+        for (TaskSlot* t : live) t->state.store(kPending, std::memory_order_release), fail_now(t, e);
+        release_span(span);
+        return;
+      }
+      launches_[0]++;  // the copy counts as work on stream 0
+      // Other streams wait for the copy alone, not for kernels stream 0 runs next.
+      if (nstreams_ > 1) {
+        copied = events_.get(false);
+        cu().cuEventRecord(copied, streams_[0]);
+      }
     }
     bool waited_copy[kMaxStreams] = {};
     waited_copy[0] = true;
     std::vector<Completion> per_stream(nstreams_);
     for (int s = 0; s < nstreams_; s++) per_stream[s].stream = s;
-    Diagnostics* diag = eng->diag();
-    for (size_t i = 0; i < live.size(); i++) {
-      TaskSlot* t = live[i];
-      // A failure so far (a built-in op of this batch, a bad launch) cancels
-      // what has not started: poisoned consumers, or everything once aborting.
-      if (eng->aborting() || t->poisoned.load(std::memory_order_acquire)) {
-        eng->task_finished(t, false, nullptr);
+    for (Segment& sg : segs) {
+      CUstream st = streams_[sg.stream];
+      for (int w = 0; w < sg.nwait; w++) cu().cuStreamWaitEvent(st, stream_event(sg.waits[w]), 0);
+      if (sg.graph) {
+        launch_segment_graph(sg, live, base, offs, per_stream[sg.stream], eng);
         continue;
       }
-      // Producers still on the device.
-      int chosen = -1, last_launched = -1;
-      int waits[kMaxStreams];
-      int nwait = 0;
-      for (uint32_t k = 0; k < t->fanin_count; k++) {
-        TaskSlot* p = t->fanin[k].producer;
-        if (p->state.load(std::memory_order_acquire) != kRunning || p->core < 0) continue;
-        last_launched = p->core;
-        bool seen = false;
-        for (int w = 0; w < nwait; w++) seen |= waits[w] == p->core;
-        if (!seen) waits[nwait++] = p->core;
-      }
-      chosen = last_launched >= 0 ? last_launched : int(rr_++ % uint32_t(nstreams_));
-      CUstream st = streams_[chosen];
-      for (int w = 0; w < nwait; w++)
-        if (waits[w] != chosen) cu().cuStreamWaitEvent(st, stream_event(waits[w]), 0);
-      if (!waited_copy[chosen]) {
+      if (!waited_copy[sg.stream]) {
         cu().cuStreamWaitEvent(st, copied, 0);
-        waited_copy[chosen] = true;
+        waited_copy[sg.stream] = true;
       }
-      t->core = chosen;
-      t->state.store(kRunning, std::memory_order_release);
-      if (t->kernel->builtin) {
-        pmu_flush();  // tensorcore's kernels must not become ranges of the session
-        run_builtin_now(t, eng, st);
-        continue;
-      }
-      if (serial_ && diag) {
-        cu().cuStreamSynchronize(st);
-        diag->before_task(*t);
-      }
-      if (pmu_type_ && !pmu_) {
-        auto session = std::make_unique<cuda::PmuSession>();
-        Error pe = session->open(ctx_.get(), dev_->device_id(), pmu_type_, kPmuRanges);
-        if (!pe.ok()) {
-          t->state.store(kPending, std::memory_order_release);
-          fail_now(t, pe);
-          continue;
-        }
-        pmu_ = std::move(session);
-      }
-      TaskTiming tm;
-      if (timing_) {
-        tm.start = events_.get(true);
-        cu().cuEventRecord(tm.start, st);
-      }
-      CUdeviceptr argp = arena_dev_ + base + offs[i];
-      void* params[] = {&argp};
-      r = cu().cuLaunchKernel(static_cast<CUfunction>(t->kernel->cuda_function), t->block_num, 1, 1,
-                         unsigned(threads_per_block()), 1, 1, 0, st, params, nullptr);
-      if (r != CUDA_SUCCESS) {
-        Error e = make_error(TC_ERR_DISPATCH, "task %llu (%s): cuLaunchKernel with %u block(s) of %d threads: %s",
-                             (unsigned long long)pos_of(t->id), t->kernel->name.c_str(), t->block_num,
-                             threads_per_block(), cu_error_text(r).c_str());
-        note_sticky(r, e);
-        if (tm.start) events_.put(tm.start, true);
-        t->state.store(kPending, std::memory_order_release);
-        fail_now(t, e);
-        continue;
-      }
-      launches_[chosen]++;
-      if (timing_) {
-        tm.end = events_.get(true);
-        cu().cuEventRecord(tm.end, st);
-      }
-      if (serial_ && diag) {
-        CUresult sr = cu().cuStreamSynchronize(st);
-        if (sr == CUDA_SUCCESS) diag->after_task(*t);
-      }
-      if (pmu_) {
-        pmu_tasks_.push_back(t->id);
-        if (pmu_tasks_.size() >= kPmuRanges) pmu_flush();
-      }
-      per_stream[chosen].tasks.push_back(t);
-      per_stream[chosen].timing.push_back(tm);
+      for (uint32_t i : sg.tasks) launch_one(live[i], sg.stream, arena_dev_ + base + offs[i], per_stream[sg.stream], eng);
     }
     if (copied) events_.put(copied, false);  // reusable once recorded: waits captured it
     int users = 0;
@@ -481,6 +642,104 @@ class CudaExecutor final : public Executor {
       enqueue_completion(c.stream, std::move(c));
     }
     release_span(span);  // the launcher's own hold
+  }
+
+  // One copy of the segment's argument blocks into the graph's, one launch.
+  void launch_segment_graph(Segment& sg, const std::vector<TaskSlot*>& live, uint64_t base,
+                            const std::vector<uint64_t>& offs, Completion& done, Engine* eng) {
+    SegmentGraph& g = *sg.graph;
+    CUstream st = streams_[sg.stream];
+    CUresult r = cu().cuMemcpyHtoDAsync(g.args, arena_host_ + base + sg.off, sg.bytes, st);
+    if (r == CUDA_SUCCESS) {
+      launches_[sg.stream]++;
+      // A failure earlier in this batch cancels what has not started: the
+      // segment then goes kernel by kernel, skipping those it cancels.
+      bool cancel = eng->aborting();
+      for (uint32_t i : sg.tasks) cancel |= live[i]->poisoned.load(std::memory_order_acquire);
+      if (cancel) {
+        for (uint32_t i : sg.tasks) launch_one(live[i], sg.stream, g.args + (offs[i] - sg.off), done, eng);
+        return;
+      }
+      r = cu().cuGraphLaunch(g.exec, st);
+    }
+    if (r != CUDA_SUCCESS) {
+      Error e = make_error(TC_ERR_DISPATCH, "launching a CUDA Graph of %zu task(s) from task %llu (%s): %s",
+                           sg.tasks.size(), (unsigned long long)pos_of(live[sg.tasks[0]]->id),
+                           live[sg.tasks[0]]->kernel->name.c_str(), cu_error_text(r).c_str());
+      note_sticky(r, e);
+      cu().cuStreamSynchronize(st);  // no copy may still read the staging area once the batch lets it go
+      for (uint32_t i : sg.tasks) live[i]->state.store(kPending, std::memory_order_release), fail_now(live[i], e);
+      return;
+    }
+    launches_[sg.stream]++;
+    for (uint32_t i : sg.tasks) {
+      done.tasks.push_back(live[i]);
+      done.timing.push_back(TaskTiming{});
+    }
+  }
+
+  // One task's kernel (or built-in op) on stream s, its arguments at argp.
+  void launch_one(TaskSlot* t, int s, CUdeviceptr argp, Completion& done, Engine* eng) {
+    // A failure so far (a built-in op of this batch, a bad launch) cancels
+    // what has not started: poisoned consumers, or everything once aborting.
+    if (eng->aborting() || t->poisoned.load(std::memory_order_acquire)) {
+      eng->task_finished(t, false, nullptr);
+      return;
+    }
+    CUstream st = streams_[s];
+    if (t->kernel->builtin) {
+      pmu_flush();  // tensorcore's kernels must not become ranges of the session
+      run_builtin_now(t, eng, st);
+      return;
+    }
+    Diagnostics* diag = eng->diag();
+    if (serial_ && diag) {
+      cu().cuStreamSynchronize(st);
+      diag->before_task(*t);
+    }
+    if (pmu_type_ && !pmu_) {
+      auto session = std::make_unique<cuda::PmuSession>();
+      Error pe = session->open(ctx_.get(), dev_->device_id(), pmu_type_, kPmuRanges);
+      if (!pe.ok()) {
+        t->state.store(kPending, std::memory_order_release);
+        fail_now(t, pe);
+        return;
+      }
+      pmu_ = std::move(session);
+    }
+    TaskTiming tm;
+    if (timing_) {
+      tm.start = events_.get(true);
+      cu().cuEventRecord(tm.start, st);
+    }
+    void* params[] = {&argp};
+    CUresult r = cu().cuLaunchKernel(static_cast<CUfunction>(t->kernel->cuda_function), t->block_num, 1, 1,
+                                     unsigned(threads_per_block()), 1, 1, 0, st, params, nullptr);
+    if (r != CUDA_SUCCESS) {
+      Error e = make_error(TC_ERR_DISPATCH, "task %llu (%s): cuLaunchKernel with %u block(s) of %d threads: %s",
+                           (unsigned long long)pos_of(t->id), t->kernel->name.c_str(), t->block_num,
+                           threads_per_block(), cu_error_text(r).c_str());
+      note_sticky(r, e);
+      if (tm.start) events_.put(tm.start, true);
+      t->state.store(kPending, std::memory_order_release);
+      fail_now(t, e);
+      return;
+    }
+    launches_[s]++;
+    if (timing_) {
+      tm.end = events_.get(true);
+      cu().cuEventRecord(tm.end, st);
+    }
+    if (serial_ && diag) {
+      CUresult sr = cu().cuStreamSynchronize(st);
+      if (sr == CUDA_SUCCESS) diag->after_task(*t);
+    }
+    if (pmu_) {
+      pmu_tasks_.push_back(t->id);
+      if (pmu_tasks_.size() >= kPmuRanges) pmu_flush();
+    }
+    done.tasks.push_back(t);
+    done.timing.push_back(tm);
   }
 
   // A built-in op: drain its producers' streams, run it through tensorcore.
@@ -532,6 +791,17 @@ class CudaExecutor final : public Executor {
 
   void finish(Completion& c, CUresult r) {
     Engine* eng = engine_.load();
+    if (c.whole) {
+      events_.put(c.done, false);
+      Error e;
+      if (r != CUDA_SUCCESS) {
+        e = make_error(TC_ERR_DISPATCH, "a kernel failed on the GPU in the replayed CUDA Graph of the recorded "
+                       "graph (stream 0): %s", cu_error_text(r).c_str());
+        note_sticky(r, e);
+      }
+      eng->graph_finished(e);
+      return;
+    }
     Diagnostics* diag = eng ? eng->diag() : nullptr;
     if (r == CUDA_SUCCESS && diag) {
       for (size_t i = 0; i < c.tasks.size(); i++) {
@@ -624,6 +894,11 @@ class CudaExecutor final : public Executor {
   std::recursive_mutex launch_mu_;
   std::vector<TaskSlot*> batch_;
   uint64_t batch_since_ = 0;
+  // Segment graphs by shape (see segment_graph), under launch_mu_.
+  std::map<std::vector<uint64_t>, std::unique_ptr<SegmentGraph>> seg_graphs_;
+  std::map<std::vector<uint64_t>, uint32_t> seg_seen_;
+  uint64_t use_clock_ = 0;  // launch() calls, for the least recently used graph
+  uint64_t unloads_seen_ = 0;  // g_module_unloads when seg_graphs_ was last checked
 
   CUdeviceptr arena_dev_ = 0;
   char* arena_host_ = nullptr;
@@ -681,6 +956,7 @@ Error load_cuda_kernel(Device* dev, const std::string& binary, const std::string
     ~Module() {
       ctx->bind();
       cu().cuModuleUnload(mod);
+      g_module_unloads.fetch_add(1);
     }
   };
   *keep = std::shared_ptr<Module>(new Module{ctx, mod});

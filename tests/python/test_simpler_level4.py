@@ -401,3 +401,71 @@ def test_the_daemon_refuses_a_key_file_others_can_read(tmp_path):
     p = subprocess.run([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0", "--key-file",
                         str(kf)], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "at least 32" in p.stderr
+
+
+# ---- concurrency in a session ----------------------------------------------------
+
+def _stamp_args(ptr, ms):
+    t = ChipStorageTaskArgs()
+    t.add_tensor(ChipTensor.make(ptr, (2,), DataType.FLOAT64), D.OUT)
+    t.add_scalar(ms)
+    return t
+
+
+def test_two_long_tasks_on_one_remote_worker_overlap(daemons):
+    d = daemons()
+    nap_ms = 800
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec(num_sub_workers=2))
+        w4.init()
+        stamps = [w4.remote_malloc(16, r) for _ in range(2)]
+
+        def orch(o, args, cfg):
+            for p in stamps:
+                o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, nap_ms), worker=r)
+
+        w4.run(orch)
+        spans = []
+        for p in stamps:
+            out = np.zeros(2, np.float64)
+            w4.remote_copy_from(out, p, r)
+            spans.append(out)
+        assert all(s[1] - s[0] >= nap_ms / 1000 for s in spans), spans
+        # Both ran at once: each started before the other ended.
+        assert max(s[0] for s in spans) < min(s[1] for s in spans), spans
+
+        # A failure next to a long task: the run reports the failure, after
+        # the long task has finished (its stamp is written).
+        p = stamps[0]
+        w4.remote_copy_to(p, np.zeros(2), r)
+
+        def mixed(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, 300), worker=r)
+            o.submit_next_level("simpler_remote_orchs:fail", None, worker=r)
+
+        with pytest.raises(SimplerError, match="failed on purpose"):
+            w4.run(mixed)
+        out = np.zeros(2, np.float64)
+        w4.remote_copy_from(out, p, r)
+        assert out[1] > out[0] > 0
+
+
+def test_a_session_without_sub_workers_runs_one_task_at_a_time(daemons):
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec(num_sub_workers=1))
+        w4.init()
+        stamps = [w4.remote_malloc(16, r) for _ in range(2)]
+
+        def orch(o, args, cfg):
+            for p in stamps:
+                o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, 200), worker=r)
+
+        w4.run(orch)
+        spans = []
+        for p in stamps:
+            out = np.zeros(2, np.float64)
+            w4.remote_copy_from(out, p, r)
+            spans.append(sorted(out))
+        spans.sort()
+        assert spans[0][1] <= spans[1][0], spans  # capacity 1: the second started after the first ended

@@ -97,6 +97,10 @@ class Engine:
         self.next_buf = 0
         self.config_keys = {}  # config repr -> index (0 = the default)
         self.config_fields = {}
+        # Something besides a completion that should end a wait (a level-4
+        # session's next frame, posted from another thread with a write to
+        # parent_efd): a callable, or None.
+        self.interrupt = None
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
@@ -495,6 +499,8 @@ class Engine:
         return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
 
     def _any_done(self) -> bool:
+        if self.interrupt is not None and self.interrupt():
+            return True
         for ep, f in self.inflight:
             if ep.done(f):
                 return True

@@ -45,3 +45,15 @@ def slow_stamp(orch, args, cfg):
     and the session can start its next task."""
     h = orch._w.register(stamp_sleep)
     orch.submit_sub(h, args)
+
+
+def affine_sub(args):
+    """A sub-task: after scalar 2 milliseconds, a = a * scalar 0 + scalar 1
+    (not commutative, so the order of two of them shows in the result)."""
+    time.sleep(args.scalar(2) / 1000.0)
+    a = args.array(0)
+    a[:] = a * args.scalar(0) + args.scalar(1)
+
+
+def affine(orch, args, cfg):
+    orch.submit_sub(orch._w.register(affine_sub), args)

@@ -198,8 +198,6 @@ def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
             w4.remote_copy_from(np.zeros(10, np.uint8), p + 4995, r)
         with pytest.raises(ValueError, match="not a remote worker"):
             w4.remote_malloc(16, 7)
-        with pytest.raises(SimplerUnsupportedError, match="not supported"):
-            w4.remote_export(p, r)
         # A local buffer cannot be named by a remote task.
         local = w4.create_buffer(64)
 
@@ -469,3 +467,96 @@ def test_a_session_without_sub_workers_runs_one_task_at_a_time(daemons):
             spans.append(sorted(out))
         spans.sort()
         assert spans[0][1] <= spans[1][0], spans  # capacity 1: the second started after the first ended
+
+
+# ---- export / import ---------------------------------------------------------------
+
+def _affine_args(ptr, mul, add, nap_ms, n=16):
+    t = ChipStorageTaskArgs()
+    t.add_tensor(ChipTensor.make(ptr, (n,), DataType.FLOAT32), D.INOUT)
+    for s in (mul, add, nap_ms):
+        t.add_scalar(s)
+    return t
+
+
+def test_exported_memory_is_shared_by_another_session_and_the_parent_in_task_order(daemons):
+    import ctypes
+
+    import simpler_remote_orchs as R
+    from simpler import RemoteExport, SimplerUnsupportedError
+
+    d0, d1 = daemons(), daemons()
+    local = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1)
+    h_local = local.register(R.affine_sub)
+    w4 = Worker(4, platform="cpu")
+    try:
+        assert w4.add_worker(local) == 0
+        owner = w4.add_remote_worker(d0.spec(num_sub_workers=1))
+        peer = w4.add_remote_worker(d1.spec(num_sub_workers=1))
+        w4.init()
+        x = np.arange(16, dtype=np.float32)
+        p = w4.remote_malloc(x.nbytes, owner)
+        w4.remote_copy_to(p, x, owner)
+        exp = w4.remote_export(p, owner)
+        assert isinstance(exp, RemoteExport) and exp.worker == owner and exp.nbytes == x.nbytes
+        q = w4.remote_import(exp, peer)
+        mine = w4.remote_import(exp)  # this process: the local workers' tasks name it
+        view = np.frombuffer((ctypes.c_char * x.nbytes).from_address(mine), np.float32)
+        np.testing.assert_array_equal(view, x)  # the owner's bytes, no copy
+
+        def local_orch(o, args, cfg):
+            o.submit_sub(h_local, _affine_args(mine, 3, 0, 0))
+
+        def orch(o, args, cfg):
+            # peer: x*2 after a nap; then owner: +1; then the parent's local worker: *3. Each must wait
+            # for the one before (they name the same bytes through three addresses), else the
+            # nap-free later ones would go first and the result differ.
+            o.submit_next_level("simpler_remote_orchs:affine", _affine_args(q, 2, 0, 300), worker=peer)
+            o.submit_next_level("simpler_remote_orchs:affine", _affine_args(p, 1, 1, 0), worker=owner)
+            o.submit_next_level(local_orch, None, worker=0)
+
+        w4.run(orch)
+        want = (x * 2 + 1) * 3
+        np.testing.assert_array_equal(view, want)
+        got = np.zeros_like(x)
+        w4.remote_copy_from(got, q, peer)  # copies through an import too
+        np.testing.assert_array_equal(got, want)
+
+        # Lifetimes: the owner cannot free what others map; releases are checked.
+        with pytest.raises(ValueError, match="imported by remote worker 2, this Worker"):
+            w4.remote_free(p, owner)
+        w4.remote_release_import(q, peer)
+        with pytest.raises(ValueError, match="not an import"):
+            w4.remote_release_import(q, peer)
+        with pytest.raises(ValueError, match="not inside one allocation"):
+            w4.remote_copy_from(got, q, peer)
+        del view
+        w4.remote_release_import(mine)
+        with pytest.raises(ValueError, match="not an import"):
+            w4.remote_release_import(mine, 0)
+        w4.remote_free(p, owner)
+        with pytest.raises(ValueError, match="not a live export"):
+            w4.remote_import(exp, peer)
+
+        # Misuse: unknown handles, the owner importing its own memory, exports of a part or of an
+        # import, and an export from another host.
+        with pytest.raises(TypeError, match="remote_export returned"):
+            w4.remote_import(0x1234, peer)
+        p2 = w4.remote_malloc(64, owner)
+        exp2 = w4.remote_export(p2, owner)
+        with pytest.raises(ValueError, match="owns this memory"):
+            w4.remote_import(exp2, owner)
+        with pytest.raises(ValueError, match="whole allocation"):
+            w4.remote_export(p2 + 8, owner)
+        q2 = w4.remote_import(exp2, peer)
+        with pytest.raises(ValueError, match="is an import"):
+            w4.remote_export(q2, peer)
+        exp2.host = "elsewhere/0"
+        with pytest.raises(SimplerUnsupportedError, match="another host"):
+            w4.remote_import(exp2, peer)
+        with pytest.raises(SimplerUnsupportedError, match="another host"):
+            w4.remote_import(exp2)
+        # An import still mapped at close() is released with its session.
+    finally:
+        w4.close()
+        local.close()

@@ -229,6 +229,9 @@ class Engine:
                 idx, base = found
             size = self.buffers[idx].nbytes
             key = child_key = base
+            dep = getattr(self.buffers[idx], "_dep_key", None)
+            if dep is not None:  # an import of remote memory: ordered with its owner's tasks
+                key = dep
             tag = idx + 1
         delta = addr - base
         item = L.ITEMSIZE[dtype] if 0 <= dtype < len(L.ITEMSIZE) else 1
@@ -241,7 +244,7 @@ class Engine:
         if child_key != key:
             L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
             child_rec = bytes(raw)
-        if tag and keep is self.buffers[tag - 1]:
+        if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
             t._l3 = (tag - 1, keep, rec)
         return rec, child_rec, tag, base
 

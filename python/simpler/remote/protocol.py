@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import struct
 
@@ -213,3 +214,14 @@ def parse_address(address: str) -> tuple:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def host_id() -> str:
+    """Names this host's shared-memory namespace: the host name and the
+    kernel's boot id (a new boot, or another machine, is another host)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"

@@ -64,6 +64,7 @@ class Session:
         self.key = key
         self.worker = None
         self.buffers = {}  # base address -> Buffer (remote_malloc)
+        self.imports = {}  # base address -> ImportedBuffer (another session's export, mapped here)
         self.callables = {}
         self.timeout_s = 30.0
         self.stop = threading.Event()
@@ -264,7 +265,7 @@ class Session:
             return _errors.INTERNAL, f"{type(e).__name__}: {e}{where}"
 
     def _buffer_at(self, addr: int, n: int):
-        for base, b in self.buffers.items():
+        for base, b in list(self.buffers.items()) + list(self.imports.items()):
             if base <= addr and addr + n <= base + b.nbytes:
                 return b
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"[0x{addr:x}, +{n}) is not inside one remote "
@@ -297,10 +298,43 @@ class Session:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"copy_from of {n} bytes in one request")
             self._buffer_at(addr, n)
             return None, ctypes.string_at(addr, n)
-        if op in ("export", "import", "release_import"):
-            raise _errors.SimplerUnsupportedError(_errors.UNSUPPORTED, f"remote_{op}: sharing remote memory "
-                                                  f"between sessions is not supported yet")
+        if op == "export":
+            b = self.buffers.get(int(req["ptr"]))
+            if b is None:
+                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not a remote "
+                                                   f"allocation of this session")
+            return {"name": b.shm.name, "nbytes": b.nbytes, "host": P.host_id()}, b""
+        if op == "import":
+            return self._import(str(req["name"]), int(req["nbytes"]), str(req["host"])), b""
+        if op == "release_import":
+            b = self.imports.pop(int(req["ptr"]), None)
+            if b is None:
+                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not an import "
+                                                   f"of this session")
+            b.close()
+            return None, b""
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"unknown control request {op!r}")
+
+    def _import(self, name: str, nbytes: int, host: str) -> int:
+        """Maps another session's exported segment into this session's
+        level-3 Worker (its children map it by name when a task names it)."""
+        from ..level3 import shm
+        from ..level3.memory import ImportedBuffer
+
+        if host != P.host_id():
+            raise _errors.SimplerUnsupportedError(
+                _errors.UNSUPPORTED, f"the export lives on another host ({host}; this is {P.host_id()}); shared "
+                f"memory carries imports, so the importer must run on the exporter's host")
+        if not name.startswith(shm.PREFIX) or "/" in name or nbytes <= 0:
+            raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"{name!r} ({nbytes} bytes) is not an export")
+        try:
+            b = ImportedBuffer(name, nbytes, self.worker)
+        except (OSError, ValueError) as e:
+            raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"cannot map the export {name}: {e}") from None
+        self.worker._buffers.append(b)
+        self.worker._engine.add_buffer(b)
+        self.imports[b.ptr] = b
+        return b.ptr
 
     def _close(self) -> None:
         self.stop.set()

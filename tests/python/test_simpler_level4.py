@@ -42,16 +42,16 @@ def descendants(pid: int) -> list:
 
 
 class Daemon:
-    def __init__(self, tmp_path, key: bytes, name: str = "d"):
+    def __init__(self, tmp_path, key: bytes, name: str = "d", extra=()):
         self.key = key
-        kf = tmp_path / f"{name}.key"
+        self.key_file = kf = tmp_path / f"{name}.key"
         fd = os.open(kf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, key)
         os.close(fd)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(HERE), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0",
-                                      "--key-file", str(kf)], stdout=subprocess.PIPE, env=env, text=True)
+                                      "--key-file", str(kf), *extra], stdout=subprocess.PIPE, env=env, text=True)
         line = self.proc.stdout.readline()
         assert "listening on" in line, line
         self.address = line.split()[-1]
@@ -76,8 +76,8 @@ class Daemon:
 def daemons(tmp_path):
     made = []
 
-    def make(key=None, name=None):
-        d = Daemon(tmp_path, key or os.urandom(32), name or f"d{len(made)}")
+    def make(key=None, name=None, extra=()):
+        d = Daemon(tmp_path, key or os.urandom(32), name or f"d{len(made)}", extra)
         made.append(d)
         return d
 
@@ -560,3 +560,83 @@ def test_exported_memory_is_shared_by_another_session_and_the_parent_in_task_ord
     finally:
         w4.close()
         local.close()
+
+
+# ---- the daemon ----------------------------------------------------------------------
+
+def test_sessions_over_the_daemons_limit_are_refused_with_a_message(daemons):
+    d = daemons(extra=["--max-sessions", "1"])
+    first = Worker(4, platform="cpu")
+    first.add_remote_worker(d.spec())
+    try:
+        first.init()
+        session = first._remote_eps[0].pid
+        second = Worker(4, platform="cpu")
+        second.add_remote_worker(d.spec())
+        t0 = time.time()
+        with pytest.raises(SimplerError, match="serves at most 1 sessions at once and 1 are open"):
+            second.init()
+        assert time.time() - t0 < 10  # answered, not left to time out
+        second.close()
+    finally:
+        first.close()
+    # Once the session is gone the daemon serves again.
+    deadline = time.time() + 10
+    while alive(session) and time.time() < deadline:
+        time.sleep(0.05)
+    with Worker(4, platform="cpu") as third:
+        r = third.add_remote_worker(d.spec())
+        third.init()
+        third.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=r))
+
+
+def _rewrite_key(path, key: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, key)
+    os.close(fd)
+
+
+def test_sighup_rotates_the_daemons_key(daemons):
+    d = daemons()
+    old_key, new_key = d.key, os.urandom(32)
+    before = Worker(4, platform="cpu")
+    r = before.add_remote_worker(d.spec())
+    try:
+        before.init()
+        _rewrite_key(d.key_file, new_key)
+        d.proc.send_signal(signal.SIGHUP)
+        assert "reloaded the key file" in d.proc.stdout.readline()
+        stale = Worker(4, platform="cpu")
+        stale.add_remote_worker(d.spec(key=old_key))
+        with pytest.raises(SimplerError, match="authentication failed"):
+            stale.init()
+        stale.close()
+        with Worker(4, platform="cpu") as fresh:
+            fr = fresh.add_remote_worker(d.spec(key=new_key))
+            fresh.init()
+            fresh.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=fr))
+        # The session opened under the old key goes on.
+        before.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=r))
+        # A file that holds no usable key is refused; the daemon keeps the key it has.
+        _rewrite_key(d.key_file, b"short")
+        d.proc.send_signal(signal.SIGHUP)
+        assert "kept its key" in d.proc.stdout.readline()
+        with Worker(4, platform="cpu") as again:
+            again.add_remote_worker(d.spec(key=new_key))
+            again.init()
+    finally:
+        before.close()
+
+
+def test_the_daemon_is_installed_as_a_console_script():
+    import importlib
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    mod, _, fn = scripts["simpler-remote-worker"].partition(":")
+    main = getattr(importlib.import_module(mod), fn)
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert main(["--listen", "nowhere", "--key-file", "/nonexistent"]) == 2

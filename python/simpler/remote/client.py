@@ -278,7 +278,9 @@ class RemoteEndpoint:
     def close(self) -> None:
         """Asks the session to end (it closes its level-3 Worker) and waits
         briefly for its acknowledgement; a dead session is just dropped."""
-        if not self.dead and self._cmd is not None:
+        # No receiver thread means the session never started (refused, or it
+        # failed to open): nobody would see an acknowledgement, so do not wait for one.
+        if not self.dead and self._cmd is not None and self._threads:
             try:
                 self._send(P.encode(P.SHUTDOWN))
                 deadline = time.monotonic() + min(self.timeout_s, 10.0)

@@ -78,6 +78,15 @@ def decode(frame: bytes, allowed) -> tuple:
     return ftype, memoryview(frame)[HEADER.size:]
 
 
+def _json(raw, what: str):
+    """A JSON value, or ProtocolError (never a ValueError or RecursionError
+    of the parser: the caller drops the connection on ProtocolError alone)."""
+    try:
+        return json.loads(bytes(raw).decode("utf-8", "strict"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ProtocolError(f"{what} is not JSON: {type(e).__name__}: {e}"[:300]) from None
+
+
 def _need(body, at: int, n: int, what: str) -> None:
     if n < 0 or at + n > len(body):
         raise ProtocolError(f"truncated {what}: needs {at + n} bytes, the body has {len(body)}")
@@ -99,10 +108,13 @@ def parse_task(body) -> tuple:
     tid, nn, nc = _TASK_HEAD.unpack_from(body)
     at = _TASK_HEAD.size
     _need(body, at, nn, "TASK callable name")
-    name = bytes(body[at:at + nn]).decode("utf-8", "strict")
+    try:
+        name = bytes(body[at:at + nn]).decode("utf-8", "strict")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"TASK callable name is not UTF-8 ({e})") from None
     at += nn
     _need(body, at, nc, "TASK config")
-    config = json.loads(bytes(body[at:at + nc])) if nc else {}
+    config = _json(body[at:at + nc], "TASK config") if nc else {}
     if not isinstance(config, dict):
         raise ProtocolError("TASK config is not an object")
     at += nc
@@ -149,7 +161,7 @@ def parse_control(body) -> tuple:
     _need(body, 0, _CONTROL.size, "CONTROL header")
     rid, n = _CONTROL.unpack_from(body)
     _need(body, _CONTROL.size, n, "CONTROL request")
-    req = json.loads(bytes(body[_CONTROL.size:_CONTROL.size + n]))
+    req = _json(body[_CONTROL.size:_CONTROL.size + n], "CONTROL request")
     if not isinstance(req, dict) or not isinstance(req.get("op"), str):
         raise ProtocolError("CONTROL request is not an object with an 'op'")
     return rid, req, bytes(body[_CONTROL.size + n:])
@@ -164,7 +176,7 @@ def parse_reply(body) -> tuple:
     _need(body, 0, _REPLY.size, "CONTROL_REPLY header")
     rid, status, n = _REPLY.unpack_from(body)
     _need(body, _REPLY.size, n, "CONTROL_REPLY value")
-    value = json.loads(bytes(body[_REPLY.size:_REPLY.size + n]))
+    value = _json(body[_REPLY.size:_REPLY.size + n], "CONTROL_REPLY value")
     return rid, status, value, bytes(body[_REPLY.size + n:])
 
 

@@ -68,6 +68,14 @@ class RemoteOps:
         except RemoteDied as e:
             raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
+    def _remote_calls(self, ep, requests):
+        from .client import RemoteDied
+
+        try:
+            yield from ep.control_many(requests, P.COPY_WINDOW)
+        except RemoteDied as e:
+            raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
+
     # ---- tasks ------------------------------------------------------------------
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
@@ -129,9 +137,11 @@ class RemoteOps:
         view = memoryview(src).cast("B")
         n = view.nbytes
         self._remote_range(ep, "remote_copy_to", int(dst), n)
+        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
         with self._engine.lock:
-            for at in range(0, n, P.CHUNK_BYTES):
-                self._remote_call(ep, {"op": "copy_to", "addr": int(dst) + at}, bytes(view[at:at + P.CHUNK_BYTES]))
+            pieces = (({"op": "copy_to", "addr": int(dst) + at}, view[at:at + piece]) for at in range(0, n, piece))
+            for _ in self._remote_calls(ep, pieces):
+                pass
 
     def remote_copy_from(self, dst, src: int, worker_id: int) -> None:
         """Copies len(dst) bytes from remote address `src` into `dst` (a
@@ -142,10 +152,12 @@ class RemoteOps:
             raise ValueError("remote_copy_from: dst is read-only")
         n = view.nbytes
         self._remote_range(ep, "remote_copy_from", int(src), n)
+        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
         with self._engine.lock:
-            for at in range(0, n, P.CHUNK_BYTES):
-                k = min(P.CHUNK_BYTES, n - at)
-                _, data = self._remote_call(ep, {"op": "copy_from", "addr": int(src) + at, "nbytes": k})
+            starts = range(0, n, piece)
+            pieces = (({"op": "copy_from", "addr": int(src) + at, "nbytes": min(piece, n - at)}, b"") for at in starts)
+            for at, (_, data) in zip(starts, self._remote_calls(ep, pieces)):
+                k = min(piece, n - at)
                 if len(data) != k:
                     raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {ep.label} sent {len(data)} "
                                                f"bytes, not {k}")

@@ -33,10 +33,15 @@ NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REP
 COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
 HEALTH_TYPES = {HEARTBEAT}
 
-# Copies travel in pieces of this size, so a frame (and the receiver's
-# buffer for it) stays bounded whatever the transfer.
+# Copies travel in pieces of at most this size, so a frame (and the
+# receiver's buffer for it) stays bounded whatever the transfer.
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
+# The pieces a copy actually sends, and how many go unanswered at once:
+# every frame's MAC is a SHA-256 pass over it on each side, so pieces in
+# flight let the sender hash one while the receiver verifies another.
+COPY_PIECE_BYTES = 1 << 20
+COPY_WINDOW = 4
 MAX_TENSORS = 256
 MAX_SCALARS = 128
 TENSOR_BYTES = 96
@@ -155,6 +160,23 @@ def parse_completion(body) -> tuple:
 def control_body(req_id: int, request: dict, data: bytes = b"") -> bytes:
     js = json.dumps(request).encode()
     return _CONTROL.pack(req_id, len(js)) + js + data
+
+
+def control_frame(req_id: int, request: dict, data=b"") -> bytes:
+    """encode(CONTROL, control_body(...)) in one copy of `data` (any
+    buffer: a copy's piece goes from the caller's memory to the frame)."""
+    js = json.dumps(request).encode()
+    head = _CONTROL.pack(req_id, len(js))
+    n = len(head) + len(js) + memoryview(data).nbytes
+    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL, n), head, js, data))
+
+
+def reply_frame(req_id: int, status: int, value, data=b"") -> bytes:
+    """encode(CONTROL_REPLY, reply_body(...)) in one copy of `data`."""
+    js = json.dumps(value).encode()
+    head = _REPLY.pack(req_id, status, len(js))
+    n = len(head) + len(js) + memoryview(data).nbytes
+    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL_REPLY, n), head, js, data))
 
 
 def parse_control(body) -> tuple:

@@ -144,8 +144,8 @@ class Session:
         self.cmd.shutdown()
         self._post(("end", "the health lane closed"))
 
-    def _reply(self, rid: int, status: int, value, data: bytes = b"") -> None:
-        self.cmd.send(P.encode(P.CONTROL_REPLY, P.reply_body(rid, status, value, data)), self.timeout_s)
+    def _reply(self, rid: int, status: int, value, data=b"") -> None:
+        self.cmd.send(P.reply_frame(rid, status, value, data), self.timeout_s)
 
     # ---- the command lane ------------------------------------------------------
 
@@ -296,8 +296,9 @@ class Session:
             addr, n = int(req["addr"]), int(req["nbytes"])
             if not 0 <= n <= P.CHUNK_BYTES:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"copy_from of {n} bytes in one request")
-            self._buffer_at(addr, n)
-            return None, ctypes.string_at(addr, n)
+            b = self._buffer_at(addr, n)
+            at = addr - b.ptr
+            return None, b.shm.buf[at:at + n]  # a view: the reply frame is the only copy
         if op == "export":
             b = self.buffers.get(int(req["ptr"]))
             if b is None:

@@ -227,6 +227,7 @@ class Worker:
         self.platform = platform
         self.runtime = runtime
         self.device_id = device_id
+        self._heap, self._cores = heap, cores  # a level-3 Worker taking this one as a chip reads them
         c = CWorkerConfig(ctypes.sizeof(CWorkerConfig), level, platform.encode(), runtime.encode(), device_id, cores,
                           heap)
         h = ctypes.c_void_p()
@@ -238,11 +239,36 @@ class Worker:
     # ---- lifecycle ----------------------------------------------------------
 
     def init(self, prewarm_config=None) -> None:
-        """Opens the device, starts the core threads and loads what is registered."""
-        check(lib().simpler_worker_init(self._h))
+        """Opens the device, starts the core threads and loads what is
+        registered. With prewarm_config (a CallConfig or its dict), also
+        runs one empty orchestration under that config's execution settings
+        (block_dim, aicpu_thread_num, runtime_env), so what a first run
+        sets up (the rings at the config's sizes, the cores' or streams'
+        first dispatch, on cuda the context's lazy state) is done before the
+        first real run."""
+        if getattr(self, "_parent", None) is not None:
+            raise ValueError("init: this Worker is attached to a level-3 Worker as one of its chips; init() that "
+                             "Worker")
+        cfg = None
         if prewarm_config is not None:
             cfg = CallConfig.from_dict(prewarm_config) if isinstance(prewarm_config, dict) else prewarm_config
+            if not isinstance(cfg, CallConfig):
+                raise TypeError(f"init: prewarm_config is a CallConfig or a dict, got {type(cfg).__name__}")
             cfg.validate()
+        check(lib().simpler_worker_init(self._h))
+        if cfg is not None:
+            self._prewarm(cfg)
+
+    def _prewarm(self, cfg: CallConfig) -> None:
+        # The execution settings only: diagnostics would write files for a run nobody asked for.
+        warm = CallConfig(aicpu_thread_num=cfg.aicpu_thread_num, block_dim=cfg.block_dim,
+                          runtime_env=cfg.runtime_env)
+        h = self.register(ChipCallable.from_tasks([], [], []))
+        try:
+            self.run(h, None, warm)
+        finally:
+            self.unregister(h)
+            self._callables.pop(int(h), None)
 
     def close(self) -> None:
         """Waits for submitted runs, then releases the device. Idempotent."""

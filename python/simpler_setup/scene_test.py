@@ -16,8 +16,14 @@ absent); outputs (OUT/INOUT tensors) are compared with the golden values at
 RTOL = ATOL = 1e-5 unless the class says otherwise. Run a file standalone
 with `python test_x.py -p cpu` when it ends in `scene_test.main()`.
 
+At level 3 the case runs through a Worker(3) whose orchestration function
+hands the ChipCallable to its chip, at level 4 through a Worker(4) whose
+orchestration hands that function to an attached Worker(3); the tensors
+then travel in shared buffers.
+
 Compiled callables are cached for the process (and on disk by
-KernelCompiler); Workers are shared per (platform, runtime) and closed at exit.
+KernelCompiler); Workers are shared per (level, platform, runtime) and
+closed at exit.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from .args import Scalar, TaskArgsBuilder, Tensor, build_chip_task_args
 from .kernel_compiler import KernelCompiler
 from .platforms import available_platforms, parse_platform
 
-__all__ = ["scene_test", "SceneTestCase", "main", "get_worker", "clear_compile_cache"]
+__all__ = ["scene_test", "SceneTestCase", "main", "get_worker", "get_hier_worker", "clear_compile_cache"]
 
 _lock = threading.Lock()
 _compile_cache: dict = {}
@@ -64,11 +70,32 @@ def get_worker(platform: str, runtime: str):
         return w
 
 
+def get_hier_worker(level: int, platform: str, runtime: str):
+    """A shared, initialised Worker(3) with one chip (the platform's
+    device), or a Worker(4) with such a Worker(3) attached as worker 0.
+    Returns (the Worker to run on, the level-3 Worker that registers chips)."""
+    from simpler import Worker
+
+    key = (level, platform, runtime)
+    with _lock:
+        got = _workers.get(key)
+        if got is None:
+            name, dev = parse_platform(platform)
+            w3 = Worker(3, platform=name, runtime=runtime, device_ids=[dev])
+            top = w3
+            if level == 4:
+                top = Worker(4, platform=name)
+                top.add_worker(w3)
+            top.init()
+            got = _workers[key] = (top, w3)
+        return got
+
+
 @atexit.register
 def _close_workers() -> None:
     for w in list(_workers.values()):
         try:
-            w.close()
+            (w[0] if isinstance(w, tuple) else w).close()  # a level-4 Worker closes its level-3 child too
         except Exception:
             pass
     _workers.clear()
@@ -140,6 +167,8 @@ class SceneTestCase:
 
     def run_case(self, case: dict, platform: str, worker=None, config: dict | None = None, rounds: int = 1):
         """Builds, runs and checks one case; returns the outputs."""
+        if self._st_level >= 3:
+            return self._run_case_hier(case, platform, config, rounds)
         worker = worker or get_worker(platform, self._st_runtime)
         chip = self.build_callable(platform)
         handle = worker.register(chip)
@@ -158,6 +187,64 @@ class SceneTestCase:
             return {n: getattr(args, n) for n in outputs}
         finally:
             worker.unregister(handle)
+
+
+    def _run_case_hier(self, case: dict, platform: str, config: dict | None, rounds: int):
+        """The case through a level-3 Worker (its orchestration function
+        hands the ChipCallable to chip 0) or a level-4 one (whose
+        orchestration hands that function to its level-3 worker 0): the
+        tensors live in shared buffers (create_buffer), filled from the
+        generated arrays and copied back into them before the comparison."""
+        import numpy as np
+
+        from simpler.task_interface import ArgDirection, ChipStorageTaskArgs
+
+        top, w3 = get_hier_worker(self._st_level, platform, self._st_runtime)
+        handle = w3.register(self.build_callable(platform))
+        params = case.get("params", {})
+        cfg = dict(case.get("config", {}))
+        cfg.update(config or {})
+        call_config = self._build_config(cfg)
+        signature = self.CALLABLE["orchestration"].get("signature", [])
+        tensor_dirs = [d for d in signature if ArgDirection(d) != ArgDirection.SCALAR]
+        for _ in range(rounds):
+            args = self.generate_args(params)
+            golden = args.clone()
+            self.compute_golden(golden, params)
+            chip_args, outputs, staged = ChipStorageTaskArgs(), [], []
+            try:
+                ti = 0
+                for spec in args.specs:
+                    if not isinstance(spec, Tensor):
+                        chip_args.add_scalar(spec.value)
+                        continue
+                    arr = np.ascontiguousarray(_to_numpy(spec.value))
+                    buf = top.create_buffer(max(1, arr.nbytes))
+                    buf.numpy(dtype="uint8")[:arr.nbytes] = arr.reshape(-1).view(np.uint8)
+                    chip_args.add_tensor(buf.tensor(arr.shape, arr.dtype))
+                    staged.append((spec, arr, buf))
+                    if ti < len(tensor_dirs) and ArgDirection(tensor_dirs[ti]) in (ArgDirection.OUT,
+                                                                                    ArgDirection.INOUT):
+                        outputs.append(spec.name)
+                    ti += 1
+
+                def orch3(o, _args, _cfg):
+                    o.submit_next_level(handle, chip_args, call_config, worker=0)
+
+                if self._st_level == 3:
+                    top.run(orch3)
+                else:
+                    top.run(lambda o, _a, _c: o.submit_next_level(orch3, None, worker=0))
+                for spec, arr, buf in staged:
+                    if spec.name in outputs:
+                        out = buf.numpy(dtype="uint8")[:arr.nbytes].view(arr.dtype).reshape(arr.shape)
+                        np.copyto(_to_numpy(getattr(args, spec.name)), out)
+            finally:
+                for _, _, buf in staged:
+                    buf.close()
+            _compare_outputs(args, golden, outputs, self.RTOL, self.ATOL)
+        w3.unregister(handle)
+        return {n: getattr(args, n) for n in outputs}
 
 
 def _to_numpy(x):
@@ -187,8 +274,8 @@ def _compare_outputs(test_args, golden_args, output_names, rtol, atol) -> None:
 
 def scene_test(level: int = 2, runtime: str = "tensormap_and_ringbuffer"):
     """Class decorator: turns CASES into test_<case name> methods."""
-    if level != 2:
-        raise SimplerUnsupportedError(UNSUPPORTED, f"scene_test(level={level}): only level 2 is built")
+    if level not in (2, 3, 4):
+        raise SimplerUnsupportedError(UNSUPPORTED, f"scene_test(level={level}): levels 2, 3 and 4 are built")
     if runtime not in ("tensormap_and_ringbuffer", "host_build_graph"):
         raise ValueError(f"scene_test: unknown runtime '{runtime}'")
 

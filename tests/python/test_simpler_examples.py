@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 import conftest_simpler  # noqa: F401  (puts examples/simpler on sys.path)
-from diamond.main import TestDiamond, TestDiamondHostBuildGraph  # noqa: F401  (scene tests, collected here)
+from diamond.main import (  # noqa: F401  (scene tests, collected here)
+    TestDiamond,
+    TestDiamondHostBuildGraph,
+    TestDiamondLevel3,
+    TestDiamondLevel4,
+)
 from simpler_setup import available_platforms
 
 PLATFORMS = [pytest.param(p, marks=pytest.mark.skipif(p not in available_platforms(), reason=f"no {p} here"))
@@ -75,3 +80,33 @@ def test_level3_example_cuda(name):
     r = subprocess.run([sys.executable, str(main), "-p", "cuda", "-n", "2"], capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_a_hierarchical_scene_test_compares_what_the_chip_wrote(level):
+    """The level-3/4 path copies the chip's outputs back before comparing: a
+    wrong golden fails, a right one passes with the chip's outputs."""
+    import inspect
+    from pathlib import Path
+
+    from diamond.main import _Diamond
+    from simpler_setup import scene_test
+
+    class Wrong(_Diamond):
+        def compute_golden(self, args, params):
+            super().compute_golden(args, params)
+            args.f[3] += 1.0
+
+    case = {"name": "small", "platforms": ["cpu"], "params": {"n": 64, "seed": 5}}
+    src = Path(inspect.getfile(_Diamond)).resolve().parent
+    scene_test(level=level)(Wrong)
+    Wrong._st_dir = src
+    with pytest.raises(AssertionError, match="Golden mismatch on 'f': 1 of 64"):
+        Wrong().run_case(case, "cpu")
+    right = scene_test(level=level)(type("Right", (_Diamond,), {}))
+    right._st_dir = src
+    out = right().run_case(case, "cpu")
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    c = a.astype(np.float64) + b
+    np.testing.assert_allclose(out["f"], (c + 1) * (c + 2) + c, rtol=1e-5, atol=1e-5)

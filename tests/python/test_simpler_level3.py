@@ -845,3 +845,68 @@ def test_a_cached_tensor_of_a_closed_buffer_is_resolved_again(clean):
             with pytest.raises(ValueError, match="is not create_buffer memory"):
                 w.run(lambda o, a, c: o.submit_sub(hf, args_of((t, D.OUT), 7)))
         new.close()
+
+
+# ---- a Worker(2) as a chip, and prewarming ------------------------------------------
+
+def test_add_worker_takes_level2_workers_as_chips():
+    from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs, CoreCallable
+
+    chip = ChipCallable.from_tasks([D.IN, D.IN, D.OUT], [{"func_id": 0, "args": [("arg", 0), ("arg", 1), ("arg", 2)]}],
+                                   [(0, CoreCallable.builtin("gemm"))])
+    rng = np.random.default_rng(3)
+    a = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2)]
+    b = [rng.standard_normal((8, 2)).astype(np.float32) for _ in range(2)]
+    w2a = Worker(2, platform="cpu", device_id=0, num_cores=1)
+    w2b = Worker(2, platform="cpu", runtime="host_build_graph")
+    w3 = Worker(3, platform="cpu", device_ids=[])
+    try:
+        assert w3.add_worker(w2a) == 0
+        assert w3.add_worker(w2b) == 1
+        with pytest.raises(ValueError, match="already attached"):
+            w3.add_worker(w2a)
+        with pytest.raises(ValueError, match="attached to a level-3 Worker"):
+            w2a.init()
+        h = w3.register(chip)
+        w3.init()
+        assert w3.device_ids == [0, 1] and len(w3.info["pids"]) == 2
+        bufs = [[w3.create_buffer(x.nbytes) for x in (a[i], b[i], np.empty((4, 2), np.float32))] for i in range(2)]
+        for i in range(2):
+            bufs[i][0].numpy((4, 8), "float32")[:] = a[i]
+            bufs[i][1].numpy((8, 2), "float32")[:] = b[i]
+            bufs[i][2].numpy((4, 2), "float32")[:] = np.nan
+
+        def orch(o, args, cfg):
+            for i in range(2):
+                t = ChipStorageTaskArgs()
+                for buf, shape in zip(bufs[i], ((4, 8), (8, 2), (4, 2))):
+                    t.add_tensor(buf.tensor(shape, "float32"))
+                o.submit_next_level(h, t, worker=i)
+
+        w3.run(orch)
+        for i in range(2):
+            np.testing.assert_allclose(bufs[i][2].numpy((4, 2), "float32"), a[i].astype(np.float64) @ b[i],
+                                       rtol=1e-5, atol=1e-5)
+        with pytest.raises(ValueError, match="before init"):
+            w3.add_worker(Worker(2, platform="cpu"))
+    finally:
+        w3.close()
+        w2a.close()
+        w2b.close()
+    with pytest.raises(TypeError, match="level-4 Worker takes level-3"):
+        Worker(4, platform="cpu").add_worker(Worker(2, platform="cpu"))
+
+
+def test_init_prewarms_a_level2_worker_with_the_config():
+    from simpler.task_interface import CallConfig
+
+    with Worker(2, platform="cpu") as w:
+        w.init(prewarm_config={"block_dim": 1, "runtime_env": {"ring_task_window": 64, "ring_heap": 1 << 16}})
+        assert w.info["runs"] == 1  # the warm-up run happened, under the config's ring sizes
+        assert w._callables == {}  # and left no registration behind
+    with Worker(2, platform="cpu") as w:
+        with pytest.raises(ValueError):
+            w.init(prewarm_config=CallConfig(runtime_env={"ring_task_window": 3}))  # not a power of two
+    with Worker(2, platform="cpu") as w:
+        w.init()
+        assert w.info["runs"] == 0

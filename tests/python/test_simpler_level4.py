@@ -42,16 +42,16 @@ def descendants(pid: int) -> list:
 
 
 class Daemon:
-    def __init__(self, tmp_path, key: bytes, name: str = "d"):
+    def __init__(self, tmp_path, key: bytes, name: str = "d", extra=()):
         self.key = key
-        kf = tmp_path / f"{name}.key"
+        self.key_file = kf = tmp_path / f"{name}.key"
         fd = os.open(kf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, key)
         os.close(fd)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(HERE), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0",
-                                      "--key-file", str(kf)], stdout=subprocess.PIPE, env=env, text=True)
+                                      "--key-file", str(kf), *extra], stdout=subprocess.PIPE, env=env, text=True)
         line = self.proc.stdout.readline()
         assert "listening on" in line, line
         self.address = line.split()[-1]
@@ -76,8 +76,8 @@ class Daemon:
 def daemons(tmp_path):
     made = []
 
-    def make(key=None, name=None):
-        d = Daemon(tmp_path, key or os.urandom(32), name or f"d{len(made)}")
+    def make(key=None, name=None, extra=()):
+        d = Daemon(tmp_path, key or os.urandom(32), name or f"d{len(made)}", extra)
         made.append(d)
         return d
 
@@ -198,8 +198,6 @@ def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
             w4.remote_copy_from(np.zeros(10, np.uint8), p + 4995, r)
         with pytest.raises(ValueError, match="not a remote worker"):
             w4.remote_malloc(16, 7)
-        with pytest.raises(SimplerUnsupportedError, match="not supported"):
-            w4.remote_export(p, r)
         # A local buffer cannot be named by a remote task.
         local = w4.create_buffer(64)
 
@@ -401,3 +399,262 @@ def test_the_daemon_refuses_a_key_file_others_can_read(tmp_path):
     p = subprocess.run([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0", "--key-file",
                         str(kf)], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "at least 32" in p.stderr
+
+
+# ---- concurrency in a session ----------------------------------------------------
+
+def _stamp_args(ptr, ms):
+    t = ChipStorageTaskArgs()
+    t.add_tensor(ChipTensor.make(ptr, (2,), DataType.FLOAT64), D.OUT)
+    t.add_scalar(ms)
+    return t
+
+
+def test_two_long_tasks_on_one_remote_worker_overlap(daemons):
+    d = daemons()
+    nap_ms = 800
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec(num_sub_workers=2))
+        w4.init()
+        stamps = [w4.remote_malloc(16, r) for _ in range(2)]
+
+        def orch(o, args, cfg):
+            for p in stamps:
+                o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, nap_ms), worker=r)
+
+        w4.run(orch)
+        spans = []
+        for p in stamps:
+            out = np.zeros(2, np.float64)
+            w4.remote_copy_from(out, p, r)
+            spans.append(out)
+        assert all(s[1] - s[0] >= nap_ms / 1000 for s in spans), spans
+        # Both ran at once: each started before the other ended.
+        assert max(s[0] for s in spans) < min(s[1] for s in spans), spans
+
+        # A failure next to a long task: the run reports the failure, after
+        # the long task has finished (its stamp is written).
+        p = stamps[0]
+        w4.remote_copy_to(p, np.zeros(2), r)
+
+        def mixed(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, 300), worker=r)
+            o.submit_next_level("simpler_remote_orchs:fail", None, worker=r)
+
+        with pytest.raises(SimplerError, match="failed on purpose"):
+            w4.run(mixed)
+        out = np.zeros(2, np.float64)
+        w4.remote_copy_from(out, p, r)
+        assert out[1] > out[0] > 0
+
+
+def test_a_session_without_sub_workers_runs_one_task_at_a_time(daemons):
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec(num_sub_workers=1))
+        w4.init()
+        stamps = [w4.remote_malloc(16, r) for _ in range(2)]
+
+        def orch(o, args, cfg):
+            for p in stamps:
+                o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(p, 200), worker=r)
+
+        w4.run(orch)
+        spans = []
+        for p in stamps:
+            out = np.zeros(2, np.float64)
+            w4.remote_copy_from(out, p, r)
+            spans.append(sorted(out))
+        spans.sort()
+        assert spans[0][1] <= spans[1][0], spans  # capacity 1: the second started after the first ended
+
+
+# ---- export / import ---------------------------------------------------------------
+
+def _affine_args(ptr, mul, add, nap_ms, n=16):
+    t = ChipStorageTaskArgs()
+    t.add_tensor(ChipTensor.make(ptr, (n,), DataType.FLOAT32), D.INOUT)
+    for s in (mul, add, nap_ms):
+        t.add_scalar(s)
+    return t
+
+
+def test_exported_memory_is_shared_by_another_session_and_the_parent_in_task_order(daemons):
+    import ctypes
+
+    import simpler_remote_orchs as R
+    from simpler import RemoteExport, SimplerUnsupportedError
+
+    d0, d1 = daemons(), daemons()
+    local = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1)
+    h_local = local.register(R.affine_sub)
+    w4 = Worker(4, platform="cpu")
+    try:
+        assert w4.add_worker(local) == 0
+        owner = w4.add_remote_worker(d0.spec(num_sub_workers=1))
+        peer = w4.add_remote_worker(d1.spec(num_sub_workers=1))
+        w4.init()
+        x = np.arange(16, dtype=np.float32)
+        p = w4.remote_malloc(x.nbytes, owner)
+        w4.remote_copy_to(p, x, owner)
+        exp = w4.remote_export(p, owner)
+        assert isinstance(exp, RemoteExport) and exp.worker == owner and exp.nbytes == x.nbytes
+        q = w4.remote_import(exp, peer)
+        mine = w4.remote_import(exp)  # this process: the local workers' tasks name it
+        view = np.frombuffer((ctypes.c_char * x.nbytes).from_address(mine), np.float32)
+        np.testing.assert_array_equal(view, x)  # the owner's bytes, no copy
+
+        def local_orch(o, args, cfg):
+            o.submit_sub(h_local, _affine_args(mine, 3, 0, 0))
+
+        def orch(o, args, cfg):
+            # peer: x*2 after a nap; then owner: +1; then the parent's local worker: *3. Each must wait
+            # for the one before (they name the same bytes through three addresses), else the
+            # nap-free later ones would go first and the result differ.
+            o.submit_next_level("simpler_remote_orchs:affine", _affine_args(q, 2, 0, 300), worker=peer)
+            o.submit_next_level("simpler_remote_orchs:affine", _affine_args(p, 1, 1, 0), worker=owner)
+            o.submit_next_level(local_orch, None, worker=0)
+
+        w4.run(orch)
+        want = (x * 2 + 1) * 3
+        np.testing.assert_array_equal(view, want)
+        got = np.zeros_like(x)
+        w4.remote_copy_from(got, q, peer)  # copies through an import too
+        np.testing.assert_array_equal(got, want)
+
+        # Lifetimes: the owner cannot free what others map; releases are checked.
+        with pytest.raises(ValueError, match="imported by remote worker 2, this Worker"):
+            w4.remote_free(p, owner)
+        w4.remote_release_import(q, peer)
+        with pytest.raises(ValueError, match="not an import"):
+            w4.remote_release_import(q, peer)
+        with pytest.raises(ValueError, match="not inside one allocation"):
+            w4.remote_copy_from(got, q, peer)
+        del view
+        w4.remote_release_import(mine)
+        with pytest.raises(ValueError, match="not an import"):
+            w4.remote_release_import(mine, 0)
+        w4.remote_free(p, owner)
+        with pytest.raises(ValueError, match="not a live export"):
+            w4.remote_import(exp, peer)
+
+        # Misuse: unknown handles, the owner importing its own memory, exports of a part or of an
+        # import, and an export from another host.
+        with pytest.raises(TypeError, match="remote_export returned"):
+            w4.remote_import(0x1234, peer)
+        p2 = w4.remote_malloc(64, owner)
+        exp2 = w4.remote_export(p2, owner)
+        with pytest.raises(ValueError, match="owns this memory"):
+            w4.remote_import(exp2, owner)
+        with pytest.raises(ValueError, match="whole allocation"):
+            w4.remote_export(p2 + 8, owner)
+        q2 = w4.remote_import(exp2, peer)
+        with pytest.raises(ValueError, match="is an import"):
+            w4.remote_export(q2, peer)
+        exp2.host = "elsewhere/0"
+        with pytest.raises(SimplerUnsupportedError, match="another host"):
+            w4.remote_import(exp2, peer)
+        with pytest.raises(SimplerUnsupportedError, match="another host"):
+            w4.remote_import(exp2)
+        # An import still mapped at close() is released with its session.
+    finally:
+        w4.close()
+        local.close()
+
+
+# ---- the daemon ----------------------------------------------------------------------
+
+def test_sessions_over_the_daemons_limit_are_refused_with_a_message(daemons):
+    d = daemons(extra=["--max-sessions", "1"])
+    first = Worker(4, platform="cpu")
+    first.add_remote_worker(d.spec())
+    try:
+        first.init()
+        session = first._remote_eps[0].pid
+        second = Worker(4, platform="cpu")
+        second.add_remote_worker(d.spec())
+        t0 = time.time()
+        with pytest.raises(SimplerError, match="serves at most 1 sessions at once and 1 are open"):
+            second.init()
+        assert time.time() - t0 < 10  # answered, not left to time out
+        second.close()
+    finally:
+        first.close()
+    # Once the session is gone the daemon serves again.
+    deadline = time.time() + 10
+    while alive(session) and time.time() < deadline:
+        time.sleep(0.05)
+    with Worker(4, platform="cpu") as third:
+        r = third.add_remote_worker(d.spec())
+        third.init()
+        third.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=r))
+
+
+def _rewrite_key(path, key: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, key)
+    os.close(fd)
+
+
+def test_sighup_rotates_the_daemons_key(daemons):
+    d = daemons()
+    old_key, new_key = d.key, os.urandom(32)
+    before = Worker(4, platform="cpu")
+    r = before.add_remote_worker(d.spec())
+    try:
+        before.init()
+        _rewrite_key(d.key_file, new_key)
+        d.proc.send_signal(signal.SIGHUP)
+        assert "reloaded the key file" in d.proc.stdout.readline()
+        stale = Worker(4, platform="cpu")
+        stale.add_remote_worker(d.spec(key=old_key))
+        with pytest.raises(SimplerError, match="authentication failed"):
+            stale.init()
+        stale.close()
+        with Worker(4, platform="cpu") as fresh:
+            fr = fresh.add_remote_worker(d.spec(key=new_key))
+            fresh.init()
+            fresh.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=fr))
+        # The session opened under the old key goes on.
+        before.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:pid", None, worker=r))
+        # A file that holds no usable key is refused; the daemon keeps the key it has.
+        _rewrite_key(d.key_file, b"short")
+        d.proc.send_signal(signal.SIGHUP)
+        assert "kept its key" in d.proc.stdout.readline()
+        with Worker(4, platform="cpu") as again:
+            again.add_remote_worker(d.spec(key=new_key))
+            again.init()
+    finally:
+        before.close()
+
+
+def test_the_daemon_is_installed_as_a_console_script():
+    import importlib
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    mod, _, fn = scripts["simpler-remote-worker"].partition(":")
+    main = getattr(importlib.import_module(mod), fn)
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert main(["--listen", "nowhere", "--key-file", "/nonexistent"]) == 2
+
+
+def test_a_short_fuzz_of_the_frame_decoder_and_a_live_session():
+    """A bounded run of scripts/fuzz_l4_frames.py (the long run's figures
+    are in bench/results/fuzzing.md): only ProtocolError comes out of the
+    decoder, and a session fed mutated frames answers or ends the
+    connection, never hangs or dies with a traceback."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fuzz_l4_frames", REPO / "scripts" / "fuzz_l4_frames.py")
+    fz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fz)
+    d = fz.fuzz_decoder(30.0, seed=11, max_execs=20000)
+    assert d["execs"] == 20000 and d["failures"] == [], d["failures"][:3]
+    assert d["ok"] > 0 and d["refused"] > 0  # both paths were exercised
+    s = fz.fuzz_live(60.0, seed=12, max_execs=40)
+    assert s["execs"] == 40 and s["failures"] == [], s["failures"][:3]
+    assert s["alive"] > 0 and s["ended"] > 0

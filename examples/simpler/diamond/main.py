@@ -1,5 +1,6 @@
 """diamond: f = (a + b + 1) * (a + b + 2) + (a + b), a DAG with scopes and
-runtime-allocated intermediates, written as scene tests for both runtimes.
+runtime-allocated intermediates, written as scene tests for both runtimes
+and for levels 2, 3 and 4.
 
     python examples/simpler/diamond/main.py -p cpu      (standalone)
     pytest examples/simpler/diamond/main.py             (every available platform)
@@ -64,6 +65,18 @@ class TestDiamond(_Diamond):
 
 @scene_test(level=2, runtime="host_build_graph")
 class TestDiamondHostBuildGraph(_Diamond):
+    pass
+
+
+# The same cases through the hierarchy: a Worker(3) hands the ChipCallable to
+# its chip; a Worker(4) hands that orchestration to an attached Worker(3).
+@scene_test(level=3, runtime="tensormap_and_ringbuffer")
+class TestDiamondLevel3(_Diamond):
+    pass
+
+
+@scene_test(level=4, runtime="tensormap_and_ringbuffer")
+class TestDiamondLevel4(_Diamond):
     pass
 
 

@@ -101,6 +101,10 @@ class Engine:
         self.next_buf = 0
         self.config_keys = {}  # config repr -> index (0 = the default)
         self.config_fields = {}
+        # Something besides a completion that should end a wait (a level-4
+        # session's next frame, posted from another thread with a write to
+        # parent_efd): a callable, or None.
+        self.interrupt = None
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
@@ -229,6 +233,9 @@ class Engine:
                 idx, base = found
             size = self.buffers[idx].nbytes
             key = child_key = base
+            dep = getattr(self.buffers[idx], "_dep_key", None)
+            if dep is not None:  # an import of remote memory: ordered with its owner's tasks
+                key = dep
             tag = idx + 1
         delta = addr - base
         item = L.ITEMSIZE[dtype] if 0 <= dtype < len(L.ITEMSIZE) else 1
@@ -241,7 +248,7 @@ class Engine:
         if child_key != key:
             L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
             child_rec = bytes(raw)
-        if tag and keep is self.buffers[tag - 1]:
+        if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
             t._l3 = (tag - 1, keep, rec)
             recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
             if recs is not None and len(recs) < 4096:
@@ -509,6 +516,8 @@ class Engine:
         return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
 
     def _any_done(self) -> bool:
+        if self.interrupt is not None and self.interrupt():
+            return True
         for ep in self.local:
             if ep.posted and ep.done(ep.oldest_frame()):
                 return True

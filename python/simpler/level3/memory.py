@@ -29,6 +29,33 @@ class SharedBuffer(Buffer):
         super().close()
 
 
+class ImportedBuffer(SharedBuffer):
+    """Another process's shared segment mapped here by name (level 4:
+    remote_import of an export): addressed and handed to the children like
+    a create_buffer, but closing it only unmaps it; the segment belongs to
+    the process that made it. `_dep_key`, when set, is the TensorMap key of
+    the exported allocation, so tasks naming the import are ordered with
+    the owner's tasks on the same bytes."""
+
+    def __init__(self, name: str, nbytes: int, owner, dep_key=None):
+        self.shm = shm.Mapping(name, nbytes)
+        self.nbytes = nbytes
+        self._closed = False
+        self._ptr = None
+        self._owner = owner
+        self._dep_key = dep_key
+
+    def close(self) -> None:
+        if self._owner is not None and os.getpid() != self._owner._pid:
+            return
+        if self._closed:
+            return
+        if self._owner is not None:
+            self._owner._buffer_closed(self)
+        self._closed = True
+        self.shm.close()
+
+
 class MemoryOps:
     """The memory half of HierWorker."""
 

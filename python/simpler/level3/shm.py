@@ -29,9 +29,14 @@ class Mapping:
     def __init__(self, name: str, size: int):
         fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
         try:
+            # Mapping past the segment's end would fault on first touch (SIGBUS).
+            have = os.fstat(fd).st_size
+            if have < size:
+                raise ValueError(f"shared-memory segment {name} has {have} bytes, not {size}")
             self.mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
+        self.name = name
         self.size = size
         self._anchor = ctypes.c_char.from_buffer(self.mm)
         self.addr = ctypes.addressof(self._anchor)

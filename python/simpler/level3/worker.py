@@ -121,6 +121,7 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
         self._cores = config.get("num_cores") or 0
         self._registry = Registry()
         self._added: list = []  # child Workers (add_worker)
+        self._chip_specs: dict = {}  # chip index -> settings of the Worker(2) it came from (add_worker)
         self._children: list = []  # next-level workers by id: a HierWorker or a RemoteWorkerSpec
         self._remote_eps: list = []
         self._parent = None  # the Worker whose engine this one shares
@@ -142,9 +143,14 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
     def add_worker(self, worker) -> int:
         """Attaches a child Worker one level down (before init()); its chips
         and sub-workers join this Worker's engine (one scheduler, one
-        TensorMap). Returns its id for submit_next_level(..., worker=id)."""
+        TensorMap). Returns its id for submit_next_level(..., worker=id).
+        At level 3 the child is a Worker(2): its device becomes one more
+        chip (after device_ids), driven with that Worker's runtime,
+        heap_ring_size and num_cores."""
         if self._initialized:
             raise ValueError("add_worker: call it before init()")
+        if self.level == 3 and isinstance(worker, Worker) and not isinstance(worker, HierWorker):
+            return self._add_chip_worker(worker)
         if not isinstance(worker, HierWorker) or worker.level != self.level - 1:
             raise TypeError(f"add_worker: a level-{self.level} Worker takes level-{self.level - 1} Workers "
                             f"(Worker({self.level - 1}, ...))")
@@ -156,6 +162,29 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
         self._added.append(worker)
         self._children.append(worker)
         return len(self._children) - 1
+
+    def _add_chip_worker(self, worker) -> int:
+        if worker._closed or getattr(worker, "_parent", None) is not None:
+            raise ValueError("add_worker: the Worker(2) is closed or already attached")
+        if worker.info["initialized"]:
+            raise ValueError("add_worker: the Worker(2) is initialized (its device is open in this process); "
+                             "attach it before init(), its chip child opens the device")
+        if worker.platform != self.platform:
+            raise ValueError(f"add_worker: platform {worker.platform!r} differs from {self.platform!r}")
+        device = worker.device_id
+        if device in self.device_ids:
+            if self.platform != "cpu":
+                raise ValueError(f"add_worker: device {device} is already a chip of this Worker "
+                                 f"(device_ids {self.device_ids})")
+            # Every cpu chip drives the one cpu device (a level-2 cpu Worker is always device 0):
+            # the id only names the chip, so it takes the next free one.
+            device = max(self.device_ids) + 1
+        worker._parent = self
+        self.device_ids.append(device)
+        chip = len(self.device_ids) - 1
+        self._chip_specs[chip] = {"runtime": worker.runtime, "heap_ring_size": worker._heap,
+                                  "num_cores": worker._cores}
+        return chip
 
     def add_remote_worker(self, spec) -> int:
         """Attaches a level-3 Worker served by a remote daemon (before
@@ -240,6 +269,8 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
             owner = ep.owner
             spec = {"platform": owner.platform, "runtime": owner.runtime, "device_id": ep.device,
                     "heap_ring_size": owner._heap, "num_cores": owner._cores}
+            if ep.role == "chip":
+                spec.update(owner._chip_specs.get(ep.index, {}))
             callables = owner._registry.for_role(ep.role, ep.index)
             pid = os.fork()
             if pid == 0:  # the child: serve the mailbox, never return

@@ -3,5 +3,6 @@ that a daemon (python -m simpler.remote_worker) starts per connection.
 See docs/simpler.md, "Level 4: remote workers"."""
 
 from .client import RemoteCallable, RemoteWorkerSpec
+from .ops import RemoteExport
 
-__all__ = ["RemoteCallable", "RemoteWorkerSpec"]
+__all__ = ["RemoteCallable", "RemoteExport", "RemoteWorkerSpec"]

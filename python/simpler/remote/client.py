@@ -257,19 +257,42 @@ class RemoteEndpoint:
         self._send(P.encode(P.TASK, body))
 
     def control(self, request: dict, data: bytes = b""):
-        """One request; waits for its reply while the session lives (a
-        request waits for the task the session is running)."""
+        """One request; waits for its reply while the session lives."""
+        return self._await(self._request(request, data), request)
+
+    def control_many(self, requests, window: int):
+        """(value, data) of each (request, data) of `requests`, in order,
+        keeping up to `window` requests unanswered (a copy's pieces)."""
+        pending = deque()
+        try:
+            for request, data in requests:
+                pending.append((self._request(request, data), request))
+                if len(pending) >= window:
+                    yield self._await(*pending.popleft())
+            while pending:
+                yield self._await(*pending.popleft())
+        finally:
+            for rid, _ in pending:  # after a failure: the replies still due are not left behind
+                try:
+                    self._await(rid, None)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _request(self, request: dict, data) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
-        self._send(P.encode(P.CONTROL, P.control_body(rid, request, data)))
+        self._send(P.control_frame(rid, request, data))
+        return rid
+
+    def _await(self, rid: int, request):
         with self._cv:
             while rid not in self._replies:
                 if self.dead:
                     raise RemoteDied(self.dead)
                 self._cv.wait(0.5)
             status, value, out = self._replies.pop(rid)
-        if status:
+        if status and request is not None:
             raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
         return value, out
 
@@ -278,7 +301,9 @@ class RemoteEndpoint:
     def close(self) -> None:
         """Asks the session to end (it closes its level-3 Worker) and waits
         briefly for its acknowledgement; a dead session is just dropped."""
-        if not self.dead and self._cmd is not None:
+        # No receiver thread means the session never started (refused, or it
+        # failed to open): nobody would see an acknowledgement, so do not wait for one.
+        if not self.dead and self._cmd is not None and self._threads:
             try:
                 self._send(P.encode(P.SHUTDOWN))
                 deadline = time.monotonic() + min(self.timeout_s, 10.0)

@@ -68,6 +68,14 @@ class RemoteOps:
         except RemoteDied as e:
             raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
+    def _remote_calls(self, ep, requests):
+        from .client import RemoteDied
+
+        try:
+            yield from ep.control_many(requests, P.COPY_WINDOW)
+        except RemoteDied as e:
+            raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
+
     # ---- tasks ------------------------------------------------------------------
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
@@ -111,6 +119,9 @@ class RemoteOps:
                 raise ValueError(f"remote_free: 0x{ptr:x} is not an allocation of {ep.label}")
             if any(t.ep is ep and ptr in t.dev for t in eng.live.values()):
                 raise ValueError(f"remote_free: 0x{ptr:x} on {ep.label} is named by a task that has not finished")
+            if (worker_id, ptr) in self._shared()[1]:
+                raise ValueError(f"remote_free: 0x{ptr:x} on {ep.label} is an import; remote_release_import it")
+            self._check_not_imported(ptr, worker_id)
             self._remote_call(ep, {"op": "free", "ptr": ptr})
             ep.drop_alloc(ptr)
 
@@ -126,9 +137,11 @@ class RemoteOps:
         view = memoryview(src).cast("B")
         n = view.nbytes
         self._remote_range(ep, "remote_copy_to", int(dst), n)
+        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
         with self._engine.lock:
-            for at in range(0, n, P.CHUNK_BYTES):
-                self._remote_call(ep, {"op": "copy_to", "addr": int(dst) + at}, bytes(view[at:at + P.CHUNK_BYTES]))
+            pieces = (({"op": "copy_to", "addr": int(dst) + at}, view[at:at + piece]) for at in range(0, n, piece))
+            for _ in self._remote_calls(ep, pieces):
+                pass
 
     def remote_copy_from(self, dst, src: int, worker_id: int) -> None:
         """Copies len(dst) bytes from remote address `src` into `dst` (a
@@ -139,28 +152,148 @@ class RemoteOps:
             raise ValueError("remote_copy_from: dst is read-only")
         n = view.nbytes
         self._remote_range(ep, "remote_copy_from", int(src), n)
+        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
         with self._engine.lock:
-            for at in range(0, n, P.CHUNK_BYTES):
-                k = min(P.CHUNK_BYTES, n - at)
-                _, data = self._remote_call(ep, {"op": "copy_from", "addr": int(src) + at, "nbytes": k})
+            starts = range(0, n, piece)
+            pieces = (({"op": "copy_from", "addr": int(src) + at, "nbytes": min(piece, n - at)}, b"") for at in starts)
+            for at, (_, data) in zip(starts, self._remote_calls(ep, pieces)):
+                k = min(piece, n - at)
                 if len(data) != k:
                     raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {ep.label} sent {len(data)} "
                                                f"bytes, not {k}")
                 view[at:at + k] = data
 
-    def _remote_unsupported(self, op: str, worker_id: int):
+    # ---- sharing remote memory ----------------------------------------------------
+
+    def _shared(self):
+        """(exports by id, imports by (importer, address)) of this Worker."""
+        if not hasattr(self, "_l4_exports"):
+            self._l4_exports, self._l4_imports = {}, {}
+        return self._l4_exports, self._l4_imports
+
+    def _importer(self, worker_id):
+        """None for this process (the Worker itself and its local level-3
+        Workers share its address space), else the remote worker's id."""
+        if worker_id is None:
+            return None
+        if not isinstance(worker_id, bool) and isinstance(worker_id, int) and 0 <= worker_id < len(self._children) \
+                and hasattr(self._children[worker_id], "level"):
+            return None
+        return worker_id
+
+    def remote_export(self, ptr: int, worker_id: int) -> "RemoteExport":
+        """Makes the allocation `ptr` (an address remote_malloc returned) of
+        remote worker `worker_id` importable by another remote worker or by
+        this Worker (remote_import). The export lives until the allocation
+        is freed; the allocation cannot be freed while an import of it lives."""
         ep = self._remote_ep(worker_id)
+        ptr = int(ptr)
+        exports, imports = self._shared()
+        if (worker_id, ptr) in imports:
+            raise ValueError(f"remote_export: 0x{ptr:x} on {ep.label} is an import; export the owner's allocation")
+        if ep.allocs.get(ptr) is None:
+            raise ValueError(f"remote_export: 0x{ptr:x} is not an allocation of {ep.label} (an export covers a "
+                             f"whole allocation: pass the address remote_malloc returned)")
         with self._engine.lock:
-            self._remote_call(ep, {"op": op})
+            value, _ = self._remote_call(ep, {"op": "export", "ptr": ptr})
+        self._l4_export_seq = getattr(self, "_l4_export_seq", 0) + 1
+        exp = RemoteExport(worker_id, ptr, int(value["nbytes"]), str(value["name"]), str(value["host"]),
+                           self._l4_export_seq)
+        exports[exp.id] = exp
+        return exp
 
-    def remote_export(self, ptr: int, worker_id: int):
-        """Not supported yet: raises SimplerUnsupportedError (the session says so)."""
-        return self._remote_unsupported("export", worker_id)
+    def remote_import(self, export: "RemoteExport", worker_id=None) -> int:
+        """Maps the exported allocation into remote worker `worker_id`, or,
+        with worker_id None (or a local level-3 worker's id), into this
+        process for the local workers' tasks. Returns its address there;
+        tasks there name it like their own memory, and they are ordered with
+        the owner's tasks on the same bytes. Shared memory carries it, so
+        the importer must run on the exporter's host. Lives until
+        remote_release_import (or close())."""
+        from ..level3.memory import ImportedBuffer
 
-    def remote_import(self, handle, worker_id: int):
-        """Not supported yet: raises SimplerUnsupportedError."""
-        return self._remote_unsupported("import", worker_id)
+        if not isinstance(export, RemoteExport):
+            raise TypeError(f"remote_import: expected what remote_export returned, got {type(export).__name__}")
+        exports, imports = self._shared()
+        if exports.get(export.id) is not export:
+            raise ValueError(f"remote_import: {export!r} is not a live export of this Worker (its allocation was "
+                             f"freed, or another Worker made it)")
+        owner = self._remote_ep(export.worker)
+        importer = self._importer(worker_id)
+        if importer == export.worker:
+            raise ValueError(f"remote_import: {owner.label} owns this memory; its tasks name 0x{export.ptr:x} "
+                             f"directly")
+        # The owner's TensorMap key of the allocation: tasks naming an import
+        # are keyed with it, so they are ordered with the owner's tasks.
+        dep_key = export.ptr | ((owner.slot + 1) << L.DEV_TAG_SHIFT)
+        if importer is None:
+            self._live()
+            if export.host != P.host_id():
+                raise _errors.SimplerUnsupportedError(
+                    _errors.UNSUPPORTED, f"remote_import: {export!r} lives on another host ({export.host}); shared "
+                    f"memory carries imports, so the importer must run on the exporter's host")
+            with self._engine.lock:
+                b = ImportedBuffer(export.name, export.nbytes, self, dep_key)
+                self._buffers.append(b)
+                self._engine.add_buffer(b)
+            imports[(None, b.ptr)] = (export, b)
+            return b.ptr
+        ep = self._remote_ep(importer)
+        with self._engine.lock:
+            value, _ = self._remote_call(ep, {"op": "import", "name": export.name, "nbytes": export.nbytes,
+                                              "host": export.host})
+            addr = int(value)
+            ep.add_alloc(addr, export.nbytes, alias=(owner.slot, export.ptr))
+        imports[(importer, addr)] = (export, None)
+        return addr
 
-    def remote_release_import(self, ptr: int, worker_id: int):
-        """Not supported yet: raises SimplerUnsupportedError."""
-        return self._remote_unsupported("release_import", worker_id)
+    def remote_release_import(self, ptr: int, worker_id=None) -> None:
+        """Unmaps an import (refused while an unfinished task names it)."""
+        exports, imports = self._shared()
+        importer = self._importer(worker_id)
+        ptr = int(ptr)
+        rec = imports.get((importer, ptr))
+        where = "this Worker" if importer is None else f"remote worker {importer}"
+        if rec is None:
+            raise ValueError(f"remote_release_import: 0x{ptr:x} is not an import of {where} (released already?)")
+        eng = self._engine
+        if importer is None:
+            b = rec[1]
+            with eng.lock:
+                if any(b._l3_idx in t.shm for t in eng.live.values()):
+                    raise ValueError(f"remote_release_import: 0x{ptr:x} is named by a task that has not finished")
+                del imports[(importer, ptr)]
+                b.close()
+            return
+        ep = self._remote_ep(importer)
+        with eng.lock:
+            if any(t.ep is ep and ptr in t.dev for t in eng.live.values()):
+                raise ValueError(f"remote_release_import: 0x{ptr:x} on {ep.label} is named by a task that has not "
+                                 f"finished")
+            del imports[(importer, ptr)]
+            ep.drop_alloc(ptr)
+            self._remote_call(ep, {"op": "release_import", "ptr": ptr})
+
+    def _check_not_imported(self, ptr: int, worker_id: int) -> None:
+        """remote_free's guard: an import maps the allocation elsewhere."""
+        exports, imports = self._shared()
+        users = sorted({"this Worker" if k[0] is None else f"remote worker {k[0]}"
+                        for k, (e, _) in imports.items() if e.worker == worker_id and e.ptr == ptr})
+        if users:
+            raise ValueError(f"remote_free: 0x{ptr:x} is imported by {', '.join(users)}; release those imports "
+                             f"first (remote_release_import)")
+        for k in [k for k, e in exports.items() if e.worker == worker_id and e.ptr == ptr]:
+            del exports[k]  # its exports die with it
+
+
+class RemoteExport:
+    """What remote_export returns: one whole allocation of a remote worker,
+    named for remote_import (the segment's name on its host, and the host)."""
+
+    __slots__ = ("worker", "ptr", "nbytes", "name", "host", "id")
+
+    def __init__(self, worker: int, ptr: int, nbytes: int, name: str, host: str, eid: int):
+        self.worker, self.ptr, self.nbytes, self.name, self.host, self.id = worker, ptr, nbytes, name, host, eid
+
+    def __repr__(self) -> str:
+        return f"RemoteExport(worker={self.worker}, ptr=0x{self.ptr:x}, nbytes={self.nbytes}, id={self.id})"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import struct
 
@@ -32,10 +33,15 @@ NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REP
 COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
 HEALTH_TYPES = {HEARTBEAT}
 
-# Copies travel in pieces of this size, so a frame (and the receiver's
-# buffer for it) stays bounded whatever the transfer.
+# Copies travel in pieces of at most this size, so a frame (and the
+# receiver's buffer for it) stays bounded whatever the transfer.
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
+# The pieces a copy actually sends, and how many go unanswered at once:
+# every frame's MAC is a SHA-256 pass over it on each side, so pieces in
+# flight let the sender hash one while the receiver verifies another.
+COPY_PIECE_BYTES = 1 << 20
+COPY_WINDOW = 4
 MAX_TENSORS = 256
 MAX_SCALARS = 128
 TENSOR_BYTES = 96
@@ -77,6 +83,15 @@ def decode(frame: bytes, allowed) -> tuple:
     return ftype, memoryview(frame)[HEADER.size:]
 
 
+def _json(raw, what: str):
+    """A JSON value, or ProtocolError (never a ValueError or RecursionError
+    of the parser: the caller drops the connection on ProtocolError alone)."""
+    try:
+        return json.loads(bytes(raw).decode("utf-8", "strict"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ProtocolError(f"{what} is not JSON: {type(e).__name__}: {e}"[:300]) from None
+
+
 def _need(body, at: int, n: int, what: str) -> None:
     if n < 0 or at + n > len(body):
         raise ProtocolError(f"truncated {what}: needs {at + n} bytes, the body has {len(body)}")
@@ -98,10 +113,13 @@ def parse_task(body) -> tuple:
     tid, nn, nc = _TASK_HEAD.unpack_from(body)
     at = _TASK_HEAD.size
     _need(body, at, nn, "TASK callable name")
-    name = bytes(body[at:at + nn]).decode("utf-8", "strict")
+    try:
+        name = bytes(body[at:at + nn]).decode("utf-8", "strict")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"TASK callable name is not UTF-8 ({e})") from None
     at += nn
     _need(body, at, nc, "TASK config")
-    config = json.loads(bytes(body[at:at + nc])) if nc else {}
+    config = _json(body[at:at + nc], "TASK config") if nc else {}
     if not isinstance(config, dict):
         raise ProtocolError("TASK config is not an object")
     at += nc
@@ -144,11 +162,28 @@ def control_body(req_id: int, request: dict, data: bytes = b"") -> bytes:
     return _CONTROL.pack(req_id, len(js)) + js + data
 
 
+def control_frame(req_id: int, request: dict, data=b"") -> bytes:
+    """encode(CONTROL, control_body(...)) in one copy of `data` (any
+    buffer: a copy's piece goes from the caller's memory to the frame)."""
+    js = json.dumps(request).encode()
+    head = _CONTROL.pack(req_id, len(js))
+    n = len(head) + len(js) + memoryview(data).nbytes
+    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL, n), head, js, data))
+
+
+def reply_frame(req_id: int, status: int, value, data=b"") -> bytes:
+    """encode(CONTROL_REPLY, reply_body(...)) in one copy of `data`."""
+    js = json.dumps(value).encode()
+    head = _REPLY.pack(req_id, status, len(js))
+    n = len(head) + len(js) + memoryview(data).nbytes
+    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL_REPLY, n), head, js, data))
+
+
 def parse_control(body) -> tuple:
     _need(body, 0, _CONTROL.size, "CONTROL header")
     rid, n = _CONTROL.unpack_from(body)
     _need(body, _CONTROL.size, n, "CONTROL request")
-    req = json.loads(bytes(body[_CONTROL.size:_CONTROL.size + n]))
+    req = _json(body[_CONTROL.size:_CONTROL.size + n], "CONTROL request")
     if not isinstance(req, dict) or not isinstance(req.get("op"), str):
         raise ProtocolError("CONTROL request is not an object with an 'op'")
     return rid, req, bytes(body[_CONTROL.size + n:])
@@ -163,7 +198,7 @@ def parse_reply(body) -> tuple:
     _need(body, 0, _REPLY.size, "CONTROL_REPLY header")
     rid, status, n = _REPLY.unpack_from(body)
     _need(body, _REPLY.size, n, "CONTROL_REPLY value")
-    value = json.loads(bytes(body[_REPLY.size:_REPLY.size + n]))
+    value = _json(body[_REPLY.size:_REPLY.size + n], "CONTROL_REPLY value")
     return rid, status, value, bytes(body[_REPLY.size + n:])
 
 
@@ -213,3 +248,14 @@ def parse_address(address: str) -> tuple:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def host_id() -> str:
+    """Names this host's shared-memory namespace: the host name and the
+    kernel's boot id (a new boot, or another machine, is another host)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"

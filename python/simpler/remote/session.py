@@ -5,9 +5,18 @@ It proves itself and checks the client's proof before reading anything
 else, takes the manifest (the first CONTROL frame), builds its level-3
 Worker (forking that Worker's children while this process is still
 single-threaded), opens the health lane, and only then starts threads.
-Tasks run one at a time in frame order (the parent sends a task only once
-its inputs are complete, so order is all that is needed here); control
-requests are taken between tasks, as a level-3 child takes them.
+Two threads serve the command lane: a receiver parses frames into an
+inbox, and the driver owns the level-3 Worker. The driver starts tasks in
+frame order, up to the Worker's capacity at once (its sub-workers, at
+least one): each task's orchestration function runs in the driver and
+returns once it has submitted, so the tasks' work overlaps in the
+children while the driver waits on the engine for whichever finishes
+first, or for the next frame (the receiver writes the engine's eventfd).
+The parent sends a task only once its inputs are complete, so starting
+tasks as they arrive keeps the parent's dependencies; completions go back
+as each task ends, and the parent matches them by task id. Control
+requests are taken as they arrive, also while tasks run (memory calls are
+not ordered with tasks in flight, as at level 3).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import socket
 import sys
 import threading
 import traceback
+from collections import deque
 
 from .. import _errors
 from . import protocol as P
@@ -54,10 +64,14 @@ class Session:
         self.key = key
         self.worker = None
         self.buffers = {}  # base address -> Buffer (remote_malloc)
+        self.imports = {}  # base address -> ImportedBuffer (another session's export, mapped here)
         self.callables = {}
         self.timeout_s = 30.0
         self.stop = threading.Event()
         self.cmd = self.health = None
+        self.capacity = 1  # tasks run at once: the level-3 Worker's sub-workers, at least one
+        self.inbox = deque()  # parsed frames from the receiver, for the driver
+        self.inbox_cv = threading.Condition()
 
     def log(self, msg: str) -> None:
         print(f"simpler.remote_worker session {os.getpid()}: {msg}", file=sys.stderr, flush=True)
@@ -102,6 +116,7 @@ class Session:
             self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
             raise
         self.worker = w
+        self.capacity = max(1, w.num_sub_workers)
         host = self.conn.getsockname()[0]
         lst = socket.create_server((host, 0))
         self._reply(rid, 0, {"pid": os.getpid(), "health_port": lst.getsockname()[1]})
@@ -127,33 +142,108 @@ class Session:
                 self.log(f"the parent stopped answering on the health lane ({e}); ending the session")
         self.stop.set()
         self.cmd.shutdown()
+        self._post(("end", "the health lane closed"))
 
-    def _reply(self, rid: int, status: int, value, data: bytes = b"") -> None:
-        self.cmd.send(P.encode(P.CONTROL_REPLY, P.reply_body(rid, status, value, data)), self.timeout_s)
+    def _reply(self, rid: int, status: int, value, data=b"") -> None:
+        self.cmd.send(P.reply_frame(rid, status, value, data), self.timeout_s)
+
+    # ---- the command lane ------------------------------------------------------
+
+    def _post(self, item) -> None:
+        """Hands one parsed frame to the driver and wakes it, whether it
+        waits on the inbox or inside the engine (its eventfd)."""
+        with self.inbox_cv:
+            self.inbox.append(item)
+            self.inbox_cv.notify()
+        w = self.worker
+        if w is not None and w._parent_efd >= 0:
+            try:
+                os.eventfd_write(w._parent_efd, 1)
+            except OSError:
+                pass
+
+    def _receive_loop(self) -> None:
+        fd = self.conn.fileno()
+        try:
+            while True:
+                if self.stop.is_set():
+                    raise ConnectionError("the session is stopping")
+                if not select.select([fd], [], [], 0.5)[0]:
+                    continue
+                frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
+                ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
+                if ftype == P.SHUTDOWN:
+                    self._post(("shutdown",))
+                    return
+                if ftype == P.CONTROL:
+                    self._post(("control",) + P.parse_control(body))
+                else:
+                    self._post(("task",) + P.parse_task(body))
+        except Exception as e:  # noqa: BLE001 - a bad frame or a lost connection ends the session
+            self._post(("end", f"{type(e).__name__}: {e}"))
 
     def _serve(self) -> None:
-        fd = self.conn.fileno()
-        while not self.stop.is_set():
-            if not select.select([fd], [], [], 0.5)[0]:
-                continue
-            frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
-            ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
-            if ftype == P.SHUTDOWN:
+        threading.Thread(target=self._receive_loop, daemon=True, name="simpler-l4-receive").start()
+        eng = self.worker._engine
+        eng.interrupt = lambda: bool(self.inbox)  # a frame arrived: stop waiting on the engine
+        backlog = deque()  # tasks received, not started (the Worker is at capacity)
+        running = []  # (task id, RunHandle, args kept alive)
+        ending = None
+        while True:
+            with self.inbox_cv:
+                items = list(self.inbox)
+                self.inbox.clear()
+            for item in items:
+                if item[0] == "control":
+                    self._serve_control(*item[1:])
+                elif item[0] == "task":
+                    backlog.append(item[1:])
+                elif ending is None or item[0] == "end":
+                    ending = item
+            if ending is not None and ending[0] == "end":
+                raise ConnectionError(ending[1])
+            still = []
+            for tid, h, keep in running:
+                if h._run.done:
+                    err = h._run.error
+                    self._complete(tid, *((0, "") if err is None else (err[0], str(_errors.error_for(*err)))))
+                else:
+                    still.append((tid, h, keep))
+            running = still
+            while backlog and len(running) < self.capacity and ending is None:
+                tid, name, config, dirs, tensors, scalars = backlog.popleft()
+                started = self._start(name, config, dirs, tensors, scalars)
+                if isinstance(started, tuple):
+                    self._complete(tid, *started)
+                else:
+                    running.append((tid, started[0], started[1]))
+            if ending is not None and not running:
+                # SHUTDOWN: every task started has reported; tasks never started are dropped
+                # (the parent drains its runs before it closes).
                 self.cmd.send(P.encode(P.SHUTDOWN), self.timeout_s)
                 return
-            if ftype == P.CONTROL:
-                rid, req, data = P.parse_control(body)
-                try:
-                    value, out = self._control(req, data)
-                    self._reply(rid, 0, value, out)
-                except Exception as e:  # noqa: BLE001
-                    self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
-                continue
-            tid, name, config, dirs, tensors, scalars = P.parse_task(body)
-            status, msg = self._task(name, config, dirs, tensors, scalars)
-            self.cmd.send(P.encode(P.COMPLETION, P.completion_body(tid, status, msg)), self.timeout_s)
+            if running:
+                with eng.lock:
+                    eng.wait(lambda: self.inbox or any(r[1]._run.done for r in running), None)
+            else:
+                with self.inbox_cv:
+                    while not self.inbox:
+                        self.inbox_cv.wait()
 
-    def _task(self, name, config, dirs, tensors, scalars):
+    def _complete(self, tid: int, status: int, msg: str) -> None:
+        self.cmd.send(P.encode(P.COMPLETION, P.completion_body(tid, status, msg)), self.timeout_s)
+
+    def _serve_control(self, rid: int, req: dict, data: bytes) -> None:
+        try:
+            value, out = self._control(req, data)
+            self._reply(rid, 0, value, out)
+        except Exception as e:  # noqa: BLE001
+            self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
+
+    def _start(self, name, config, dirs, tensors, scalars):
+        """Runs the task's orchestration function (it returns once it has
+        submitted its tasks): (RunHandle, args) while the run goes on, or
+        (status, message) when it failed at once."""
         from .._lib import CChipTensor
         from ..task_interface import ArgDirection, CallConfig, ChipStorageTaskArgs, ChipTensor
 
@@ -166,8 +256,7 @@ class Session:
                 args.add_tensor(ChipTensor(CChipTensor.from_buffer_copy(raw)), ArgDirection(d))
             for s in scalars:
                 args.add_scalar(s)
-            self.worker.run(fn, args, CallConfig.from_dict(config) if config else None)
-            return 0, ""
+            return [self.worker.submit(fn, args, CallConfig.from_dict(config) if config else None), args]
         except _errors.SimplerError as e:
             return e.status, str(e)
         except Exception as e:  # noqa: BLE001
@@ -176,7 +265,7 @@ class Session:
             return _errors.INTERNAL, f"{type(e).__name__}: {e}{where}"
 
     def _buffer_at(self, addr: int, n: int):
-        for base, b in self.buffers.items():
+        for base, b in list(self.buffers.items()) + list(self.imports.items()):
             if base <= addr and addr + n <= base + b.nbytes:
                 return b
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"[0x{addr:x}, +{n}) is not inside one remote "
@@ -207,12 +296,46 @@ class Session:
             addr, n = int(req["addr"]), int(req["nbytes"])
             if not 0 <= n <= P.CHUNK_BYTES:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"copy_from of {n} bytes in one request")
-            self._buffer_at(addr, n)
-            return None, ctypes.string_at(addr, n)
-        if op in ("export", "import", "release_import"):
-            raise _errors.SimplerUnsupportedError(_errors.UNSUPPORTED, f"remote_{op}: sharing remote memory "
-                                                  f"between sessions is not supported yet")
+            b = self._buffer_at(addr, n)
+            at = addr - b.ptr
+            return None, b.shm.buf[at:at + n]  # a view: the reply frame is the only copy
+        if op == "export":
+            b = self.buffers.get(int(req["ptr"]))
+            if b is None:
+                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not a remote "
+                                                   f"allocation of this session")
+            return {"name": b.shm.name, "nbytes": b.nbytes, "host": P.host_id()}, b""
+        if op == "import":
+            return self._import(str(req["name"]), int(req["nbytes"]), str(req["host"])), b""
+        if op == "release_import":
+            b = self.imports.pop(int(req["ptr"]), None)
+            if b is None:
+                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not an import "
+                                                   f"of this session")
+            b.close()
+            return None, b""
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"unknown control request {op!r}")
+
+    def _import(self, name: str, nbytes: int, host: str) -> int:
+        """Maps another session's exported segment into this session's
+        level-3 Worker (its children map it by name when a task names it)."""
+        from ..level3 import shm
+        from ..level3.memory import ImportedBuffer
+
+        if host != P.host_id():
+            raise _errors.SimplerUnsupportedError(
+                _errors.UNSUPPORTED, f"the export lives on another host ({host}; this is {P.host_id()}); shared "
+                f"memory carries imports, so the importer must run on the exporter's host")
+        if not name.startswith(shm.PREFIX) or "/" in name or nbytes <= 0:
+            raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"{name!r} ({nbytes} bytes) is not an export")
+        try:
+            b = ImportedBuffer(name, nbytes, self.worker)
+        except (OSError, ValueError) as e:
+            raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"cannot map the export {name}: {e}") from None
+        self.worker._buffers.append(b)
+        self.worker._engine.add_buffer(b)
+        self.imports[b.ptr] = b
+        return b.ptr
 
     def _close(self) -> None:
         self.stop.set()

@@ -48,6 +48,22 @@ def resolve_callable(name: str):
     return obj
 
 
+def make_worker(req: dict):
+    """The level-3 Worker a manifest describes, initialised: it forks its
+    children, so call it while this process has no other thread."""
+    from ..level3.worker import HierWorker
+
+    w = HierWorker(3, platform=req["platform"], runtime=req.get("runtime", "tensormap_and_ringbuffer"),
+                   device_ids=list(req.get("device_ids", [0])), num_sub_workers=int(req.get("num_sub_workers", 0)),
+                   heap_ring_size=int(req.get("heap_ring_size", 0) or 0))
+    try:
+        w.init()
+    except BaseException:
+        w.close()
+        raise
+    return w
+
+
 class Session:
     def __init__(self, conn: socket.socket, key: bytes):
         self.conn = conn
@@ -85,7 +101,6 @@ class Session:
             return "a peer"
 
     def _open(self) -> None:
-        from ..level3.worker import HierWorker
         from tensorcore import Channel
 
         ftype, body = P.decode(self.cmd.recv(P.MAX_FRAME_BYTES, HANDSHAKE_S), {P.CONTROL})
@@ -94,17 +109,13 @@ class Session:
             raise P.ProtocolError(f"the first request is {req.get('op')!r}, not 'open'")
         self.timeout_s = float(req.get("timeout_s", 30.0))
         try:
-            w = HierWorker(3, platform=req["platform"], runtime=req.get("runtime", "tensormap_and_ringbuffer"),
-                           device_ids=list(req.get("device_ids", [0])), num_sub_workers=int(req.get("num_sub_workers", 0)),
-                           heap_ring_size=int(req.get("heap_ring_size", 0) or 0))
-            w.init()  # forks the level-3 children: no thread of ours exists yet
+            extra = self._start(req)
         except Exception as e:  # noqa: BLE001
             self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
             raise
-        self.worker = w
         host = self.conn.getsockname()[0]
         lst = socket.create_server((host, 0))
-        self._reply(rid, 0, {"pid": os.getpid(), "health_port": lst.getsockname()[1]})
+        self._reply(rid, 0, dict(extra, pid=os.getpid(), health_port=lst.getsockname()[1]))
         lst.settimeout(HANDSHAKE_S)
         try:
             hconn, _ = lst.accept()
@@ -113,6 +124,13 @@ class Session:
         with hconn:
             self.health = Channel.open(hconn, server=True, keys=P.keyring(self.key), timeout=HANDSHAKE_S)
         threading.Thread(target=self._health_loop, daemon=True).start()
+
+    def _start(self, req: dict) -> dict:
+        """Builds the level-3 Worker the manifest describes; returns what the
+        reply adds to the session's pid and health port (an MPI group's rank
+        0 builds its Worker before the manifest, and reports its ranks)."""
+        self.worker = make_worker(req)
+        return {}
 
     def _health_loop(self) -> None:
         """Echoes the parent's heartbeats; a parent silent for the session

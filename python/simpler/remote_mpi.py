@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 
 
@@ -48,6 +49,10 @@ def _start_janitor() -> None:
             select.select([pidfd], [], [])
         except ProcessLookupError:
             pass
+        # Python's resource tracker (also a child of the rank) unlinks what the
+        # rank registered unless it was killed with it: let it go first, so the
+        # two do not race; whatever is left is swept here.
+        time.sleep(0.5)
         mine = f"{PREFIX}{rank_pid}_"
         for name in os.listdir("/dev/shm"):
             if name.startswith(mine):

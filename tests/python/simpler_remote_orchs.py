@@ -29,3 +29,8 @@ def fail(orch, args, cfg):
 
 def pid(orch, args, cfg):
     os.getpid()
+
+
+def fail_after(orch, args, cfg):
+    time.sleep(args._scalars[0] / 1000.0)
+    raise RuntimeError(f"failed on purpose after {args._scalars[0]} ms")

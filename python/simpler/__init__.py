@@ -18,11 +18,12 @@ import importlib
 from ._errors import SimplerArgumentError, SimplerError, SimplerTimeoutError, SimplerUnsupportedError
 
 __all__ = ["Worker", "RunHandle", "CallableHandle", "Buffer", "SimplerError", "SimplerArgumentError",
-           "SimplerTimeoutError", "SimplerUnsupportedError", "RemoteWorkerSpec", "RemoteCallable", "task_interface",
-           "version"]
+           "SimplerTimeoutError", "SimplerUnsupportedError", "RemoteWorkerSpec", "RemoteCallable", "MpiGroupSpec",
+           "task_interface", "version"]
 
 _LAZY = {"Worker": "worker", "RunHandle": "worker", "CallableHandle": "worker", "Buffer": "worker",
-         "RemoteWorkerSpec": "remote", "RemoteCallable": "remote"}
+         "RemoteWorkerSpec": "remote", "RemoteCallable": "remote",
+         "MpiGroupSpec": "remote"}
 
 
 def __getattr__(name):

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from conftest_simpler import alive
-from simpler import RemoteWorkerSpec, SimplerError, Worker
-from simpler.remote.mpi_client import MpiGroupSpec
+from simpler import MpiGroupSpec, RemoteWorkerSpec, SimplerError, Worker
 from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs, ChipTensor, CoreCallable
 from simpler.task_interface import DataType
 

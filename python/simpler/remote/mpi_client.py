@@ -129,9 +129,6 @@ class _CompletionRouter:
         if ep is not None:
             ep.completions.append(completion)
 
-    def __len__(self) -> int:
-        return 0
-
 
 class MpiGroup(RemoteEndpoint):
     """The session of one MPI group (see the module docstring)."""
@@ -243,13 +240,16 @@ class MpiGroup(RemoteEndpoint):
         if self._closed:
             return
         self._closed = True
-        if not self._threads:  # open() failed before the lanes ran: no acknowledgement can come
+        opened = bool(self._threads)
+        if not opened:  # open() failed before the lanes ran: no acknowledgement can come
             self._stopping = True
         super().close()
         p = self.proc
         if p is not None:
             try:
-                p.wait(min(self.timeout_s, 10.0))
+                # After a SHUTDOWN the ranks close their Workers and mpirun
+                # ends by itself; a group that never opened gets a moment.
+                p.wait(min(self.timeout_s, 10.0) if opened else 3.0)
             except subprocess.TimeoutExpired:
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:

@@ -230,6 +230,32 @@ def test_a_killed_rank_ends_the_group_with_a_clear_error_and_close_is_clean():
     assert_gone(group, pids)
 
 
+@needs_mpi
+def test_a_silent_rank_0_is_declared_dead_after_the_timeout_and_close_is_clean():
+    timeout = 1.5
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=timeout)
+    r0, r1 = w4.add_remote_worker(group_spec())
+    stopped = None
+    try:
+        w4.init()
+        pids = [ep.pid for ep in w4._remote_eps]
+        group = w4._remote_eps[0].group
+        os.kill(pids[0], signal.SIGSTOP)
+        stopped = pids[0]
+        t0 = time.time()
+        with pytest.raises(SimplerError, match=rf"remote worker {r1} \(MPI rank 1 of 2\): MPI group of 2 ranks .*"
+                                               rf"remote_session_timeout_s=1.5 s"):
+            w4.run(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:nap", scalar_args(10000), worker=r1))
+        assert time.time() - t0 < timeout + 2.5
+    finally:
+        t0 = time.time()
+        w4.close()
+        assert time.time() - t0 < 10
+        if stopped and alive(stopped):  # SIGKILL reaches a stopped process; anything else waits for this
+            os.kill(stopped, signal.SIGCONT)
+    assert_gone(group, pids)
+
+
 def test_mpi_spec_checks_and_a_missing_mpirun():
     with pytest.raises(ValueError, match="not both"):
         RemoteWorkerSpec(address="127.0.0.1:1", mpi={"np": 2})

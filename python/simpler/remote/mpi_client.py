@@ -226,7 +226,9 @@ class MpiGroup(RemoteEndpoint):
     def _die(self, why: str) -> None:
         # A lost connection usually means a rank died and mpirun aborted the
         # job; its report on which rank comes as it exits: wait briefly for it.
-        if self.dead is None and not self._stopping and self.proc is not None:
+        # A rank 0 silent past the timeout is no such job: no wait.
+        if (self.dead is None and not self._stopping and self.proc is not None
+                and not why.startswith("did not answer heartbeats")):
             self._exited.wait(2.0)
             why += self._report()
         super()._die(why)
@@ -243,13 +245,15 @@ class MpiGroup(RemoteEndpoint):
         opened = bool(self._threads)
         if not opened:  # open() failed before the lanes ran: no acknowledgement can come
             self._stopping = True
+        # After a SHUTDOWN the ranks close their Workers and mpirun ends by
+        # itself; a group that never opened, or whose session died, gets a
+        # moment before it is stopped.
+        grace = min(self.timeout_s, 10.0) if opened and self.dead is None else 1.0
         super().close()
         p = self.proc
         if p is not None:
             try:
-                # After a SHUTDOWN the ranks close their Workers and mpirun
-                # ends by itself; a group that never opened gets a moment.
-                p.wait(min(self.timeout_s, 10.0) if opened else 3.0)
+                p.wait(grace)
             except subprocess.TimeoutExpired:
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:

@@ -19,6 +19,7 @@ import pytest
 
 from conftest_simpler import alive
 from simpler import MpiGroupSpec, RemoteWorkerSpec, SimplerError, Worker
+from simpler.remote import protocol as P
 from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageTaskArgs, ChipTensor, CoreCallable
 from simpler.task_interface import DataType
 
@@ -100,7 +101,7 @@ def assert_gone(group, pids, within=10.0):
 
 
 @needs_mpi
-def test_a_local_level3_worker_and_an_mpi_group_match_level3():
+def test_a_local_level3_worker_and_an_mpi_group_match_level3(monkeypatch):
     rng = np.random.default_rng(3)
     m, k, n = 8, 16, 4
     A = [rng.standard_normal((m, k)).astype(np.float32) for _ in range(3)]
@@ -168,6 +169,19 @@ def test_a_local_level3_worker_and_an_mpi_group_match_level3():
         # Memory is per rank: rank 1's allocation is not rank 2's.
         with pytest.raises(ValueError, match="not inside one allocation"):
             w4.remote_copy_from(np.empty(4, np.float32), pe, 1)
+        # A copy in several pieces, each an MPI message between rank 0 and rank 1.
+        monkeypatch.setattr(P, "CHUNK_BYTES", 100_000)
+        blob = rng.integers(0, 255, 1_000_003, dtype=np.uint8)
+        pb = w4.remote_malloc(blob.nbytes, 2)
+        w4.remote_copy_to(pb, blob, 2)
+        back = np.zeros_like(blob)
+        w4.remote_copy_from(back, pb, 2)
+        np.testing.assert_array_equal(back, blob)
+        # The ranks run their tasks at the same time.
+        t0 = time.time()
+        w4.run(lambda o, a, c: [o.submit_next_level("simpler_remote_orchs:nap", scalar_args(1500), worker=r)
+                                for r in ranks])
+        assert time.time() - t0 < 2.7
     finally:
         w4.close()
         local.close()

@@ -270,6 +270,28 @@ def test_a_silent_rank_0_is_declared_dead_after_the_timeout_and_close_is_clean()
     assert_gone(group, pids)
 
 
+@needs_mpi
+def test_a_hung_rank_ends_the_group_after_the_timeout():
+    timeout = 1.5
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=timeout)
+    r0, r1 = w4.add_remote_worker(group_spec())
+    try:
+        w4.init()
+        pids = [ep.pid for ep in w4._remote_eps]
+        group = w4._remote_eps[0].group
+        h = w4.submit(lambda o, a, c: o.submit_next_level("simpler_remote_orchs:nap", scalar_args(20000), worker=r0))
+        time.sleep(0.3)
+        os.kill(pids[1], signal.SIGSTOP)  # alive, but answers nothing (rank 0 pings it)
+        t0 = time.time()
+        with pytest.raises(SimplerError, match=rf"MPI group of 2 ranks .* ended: mpirun exited .*MPI rank 1 \(.*pid {pids[1]}\) did "
+                                               rf"not answer within remote_session_timeout_s=1.5 s.*while running task"):
+            h.wait(30)
+        assert time.time() - t0 < timeout + 4
+    finally:
+        w4.close()
+    assert_gone(group, pids)
+
+
 def test_mpi_spec_checks_and_a_missing_mpirun():
     with pytest.raises(ValueError, match="not both"):
         RemoteWorkerSpec(address="127.0.0.1:1", mpi={"np": 2})

@@ -41,6 +41,8 @@ KEY_ENV = "SIMPLER_REMOTE_KEY"
 
 # mpirun (Open MPI) on a rank that died: "mpirun noticed that process rank 1
 # with PID 0 on node vm exited on signal 9 (Killed)."
+# Rank 0 on a rank that stopped answering, before it aborts the job.
+_RANK0_SAYS = "simpler.remote_mpi: "
 _NOTICED = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
 
 
@@ -211,6 +213,9 @@ class MpiGroup(RemoteEndpoint):
     def _report(self, tail: bool = False) -> str:
         """What mpirun said about the rank that ended the job, or (tail)
         its last line."""
+        ours = [ln for ln in self.output if ln.startswith(_RANK0_SAYS)]
+        if ours:  # rank 0 ended the job: a rank stopped answering
+            return f"; {ours[-1][len(_RANK0_SAYS):]}"
         text = "\n".join(self.output)
         m = _NOTICED.search(text)
         if m:
@@ -229,7 +234,8 @@ class MpiGroup(RemoteEndpoint):
         # A rank 0 silent past the timeout is no such job: no wait.
         if (self.dead is None and not self._stopping and self.proc is not None
                 and not why.startswith("did not answer heartbeats")):
-            self._exited.wait(2.0)
+            if self._exited.wait(2.0):  # one account, whichever thread saw the end first
+                why = f"ended: mpirun exited with status {self.proc.returncode}"
             why += self._report()
         super()._die(why)
 

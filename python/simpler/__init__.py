@@ -19,11 +19,11 @@ from ._errors import SimplerArgumentError, SimplerError, SimplerTimeoutError, Si
 
 __all__ = ["Worker", "RunHandle", "CallableHandle", "Buffer", "SimplerError", "SimplerArgumentError",
            "SimplerTimeoutError", "SimplerUnsupportedError", "RemoteWorkerSpec", "RemoteCallable", "RemoteExport",
-           "task_interface",
-           "version"]
+           "MpiGroupSpec", "task_interface", "version"]
 
 _LAZY = {"Worker": "worker", "RunHandle": "worker", "CallableHandle": "worker", "Buffer": "worker",
-         "RemoteWorkerSpec": "remote", "RemoteCallable": "remote", "RemoteExport": "remote"}
+         "RemoteWorkerSpec": "remote", "RemoteCallable": "remote", "RemoteExport": "remote",
+         "MpiGroupSpec": "remote"}
 
 
 def __getattr__(name):

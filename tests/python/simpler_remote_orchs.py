@@ -57,3 +57,8 @@ def affine_sub(args):
 
 def affine(orch, args, cfg):
     orch.submit_sub(orch._w.register(affine_sub), args)
+
+
+def fail_after(orch, args, cfg):
+    time.sleep(args._scalars[0] / 1000.0)
+    raise RuntimeError(f"failed on purpose after {args._scalars[0]} ms")

@@ -186,11 +186,12 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
                                   "num_cores": worker._cores}
         return chip
 
-    def add_remote_worker(self, spec) -> int:
+    def add_remote_worker(self, spec):
         """Attaches a level-3 Worker served by a remote daemon (before
         init(), which opens its session). Returns its id for
         submit_next_level(RemoteCallable(...), args, cfg, worker=id) and the
-        remote_* memory calls."""
+        remote_* memory calls. A spec with mpi= attaches an MPI group, one
+        worker per rank: it returns their ids, in rank order, as a range."""
         from ..remote.client import RemoteWorkerSpec
 
         if self.level != 4:
@@ -202,6 +203,12 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
             raise ValueError("add_remote_worker: call it before init()")
         if spec.platform != self.platform:
             raise ValueError(f"add_remote_worker: platform {spec.platform!r} differs from {self.platform!r}")
+        if getattr(spec, "mpi", None) is not None:
+            from ..remote.mpi_client import MpiRank
+
+            first = len(self._children)
+            self._children += MpiRank.group(spec)
+            return range(first, len(self._children))
         self._children.append(spec)
         return len(self._children) - 1
 

@@ -32,9 +32,24 @@ _U64 = struct.Struct("<Q")
 class RemoteWorkerSpec:
     """Where a remote level-3 Worker runs and what it is made of."""
 
-    def __init__(self, address: str, key, platform: str = "cpu", device_ids=(0,), num_sub_workers: int = 0,
-                 runtime: str = "tensormap_and_ringbuffer"):
-        self.host, self.port = P.parse_address(address)
+    def __init__(self, address: str = None, key=None, platform: str = "cpu", device_ids=(0,),
+                 num_sub_workers: int = 0, runtime: str = "tensormap_and_ringbuffer", mpi=None):
+        # mpi: an MPI group started with mpirun (see mpi_client.MpiGroupSpec)
+        # instead of a daemon at `address`; every rank runs a level-3 Worker
+        # of the fields below, and the parent makes the key when none is given.
+        self.mpi = None
+        if mpi is not None:
+            from .mpi_client import MpiGroupSpec
+
+            if address is not None:
+                raise ValueError("RemoteWorkerSpec: give address (a daemon) or mpi (an MPI group), not both")
+            self.mpi = MpiGroupSpec.of(mpi)
+            self.host = self.port = None
+            key = os.urandom(P.MIN_KEY_BYTES) if key is None else key
+        elif address is None:
+            raise ValueError("RemoteWorkerSpec: address (HOST:PORT of a daemon) or mpi= is required")
+        else:
+            self.host, self.port = P.parse_address(address)
         self.address = address
         self.key = P.check_key(key)
         self.platform = platform
@@ -43,6 +58,9 @@ class RemoteWorkerSpec:
         self.runtime = runtime
 
     def __repr__(self) -> str:
+        if self.mpi is not None:
+            return (f"RemoteWorkerSpec(mpi={self.mpi!r}, platform={self.platform!r}, device_ids={self.device_ids}, "
+                    f"num_sub_workers={self.num_sub_workers})")
         return (f"RemoteWorkerSpec(address={self.address!r}, platform={self.platform!r}, "
                 f"device_ids={self.device_ids}, num_sub_workers={self.num_sub_workers})")
 
@@ -105,7 +123,7 @@ class RemoteEndpoint:
         self.wake_fd = wake_fd
         spec = self.spec
         try:
-            s = socket.create_connection((spec.host, spec.port), timeout=startup_timeout_s)
+            s = self._connect(startup_timeout_s)
             self._socks.append(s)
             self._cmd = Channel.open(s, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
                                      expected_peer_identity=P.IDENTITY)
@@ -122,8 +140,10 @@ class RemoteEndpoint:
         if status:
             raise _errors.error_for(status, f"{self.label}: the session failed to start: {value}")
         self.pid = int(value["pid"])
+        self.opened = value
         try:
-            h = socket.create_connection((spec.host, int(value["health_port"])), timeout=startup_timeout_s)
+            # The health port is on the host that answered the command lane.
+            h = socket.create_connection((s.getpeername()[0], int(value["health_port"])), timeout=startup_timeout_s)
             self._socks.append(h)
             self._health = Channel.open(h, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
                                         expected_peer_identity=P.IDENTITY)
@@ -133,6 +153,10 @@ class RemoteEndpoint:
             t = threading.Thread(target=target, daemon=True, name=f"simpler-l4-{target.__name__}")
             t.start()
             self._threads.append(t)
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        """The command lane's socket (an MPI group's rank 0 connects to us instead)."""
+        return socket.create_connection((self.spec.host, self.spec.port), timeout=timeout_s)
 
     def _open_error(self, e) -> Exception:
         status = getattr(e, "status", None)

@@ -25,6 +25,7 @@ class RemoteOps:
 
     def _open_remotes(self, first_slot: int) -> None:
         from .client import RemoteEndpoint
+        from .mpi_client import MpiRank
 
         specs = [(i, c) for i, c in enumerate(self._children) if not hasattr(c, "level")]
         if not specs:
@@ -33,8 +34,11 @@ class RemoteOps:
             raise ValueError("Worker init: too many workers for the dependency keys")
         try:
             for k, (wid, spec) in enumerate(specs):
-                ep = RemoteEndpoint(first_slot + k, wid, spec, self.remote_session_timeout_s,
-                                    self.remote_heap_ring_size)
+                if isinstance(spec, MpiRank):  # one endpoint per rank, over the group's one session
+                    ep = spec.endpoint(first_slot + k, wid, self.remote_session_timeout_s, self.remote_heap_ring_size)
+                else:
+                    ep = RemoteEndpoint(first_slot + k, wid, spec, self.remote_session_timeout_s,
+                                        self.remote_heap_ring_size)
                 self._remote_eps.append(ep)
                 ep.open(self.startup_timeout_s, self._parent_efd)
                 self._engine.remotes.append(ep)

@@ -28,8 +28,11 @@ VERSION = 1
 HEADER = struct.Struct("<4sHHI")
 
 TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN, HEARTBEAT = 1, 2, 3, 4, 5, 6
+# A TASK or CONTROL frame for one rank of an MPI group (simpler.remote_mpi);
+# ordinary sessions refuse it.
+ROUTED = 7
 NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REPLY: "CONTROL_REPLY",
-         SHUTDOWN: "SHUTDOWN", HEARTBEAT: "HEARTBEAT"}
+         SHUTDOWN: "SHUTDOWN", HEARTBEAT: "HEARTBEAT", ROUTED: "ROUTED"}
 COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
 HEALTH_TYPES = {HEARTBEAT}
 
@@ -200,6 +203,19 @@ def parse_reply(body) -> tuple:
     _need(body, _REPLY.size, n, "CONTROL_REPLY value")
     value = _json(body[_REPLY.size:_REPLY.size + n], "CONTROL_REPLY value")
     return rid, status, value, bytes(body[_REPLY.size + n:])
+
+
+# ---- ROUTED ----------------------------------------------------------------------
+# The rank (u32), then a whole TASK or CONTROL frame for that rank. Replies
+# need no rank: task ids and request ids are unique within the group.
+
+def routed_body(rank: int, frame: bytes) -> bytes:
+    return _U32.pack(rank) + frame
+
+
+def parse_routed(body) -> tuple:
+    _need(body, 0, _U32.size, "ROUTED rank")
+    return _U32.unpack_from(body)[0], bytes(body[_U32.size:])
 
 
 def heartbeat_body(seq: int) -> bytes:

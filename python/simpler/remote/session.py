@@ -58,6 +58,22 @@ def resolve_callable(name: str):
     return obj
 
 
+def make_worker(req: dict):
+    """The level-3 Worker a manifest describes, initialised: it forks its
+    children, so call it while this process has no other thread."""
+    from ..level3.worker import HierWorker
+
+    w = HierWorker(3, platform=req["platform"], runtime=req.get("runtime", "tensormap_and_ringbuffer"),
+                   device_ids=list(req.get("device_ids", [0])), num_sub_workers=int(req.get("num_sub_workers", 0)),
+                   heap_ring_size=int(req.get("heap_ring_size", 0) or 0))
+    try:
+        w.init()
+    except BaseException:
+        w.close()
+        raise
+    return w
+
+
 class Session:
     def __init__(self, conn: socket.socket, key: bytes):
         self.conn = conn
@@ -99,7 +115,6 @@ class Session:
             return "a peer"
 
     def _open(self) -> None:
-        from ..level3.worker import HierWorker
         from tensorcore import Channel
 
         ftype, body = P.decode(self.cmd.recv(P.MAX_FRAME_BYTES, HANDSHAKE_S), {P.CONTROL})
@@ -108,18 +123,14 @@ class Session:
             raise P.ProtocolError(f"the first request is {req.get('op')!r}, not 'open'")
         self.timeout_s = float(req.get("timeout_s", 30.0))
         try:
-            w = HierWorker(3, platform=req["platform"], runtime=req.get("runtime", "tensormap_and_ringbuffer"),
-                           device_ids=list(req.get("device_ids", [0])), num_sub_workers=int(req.get("num_sub_workers", 0)),
-                           heap_ring_size=int(req.get("heap_ring_size", 0) or 0))
-            w.init()  # forks the level-3 children: no thread of ours exists yet
+            extra = self._start_worker(req)
         except Exception as e:  # noqa: BLE001
             self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
             raise
-        self.worker = w
-        self.capacity = max(1, w.num_sub_workers)
+        self.capacity = max(1, self.worker.num_sub_workers)
         host = self.conn.getsockname()[0]
         lst = socket.create_server((host, 0))
-        self._reply(rid, 0, {"pid": os.getpid(), "health_port": lst.getsockname()[1]})
+        self._reply(rid, 0, dict(extra, pid=os.getpid(), health_port=lst.getsockname()[1]))
         lst.settimeout(HANDSHAKE_S)
         try:
             hconn, _ = lst.accept()
@@ -128,6 +139,13 @@ class Session:
         with hconn:
             self.health = Channel.open(hconn, server=True, keys=P.keyring(self.key), timeout=HANDSHAKE_S)
         threading.Thread(target=self._health_loop, daemon=True).start()
+
+    def _start_worker(self, req: dict) -> dict:
+        """Builds the level-3 Worker the manifest describes; returns what the
+        reply adds to the session's pid and health port (an MPI group's rank
+        0 builds its Worker before the manifest, and reports its ranks)."""
+        self.worker = make_worker(req)
+        return {}
 
     def _health_loop(self) -> None:
         """Echoes the parent's heartbeats; a parent silent for the session
@@ -212,7 +230,7 @@ class Session:
             running = still
             while backlog and len(running) < self.capacity and ending is None:
                 tid, name, config, dirs, tensors, scalars = backlog.popleft()
-                started = self._start(name, config, dirs, tensors, scalars)
+                started = self._start_task(name, config, dirs, tensors, scalars)
                 if isinstance(started, tuple):
                     self._complete(tid, *started)
                 else:
@@ -240,7 +258,20 @@ class Session:
         except Exception as e:  # noqa: BLE001
             self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
 
-    def _start(self, name, config, dirs, tensors, scalars):
+    def _task(self, name, config, dirs, tensors, scalars):
+        """One task run to its end: (status, message). An MPI rank's executor
+        thread runs its tasks this way, one at a time."""
+        started = self._start_task(name, config, dirs, tensors, scalars)
+        if isinstance(started, tuple):
+            return started
+        handle, _args = started  # the args stay alive until the run is over
+        try:
+            handle.wait()
+            return 0, ""
+        except _errors.SimplerError as e:
+            return e.status, str(e)
+
+    def _start_task(self, name, config, dirs, tensors, scalars):
         """Runs the task's orchestration function (it returns once it has
         submitted its tasks): (RunHandle, args) while the run goes on, or
         (status, message) when it failed at once."""

@@ -49,7 +49,7 @@ def execute(sess: Session, where: str, msg: tuple) -> tuple:
     _, rid, req, data = msg
     try:
         value, out = sess._control(req, data)
-        return ("reply", rid, 0, value, out)
+        return ("reply", rid, 0, value, bytes(out))  # a copy_from answers with a view of shared memory: MPI pickles bytes
     except Exception as e:  # noqa: BLE001
         return ("reply", rid, getattr(e, "status", _errors.INVALID_ARG), f"{where}: {type(e).__name__}: {e}", b"")
 

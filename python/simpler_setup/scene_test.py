@@ -168,6 +168,8 @@ class SceneTestCase:
     def run_case(self, case: dict, platform: str, worker=None, config: dict | None = None, rounds: int = 1):
         """Builds, runs and checks one case; returns the outputs."""
         if self._st_level >= 3:
+            if parse_platform(platform)[0] != "cpu" and not os.environ.get(_FRESH_ENV):
+                return self._run_case_fresh(case, platform, config, rounds)
             return self._run_case_hier(case, platform, config, rounds)
         worker = worker or get_worker(platform, self._st_runtime)
         chip = self.build_callable(platform)
@@ -188,6 +190,26 @@ class SceneTestCase:
         finally:
             worker.unregister(handle)
 
+
+    def _run_case_fresh(self, case: dict, platform: str, config: dict | None, rounds: int):
+        """A GPU case at level 3 or 4 in a new interpreter (this file's
+        standalone runner): a level-3 Worker forks its chip children, and a
+        child forked from a process that has already used the GPU (a level-2
+        case before this one, say) cannot initialise it. Returns {}: the
+        outputs stay in that process, which checked them against the golden."""
+        import subprocess
+
+        if config:
+            raise ValueError("scene_test: a config override is not passed to a fresh interpreter")
+        file = inspect.getfile(type(self))
+        label = f"{type(self).__name__}::{case['name']}"
+        cmd = [sys.executable, file, "-p", platform, "--case", label, "--rounds", str(rounds)]
+        proc = subprocess.run(cmd, env=dict(os.environ, **{_FRESH_ENV: "1"}), capture_output=True, text=True,
+                              timeout=600)
+        if proc.returncode != 0 or f"PASS {label}" not in proc.stdout:
+            raise AssertionError(f"{label} [{platform}] in a fresh interpreter (exit {proc.returncode}):\n"
+                                 f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+        return {}
 
     def _run_case_hier(self, case: dict, platform: str, config: dict | None, rounds: int):
         """The case through a level-3 Worker (its orchestration function
@@ -270,6 +292,10 @@ def _compare_outputs(test_args, golden_args, output_names, rtol, atol) -> None:
             diff = float(np.nanmax(np.abs(actual - expected))) if np.isfinite(actual).all() else float("nan")
             raise AssertionError(f"Golden mismatch on '{name}': {len(bad)} of {ok.size} elements differ, first at {i}: "
                                  f"{actual[i]} vs {expected[i]} (max diff {diff}, rtol={rtol}, atol={atol})")
+
+
+# Set in the interpreter a GPU case of level 3 or 4 runs in (see _run_case_fresh).
+_FRESH_ENV = "SIMPLER_SCENE_FRESH_PROCESS"
 
 
 def scene_test(level: int = 2, runtime: str = "tensormap_and_ringbuffer"):

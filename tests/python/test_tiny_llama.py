@@ -70,11 +70,11 @@ SHAPES = [pytest.param(dict(dim=32, layers=2, heads=4, ffn=48, vocab=64), id="d3
           pytest.param(dict(dim=36, layers=1, heads=3, ffn=40, vocab=50), id="d36h3")]
 
 
-def check_against_reference(ctx, cfg, rng, loss_rel, grad_rel, logits_rel, **kw):
+def check_against_reference(ctx, cfg, rng, loss_rel, grad_rel, logits_rel, scale=3.0, **kw):
     """TcModel(**kw) on ctx against the float64 reference: loss, logits and
     every element of every gradient tensor, over two batches of one shape
     (buffers reused) and one of another."""
-    theta = random_theta(cfg, rng)
+    theta = random_theta(cfg, rng, scale=scale)
     # The tensorcore path's weights and gradient in tensorcore buffers, as in the example.
     tbuf, gbuf = ctx.buffer(theta.nbytes), ctx.buffer(theta.nbytes)
     tbuf.write(theta)
@@ -114,9 +114,14 @@ def test_tensorcore_loss_and_gradient_match_numpy(ctx, device, unmappable, rng, 
 def test_tensorcore_on_tf32_follows_numpy(ctx, unmappable, rng, interleaved):
     """The GPU run's setting (TF32 products, a stream): within TF32's
     rounding (10-bit mantissa) of the reference; still far from a wrong
-    term. (On the CPU TF32 is ignored and this is the f32 test again.)"""
+    term. (On the CPU TF32 is ignored and this is the f32 test again.)
+    The weights are the example's initialisation: with the other tests'
+    3x matrices the attention is so peaked that TF32's rounding of the
+    scores alone moves some embedding gradients by ~10% on the H200 (the
+    result is deterministic: sync and stream runs give the same bits), while
+    at this scale the whole gradient is within 2e-3 of the reference."""
     cfg = M.Config(seq=16, rope_interleaved=interleaved, **SHAPES[0].values[0])
-    check_against_reference(ctx, cfg, rng, 1e-2, 1e-1, 2e-2, tf32=True, stream=True)
+    check_against_reference(ctx, cfg, rng, 1e-2, 2e-2, 2e-2, scale=1.0, tf32=True, stream=True)
 
 
 def test_tensorcore_adamw_matches_numpy(ctx, unmappable, rng):

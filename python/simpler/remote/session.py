@@ -295,6 +295,14 @@ class Session:
             where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
             return _errors.INTERNAL, f"{type(e).__name__}: {e}{where}"
 
+    def _allocation(self, ptr: int):
+        """The Buffer remote_malloc returned at `ptr`."""
+        b = self.buffers.get(ptr)
+        if b is None:
+            raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{ptr:x} is not a remote allocation of this "
+                                               f"session")
+        return b
+
     def _buffer_at(self, addr: int, n: int):
         for base, b in list(self.buffers.items()) + list(self.imports.items()):
             if base <= addr and addr + n <= base + b.nbytes:
@@ -312,10 +320,8 @@ class Session:
             self.buffers[b.ptr] = b
             return b.ptr, b""
         if op == "free":
-            b = self.buffers.pop(int(req["ptr"]), None)
-            if b is None:
-                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not a remote "
-                                                   f"allocation of this session")
+            b = self._allocation(int(req["ptr"]))
+            del self.buffers[b.ptr]
             b.close()
             return None, b""
         if op == "copy_to":
@@ -331,10 +337,7 @@ class Session:
             at = addr - b.ptr
             return None, b.shm.buf[at:at + n]  # a view: the reply frame is the only copy
         if op == "export":
-            b = self.buffers.get(int(req["ptr"]))
-            if b is None:
-                raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not a remote "
-                                                   f"allocation of this session")
+            b = self._allocation(int(req["ptr"]))
             return {"name": b.shm.name, "nbytes": b.nbytes, "host": P.host_id()}, b""
         if op == "import":
             return self._import(str(req["name"]), int(req["nbytes"]), str(req["host"])), b""

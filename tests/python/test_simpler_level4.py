@@ -46,7 +46,7 @@ class Daemon:
         self.key = key
         self.key_file = kf = tmp_path / f"{name}.key"
         fd = os.open(kf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, key)
+        os.write(fd, key + b"\n")  # as docs/simpler.md says: the key's bytes, then one newline the reader drops
         os.close(fd)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(HERE), env.get("PYTHONPATH", "")])
@@ -592,7 +592,7 @@ def test_sessions_over_the_daemons_limit_are_refused_with_a_message(daemons):
 
 def _rewrite_key(path, key: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    os.write(fd, key)
+    os.write(fd, key + b"\n")
     os.close(fd)
 
 

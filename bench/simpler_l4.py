@@ -258,16 +258,10 @@ def main(argv=None) -> int:
     if a.no_write:
         return 0
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from simpler_overhead import machine
+
     out = [f"\n## Level 4: remote tasks and copies on loopback ({now})\n",
-           f"Machine: {cpu}, {os.cpu_count()} hardware threads, {pyplatform.platform()}, shared with other "
+           f"Machine: {machine()}, {pyplatform.platform()}, shared with other "
            f"builds and tests: load average {load0:.1f} at the start, {load1:.1f} at the end. One daemon, one "
            f"session (Worker(3) with no chips and no sub-workers), the parent a Worker(4); raw TCP is Python "
            f"sockets between this process and a forked peer, TCP_NODELAY, in the same run. "

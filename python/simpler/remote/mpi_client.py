@@ -275,7 +275,7 @@ class MpiGroup(RemoteEndpoint):
             # only for one that was somehow left behind on this host.
             here = socket.gethostname()
             for pid, host in zip(self.pids, self.hosts):
-                if host == here and _alive(pid):
+                if host == here and process_alive(pid):
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
@@ -289,7 +289,8 @@ class MpiGroup(RemoteEndpoint):
             self._listener = None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process pid exists and is not a zombie (a /proc read)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"

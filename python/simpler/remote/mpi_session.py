@@ -79,7 +79,7 @@ class Executor:
     def __init__(self, sess: Session, where: str):
         self.sess = sess
         self.where = where
-        self.todo = queue.Queue()
+        self.pending = queue.Queue()
         self.done = queue.Queue()
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.thread = threading.Thread(target=self._run, daemon=True, name="simpler-mpi-executor")
@@ -87,14 +87,14 @@ class Executor:
 
     def _run(self) -> None:
         while True:
-            msg = self.todo.get()
+            msg = self.pending.get()
             if msg is None:
                 return
             self.done.put(execute(self.sess, self.where, msg))
             os.eventfd_write(self.efd, 1)
 
     def put(self, msg: tuple) -> None:
-        self.todo.put(msg)
+        self.pending.put(msg)
 
     def answers(self) -> list:
         try:
@@ -114,7 +114,7 @@ class Executor:
     def stop(self) -> None:
         """Waits for what was queued, then ends the thread."""
         if self.thread is not None:
-            self.todo.put(None)
+            self.pending.put(None)
             self.thread.join()
             self.thread = None
         if self.efd >= 0:

@@ -48,6 +48,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/rows.cuh"
 #include "tensorcore/diloco.h"
 
 namespace tc {
@@ -55,30 +56,9 @@ namespace cuda {
 
 namespace {
 
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T narrow(float v);
-template <>
-__device__ __forceinline__ float narrow(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half narrow(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-unsigned blocks_for(int64_t n, int threads) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
-}
 
 // Runs the statement with T the element type of theta's dtype.
 #define WITH_THETA_TYPE(dtype, ...)       \
@@ -101,7 +81,7 @@ template <class T>
 __global__ void prepare_kernel(int64_t n, int mode, float inv, float world, const T* theta, const float* anchor,
                                const float* residual, float* out, __half* q) {
   GRID_STRIDE(i, n) {
-    const float delta = __fsub_rn(anchor[i], widen(theta[i]));
+    const float delta = __fsub_rn(anchor[i], to_f(theta[i]));
     if (mode == DilocoPrepareArgs::kDelta) {
       out[i] = delta;
     } else if (mode == DilocoPrepareArgs::kFp16) {
@@ -143,13 +123,13 @@ __global__ void update_kernel(int64_t n, UpdateParams p, const float* g, float* 
       x = __fsub_rn(x, __fdiv_rn(__fmul_rn(p.lr, mh), __fadd_rn(__fsqrt_rn(vh), p.eps)));
     }
     a[i] = x;
-    if (theta) theta[i] = narrow<T>(x);
+    if (theta) theta[i] = from_f<T>(x);
   }
 }
 
 template <class T>
 __global__ void commit_kernel(int64_t n, T* theta, const float* anchor, const float* at_launch) {
-  GRID_STRIDE(i, n) theta[i] = narrow<T>(__fadd_rn(anchor[i], __fsub_rn(widen(theta[i]), at_launch[i])));
+  GRID_STRIDE(i, n) theta[i] = from_f<T>(__fadd_rn(anchor[i], __fsub_rn(to_f(theta[i]), at_launch[i])));
 }
 
 // ---- combine ---------------------------------------------------------------------

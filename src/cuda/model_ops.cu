@@ -44,6 +44,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/pdl.cuh"
+#include "cuda/rows.cuh"
 #include "quant/formats.h"
 
 namespace tc {
@@ -446,9 +447,6 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
   }
 }
 
-unsigned blocks_for(int64_t n, int threads) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
-}
 
 }  // namespace
 

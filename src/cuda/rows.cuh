@@ -276,6 +276,12 @@ inline unsigned all_blocks(int64_t needed) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, 0x7fffffff)));
 }
 
+// Blocks of `threads` covering n elements, at most 65535 (elementwise
+// kernels with a grid-stride loop over the rest).
+inline unsigned blocks_for(int64_t n, int threads) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
+}
+
 // Calls f(T{}) with T the CUDA element type of `d` (F32, F16 or BF16).
 template <class F>
 void with_type(tc_dtype d, F&& f) {

@@ -43,6 +43,7 @@ products on TF32); any size flag given explicitly overrides the preset.
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,6 +103,19 @@ def lr_at(step, base, warmup, total):
         return base * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return base * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress)))
+
+
+def outer_rates(args, step):
+    """The outer lr and momentum for the outer step after `step`. constant:
+    the flags' values. inner: they follow the inner cosine schedule's
+    fraction s (1 through warmup, 0 at the end) from the flags' values to
+    plain averaging (lr 1, momentum 0), so that late, small pseudo-gradients
+    are not driven by a momentum built from early, larger ones."""
+    if args.outer_schedule == "constant" or step < args.warmup:
+        return args.outer_lr, args.outer_momentum
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    s = 0.5 * (1 + np.cos(np.pi * min(1.0, progress)))
+    return 1.0 + (args.outer_lr - 1.0) * s, args.outer_momentum * s
 
 
 def evaluate(net, batches):
@@ -172,7 +186,7 @@ def worker(args):
            "device": log_device.decode() if isinstance(log_device, bytes) else str(log_device)}
     d = None
     if args.mode == "diloco":
-        d = dist.diloco(inner_steps=args.H, outer_lr=args.outer_lr, outer_momentum=0.9,
+        d = dist.diloco(inner_steps=args.H, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
                         outer_optimizer="nesterov", compress=args.compress)
         d.add_parameter("model", theta_buf, n)
     if rank == 0:
@@ -189,6 +203,7 @@ def worker(args):
         opt.step(lr_at(step, args.lr, args.warmup, args.steps))
         tc3 = time.time()
         if d is not None and d.step():
+            d.set_outer_hyperparameters(*outer_rates(args, step))
             d.apply_outer()
             log["outer_bytes"].append(d.last_outer_bytes_sent)
         tc4 = time.time()
@@ -230,7 +245,7 @@ def run_mode(args, mode, out):
     procs = []
     for r in range(args.workers):
         cmd = [sys.executable, __file__, "--role", "worker", "--mode", mode, "--rank", str(r), "--url", url,
-               "--init", str(out / "pretrained.npy") if args.pretrain else "",
+               "--init", str(out / "pretrained.npy") if args.pretrain or args.pretrained else "",
                "--log", str(out / ("%s_rank%d.json" % (mode, r))), "--save", str(out / ("%s_theta.npy" % mode))]
         cmd += ["--%s" % k.replace("_", "-") + "=" + str(v) for k, v in vars(args).items()
                 if k in SHARED]
@@ -251,7 +266,7 @@ def run_mode(args, mode, out):
 
 
 SHARED = ("workers", "steps", "pretrain", "H", "compress", "preset", "dim", "layers", "heads", "ffn", "seq", "batch",
-          "lr", "wd", "warmup", "tf32", "stream", "outer_lr", "eval_batches", "kernels", "rope", "seed", "device",
+          "lr", "wd", "warmup", "tf32", "stream", "outer_lr", "outer_momentum", "outer_schedule", "eval_batches", "kernels", "rope", "seed", "device",
           "backend", "corpus")
 
 
@@ -347,16 +362,28 @@ def driver(args):
                                 ", kernels on a stream" if args.stream == "on" else ""),
           flush=True)
     t_start = time.time()
-    if args.pretrain:
+    if args.pretrained:
+        shutil.copyfile(args.pretrained, out / "pretrained.npy")
+    elif args.pretrain:
         t0 = time.time()
         pretrain(args, cfg, train, out / "pretrained.npy")
         print("pretrain: %.0f s" % (time.time() - t0), flush=True)
     results = {}
-    for mode in ("ddp", "diloco"):
+    modes = [m for m in ("ddp", "diloco") if m in args.modes.split(",")]
+    for mode in modes:
         t0 = time.time()
         results[mode] = run_mode(args, mode, out)
         tps = np.mean([lg["tokens_per_second"] for lg in results[mode]])
         print("%s: %.0f s, %.0f tokens/s per worker" % (mode, time.time() - t0, tps), flush=True)
+    if len(results) < 2:
+        # One side alone (a sweep against a recorded baseline): its curve only.
+        report = {"config": {k: getattr(args, k) for k in SHARED},
+                  "final_eval_loss": {m: results[m][0]["eval"][-1][1] for m in results},
+                  "bytes_per_worker": {m: float(np.mean([lg["bytes"] for lg in results[m]])) for m in results},
+                  "eval_curves": {m: results[m][0]["eval"] for m in results}}
+        (out / "report.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps({k: report[k] for k in ("final_eval_loss", "bytes_per_worker")}))
+        return
     final = {m: results[m][0]["eval"][-1][1] for m in results}
     sent = {m: float(np.mean([lg["bytes"] for lg in results[m]])) for m in results}
     secs = {m: float(np.max([lg["seconds"] for lg in results[m]])) for m in results}
@@ -436,7 +463,16 @@ def main():
                     help="license texts (default on the CPU) or the standard library's .py sources (default with "
                     "--device cuda)")
     ap.add_argument("--outer-lr", dest="outer_lr", type=float, default=0.7)
+    ap.add_argument("--outer-momentum", dest="outer_momentum", type=float, default=0.9)
+    ap.add_argument("--outer-schedule", dest="outer_schedule", default="constant", choices=["constant", "inner"],
+                    help="inner: outer lr and momentum go from the flags' values to plain averaging (1, 0) as the "
+                    "inner cosine schedule decays")
     ap.add_argument("--pretrain", type=int, default=0, help="steps of one-worker pretraining both runs start from")
+    ap.add_argument("--pretrained", metavar="NPY",
+                    help="start both runs from this checkpoint (a previous run's pretrained.npy of the same config) "
+                    "instead of pretraining again")
+    ap.add_argument("--modes", default="ddp,diloco",
+                    help="which runs to make (comma-separated); the comparison needs both")
     ap.add_argument("--init", default="")
     ap.add_argument("--eval-batches", dest="eval_batches", type=int, default=16)
     ap.add_argument("--kernels", default="tc", choices=["tc", "numpy"],

@@ -141,6 +141,14 @@ TC_API tc_status tc_diloco_async_wait(tc_diloco diloco);
  * the round (its error feedback is restored); IDLE: nothing to do. */
 TC_API tc_status tc_diloco_async_commit(tc_diloco diloco);
 
+/* Changes the outer learning rate and momentum for the following outer
+ * steps (a schedule); the same checks as tc_diloco_config's fields. Every rank
+ * sets the same values (not checked). Adam keeps its step count, so its bias
+ * correction uses the new momentum from then on. Refused while an
+ * asynchronous round is unfinished. Serialized state records the current
+ * values; restoring it leaves this context's values as they are. */
+TC_API tc_status tc_diloco_set_outer_hyperparameters(tc_diloco diloco, float outer_lr, float outer_momentum);
+
 /* diloco NULL: what this build supports; else refined for that context. */
 TC_API tc_status tc_diloco_capability_query(tc_diloco diloco, uint32_t abi_version,
                                             struct tc_diloco_capabilities* out);

@@ -36,13 +36,18 @@ tc_status check_diloco(const char* fn, tc_diloco& d) {
 
 bool in_unit(float v) { return std::isfinite(v) && v >= 0.0f && v < 1.0f; }
 
+tc_status check_outer_rates(const char* fn, float outer_lr, float outer_momentum) {
+  if (!std::isfinite(outer_lr) || outer_lr <= 0)
+    return fail(TC_ERR_INVALID_ARG, "%s: outer_lr %g must be positive", fn, double(outer_lr));
+  if (!in_unit(outer_momentum))
+    return fail(TC_ERR_INVALID_ARG, "%s: outer_momentum %g must be in [0, 1)", fn, double(outer_momentum));
+  return TC_OK;
+}
+
 tc_status check_config(const char* fn, const tc_diloco_config* c) {
   if (!c) return fail(TC_ERR_INVALID_ARG, "%s: config is null", fn);
   if (c->inner_steps < 1) return fail(TC_ERR_INVALID_ARG, "%s: inner_steps %d must be >= 1", fn, c->inner_steps);
-  if (!std::isfinite(c->outer_lr) || c->outer_lr <= 0)
-    return fail(TC_ERR_INVALID_ARG, "%s: outer_lr %g must be positive", fn, double(c->outer_lr));
-  if (!in_unit(c->outer_momentum))
-    return fail(TC_ERR_INVALID_ARG, "%s: outer_momentum %g must be in [0, 1)", fn, double(c->outer_momentum));
+  if (tc_status st = check_outer_rates(fn, c->outer_lr, c->outer_momentum)) return st;
   if (!in_unit(c->outer_beta2))
     return fail(TC_ERR_INVALID_ARG, "%s: outer_beta2 %g must be in [0, 1)", fn, double(c->outer_beta2));
   if (!std::isfinite(c->outer_eps) || c->outer_eps <= 0)
@@ -241,6 +246,19 @@ tc_status tc_diloco_capability_query(tc_diloco diloco, uint32_t abi_version, str
     out->async_state_serializable = 0;
     out->tolerate_dropouts_supported = 0;
     if (diloco && diloco->comm->size() == 1) out->compress_sparse_wire_mask = 0;  // nothing goes on a wire
+    return TC_OK;
+  });
+}
+
+tc_status tc_diloco_set_outer_hyperparameters(tc_diloco diloco, float outer_lr, float outer_momentum) {
+  const char* fn = "tc_diloco_set_outer_hyperparameters";
+  return guarded(fn, [&] {
+    if (tc_status st = check_diloco(fn, diloco)) return st;
+    if (tc_status st = check_outer_rates(fn, outer_lr, outer_momentum)) return st;
+    // The round in flight reads the config from its own thread.
+    if (tc_status st = check_idle(fn, diloco)) return st;
+    diloco->cfg.outer_lr = outer_lr;
+    diloco->cfg.outer_momentum = outer_momentum;
     return TC_OK;
   });
 }

@@ -492,7 +492,10 @@ def test_diloco_single_rank_outer_step_matches_numpy(ctx, rng):
             assert (d.world_size, d.rank) == (1, 0)
             d.add_parameter("w", w, num_elements=n, dtype="f32")
             anchor, v = x0.astype(np.float64), np.zeros(n)
-            for outer in range(3):
+            # The rates of the config, then a schedule set between outer steps.
+            for outer, (lr, mu) in enumerate([(0.5, 0.8), (0.9, 0.3), (1.0, 0.0)]):
+                if outer:
+                    d.set_outer_hyperparameters(lr, mu)
                 for s in range(2):
                     g = rng.standard_normal(n).astype(np.float32) * 0.1
                     w.write(w.to_numpy((n,), np.float32) - g)
@@ -501,8 +504,8 @@ def test_diloco_single_rank_outer_step_matches_numpy(ctx, rng):
                 assert due
                 d.apply_outer()
                 delta = anchor - theta
-                v = 0.8 * v + delta
-                anchor = anchor - 0.5 * (delta + 0.8 * v)
+                v = mu * v + delta
+                anchor = anchor - lr * (delta + mu * v)
                 np.testing.assert_allclose(w.to_numpy((n,), np.float32), anchor, rtol=1e-5, atol=1e-6)
             assert d.outer_steps_completed == 3 and d.inner_steps_completed == 6
             assert d.last_outer_bytes_sent == 0.0 and d.last_outer_step_seconds >= 0.0
@@ -864,6 +867,32 @@ def test_diloco_state_blobs_refuse_corruption(cpu_ctx, rng, monkeypatch, path):
         with pytest.raises(tc.TensorcoreError) as e:
             other.deserialize_state(blob)  # another optimizer / compression
         assert e.value.status == tc.TC_ERR_INVALID_ARG
+
+
+def test_diloco_outer_hyperparameters_are_validated(cpu_ctx, rng):
+    """Bad rates are refused with the config's checks and change nothing;
+    an unfinished asynchronous round refuses a change until committed."""
+    n = 16
+    w = cpu_ctx.buffer_from_array(rng.standard_normal(n).astype(np.float32))
+    with cpu_ctx.dist("single", 1, 0) as dist, dist.diloco(inner_steps=1, outer_lr=0.7, outer_momentum=0.9,
+                                                            async_overlap=True) as d:
+        d.add_parameter("w", w, n)
+        before = d.serialize_state()
+        for lr, mu in ((0.0, 0.5), (-1.0, 0.5), (float("nan"), 0.5), (float("inf"), 0.5), (0.5, 1.0), (0.5, -0.1),
+                       (0.5, float("nan"))):
+            with pytest.raises(tc.TensorcoreError) as e:
+                d.set_outer_hyperparameters(lr, mu)
+            assert e.value.status == tc.TC_ERR_INVALID_ARG and "outer_" in str(e.value)
+        assert d.serialize_state() == before
+        with pytest.raises(tc.TensorcoreError):
+            tc.diloco_set_outer_hyperparameters(None, 0.5, 0.5)
+        d.step()
+        d.apply_outer()  # launches a round
+        with pytest.raises(tc.TensorcoreError) as e:
+            d.set_outer_hyperparameters(0.5, 0.5)
+        assert e.value.status == tc.TC_ERR_INVALID_ARG and "asynchronous round" in str(e.value)
+        d.async_commit()
+        d.set_outer_hyperparameters(0.5, 0.5)
 
 
 def test_diloco_refuses_a_parameter_where_its_outer_step_does_not_run(cpu_ctx, monkeypatch):

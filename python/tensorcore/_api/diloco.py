@@ -15,7 +15,7 @@ TC_ERR_UNSUPPORTED).
 
 import ctypes
 import weakref
-from ctypes import POINTER, byref, c_char_p, c_double, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
 
 from .._args import i64
 from .._constants import TC_ERR_INVALID_ARG, dtype_code, resolve
@@ -44,7 +44,7 @@ __all__ = [
     "diloco_config", "diloco_init", "diloco_finalize", "diloco_add_parameter", "diloco_step", "diloco_apply_outer",
     "diloco_async_poll", "diloco_async_wait", "diloco_async_commit", "diloco_capabilities",
     "diloco_outer_optimizer_is_serializable", "diloco_compress_is_serializable", "diloco_state_feature_available",
-    "diloco_state_set_epochs", "diloco_state_get_epochs", "diloco_state_serialize", "diloco_state_deserialize",
+    "diloco_set_outer_hyperparameters", "diloco_state_set_epochs", "diloco_state_get_epochs", "diloco_state_serialize", "diloco_state_deserialize",
     "diloco_outer_steps_completed", "diloco_inner_steps_completed", "diloco_last_outer_step_seconds",
     "diloco_last_outer_bytes_sent",
 ]
@@ -129,6 +129,8 @@ _tc_diloco_async_wait = declare("tc_diloco_async_wait", tc_status, handle)
 _tc_diloco_async_commit = declare("tc_diloco_async_commit", tc_status, handle)
 _tc_diloco_capability_query = declare("tc_diloco_capability_query", tc_status, handle, c_uint32,
                                       POINTER(TCDiLoCoCapabilities))
+_tc_diloco_set_outer_hyperparameters = declare("tc_diloco_set_outer_hyperparameters", tc_status, handle, c_float,
+                                               c_float)
 _tc_diloco_state_set_epochs = declare("tc_diloco_state_set_epochs", tc_status, handle, c_uint64, c_uint64)
 _tc_diloco_state_get_epochs = declare("tc_diloco_state_get_epochs", tc_status, handle, POINTER(c_uint64),
                                       POINTER(c_uint64))
@@ -189,6 +191,10 @@ class DiLoCoContext(_Owned):
 
     def capabilities(self):
         return diloco_capabilities(self)
+
+    def set_outer_hyperparameters(self, outer_lr, outer_momentum):
+        """For the following outer steps (a schedule); every rank sets the same."""
+        diloco_set_outer_hyperparameters(self, outer_lr, outer_momentum)
 
     def set_epochs(self, topology_epoch, membership_epoch):
         diloco_state_set_epochs(self, topology_epoch, membership_epoch)
@@ -333,6 +339,11 @@ def diloco_compress_is_serializable(capabilities, compress):
 def diloco_state_feature_available(capabilities, feature):
     bit = int(feature)
     return bit != 0 and (int(capabilities.state_feature_mask) & bit) == bit
+
+
+def diloco_set_outer_hyperparameters(diloco, outer_lr, outer_momentum):
+    check(_tc_diloco_set_outer_hyperparameters(_diloco_arg(diloco, "tc_diloco_set_outer_hyperparameters"),
+                                               float(outer_lr), float(outer_momentum)))
 
 
 def diloco_state_set_epochs(diloco, topology_epoch, membership_epoch):

@@ -15,7 +15,12 @@ products (f16: the fast path, llama.cpp's arithmetic; f32: exact):
            graph), median over 128 steps; the time includes the host's call,
            the parameter copy, the logits' copy back and the synchronisation
 Decode streams every weight once per token: bytes/token = all matrices but
-token_embd (one row), plus the f32 KV cache read; GB/s = bytes/token * tok/s.
+token_embd (one row), plus the KV cache read (f16 by default, --kv-type);
+GB/s = bytes/token * tok/s. --prefill 4096 measures decode after 4096
+tokens of context.
+--llama-bench PATH runs llama.cpp's llama-bench on the same file right after
+ours (all layers on the GPU, f16 cache, flash attention off and on, the
+faster of the two; decode at the same depth with -d) and prints the ratios.
 Targets: decode >= 720 tok/s, prefill >= 11400 tok/s; printed as ratios, and
 the last line gives each phase's faster mode.
 --write records bench/results/llama-cuda.md with the date and the GPU.
@@ -44,17 +49,21 @@ D = E // H
 TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 
 
-def bytes_per_token(n_past):
+KV_BYTES = {"f16": 2, "f32": 4}
+
+
+def bytes_per_token(n_past, kv_type="f16"):
     per_layer = q4_bytes(E, E) * 2 + q4_bytes(HKV * D, E) * 2 + q4_bytes(F, E) * 3
-    kv = L * 2 * HKV * n_past * D * 4
+    kv = L * 2 * HKV * n_past * D * KV_BYTES[kv_type]
     return L * per_layer + q4_bytes(V, E) + q4_bytes(1, E) + kv
 
 
-def run(path, device, mode, n_prefill, n_decode):
+def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):
     import tensorcore as tc
     from tensorcore.llama import Llama
 
-    with tc.Context(device) as ctx, Llama(path, ctx=ctx, n_ctx=n_prefill + n_decode + 8, activations=mode) as m:
+    with tc.Context(device) as ctx, Llama(path, ctx=ctx, n_ctx=n_prefill + n_decode + 8, activations=mode,
+                                          kv_type=kv_type) as m:
         rng = np.random.default_rng(0)
         prompt = rng.integers(3, m.n_vocab, n_prefill)
         m.eval(prompt, last_only=True)  # warm-up: GEMM plans, the dequantisation scratch
@@ -119,6 +128,43 @@ def profile(path, device, mode, n_prefill, n_decode, top=12):
                                                         name[:110]))
 
 
+def run_llama_bench(binary, path, n_prefill, n_decode):
+    """llama.cpp's prefill and decode tok/s on the same file: every layer on
+    the GPU (-ngl 99), its default f16 cache, flash attention off and on (the
+    faster of each); decode after n_prefill tokens of context (-d) when that
+    is not the 512-token prefill."""
+    import json
+    import subprocess
+    depth = n_prefill if n_prefill > 512 else 0
+    res = {}
+    for fa in ("0", "1"):
+        cmd = [binary, "-m", path, "-ngl", "99", "-fa", fa, "-p", str(n_prefill), "-n", str(n_decode), "-r", "3",
+               "-o", "json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print("llama-bench -fa %s failed (exit %d): %s" % (fa, proc.returncode, proc.stderr[-500:]))
+            continue
+        for r in json.loads(proc.stdout):
+            key = "pp" if r["n_prompt"] else "tg"
+            if float(r["avg_ts"]) > res.get(key, (0,))[0]:
+                res[key] = (float(r["avg_ts"]), "fa " + fa)
+            res["build"] = r.get("build_commit", "?")
+        if depth:
+            proc = subprocess.run(cmd[:7] + ["-p", "0", "-n", str(n_decode), "-d", str(depth), "-r", "3", "-o",
+                                             "json"], capture_output=True, text=True)
+            if proc.returncode == 0:
+                for r in json.loads(proc.stdout):
+                    if float(r["avg_ts"]) > res.get("tg_depth", (0,))[0]:
+                        res["tg_depth"] = (float(r["avg_ts"]), "fa " + fa)
+    if "tg_depth" in res:
+        res["tg"] = res["tg_depth"]
+    if "pp" in res and "tg" in res:
+        print("llama.cpp (%s): prefill %d tokens %.1f tok/s (%s); decode%s %.2f tok/s (%s)" % (
+            res["build"], n_prefill, res["pp"][0], res["pp"][1], " at depth %d" % depth if depth else "",
+            res["tg"][0], res["tg"][1]))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -126,6 +172,9 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--model", help="GGUF file to use instead of the random 7B model")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
+    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
+                    help="llama.cpp's llama-bench (a CUDA build), run on the same file after ours")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cuda.md")
     ap.add_argument("--profile", action="store_true",
                     help="print the device time per kernel of a prefill and of --decode steps (needs PyTorch)")
@@ -142,10 +191,10 @@ def main():
         for mode in modes:
             profile(path, args.device, mode, args.prefill, args.decode)
         return
-    bpt = bytes_per_token(args.prefill + args.decode // 2)
+    bpt = bytes_per_token(args.prefill + args.decode // 2, args.kv_type) if not args.model else float("nan")
     rows = []
     for mode in modes:
-        p_tok_s, d_tok_s, best, info = run(path, args.device, mode, args.prefill, args.decode)
+        p_tok_s, d_tok_s, best, info = run(path, args.device, mode, args.prefill, args.decode, args.kv_type)
         gbs = bpt * d_tok_s / 1e9
         rows.append((mode, p_tok_s, d_tok_s, best, gbs))
         print("activations %s: prefill %d tokens %.0f tok/s (x%.2f of %.0f); decode %.1f tok/s median "
@@ -159,6 +208,9 @@ def main():
     print("best: prefill %.0f tok/s (%s, x%.2f of target), decode %.1f tok/s (%s, x%.2f of target)"
           % (best_p[1], best_p[0], best_p[1] / TARGET_PREFILL, best_d[2], best_d[0], best_d[2] / TARGET_DECODE))
     print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (best_p[1], best_d[2]))
+    peer = run_llama_bench(args.llama_bench, path, args.prefill, args.decode) if args.llama_bench else {}
+    if "pp" in peer and "tg" in peer:
+        print("ours / llama.cpp: prefill x%.2f, decode x%.2f" % (best_p[1] / peer["pp"][0], best_d[2] / peer["tg"][0]))
     if args.write:
         lines = [
             "# LLaMA prefill and decode on the GPU",
@@ -171,8 +223,8 @@ def main():
             "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
             "one-token evals after it (graph replays), each including the logits' copy back." % (
                 args.prefill, args.decode),
-            "- Bytes per decoded token: every matrix but token_embd, one embedding row, the f32 KV cache read: "
-            "%.1f MB. GB/s = that times decode tok/s." % (bpt / 1e6),
+            "- Bytes per decoded token: every matrix but token_embd, one embedding row, the %s KV cache read: "
+            "%.1f MB. GB/s = that times decode tok/s." % (args.kv_type, bpt / 1e6),
             "- Targets: prefill >= %.0f tok/s, decode >= %.0f tok/s." % (TARGET_PREFILL, TARGET_DECODE),
             "",
             "| activations | prefill tok/s | / target | decode tok/s | / target | best decode tok/s | decode GB/s |",
@@ -181,6 +233,13 @@ def main():
         for mode, p_tok_s, d_tok_s, best, gbs in rows:
             lines.append("| %s | %.0f | %.2f | %.1f | %.2f | %.1f | %.0f |" % (
                 mode, p_tok_s, p_tok_s / TARGET_PREFILL, d_tok_s, d_tok_s / TARGET_DECODE, best, gbs))
+        if "pp" in peer and "tg" in peer:
+            lines += ["", "llama.cpp (`llama-bench`, build %s, -ngl 99, f16 cache) on the same file, right after ours:"
+                      % peer["build"], "",
+                      "| | prefill tok/s | decode tok/s |", "|---|---|---|",
+                      "| llama.cpp | %.1f (%s) | %.1f (%s) |" % (peer["pp"] + peer["tg"]),
+                      "| tensorcore / llama.cpp | %.2fx | %.2fx |" % (best_p[1] / peer["pp"][0],
+                                                                   best_d[2] / peer["tg"][0])]
         lines.append("")
         out = REPO / "bench" / "results" / "llama-cuda.md"
         out.write_text("\n".join(lines))

@@ -658,7 +658,7 @@ def decode_gguf(path, prompt_ids, n_new, device=None):
     harness's default when None): (the n_new token ids, the harness's logits
     [len(prompt) + n_new - 1, vocab] of the whole sequence in one evaluation)."""
     from tensorcore.llama import Llama
-    with Llama(str(path), n_ctx=len(prompt_ids) + n_new, activations="f32", device=device) as m:
+    with Llama(str(path), n_ctx=len(prompt_ids) + n_new, activations="f32", kv_type="f32", device=device) as m:
         new = m.generate(prompt_ids, n_new)
         m.reset()
         logits = m.eval(list(prompt_ids) + new[:-1])

@@ -65,13 +65,23 @@ TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
  * and outputs of the products rounded to f16; on AVX512-VNNI processors the
  * products of Q4_0/Q8_0/Q4_K/Q6_K weights then quantise the activations to 8
  * bits per block of 32 and use integer dot products, as llama.cpp does:
- * faster; logits within a few 1e-2 relative). Norms, RoPE, attention, the KV
- * cache and the residual stream stay f32 either way. On a GPU, F16 with
+ * faster; logits within a few 1e-2 relative). Norms, RoPE, attention and
+ * the residual stream stay f32 either way. On a GPU, F16 with
  * Q4_0 / Q8_0 matrices also makes a second device copy of them laid out for
  * the one-token products (about the model's size; TC_LLAMA_SPLIT=0 skips
  * it): TC_ERR_ALLOC (or the allocation's status) when it does not
  * fit, the model unchanged apart from the activation type. */
 TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
+
+/* Element type of the KV cache: TC_DTYPE_F16 (the default after load, as
+ * llama.cpp's: keys after RoPE and values rounded to f16 as they are
+ * appended, half the bytes a one-token step reads from the cache; attention
+ * scores and sums stay f32) or TC_DTYPE_F32. The cache is reallocated, so
+ * the model must be empty (n_past 0: after load or tc_llama_reset), else
+ * TC_ERR_INVALID_ARG; other types TC_ERR_UNSUPPORTED_DTYPE; a failed
+ * allocation keeps the old cache. */
+TC_API tc_status tc_llama_set_kv_cache_type(tc_llama model, tc_dtype dtype);
+TC_API tc_status tc_llama_get_kv_cache_type(tc_llama model, tc_dtype* out);
 
 /* The model's tokenizer, owned by the model (valid until tc_llama_free; do
  * not free it). */

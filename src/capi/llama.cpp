@@ -133,6 +133,29 @@ tc_status tc_llama_set_activations(tc_llama m, tc_dtype dtype) {
   });
 }
 
+tc_status tc_llama_set_kv_cache_type(tc_llama m, tc_dtype dtype) {
+  const char* fn = "tc_llama_set_kv_cache_type";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
+      return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: a %s cache (f16 or f32)", fn, dtype_label(dtype).c_str());
+    if (m->impl->n_past() != 0)
+      return fail(TC_ERR_INVALID_ARG, "%s: the cache holds %lld positions; reset the model first", fn,
+                  (long long)m->impl->n_past());
+    return m->impl->set_kv_cache_type(dtype);
+  });
+}
+
+tc_status tc_llama_get_kv_cache_type(tc_llama m, tc_dtype* out) {
+  const char* fn = "tc_llama_get_kv_cache_type";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+    *out = m->impl->kv_cache_type();
+    return TC_OK;
+  });
+}
+
 tc_status tc_llama_reset(tc_llama m) {
   return guarded("tc_llama_reset", [&] {
     if (tc_status st = check_llama("tc_llama_reset", m)) return st;

@@ -356,8 +356,9 @@ struct RopeKvAppendArgs {
   const float* cos_t = nullptr;    // [C, D/2]
   const float* sin_t = nullptr;
   float* qt = nullptr;             // [H, n, D]
-  float* k_cache = nullptr;        // [Hkv, C, D]
-  float* v_cache = nullptr;
+  void* k_cache = nullptr;         // [Hkv, C, D] of `cache` (F32, or F16 rounded to nearest even)
+  void* v_cache = nullptr;
+  tc_dtype cache = TC_DTYPE_F32;
   bool neox = false;
 };
 
@@ -393,8 +394,9 @@ struct DecodeAttentionArgs {
   float scale = 0.0f;
   const int32_t* pos = nullptr;  // device memory
   const float* q = nullptr;      // [H, D]
-  const float* k_cache = nullptr;  // [Hkv, C, D]
-  const float* v_cache = nullptr;
+  const void* k_cache = nullptr;   // [Hkv, C, D] of `cache` (F32 or F16)
+  const void* v_cache = nullptr;
+  tc_dtype cache = TC_DTYPE_F32;
   float* o = nullptr;            // [H, D]
   float* partial = nullptr;      // [H, decode_attention_splits(C), D + 2]
   int64_t window = 0;

@@ -84,18 +84,27 @@ inline void rotate(const float* x, float* y, const float* c, const float* s, int
 
 tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   const int64_t D = a.D, half = D / 2, P = *a.pos, rows = a.H + a.Hkv;
+  const bool f16 = a.cache == TC_DTYPE_F16;
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
+    std::vector<float> k(f16 ? size_t(D) : 0);  // a rotated key before rounding to f16
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r / rows, h = r % rows, p = P + i;
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
         rotate(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+        continue;
+      }
+      const int64_t g = h - a.H, cell = (g * a.C + p) * D;
+      const float* v = a.v + i * a.ldv + g * D;
+      if (f16) {
+        rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
+        narrow_row(false, k.data(), static_cast<uint16_t*>(a.k_cache) + cell, D);
+        narrow_row(false, v, static_cast<uint16_t*>(a.v_cache) + cell, D);
       } else {
-        const int64_t g = h - a.H;
-        rotate(a.k + i * a.ldk + g * D, a.k_cache + (g * a.C + p) * D, c, s, half, a.neox);
-        std::memcpy(a.v_cache + (g * a.C + p) * D, a.v + i * a.ldv + g * D, size_t(D) * sizeof(float));
+        rotate(a.k + i * a.ldk + g * D, static_cast<float*>(a.k_cache) + cell, c, s, half, a.neox);
+        std::memcpy(static_cast<float*>(a.v_cache) + cell, v, size_t(D) * sizeof(float));
       }
     }
   };
@@ -123,20 +132,30 @@ tc_status copy_2d(const Copy2dArgs& a) {
 
 // One query row per head, the whole prefix of the cache at once: scores,
 // their maximum, the exponentials and their sum, then the weighted values.
-// (A CPU model attends with attention_forward; this kernel serves the device
-// path on the CPU, TC_LLAMA_DEVICE_PATH, and is the reference of the GPU's.)
+// It serves a CPU model's one-token steps over an f16 cache (an f32 cache
+// attends with attention_forward in place), the device path on the CPU
+// (TC_LLAMA_DEVICE_PATH), and is the reference of the GPU's. f16 rows are
+// widened one at a time (exactly: every f16 is an f32).
 tc_status decode_attention(const DecodeAttentionArgs& a) {
   const int64_t D = a.D, end = int64_t(*a.pos) + 1, G = a.H / a.Hkv;
   const int64_t first = a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0, S = end - first;
+  const bool f16 = a.cache == TC_DTYPE_F16;
+  const size_t esize = f16 ? 2 : 4;
   parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> p(static_cast<size_t>(S));
+    std::vector<float> p(static_cast<size_t>(S)), wide(f16 ? size_t(D) : 0);
+    // Row j of a cache matrix as f32 (in place for an f32 cache).
+    auto row = [&](const char* M, int64_t j) {
+      if (!f16) return reinterpret_cast<const float*>(M) + j * D;
+      widen_row(false, reinterpret_cast<const uint16_t*>(M) + j * D, wide.data(), D);
+      return static_cast<const float*>(wide.data());
+    };
     for (int64_t h = h0; h < h1; ++h) {
       const float* q = a.q + h * D;
-      const float* K = a.k_cache + ((h / G) * a.C + first) * D;
-      const float* V = a.v_cache + ((h / G) * a.C + first) * D;
+      const char* K = static_cast<const char*>(a.k_cache) + size_t((h / G) * a.C + first) * size_t(D) * esize;
+      const char* V = static_cast<const char*>(a.v_cache) + size_t((h / G) * a.C + first) * size_t(D) * esize;
       float m = -INFINITY;
       for (int64_t j = 0; j < S; ++j) {
-        const float* kj = K + j * D;
+        const float* kj = row(K, j);
         float acc[4] = {0, 0, 0, 0};  // four partial sums: lets the loop vectorise
         int64_t d = 0;
         for (; d + 4 <= D; d += 4)
@@ -153,7 +172,7 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
       std::fill(o, o + D, 0.0f);
       for (int64_t j = 0; j < S; ++j) {
         const float w = p[size_t(j)];
-        const float* vj = V + j * D;
+        const float* vj = row(V, j);
         for (int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
       }
       const float inv = 1.0f / l;

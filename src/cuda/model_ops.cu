@@ -10,14 +10,16 @@
 //   rope_kv_append:   p = *pos + i; (a, b) -> (a c - b s, b c + a s) for the
 //                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
-//                     values copied into the cache at p
+//                     values copied into the cache at p; a cache of f32, or
+//                     of f16 rounded to nearest even
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
 //   decode_attention: one query row per head over the S cache rows
 //                     [j0, *pos] (j0 = 0, or *pos + 1 - window), split over
 //                     them (flash-decoding), in base 2 (t_j = log2(e) scale
 //                     q . K_j, or log2(e) cap tanh(scale q . K_j / cap) with
-//                     soft-capping):
+//                     soft-capping); K and V rows f32 or f16 (widened
+//                     exactly as they are loaded, the sums in f32 either way):
 //       piece s covers rows [s c, (s+1) c), c = ceil(S / splits) rounded up
 //       to whole block iterations (4 warps x keys per warp), so the pieces in
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
@@ -165,7 +167,8 @@ struct RopeParams {
   int neox;
   const int32_t* pos;
   const float *q, *k, *v, *cos_t, *sin_t;
-  float *qt, *k_cache, *v_cache;
+  float* qt;
+  void *k_cache, *v_cache;
 };
 struct AttnParams {
   int64_t H, Hkv, D, C, splits, window;
@@ -174,37 +177,46 @@ struct AttnParams {
   int lanes;    // lanes per key row (a power of two <= 32)
   int ks;       // keys per block iteration: pieces are multiples of it
   const int32_t* pos;
-  const float *q, *k_cache, *v_cache;
+  const float* q;
+  const void *k_cache, *v_cache;
   float *o, *partial;
 };
 
-// Block (token i, head h): queries for h < H, keys and values after them.
+// A cache element to and from f32 (f16: round to nearest even; widening is exact).
+__device__ __forceinline__ void store_cache(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_cache(__half* p, float x) { *p = __float2half_rn(x); }
+
+// Rotates the D/2 pairs of src into dst (the queries' f32 rows or a cache row of T).
+template <typename T>
+__device__ __forceinline__ void rotate_row(const float* src, T* dst, const float* c, const float* s, int64_t half,
+                                           bool neox) {
+  const int64_t step = neox ? 1 : 2, other = neox ? half : 1;
+  for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
+    const int64_t e = k * step;
+    const float x0 = src[e], x1 = src[e + other];
+    store_cache(dst + e, __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k])));
+    store_cache(dst + e + other, __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k])));
+  }
+}
+
+// Block (token i, head h): queries for h < H, keys and values after them,
+// into a cache of T (float or __half).
+template <typename T>
 __global__ void rope_kv_append_kernel(RopeParams a) {
   pdl_trigger();
   pdl_wait();
   const int64_t i = blockIdx.x, h = blockIdx.y, D = a.D, half = D / 2, p = int64_t(*a.pos) + i;
   const float* c = a.cos_t + p * half;
   const float* s = a.sin_t + p * half;
-  const float* src;
-  float* dst;
   if (h < a.H) {
-    src = a.q + i * a.ldq + h * D;
-    dst = a.qt + (h * a.n + i) * D;
-  } else {
-    const int64_t g = h - a.H;
-    src = a.k + i * a.ldk + g * D;
-    dst = a.k_cache + (g * a.C + p) * D;
-    const float* v = a.v + i * a.ldv + g * D;
-    float* vd = a.v_cache + (g * a.C + p) * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) vd[d] = v[d];
+    rotate_row(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+    return;
   }
-  const int64_t step = a.neox ? 1 : 2, other = a.neox ? half : 1;
-  for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
-    const int64_t e = k * step;
-    const float x0 = src[e], x1 = src[e + other];
-    dst[e] = __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]));
-    dst[e + other] = __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k]));
-  }
+  const int64_t g = h - a.H, cell = (g * a.C + p) * D;
+  const float* v = a.v + i * a.ldv + g * D;
+  T* vd = static_cast<T*>(a.v_cache) + cell;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, v[d]);
+  rotate_row(a.k + i * a.ldk + g * D, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
 }
 
 __global__ void heads_to_tokens_kernel(int64_t n, int64_t H, int64_t D, const float* src, float* dst) {
@@ -260,14 +272,28 @@ __device__ __forceinline__ int64_t attn_first(int32_t pos, int64_t window) {
   return window > 0 && int64_t(pos) + 1 > window ? int64_t(pos) + 1 - window : 0;
 }
 
-// Dims 4v .. 4v + 3 of a row: one 16-byte load on the vector path (D % 4 == 0,
-// rows 16-byte aligned), four guarded scalar loads otherwise (zero past D).
+// Dims 4v .. 4v + 3 of a row: one 16-byte load (f32) or 8-byte load (f16) on
+// the vector path (D % 4 == 0, rows aligned), four guarded scalar loads
+// otherwise (zero past D).
+__device__ __forceinline__ float elem(const __half* row, int d) { return __half2float(row[d]); }
 template <bool kVec>
 __device__ __forceinline__ float4 load4(const float* row, int v, int D) {
   if (kVec) return reinterpret_cast<const float4*>(row)[v];
   const int d = 4 * v;
   return make_float4(d < D ? row[d] : 0.0f, d + 1 < D ? row[d + 1] : 0.0f, d + 2 < D ? row[d + 2] : 0.0f,
                      d + 3 < D ? row[d + 3] : 0.0f);
+}
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const __half* row, int v, int D) {
+  if (kVec) {
+    const uint2 u = reinterpret_cast<const uint2*>(row)[v];
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+  const int d = 4 * v;
+  return make_float4(d < D ? elem(row, d) : 0.0f, d + 1 < D ? elem(row, d + 1) : 0.0f,
+                     d + 2 < D ? elem(row, d + 2) : 0.0f, d + 3 < D ? elem(row, d + 3) : 0.0f);
 }
 __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, s))));
@@ -290,7 +316,7 @@ __device__ __forceinline__ float comp(float4 x, int c) { return c == 0 ? x.x : c
 // once, in shared memory, at the end of the piece. Masked keys (past the
 // piece) load nothing and weigh 0; a slot that saw none keeps m = -FLT_MAX,
 // l = 0, acc = 0 and drops out of the merge (its weight e^(-FLT_MAX - M) = 0).
-template <int R, int GT, bool kVec>
+template <typename T, int R, int GT, bool kVec>
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParams a) {
   constexpr int U = attn_unroll(R, GT);
   extern __shared__ float smem[];
@@ -304,8 +330,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
   const int64_t j1 = min(j0 + chunk, S);
   const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
-  const float* K = a.k_cache + (g * a.C + first) * D;
-  const float* V = a.v_cache + (g * a.C + first) * D;
+  const T* K = static_cast<const T*>(a.k_cache) + (g * a.C + first) * D;
+  const T* V = static_cast<const T*>(a.v_cache) + (g * a.C + first) * D;
 
   float4 q[GT][R], acc[GT][R];
   float m[GT], l[GT];
@@ -448,6 +474,23 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
 }
 
 
+// The split kernel for a cache of T, R float4s per lane, gt heads per block.
+template <typename T>
+void (*split_kernel(bool vec, int R, int gt))(AttnParams) {
+  if (!vec)
+    return R == 1 ? decode_attention_split<T, 1, 1, false>
+                  : R == 2 ? decode_attention_split<T, 2, 1, false> : decode_attention_split<T, 4, 1, false>;
+  if (R == 1)
+    return gt == 1   ? decode_attention_split<T, 1, 1, true>
+           : gt == 2 ? decode_attention_split<T, 1, 2, true>
+           : gt == 4 ? decode_attention_split<T, 1, 4, true>
+                     : decode_attention_split<T, 1, 8, true>;
+  if (R == 2)
+    return gt == 1 ? decode_attention_split<T, 2, 1, true>
+                   : gt == 2 ? decode_attention_split<T, 2, 2, true> : decode_attention_split<T, 2, 4, true>;
+  return decode_attention_split<T, 4, 1, true>;
+}
+
 }  // namespace
 
 tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
@@ -489,8 +532,10 @@ tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
                      a.pos, a.q,   a.k,   a.v,     a.cos_t, a.sin_t, a.qt,    a.k_cache, a.v_cache};
   s->last_kernel = "rope_kv_append";
   const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
-  return check(launch_pdl(rope_kv_append_kernel, dim3(unsigned(a.n), unsigned(a.H + a.Hkv)), dim3(threads), 0,
-                          s->stream, p),
+  const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
+  return check(a.cache == TC_DTYPE_F16
+                   ? launch_pdl(rope_kv_append_kernel<__half>, grid, dim3(threads), 0, s->stream, p)
+                   : launch_pdl(rope_kv_append_kernel<float>, grid, dim3(threads), 0, s->stream, p),
                "rope_kv_append: launch");
 }
 
@@ -516,8 +561,11 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   else
     R = NV <= 64 ? 2 : NV <= 128 ? 4 : 0;
   if (R == 0) return fail(TC_ERR_UNSUPPORTED, "decode_attention: head dim %lld above 512", (long long)a.D);
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = a.D % 4 == 0 && aligned(a.q) && aligned(a.k_cache) && aligned(a.v_cache);
+  // Vector loads: 16 bytes of q, 4 cache elements (16 or 8 bytes) at a time.
+  const uintptr_t cache_align = a.cache == TC_DTYPE_F16 ? 8 : 16;
+  auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  const bool vec = a.D % 4 == 0 && aligned(a.q, 16) && aligned(a.k_cache, cache_align) &&
+                   aligned(a.v_cache, cache_align);
   // Query heads per block: as many of the group's heads as registers allow
   // (K/V then read once for them), fewer while that leaves too few blocks.
   const int64_t splits = decode_attention_splits(a.C), G = a.H / a.Hkv;
@@ -532,21 +580,7 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks, a.pos, a.q, a.k_cache,
                      a.v_cache, a.o, a.partial};
-  void (*split)(AttnParams) = nullptr;
-  if (!vec)
-    split = R == 1 ? decode_attention_split<1, 1, false>
-                   : R == 2 ? decode_attention_split<2, 1, false> : decode_attention_split<4, 1, false>;
-  else if (R == 1)
-    split = gt == 1   ? decode_attention_split<1, 1, true>
-            : gt == 2 ? decode_attention_split<1, 2, true>
-            : gt == 4 ? decode_attention_split<1, 4, true>
-                      : decode_attention_split<1, 8, true>;
-  else if (R == 2)
-    split = gt == 1   ? decode_attention_split<2, 1, true>
-            : gt == 2 ? decode_attention_split<2, 2, true>
-                      : decode_attention_split<2, 4, true>;
-  else
-    split = decode_attention_split<4, 1, true>;
+  void (*split)(AttnParams) = a.cache == TC_DTYPE_F16 ? split_kernel<__half>(vec, R, gt) : split_kernel<float>(vec, R, gt);
   // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
   // (D <= 4, gt 8), under the 48 KB default.
   const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);

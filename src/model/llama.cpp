@@ -66,6 +66,18 @@ tc_status Llama::set_activations(tc_dtype t) {
   return q8_decode() ? split_weights() : TC_OK;
 }
 
+tc_status Llama::set_kv_cache_type(tc_dtype t) {
+  if (t == kv_) return TC_OK;
+  graph_.reset();  // the recorded step writes and reads the old cache
+  return alloc_kv_cache(t);
+}
+
+void* Llama::cache_layer(void* cache, int64_t l) const {
+  const tc_llama_config& g = cfg_;
+  const size_t esize = kv_ == TC_DTYPE_F16 ? 2 : 4;
+  return static_cast<char*>(cache) + size_t(l) * size_t(g.n_head_kv * g.n_ctx * g.head_dim) * esize;
+}
+
 tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
   ConvertArgs c;
   c.info.name = "llama.convert";
@@ -282,8 +294,8 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
   const Arch& A = arch_;
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
-    float* kc = k_cache_ + l * Hkv * C * D;
-    float* vc = v_cache_ + l * Hkv * C * D;
+    void* kc = cache_layer(k_cache_, l);
+    void* vc = cache_layer(v_cache_, l);
     const int64_t window = A.swa[size_t(l)] ? A.window : 0;
     RopeKvAppendArgs r;
     r.info.name = "llama.rope_kv";
@@ -321,9 +333,10 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     r.neox = A.neox_rope;
     r.pos = params_;
     r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
-    r.qt = qt_, r.k_cache = kc, r.v_cache = vc;
+    r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
     TC_TRY(be_->rope_kv_append(r, q));
-    if (n == 1 && !host_) {
+    const size_t esize = kv_ == TC_DTYPE_F16 ? 2 : 4;
+    if (n == 1 && (!host_ || kv_ == TC_DTYPE_F16)) {
       // [H][1][D] is [1][H][D]: the decode attention writes token rows. Its
       // length comes from the parameter block, so a recorded step replays.
       DecodeAttentionArgs a;
@@ -332,7 +345,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.scale = float(A.attn_scale);
       a.window = window, a.softcap = A.attn_softcap;
       a.pos = params_;
-      a.q = qt_, a.k_cache = kc, a.v_cache = vc;
+      a.q = qt_, a.k_cache = kc, a.v_cache = vc, a.cache = kv_;
       a.o = o_, a.partial = partial_;
       TC_TRY(be_->decode_attention(a, q));
     } else {
@@ -346,30 +359,53 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.softcap = A.attn_softcap;
       // One token: [H][1][D] is already o's [1][H][D].
       float* heads_out = n == 1 ? o_ : ot_;
+      // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
+      // attention's element type (f16 with f16 activations on a device,
+      // else f32): a copy where the cache has that type, else a conversion.
+      auto pack_kv = [&](tc_dtype to) -> tc_status {
+        if (to == kv_) {
+          Copy2dArgs c;
+          c.info.name = "llama.pack_kv";
+          c.rows = Hkv;
+          c.row_bytes = size_t((P + n) * D) * esize;
+          c.src_pitch = size_t(C * D) * esize, c.dst_pitch = c.row_bytes;
+          c.src = kc, c.dst = kpack_;
+          TC_TRY(be_->copy_2d(c, q));
+          c.src = vc, c.dst = vpack_;
+          return be_->copy_2d(c, q);
+        }
+        ConvertArgs c;
+        c.info.name = "llama.pack_kv_convert";
+        c.rows = Hkv, c.n = (P + n) * D;
+        c.src_pitch = C * D, c.dst_pitch = c.n;
+        c.src_dtype = kv_, c.dst_dtype = to;
+        c.src = kc, c.dst = kpack_;
+        TC_TRY(be_->convert(c, q));
+        c.src = vc, c.dst = vpack_;
+        return be_->convert(c, q);
+      };
       if (host_) {
-        // Once per kv head, on the cache in place (the CPU's vectorised
-        // attention, also for a single token).
+        // Once per kv head (the CPU's vectorised attention, also for a
+        // single token), on an f32 cache in place, an f16 one widened first.
+        const float* K = static_cast<const float*>(kc);
+        const float* V = static_cast<const float*>(vc);
+        int64_t pitch = C * D;
+        if (kv_ == TC_DTYPE_F16) {
+          TC_TRY(pack_kv(TC_DTYPE_F32));
+          K = kpack_, V = vpack_, pitch = (P + n) * D;
+        }
         for (int64_t kh = 0; kh < Hkv; ++kh) {
           a.q = qt_ + kh * G * n * D;
-          a.k = kc + kh * C * D;
-          a.v = vc + kh * C * D;
+          a.k = K + kh * pitch;
+          a.v = V + kh * pitch;
           a.o = heads_out + kh * G * n * D;
           TC_TRY(be_->attention_forward(a, q));
         }
       } else if (act_ == TC_DTYPE_F16) {
         // f16 activations: the attention on f16 operands too (tensor cores,
         // f32 accumulation, as the products): the queries converted into
-        // xh, the kv heads' prefixes converted as they are packed
-        // [Hkv][P+n][D] into kpack/vpack, the heads' outputs through yh.
-        ConvertArgs c;
-        c.info.name = "llama.pack_kv_f16";
-        c.rows = Hkv, c.n = (P + n) * D;
-        c.src_pitch = C * D, c.dst_pitch = c.n;
-        c.src_dtype = TC_DTYPE_F32, c.dst_dtype = TC_DTYPE_F16;
-        c.src = kc, c.dst = kpack_;
-        TC_TRY(be_->convert(c, q));
-        c.src = vc, c.dst = vpack_;
-        TC_TRY(be_->convert(c, q));
+        // xh, the packed kv heads in f16, the heads' outputs through yh.
+        TC_TRY(pack_kv(TC_DTYPE_F16));
         TC_TRY(convert(qt_, TC_DTYPE_F32, xh_, TC_DTYPE_F16, H * n * D));
         a.d.batch = Hkv;
         a.d.dtype = TC_DTYPE_F16;
@@ -377,18 +413,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
         TC_TRY(be_->attention_forward(a, q));
         TC_TRY(convert(yh_, TC_DTYPE_F16, ot_, TC_DTYPE_F32, H * n * D));
       } else {
-        // One call for every head: the kv heads' prefixes packed [Hkv][P+n][D]
-        // (a batch of Hkv with G query heads each), two strided copies
-        // instead of Hkv launches.
-        Copy2dArgs c;
-        c.info.name = "llama.pack_kv";
-        c.rows = Hkv;
-        c.row_bytes = size_t((P + n) * D) * sizeof(float);
-        c.src_pitch = size_t(C * D) * sizeof(float), c.dst_pitch = c.row_bytes;
-        c.src = kc, c.dst = kpack_;
-        TC_TRY(be_->copy_2d(c, q));
-        c.src = vc, c.dst = vpack_;
-        TC_TRY(be_->copy_2d(c, q));
+        // One call for every head: the packed kv heads (a batch of Hkv with
+        // G query heads each) instead of Hkv launches.
+        TC_TRY(pack_kv(TC_DTYPE_F32));
         a.d.batch = Hkv;
         a.q = qt_, a.k = kpack_, a.v = vpack_, a.o = ot_;
         TC_TRY(be_->attention_forward(a, q));

@@ -7,7 +7,8 @@
 // file's read-only mapping and are used in place; on a device they are
 // copied once at load, in their own formats, into one device buffer with
 // the norms and the RoPE tables. The quantized GEMV computes every format
-// (F32 and F16 included). Activations are f32. The KV cache is f32, laid out
+// (F32 and F16 included). Activations are f32. The KV cache is f16 (the
+// default, as llama.cpp's) or f32 (set_kv_cache_type), laid out
 // [layer][kv head][n_ctx][head_dim] so that one kv head's keys for positions
 // [0, n_past + n) are one contiguous [Skv, D] matrix.
 //
@@ -98,6 +99,10 @@ class Llama {
   // F16 on a device may copy the weights once more (split_weights).
   tc_dtype activations() const { return act_; }
   tc_status set_activations(tc_dtype t);
+  // Element type of the KV cache: F16 (default) or F32. Reallocates the
+  // cache, so the model must be empty (n_past 0; checked by the caller).
+  tc_dtype kv_cache_type() const { return kv_; }
+  tc_status set_kv_cache_type(tc_dtype t);
 
   // Runs tokens at [n_past, n_past + n) (validated by the caller) and writes
   // the logits of every token (all) or of the last one to `logits` (host
@@ -121,7 +126,10 @@ class Llama {
   tc_status place_weights();
   tc_status split_weights();
   tc_status alloc_state();
+  tc_status alloc_kv_cache(tc_dtype t);
   tc_status alloc(size_t bytes, void** out);
+  // Layer l's keys (or values) in the cache: [Hkv][n_ctx][D] of kv_.
+  void* cache_layer(void* cache, int64_t l) const;
 
   // One chunk of n tokens at position P whose ids are in the parameter
   // block; logits of the last `rows` tokens into `lg` (skipped when null).
@@ -162,8 +170,10 @@ class Llama {
   const float* sin_[2] = {nullptr, nullptr};
   std::vector<tc_buffer_s*> buffers_;  // freed with the model
 
-  float* k_cache_ = nullptr;
-  float* v_cache_ = nullptr;
+  void* k_cache_ = nullptr;
+  void* v_cache_ = nullptr;
+  tc_buffer_s* kv_buffer_ = nullptr;  // holds both (in buffers_)
+  tc_dtype kv_ = TC_DTYPE_F16;
   int64_t max_batch_ = 0;
   // Scratch (see alloc_state): f32 activations, f16 copies for the
   // products, the device's logits, the decode attention's partial results.

@@ -483,23 +483,44 @@ tc_status Llama::split_weights() {
 // The KV cache, then one scratch buffer for a chunk of up to max_batch_
 // tokens (B), carved into (floats):
 //   x, h, tmp [B, E]; q, qt, o, ot [B, H*D]; k, v [B, Hkv*D]; gate, up [B, F];
-//   logits [B, n_vocab], kpack, vpack [Hkv, n_ctx, D] (device only: a host
-//   backend writes the caller's array and attends per kv head in place);
+//   logits [B, n_vocab] (device only: a host backend writes the caller's
+//   array), kpack, vpack [Hkv, n_ctx, D] (the packed or widened prefix
+//   attention reads; a host backend attends on an f32 cache in place);
 //   partial [H, decode_attention_splits(n_ctx), D + 2]; qkv [H*D + 2 Hkv*D]; gu [2F];
 // then f16 copies of a product's input and output, and the parameter block
 // [position, n, B token ids] (int32).
+// The KV cache of element type t: 2 * n_layer * n_head_kv * n_ctx * D
+// elements, keys then values. A new cache replaces the old one only once it
+// is allocated (a failure keeps the model as it was).
+tc_status Llama::alloc_kv_cache(tc_dtype t) {
+  const tc_llama_config& g = cfg_;
+  const size_t esize = t == TC_DTYPE_F16 ? 2 : 4;
+  const double elems = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(g.head_dim);
+  if (elems * double(esize) > double(INT64_MAX / 2))
+    return fail(TC_ERR_INVALID_SHAPE, "llama: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);
+  void* kv = nullptr;
+  if (tc_status st = alloc(size_t(elems) * esize, &kv)) return st;
+  tc_buffer_s* fresh = buffers_.back();
+  if (kv_buffer_) {
+    if (queue_) {  // the old cache may still be read by enqueued work
+      std::string detail;
+      if (tc_status st = queue_->sync(&detail)) return fail_with(st, "llama: " + detail);
+    }
+    buffers_.erase(std::find(buffers_.begin(), buffers_.end(), kv_buffer_));
+    delete_buffer(kv_buffer_);
+  }
+  kv_buffer_ = fresh;
+  kv_ = t;
+  k_cache_ = kv;
+  v_cache_ = static_cast<char*>(kv) + size_t(elems / 2) * esize;
+  return TC_OK;
+}
+
 tc_status Llama::alloc_state() {
   const tc_llama_config& g = cfg_;
   const int64_t E = g.n_embd, H = g.n_head, D = g.head_dim, Dq = H * D, Dkv = g.n_head_kv * D, F = g.n_ff;
   const int64_t V = g.n_vocab;
-  // Cache: 2 * n_layer * n_head_kv * n_ctx * D floats.
-  const double cache_floats = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(D);
-  if (cache_floats * 4 > double(INT64_MAX / 2))
-    return fail(TC_ERR_INVALID_SHAPE, "tc_llama_load: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);
-  void* kv = nullptr;
-  if (tc_status st = alloc(size_t(cache_floats) * sizeof(float), &kv)) return st;
-  k_cache_ = static_cast<float*>(kv);
-  v_cache_ = k_cache_ + size_t(cache_floats / 2);
+  if (tc_status st = alloc_kv_cache(kv_)) return st;
 
   const int64_t B = max_batch_ = std::min<int64_t>(g.n_ctx, kMaxBatch);
   const int64_t widest_out = std::max({Dq, Dkv, E, F, V});
@@ -508,7 +529,8 @@ tc_status Llama::alloc_state() {
   f32(&x_, B * E), f32(&h_, B * E), f32(&tmp_, B * E);
   f32(&q_, B * Dq), f32(&qt_, B * Dq), f32(&o_, B * Dq), f32(&ot_, B * Dq);
   f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
-  if (!host_) f32(&logits_, B * V), f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
+  if (!host_) f32(&logits_, B * V);
+  f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
   f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
   f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
   // xh also holds a one-token step's 8-bit X: K int8 values, then (dx, sx)

@@ -96,10 +96,29 @@ TEST_P(ModelOps, EmbedRowsEveryFormat) {
   }
 }
 
+// A cache's elements as f32: f32 as they are, f16 widened.
+std::vector<float> cache_values(Dev& dev, const void* p, size_t n, tc_dtype t) {
+  if (t == TC_DTYPE_F32) return dev.get(static_cast<const float*>(p), n);
+  const std::vector<uint16_t> h = dev.get(static_cast<const uint16_t*>(p), n);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = tc::f16_to_f32(h[i]);
+  return out;
+}
+// Puts f32 values into a cache of t (f16: rounded to nearest even).
+void* put_cache(Dev& dev, const std::vector<float>& x, tc_dtype t) {
+  if (t == TC_DTYPE_F32) return dev.put(x);
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = tc::f32_to_f16(x[i]);
+  return dev.put(h);
+}
+// x rounded to the cache's type.
+float cache_round(float x, tc_dtype t) { return t == TC_DTYPE_F32 ? x : tc::f16_to_f32(tc::f32_to_f16(x)); }
+
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true}) {
-  SCOPED_TRACE(neox ? "NEOX pairs" : "interleaved pairs");
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
   const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
@@ -117,10 +136,14 @@ TEST_P(ModelOps, RopeKvAppend) {
   a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
-  a.k_cache = dev.put(cache_init), a.v_cache = dev.put(cache_init);
+  a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
+  a.cache = cache;
   a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
-  const auto qt = dev.get(a.qt, H * n * D), kc = dev.get(a.k_cache, Hkv * C * D), vc = dev.get(a.v_cache, Hkv * C * D);
+  const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, Hkv * C * D, cache),
+             vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
+  // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
+  auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
   // Pair k: (x[2k], x[2k+1]), or (x[k], x[k + D/2]) with NEOX; d is its first or second element.
   auto rot = [&](const float* x, int64_t p, int64_t d) {
     const int64_t k = neox ? d % half : d / 2;
@@ -134,8 +157,9 @@ TEST_P(ModelOps, RopeKvAppend) {
       for (int64_t h = 0; h < H; ++h)
         EXPECT_NEAR(qt[(h * n + i) * D + d], rot(&q[i * ldq + h * D], P + i, d), 1e-5);
       for (int64_t g = 0; g < Hkv; ++g) {
-        EXPECT_NEAR(kc[(g * C + P + i) * D + d], rot(&k[i * ldk + g * D], P + i, d), 1e-5);
-        EXPECT_EQ(vc[(g * C + P + i) * D + d], v[i * ldv + g * D + d]);
+        const double kr = rot(&k[i * ldk + g * D], P + i, d);
+        EXPECT_NEAR(kc[(g * C + P + i) * D + d], kr, key_tol(kr));
+        EXPECT_EQ(vc[(g * C + P + i) * D + d], cache_round(v[i * ldv + g * D + d], cache));
       }
     }
   for (int64_t g = 0; g < Hkv; ++g)
@@ -176,23 +200,26 @@ TEST_P(ModelOps, DecodeAttention) {
       {6, 3, 37, 500, {0, 100, 499}, 0, 0.7f},                    // soft-capping, scalar loads
       {16, 4, 128, 2048, {0, 64, 65, 2047}, 65},                  // window of 65: pieces not aligned
   };
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (const Case& c : cases) {
     const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
-    const std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
+    std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
+    for (float& x : K) x = cache_round(x, cache);  // the values the cache holds
+    for (float& x : V) x = cache_round(x, cache);
     const float scale = float(1.0 / std::sqrt(double(D)));
     const float* qd = dev.put(q);
-    const float* Kd = dev.put(K);
-    const float* Vd = dev.put(V);
+    const void* Kd = put_cache(dev, K, cache);
+    const void* Vd = put_cache(dev, V, cache);
     for (int32_t pos : c.pos) {
       SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
                    std::to_string(C) + " pos " + std::to_string(pos) + " window " + std::to_string(c.window) +
-                   " cap " + std::to_string(c.cap));
+                   " cap " + std::to_string(c.cap) + (cache == TC_DTYPE_F16 ? " f16 cache" : ""));
       tc::DecodeAttentionArgs a;
       a.info.name = "test.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
       a.window = c.window, a.softcap = c.cap;
       a.pos = dev.put(std::vector<int32_t>{pos});
-      a.q = qd, a.k_cache = Kd, a.v_cache = Vd;
+      a.q = qd, a.k_cache = Kd, a.v_cache = Vd, a.cache = cache;
       a.o = dev.put(std::vector<float>(H * D, NAN));
       a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
       ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);

@@ -55,6 +55,8 @@ def forward(cfg, w, tokens, layers=None):
         if cfg.get("qk_norm"):
             q, k = rmsnorm(q, w[p + "attn_q_norm.weight"], eps), rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
         q, k = rope(q, pos, base, neox), rope(k, pos, base, neox)
+        if cfg.get("kv_f16"):  # an f16 KV cache holds the keys after RoPE and the values rounded
+            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
         visible = (j <= i) & ((i - j < cfg["window"]) if swa[l] else True)
         o = np.empty((S, H, D))
         for hh in range(H):

@@ -142,9 +142,10 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
 
 # ---- the float64 reference ------------------------------------------------------------------
 
-def reference(w, tokens, base=10000.0, scale=1.0):
-    """float64 logits [S, V] of the whole sequence (llama_reference's llama)."""
-    cfg = dict(E=E, H=H, HKV=HKV, D=D, layers=L, eps=1e-5, base=base, rope_scale=scale)
+def reference(w, tokens, base=10000.0, scale=1.0, kv_type="f32"):
+    """float64 logits [S, V] of the whole sequence (llama_reference's llama;
+    K and V rounded to f16 for a model with an f16 cache)."""
+    cfg = dict(E=E, H=H, HKV=HKV, D=D, layers=L, eps=1e-5, base=base, rope_scale=scale, kv_f16=kv_type == "f16")
     return llama_reference.forward(cfg, w, tokens)
 
 
@@ -153,10 +154,10 @@ def reference(w, tokens, base=10000.0, scale=1.0):
 TOL = {"f32": 2e-5, "f16": 2e-5, "bf16": 2e-5, "q8_0": 2e-5, "q4_0": 2e-5, "q4_1": 2e-5}
 
 
-def check_logits(out, ref, fmt, what):
+def check_logits(out, ref, fmt, what, tol=None):
     assert out.shape == ref.shape and np.isfinite(out).all(), what
     err = np.abs(out - ref).max() / np.abs(ref).max()
-    assert err < TOL[fmt], "%s: relative error %.3g" % (what, err)
+    assert err < (tol or TOL[fmt]), "%s: relative error %.3g" % (what, err)
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +195,7 @@ def test_device_path_on_cpu(tmp_path, cpu_paths, fmt):
     w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
     tokens = rng.integers(0, V, 50)
     ref = reference(w, tokens)
-    with Llama(path, ctx=cpu_paths, n_ctx=64, activations="f32") as m:
+    with Llama(path, ctx=cpu_paths, n_ctx=64, activations="f32", kv_type="f32") as m:
         check_logits(m.eval(tokens[:40]), ref[:40], fmt, "prefill 40")
         check_logits(m.eval(tokens[40:45]), ref[40:45], fmt, "chunk of 5")
         for i in range(45, 50):
@@ -284,7 +285,7 @@ def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):
     w = write_model(path, make_weights(rng, tied), fmt)
     tokens = rng.integers(0, V, 12)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=64, activations="f32") as m:
+    with Llama(path, ctx=dev, n_ctx=64, activations="f32", kv_type="f32") as m:
         assert m.config["tied_embeddings"] == int(tied)
         assert (m.config["n_head"], m.config["n_head_kv"], m.config["n_vocab"]) == (H, HKV, V)
         out = m.eval(tokens[:7])
@@ -298,6 +299,40 @@ def test_prefill_then_steps_match_reference(tmp_path, dev, fmt, tied):
         check_logits(m.eval(tokens), ref, fmt, "after reset")
 
 
+@pytest.mark.parametrize("fmt", ["f32", "q4_0"])
+def test_f16_kv_cache(tmp_path, dev, fmt):
+    """The default cache (f16) against the reference with K and V rounded to
+    f16: a prefill, a chunk and one-token steps past one decode-attention
+    piece; switching the type needs an empty model, and bad types are
+    refused with the cache unchanged."""
+    rng = np.random.default_rng(31 + len(fmt))
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), fmt)
+    tokens = rng.integers(0, V, 80)
+    ref16, ref32 = reference(w, tokens, kv_type="f16"), reference(w, tokens)
+    # Within a fraction of the rounding's own effect (test_llama_archs.kv_tolerance
+    # says why), which is large enough to tell a cache that did not round.
+    effect = np.abs(ref16 - ref32).max() / np.abs(ref32).max()
+    assert effect > 1e-4
+    tol = max(5e-5, 0.4 * effect)
+    with Llama(path, ctx=dev, n_ctx=96, activations="f32") as m:
+        assert tc.llama_get_kv_cache_type(m.handle) == "f16"
+        out = [m.eval(tokens[:40]), m.eval(tokens[40:70])]
+        out += [m.eval(tokens[i:i + 1]) for i in range(70, 80)]
+        check_logits(np.concatenate(out), ref16, "f16", "f16 cache", tol=tol)
+        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, m.handle, "f32")  # not empty
+        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, "bf16")
+        assert tc.llama_get_kv_cache_type(m.handle) == "f16" and m.n_past == 80
+        m.reset()
+        tc.llama_set_kv_cache_type(m.handle, "f32")
+        assert tc.llama_get_kv_cache_type(m.handle) == "f32"
+        check_logits(np.concatenate([m.eval(tokens[:40])] + [m.eval(tokens[i:i + 1]) for i in range(40, 44)]),
+                     ref32[:44], fmt, "back to f32")
+        m.reset()
+        tc.llama_set_kv_cache_type(m.handle, "f16")
+        check_logits(m.eval(tokens[:5]), ref16[:5], "f16", "f16 again", tol=tol)
+
+
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "f16"])
 def test_f16_activations(tmp_path, dev, fmt):
     """Faster products (f16 activations, int8 dot products on VNNI): close to
@@ -307,7 +342,7 @@ def test_f16_activations(tmp_path, dev, fmt):
     w = write_model(path, make_weights(rng), fmt)
     tokens = rng.integers(0, V, 10)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, activations="f16") as m:
+    with Llama(path, ctx=dev, activations="f16", kv_type="f32") as m:
         out = np.concatenate([m.eval(tokens[:6]), m.eval(tokens[6:8]), m.eval(tokens[8:9]), m.eval(tokens[9:])])
         err = np.abs(out - ref).max() / np.abs(ref).max()
         assert np.isfinite(out).all() and err < 5e-2, err  # int8 activations: ~2e-2 as llama.cpp
@@ -322,7 +357,7 @@ def test_rope_base_and_scale_from_metadata(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "f32", rope_base=500.0, rope_scale=4.0)
     tokens = rng.integers(0, V, 9)
-    with Llama(path, ctx=dev, activations="f32") as m:
+    with Llama(path, ctx=dev, activations="f32", kv_type="f32") as m:
         assert m.config["rope_freq_base"] == 500.0 and m.config["rope_freq_scale"] == 0.25
         check_logits(m.eval(tokens), reference(w, tokens, 500.0, 0.25), "f32", "scaled rope")
 
@@ -332,7 +367,7 @@ def test_greedy_generate_matches_reference(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0")
     prompt = list(rng.integers(0, V, 5))
-    with Llama(path, ctx=dev, activations="f32") as m:
+    with Llama(path, ctx=dev, activations="f32", kv_type="f32") as m:
         got = m.generate(prompt, 6)
     seq = list(prompt)
     for _ in range(6):
@@ -352,7 +387,7 @@ def test_sampling_options():
 def test_tokenizer_from_metadata(tmp_path, cpu):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32")
-    with Llama(path, ctx=cpu, activations="f32") as m:
+    with Llama(path, ctx=cpu, activations="f32", kv_type="f32") as m:
         ids = m.tokenize("hello world")
         assert ids[0] == 1
         toks, _, _ = _vocab()
@@ -367,7 +402,7 @@ def test_bpe_tokenizer_from_metadata(tmp_path, cpu, pre):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="gpt2", pre=pre)
     toks, _ = _bpe_vocab()
-    with Llama(path, ctx=cpu, activations="f32") as m:
+    with Llama(path, ctx=cpu, activations="f32", kv_type="f32") as m:
         ids = m.tokenize("hello world", add_bos=False)
         assert [toks[i] for i in ids] == ["hello", "\u0120world"]
         odd = "héllo, wörld ✓ 123"
@@ -379,7 +414,7 @@ def test_file_without_vocabulary_runs_on_ids(tmp_path, dev):
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q8_0", tokenizer=None)
     tokens = rng.integers(0, V, 6)
-    with Llama(path, ctx=dev, activations="f32") as m:
+    with Llama(path, ctx=dev, activations="f32", kv_type="f32") as m:
         assert m.n_vocab == V and m.bos_id == -1
         check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
         _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
@@ -396,7 +431,7 @@ def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
         assert "tokenizer.ggml.pre '%s'" % pre in str(e.value), str(e.value)
     write_model(path, make_weights(np.random.default_rng(2)), "f32", tokenizer="bert")
     with pytest.raises(tc.TensorcoreError) as e:
-        Llama(path, ctx=cpu, activations="f32")
+        Llama(path, ctx=cpu, activations="f32", kv_type="f32")
     assert e.value.status == tc.TC_ERR_UNSUPPORTED and "bert" in str(e.value)
 
 
@@ -432,7 +467,7 @@ def test_bad_files(tmp_path, cpu):
 def test_bad_calls_leave_state(tmp_path, dev):
     path = tmp_path / "m.gguf"
     write_model(path, make_weights(np.random.default_rng(4)), "f32")
-    with Llama(path, ctx=dev, n_ctx=8, activations="f32") as m:
+    with Llama(path, ctx=dev, n_ctx=8, activations="f32", kv_type="f32") as m:
         assert m.n_ctx == 8
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
         _expect(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
@@ -546,7 +581,7 @@ def test_corrupted_files_fail_cleanly(tmp_path, cpu):
             d[int(rng.integers(0, 16000))] = int(rng.integers(0, 256))
         bad.write_bytes(bytes(d))
         try:
-            with Llama(bad, ctx=cpu, n_ctx=16, activations="f32") as m:
+            with Llama(bad, ctx=cpu, n_ctx=16, activations="f32", kv_type="f32") as m:
                 assert m.eval([1, 2, 3]).shape == (3, m.n_vocab)
         except tc.TensorcoreError as e:
             assert e.status in (tc.TC_ERR_CORRUPT, tc.TC_ERR_UNSUPPORTED, tc.TC_ERR_INVALID_SHAPE), str(e)
@@ -560,7 +595,7 @@ def test_long_chunks_match_reference(tmp_path, dev):
     w = write_model(path, make_weights(rng), "q8_0")
     tokens = rng.integers(0, V, 60)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=60, activations="f32") as m:
+    with Llama(path, ctx=dev, n_ctx=60, activations="f32", kv_type="f32") as m:
         check_logits(m.eval(tokens[:40]), ref[:40], "q8_0", "prefill 40")
         check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
         for i in range(57, 60):
@@ -576,7 +611,7 @@ def test_eval_longer_than_a_chunk(tmp_path, dev):
     w = write_model(path, make_weights(rng), "q4_0")
     tokens = rng.integers(0, V, 530)
     ref = reference(w, tokens)
-    with Llama(path, ctx=dev, n_ctx=530, activations="f32") as m:
+    with Llama(path, ctx=dev, n_ctx=530, activations="f32", kv_type="f32") as m:
         check_logits(m.eval(tokens[:527]), ref[:527], "q4_0", "527 tokens")
         for i in range(527, 530):
             check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q4_0", "step %d" % i)

@@ -6,14 +6,15 @@ from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_int64
 import numpy as np
 
 from .._args import i64
-from .._constants import dtype_code
+from .._constants import TC_DTYPE_F16, TC_DTYPE_F32, dtype_code
 from .._errors import TensorcoreValueError, check
 from .._lib import declare, handle, tc_status
 from .._objects import context_arg
 from .._structs import _Struct
 
 __all__ = ["TCLlamaConfig", "llama_load", "llama_free", "llama_get_config", "llama_eval", "llama_reset",
-           "llama_n_past", "llama_tokenizer", "llama_set_activations"]
+           "llama_n_past", "llama_tokenizer", "llama_set_activations",
+           "llama_set_kv_cache_type", "llama_get_kv_cache_type"]
 
 TC_ERR_INVALID_ARG = -7
 
@@ -33,6 +34,8 @@ _tc_llama_free = declare("tc_llama_free", tc_status, handle)
 _tc_llama_get_config = declare("tc_llama_get_config", tc_status, handle, POINTER(TCLlamaConfig))
 _tc_llama_eval = declare("tc_llama_eval", tc_status, handle, POINTER(c_int32), c_int64, POINTER(c_float), c_int64)
 _tc_llama_set_activations = declare("tc_llama_set_activations", tc_status, handle, c_int32)
+_tc_llama_set_kv_cache_type = declare("tc_llama_set_kv_cache_type", tc_status, handle, c_int32)
+_tc_llama_get_kv_cache_type = declare("tc_llama_get_kv_cache_type", tc_status, handle, POINTER(c_int32))
 _tc_llama_reset = declare("tc_llama_reset", tc_status, handle)
 _tc_llama_n_past = declare("tc_llama_n_past", tc_status, handle, POINTER(c_int64))
 _tc_llama_tokenizer = declare("tc_llama_tokenizer", tc_status, handle, POINTER(handle))
@@ -102,3 +105,16 @@ def llama_set_activations(model, dtype):
     """"f32" (exact products, the default) or "f16" (faster: f16 activations,
     int8 dot products on VNNI processors)."""
     check(_tc_llama_set_activations(_model(model), dtype_code(dtype)))
+
+
+def llama_set_kv_cache_type(model, dtype):
+    """"f16" (the default after load) or "f32"; the model must be empty
+    (n_past 0)."""
+    check(_tc_llama_set_kv_cache_type(_model(model), dtype_code(dtype)))
+
+
+def llama_get_kv_cache_type(model):
+    """The KV cache's element type: "f16" or "f32"."""
+    t = c_int32()
+    check(_tc_llama_get_kv_cache_type(_model(model), byref(t)))
+    return {TC_DTYPE_F16: "f16", TC_DTYPE_F32: "f32"}[t.value]

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from .._api.llama import (llama_eval, llama_free, llama_get_config, llama_load, llama_n_past, llama_reset,
-                          llama_set_activations, llama_tokenizer)
+                          llama_set_activations, llama_set_kv_cache_type, llama_tokenizer)
 from .._api.tokenizer import Tokenizer
 from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
 from .._errors import TensorcoreError, TensorcoreValueError
@@ -89,6 +89,9 @@ class Llama:
     weights are copied to device memory at load and each one-token step
     after the first replays a recorded CUDA graph.
     n_ctx: KV cache positions (default min(context_length, 2048)).
+    kv_type: the KV cache's element type, "f16" (the default, as llama.cpp's:
+    half the bytes each step reads; logits move by about 1e-3 relative) or
+    "f32".
     activations: "f16" (the default, as llama.cpp computes: f16 activations
     into the products, int8 dot products on VNNI processors and GPUs; logits
     within a few 1e-2 of exact) or "f32" (exact products). On a GPU, "f16" with
@@ -101,7 +104,7 @@ class Llama:
     text used by the chat methods instead of the file's own."""
 
     def __init__(self, path=None, ctx=None, n_ctx=None, activations="f16", device=None, progress=False,
-                 chat_template=None):
+                 chat_template=None, kv_type="f16"):
         self.notice = None
         if path is None:
             chosen = default_model(progress)
@@ -120,6 +123,7 @@ class Llama:
                 read_through(self.path, "reading " + os.path.basename(self.path), progress)
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)
             llama_set_activations(self._handle, activations)
+            llama_set_kv_cache_type(self._handle, kv_type)
         except Exception:
             if self._handle is not None:
                 llama_free(self._handle)

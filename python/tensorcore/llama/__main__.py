@@ -45,6 +45,8 @@ def _parser():
                          "is usable, else the CPU)")
     ap.add_argument("--threads", "-t", type=int, default=0,
                     help="CPU threads (default: $TC_NUM_THREADS, else the physical cores)")
+    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16",
+                    help="the KV cache's element type (default f16, as llama.cpp's -ctk/-ctv)")
     ap.add_argument("--activations", choices=["f32", "f16"], default="f16",
                     help="f16 (default, as llama.cpp): f16 activations into the weight products, int8 dot "
                          "products where the processor has them; f32: exact products, slower")
@@ -82,7 +84,7 @@ def main(argv=None):
     err = sys.stderr
     ctx = Context(args.device)
     with ctx, Llama(args.model, ctx=ctx, n_ctx=args.n_ctx or None, activations=args.activations,
-                    progress=not args.quiet, chat_template=template) as m:
+                    kv_type=args.kv_type, progress=not args.quiet, chat_template=template) as m:
         info = ctx.device_info()
         if not args.quiet:
             err.write("[%s on %s (%s), %s activations]\n" % (

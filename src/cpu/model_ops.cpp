@@ -1,7 +1,7 @@
 // The decoder's small ops on the CPU (core/backend.h, "model ops"): the
 // embedding gather, the residual add, dtype conversion, RoPE with the KV
-// cache append, the head-major -> token-major copy and one-row attention
-// over the cache. Each is a pass over at most a few rows per token, so the
+// cache append and the head-major -> token-major copy (one-row attention
+// over the cache is cpu/decode_attention.cpp). Each is a pass over at most a few rows per token, so the
 // code is plain loops (the compiler vectorises the inner ones) split over the
 // thread pool where the work is large enough to pay for it.
 //
@@ -10,8 +10,7 @@
 //   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i; (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
-//   decode_attention: o_h = sum_j softmax_j(cap(scale q_h . K_g[j])) V_g[j],
-//                     *pos - window < j <= *pos
+//                     (f32, or f16 rounded to nearest even)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -126,58 +125,6 @@ tc_status copy_2d(const Copy2dArgs& a) {
     for (int64_t r = r0; r < r1; ++r)
       std::memcpy(static_cast<char*>(a.dst) + size_t(r) * a.dst_pitch,
                   static_cast<const char*>(a.src) + size_t(r) * a.src_pitch, a.row_bytes);
-  });
-  return TC_OK;
-}
-
-// One query row per head, the whole prefix of the cache at once: scores,
-// their maximum, the exponentials and their sum, then the weighted values.
-// It serves a CPU model's one-token steps over an f16 cache (an f32 cache
-// attends with attention_forward in place), the device path on the CPU
-// (TC_LLAMA_DEVICE_PATH), and is the reference of the GPU's. f16 rows are
-// widened one at a time (exactly: every f16 is an f32).
-tc_status decode_attention(const DecodeAttentionArgs& a) {
-  const int64_t D = a.D, end = int64_t(*a.pos) + 1, G = a.H / a.Hkv;
-  const int64_t first = a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0, S = end - first;
-  const bool f16 = a.cache == TC_DTYPE_F16;
-  const size_t esize = f16 ? 2 : 4;
-  parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> p(static_cast<size_t>(S)), wide(f16 ? size_t(D) : 0);
-    // Row j of a cache matrix as f32 (in place for an f32 cache).
-    auto row = [&](const char* M, int64_t j) {
-      if (!f16) return reinterpret_cast<const float*>(M) + j * D;
-      widen_row(false, reinterpret_cast<const uint16_t*>(M) + j * D, wide.data(), D);
-      return static_cast<const float*>(wide.data());
-    };
-    for (int64_t h = h0; h < h1; ++h) {
-      const float* q = a.q + h * D;
-      const char* K = static_cast<const char*>(a.k_cache) + size_t((h / G) * a.C + first) * size_t(D) * esize;
-      const char* V = static_cast<const char*>(a.v_cache) + size_t((h / G) * a.C + first) * size_t(D) * esize;
-      float m = -INFINITY;
-      for (int64_t j = 0; j < S; ++j) {
-        const float* kj = row(K, j);
-        float acc[4] = {0, 0, 0, 0};  // four partial sums: lets the loop vectorise
-        int64_t d = 0;
-        for (; d + 4 <= D; d += 4)
-          for (int u = 0; u < 4; ++u) acc[u] += q[d + u] * kj[d + u];
-        for (; d < D; ++d) acc[0] += q[d] * kj[d];
-        float sj = a.scale * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-        if (a.softcap > 0.0f) sj = a.softcap * std::tanh(sj / a.softcap);
-        p[size_t(j)] = sj;
-        m = std::max(m, sj);
-      }
-      float l = 0.0f;
-      for (int64_t j = 0; j < S; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - m));
-      float* o = a.o + h * D;
-      std::fill(o, o + D, 0.0f);
-      for (int64_t j = 0; j < S; ++j) {
-        const float w = p[size_t(j)];
-        const float* vj = row(V, j);
-        for (int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
-      }
-      const float inv = 1.0f / l;
-      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
-    }
   });
   return TC_OK;
 }

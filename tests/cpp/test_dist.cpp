@@ -269,7 +269,7 @@ class FakeServer {
 // The plain (unauthenticated) hello of the handshake, server side.
 bool plain_hello(int fd) {
   std::string hello;
-  if (!recv_frame_raw(fd, &hello) || hello.size() != 50 || hello.compare(0, 8, "TCAUTH01") != 0) return false;
+  if (!recv_frame_raw(fd, &hello) || hello.size() != 50 || hello.compare(0, 8, "TCAUTH02") != 0) return false;
   return send_frame_raw(fd, "P");
 }
 

@@ -14,7 +14,6 @@ the reason, later tasks fail at once, like a local child that died.
 from __future__ import annotations
 
 import os
-import select
 import socket
 import struct
 import threading
@@ -111,6 +110,7 @@ class RemoteEndpoint:
         self._send_lock = threading.Lock()
         self._cv = threading.Condition()
         self._replies = {}
+        self._sinks = {}  # request id -> where its reply's data goes (a copy_from piece)
         self._next_rid = 1
         self._threads = []
         self._stopping = False
@@ -188,20 +188,29 @@ class RemoteEndpoint:
                 pass
 
     def _receive_loop(self) -> None:
-        fd = self._socks[0].fileno()
+        from tensorcore import TensorcoreError
+
         try:
-            while True:
-                if self._stopping:
-                    return
-                if not select.select([fd], [], [], 0.5)[0]:
-                    continue
-                frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
+            while not self._stopping:
+                try:
+                    # The channel's own buffer: a copy's reply goes from it into its destination.
+                    frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+                except TensorcoreError as e:
+                    if e.status == _errors.TIMEOUT:
+                        continue  # no frame began: the lane is idle, and still in step
+                    raise
                 ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
                 if ftype == P.COMPLETION:
                     self.completions.append(P.parse_completion(body))
                     self._wake()
                 elif ftype == P.CONTROL_REPLY:
-                    rid, status, value, data = P.parse_reply(body)
+                    rid, status, value, data = P.parse_reply(body, copy=False)
+                    sink = self._sinks.pop(rid, None)
+                    if sink is not None and not status and len(data) == len(sink):
+                        sink[:] = data  # a copy_from piece, straight into the caller's buffer
+                        data = None
+                    else:
+                        data = bytes(data)
                     with self._cv:
                         self._replies[rid] = (status, value, data)
                         self._cv.notify_all()
@@ -241,7 +250,8 @@ class RemoteEndpoint:
 
     # ---- commands -------------------------------------------------------------------
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, frame) -> None:
+        """Sends one frame (bytes, or a list of parts: see control_frame)."""
         if self.dead:
             raise RemoteDied(self.dead)
         try:
@@ -285,12 +295,15 @@ class RemoteEndpoint:
         return self._await(self._request(request, data), request)
 
     def control_many(self, requests, window: int):
-        """(value, data) of each (request, data) of `requests`, in order,
-        keeping up to `window` requests unanswered (a copy's pieces)."""
+        """(value, data) of each (request, data[, sink]) of `requests`, in
+        order, keeping up to `window` requests unanswered (a copy's pieces).
+        With a sink (a writable buffer of the reply data's exact size) the
+        reply's data is written there by the receiving thread, and data
+        comes back None."""
         pending = deque()
         try:
-            for request, data in requests:
-                pending.append((self._request(request, data), request))
+            for request, data, *sink in requests:
+                pending.append((self._request(request, data, sink[0] if sink else None), request))
                 if len(pending) >= window:
                     yield self._await(*pending.popleft())
             while pending:
@@ -302,10 +315,12 @@ class RemoteEndpoint:
                 except Exception:  # noqa: BLE001
                     pass
 
-    def _request(self, request: dict, data) -> int:
+    def _request(self, request: dict, data, sink=None) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
+        if sink is not None:
+            self._sinks[rid] = sink
         self._send(P.control_frame(rid, request, data))
         return rid
 
@@ -316,6 +331,7 @@ class RemoteEndpoint:
                     raise RemoteDied(self.dead)
                 self._cv.wait(0.5)
             status, value, out = self._replies.pop(rid)
+            self._sinks.pop(rid, None)
         if status and request is not None:
             raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
         return value, out

@@ -331,7 +331,7 @@ class MpiRankEndpoint(RemoteEndpoint):
 
     def _send(self, frame: bytes) -> None:
         try:
-            self.group._send(P.encode(P.ROUTED, P.routed_body(self.rank, frame)))
+            self.group._send(P.routed_frame(self.rank, frame))
         except RemoteDied:
             raise RemoteDied(self.dead) from None
 

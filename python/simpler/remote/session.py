@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import select
 import signal
 import socket
 import sys
@@ -181,24 +180,53 @@ class Session:
                 pass
 
     def _receive_loop(self) -> None:
-        fd = self.conn.fileno()
+        from tensorcore import TensorcoreError
+
         try:
             while True:
                 if self.stop.is_set():
                     raise ConnectionError("the session is stopping")
-                if not select.select([fd], [], [], 0.5)[0]:
-                    continue
-                frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
+                try:
+                    # The channel's own buffer, valid until the next recv: what the
+                    # driver gets is parsed (copied) out of it first.
+                    frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+                except TensorcoreError as e:
+                    if e.status == _errors.TIMEOUT:
+                        continue  # no frame began: the lane is idle, and still in step
+                    raise
                 ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
                 if ftype == P.SHUTDOWN:
                     self._post(("shutdown",))
                     return
                 if ftype == P.CONTROL:
-                    self._post(("control",) + P.parse_control(body))
+                    rid, req, data = P.parse_control(body, copy=False)
+                    if req["op"] in ("copy_to", "copy_from"):
+                        self._serve_copy(rid, req, data)
+                    else:
+                        self._post(("control", rid, req, bytes(data)))
                 else:
                     self._post(("task",) + P.parse_task(body))
         except Exception as e:  # noqa: BLE001 - a bad frame or a lost connection ends the session
             self._post(("end", f"{type(e).__name__}: {e}"))
+
+    def _serve_copy(self, rid: int, req: dict, data) -> None:
+        """A copy's piece, served where it arrived (the receiving thread):
+        copy_to writes from the channel's buffer into the remote memory,
+        copy_from replies from a view of it; neither waits for the driver
+        (memory calls are not ordered with tasks in flight)."""
+        try:
+            if req["op"] == "copy_to":
+                addr, n = int(req["addr"]), len(data)
+                b = self._buffer_at(addr, n)
+                at = addr - b.ptr
+                b.shm.buf[at:at + n] = data
+                value, out = None, b""
+            else:
+                value, out = self._control(req, b"")
+        except Exception as e:  # noqa: BLE001
+            self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
+            return
+        self._reply(rid, 0, value, out)
 
     def _serve(self) -> None:
         threading.Thread(target=self._receive_loop, daemon=True, name="simpler-l4-receive").start()

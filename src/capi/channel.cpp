@@ -74,6 +74,7 @@ tc_status tc_channel_open(int32_t fd, int32_t is_server, const struct tc_auth_co
     if (dup < 0) return fail(TC_ERR_INVALID_ARG, "%s: fd %d cannot be duplicated", fn, fd);
     std::unique_ptr<tc_channel_s> ch(new tc_channel_s());
     ch->sock = Socket(dup);
+    set_nodelay(dup);  // a frame's tail must not wait for the peer's delayed acknowledgement
     std::string why;
     Deadline deadline = deadline_after_ms(timeout_ms);
     tc_status st;

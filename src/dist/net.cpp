@@ -186,12 +186,13 @@ int wait_fd(int fd, short events, Deadline deadline) {
   }
 }
 
-void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
 
 }  // namespace
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on a non-TCP socket
+}
 
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why) {
   addrinfo* ai = nullptr;

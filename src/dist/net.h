@@ -59,6 +59,11 @@ class Socket {
   int fd_ = -1;
 };
 
+// TCP_NODELAY: a frame's last segment leaves at once instead of waiting
+// for the acknowledgement of the one before (Nagle), which the peer may
+// delay by up to 40 ms. Sockets of connect_tcp and accept_tcp have it.
+void set_nodelay(int fd);
+
 // Connects, retrying refused connections until the deadline (the listener
 // may not be up yet). TC_ERR_TIMEOUT when it never answers.
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why);

@@ -102,9 +102,10 @@ class Engine:
         self.config_keys = {}  # config repr -> index (0 = the default)
         self.config_fields = {}
         # Something besides a completion that should end a wait (a level-4
-        # session's next frame, posted from another thread with a write to
-        # parent_efd): a callable, or None.
+        # session's next frame): a callable, or None; and descriptors whose
+        # readiness wakes a wait to check it (the session's command lane).
         self.interrupt = None
+        self.watch_fds = ()
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
@@ -513,7 +514,7 @@ class Engine:
 
     def waiter(self, pred, endpoints, timeout=None) -> bool:
         self.flush_wakes()
-        return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
+        return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death, self.watch_fds)
 
     def _any_done(self) -> bool:
         if self.interrupt is not None and self.interrupt():

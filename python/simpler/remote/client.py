@@ -14,6 +14,7 @@ the reason, later tasks fail at once, like a local child that died.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import threading
@@ -111,6 +112,11 @@ class RemoteEndpoint:
         self._cv = threading.Condition()
         self._replies = {}
         self._sinks = {}  # request id -> where its reply's data goes (a copy_from piece)
+        self._reader = threading.Lock()  # held by the thread reading the command lane
+        self._lane = self._lane_rx = None  # select.poll objects of the command lane's socket (engine, receiver)
+        self._attached = False  # the engine's waiting thread reads the lane
+        self._detached = threading.Event()
+        self._detached.set()
         self._next_rid = 1
         self._threads = []
         self._stopping = False
@@ -149,6 +155,9 @@ class RemoteEndpoint:
                                         expected_peer_identity=P.IDENTITY)
         except (OSError, TensorcoreError) as e:
             raise self._open_error(e) from None
+        self._lane, self._lane_rx = select.poll(), select.poll()  # one per thread: a poll object is not shared
+        for p in (self._lane, self._lane_rx):
+            p.register(self._socks[0].fileno(), select.POLLIN)
         for target in (self._receive_loop, self._health_loop):
             t = threading.Thread(target=target, daemon=True, name=f"simpler-l4-{target.__name__}")
             t.start()
@@ -187,44 +196,99 @@ class RemoteEndpoint:
             except OSError:
                 pass
 
-    def _receive_loop(self) -> None:
-        from tensorcore import TensorcoreError
+    # ---- the command lane ----------------------------------------------------------
+    # Two threads may read it, one at a time (_reader): the engine's thread
+    # while it waits on the engine (attach/detach around Engine.wait; it
+    # watches the lane's socket and reads what arrives itself, so a
+    # completion reaches the thread that acts on it without a hand-over),
+    # and otherwise the receiver thread (control replies during memory
+    # calls, anything that arrives while nobody waits).
 
+    @property
+    def lane(self):
+        """The endpoint whose channel carries this endpoint's frames."""
+        return self
+
+    def lane_fd(self) -> int:
+        return self._socks[0].fileno() if self._socks and self.dead is None and not self._stopping else -1
+
+    def attach(self) -> None:
+        self._attached = True
+        self._detached.clear()
+
+    def detach(self) -> None:
+        self._attached = False
+        self._detached.set()
+
+    def pump(self) -> bool:
+        """Reads the frames already on the lane, without waiting for one
+        (the engine's thread, attached): True when a frame was taken or the
+        lane ended."""
+        if self.dead is not None or self._stopping or self._lane is None:
+            return False
+        if not self._reader.acquire(blocking=False):
+            return False  # the receiver thread is reading; it wakes the engine
         try:
-            while not self._stopping:
-                try:
-                    # The channel's own buffer: a copy's reply goes from it into its destination.
-                    frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
-                except TensorcoreError as e:
-                    if e.status == _errors.TIMEOUT:
-                        continue  # no frame began: the lane is idle, and still in step
-                    raise
-                ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
-                if ftype == P.COMPLETION:
-                    self.completions.append(P.parse_completion(body))
-                    self._wake()
-                elif ftype == P.CONTROL_REPLY:
-                    rid, status, value, data = P.parse_reply(body, copy=False)
-                    sink = self._sinks.pop(rid, None)
-                    if sink is not None and not status and len(data) == len(sink):
-                        sink[:] = data  # a copy_from piece, straight into the caller's buffer
-                        data = None
-                    else:
-                        data = bytes(data)
-                    with self._cv:
-                        self._replies[rid] = (status, value, data)
-                        self._cv.notify_all()
-                else:
-                    self._stopping = True
-                    with self._cv:
-                        self._cv.notify_all()
-                    return
-        except P.ProtocolError as e:
-            self._die(f"sent a malformed frame ({e}); the session was dropped")
+            got = False
+            while self._lane.poll(0):
+                got = True
+                if not self._read_one(engine=True):
+                    break
+            return got
         except Exception as e:  # noqa: BLE001
-            if not self._stopping:
-                self._die(f"lost its session: the connection closed or failed ({e}); the remote host or its "
-                          f"session process died")
+            self._lane_failed(e)
+            return True
+        finally:
+            self._reader.release()
+
+    def _read_one(self, engine: bool = False) -> bool:
+        """Takes one frame (its first bytes have arrived); False on SHUTDOWN."""
+        # The channel's own buffer: a copy's reply goes from it into its destination.
+        frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+        ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
+        if ftype == P.COMPLETION:
+            self.completions.append(P.parse_completion(body))
+            if not engine:
+                self._wake()
+        elif ftype == P.CONTROL_REPLY:
+            rid, status, value, data = P.parse_reply(body, copy=False)
+            sink = self._sinks.pop(rid, None)
+            if sink is not None and not status and len(data) == len(sink):
+                sink[:] = data  # a copy_from piece, straight into the caller's buffer
+                data = None
+            else:
+                data = bytes(data)
+            with self._cv:
+                self._replies[rid] = (status, value, data)
+                self._cv.notify_all()
+        else:
+            self._stopping = True
+            with self._cv:
+                self._cv.notify_all()
+            return False
+        return True
+
+    def _lane_failed(self, e) -> None:
+        if isinstance(e, P.ProtocolError):
+            self._die(f"sent a malformed frame ({e}); the session was dropped")
+        elif not self._stopping:
+            self._die(f"lost its session: the connection closed or failed ({e}); the remote host or its "
+                      f"session process died")
+
+    def _receive_loop(self) -> None:
+        try:
+            while not self._stopping and self.dead is None:
+                if self._attached:
+                    self._detached.wait(0.5)  # the engine reads the lane meanwhile
+                    continue
+                if not self._lane_rx.poll(500) or self._attached:
+                    continue
+                with self._reader:
+                    while not self._stopping and self._lane_rx.poll(0):
+                        if not self._read_one():
+                            return
+        except Exception as e:  # noqa: BLE001
+            self._lane_failed(e)
 
     def _health_loop(self) -> None:
         interval = max(0.05, self.timeout_s / 4)
@@ -353,6 +417,7 @@ class RemoteEndpoint:
             except RemoteDied:
                 pass
         self._stopping = True
+        self._detached.set()
         for ch in (self._cmd, self._health):
             if ch is not None:
                 ch.shutdown()

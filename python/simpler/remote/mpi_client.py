@@ -329,6 +329,10 @@ class MpiRankEndpoint(RemoteEndpoint):
         self.group.open(startup_timeout_s, wake_fd)
         self.pid = self.group.pids[self.rank]
 
+    @property
+    def lane(self):
+        return self.group
+
     def _send(self, frame: bytes) -> None:
         try:
             self.group._send(P.routed_frame(self.rank, frame))

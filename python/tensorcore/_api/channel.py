@@ -21,13 +21,15 @@ from .._errors import check
 from .._lib import declare, handle, tc_status, text
 from .dist import TCAuthConfig, _auth_config
 
-__all__ = ["TC_CHANNEL_MAX_FRAME_BYTES", "TC_CHANNEL_MAX_PARTS", "Channel"]
+__all__ = ["TC_CHANNEL_MAX_FRAME_BYTES", "TC_CHANNEL_MAX_PARTS", "TCChannelPart", "Channel"]
 
 TC_CHANNEL_MAX_FRAME_BYTES = 0x40000000
 TC_CHANNEL_MAX_PARTS = 32
 
 
 class TCChannelPart(Structure):
+    """struct tc_channel_part: one piece of a frame (tc_channel_sendv)."""
+    _c_name_ = "struct tc_channel_part"
     _fields_ = [("data", c_void_p), ("nbytes", c_size_t)]
 
 

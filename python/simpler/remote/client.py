@@ -114,7 +114,9 @@ class RemoteEndpoint:
         self._sinks = {}  # request id -> where its reply's data goes (a copy_from piece)
         self._reader = threading.Lock()  # held by the thread reading the command lane
         self._lane = self._lane_rx = None  # select.poll objects of the command lane's socket (engine, receiver)
-        self._attached = False  # the engine's waiting thread reads the lane
+        self._attached = False  # a waiting thread (the engine's, or one awaiting replies) reads the lane
+        self._attach_n = 0
+        self._attach_lock = threading.Lock()
         self._detached = threading.Event()
         self._detached.set()
         self._next_rid = 1
@@ -213,12 +215,35 @@ class RemoteEndpoint:
         return self._socks[0].fileno() if self._socks and self.dead is None and not self._stopping else -1
 
     def attach(self) -> None:
-        self._attached = True
-        self._detached.clear()
+        with self._attach_lock:
+            self._attach_n += 1
+            self._attached = True
+            self._detached.clear()
 
     def detach(self) -> None:
-        self._attached = False
-        self._detached.set()
+        with self._attach_lock:
+            self._attach_n -= 1
+            if not self._attach_n:
+                self._attached = False
+                self._detached.set()
+
+    def pump_wait(self, timeout: float) -> None:
+        """Waits up to `timeout` s for the lane, then reads what arrived (a
+        thread awaiting a reply, attached, reads it itself)."""
+        if self.dead is not None or self._stopping:
+            time.sleep(min(timeout, 0.05))  # nothing more to read: the caller's loop sees why
+            return
+        p = select.poll()  # this thread's own: a poll object is not shared
+        p.register(self._socks[0].fileno(), select.POLLIN)
+        try:
+            if not p.poll(int(timeout * 1000)):
+                return
+            with self._reader:
+                while not self._stopping and p.poll(0):
+                    if not self._read_one():
+                        break
+        except Exception as e:  # noqa: BLE001
+            self._lane_failed(e)
 
     def pump(self) -> bool:
         """Reads the frames already on the lane, without waiting for one
@@ -355,8 +380,14 @@ class RemoteEndpoint:
         self._send(P.encode(P.TASK, body))
 
     def control(self, request: dict, data: bytes = b""):
-        """One request; waits for its reply while the session lives."""
-        return self._await(self._request(request, data), request)
+        """One request; waits for its reply while the session lives (the
+        waiting thread reads the reply itself)."""
+        lane = self.lane
+        lane.attach()
+        try:
+            return self._await(self._request(request, data), request)
+        finally:
+            lane.detach()
 
     def control_many(self, requests, window: int):
         """(value, data) of each (request, data[, sink]) of `requests`, in
@@ -365,6 +396,8 @@ class RemoteEndpoint:
         reply's data is written there by the receiving thread, and data
         comes back None."""
         pending = deque()
+        lane = self.lane
+        lane.attach()  # this thread reads the replies itself
         try:
             for request, data, *sink in requests:
                 pending.append((self._request(request, data, sink[0] if sink else None), request))
@@ -378,6 +411,7 @@ class RemoteEndpoint:
                     self._await(rid, None)
                 except Exception:  # noqa: BLE001
                     pass
+            lane.detach()
 
     def _request(self, request: dict, data, sink=None) -> int:
         with self._cv:
@@ -389,13 +423,16 @@ class RemoteEndpoint:
         return rid
 
     def _await(self, rid: int, request):
-        with self._cv:
-            while rid not in self._replies:
+        lane = self.lane
+        while True:
+            with self._cv:
+                if rid in self._replies:
+                    status, value, out = self._replies.pop(rid)
+                    self._sinks.pop(rid, None)
+                    break
                 if self.dead:
                     raise RemoteDied(self.dead)
-                self._cv.wait(0.5)
-            status, value, out = self._replies.pop(rid)
-            self._sinks.pop(rid, None)
+            lane.pump_wait(0.5)
         if status and request is not None:
             raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
         return value, out

@@ -312,6 +312,7 @@ class MpiRankEndpoint(RemoteEndpoint):
         # ids stay unique across the ranks sharing it.
         self._cv = group._cv
         self._replies = group._replies
+        self._sinks = group._sinks
         self._next_rid = (rank << 40) + 1
 
     @property

@@ -39,6 +39,7 @@ from .. import _errors
 from . import protocol as P
 
 HANDSHAKE_S = 10.0
+_DIRECTIONS = None  # ArgDirection by value (a task's directions arrive as bytes)
 
 
 def _die_with_parent() -> None:
@@ -290,13 +291,19 @@ class Session:
         from .._lib import CChipTensor
         from ..task_interface import ArgDirection, CallConfig, ChipStorageTaskArgs, ChipTensor
 
+        global _DIRECTIONS
+        if _DIRECTIONS is None:
+            _DIRECTIONS = {int(d): d for d in ArgDirection}
+
         try:
             fn = self.callables.get(name)
             if fn is None:
                 fn = self.callables[name] = resolve_callable(name)
             args = ChipStorageTaskArgs()
-            for d, raw in zip(dirs, tensors):
-                args.add_tensor(ChipTensor(CChipTensor.from_buffer_copy(raw)), ArgDirection(d))
+            if tensors:  # one copy of all the descriptors; each ChipTensor a view of its element
+                descs = (CChipTensor * len(tensors)).from_buffer_copy(b"".join(tensors))
+                for i, d in enumerate(dirs):
+                    args.add_tensor(ChipTensor(descs[i]), _DIRECTIONS[d] if d in _DIRECTIONS else ArgDirection(d))
             for s in scalars:
                 args.add_scalar(s)
             return [self.worker.submit(fn, args, CallConfig.from_dict(config) if config else None), args]

@@ -253,7 +253,9 @@ class Session:
                     running.append((tid, started[0], started[1]))
             if ending and not running:
                 # SHUTDOWN: every task started has reported; tasks never started are dropped
-                # (the parent drains its runs before it closes).
+                # (the parent drains its runs before it closes). Stopping first: the
+                # parent closes the health lane once it has the answer.
+                self.stop.set()
                 self.cmd.send(P.encode(P.SHUTDOWN), self.timeout_s)
                 return
             if running:

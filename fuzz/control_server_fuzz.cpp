@@ -23,7 +23,7 @@ namespace {
 
 // A plain hello as client_handshake sends it (auth.h), framed.
 std::string plain_hello(Purpose purpose, uint32_t rank) {
-  std::string hello = "TCAUTH01";
+  std::string hello = "TCAUTH02";
   hello.push_back(0);  // plain
   hello.push_back(char(purpose));
   put_u64(&hello, rank);

@@ -20,8 +20,8 @@ namespace {
 
 Session session(bool client) {
   Session s;
-  s.key = std::string(32, 'k');
   s.client = client;
+  key_session(&s, std::string(32, 'k'));
   return s;
 }
 

@@ -31,7 +31,7 @@ def store_request(op, key, value=b""):
 
 
 def hello(mode, purpose, rank):
-    return frame(b"TCAUTH01" + bytes([mode, purpose]) + struct.pack("<Q", rank & 0xFFFFFFFF) + b"\0" * 32)
+    return frame(b"TCAUTH02" + bytes([mode, purpose]) + struct.pack("<Q", rank & 0xFFFFFFFF) + b"\0" * 32)
 
 
 def proof(identity, key_id, mac=b"\0" * 32):

@@ -1,10 +1,12 @@
 /* tensorcore: authenticated message channels over a connected TCP socket.
  *
  * The mutual HMAC-SHA256 handshake of the authenticated control connections
- * (dist.h), and after it length-prefixed frames that each carry a MAC under
- * the connection's own session key: a frame altered, replayed, reordered,
- * dropped from the middle or reflected back fails with TC_ERR_AUTH and the
- * channel must be closed. Callers that speak their own protocol (simpler's
+ * (dist.h), and after it length-prefixed frames that each end with a 16-byte
+ * AES-256-GCM tag (GMAC: the frame is authenticated, not encrypted) under a
+ * key of the connection and direction, with the frame's sequence number as
+ * nonce: a frame altered, replayed, reordered, dropped from the middle or
+ * reflected back fails with TC_ERR_AUTH and the channel must be closed. A
+ * peer of another protocol version is refused at the handshake. Callers that speak their own protocol (simpler's
  * remote level-3 sessions) use it instead of rebuilding the handshake.
  * Nothing is encrypted.
  *
@@ -35,12 +37,25 @@ TC_API tc_status tc_channel_open(int32_t fd, int32_t is_server, const struct tc_
                                  const char* expected_peer_identity, int64_t timeout_ms, tc_channel* out);
 /* Sends one frame of nbytes (0..TC_CHANNEL_MAX_FRAME_BYTES). */
 TC_API tc_status tc_channel_send(tc_channel ch, const void* data, size_t nbytes, int64_t timeout_ms);
+
+/* One piece of a frame for tc_channel_sendv. */
+typedef struct tc_channel_part {
+  const void* data;
+  size_t nbytes;
+} tc_channel_part;
+#define TC_CHANNEL_MAX_PARTS 32
+/* Sends one frame whose payload is the `count` parts in turn (1..
+ * TC_CHANNEL_MAX_PARTS, together at most TC_CHANNEL_MAX_FRAME_BYTES): the
+ * parts go to the socket as they are (gathered), without being joined. */
+TC_API tc_status tc_channel_sendv(tc_channel ch, const tc_channel_part* parts, size_t count, int64_t timeout_ms);
 /* Receives one frame of at most max_bytes (<= TC_CHANNEL_MAX_FRAME_BYTES):
  * *data points to the channel's copy, valid until the next receive or
- * close. A longer frame is refused at its length (TC_ERR_CORRUPT), a MAC
- * that does not verify is TC_ERR_AUTH, a closed peer TC_ERR_IO, the deadline
- * TC_ERR_TIMEOUT; after any failure the channel is out of step and later
- * calls fail at once. */
+ * close, and handed out only once its MAC verified. A longer frame is
+ * refused at its length (TC_ERR_CORRUPT), a MAC that does not verify is
+ * TC_ERR_AUTH, a closed peer TC_ERR_IO. TC_ERR_TIMEOUT when no frame began
+ * to arrive before the deadline leaves the channel usable (call again);
+ * after any other failure, a frame cut short by the deadline included, the
+ * channel is out of step and later calls fail at once. */
 TC_API tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, const void** data,
                                  size_t* nbytes);
 /* The identity the peer proved; lives until the channel is closed. */

@@ -19,6 +19,7 @@
 /* -- dist -- */
 #include "tensorcore/dist.h"
 #include "tensorcore/diloco.h"
+#include "tensorcore/channel.h"
 /* conv2d */
 #include "tensorcore/conv2d.h"
 /* attention */

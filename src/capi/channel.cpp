@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -25,7 +27,8 @@ struct tc_channel_s {
   // One lock per direction: the session's counters of each direction are
   // touched only by that direction's calls.
   std::mutex send_mu, recv_mu;
-  std::string received;
+  std::unique_ptr<char[]> received;  // the last frame received (not zero-filled before)
+  size_t received_cap = 0;
   std::atomic<bool> broken{false};
 };
 
@@ -71,6 +74,7 @@ tc_status tc_channel_open(int32_t fd, int32_t is_server, const struct tc_auth_co
     if (dup < 0) return fail(TC_ERR_INVALID_ARG, "%s: fd %d cannot be duplicated", fn, fd);
     std::unique_ptr<tc_channel_s> ch(new tc_channel_s());
     ch->sock = Socket(dup);
+    set_nodelay(dup);  // a frame's tail must not wait for the peer's delayed acknowledgement
     std::string why;
     Deadline deadline = deadline_after_ms(timeout_ms);
     tc_status st;
@@ -87,25 +91,51 @@ tc_status tc_channel_open(int32_t fd, int32_t is_server, const struct tc_auth_co
   });
 }
 
+namespace {
+
+tc_status send_parts(const char* fn, tc_channel ch, const tc_channel_part* parts, size_t count, int64_t timeout_ms) {
+  if (tc_status st = check_channel(fn, ch)) return st;
+  if (tc_status st = check_timeout(fn, timeout_ms)) return st;
+  if (!parts) return fail(TC_ERR_INVALID_ARG, "%s: parts is null", fn);
+  if (count == 0 || count > TC_CHANNEL_MAX_PARTS)
+    return fail(TC_ERR_INVALID_ARG, "%s: %zu parts (1..%d)", fn, count, TC_CHANNEL_MAX_PARTS);
+  ConstBytes pieces[TC_CHANNEL_MAX_PARTS];
+  size_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (parts[i].nbytes && !parts[i].data) return fail(TC_ERR_INVALID_ARG, "%s: part %zu's data is null", fn, i);
+    if (parts[i].nbytes > TC_CHANNEL_MAX_FRAME_BYTES - total)
+      return fail(TC_ERR_INVALID_ARG, "%s: the parts exceed the frame limit %d bytes", fn,
+                  TC_CHANNEL_MAX_FRAME_BYTES);
+    total += parts[i].nbytes;
+    pieces[i] = ConstBytes{parts[i].data, parts[i].nbytes};
+  }
+  if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
+  std::lock_guard<std::mutex> lock(ch->send_mu);
+  tc_status st = send_frame(ch->sock, ch->session, pieces, count, deadline_after_ms(timeout_ms));
+  if (st) {
+    ch->broken = true;  // a frame cut short leaves the peer out of step
+    return fail(st, "%s: %s", fn, io_what(st));
+  }
+  return TC_OK;
+}
+
+}  // namespace
+
 tc_status tc_channel_send(tc_channel ch, const void* data, size_t nbytes, int64_t timeout_ms) {
   const char* fn = "tc_channel_send";
   return guarded(fn, [&] {
-    if (tc_status st = check_channel(fn, ch)) return st;
-    if (tc_status st = check_timeout(fn, timeout_ms)) return st;
     if (nbytes > TC_CHANNEL_MAX_FRAME_BYTES)
       return fail(TC_ERR_INVALID_ARG, "%s: %zu bytes exceed the frame limit %d", fn, nbytes,
                   TC_CHANNEL_MAX_FRAME_BYTES);
     if (nbytes && !data) return fail(TC_ERR_INVALID_ARG, "%s: data is null", fn);
-    if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
-    std::lock_guard<std::mutex> lock(ch->send_mu);
-    std::string payload(static_cast<const char*>(data), nbytes);
-    tc_status st = send_frame(ch->sock, ch->session, payload, deadline_after_ms(timeout_ms));
-    if (st) {
-      ch->broken = true;  // a frame cut short leaves the peer out of step
-      return fail(st, "%s: %s", fn, io_what(st));
-    }
-    return TC_OK;
+    const tc_channel_part one{data, nbytes};
+    return send_parts(fn, ch, &one, 1, timeout_ms);
   });
+}
+
+tc_status tc_channel_sendv(tc_channel ch, const tc_channel_part* parts, size_t count, int64_t timeout_ms) {
+  const char* fn = "tc_channel_sendv";
+  return guarded(fn, [&] { return send_parts(fn, ch, parts, count, timeout_ms); });
 }
 
 tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, const void** data, size_t* nbytes) {
@@ -120,9 +150,19 @@ tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, c
                   TC_CHANNEL_MAX_FRAME_BYTES);
     if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
     std::lock_guard<std::mutex> lock(ch->recv_mu);
+    const Deadline deadline = deadline_after_ms(timeout_ms);
+    // Waiting for a frame to begin: a timeout here leaves the channel in step.
+    tc_status st = wait_readable(ch->sock, deadline);
+    if (st == TC_ERR_TIMEOUT) return fail(st, "%s: no frame arrived within %lld ms", fn, (long long)timeout_ms);
     uint64_t announced = 0;
-    tc_status st = recv_frame(ch->sock, ch->session, &ch->received, max_bytes, deadline_after_ms(timeout_ms),
-                              &announced);
+    if (st == TC_OK) st = recv_frame_length(ch->sock, ch->session, &announced, deadline);
+    if (st == TC_OK && announced > max_bytes) st = TC_ERR_CORRUPT;
+    if (st == TC_OK && announced > ch->received_cap) {
+      const size_t cap = std::max<size_t>(size_t(announced), std::min<size_t>(2 * ch->received_cap, max_bytes));
+      ch->received.reset(new char[cap]);
+      ch->received_cap = cap;
+    }
+    if (st == TC_OK) st = recv_frame_payload_into(ch->sock, ch->session, announced, ch->received.get(), deadline);
     if (st) {
       ch->broken = true;
       if (st == TC_ERR_CORRUPT)
@@ -130,8 +170,9 @@ tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, c
                     (unsigned long long)announced, max_bytes);
       return fail(st, "%s: %s", fn, io_what(st));
     }
-    *data = ch->received.data();
-    *nbytes = ch->received.size();
+    static const char empty = 0;
+    *data = announced ? ch->received.get() : &empty;
+    *nbytes = size_t(announced);
     return TC_OK;
   });
 }

@@ -1,5 +1,6 @@
 #include "core/crypto.h"
 
+#include <cstring>
 #include <stdexcept>
 
 #ifdef TC_CRYPTO_NO_HEADERS
@@ -20,6 +21,17 @@ void EVP_MD_CTX_free(EVP_MD_CTX* ctx);
 int EVP_DigestInit_ex(EVP_MD_CTX* ctx, const EVP_MD* type, ENGINE* impl);
 int EVP_DigestUpdate(EVP_MD_CTX* ctx, const void* d, size_t cnt);
 int EVP_DigestFinal_ex(EVP_MD_CTX* ctx, unsigned char* md, unsigned int* s);
+typedef struct evp_cipher_st EVP_CIPHER;
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+const EVP_CIPHER* EVP_aes_256_gcm(void);
+EVP_CIPHER_CTX* EVP_CIPHER_CTX_new(void);
+void EVP_CIPHER_CTX_free(EVP_CIPHER_CTX* ctx);
+int EVP_EncryptInit_ex(EVP_CIPHER_CTX* ctx, const EVP_CIPHER* type, ENGINE* impl, const unsigned char* key,
+                       const unsigned char* iv);
+int EVP_EncryptUpdate(EVP_CIPHER_CTX* ctx, unsigned char* out, int* outl, const unsigned char* in, int inl);
+int EVP_EncryptFinal_ex(EVP_CIPHER_CTX* ctx, unsigned char* out, int* outl);
+int EVP_CIPHER_CTX_ctrl(EVP_CIPHER_CTX* ctx, int type, int arg, void* ptr);
+#define EVP_CTRL_AEAD_GET_TAG 0x10
 }
 #else
 #include <openssl/crypto.h>
@@ -43,6 +55,15 @@ void hmac_sha256(const void* key, size_t key_n, const void* data, size_t n, uint
             out, &len) ||
       len != kDigestBytes)
     throw std::runtime_error("HMAC-SHA256 failed in libcrypto");
+}
+
+void hkdf_expand_sha256(const void* prk, size_t prk_n, const std::string& info, uint8_t* out, size_t n) {
+  if (n > kDigestBytes) throw std::runtime_error("hkdf_expand_sha256: at most 32 bytes");
+  std::string block = info;
+  block.push_back('\x01');
+  uint8_t t[kDigestBytes];
+  hmac_sha256(prk, prk_n, block.data(), block.size(), t);
+  std::memcpy(out, t, n);
 }
 
 bool random_bytes(void* out, size_t n) { return RAND_bytes(static_cast<unsigned char*>(out), static_cast<int>(n)) == 1; }
@@ -80,6 +101,45 @@ std::string sha256_hex(const void* data, size_t n) {
   Sha256 h;
   h.update(data, n);
   return h.hex();
+}
+
+namespace {
+EVP_CIPHER_CTX* cipher_ctx(void* p) { return static_cast<EVP_CIPHER_CTX*>(p); }
+}  // namespace
+
+Gmac::Gmac(const uint8_t key[kKeyBytes]) : ctx_(EVP_CIPHER_CTX_new()) {
+  if (!ctx_ || EVP_EncryptInit_ex(cipher_ctx(ctx_), EVP_aes_256_gcm(), nullptr, key, nullptr) != 1) {
+    EVP_CIPHER_CTX_free(cipher_ctx(ctx_));
+    throw std::runtime_error("AES-256-GCM init failed in libcrypto");
+  }
+}
+
+Gmac::~Gmac() { EVP_CIPHER_CTX_free(cipher_ctx(ctx_)); }
+
+void Gmac::begin(const uint8_t nonce[kNonceBytes]) {
+  // GCM's default nonce is the 12 bytes given here.
+  if (EVP_EncryptInit_ex(cipher_ctx(ctx_), nullptr, nullptr, nullptr, nonce) != 1)
+    throw std::runtime_error("AES-256-GCM nonce failed in libcrypto");
+}
+
+void Gmac::update(const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  while (n) {  // the EVP interface takes int lengths
+    const int k = int(n < (size_t(1) << 30) ? n : (size_t(1) << 30));
+    int outl = 0;
+    if (EVP_EncryptUpdate(cipher_ctx(ctx_), nullptr, &outl, p, k) != 1)
+      throw std::runtime_error("AES-256-GCM update failed in libcrypto");
+    p += k;
+    n -= size_t(k);
+  }
+}
+
+void Gmac::tag(uint8_t out[kTagBytes]) {
+  int outl = 0;
+  unsigned char none[16];
+  if (EVP_EncryptFinal_ex(cipher_ctx(ctx_), none, &outl) != 1 ||
+      EVP_CIPHER_CTX_ctrl(cipher_ctx(ctx_), EVP_CTRL_AEAD_GET_TAG, int(kTagBytes), out) != 1)
+    throw std::runtime_error("AES-256-GCM tag failed in libcrypto");
 }
 
 }  // namespace tc

@@ -1,4 +1,5 @@
-// SHA-256, HMAC-SHA256, random bytes and constant-time comparison, from
+// SHA-256, HMAC-SHA256, HKDF-Expand, AES-256-GCM as a MAC (GMAC), random
+// bytes and constant-time comparison, from
 // OpenSSL's libcrypto: the one implementation of these in the project, used
 // by dist (digests, authentication) and by simpler's runtime (callable
 // digests; this file is compiled into libsimpler too).
@@ -18,6 +19,10 @@ constexpr size_t kDigestBytes = 32;
 
 void sha256(const void* data, size_t n, uint8_t out[kDigestBytes]);
 void hmac_sha256(const void* key, size_t key_n, const void* data, size_t n, uint8_t out[kDigestBytes]);
+// HKDF-Expand (RFC 5869) with HMAC-SHA256, for outputs of up to 32 bytes:
+// T(1) = HMAC(prk, info | 0x01), truncated to n. `prk` must already be a
+// uniform key (an HMAC output), which is why no extract step precedes it.
+void hkdf_expand_sha256(const void* prk, size_t prk_n, const std::string& info, uint8_t* out, size_t n);
 // Cryptographically strong random bytes; false when the generator fails.
 bool random_bytes(void* out, size_t n);
 // true when equal; the time taken does not depend on where they differ.
@@ -40,5 +45,24 @@ class Sha256 {
 };
 
 std::string sha256_hex(const void* data, size_t n);
+
+// AES-256-GCM used as a MAC (GMAC): every byte fed in is authenticated as
+// additional data, nothing is encrypted. A key must never see one nonce
+// twice (callers use direction | sequence number). Several GB/s with
+// AES-NI and carry-less multiply, against about 1 GB/s for HMAC-SHA256.
+class Gmac {
+ public:
+  static constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
+  explicit Gmac(const uint8_t key[kKeyBytes]);
+  ~Gmac();
+  Gmac(const Gmac&) = delete;
+  Gmac& operator=(const Gmac&) = delete;
+  void begin(const uint8_t nonce[kNonceBytes]);
+  void update(const void* data, size_t n);
+  void tag(uint8_t out[kTagBytes]);  // ends the message; begin() starts the next
+
+ private:
+  void* ctx_;  // EVP_CIPHER_CTX
+};
 
 }  // namespace tc

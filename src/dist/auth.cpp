@@ -12,7 +12,9 @@ namespace dist {
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'C', 'A', 'U', 'T', 'H', '0', '1'};
+// The last two characters are the handshake's (and the frames') version.
+constexpr char kMagic[8] = {'T', 'C', 'A', 'U', 'T', 'H', '0', '2'};
+constexpr size_t kMagicStem = 6;
 constexpr size_t kNonce = 32;
 constexpr uint8_t kModePlain = 0, kModeAuth = 1;
 constexpr uint8_t kChallenge = 'C', kRefuse = 'R', kAccept = 'A', kPlainOk = 'P';
@@ -44,10 +46,29 @@ std::string mac(const std::string& secret, const std::string& data) {
   return std::string(reinterpret_cast<char*>(out), kDigestBytes);
 }
 
-// S = HMAC(K_s, HMAC(K_c, "tc-session-v1" | T_s)) (auth.h).
-std::string session_key(const std::string& client_secret, const std::string& server_secret, const std::string& ts) {
-  return mac(server_secret, mac(client_secret, "tc-session-v1" + ts));
+// S = HMAC(K_s, HMAC(K_c, "tc-session-v2" | T_s)), and from it the two
+// direction keys of the frames (auth.h).
+void start_session(Session* session, const std::string& client_secret, const std::string& server_secret,
+                   const std::string& ts) {
+  key_session(session, mac(server_secret, mac(client_secret, "tc-session-v2" + ts)));
 }
+
+}  // namespace
+
+void key_session(Session* session, const std::string& key) {
+  session->key = key;
+  session->sent = session->received = 0;
+  uint8_t cs[Gmac::kKeyBytes], sc[Gmac::kKeyBytes];
+  hkdf_expand_sha256(session->key.data(), session->key.size(), "tc-frame-v2 client->server", cs, sizeof cs);
+  hkdf_expand_sha256(session->key.data(), session->key.size(), "tc-frame-v2 server->client", sc, sizeof sc);
+  auto to_server = std::make_shared<Gmac>(cs), to_client = std::make_shared<Gmac>(sc);
+  session->tx = session->client ? to_server : to_client;
+  session->rx = session->client ? to_client : to_server;
+  std::memset(cs, 0, sizeof cs);
+  std::memset(sc, 0, sizeof sc);
+}
+
+namespace {
 
 std::string fresh_nonce() {
   std::string n(kNonce, '\0');
@@ -172,7 +193,8 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   std::string f;
   if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for the challenge", why);
   if (!f.empty() && uint8_t(f[0]) == kRefuse) {
-    *why = ring ? "the peer refused the connection (it runs without authentication, or for another purpose)"
+    *why = ring ? "the peer refused the connection (it runs without authentication, for another purpose, or "
+                  "speaks another handshake version than this side's " + std::string(kMagic + kMagicStem, 2) + ")"
                 : "the peer requires authentication";
     return TC_ERR_AUTH;
   }
@@ -189,7 +211,7 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   }
   std::string ns = f.substr(1);
   const Key& me = ring->active();
-  std::string t = transcript("tc-auth-v1/client", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
+  std::string t = transcript("tc-auth-v2/client", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
   if (tc_status st = send_frame(s, proof(kAccept, me.identity, me.key_id, mac(me.secret, t)), deadline))
     return io_fail(st, "sending our proof", why);
   if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for the peer's proof", why);
@@ -204,7 +226,7 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
     return TC_ERR_AUTH;
   }
   const Key* k = ring->find(id_s, key_s);
-  std::string ts = transcript("tc-auth-v1/server", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
+  std::string ts = transcript("tc-auth-v2/server", purpose, claimed_rank, nc, ns, me.identity, me.key_id);
   put_str(&ts, id_s);
   put_u64(&ts, key_s);
   // Compute a MAC even for an unknown key so timing does not tell which keys exist.
@@ -220,7 +242,7 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   }
   server->identity = id_s;
   server->key_id = key_s;
-  if (session) session->key = session_key(me.secret, k->secret, ts);
+  if (session) start_session(session, me.secret, k->secret, ts);
   return TC_OK;
 }
 
@@ -230,6 +252,12 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
   std::string f;
   if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for hello", why);
   const std::string refuse(1, char(kRefuse));
+  if (f.size() >= 8 && std::memcmp(f.data(), kMagic, kMagicStem) == 0 && std::memcmp(f.data(), kMagic, 8) != 0) {
+    send_frame(s, refuse, deadline);
+    *why = "a peer speaking handshake version '" + printable(f.substr(kMagicStem, 2)) + "' tried to connect; this side "
+           "speaks version '" + std::string(kMagic + kMagicStem, 2) + "' (upgrade both ends)";
+    return TC_ERR_AUTH;
+  }
   if (f.size() != 8 + 2 + 8 + kNonce || std::memcmp(f.data(), kMagic, 8) != 0) {
     send_frame(s, refuse, deadline);
     *why = "malformed hello";
@@ -269,7 +297,7 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
     return TC_ERR_AUTH;
   }
   const Key* k = ring->find(id_c, key_c);
-  std::string t = transcript("tc-auth-v1/client", purpose, rank, nc, ns, id_c, key_c);
+  std::string t = transcript("tc-auth-v2/client", purpose, rank, nc, ns, id_c, key_c);
   std::string expect = mac(k ? k->secret : std::string(32, '\0'), t);
   bool ok = equal_ct(expect.data(), m_c.data(), kDigestBytes) && k != nullptr;
   if (!ok) {
@@ -288,48 +316,78 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
     }
   }
   const Key& me = ring->active();
-  std::string ts = transcript("tc-auth-v1/server", purpose, rank, nc, ns, id_c, key_c);
+  std::string ts = transcript("tc-auth-v2/server", purpose, rank, nc, ns, id_c, key_c);
   put_str(&ts, me.identity);
   put_u64(&ts, me.key_id);
   if (tc_status st = send_frame(s, proof(kAccept, me.identity, me.key_id, mac(me.secret, ts)), deadline))
     return io_fail(st, "sending our proof", why);
-  if (session) session->key = session_key(k->secret, me.secret, ts);
+  if (session) start_session(session, k->secret, me.secret, ts);
   return TC_OK;
 }
 
 namespace {
 
-// HMAC(S, direction | sequence number | SHA-256(payload)): the direction
-// keeps a frame from being reflected back to its sender; the payload enters
-// through its digest, read in place (a tensor reply is not copied for it).
-std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const uint8_t digest[kDigestBytes]) {
-  std::string data(1, from_client ? 'c' : 's');
-  put_u64(&data, seq);
-  data.append(reinterpret_cast<const char*>(digest), kDigestBytes);
-  return mac(session.key, data);
+// The GCM nonce of a frame: its direction (1 client to server, 2 server to
+// client; the keys differ too) and its sequence number in that direction.
+void frame_nonce(bool from_client, uint64_t seq, uint8_t out[Gmac::kNonceBytes]) {
+  out[0] = from_client ? 1 : 2;
+  out[1] = out[2] = out[3] = 0;
+  for (int i = 0; i < 8; ++i) out[4 + i] = uint8_t(seq >> (8 * i));
 }
 
-std::string frame_mac(const Session& session, bool from_client, uint64_t seq, const char* payload, size_t n) {
-  uint8_t digest[kDigestBytes];
-  sha256(payload, n, digest);
-  return frame_mac(session, from_client, seq, digest);
+void frame_length(uint64_t n, unsigned char out[4]) {
+  for (int i = 0; i < 4; ++i) out[i] = uint8_t(n >> (8 * i));
 }
 
-// Reads the MAC that ends a frame and checks it against the payload's digest.
-tc_status check_mac(const Socket& s, Session& session, const uint8_t digest[kDigestBytes], Deadline deadline) {
-  char got[kDigestBytes];
-  if (tc_status st = recv_all(s, got, kDigestBytes, deadline)) return st;
-  const std::string expect = frame_mac(session, !session.client, session.received++, digest);
-  return equal_ct(expect.data(), got, kDigestBytes) ? TC_OK : TC_ERR_AUTH;
+// Starts the receiving MAC of the next frame: nonce, then the length prefix
+// (as it came on the wire: payload and tag).
+void begin_check(Session& session, uint64_t payload_bytes) {
+  uint8_t nonce[Gmac::kNonceBytes];
+  frame_nonce(!session.client, session.received++, nonce);
+  unsigned char len[4];
+  frame_length(payload_bytes + kFrameTagBytes, len);
+  session.rx->begin(nonce);
+  session.rx->update(len, 4);
+}
+
+tc_status end_check(Session& session, const uint8_t got[kFrameTagBytes]) {
+  uint8_t expect[kFrameTagBytes];
+  session.rx->tag(expect);
+  return equal_ct(expect, got, kFrameTagBytes) ? TC_OK : TC_ERR_AUTH;
 }
 
 }  // namespace
 
+tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts, size_t count, Deadline deadline) {
+  if (count + 2 > kMaxPieces) return TC_ERR_INVALID_ARG;
+  const bool auth = !session.key.empty();
+  const size_t trailer = auth ? kFrameTagBytes : 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += parts[i].n;
+  if (total > kMaxFramePayload - trailer) return TC_ERR_INVALID_ARG;
+  unsigned char len[4];
+  frame_length(total + trailer, len);
+  uint8_t tag[kFrameTagBytes];
+  ConstBytes wire[kMaxPieces];
+  size_t k = 0;
+  wire[k++] = ConstBytes{len, 4};
+  for (size_t i = 0; i < count; ++i) wire[k++] = parts[i];
+  if (auth) {
+    uint8_t nonce[Gmac::kNonceBytes];
+    frame_nonce(session.client, session.sent++, nonce);
+    session.tx->begin(nonce);
+    session.tx->update(len, 4);
+    for (size_t i = 0; i < count; ++i) session.tx->update(parts[i].data, parts[i].n);
+    session.tx->tag(tag);
+    wire[k++] = ConstBytes{tag, kFrameTagBytes};
+  }
+  return send_parts(s, wire, k, deadline);
+}
+
 tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline) {
   if (session.key.empty()) return send_frame(s, payload, deadline);
-  if (payload.size() > kMaxFramePayload - kDigestBytes) return TC_ERR_INVALID_ARG;
-  return send_frame(s, payload, deadline, frame_mac(session, session.client, session.sent++, payload.data(),
-                                                    payload.size()));
+  const ConstBytes one{payload.data(), payload.size()};
+  return send_frame(s, session, &one, 1, deadline);
 }
 
 tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload_bytes, Deadline deadline) {
@@ -340,34 +398,41 @@ tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload
     *payload_bytes = n;
     return TC_OK;
   }
-  *payload_bytes = n >= kDigestBytes ? n - kDigestBytes : 0;
-  return n >= kDigestBytes ? TC_OK : TC_ERR_AUTH;  // too short to carry its MAC
+  *payload_bytes = n >= kFrameTagBytes ? n - kFrameTagBytes : 0;
+  return n >= kFrameTagBytes ? TC_OK : TC_ERR_AUTH;  // too short to carry its MAC
+}
+
+tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t payload_bytes, void* dst,
+                                  Deadline deadline) {
+  if (session.key.empty()) return recv_all(s, dst, size_t(payload_bytes), deadline);
+  uint8_t got[kFrameTagBytes];
+  const MutBytes parts[2] = {{dst, size_t(payload_bytes)}, {got, kFrameTagBytes}};  // one read for both
+  if (tc_status st = recv_parts(s, parts, 2, deadline)) return st;
+  begin_check(session, payload_bytes);
+  session.rx->update(dst, size_t(payload_bytes));
+  return end_check(session, got);
 }
 
 tc_status recv_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, std::string* payload,
                              Deadline deadline) {
-  payload->assign(size_t(payload_bytes), '\0');
-  if (payload_bytes)
-    if (tc_status st = recv_all(s, &(*payload)[0], size_t(payload_bytes), deadline)) return st;
-  if (session.key.empty()) return TC_OK;
-  uint8_t digest[kDigestBytes];
-  sha256(payload->data(), payload->size(), digest);
-  return check_mac(s, session, digest, deadline);
+  payload->resize(size_t(payload_bytes));
+  return recv_frame_payload_into(s, session, payload_bytes, payload_bytes ? &(*payload)[0] : nullptr, deadline);
 }
 
 tc_status skip_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, Deadline deadline) {
   char buf[16384];
-  Sha256 h;
+  const bool auth = !session.key.empty();
+  if (auth) begin_check(session, payload_bytes);
   for (uint64_t left = payload_bytes; left;) {
     const size_t n = size_t(std::min<uint64_t>(left, sizeof buf));
     if (tc_status st = recv_all(s, buf, n, deadline)) return st;
-    if (!session.key.empty()) h.update(buf, n);
+    if (auth) session.rx->update(buf, n);
     left -= n;
   }
-  if (session.key.empty()) return TC_OK;
-  uint8_t digest[kDigestBytes];
-  h.digest(digest);
-  return check_mac(s, session, digest, deadline);
+  if (!auth) return TC_OK;
+  uint8_t got[kFrameTagBytes];
+  if (tc_status st = recv_all(s, got, kFrameTagBytes, deadline)) return st;
+  return end_check(session, got);
 }
 
 tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,

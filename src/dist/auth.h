@@ -13,12 +13,18 @@
 // in constant time. Nothing is encrypted.
 //
 // After the handshake both sides hold a session key that only holders of the
-// two keys can derive,
-//   S = HMAC(K_s, HMAC(K_c, "tc-session-v1" | T_s)),  T_s = (T, id_s, key_s),
-// and every later frame carries HMAC(S, direction | sequence number |
-// SHA-256(payload)): a frame altered, replayed, reordered, dropped from the middle or
-// reflected back ends the connection (TC_ERR_AUTH). A plain (unauthenticated)
-// connection has no session key and its frames carry no MAC.
+// two keys can derive, fresh per connection (it covers both nonces),
+//   S = HMAC(K_s, HMAC(K_c, "tc-session-v2" | T_s)),  T_s = (T, id_s, key_s),
+// and from it one frame key per direction (HKDF-Expand with HMAC-SHA256),
+//   K_cs = HKDF-Expand(S, "tc-frame-v2 client->server"), K_sc likewise.
+// Every later frame ends with a 16-byte AES-256-GCM tag over the frame's
+// bytes (its length and payload, as additional data; nothing encrypted)
+// under the sender's direction key, with the 96-bit nonce direction (4
+// bytes) | sequence number (u64): a frame altered, replayed, reordered,
+// dropped from the middle or reflected back ends the connection
+// (TC_ERR_AUTH). A plain (unauthenticated) connection has no session key
+// and its frames carry no MAC. The hello's magic carries the version
+// (TCAUTH02), so a peer of another version is refused at the hello.
 #pragma once
 
 #include <atomic>
@@ -27,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/crypto.h"
 #include "dist/net.h"
 #include "tensorcore/dist.h"
 
@@ -70,7 +77,12 @@ struct Session {
   std::string key;  // empty: a plain connection
   bool client = false;
   uint64_t sent = 0, received = 0;  // frames, per direction
+  std::shared_ptr<Gmac> tx, rx;     // the direction keys' MACs (set with key)
 };
+constexpr size_t kFrameTagBytes = Gmac::kTagBytes;
+// Keys `session` (its `client` side already set) with the session key S:
+// derives the two direction keys and restarts both sequence numbers.
+void key_session(Session* session, const std::string& key);
 
 // Client side of the handshake; `ring` null runs the plain (unauthenticated)
 // hello. expected_identity "" accepts any identity of the ring.
@@ -90,6 +102,9 @@ tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose
 // it has a key). recv_frame: max_bytes bounds the payload; a MAC that does
 // not verify is TC_ERR_AUTH (the connection must then be dropped).
 tc_status send_frame(const Socket& s, Session& session, const std::string& payload, Deadline deadline);
+// One frame whose payload is the pieces in turn (at most kMaxPieces - 2),
+// sent without joining them.
+tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts, size_t count, Deadline deadline);
 tc_status recv_frame(const Socket& s, Session& session, std::string* payload, size_t max_bytes, Deadline deadline,
                      uint64_t* announced = nullptr);
 // The same frame read in two steps, for a reader that decides from the
@@ -101,6 +116,9 @@ tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload
 tc_status recv_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, std::string* payload,
                              Deadline deadline);
 tc_status skip_frame_payload(const Socket& s, Session& session, uint64_t payload_bytes, Deadline deadline);
+// recv_frame_payload into `dst` (payload_bytes long) instead of a string.
+tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t payload_bytes, void* dst,
+                                  Deadline deadline);
 
 }  // namespace dist
 }  // namespace tc

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -185,12 +186,13 @@ int wait_fd(int fd, short events, Deadline deadline) {
   }
 }
 
-void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
 
 }  // namespace
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on a non-TCP socket
+}
 
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why) {
   addrinfo* ai = nullptr;
@@ -291,51 +293,87 @@ tc_status wait_readable(const Socket& s, Deadline deadline) {
   return w == 1 ? TC_OK : w == 0 ? TC_ERR_TIMEOUT : TC_ERR_IO;
 }
 
-tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline) {
-  const char* p = static_cast<const char*>(data);
-  while (n) {
-    int w = wait_fd(s.fd(), POLLOUT, deadline);
+namespace {
+
+// Moves `done` bytes past the front of iov[*first..count).
+void advance(iovec* iov, size_t count, size_t* first, size_t done) {
+  while (*first < count && done >= iov[*first].iov_len) done -= iov[(*first)++].iov_len;
+  if (*first < count) {
+    iov[*first].iov_base = static_cast<char*>(iov[*first].iov_base) + done;
+    iov[*first].iov_len -= done;
+  }
+}
+
+// The pieces of one transfer, empty ones left out.
+template <class Bytes>
+size_t to_iov(const Bytes* parts, size_t count, iovec* iov, size_t* total) {
+  size_t k = 0;
+  *total = 0;
+  for (size_t i = 0; i < count; ++i)
+    if (parts[i].n) {
+      iov[k].iov_base = const_cast<void*>(static_cast<const void*>(parts[i].data));
+      iov[k++].iov_len = parts[i].n;
+      *total += parts[i].n;
+    }
+  return k;
+}
+
+// Sends (sending) or receives the iovecs whole: tries the socket first and
+// polls only when it would block.
+tc_status transfer(const Socket& s, iovec* iov, size_t count, bool sending, Deadline deadline) {
+  size_t first = 0;
+  while (first < count) {
+    msghdr m{};
+    m.msg_iov = iov + first;
+    m.msg_iovlen = count - first;
+    ssize_t k = sending ? ::sendmsg(s.fd(), &m, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(s.fd(), &m, MSG_DONTWAIT);
+    if (k > 0) {
+      advance(iov, count, &first, size_t(k));
+      continue;
+    }
+    if (k == 0 && !sending) return TC_ERR_IO;  // closed by the peer
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return TC_ERR_IO;
+    int w = wait_fd(s.fd(), sending ? POLLOUT : POLLIN, deadline);
     if (w == 0) return TC_ERR_TIMEOUT;
     if (w < 0) return TC_ERR_IO;
-    ssize_t k = ::send(s.fd(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (k < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return TC_ERR_IO;
-    }
-    p += k;
-    n -= size_t(k);
   }
   return TC_OK;
 }
 
+}  // namespace
+
+tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline) {
+  ConstBytes one{data, n};
+  return send_parts(s, &one, 1, deadline);
+}
+
 tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline) {
-  char* p = static_cast<char*>(data);
-  while (n) {
-    int w = wait_fd(s.fd(), POLLIN, deadline);
-    if (w == 0) return TC_ERR_TIMEOUT;
-    if (w < 0) return TC_ERR_IO;
-    ssize_t k = ::recv(s.fd(), p, n, MSG_DONTWAIT);
-    if (k == 0) return TC_ERR_IO;  // closed by the peer
-    if (k < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return TC_ERR_IO;
-    }
-    p += k;
-    n -= size_t(k);
-  }
-  return TC_OK;
+  MutBytes one{data, n};
+  return recv_parts(s, &one, 1, deadline);
+}
+
+tc_status send_parts(const Socket& s, const ConstBytes* parts, size_t count, Deadline deadline) {
+  if (count > kMaxPieces) return TC_ERR_INVALID_ARG;
+  iovec iov[kMaxPieces];
+  size_t total = 0;
+  return transfer(s, iov, to_iov(parts, count, iov, &total), true, deadline);
+}
+
+tc_status recv_parts(const Socket& s, const MutBytes* parts, size_t count, Deadline deadline) {
+  if (count > kMaxPieces) return TC_ERR_INVALID_ARG;
+  iovec iov[kMaxPieces];
+  size_t total = 0;
+  return transfer(s, iov, to_iov(parts, count, iov, &total), false, deadline);
 }
 
 tc_status send_frame(const Socket& s, const std::string& payload, Deadline deadline, const std::string& trailer) {
   if (payload.size() > kMaxFramePayload - trailer.size()) return TC_ERR_INVALID_ARG;
   uint32_t n = static_cast<uint32_t>(payload.size() + trailer.size());
   unsigned char len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
-  std::string msg;  // one write: the frame leaves as few segments as possible
-  msg.reserve(4 + n);
-  msg.append(reinterpret_cast<char*>(len), 4);
-  msg += payload;
-  msg += trailer;
-  return send_all(s, msg.data(), msg.size(), deadline);
+  // One gathered write: the frame leaves as few segments as possible.
+  const ConstBytes parts[3] = {{len, 4}, {payload.data(), payload.size()}, {trailer.data(), trailer.size()}};
+  return send_parts(s, parts, 3, deadline);
 }
 
 tc_status recv_frame(const Socket& s, std::string* payload, size_t max_bytes, Deadline deadline,

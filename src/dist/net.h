@@ -59,6 +59,11 @@ class Socket {
   int fd_ = -1;
 };
 
+// TCP_NODELAY: a frame's last segment leaves at once instead of waiting
+// for the acknowledgement of the one before (Nagle), which the peer may
+// delay by up to 40 ms. Sockets of connect_tcp and accept_tcp have it.
+void set_nodelay(int fd);
+
 // Connects, retrying refused connections until the deadline (the listener
 // may not be up yet). TC_ERR_TIMEOUT when it never answers.
 tc_status connect_tcp(const std::string& host, int port, Deadline deadline, Socket* out, std::string* why);
@@ -76,9 +81,23 @@ tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out);
 tc_status wait_readable(const Socket& s, Deadline deadline);
 
 // Whole-buffer I/O with a deadline. TC_ERR_TIMEOUT on deadline, TC_ERR_IO
-// when the peer closed or the socket failed.
+// when the peer closed or the socket failed. Each call first tries the
+// socket and waits (poll) only when it would block.
 tc_status send_all(const Socket& s, const void* data, size_t n, Deadline deadline);
 tc_status recv_all(const Socket& s, void* data, size_t n, Deadline deadline);
+// The same over several pieces, as one stream: sendmsg / recvmsg with the
+// pieces gathered (scattered), so no piece is copied to join them.
+struct ConstBytes {
+  const void* data;
+  size_t n;
+};
+struct MutBytes {
+  void* data;
+  size_t n;
+};
+constexpr size_t kMaxPieces = 64;  // per call
+tc_status send_parts(const Socket& s, const ConstBytes* parts, size_t count, Deadline deadline);
+tc_status recv_parts(const Socket& s, const MutBytes* parts, size_t count, Deadline deadline);
 // Length-prefixed frames (u32 little-endian length). A frame carries at most
 // kMaxFramePayload bytes: send_frame refuses a longer payload with
 // TC_ERR_INVALID_ARG before sending anything (the length would not fit).

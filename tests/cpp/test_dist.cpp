@@ -8,6 +8,10 @@
 // replies a real one never does, and the client refuses them as soon as
 // their length arrives; peer identity strings stay put; identity bytes a
 // peer sends reach error text escaped.
+//
+// Authenticated channels (channel.h): frames pass through a relay that can
+// alter, replay, reorder or drop them; every such frame is refused with
+// TC_ERR_AUTH, and a peer of the old handshake version is refused by name.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,6 +29,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "tensorcore/channel.h"
 #include "tensorcore/tensorcore.h"
 
 namespace {
@@ -269,7 +274,7 @@ class FakeServer {
 // The plain (unauthenticated) hello of the handshake, server side.
 bool plain_hello(int fd) {
   std::string hello;
-  if (!recv_frame_raw(fd, &hello) || hello.size() != 50 || hello.compare(0, 8, "TCAUTH01") != 0) return false;
+  if (!recv_frame_raw(fd, &hello) || hello.size() != 50 || hello.compare(0, 8, "TCAUTH02") != 0) return false;
   return send_frame_raw(fd, "P");
 }
 
@@ -506,4 +511,206 @@ TEST(RemoteWire, TensorsLargerThanAFrameAreRefusedAtTheSender) {
   EXPECT_EQ(tc_remote_shutdown(client), TC_OK);
   EXPECT_EQ(tc_remote_shutdown(server), TC_OK);
   tc_shutdown(ctx);
+}
+
+// ---- authenticated channels ---------------------------------------------------
+
+namespace {
+
+const char kChannelSecret[] = "0123456789abcdef0123456789abcdef-channel";
+
+tc_auth_config channel_auth(tc_auth_key* key) {
+  *key = tc_auth_key{"peer", 1, kChannelSecret, sizeof kChannelSecret - 1};
+  return tc_auth_config{nullptr, 0, key, 1};
+}
+
+// client <-> relay <-> server: the test moves every frame between the two
+// socket pairs itself, so it can alter, replay, reorder or drop any of them.
+struct Relayed {
+  int client_side[2] = {-1, -1}, server_side[2] = {-1, -1};
+  tc_channel client = nullptr, server = nullptr;
+  Relayed() {
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, client_side), 0);
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, server_side), 0);
+    tc_auth_key kc, ks;
+    tc_auth_config ac = channel_auth(&kc), as = channel_auth(&ks);
+    tc_status sc = TC_ERR_INTERNAL;
+    std::thread server_open([&] { sc = tc_channel_open(server_side[0], 1, &as, nullptr, 5000, &server); });
+    std::thread client_open([&] {
+      EXPECT_EQ(tc_channel_open(client_side[0], 0, &ac, "peer", 5000, &client), TC_OK) << tc_last_error_detail();
+    });
+    // The handshake: hello, challenge, proof, accept.
+    for (int i = 0; i < 4; ++i) {
+      std::string f;
+      if (i % 2 == 0) {
+        EXPECT_TRUE(recv_frame_raw(client_side[1], &f));
+        EXPECT_TRUE(send_frame_raw(server_side[1], f));
+      } else {
+        EXPECT_TRUE(recv_frame_raw(server_side[1], &f));
+        EXPECT_TRUE(send_frame_raw(client_side[1], f));
+      }
+    }
+    client_open.join();
+    server_open.join();
+    EXPECT_EQ(sc, TC_OK);
+  }
+  ~Relayed() {
+    if (client) tc_channel_close(client);
+    if (server) tc_channel_close(server);
+    for (int fd : {client_side[0], client_side[1], server_side[0], server_side[1]}) ::close(fd);
+  }
+  // The next frame the client sent, as it travels (payload and tag).
+  std::string take_from_client() {
+    std::string f;
+    EXPECT_TRUE(recv_frame_raw(client_side[1], &f));
+    return f;
+  }
+  void deliver_to_server(const std::string& f) { EXPECT_TRUE(send_frame_raw(server_side[1], f)); }
+  tc_status server_recv(std::string* out) {
+    const void* data = nullptr;
+    size_t n = 0;
+    tc_status st = tc_channel_recv(server, 1 << 20, 2000, &data, &n);
+    if (st == TC_OK) out->assign(static_cast<const char*>(data), n);
+    return st;
+  }
+};
+
+}  // namespace
+
+TEST(Channel, GatheredPartsArriveAsOneFrameAndEachFrameCarriesASixteenByteTag) {
+  Relayed r;
+  const std::string a = "SL4F-header;", b(70000, 'x'), c = "tail";
+  const tc_channel_part parts[3] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  ASSERT_EQ(tc_channel_sendv(r.client, parts, 3, 2000), TC_OK) << tc_last_error_detail();
+  std::string f = r.take_from_client();
+  EXPECT_EQ(f.size(), a.size() + b.size() + c.size() + 16);
+  EXPECT_EQ(f.substr(0, a.size() + b.size() + c.size()), a + b + c);  // authenticated, not encrypted
+  r.deliver_to_server(f);
+  std::string got;
+  ASSERT_EQ(r.server_recv(&got), TC_OK) << tc_last_error_detail();
+  EXPECT_EQ(got, a + b + c);
+  // Bad parts are refused before anything is sent.
+  EXPECT_EQ(tc_channel_sendv(r.client, parts, 0, 2000), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_sendv(r.client, nullptr, 1, 2000), TC_ERR_INVALID_ARG);
+  const tc_channel_part null_part = {nullptr, 3};
+  EXPECT_EQ(tc_channel_sendv(r.client, &null_part, 1, 2000), TC_ERR_INVALID_ARG);
+  // And the channel still works.
+  ASSERT_EQ(tc_channel_send(r.client, "ok", 2, 2000), TC_OK);
+  r.deliver_to_server(r.take_from_client());
+  ASSERT_EQ(r.server_recv(&got), TC_OK);
+  EXPECT_EQ(got, "ok");
+}
+
+TEST(Channel, AFlippedBitAnywhereInAFrameIsRefused) {
+  // Payload (its first byte, as a simpler frame's header; a middle one), tag.
+  for (size_t at : {size_t(0), size_t(500), size_t(1000 + 3)}) {
+    Relayed r;
+    const std::string payload(1000, 'p');
+    ASSERT_EQ(tc_channel_send(r.client, payload.data(), payload.size(), 2000), TC_OK);
+    std::string f = r.take_from_client();
+    f[at] ^= 0x10;
+    r.deliver_to_server(f);
+    std::string got;
+    EXPECT_EQ(r.server_recv(&got), TC_ERR_AUTH) << "byte " << at;
+    EXPECT_NE(std::string(tc_last_error_detail()).find("failed its MAC"), std::string::npos) << tc_last_error_detail();
+    // The channel is out of step for good.
+    EXPECT_EQ(r.server_recv(&got), TC_ERR_IO);
+  }
+}
+
+TEST(Channel, AnAlteredLengthIsRefused) {
+  Relayed r;
+  const std::string payload(64, 'p');
+  ASSERT_EQ(tc_channel_send(r.client, payload.data(), payload.size(), 2000), TC_OK);
+  std::string f = r.take_from_client();
+  f.pop_back();  // one byte shorter, announced as such: the tag no longer matches
+  r.deliver_to_server(f);
+  std::string got;
+  EXPECT_EQ(r.server_recv(&got), TC_ERR_AUTH);
+}
+
+TEST(Channel, AReplayedFrameIsRefused) {
+  Relayed r;
+  ASSERT_EQ(tc_channel_send(r.client, "first", 5, 2000), TC_OK);
+  const std::string f = r.take_from_client();
+  r.deliver_to_server(f);
+  std::string got;
+  ASSERT_EQ(r.server_recv(&got), TC_OK);
+  r.deliver_to_server(f);  // the same bytes again
+  EXPECT_EQ(r.server_recv(&got), TC_ERR_AUTH);
+}
+
+TEST(Channel, ReorderedOrDroppedFramesAreRefused) {
+  {
+    Relayed r;
+    ASSERT_EQ(tc_channel_send(r.client, "one", 3, 2000), TC_OK);
+    ASSERT_EQ(tc_channel_send(r.client, "two", 3, 2000), TC_OK);
+    const std::string one = r.take_from_client(), two = r.take_from_client();
+    r.deliver_to_server(two);
+    r.deliver_to_server(one);
+    std::string got;
+    EXPECT_EQ(r.server_recv(&got), TC_ERR_AUTH);
+  }
+  {
+    Relayed r;
+    ASSERT_EQ(tc_channel_send(r.client, "one", 3, 2000), TC_OK);
+    ASSERT_EQ(tc_channel_send(r.client, "two", 3, 2000), TC_OK);
+    r.take_from_client();  // dropped
+    r.deliver_to_server(r.take_from_client());
+    std::string got;
+    EXPECT_EQ(r.server_recv(&got), TC_ERR_AUTH);
+  }
+}
+
+TEST(Channel, AFrameReflectedToItsSenderIsRefused) {
+  Relayed r;
+  ASSERT_EQ(tc_channel_send(r.client, "mine", 4, 2000), TC_OK);
+  const std::string f = r.take_from_client();
+  ASSERT_TRUE(send_frame_raw(r.client_side[1], f));  // back where it came from
+  const void* data = nullptr;
+  size_t n = 0;
+  EXPECT_EQ(tc_channel_recv(r.client, 1 << 20, 2000, &data, &n), TC_ERR_AUTH);
+}
+
+TEST(Channel, AnIdleTimeoutLeavesTheChannelUsable) {
+  Relayed r;
+  std::string got;
+  const void* data = nullptr;
+  size_t n = 0;
+  EXPECT_EQ(tc_channel_recv(r.server, 1 << 20, 30, &data, &n), TC_ERR_TIMEOUT);
+  ASSERT_EQ(tc_channel_send(r.client, "late", 4, 2000), TC_OK);
+  r.deliver_to_server(r.take_from_client());
+  ASSERT_EQ(r.server_recv(&got), TC_OK) << tc_last_error_detail();
+  EXPECT_EQ(got, "late");
+}
+
+TEST(Channel, APeerOfTheOldHandshakeVersionIsRefusedByName) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  tc_auth_key k;
+  tc_auth_config a = channel_auth(&k);
+  tc_channel server = nullptr;
+  tc_status st = TC_OK;
+  std::string detail;
+  std::thread open([&] {
+    st = tc_channel_open(sv[0], 1, &a, nullptr, 5000, &server);
+    detail = tc_last_error_detail();
+  });
+  // A version-01 hello: magic, mode (auth), purpose (remote), rank, nonce.
+  std::string hello = "TCAUTH01";
+  hello.push_back(char(1));
+  hello.push_back(char(2));
+  put_u64(&hello, 0xFFFFFFFFu);
+  hello.append(32, '\7');
+  ASSERT_TRUE(send_frame_raw(sv[1], hello));
+  std::string reply;
+  ASSERT_TRUE(recv_frame_raw(sv[1], &reply));
+  EXPECT_EQ(reply, "R");  // refused before any challenge
+  open.join();
+  EXPECT_EQ(st, TC_ERR_AUTH);
+  EXPECT_EQ(server, nullptr);
+  EXPECT_NE(detail.find("handshake version '01'"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("'02'"), std::string::npos) << detail;
+  ::close(sv[0]);
+  ::close(sv[1]);
 }

@@ -21,6 +21,7 @@ import pytest
 from conftest_simpler import alive
 from simpler import RemoteCallable, RemoteWorkerSpec, SimplerError, SimplerUnsupportedError, Worker
 from simpler.remote import protocol as P
+from tensorcore import TC_ERR_AUTH as _AUTH, TC_ERR_TIMEOUT as _TIMEOUT
 from simpler.task_interface import ArgDirection as D, ChipStorageTaskArgs, ChipTensor, CoreCallable, ChipCallable, DataType
 
 HERE = Path(__file__).resolve().parent
@@ -369,6 +370,109 @@ def test_malformed_and_truncated_frames_end_the_connection(daemons):
             with pytest.raises(Exception):
                 ch.recv(P.MAX_FRAME_BYTES, 10)
             ch.close()
+    # The daemon is unharmed.
+    with Worker(4, platform="cpu") as w4:
+        w4.add_remote_worker(d.spec())
+        w4.init()
+
+
+def _relayed_channels(key):
+    """A client and a server Channel whose frames a test moves itself
+    (socket pairs on each side), after relaying the handshake."""
+    import threading
+
+    from tensorcore import Channel
+
+    c_ours, c_relay = socket.socketpair()
+    s_ours, s_relay = socket.socketpair()
+    opened = {}
+    t = threading.Thread(target=lambda: opened.setdefault("server", Channel.open(s_ours, server=True,
+                                                                                 keys=P.keyring(key), timeout=10)))
+    t.start()
+    u = threading.Thread(target=lambda: opened.setdefault("client", Channel.open(c_ours, server=False,
+                                                                                 keys=P.keyring(key), timeout=10)))
+    u.start()
+    for i in range(4):  # hello, challenge, proof, accept
+        src, dst = (c_relay, s_relay) if i % 2 == 0 else (s_relay, c_relay)
+        dst.sendall(_raw_frame(src))
+    t.join()
+    u.join()
+    return opened["client"], opened["server"], c_relay, s_relay, (c_ours, s_ours)
+
+
+def _raw_frame(sock) -> bytes:
+    """One frame as it travels: the u32 length, then what it announces."""
+    def exact(n):
+        out = b""
+        while len(out) < n:
+            got = sock.recv(n - len(out))
+            assert got, "the peer closed"
+            out += got
+        return out
+
+    head = exact(4)
+    return head + exact(struct.unpack("<I", head)[0])
+
+
+def test_the_channel_refuses_altered_replayed_and_reordered_frames():
+    from tensorcore import TensorcoreError
+
+    key = os.urandom(32)
+    # A frame sent as parts arrives whole; copy=False gives the channel's own buffer.
+    client, server, c_relay, s_relay, keep = _relayed_channels(key)
+    frame = P.control_frame(7, {"op": "copy_to", "addr": 0}, np.arange(5000, dtype=np.uint16).view(np.uint8))
+    assert isinstance(frame, list) and len(frame) == 2
+    client.send(frame, 10)
+    raw = _raw_frame(c_relay)
+    assert len(raw) == 4 + P.parts_bytes(frame) + 16  # the payload as sent, then a 16-byte tag
+    s_relay.sendall(raw)
+    view = server.recv(P.MAX_FRAME_BYTES, 10, copy=False)
+    assert isinstance(view, memoryview) and bytes(view) == b"".join(bytes(p) for p in frame)
+    _, body = P.decode(view, {P.CONTROL})
+    assert P.parse_control(body)[2] == np.arange(5000, dtype=np.uint16).tobytes()
+    # The same bytes again (a replay): refused, and the channel is done.
+    s_relay.sendall(raw)
+    with pytest.raises(TensorcoreError) as e:
+        server.recv(P.MAX_FRAME_BYTES, 10)
+    assert e.value.status == _AUTH and "MAC" in str(e.value)
+    for ch in (client, server):
+        ch.close()
+    # A bit flipped in the frame's header, in its data, or in its tag.
+    for at in (4 + 1, 4 + 100, -1):
+        client, server, c_relay, s_relay, keep = _relayed_channels(key)
+        client.send(P.encode(P.TASK, P.task_body(1, "m:f", {}, bytes(2), bytes(192), [])), 10)
+        raw = bytearray(_raw_frame(c_relay))
+        raw[at] ^= 0x04
+        s_relay.sendall(raw)
+        with pytest.raises(TensorcoreError) as e:
+            server.recv(P.MAX_FRAME_BYTES, 10)
+        assert e.value.status == _AUTH, at
+        for ch in (client, server):
+            ch.close()
+    # Two frames delivered in the wrong order.
+    client, server, c_relay, s_relay, keep = _relayed_channels(key)
+    client.send(P.encode(P.HEARTBEAT, P.heartbeat_body(1)), 10)
+    client.send(P.encode(P.HEARTBEAT, P.heartbeat_body(2)), 10)
+    first, second = _raw_frame(c_relay), _raw_frame(c_relay)
+    s_relay.sendall(second + first)
+    with pytest.raises(TensorcoreError) as e:
+        server.recv(64, 10)
+    assert e.value.status == _AUTH
+    # An idle receive times out without breaking a channel.
+    with pytest.raises(TensorcoreError) as e:
+        client.recv(64, 0.05)
+    assert e.value.status == _TIMEOUT
+    for ch in (client, server):
+        ch.close()
+
+
+def test_a_peer_of_the_old_handshake_version_is_refused(daemons):
+    d = daemons()
+    with socket.create_connection((d.host, d.port)) as s:
+        hello = b"TCAUTH01" + bytes([1, 2]) + struct.pack("<Q", 0xFFFFFFFF) + os.urandom(32)
+        s.sendall(struct.pack("<I", len(hello)) + hello)
+        assert _raw_frame(s)[4:] == b"R"  # refused at the hello, before any challenge
+        assert _session_closes(s)
     # The daemon is unharmed.
     with Worker(4, platform="cpu") as w4:
         w4.add_remote_worker(d.spec())

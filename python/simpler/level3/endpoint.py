@@ -273,10 +273,12 @@ def _describe_exit(status: int) -> str:
 
 
 def wait_until(pred, endpoints, parent_flag_mv, parent_efd: int, timeout: float | None,
-               on_death) -> bool:
+               on_death, watch_fds=()) -> bool:
     """Spins, then blocks until pred() holds. A child of `endpoints` that
     dies calls on_death(endpoint); returns False when every endpoint we
-    waited on is dead and pred() still fails, or the timeout expired."""
+    waited on is dead and pred() still fails, or the timeout expired.
+    A descriptor of `watch_fds` turning readable also wakes the wait (pred
+    is expected to notice it)."""
     if pred():
         return True
     t0 = time.perf_counter()
@@ -287,6 +289,8 @@ def wait_until(pred, endpoints, parent_flag_mv, parent_efd: int, timeout: float 
             return True
     poller = select.poll()
     poller.register(parent_efd, select.POLLIN)
+    for fd in watch_fds:
+        poller.register(fd, select.POLLIN)
     watched = {}
     for ep in endpoints:
         if ep.pidfd >= 0 and not ep.dead:

@@ -102,9 +102,11 @@ class Engine:
         self.config_keys = {}  # config repr -> index (0 = the default)
         self.config_fields = {}
         # Something besides a completion that should end a wait (a level-4
-        # session's next frame, posted from another thread with a write to
-        # parent_efd): a callable, or None.
+        # session's next frame): a callable, or None; and descriptors whose
+        # readiness wakes a wait to check it (the session's command lane).
         self.interrupt = None
+        self.watch_fds = ()
+        self._lanes = ()  # remote endpoints whose lanes this thread reads while it waits
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
@@ -513,11 +515,15 @@ class Engine:
 
     def waiter(self, pred, endpoints, timeout=None) -> bool:
         self.flush_wakes()
-        return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death)
+        fds = self.watch_fds + tuple(fd for fd in (lane.lane_fd() for lane in self._lanes) if fd >= 0)
+        return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death, fds)
 
     def _any_done(self) -> bool:
         if self.interrupt is not None and self.interrupt():
             return True
+        for lane in self._lanes:  # remote sessions' frames, read by this (waiting) thread
+            if lane.pump() and lane.dead is not None:
+                return True
         for ep in self.local:
             if ep.posted and ep.done(ep.oldest_frame()):
                 return True
@@ -527,7 +533,21 @@ class Engine:
         return False
 
     def wait(self, cond, timeout) -> bool:
-        """Drives the engine until cond() holds; False on timeout."""
+        """Drives the engine until cond() holds; False on timeout. While it
+        waits, this thread reads the remote sessions' lanes itself."""
+        if not self.remotes or self._lanes:
+            return self._wait(cond, timeout)
+        self._lanes = tuple({id(ep.lane): ep.lane for ep in self.remotes}.values())
+        for lane in self._lanes:
+            lane.attach()
+        try:
+            return self._wait(cond, timeout)
+        finally:
+            for lane in self._lanes:
+                lane.detach()
+            self._lanes = ()
+
+    def _wait(self, cond, timeout) -> bool:
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             self.poll()

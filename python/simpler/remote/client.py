@@ -111,6 +111,14 @@ class RemoteEndpoint:
         self._send_lock = threading.Lock()
         self._cv = threading.Condition()
         self._replies = {}
+        self._sinks = {}  # request id -> where its reply's data goes (a copy_from piece)
+        self._reader = threading.Lock()  # held by the thread reading the command lane
+        self._lane = self._lane_rx = None  # select.poll objects of the command lane's socket (engine, receiver)
+        self._attached = False  # a waiting thread (the engine's, or one awaiting replies) reads the lane
+        self._attach_n = 0
+        self._attach_lock = threading.Lock()
+        self._detached = threading.Event()
+        self._detached.set()
         self._next_rid = 1
         self._threads = []
         self._stopping = False
@@ -149,6 +157,9 @@ class RemoteEndpoint:
                                         expected_peer_identity=P.IDENTITY)
         except (OSError, TensorcoreError) as e:
             raise self._open_error(e) from None
+        self._lane, self._lane_rx = select.poll(), select.poll()  # one per thread: a poll object is not shared
+        for p in (self._lane, self._lane_rx):
+            p.register(self._socks[0].fileno(), select.POLLIN)
         for target in (self._receive_loop, self._health_loop):
             t = threading.Thread(target=target, daemon=True, name=f"simpler-l4-{target.__name__}")
             t.start()
@@ -187,35 +198,122 @@ class RemoteEndpoint:
             except OSError:
                 pass
 
-    def _receive_loop(self) -> None:
-        fd = self._socks[0].fileno()
+    # ---- the command lane ----------------------------------------------------------
+    # Two threads may read it, one at a time (_reader): the engine's thread
+    # while it waits on the engine (attach/detach around Engine.wait; it
+    # watches the lane's socket and reads what arrives itself, so a
+    # completion reaches the thread that acts on it without a hand-over),
+    # and otherwise the receiver thread (control replies during memory
+    # calls, anything that arrives while nobody waits).
+
+    @property
+    def lane(self):
+        """The endpoint whose channel carries this endpoint's frames."""
+        return self
+
+    def lane_fd(self) -> int:
+        return self._socks[0].fileno() if self._socks and self.dead is None and not self._stopping else -1
+
+    def attach(self) -> None:
+        with self._attach_lock:
+            self._attach_n += 1
+            self._attached = True
+            self._detached.clear()
+
+    def detach(self) -> None:
+        with self._attach_lock:
+            self._attach_n -= 1
+            if not self._attach_n:
+                self._attached = False
+                self._detached.set()
+
+    def pump_wait(self, timeout: float) -> None:
+        """Waits up to `timeout` s for the lane, then reads what arrived (a
+        thread awaiting a reply, attached, reads it itself)."""
+        if self.dead is not None or self._stopping:
+            time.sleep(min(timeout, 0.05))  # nothing more to read: the caller's loop sees why
+            return
+        p = select.poll()  # this thread's own: a poll object is not shared
+        p.register(self._socks[0].fileno(), select.POLLIN)
         try:
-            while True:
-                if self._stopping:
-                    return
-                if not select.select([fd], [], [], 0.5)[0]:
-                    continue
-                frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
-                ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
-                if ftype == P.COMPLETION:
-                    self.completions.append(P.parse_completion(body))
-                    self._wake()
-                elif ftype == P.CONTROL_REPLY:
-                    rid, status, value, data = P.parse_reply(body)
-                    with self._cv:
-                        self._replies[rid] = (status, value, data)
-                        self._cv.notify_all()
-                else:
-                    self._stopping = True
-                    with self._cv:
-                        self._cv.notify_all()
-                    return
-        except P.ProtocolError as e:
-            self._die(f"sent a malformed frame ({e}); the session was dropped")
+            if not p.poll(int(timeout * 1000)):
+                return
+            with self._reader:
+                while not self._stopping and p.poll(0):
+                    if not self._read_one():
+                        break
         except Exception as e:  # noqa: BLE001
-            if not self._stopping:
-                self._die(f"lost its session: the connection closed or failed ({e}); the remote host or its "
-                          f"session process died")
+            self._lane_failed(e)
+
+    def pump(self) -> bool:
+        """Reads the frames already on the lane, without waiting for one
+        (the engine's thread, attached): True when a frame was taken or the
+        lane ended."""
+        if self.dead is not None or self._stopping or self._lane is None:
+            return False
+        if not self._reader.acquire(blocking=False):
+            return False  # the receiver thread is reading; it wakes the engine
+        try:
+            got = False
+            while self._lane.poll(0):
+                got = True
+                if not self._read_one(engine=True):
+                    break
+            return got
+        except Exception as e:  # noqa: BLE001
+            self._lane_failed(e)
+            return True
+        finally:
+            self._reader.release()
+
+    def _read_one(self, engine: bool = False) -> bool:
+        """Takes one frame (its first bytes have arrived); False on SHUTDOWN."""
+        # The channel's own buffer: a copy's reply goes from it into its destination.
+        frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+        ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
+        if ftype == P.COMPLETION:
+            self.completions.append(P.parse_completion(body))
+            if not engine:
+                self._wake()
+        elif ftype == P.CONTROL_REPLY:
+            rid, status, value, data = P.parse_reply(body, copy=False)
+            sink = self._sinks.pop(rid, None)
+            if sink is not None and not status and len(data) == len(sink):
+                sink[:] = data  # a copy_from piece, straight into the caller's buffer
+                data = None
+            else:
+                data = bytes(data)
+            with self._cv:
+                self._replies[rid] = (status, value, data)
+                self._cv.notify_all()
+        else:
+            self._stopping = True
+            with self._cv:
+                self._cv.notify_all()
+            return False
+        return True
+
+    def _lane_failed(self, e) -> None:
+        if isinstance(e, P.ProtocolError):
+            self._die(f"sent a malformed frame ({e}); the session was dropped")
+        elif not self._stopping:
+            self._die(f"lost its session: the connection closed or failed ({e}); the remote host or its "
+                      f"session process died")
+
+    def _receive_loop(self) -> None:
+        try:
+            while not self._stopping and self.dead is None:
+                if self._attached:
+                    self._detached.wait(0.5)  # the engine reads the lane meanwhile
+                    continue
+                if not self._lane_rx.poll(500) or self._attached:
+                    continue
+                with self._reader:
+                    while not self._stopping and self._lane_rx.poll(0):
+                        if not self._read_one():
+                            return
+        except Exception as e:  # noqa: BLE001
+            self._lane_failed(e)
 
     def _health_loop(self) -> None:
         interval = max(0.05, self.timeout_s / 4)
@@ -241,7 +339,8 @@ class RemoteEndpoint:
 
     # ---- commands -------------------------------------------------------------------
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, frame) -> None:
+        """Sends one frame (bytes, or a list of parts: see control_frame)."""
         if self.dead:
             raise RemoteDied(self.dead)
         try:
@@ -281,16 +380,27 @@ class RemoteEndpoint:
         self._send(P.encode(P.TASK, body))
 
     def control(self, request: dict, data: bytes = b""):
-        """One request; waits for its reply while the session lives."""
-        return self._await(self._request(request, data), request)
+        """One request; waits for its reply while the session lives (the
+        waiting thread reads the reply itself)."""
+        lane = self.lane
+        lane.attach()
+        try:
+            return self._await(self._request(request, data), request)
+        finally:
+            lane.detach()
 
     def control_many(self, requests, window: int):
-        """(value, data) of each (request, data) of `requests`, in order,
-        keeping up to `window` requests unanswered (a copy's pieces)."""
+        """(value, data) of each (request, data[, sink]) of `requests`, in
+        order, keeping up to `window` requests unanswered (a copy's pieces).
+        With a sink (a writable buffer of the reply data's exact size) the
+        reply's data is written there by the receiving thread, and data
+        comes back None."""
         pending = deque()
+        lane = self.lane
+        lane.attach()  # this thread reads the replies itself
         try:
-            for request, data in requests:
-                pending.append((self._request(request, data), request))
+            for request, data, *sink in requests:
+                pending.append((self._request(request, data, sink[0] if sink else None), request))
                 if len(pending) >= window:
                     yield self._await(*pending.popleft())
             while pending:
@@ -301,21 +411,28 @@ class RemoteEndpoint:
                     self._await(rid, None)
                 except Exception:  # noqa: BLE001
                     pass
+            lane.detach()
 
-    def _request(self, request: dict, data) -> int:
+    def _request(self, request: dict, data, sink=None) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
+        if sink is not None:
+            self._sinks[rid] = sink
         self._send(P.control_frame(rid, request, data))
         return rid
 
     def _await(self, rid: int, request):
-        with self._cv:
-            while rid not in self._replies:
+        lane = self.lane
+        while True:
+            with self._cv:
+                if rid in self._replies:
+                    status, value, out = self._replies.pop(rid)
+                    self._sinks.pop(rid, None)
+                    break
                 if self.dead:
                     raise RemoteDied(self.dead)
-                self._cv.wait(0.5)
-            status, value, out = self._replies.pop(rid)
+            lane.pump_wait(0.5)
         if status and request is not None:
             raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
         return value, out
@@ -337,6 +454,7 @@ class RemoteEndpoint:
             except RemoteDied:
                 pass
         self._stopping = True
+        self._detached.set()
         for ch in (self._cmd, self._health):
             if ch is not None:
                 ch.shutdown()

@@ -312,6 +312,7 @@ class MpiRankEndpoint(RemoteEndpoint):
         # ids stay unique across the ranks sharing it.
         self._cv = group._cv
         self._replies = group._replies
+        self._sinks = group._sinks
         self._next_rid = (rank << 40) + 1
 
     @property
@@ -329,9 +330,13 @@ class MpiRankEndpoint(RemoteEndpoint):
         self.group.open(startup_timeout_s, wake_fd)
         self.pid = self.group.pids[self.rank]
 
+    @property
+    def lane(self):
+        return self.group
+
     def _send(self, frame: bytes) -> None:
         try:
-            self.group._send(P.encode(P.ROUTED, P.routed_body(self.rank, frame)))
+            self.group._send(P.routed_frame(self.rank, frame))
         except RemoteDied:
             raise RemoteDied(self.dead) from None
 

@@ -159,9 +159,13 @@ class RemoteOps:
         piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
         with self._engine.lock:
             starts = range(0, n, piece)
-            pieces = (({"op": "copy_from", "addr": int(src) + at, "nbytes": min(piece, n - at)}, b"") for at in starts)
+            # Each piece's reply lands in its slice of dst (the receiving thread writes it).
+            pieces = (({"op": "copy_from", "addr": int(src) + at, "nbytes": min(piece, n - at)}, b"",
+                       view[at:at + min(piece, n - at)]) for at in starts)
             for at, (_, data) in zip(starts, self._remote_calls(ep, pieces)):
                 k = min(piece, n - at)
+                if data is None:
+                    continue
                 if len(data) != k:
                     raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {ep.label} sent {len(data)} "
                                                f"bytes, not {k}")

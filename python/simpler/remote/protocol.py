@@ -2,9 +2,9 @@
 process that serves one remote level-3 Worker).
 
 Every frame travels inside an authenticated channel (tensorcore's
-Channel: dist's HMAC handshake, then a MAC per frame under the
-connection's session key), so a frame that reaches the decoder came from a
-key holder; it is still bounds-checked field by field, because a bug or a
+Channel: dist's HMAC handshake, then an AES-256-GCM tag per frame under a
+key of the connection and direction), so a frame that reaches the decoder
+came from a key holder; it is still bounds-checked field by field, because a bug or a
 version skew must fail with a message, never with a wrong read.
 
     header (12 B)   magic b"SL4F", version u16, type u16, body length u32
@@ -41,8 +41,8 @@ HEALTH_TYPES = {HEARTBEAT}
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
 # The pieces a copy actually sends, and how many go unanswered at once:
-# every frame's MAC is a SHA-256 pass over it on each side, so pieces in
-# flight let the sender hash one while the receiver verifies another.
+# every frame's MAC is a GMAC pass over it on each side, so pieces in
+# flight let the sender seal one while the receiver verifies another.
 COPY_PIECE_BYTES = 1 << 20
 COPY_WINDOW = 4
 MAX_TENSORS = 256
@@ -165,31 +165,44 @@ def control_body(req_id: int, request: dict, data: bytes = b"") -> bytes:
     return _CONTROL.pack(req_id, len(js)) + js + data
 
 
-def control_frame(req_id: int, request: dict, data=b"") -> bytes:
-    """encode(CONTROL, control_body(...)) in one copy of `data` (any
-    buffer: a copy's piece goes from the caller's memory to the frame)."""
+def control_frame(req_id: int, request: dict, data=b"") -> list:
+    """encode(CONTROL, control_body(...)) as the parts of one frame
+    (Channel.send takes the list): the head, then `data` itself (any
+    buffer: a copy's piece goes from the caller's memory to the socket)."""
     js = json.dumps(request).encode()
     head = _CONTROL.pack(req_id, len(js))
-    n = len(head) + len(js) + memoryview(data).nbytes
-    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL, n), head, js, data))
+    n = memoryview(data).nbytes
+    top = HEADER.pack(MAGIC, VERSION, CONTROL, len(head) + len(js) + n) + head + js
+    return [top, data] if n else [top]
 
 
-def reply_frame(req_id: int, status: int, value, data=b"") -> bytes:
-    """encode(CONTROL_REPLY, reply_body(...)) in one copy of `data`."""
+def reply_frame(req_id: int, status: int, value, data=b"") -> list:
+    """encode(CONTROL_REPLY, reply_body(...)) as the parts of one frame."""
     js = json.dumps(value).encode()
     head = _REPLY.pack(req_id, status, len(js))
-    n = len(head) + len(js) + memoryview(data).nbytes
-    return b"".join((HEADER.pack(MAGIC, VERSION, CONTROL_REPLY, n), head, js, data))
+    n = memoryview(data).nbytes
+    top = HEADER.pack(MAGIC, VERSION, CONTROL_REPLY, len(head) + len(js) + n) + head + js
+    return [top, data] if n else [top]
 
 
-def parse_control(body) -> tuple:
+def parts_bytes(frame) -> int:
+    """The length of a frame given as bytes or as a list of parts."""
+    if isinstance(frame, list):
+        return sum(memoryview(p).nbytes for p in frame)
+    return len(frame)
+
+
+def parse_control(body, copy: bool = True) -> tuple:
+    """(request id, request, data); data is bytes, or with copy=False a
+    view into `body`."""
     _need(body, 0, _CONTROL.size, "CONTROL header")
     rid, n = _CONTROL.unpack_from(body)
     _need(body, _CONTROL.size, n, "CONTROL request")
     req = _json(body[_CONTROL.size:_CONTROL.size + n], "CONTROL request")
     if not isinstance(req, dict) or not isinstance(req.get("op"), str):
         raise ProtocolError("CONTROL request is not an object with an 'op'")
-    return rid, req, bytes(body[_CONTROL.size + n:])
+    data = memoryview(body)[_CONTROL.size + n:]
+    return rid, req, bytes(data) if copy else data
 
 
 def reply_body(req_id: int, status: int, value, data: bytes = b"") -> bytes:
@@ -197,12 +210,15 @@ def reply_body(req_id: int, status: int, value, data: bytes = b"") -> bytes:
     return _REPLY.pack(req_id, status, len(js)) + js + data
 
 
-def parse_reply(body) -> tuple:
+def parse_reply(body, copy: bool = True) -> tuple:
+    """(request id, status, value, data); data is bytes, or with
+    copy=False a view into `body`."""
     _need(body, 0, _REPLY.size, "CONTROL_REPLY header")
     rid, status, n = _REPLY.unpack_from(body)
     _need(body, _REPLY.size, n, "CONTROL_REPLY value")
     value = _json(body[_REPLY.size:_REPLY.size + n], "CONTROL_REPLY value")
-    return rid, status, value, bytes(body[_REPLY.size + n:])
+    data = memoryview(body)[_REPLY.size + n:]
+    return rid, status, value, bytes(data) if copy else data
 
 
 # ---- ROUTED ----------------------------------------------------------------------
@@ -211,6 +227,13 @@ def parse_reply(body) -> tuple:
 
 def routed_body(rank: int, frame: bytes) -> bytes:
     return _U32.pack(rank) + frame
+
+
+def routed_frame(rank: int, frame) -> list:
+    """encode(ROUTED, routed_body(rank, frame)) as parts; `frame` is bytes
+    or the parts of one frame (control_frame), which are not joined."""
+    inner = frame if isinstance(frame, list) else [frame]
+    return [HEADER.pack(MAGIC, VERSION, ROUTED, _U32.size + parts_bytes(inner)) + _U32.pack(rank)] + inner
 
 
 def parse_routed(body) -> tuple:

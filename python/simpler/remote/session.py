@@ -5,18 +5,21 @@ It proves itself and checks the client's proof before reading anything
 else, takes the manifest (the first CONTROL frame), builds its level-3
 Worker (forking that Worker's children while this process is still
 single-threaded), opens the health lane, and only then starts threads.
-Two threads serve the command lane: a receiver parses frames into an
-inbox, and the driver owns the level-3 Worker. The driver starts tasks in
-frame order, up to the Worker's capacity at once (its sub-workers, at
-least one): each task's orchestration function runs in the driver and
-returns once it has submitted, so the tasks' work overlaps in the
-children while the driver waits on the engine for whichever finishes
-first, or for the next frame (the receiver writes the engine's eventfd).
+One thread, the driver, serves the command lane and owns the level-3
+Worker: it reads each frame itself (no hand-over between threads). The
+driver starts tasks in frame order, up to the Worker's capacity at once
+(its sub-workers, at least one): each task's orchestration function runs
+in the driver and returns once it has submitted, so the tasks' work
+overlaps in the children while the driver waits on the engine for
+whichever finishes first, or for the next frame (the engine's poll
+watches the lane's socket).
 The parent sends a task only once its inputs are complete, so starting
 tasks as they arrive keeps the parent's dependencies; completions go back
 as each task ends, and the parent matches them by task id. Control
 requests are taken as they arrive, also while tasks run (memory calls are
-not ordered with tasks in flight, as at level 3).
+not ordered with tasks in flight, as at level 3); a copy moves straight
+between the channel's buffer and the remote memory. While an
+orchestration function itself runs, frames wait in the socket.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .. import _errors
 from . import protocol as P
 
 HANDSHAKE_S = 10.0
+_DIRECTIONS = None  # ArgDirection by value (a task's directions arrive as bytes)
 
 
 def _die_with_parent() -> None:
@@ -86,8 +90,7 @@ class Session:
         self.stop = threading.Event()
         self.cmd = self.health = None
         self.capacity = 1  # tasks run at once: the level-3 Worker's sub-workers, at least one
-        self.inbox = deque()  # parsed frames from the receiver, for the driver
-        self.inbox_cv = threading.Condition()
+        self._lane = None  # poll object of the command lane's socket (the driver's)
 
     def log(self, msg: str) -> None:
         print(f"simpler.remote_worker session {os.getpid()}: {msg}", file=sys.stderr, flush=True)
@@ -159,67 +162,80 @@ class Session:
             if not self.stop.is_set():
                 self.log(f"the parent stopped answering on the health lane ({e}); ending the session")
         self.stop.set()
-        self.cmd.shutdown()
-        self._post(("end", "the health lane closed"))
+        self.cmd.shutdown()  # wakes the driver: its lane reads the end
 
     def _reply(self, rid: int, status: int, value, data=b"") -> None:
         self.cmd.send(P.reply_frame(rid, status, value, data), self.timeout_s)
 
     # ---- the command lane ------------------------------------------------------
 
-    def _post(self, item) -> None:
-        """Hands one parsed frame to the driver and wakes it, whether it
-        waits on the inbox or inside the engine (its eventfd)."""
-        with self.inbox_cv:
-            self.inbox.append(item)
-            self.inbox_cv.notify()
-        w = self.worker
-        if w is not None and w._parent_efd >= 0:
-            try:
-                os.eventfd_write(w._parent_efd, 1)
-            except OSError:
-                pass
+    def _readable(self) -> bool:
+        """A frame (or the connection's end) is waiting on the command lane."""
+        return bool(self._lane.poll(0))
 
-    def _receive_loop(self) -> None:
-        fd = self.conn.fileno()
+    def _take(self, frame, backlog) -> bool:
+        """Acts on one frame of the command lane; True on SHUTDOWN. A control
+        request is served at once (a copy straight between the channel's
+        buffer and the remote memory), a task joins the backlog."""
+        ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
+        if ftype == P.SHUTDOWN:
+            return True
+        if ftype == P.CONTROL:
+            rid, req, data = P.parse_control(body, copy=False)
+            if req["op"] in ("copy_to", "copy_from"):
+                self._serve_copy(rid, req, data)
+            else:
+                self._serve_control(rid, req, bytes(data))
+        else:
+            backlog.append(P.parse_task(body))
+        return False
+
+    def _serve_copy(self, rid: int, req: dict, data) -> None:
+        """A copy's piece: copy_to writes from the channel's buffer (`data`,
+        valid until the next receive) into the remote memory, copy_from
+        replies from a view of it."""
         try:
-            while True:
-                if self.stop.is_set():
-                    raise ConnectionError("the session is stopping")
-                if not select.select([fd], [], [], 0.5)[0]:
-                    continue
-                frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s)
-                ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
-                if ftype == P.SHUTDOWN:
-                    self._post(("shutdown",))
-                    return
-                if ftype == P.CONTROL:
-                    self._post(("control",) + P.parse_control(body))
-                else:
-                    self._post(("task",) + P.parse_task(body))
-        except Exception as e:  # noqa: BLE001 - a bad frame or a lost connection ends the session
-            self._post(("end", f"{type(e).__name__}: {e}"))
+            if req["op"] == "copy_to":
+                addr, n = int(req["addr"]), len(data)
+                b = self._buffer_at(addr, n)
+                at = addr - b.ptr
+                b.shm.buf[at:at + n] = data
+                value, out = None, b""
+            else:
+                value, out = self._control(req, b"")
+        except Exception as e:  # noqa: BLE001
+            self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
+            return
+        self._reply(rid, 0, value, out)
 
     def _serve(self) -> None:
-        threading.Thread(target=self._receive_loop, daemon=True, name="simpler-l4-receive").start()
+        """The driver, the command lane's only reader: it takes frames when
+        it has nothing else to do, and between tasks; while tasks run it
+        waits on the engine and on the lane at once (the engine's poll
+        watches the lane's socket), so a frame is read by the thread that
+        acts on it, without a hand-over."""
+        from tensorcore import TensorcoreError
+
         eng = self.worker._engine
-        eng.interrupt = lambda: bool(self.inbox)  # a frame arrived: stop waiting on the engine
+        self._lane = select.poll()
+        self._lane.register(self.conn.fileno(), select.POLLIN)
+        eng.watch_fds = (self.conn.fileno(),)
+        eng.interrupt = self._readable  # a frame arrived: stop waiting on the engine
         backlog = deque()  # tasks received, not started (the Worker is at capacity)
         running = []  # (task id, RunHandle, args kept alive)
-        ending = None
+        ending = False
         while True:
-            with self.inbox_cv:
-                items = list(self.inbox)
-                self.inbox.clear()
-            for item in items:
-                if item[0] == "control":
-                    self._serve_control(*item[1:])
-                elif item[0] == "task":
-                    backlog.append(item[1:])
-                elif ending is None or item[0] == "end":
-                    ending = item
-            if ending is not None and ending[0] == "end":
-                raise ConnectionError(ending[1])
+            block = not running and not backlog
+            while not ending and (block or self._readable()):
+                try:
+                    # The channel's own buffer: _take acts on it before the next receive.
+                    frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+                except TensorcoreError as e:
+                    if e.status == _errors.TIMEOUT and not self.stop.is_set():
+                        continue  # no frame began: the lane is idle, and still in step
+                    raise ConnectionError(f"the command lane closed or failed ({e})") from None
+                block = False
+                ending = self._take(frame, backlog)
             still = []
             for tid, h, keep in running:
                 if h._run.done:
@@ -228,25 +244,24 @@ class Session:
                 else:
                     still.append((tid, h, keep))
             running = still
-            while backlog and len(running) < self.capacity and ending is None:
+            while backlog and len(running) < self.capacity and not ending:
                 tid, name, config, dirs, tensors, scalars = backlog.popleft()
                 started = self._start_task(name, config, dirs, tensors, scalars)
                 if isinstance(started, tuple):
                     self._complete(tid, *started)
                 else:
                     running.append((tid, started[0], started[1]))
-            if ending is not None and not running:
+            if ending and not running:
                 # SHUTDOWN: every task started has reported; tasks never started are dropped
-                # (the parent drains its runs before it closes).
+                # (the parent drains its runs before it closes). Stopping first: the
+                # parent closes the health lane once it has the answer.
+                self.stop.set()
                 self.cmd.send(P.encode(P.SHUTDOWN), self.timeout_s)
                 return
             if running:
                 with eng.lock:
-                    eng.wait(lambda: self.inbox or any(r[1]._run.done for r in running), None)
-            else:
-                with self.inbox_cv:
-                    while not self.inbox:
-                        self.inbox_cv.wait()
+                    eng.wait(lambda: (not ending and self._readable()) or any(r[1]._run.done for r in running),
+                             None)
 
     def _complete(self, tid: int, status: int, msg: str) -> None:
         self.cmd.send(P.encode(P.COMPLETION, P.completion_body(tid, status, msg)), self.timeout_s)
@@ -278,13 +293,19 @@ class Session:
         from .._lib import CChipTensor
         from ..task_interface import ArgDirection, CallConfig, ChipStorageTaskArgs, ChipTensor
 
+        global _DIRECTIONS
+        if _DIRECTIONS is None:
+            _DIRECTIONS = {int(d): d for d in ArgDirection}
+
         try:
             fn = self.callables.get(name)
             if fn is None:
                 fn = self.callables[name] = resolve_callable(name)
             args = ChipStorageTaskArgs()
-            for d, raw in zip(dirs, tensors):
-                args.add_tensor(ChipTensor(CChipTensor.from_buffer_copy(raw)), ArgDirection(d))
+            if tensors:  # one copy of all the descriptors; each ChipTensor a view of its element
+                descs = (CChipTensor * len(tensors)).from_buffer_copy(b"".join(tensors))
+                for i, d in enumerate(dirs):
+                    args.add_tensor(ChipTensor(descs[i]), _DIRECTIONS[d] if d in _DIRECTIONS else ArgDirection(d))
             for s in scalars:
                 args.add_scalar(s)
             return [self.worker.submit(fn, args, CallConfig.from_dict(config) if config else None), args]

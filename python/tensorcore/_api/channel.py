@@ -1,29 +1,42 @@
 """Authenticated message channels over a connected socket
 (include/tensorcore/channel.h): dist's mutual HMAC handshake, then frames
-that each carry a MAC under the connection's session key.
+that each carry an AES-256-GCM tag (GMAC) under a key of the connection
+and direction, with the frame's sequence number as nonce.
 
     ch = Channel.open(sock, server=False, keys=[("simpler", 1, secret)], timeout=10)
-    ch.send(b"...")
+    ch.send(b"...", timeout=5)                  # or a list of buffers: one frame, not joined
     payload = ch.recv(max_bytes=1 << 20, timeout=5)
+    view = ch.recv(1 << 20, 5, copy=False)      # the channel's buffer, until the next recv
 
 Keys are (identity, key_id, secret) tuples or mappings as in the dist
 module; secrets have at least 32 bytes.
 """
 
 import threading
-from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_void_p, string_at
+from ctypes import POINTER, Structure, byref, c_char_p, c_int32, c_int64, c_size_t, c_ubyte, c_void_p, cast, string_at
+
+import numpy as np
 
 from .._errors import check
 from .._lib import declare, handle, tc_status, text
 from .dist import TCAuthConfig, _auth_config
 
-__all__ = ["TC_CHANNEL_MAX_FRAME_BYTES", "Channel"]
+__all__ = ["TC_CHANNEL_MAX_FRAME_BYTES", "TC_CHANNEL_MAX_PARTS", "TCChannelPart", "Channel"]
 
 TC_CHANNEL_MAX_FRAME_BYTES = 0x40000000
+TC_CHANNEL_MAX_PARTS = 32
+
+
+class TCChannelPart(Structure):
+    """struct tc_channel_part: one piece of a frame (tc_channel_sendv)."""
+    _c_name_ = "struct tc_channel_part"
+    _fields_ = [("data", c_void_p), ("nbytes", c_size_t)]
+
 
 _tc_channel_open = declare("tc_channel_open", tc_status, c_int32, c_int32, POINTER(TCAuthConfig), c_char_p, c_int64,
                            POINTER(handle))
 _tc_channel_send = declare("tc_channel_send", tc_status, handle, c_void_p, c_size_t, c_int64)
+_tc_channel_sendv = declare("tc_channel_sendv", tc_status, handle, POINTER(TCChannelPart), c_size_t, c_int64)
 _tc_channel_recv = declare("tc_channel_recv", tc_status, handle, c_size_t, c_int64, POINTER(c_void_p),
                            POINTER(c_size_t))
 _tc_channel_peer_identity = declare("tc_channel_peer_identity", tc_status, handle, POINTER(c_char_p))
@@ -33,6 +46,15 @@ _tc_channel_close = declare("tc_channel_close", tc_status, handle)
 
 def _ms(timeout):
     return max(1, int(timeout * 1000))
+
+
+def _address(part):
+    """(address, nbytes) of a bytes-like object, without copying it (the
+    caller keeps `part` alive while the address is used)."""
+    if isinstance(part, bytes):
+        return cast(c_char_p(part), c_void_p).value, len(part)
+    a = np.frombuffer(part, dtype=np.uint8)  # any contiguous buffer, read-only ones too
+    return a.ctypes.data, a.nbytes
 
 
 class Channel:
@@ -56,12 +78,27 @@ class Channel:
         return cls(h)
 
     def send(self, data, timeout):
-        data = bytes(data)
-        check(_tc_channel_send(self._h, data, len(data), _ms(timeout)))
+        """Sends one frame: a bytes-like object, or a list (tuple) of them
+        sent one after another as one frame's payload, none copied."""
+        if isinstance(data, bytes):
+            check(_tc_channel_send(self._h, data, len(data), _ms(timeout)))
+            return
+        parts = data if isinstance(data, (list, tuple)) else (data,)
+        arr = (TCChannelPart * max(1, len(parts)))()
+        for i, part in enumerate(parts):
+            arr[i].data, arr[i].nbytes = _address(part)
+        check(_tc_channel_sendv(self._h, arr, len(parts), _ms(timeout)))
+        del parts  # alive until here
 
-    def recv(self, max_bytes, timeout):
+    def recv(self, max_bytes, timeout, copy=True):
+        """The next frame's payload, once its MAC verified: bytes, or with
+        copy=False a memoryview of the channel's own buffer, valid until
+        the next recv() or close(). A timeout before any frame began
+        (TensorcoreError, status TIMEOUT) leaves the channel usable."""
         p, n = c_void_p(), c_size_t()
         check(_tc_channel_recv(self._h, max_bytes, _ms(timeout), byref(p), byref(n)))
+        if not copy:
+            return memoryview((c_ubyte * n.value).from_address(p.value)).cast("B") if n.value else memoryview(b"")
         return string_at(p.value, n.value) if n.value else b""
 
     @property

@@ -10,7 +10,7 @@
 //    (quant_dot_avx512/avx2.cpp, or the portable loop here): the result
 //    differs from an exact product of the dequantised weights only by f32
 //    rounding. Every format, and always for f32 activations; or
-//  - for f16/bf16 activations against Q4_0/Q5_0/Q8_0/Q4_K/Q6_K on AVX512-VNNI
+//  - for f16/bf16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K on AVX512-VNNI
 //    processors, X is quantised to 8 bits per block of 32 and the products
 //    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes.
 //
@@ -123,7 +123,7 @@ tc_status run(const GemvQuantizedArgs& a) {
 
   const Isa isa = pick_isa();
   const RowDots dots = pick_dots(a.fmt, isa);
-  // f16/bf16 activations against Q4_0/Q5_0/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
+  // f16/bf16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
   // 8 bits per block, integer dot products (quant_dot_vnni.cpp). Their error,
   // at most half a step of 1/127 of each block's largest |x| per element, is
   // below the f16/bf16 rounding of the output for typical activations; f32

@@ -21,10 +21,10 @@ using RowDots = void (*)(const uint8_t* w, int64_t K, const float* const* x, int
 RowDots row_dots_avx512(int32_t fmt);  // AVX-512 F/BW/VL with FMA and F16C
 RowDots row_dots_avx2(int32_t fmt);    // AVX2 with FMA and F16C
 
-// Q4_0, Q5_0, Q8_0, Q4_K and Q6_K against activations quantised to 8 bits per
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K against activations quantised to 8 bits per
 // block of 32 (AVX512-VNNI integer dot products; see quant_dot_vnni.cpp). A
 // row of X is prepared once per call: qx_pairs(K) pairs of blocks, each 64
-// int8 values, 16 int32 lane offsets and 16 lane scales, plus (Q4_K) K/32
+// int8 values, 16 int32 lane offsets and 16 lane scales, plus (Q4_1, Q5_1, Q4_K) K/32
 // block sums times their scale.
 struct QxRow {
   int8_t* xq;

@@ -12,7 +12,10 @@
 //    rounding. Every format, and always for f32 activations; or
 //  - for f16/bf16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K on AVX512-VNNI
 //    processors, X is quantised to 8 bits per block of 32 and the products
-//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes.
+//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes;
+//    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
+//    8-bit products run as tile products (quant_gemm_amx.cpp), each
+//    weight block unpacked once per call and used by every 16 rows of X.
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row
@@ -94,6 +97,43 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
+// The 8-bit products of many rows on AMX: X quantised into 16-row tiles,
+// threads split W into panels of 16 rows.
+tc_status run_amx(const GemvQuantizedArgs& a, const float* xs, uint64_t row_bytes) {
+  note_kernel("gemv_quantized/amx_int8");
+  const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32, Mp = (M + 15) / 16 * 16;
+  const size_t es = dtype_size(a.dtype);
+  // The caller's scratch (a thread_local named inside the lambdas below
+  // would be each worker's own).
+  thread_local std::vector<int8_t> xq_store;
+  thread_local std::vector<float> dx_store, sx_store;
+  if (xq_store.size() < size_t(Mp * K)) xq_store.resize(size_t(Mp * K));
+  if (dx_store.size() < size_t(Mp * nb)) dx_store.resize(size_t(Mp * nb)), sx_store.resize(size_t(Mp * nb));
+  int8_t* xq = xq_store.data();
+  float *dx = dx_store.data(), *sx = sx_store.data();
+  if (Mp > M) {  // the last row of tiles, whose padding rows stay zero
+    const int64_t t0 = M / 16 * nb;
+    std::memset(xq + 512 * t0, 0, size_t(512 * nb));
+    std::fill(dx + 16 * t0, dx + Mp * nb, 0.0f);
+    std::fill(sx + 16 * t0, sx + Mp * nb, 0.0f);
+  }
+  parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) quantize_activations_amx(xs + m * K, K, m, xq, dx, sx);
+  });
+  const QxTiles x{M, K, xq, dx, sx};
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  char* y = static_cast<char*>(a.y);
+  // Chunks of whole panels; a few per thread.
+  const int64_t panels = (N + 15) / 16;
+  parallel_for(panels, 1, [&](int64_t q0, int64_t q1) {
+    const int64_t n0 = q0 * 16, n1 = std::min(N, q1 * 16), rows = n1 - n0;
+    std::vector<float> yt(size_t(M * rows));
+    quant_gemm_amx(a.fmt, x, w, row_bytes, n0, n1, yt.data(), rows);
+    for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + n0) * es, rows);
+  });
+  return TC_OK;
+}
+
 tc_status run(const GemvQuantizedArgs& a) {
   const quant::FormatInfo& f = *quant::format_info(a.fmt);
   const int64_t M = a.M, N = a.N, K = a.K;
@@ -129,6 +169,8 @@ tc_status run(const GemvQuantizedArgs& a) {
   // below the f16/bf16 rounding of the output for typical activations; f32
   // activations always take the exact f32 path.
   const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
+  const bool amx = qdots && M >= kAmxMinRows && quant_gemm_amx_supported(a.fmt);
+  if (amx) return run_amx(a, xs, row_bytes);
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;

@@ -127,7 +127,8 @@ tc_status run_amx(const GemvQuantizedArgs& a, const float* xs, uint64_t row_byte
   const int64_t panels = (N + 15) / 16;
   parallel_for(panels, 1, [&](int64_t q0, int64_t q1) {
     const int64_t n0 = q0 * 16, n1 = std::min(N, q1 * 16), rows = n1 - n0;
-    std::vector<float> yt(size_t(M * rows));
+    thread_local std::vector<float> yt;  // this thread's results of the chunk, [M][rows]
+    if (yt.size() < size_t(M * rows)) yt.resize(size_t(M * rows));
     quant_gemm_amx(a.fmt, x, w, row_bytes, n0, n1, yt.data(), rows);
     for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + n0) * es, rows);
   });
@@ -174,7 +175,7 @@ tc_status run(const GemvQuantizedArgs& a) {
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;
-  std::vector<QxRow> qx;
+  thread_local std::vector<QxRow> qx;  // the workers read it through qxr (a thread_local named in a lambda is the worker's own)
   if (qdots) {
     const int64_t np = qx_pairs(K), nb = K / 32;
     if (qx_q.size() < size_t(M * np * 64)) qx_q.resize(size_t(M * np * 64));
@@ -188,6 +189,7 @@ tc_status run(const GemvQuantizedArgs& a) {
       quantize_activations(a.fmt, xs + m * K, K, &qx[size_t(m)]);
     }
   }
+  const QxRow* qxr = qx.data();
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   char* y = static_cast<char*>(a.y);
 
@@ -200,7 +202,9 @@ tc_status run(const GemvQuantizedArgs& a) {
 
   constexpr int64_t kPrefetchRows = 1;
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-    std::vector<float> yt(size_t(M * std::min(n_sub, n1 - n0)));  // f32 results of a sub-chunk, [M][rows]
+    // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
+    thread_local std::vector<float> yt;
+    if (yt.size() < size_t(M * std::min(n_sub, n1 - n0))) yt.resize(size_t(M * std::min(n_sub, n1 - n0)));
     for (int64_t s0 = n0; s0 < n1; s0 += n_sub) {
       const int64_t s1 = std::min(n1, s0 + n_sub), rows = s1 - s0;
       for (int64_t mb = 0; mb < M; mb += m_blk) {
@@ -219,7 +223,7 @@ tc_status run(const GemvQuantizedArgs& a) {
             float out[kMaxTile];
             for (int j = 0; j < mt; ++j) {
               xp[j] = xs + (m0 + j) * K;
-              if (qdots) qp[j] = &qx[size_t(m0 + j)];
+              if (qdots) qp[j] = qxr + m0 + j;
             }
             if (qdots) qdots(wr, K, qp, mt, out);
             else if (dots) dots(wr, K, xp, mt, out);

@@ -234,6 +234,20 @@ void set_run_inline(bool on) { t_inline = on; }
 
 void parallel_run(const std::function<void(int, int)>& fn) { pool().run(fn); }
 
+void parallel_run(int most, const std::function<void(int, int)>& fn) {
+  if (most <= 1 || num_threads() == 1) {
+    fn(0, 1);
+    return;
+  }
+  if (most >= num_threads()) {
+    pool().run(fn);
+    return;
+  }
+  pool().run([&](int t, int) {
+    if (t < most) fn(t, most);
+  });
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);

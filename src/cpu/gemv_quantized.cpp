@@ -197,8 +197,13 @@ tc_status run(const GemvQuantizedArgs& a) {
   // so both stay in L2 while the loops cross them.
   const int64_t n_sub = std::max<int64_t>(1, int64_t((256 << 10) / std::max<uint64_t>(row_bytes, 1)));
   const int64_t m_blk = std::max<int64_t>(kMaxTile, (256 << 10) / (K * 4) / kMaxTile * kMaxTile);
-  // Enough rows per task that dispatch is cheap, enough tasks to balance.
-  const int64_t grain = std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
+  // Enough rows per task that dispatch is cheap, enough tasks to balance;
+  // a product of under 128 KB of weights (per row of X, up to 8) runs on
+  // this thread alone: waking a worker costs about what it would save
+  // (a small model's k and v products at decode).
+  const uint64_t work = uint64_t(N) * row_bytes * uint64_t(std::min<int64_t>(M, 8));
+  const int64_t grain =
+      work < (128u << 10) ? N : std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
 
   constexpr int64_t kPrefetchRows = 1;
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {

@@ -261,9 +261,9 @@ def main():
         lines = [
             "# LLaMA prefill and decode on the CPU",
             "",
-            "`python bench/llama_cpu.py --write%s`, %s." % (
-                "".join(" --model %s" % os.path.basename(p) for p in paths if args.model),
-                datetime.date.today().isoformat()),
+            "`python bench/llama_cpu.py --write%s%s`, %s." % (
+                "".join(" --model %s" % os.path.basename(name) for name in args.model or []),
+                " --threads %d" % args.threads if args.threads != 2 else "", datetime.date.today().isoformat()),
             "",
             "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
                 info.name, platform.machine(), args.threads, info.features),
@@ -282,9 +282,10 @@ def main():
         ]
         if any(peer for _, _, _, peer in sections):
             peer = next(p for _, _, _, p in sections if p)
-            lines.append("- llama.cpp: `%s` (build %s) on the same file, %d threads, %d / %d tokens, its default "
-                         "settings, right after ours." % (peer["binary"], peer["build"], args.threads, args.prefill,
-                                                          args.decode))
+            lines.append("- llama.cpp: `%s` (build %s) on the same file, %d threads, %d / %d tokens, %s, right "
+                         "after ours." % (peer["binary"], peer["build"], args.threads, args.prefill, args.decode,
+                                          "its default settings but --repack 0 (the default run crashed)"
+                                          if "--repack" in peer["binary"] else "its default settings"))
         for desc, bpt, rows, peer in sections:
             lines += ["", "## " + desc, "", "Bytes per decoded token: %.1f MB." % (bpt / 1e6), "",
                       "| | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |"

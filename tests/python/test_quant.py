@@ -432,6 +432,11 @@ def test_gemv_many_rows_int8_tiles(cpu_ctx, rng, fmt, monkeypatch):
             ulp = 2.0 ** (-10 if dtype == "f16" else -7)
             assert (np.abs(outs[0] - outs[1]) <= ulp * np.maximum(np.abs(outs[0]), np.abs(outs[1])) + 1e-6 * (
                 np.abs(x64) @ np.abs(wd).T)).all()
+    # The fused RMS norm feeds the same path, and a stream runs it too.
+    run_gemv(cpu_ctx, rng, fmt, 17, 19, Ks[-1], "f16", fused=True)
+    seen.add(tc.cpu_last_kernel_name())
+    stream = cpu_ctx.stream()
+    run_gemv(cpu_ctx, rng, fmt, 24, 33, Ks[-1], "bf16", stream=stream)
     if "amx_int8" in cpu_ctx.device_info().features.split(","):
         assert seen == {"gemv_quantized/amx_int8"}, seen
 

@@ -1,6 +1,8 @@
-"""LLaMA decode on the CPU: a 1.1B LLaMA-shaped model with random Q4_0 weights.
+"""LLaMA prefill and decode on the CPU, beside llama.cpp on the same files.
 
-Shape (TinyLlama-1.1B's): n_embd 2048, 22 layers, 32 heads, 4 kv heads,
+Models: `--model` (repeatable) names GGUF files; `random-1.1b` (the default)
+is a 1.1B LLaMA-shaped model with random Q4_0 weights. Its shape
+(TinyLlama-1.1B's): n_embd 2048, 22 layers, 32 heads, 4 kv heads,
 n_ff 5632, vocabulary 32000, every matrix Q4_0 (token_embd and output too),
 norms F32. The file (~0.6 GB) is written once (random Q4_0 blocks: random
 nibbles, f16 scales of an initialised model) to $TC_BENCH_DIR or the system's
@@ -10,15 +12,15 @@ Measures, on TC_NUM_THREADS threads (default 2): prefill of 64 tokens
 (median of a few runs, one eval of 64 tokens from position 0) and decode
 (one-token evals after it, median tok/s over 32 steps). Decode streams every
 weight once per token: bytes/token = all matrices except token_embd (one
-row is read) plus the KV cache read; GB/s = bytes/token * tok/s, compared
-with a NumPy copy's read bandwidth in the same run (1 and 2 threads over
-1 GiB). --write records bench/results/llama-cpu.md with the date, the
-machine and its load.
+row is read; all of it when it is also the output matrix) plus the f32 KV
+cache read; GB/s = bytes/token * tok/s, compared with a NumPy copy's read
+bandwidth in the same run (1 and 2 threads over 1 GiB). --write records
+bench/results/llama-cpu.md with the date, the machine and its load.
 
-The file carries a SentencePiece vocabulary (the default model's, padded
-to 32000 pieces), so llama.cpp loads it too: --llama-bench PATH runs
-llama.cpp's `llama-bench` on the same file, threads and token counts right
-after our runs and prints both side by side with the ratio.
+The random file carries a SentencePiece vocabulary (the default model's,
+padded to 32000 pieces), so llama.cpp loads it too: --llama-bench PATH runs
+llama.cpp's `llama-bench` on each file with the same threads and token
+counts right after ours and prints both side by side with the ratios.
 """
 
 import argparse
@@ -105,14 +107,31 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
     os.replace(tmp, path)
 
 
-def q4_bytes(n, k):
-    return n * k // 32 * 18
-
-
-def bytes_per_token(n_past):
-    per_layer = q4_bytes(E, E) * 2 + q4_bytes(HKV * D, E) * 2 + q4_bytes(F, E) * 3
-    kv = L * 2 * HKV * n_past * D * 4
-    return L * per_layer + q4_bytes(V, E) + q4_bytes(1, E) + kv
+def describe(tc, path):
+    """(short description, bytes read per decoded token at n_past = 0, KV bytes per past token) of a GGUF file."""
+    f = tc.GgufFile(path)
+    try:
+        meta = f.metadata()
+        tensors = f.tensors()
+    finally:
+        f.close()
+    arch = meta["general.architecture"]
+    g = lambda k: int(meta["%s.%s" % (arch, k)])  # noqa: E731
+    n_layer, n_embd, n_head = g("block_count"), g("embedding_length"), g("attention.head_count")
+    n_kv = int(meta.get("%s.attention.head_count_kv" % arch, n_head))
+    head_dim = int(meta.get("%s.attention.key_length" % arch, n_embd // n_head))
+    names = {t["name"]: t for t in tensors}
+    types = sorted({t["type_name"] for t in tensors if len(t["dims"]) > 1 and t["name"] != "token_embd.weight"})
+    weights = sum(t["n_bytes"] for t in tensors if len(t["dims"]) > 1 and t["name"] != "token_embd.weight")
+    emb = names["token_embd.weight"]
+    tied = "output.weight" not in names
+    weights += emb["n_bytes"] if tied else emb["n_bytes"] // emb["dims"][-1]
+    vocab = emb["dims"][-1]
+    desc = "%s: %s, %d layers, n_embd %d, %d heads, %d kv heads, vocab %d, matrices %s%s, %.0f MB file" % (
+        os.path.basename(path), meta.get("general.name", arch), n_layer, n_embd, n_head, n_kv, vocab,
+        "/".join(types), ", token_embd %s%s" % (emb["type_name"], " (tied output)" if tied else ""),
+        os.path.getsize(path) / 1e6)
+    return desc, weights, n_layer * 2 * n_kv * head_dim * 4
 
 
 def copy_bandwidth(nbytes=1 << 30, reps=5):
@@ -141,7 +160,7 @@ def copy_bandwidth(nbytes=1 << 30, reps=5):
 
 
 def run_llama_bench(args, path):
-    """llama.cpp's prefill and decode tok/s on the same file (llama-bench -o json)."""
+    """llama.cpp's prefill and decode tok/s on the same file (llama-bench -o json, its default settings)."""
     import json
     import subprocess
     cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill), "-n", str(args.decode),
@@ -161,68 +180,90 @@ def run_llama_bench(args, path):
     return res
 
 
+def measure(args, path, mode):
+    """(prefill tok/s, decode tok/s median, decode tok/s best) of our model on `path`."""
+    from tensorcore.llama import Llama
+    with Llama(path, n_ctx=args.prefill + args.decode + 8, activations=mode) as m:
+        rng = np.random.default_rng(0)
+        prompt = rng.integers(3, m.n_vocab, args.prefill)
+        # Warm-up: fault the mapping in and start the thread pool.
+        m.eval(prompt[:8], last_only=True)
+        prefill = []
+        for _ in range(3):
+            m.reset()
+            t0 = time.perf_counter()
+            logits = m.eval(prompt, last_only=True)
+            prefill.append(time.perf_counter() - t0)
+        steps = []
+        tok = int(np.argmax(logits))
+        for _ in range(args.decode):
+            t0 = time.perf_counter()
+            logits = m.eval([tok], last_only=True)
+            steps.append(time.perf_counter() - t0)
+            tok = int(np.argmax(logits))
+        info = m.ctx.device_info()
+    return args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps), info
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=int(os.environ.get("TC_NUM_THREADS", "2")))
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--decode", type=int, default=32)
-    ap.add_argument("--model", help="GGUF file to use instead of the random 1.1B model")
+    ap.add_argument("--model", action="append",
+                    help="GGUF file to measure (repeatable); random-1.1b (the default) is the random 1.1B model")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
                     help="activations of the weight products (both: measure each)")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
-    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench, run on the same file after ours")
+    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench, run on each file after ours")
     args = ap.parse_args()
     os.environ["TC_NUM_THREADS"] = str(args.threads)
     import tensorcore as tc
-    from tensorcore.llama import Llama
 
-    path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
-                                      "tensorcore-random-1.1b-q4_0-v2.gguf")
-    if not os.path.exists(path):
-        t0 = time.perf_counter()
-        write_model(path)
-        print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
+    paths = []
+    for name in args.model or ["random-1.1b"]:
+        if name != "random-1.1b":
+            paths.append(name)
+            continue
+        path = os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()), "tensorcore-random-1.1b-q4_0-v2.gguf")
+        if not os.path.exists(path):
+            t0 = time.perf_counter()
+            write_model(path)
+            print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
+        paths.append(path)
     load_before = os.getloadavg()
     c1, c2 = copy_bandwidth()
     modes = ["f32", "f16"] if args.activations == "both" else [args.activations]
-    bpt = bytes_per_token(args.prefill + args.decode // 2)
-    rows = []
-    for mode in modes:
-        with Llama(path, n_ctx=args.prefill + args.decode + 8, activations=mode) as m:
-            rng = np.random.default_rng(0)
-            prompt = rng.integers(3, m.n_vocab, args.prefill)
-            # Warm-up: fault the mapping in and start the thread pool.
-            m.eval(prompt[:8], last_only=True)
-            prefill = []
-            for _ in range(3):
-                m.reset()
-                t0 = time.perf_counter()
-                logits = m.eval(prompt, last_only=True)
-                prefill.append(time.perf_counter() - t0)
-            steps = []
-            tok = int(np.argmax(logits))
-            for _ in range(args.decode):
-                t0 = time.perf_counter()
-                logits = m.eval([tok], last_only=True)
-                steps.append(time.perf_counter() - t0)
-                tok = int(np.argmax(logits))
-            info = m.ctx.device_info()
-        p_tok_s, d_tok_s, best = args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps)
-        gbs = bpt * d_tok_s / 1e9
-        rows.append((mode, p_tok_s, d_tok_s, best, gbs))
-        print("activations %s: prefill %d tokens %.1f tok/s (median of 3); decode %.2f tok/s median, %.2f best, "
-              "%.1f MB/token -> %.1f GB/s" % (mode, args.prefill, p_tok_s, d_tok_s, best, bpt / 1e6, gbs))
-    peer = run_llama_bench(args, path) if args.llama_bench else None
+    sections = []
+    info = None
+    for path in paths:
+        desc, weights, kv_per_pos = describe(tc, path)
+        bpt = weights + kv_per_pos * (args.prefill + args.decode // 2)
+        print(desc)
+        rows = []
+        for mode in modes:
+            p_tok_s, d_tok_s, best, info = measure(args, path, mode)
+            gbs = bpt * d_tok_s / 1e9
+            rows.append((mode, p_tok_s, d_tok_s, best, gbs))
+            print("  activations %s: prefill %d tokens %.1f tok/s (median of 3); decode %.2f tok/s median, %.2f best, "
+                  "%.1f MB/token -> %.1f GB/s" % (mode, args.prefill, p_tok_s, d_tok_s, best, bpt / 1e6, gbs))
+        peer = run_llama_bench(args, path) if args.llama_bench else None
+        if peer:
+            for mode, p_tok_s, d_tok_s, _, _ in rows:
+                print("  tensorcore (%s) / llama.cpp: prefill %.2fx, decode %.2fx" % (
+                    mode, p_tok_s / peer["pp"], d_tok_s / peer["tg"]))
+        sections.append((desc, bpt, rows, peer))
     load_after = os.getloadavg()
     print("NumPy copy read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s" % (c1, c2))
-    # The summary line is the last mode's: f16 (llama.cpp's arithmetic) when both ran.
-    print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (rows[-1][1], rows[-1][2]))
+    print("load average (1 min) before / after: %.2f / %.2f" % (load_before[0], load_after[0]))
     if args.write:
         loaded = max(load_before[0], load_after[0]) > args.threads * 0.75
         lines = [
-            "# LLaMA decode on the CPU",
+            "# LLaMA prefill and decode on the CPU",
             "",
-            "`python bench/llama_cpu.py --write`, %s." % datetime.date.today().isoformat(),
+            "`python bench/llama_cpu.py --write%s%s`, %s." % (
+                "".join(" --model %s" % os.path.basename(name) for name in args.model or []),
+                " --threads %d" % args.threads if args.threads != 2 else "", datetime.date.today().isoformat()),
             "",
             "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
                 info.name, platform.machine(), args.threads, info.features),
@@ -230,29 +271,35 @@ def main():
                 load_before[0], load_after[0],
                 " -- **the machine is shared and was loaded; figures are pessimistic**" if loaded
                 else " (the machine is shared with other builds)"),
-            "- Model: random LLaMA-shaped 1.1B (n_embd %d, %d layers, %d heads, %d kv heads, n_ff %d, vocab %d), "
-            "every matrix Q4_0, %.2f GB file." % (E, L, H, HKV, F, V, os.path.getsize(path) / 1e9),
             "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
             "one-token evals after it." % (args.prefill, args.decode),
-            "- Bytes per decoded token: every matrix but token_embd, one embedding row, the KV cache read: "
-            "%.1f MB. GB/s = that times decode tok/s." % (bpt / 1e6),
+            "- Bytes per decoded token: every matrix but token_embd, one embedding row (all of token_embd when it "
+            "is also the output matrix), the f32 KV cache read. GB/s = that times decode tok/s.",
             "- Copy: NumPy copy read bandwidth over 1 GiB in the same run: 1 thread %.1f GB/s, 2 threads %.1f GB/s."
             % (c1, c2),
-            "- Activations: f32 = exact products (the default); f16 = `activations=\"f16\"` / `--activations f16`, "
+            "- Activations: f32 = exact products; f16 = `activations=\"f16\"` (the default of `Llama`), "
             "the products take f16 activations and, on this VNNI processor, int8 dot products as llama.cpp does.",
-            "",
-            "| activations | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |",
-            "|---|---|---|---|---|---|",
         ]
-        for mode, p_tok_s, d_tok_s, best, gbs in rows:
-            lines.append("| %s | %.1f | %.2f | %.2f | %.1f | %.2f |" % (mode, p_tok_s, d_tok_s, best, gbs, gbs / c2))
-        if peer:
-            lines += ["", "llama.cpp (`%s`, build %s) on the same file, %d threads, right after ours:" % (
-                peer["binary"], peer["build"], args.threads), "",
-                "| | prefill tok/s | decode tok/s |", "|---|---|---|",
-                "| llama.cpp | %.1f | %.2f |" % (peer["pp"], peer["tg"]),
-                "| tensorcore (%s) / llama.cpp | %.2fx | %.2fx |" % (
-                    rows[-1][0], rows[-1][1] / peer["pp"], rows[-1][2] / peer["tg"])]
+        if any(peer for _, _, _, peer in sections):
+            peer = next(p for _, _, _, p in sections if p)
+            lines.append("- llama.cpp: `%s` (build %s) on the same file, %d threads, %d / %d tokens, %s, right "
+                         "after ours." % (peer["binary"], peer["build"], args.threads, args.prefill, args.decode,
+                                          "its default settings but --repack 0 (the default run crashed)"
+                                          if "--repack" in peer["binary"] else "its default settings"))
+        for desc, bpt, rows, peer in sections:
+            lines += ["", "## " + desc, "", "Bytes per decoded token: %.1f MB." % (bpt / 1e6), "",
+                      "| | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |"
+                      + (" prefill / llama.cpp | decode / llama.cpp |" if peer else ""),
+                      "|---|---|---|---|---|---|" + ("---|---|" if peer else "")]
+            for mode, p_tok_s, d_tok_s, best, gbs in rows:
+                line = "| tensorcore %s | %.1f | %.2f | %.2f | %.1f | %.2f |" % (
+                    mode, p_tok_s, d_tok_s, best, gbs, gbs / c2)
+                if peer:
+                    line += " %.2fx | %.2fx |" % (p_tok_s / peer["pp"], d_tok_s / peer["tg"])
+                lines.append(line)
+            if peer:
+                lines.append("| llama.cpp | %.1f | %.2f | | %.1f | %.2f |%s" % (
+                    peer["pp"], peer["tg"], bpt * peer["tg"] / 1e9, bpt * peer["tg"] / 1e9 / c2, " | |"))
         lines.append("")
         out = REPO / "bench" / "results" / "llama-cpu.md"
         note = REPO / "bench" / "results" / "llama-cpu.notes.md"

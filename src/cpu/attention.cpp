@@ -234,8 +234,7 @@ tc_status attention_forward(const AttentionArgs& a) {
   float* base = scratch.get(size_t(per_thread * std::max(nthreads, 1)));
 
   std::atomic<int64_t> next{0};
-  parallel_run([&](int t, int n) {
-    if (t >= nthreads) return;
+  parallel_run(nthreads, [&](int t, int) {
     float* mine = base + per_thread * t;
     for (int64_t task; (task = next.fetch_add(1)) < ntasks;) task_fn(P, mine, task);
   });

@@ -10,9 +10,12 @@
 //    (quant_dot_avx512/avx2.cpp, or the portable loop here): the result
 //    differs from an exact product of the dequantised weights only by f32
 //    rounding. Every format, and always for f32 activations; or
-//  - for f16/bf16 activations against Q4_0/Q5_0/Q8_0/Q4_K/Q6_K on AVX512-VNNI
+//  - for f16/bf16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K on AVX512-VNNI
 //    processors, X is quantised to 8 bits per block of 32 and the products
-//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes.
+//    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes;
+//    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
+//    8-bit products run as tile products (quant_gemm_amx.cpp), each
+//    weight block unpacked once per call and used by every 16 rows of X.
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row
@@ -94,6 +97,44 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
+// The 8-bit products of many rows on AMX: X quantised into 16-row tiles,
+// threads split W into panels of 16 rows.
+tc_status run_amx(const GemvQuantizedArgs& a, const float* xs, uint64_t row_bytes) {
+  note_kernel("gemv_quantized/amx_int8");
+  const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32, Mp = (M + 15) / 16 * 16;
+  const size_t es = dtype_size(a.dtype);
+  // The caller's scratch (a thread_local named inside the lambdas below
+  // would be each worker's own).
+  thread_local std::vector<int8_t> xq_store;
+  thread_local std::vector<float> dx_store, sx_store;
+  if (xq_store.size() < size_t(Mp * K)) xq_store.resize(size_t(Mp * K));
+  if (dx_store.size() < size_t(Mp * nb)) dx_store.resize(size_t(Mp * nb)), sx_store.resize(size_t(Mp * nb));
+  int8_t* xq = xq_store.data();
+  float *dx = dx_store.data(), *sx = sx_store.data();
+  if (Mp > M) {  // the last row of tiles, whose padding rows stay zero
+    const int64_t t0 = M / 16 * nb;
+    std::memset(xq + 512 * t0, 0, size_t(512 * nb));
+    std::fill(dx + 16 * t0, dx + Mp * nb, 0.0f);
+    std::fill(sx + 16 * t0, sx + Mp * nb, 0.0f);
+  }
+  parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) quantize_activations_amx(xs + m * K, K, m, xq, dx, sx);
+  });
+  const QxTiles x{M, K, xq, dx, sx};
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  char* y = static_cast<char*>(a.y);
+  // Chunks of whole panels; a few per thread.
+  const int64_t panels = (N + 15) / 16;
+  parallel_for(panels, 1, [&](int64_t q0, int64_t q1) {
+    const int64_t n0 = q0 * 16, n1 = std::min(N, q1 * 16), rows = n1 - n0;
+    thread_local std::vector<float> yt;  // this thread's results of the chunk, [M][rows]
+    if (yt.size() < size_t(M * rows)) yt.resize(size_t(M * rows));
+    quant_gemm_amx(a.fmt, x, w, row_bytes, n0, n1, yt.data(), rows);
+    for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + n0) * es, rows);
+  });
+  return TC_OK;
+}
+
 tc_status run(const GemvQuantizedArgs& a) {
   const quant::FormatInfo& f = *quant::format_info(a.fmt);
   const int64_t M = a.M, N = a.N, K = a.K;
@@ -123,16 +164,18 @@ tc_status run(const GemvQuantizedArgs& a) {
 
   const Isa isa = pick_isa();
   const RowDots dots = pick_dots(a.fmt, isa);
-  // f16/bf16 activations against Q4_0/Q5_0/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
+  // f16/bf16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K on VNNI processors: X quantised to
   // 8 bits per block, integer dot products (quant_dot_vnni.cpp). Their error,
   // at most half a step of 1/127 of each block's largest |x| per element, is
   // below the f16/bf16 rounding of the output for typical activations; f32
   // activations always take the exact f32 path.
   const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
+  const bool amx = qdots && M >= kAmxMinRows && quant_gemm_amx_supported(a.fmt);
+  if (amx) return run_amx(a, xs, row_bytes);
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;
-  std::vector<QxRow> qx;
+  thread_local std::vector<QxRow> qx;  // the workers read it through qxr (a thread_local named in a lambda is the worker's own)
   if (qdots) {
     const int64_t np = qx_pairs(K), nb = K / 32;
     if (qx_q.size() < size_t(M * np * 64)) qx_q.resize(size_t(M * np * 64));
@@ -146,6 +189,7 @@ tc_status run(const GemvQuantizedArgs& a) {
       quantize_activations(a.fmt, xs + m * K, K, &qx[size_t(m)]);
     }
   }
+  const QxRow* qxr = qx.data();
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   char* y = static_cast<char*>(a.y);
 
@@ -153,12 +197,19 @@ tc_status run(const GemvQuantizedArgs& a) {
   // so both stay in L2 while the loops cross them.
   const int64_t n_sub = std::max<int64_t>(1, int64_t((256 << 10) / std::max<uint64_t>(row_bytes, 1)));
   const int64_t m_blk = std::max<int64_t>(kMaxTile, (256 << 10) / (K * 4) / kMaxTile * kMaxTile);
-  // Enough rows per task that dispatch is cheap, enough tasks to balance.
-  const int64_t grain = std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
+  // Enough rows per task that dispatch is cheap, enough tasks to balance;
+  // a product of under 128 KB of weights (per row of X, up to 8) runs on
+  // this thread alone: waking a worker costs about what it would save
+  // (a small model's k and v products at decode).
+  const uint64_t work = uint64_t(N) * row_bytes * uint64_t(std::min<int64_t>(M, 8));
+  const int64_t grain =
+      work < (128u << 10) ? N : std::max<int64_t>(1, 16384 / (K * std::min<int64_t>(M, 8)) + 1);
 
   constexpr int64_t kPrefetchRows = 1;
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-    std::vector<float> yt(size_t(M * std::min(n_sub, n1 - n0)));  // f32 results of a sub-chunk, [M][rows]
+    // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
+    thread_local std::vector<float> yt;
+    if (yt.size() < size_t(M * std::min(n_sub, n1 - n0))) yt.resize(size_t(M * std::min(n_sub, n1 - n0)));
     for (int64_t s0 = n0; s0 < n1; s0 += n_sub) {
       const int64_t s1 = std::min(n1, s0 + n_sub), rows = s1 - s0;
       for (int64_t mb = 0; mb < M; mb += m_blk) {
@@ -177,7 +228,7 @@ tc_status run(const GemvQuantizedArgs& a) {
             float out[kMaxTile];
             for (int j = 0; j < mt; ++j) {
               xp[j] = xs + (m0 + j) * K;
-              if (qdots) qp[j] = &qx[size_t(m0 + j)];
+              if (qdots) qp[j] = qxr + m0 + j;
             }
             if (qdots) qdots(wr, K, qp, mt, out);
             else if (dots) dots(wr, K, xp, mt, out);

@@ -1,4 +1,4 @@
-// AVX512-VNNI row kernels for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights against
+// AVX512-VNNI row kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights against
 // activations quantised to 8 bits (used for f16/bf16 activations; see
 // gemv_quantized.cpp).
 //
@@ -7,6 +7,8 @@
 // and 32 weights of scale s then contribute
 //   s * dx * sum_k (q_k - 8) * xq_k            (Q4_0: s = d, q in 0..15)
 //   s * dx * sum_k (q_k - 16) * xq_k           (Q5_0: s = d, q in 0..31)
+//   s * dx * sum_k q_k * xq_k + m dx sum_k xq_k
+//                                              (Q4_1 / Q5_1: s = d, q in 0..15 / 0..31)
 //   s * dx * sum_k q_k * xq_k                  (Q8_0: s = d, q in -128..127)
 //   s * dx * sum_k q_k * xq_k - dmin m dx sum_k xq_k
 //                                              (Q4_K: s = d sc, q in 0..15)
@@ -16,11 +18,12 @@
 // unsigned operand is the weights (Q8_0 bytes flipped to q + 128); the
 // offsets this introduces (-8, -16, -128 or -32 times the sum of four xq) depend
 // on the activations only, so they are precomputed per lane and seed the
-// accumulator. Q4_K's mins use the precomputed dx * sum xq of each block.
+// accumulator. The mins of Q4_1, Q5_1 and Q4_K use the precomputed
+// dx * sum xq of each block (sx).
 //
 // 64 weights fill a 512-bit register. Q4_0 (two blocks a, b): lanes 0-3 the
 // low nibbles (weights 0-15) of a, 4-7 those of b, 8-11 the high nibbles
-// (weights 16-31) of a, 12-15 of b; Q5_0 the same, its fifth bits added to
+// (weights 16-31) of a, 12-15 of b; Q4_1 the same; Q5_0 / Q5_1 the same, their fifth bits added to
 // those bytes under a 64-bit byte mask built from the two qh words. The
 // others hold 64 consecutive weights,
 // lanes 0-7 the first block of 32 activations, 8-15 the second. The
@@ -93,9 +96,15 @@ const LaneIndex kLaneIndex;
 
 // The 32-weight formats of the pair kernel: bytes per block, where the quants
 // start, and whether they are nibbles (the Q4 lane layout) or int8.
-constexpr int pair_stride(int32_t fmt) { return fmt == Q4_0 ? 18 : fmt == Q5_0 ? 22 : 34; }
-constexpr int pair_qs(int32_t fmt) { return fmt == Q5_0 ? 6 : 2; }
+constexpr int pair_stride(int32_t fmt) {
+  return fmt == Q4_0 ? 18 : fmt == Q4_1 ? 20 : fmt == Q5_0 ? 22 : fmt == Q5_1 ? 24 : 34;
+}
+constexpr int pair_qs(int32_t fmt) { return fmt == Q4_1 ? 4 : fmt == Q5_0 ? 6 : fmt == Q5_1 ? 8 : 2; }
 constexpr bool pair_nibbles(int32_t fmt) { return fmt != Q8_0; }
+constexpr bool pair_fifth_bit(int32_t fmt) { return fmt == Q5_0 || fmt == Q5_1; }
+constexpr int pair_qh(int32_t fmt) { return fmt == Q5_1 ? 4 : 2; }
+// Formats with a min per block (w = d q + m): no lane offsets, a min term.
+constexpr bool pair_min(int32_t fmt) { return fmt == Q4_1 || fmt == Q5_1; }
 
 // One pair of weight blocks (a, b) into the accumulators of slot SLOT.
 template <int MT, int32_t FMT, int SLOT>
@@ -110,13 +119,13 @@ TC_VNNI_INLINE void pair(__m512 (&acc)[MT][2], const uint8_t* a, const uint8_t* 
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + QS)), 1);
     q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
                            _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
-    if (FMT == Q5_0) {
+    if (pair_fifth_bit(FMT)) {
       // Bytes 0-15 hold weights 0-15 of a, 16-31 those of b, 32-47 weights
       // 16-31 of a, 48-63 those of b: the fifth bits in that order are the
       // halves of the qh words, and adding 16 sets bit 4 of a nibble.
       uint32_t ha, hb;
-      std::memcpy(&ha, a + 2, 4);
-      std::memcpy(&hb, b + 2, 4);
+      std::memcpy(&ha, a + pair_qh(FMT), 4);
+      std::memcpy(&hb, b + pair_qh(FMT), 4);
       const __mmask64 k = uint64_t(ha & 0xFFFF) | uint64_t(hb & 0xFFFF) << 16 | uint64_t(ha >> 16) << 32 |
                           uint64_t(hb >> 16) << 48;
       q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16));
@@ -127,8 +136,8 @@ TC_VNNI_INLINE void pair(__m512 (&acc)[MT][2], const uint8_t* a, const uint8_t* 
     q = _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80)));
   }
   for (int m = 0; m < MT; ++m) {
-    const __m512i dot =
-        _mm512_dpbusd_epi32(_mm512_loadu_si512(x[m]->bias + pr * 16), q, _mm512_loadu_si512(x[m]->xq + pr * 64));
+    const __m512i init = pair_min(FMT) ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m]->bias + pr * 16);
+    const __m512i dot = _mm512_dpbusd_epi32(init, q, _mm512_loadu_si512(x[m]->xq + pr * 64));
     const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(x[m]->dx + pr * 16));
     acc[m][SLOT] = _mm512_fmadd_ps(f, dwp, acc[m][SLOT]);
   }
@@ -138,8 +147,8 @@ template <int MT, int32_t FMT>
 TC_VNNI void dots(const uint8_t* w, int64_t K, const QxRow* const* x, float* out) {
   constexpr int STRIDE = pair_stride(FMT);
   const int64_t nb = K / 32;
-  __m512 acc[MT][2];
-  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+  __m512 acc[MT][2], mins[MT];
+  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = mins[m] = _mm512_setzero_ps();
   const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(STRIDE));
   const int32_t(*lanes)[16] = pair_nibbles(FMT) ? kLaneIndex.q4 : kLaneIndex.q8;
@@ -149,6 +158,11 @@ TC_VNNI void dots(const uint8_t* w, int64_t K, const QxRow* const* x, float* out
     const __mmask16 live = n == 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
     const __m512 dw = _mm512_cvtph_ps(
         _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, gidx, blk, 1)));
+    if (pair_min(FMT)) {  // sum over the blocks of m * dx * sum xq
+      const __m512 mw = _mm512_cvtph_ps(
+          _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, gidx, blk + 2, 1)));
+      for (int m = 0; m < MT; ++m) mins[m] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(live, x[m]->sx + i0), mins[m]);
+    }
     const int64_t pr0 = i0 >> 1;
     int p = 0;
     for (; 2 * p + 4 <= n; p += 2) {  // two pairs, two accumulator slots
@@ -163,7 +177,10 @@ TC_VNNI void dots(const uint8_t* w, int64_t K, const QxRow* const* x, float* out
       pair<MT, FMT, 0>(acc, a, b, pr0 + p, _mm512_permutexvar_ps(_mm512_load_si512(lanes[p]), dw), x);
     }
   }
-  for (int m = 0; m < MT; ++m) out[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+  for (int m = 0; m < MT; ++m) {
+    out[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+    if (pair_min(FMT)) out[m] += _mm512_reduce_add_ps(mins[m]);
+  }
 }
 
 // 64 consecutive weights (register pair index pr) into slot SLOT:
@@ -282,7 +299,7 @@ void by_tile_k(const uint8_t* w, int64_t K, const QxRow* const* x, int mt, float
 int64_t qx_pairs(int64_t K) { return (K / 32 + 1) / 2; }
 
 TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow* row) {
-  const bool q4 = fmt == Q4_0 || fmt == Q5_0;  // the nibble lane layout
+  const bool q4 = fmt == Q4_0 || fmt == Q4_1 || fmt == Q5_0 || fmt == Q5_1;  // the nibble lane layout
   const int64_t nb = K / 32, np = qx_pairs(K);
   std::memset(row->xq, 0, size_t(np) * 64);
   for (int64_t b = 0; b < nb; ++b) {
@@ -291,10 +308,9 @@ TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow*
     const float d = quantize_block(x + 32 * b, row->xq + p * 64, s, q4);
     for (int l = 0; l < 16; ++l)
       if ((q4 ? kLaneBlockQ4[l] : kLaneBlockQ8[l]) == s) row->dx[p * 16 + l] = d;
-    if (fmt == Q4_K) {  // dx * sum of the block's xq, for the mins
-      const int8_t* g = row->xq + p * 64 + 32 * s;
+    if (fmt == Q4_K || fmt == Q4_1 || fmt == Q5_1) {  // dx * sum of the block's xq, for the mins
       int32_t sum = 0;
-      for (int j = 0; j < 32; ++j) sum += g[j];
+      for (int j = 0; j < 32; ++j) sum += row->xq[p * 64 + (q4 ? pos_q4(s, j) : pos_q8(s, j))];
       row->sx[b] = d * float(sum);
     }
   }
@@ -313,7 +329,9 @@ TC_VNNI void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow*
 QxDots row_dots_vnni(int32_t fmt) {
   switch (fmt) {
     case Q4_0: return by_tile<Q4_0>;
+    case Q4_1: return by_tile<Q4_1>;
     case Q5_0: return by_tile<Q5_0>;
+    case Q5_1: return by_tile<Q5_1>;
     case Q8_0: return by_tile<Q8_0>;
     case Q4_K: return by_tile_k<dots_q4_k<1>, dots_q4_k<2>, dots_q4_k<3>, dots_q4_k<4>>;
     case Q6_K: return by_tile_k<dots_q6_k<1>, dots_q6_k<2>, dots_q6_k<3>, dots_q6_k<4>>;

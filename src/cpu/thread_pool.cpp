@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +25,53 @@ namespace {
 thread_local bool t_in_pool = false;
 thread_local bool t_inline = false;  // tc_cpu_run_inline
 
+// A job is handed over through an atomic generation counter. A worker that
+// has finished a job polls the counter for a while before it sleeps on the
+// condition variable, and the caller polls the count of workers still busy
+// before it sleeps: a decode step runs hundreds of short parallel regions
+// back to back (a small model's products take tens of microseconds), and
+// the futex wake-up of a sleeping thread costs about as much as the region
+// itself. A poll lasts at most kSpin. One that runs out makes the next
+// waits of that thread sleep at once, twice as many after each further
+// miss (up to kSkipMax): on a machine whose cores are taken by other
+// processes the thread that would hand over the work is often not running,
+// and polling there would take the core from it; the pool then sleeps as a
+// plain condition-variable pool does.
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::microseconds kSpin{50};
+constexpr int kSkipMax = 256;
+
+class Waiter {
+ public:
+  // Polls pred() unless recent polls missed; returns pred().
+  template <class Pred>
+  bool spin(Pred pred) {
+    if (skip_left_ > 0) {
+      --skip_left_;
+      return pred();
+    }
+    const auto t0 = Clock::now();
+    for (;;) {
+      for (int i = 0; i < 16; ++i) {
+        if (pred()) {
+          skip_ = 0;
+          return true;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      if (Clock::now() - t0 > kSpin) break;
+    }
+    skip_ = std::min(kSkipMax, 2 * skip_ + 1);
+    skip_left_ = skip_;
+    return pred();
+  }
+
+ private:
+  int skip_ = 0, skip_left_ = 0;
+};
+
 class Pool {
  public:
   explicit Pool(int n) : nthreads_(n) {
@@ -32,7 +80,7 @@ class Pool {
   ~Pool() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      stop_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -48,37 +96,50 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> run_lock(run_mu_);
-    {
+    job_.store(&fn, std::memory_order_relaxed);
+    pending_.store(nthreads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    // A worker about to sleep counts itself in sleepers_ before it looks at
+    // the generation (both sequentially consistent): either it sees the new
+    // job or this sees it sleeping and wakes it under the lock.
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(mu_);
-      job_ = &fn;
-      pending_ = nthreads_ - 1;
-      ++generation_;
+      cv_.notify_all();
     }
-    cv_.notify_all();
     t_in_pool = true;
     fn(0, nthreads_);
     t_in_pool = false;
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [this] { return pending_ == 0; });
-    job_ = nullptr;
+    if (!caller_wait_.spin([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mu_);
+      waiting_.store(true, std::memory_order_seq_cst);
+      done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_seq_cst) == 0; });
+      waiting_.store(false, std::memory_order_relaxed);
+    }
+    job_.store(nullptr, std::memory_order_relaxed);
   }
 
  private:
   void loop(int index) {
     t_in_pool = true;
     uint64_t seen = 0;
+    Waiter wait;
     for (;;) {
-      const std::function<void(int, int)>* job;
-      {
+      auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      if (!wait.spin([&] { return fresh() || stop_.load(std::memory_order_relaxed); })) {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        cv_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_seq_cst) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
       }
-      (*job)(index, nthreads_);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (stop_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
+      (*job_.load(std::memory_order_relaxed))(index, nthreads_);
+      // The last worker out wakes the caller if it went to sleep; the
+      // caller sets waiting_ under the lock before it checks pending_.
+      if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && waiting_.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 
@@ -87,10 +148,13 @@ class Pool {
   std::mutex run_mu_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<const std::function<void(int, int)>*> job_{nullptr};
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> waiting_{false};
+  Waiter caller_wait_;  // used under run_mu_
+  std::atomic<bool> stop_{false};
 };
 
 // Reads one integer from a sysfs file; -1 when it cannot.
@@ -169,6 +233,20 @@ bool runs_inline() { return t_inline; }
 void set_run_inline(bool on) { t_inline = on; }
 
 void parallel_run(const std::function<void(int, int)>& fn) { pool().run(fn); }
+
+void parallel_run(int most, const std::function<void(int, int)>& fn) {
+  if (most <= 1 || num_threads() == 1) {
+    fn(0, 1);
+    return;
+  }
+  if (most >= num_threads()) {
+    pool().run(fn);
+    return;
+  }
+  pool().run([&](int t, int) {
+    if (t < most) fn(t, most);
+  });
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;

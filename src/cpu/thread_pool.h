@@ -24,6 +24,10 @@ void set_run_inline(bool on);
 // Calls fn(t, nthreads) once on each of `nthreads` participants (the caller is
 // participant 0); for kernels that partition work themselves.
 void parallel_run(const std::function<void(int, int)>& fn);
+// The same with at most `most` participants: fn(t, n) with n = min(most,
+// threads); with one it runs on the caller alone and wakes no worker (a
+// decode step's attention over one kv head is one task).
+void parallel_run(int most, const std::function<void(int, int)>& fn);
 
 }  // namespace cpu
 }  // namespace tc

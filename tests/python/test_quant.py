@@ -360,10 +360,10 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
     run_gemv(ctx, rng, fmt, 4, 129, 1024, dtype)
 
 
-@pytest.mark.parametrize("M", [1, 2, 9])
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k", "q5_0"])
+@pytest.mark.parametrize("M", [1, 2, 9, 16, 37])
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k", "q5_0", "q4_1", "q5_1"])
 def test_gemv_int8_activation_error_bound(ctx, rng, fmt, M):
-    """f16 activations against Q4_0/Q5_0/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
+    """f16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
     of 32 (the CPU's AVX512-VNNI path; on CUDA the one-row __dp4a kernel of
     Q4_0 / Q8_0, the exact kernels otherwise): each
     activation moves by at most half a step of max|x| / 127 of its block.
@@ -389,6 +389,56 @@ def test_gemv_int8_activation_error_bound(ctx, rng, fmt, M):
     Y32 = cpu_ctx.buffer_from_array(poison(M * N * 4))
     cpu_ctx.gemv_quantized(X32, W, Y32, fmt, M, N, K, dtype="f32")
     assert_close(Y32.to_numpy((M, N), np.float32), ref, np.abs(x64) @ np.abs(wd).T, TOLERANCE["f32"], "f32 path")
+
+
+AMX_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"]
+
+
+@pytest.mark.parametrize("fmt", AMX_FORMATS)
+def test_gemv_many_rows_int8_tiles(cpu_ctx, rng, fmt, monkeypatch):
+    """f16/bf16 products of 8 or more rows of X take AMX-INT8 tiles of 16 rows
+    where the processor has them (gemv_quantized/amx_int8): against the
+    float64 reference, and against the 8-bit row kernels
+    (TC_CPU_ISA=avx512_bf16) on the same inputs, which compute the same terms
+    in another order. M covers a half tile, one tile, a tile plus 1 row and
+    plus 15 rows, several tiles; N a partial panel of 16 rows, whole panels
+    and a panel plus one row; K odd and even block counts (a super-block
+    count for Q4_K)."""
+    monkeypatch.delenv("TC_CPU_ISA", raising=False)
+    Ks = (256, 768) if fmt == "q4_k" else (32, 96, 544)
+    seen = set()
+    for M, N, K in [(8, 17, Ks[0]), (16, 16, Ks[0]), (17, 15, Ks[1]), (31, 33, Ks[-1]), (70, 37, Ks[0]), (33, 1, Ks[1])]:
+        for dtype in ("f16", "bf16"):
+            w = random_weights(rng, fmt, N, K)
+            wd = reference_weights(w, fmt, N, K).astype(np.float64)
+            x = random_array(rng, (M, K), dtype)
+            x64 = to_f64(x, dtype)
+            X, W = cpu_ctx.buffer_from_array(x), cpu_ctx.buffer_from_array(w)
+            outs = []
+            for cap in ("", "avx512_bf16"):
+                if cap:
+                    monkeypatch.setenv("TC_CPU_ISA", cap)
+                Y = cpu_ctx.buffer_from_array(poison(M * N * 2))
+                cpu_ctx.gemv_quantized(X, W, Y, fmt, M, N, K, dtype=dtype)
+                if not cap:
+                    seen.add(tc.cpu_last_kernel_name())
+                monkeypatch.delenv("TC_CPU_ISA", raising=False)
+                out = to_f64(Y.to_numpy((M, N), np_dtype(dtype)), dtype)
+                assert_close(out, x64 @ wd.T, np.abs(x64) @ np.abs(wd).T, TOLERANCE[dtype],
+                             "%s M=%d N=%d K=%d %s %s" % (fmt, M, N, K, dtype, cap or "best"))
+                outs.append(out)
+            # The same 8-bit terms summed in another order: within f32
+            # rounding before the output's own rounding (a step of it).
+            ulp = 2.0 ** (-10 if dtype == "f16" else -7)
+            assert (np.abs(outs[0] - outs[1]) <= ulp * np.maximum(np.abs(outs[0]), np.abs(outs[1])) + 1e-6 * (
+                np.abs(x64) @ np.abs(wd).T)).all()
+    # The fused RMS norm feeds the same path, and a stream runs it too.
+    run_gemv(cpu_ctx, rng, fmt, 17, 19, Ks[-1], "f16", fused=True)
+    seen.add(tc.cpu_last_kernel_name())
+    stream = cpu_ctx.stream()
+    run_gemv(cpu_ctx, rng, fmt, 24, 33, Ks[-1], "bf16", stream=stream)
+    if "amx_int8" in cpu_ctx.device_info().features.split(","):
+        assert seen == {"gemv_quantized/amx_int8"}, seen
 
 
 @pytest.mark.parametrize("isa", ["", "avx512"], indirect=True)

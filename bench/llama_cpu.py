@@ -52,9 +52,57 @@ def q4_0_random(rng, n, k):
     return raw.reshape(-1)
 
 
-def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100):
-    """Writes a random LLaMA-shaped Q4_0 model of the given shape (default:
-    this bench's 1.1B) through tensorcore's own GGUF writer."""
+def q4_k_random(rng, n, k):
+    """n x k random Q4_K weights (144-byte blocks of 256: d, dmin, twelve
+    bytes of 6-bit scales and mins, 128 bytes of nibbles): w = d sc q - dmin m
+    with dmin ~ 7.5 d, so the weights centre on 0 at ~1/sqrt(k)."""
+    blocks = n * k // 256
+    raw = np.empty((blocks, 144), np.uint8)
+    d = rng.uniform(0.5, 1.5, blocks) / (32 * 7.5 * np.sqrt(k))
+    raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw[:, 2:4] = (7.5 * d).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw[:, 4:] = rng.integers(0, 256, (blocks, 140), dtype=np.uint8)
+    return raw.reshape(-1)
+
+
+def q6_k_random(rng, n, k):
+    """n x k random Q6_K weights (210-byte blocks of 256: 128 bytes of low
+    nibbles, 64 of high bits, 16 int8 scales, f16 d): w = d sc (q - 32)."""
+    blocks = n * k // 256
+    raw = np.empty((blocks, 210), np.uint8)
+    raw[:, :192] = rng.integers(0, 256, (blocks, 192), dtype=np.uint8)
+    raw[:, 192:208] = rng.integers(-32, 32, (blocks, 16), dtype=np.int8).view(np.uint8)
+    d = rng.uniform(0.5, 1.5, blocks) / (18 * 18 * np.sqrt(k))
+    raw[:, 208:210] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+RANDOM_BLOCKS = {"q4_0": q4_0_random, "q4_k": q4_k_random, "q6_k": q6_k_random}
+
+
+def use_more_bits(i, n):
+    """llama-quantize's rule for the layers whose attn_v / ffn_down a _M mix
+    keeps at more bits: the first and last eighth, and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def mix_type(mix, name, layer, n_layer):
+    """The ggml type of a matrix in a file quantised as `mix`: q4_0 (every
+    matrix), or q4_k_m as llama-quantize writes it (Q4_K, with Q6_K for the
+    output matrix and, on use_more_bits layers, attn_v and ffn_down)."""
+    if mix == "q4_0":
+        return "q4_0"
+    if name == "output.weight":
+        return "q6_k"
+    if name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(layer, n_layer):
+        return "q6_k"
+    return "q4_k"
+
+
+def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100, mix="q4_0"):
+    """Writes a random LLaMA-shaped model of the given shape (default: this
+    bench's 1.1B) through tensorcore's own GGUF writer, every matrix Q4_0
+    or (mix="q4_k_m") the Q4_K_M mix (mix_type)."""
     import tensorcore as tc
     from tensorcore.llama._default import vocabulary
     D = E // H
@@ -81,8 +129,9 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_float32("llama.rope.freq_base", 10000.0)
 
-    def mat(name, n, k):
-        w.add_tensor(name, q4_0_random(rng, n, k), ggml_type="q4_0", shape=(n, k))
+    def mat(name, n, k, layer=-1):
+        t = mix_type(mix, name, layer, L)
+        w.add_tensor(name, RANDOM_BLOCKS[t](rng, n, k), ggml_type=t, shape=(n, k))
 
     def norm(name):
         w.add_tensor(name, np.ones(E, np.float32))
@@ -91,14 +140,14 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
     for i in range(L):
         p = "blk.%d." % i
         norm(p + "attn_norm.weight")
-        mat(p + "attn_q.weight", E, E)
-        mat(p + "attn_k.weight", HKV * D, E)
-        mat(p + "attn_v.weight", HKV * D, E)
-        mat(p + "attn_output.weight", E, E)
+        mat(p + "attn_q.weight", E, E, i)
+        mat(p + "attn_k.weight", HKV * D, E, i)
+        mat(p + "attn_v.weight", HKV * D, E, i)
+        mat(p + "attn_output.weight", E, E, i)
         norm(p + "ffn_norm.weight")
-        mat(p + "ffn_gate.weight", F, E)
-        mat(p + "ffn_up.weight", F, E)
-        mat(p + "ffn_down.weight", E, F)
+        mat(p + "ffn_gate.weight", F, E, i)
+        mat(p + "ffn_up.weight", F, E, i)
+        mat(p + "ffn_down.weight", E, F, i)
     norm("output_norm.weight")
     mat("output.weight", V, E)
     tmp = str(path) + ".tmp"
@@ -107,8 +156,10 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
     os.replace(tmp, path)
 
 
-def describe(tc, path):
-    """(short description, bytes read per decoded token at n_past = 0, KV bytes per past token) of a GGUF file."""
+def describe(tc, path, kv_bytes=2):
+    """(short description, bytes read per decoded token at n_past = 0, KV
+    bytes per past token with a cache of kv_bytes per element: 2 for the
+    default f16 cache) of a GGUF file."""
     f = tc.GgufFile(path)
     try:
         meta = f.metadata()
@@ -131,7 +182,7 @@ def describe(tc, path):
         os.path.basename(path), meta.get("general.name", arch), n_layer, n_embd, n_head, n_kv, vocab,
         "/".join(types), ", token_embd %s%s" % (emb["type_name"], " (tied output)" if tied else ""),
         os.path.getsize(path) / 1e6)
-    return desc, weights, n_layer * 2 * n_kv * head_dim * 4
+    return desc, weights, n_layer * 2 * n_kv * head_dim * kv_bytes
 
 
 def copy_bandwidth(nbytes=1 << 30, reps=5):
@@ -211,7 +262,8 @@ def main():
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--model", action="append",
-                    help="GGUF file to measure (repeatable); random-1.1b (the default) is the random 1.1B model")
+                    help="GGUF file to measure (repeatable); random-1.1b (the default) is the random 1.1B Q4_0 "
+                    "model, random-1.1b-q4_k_m the same shape as llama-quantize's Q4_K_M mix")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
                     help="activations of the weight products (both: measure each)")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
@@ -222,13 +274,15 @@ def main():
 
     paths = []
     for name in args.model or ["random-1.1b"]:
-        if name != "random-1.1b":
+        if name not in ("random-1.1b", "random-1.1b-q4_k_m"):
             paths.append(name)
             continue
-        path = os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()), "tensorcore-random-1.1b-q4_0-v2.gguf")
+        mix = "q4_k_m" if name.endswith("q4_k_m") else "q4_0"
+        path = os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
+                            "tensorcore-random-1.1b-%s-v2.gguf" % mix)
         if not os.path.exists(path):
             t0 = time.perf_counter()
-            write_model(path)
+            write_model(path, name="random-1.1b-" + mix, mix=mix)
             print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
         paths.append(path)
     load_before = os.getloadavg()

@@ -1,7 +1,8 @@
 """LLaMA prefill and decode on the GPU: a 7B LLaMA-shaped model with random Q4_0 weights.
 
 Shape (LLaMA-7B's): n_embd 4096, 32 layers, 32 heads, 32 kv heads, n_ff
-11008, vocabulary 32000, every matrix Q4_0 (token_embd and output too), norms
+11008, vocabulary 32000, every matrix Q4_0 (token_embd and output too; --mix
+q4_k_m: llama-quantize's Q4_K_M mix of Q4_K and Q6_K instead), norms
 F32. The file (~3.8 GB) is written once through tensorcore's own GGUF writer
 (bench/llama_cpu.py's writer: random nibbles, f16 scales of an initialised
 model) to $TC_BENCH_DIR or the system's temporary directory and reused.
@@ -42,7 +43,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 
-from llama_cpu import q4_bytes, write_model  # noqa: E402
+from llama_cpu import describe, write_model  # noqa: E402
 
 E, L, H, HKV, F, V = 4096, 32, 32, 32, 11008, 32000
 D = E // H
@@ -52,10 +53,16 @@ TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 KV_BYTES = {"f16": 2, "f32": 4}
 
 
-def bytes_per_token(n_past, kv_type="f16"):
-    per_layer = q4_bytes(E, E) * 2 + q4_bytes(HKV * D, E) * 2 + q4_bytes(F, E) * 3
-    kv = L * 2 * HKV * n_past * D * KV_BYTES[kv_type]
-    return L * per_layer + q4_bytes(V, E) + q4_bytes(1, E) + kv
+def tc_module():
+    import tensorcore as tc
+    return tc
+
+
+def bytes_per_token(path, n_past, kv_type="f16"):
+    """Every matrix but token_embd (one row of it), plus the KV cache read,
+    from the file's own tensors (llama_cpu.describe)."""
+    _, weights, kv_per_pos = describe(tc_module(), path, KV_BYTES[kv_type])
+    return weights + kv_per_pos * n_past
 
 
 def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):
@@ -173,6 +180,8 @@ def main():
     ap.add_argument("--model", help="GGUF file to use instead of the random 7B model")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
     ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--mix", choices=["q4_0", "q4_k_m"], default="q4_0",
+                    help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M mix")
     ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
                     help="llama.cpp's llama-bench (a CUDA build), run on the same file after ours")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cuda.md")
@@ -180,18 +189,19 @@ def main():
                     help="print the device time per kernel of a prefill and of --decode steps (needs PyTorch)")
     args = ap.parse_args()
 
+    suffix = "" if args.mix == "q4_0" else "-" + args.mix
     path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
-                                      "tensorcore-random-7b-q4_0.gguf")
+                                      "tensorcore-random-7b-q4_0%s.gguf" % suffix)
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        write_model(path, E, L, H, HKV, F, V, name="random-7b-q4_0", seed=7000)
+        write_model(path, E, L, H, HKV, F, V, name="random-7b-" + args.mix, seed=7000, mix=args.mix)
         print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
     modes = ["f16", "f32"] if args.activations == "both" else [args.activations]
     if args.profile:
         for mode in modes:
             profile(path, args.device, mode, args.prefill, args.decode)
         return
-    bpt = bytes_per_token(args.prefill + args.decode // 2, args.kv_type) if not args.model else float("nan")
+    bpt = bytes_per_token(path, args.prefill + args.decode // 2, args.kv_type)
     rows = []
     for mode in modes:
         p_tok_s, d_tok_s, best, info = run(path, args.device, mode, args.prefill, args.decode, args.kv_type)
@@ -218,8 +228,7 @@ def main():
             "`python bench/llama_cuda.py --write`, %s." % datetime.date.today().isoformat(),
             "",
             "- Device: %s (%s, %d SMs)" % (info.name, info.features, info.compute_units),
-            "- Model: random LLaMA-shaped 7B (n_embd %d, %d layers, %d heads, %d kv heads, n_ff %d, vocab %d), "
-            "every matrix Q4_0, %.2f GB file." % (E, L, H, HKV, F, V, os.path.getsize(path) / 1e9),
+            "- Model: %s." % describe(tc_module(), path)[0],
             "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
             "one-token evals after it (graph replays), each including the logits' copy back." % (
                 args.prefill, args.decode),

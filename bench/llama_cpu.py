@@ -231,6 +231,26 @@ def run_llama_bench(args, path):
     return res
 
 
+def time_prefill_decode(m, prompt, n_decode):
+    """(seconds of each of 3 prefills of `prompt` from position 0, seconds
+    of each of n_decode greedy one-token steps after the last) on a warmed-up
+    model."""
+    prefill = []
+    for _ in range(3):
+        m.reset()
+        t0 = time.perf_counter()
+        logits = m.eval(prompt, last_only=True)
+        prefill.append(time.perf_counter() - t0)
+    steps = []
+    tok = int(np.argmax(logits))
+    for _ in range(n_decode):
+        t0 = time.perf_counter()
+        logits = m.eval([tok], last_only=True)
+        steps.append(time.perf_counter() - t0)
+        tok = int(np.argmax(logits))
+    return prefill, steps
+
+
 def measure(args, path, mode):
     """(prefill tok/s, decode tok/s median, decode tok/s best) of our model on `path`."""
     from tensorcore.llama import Llama
@@ -239,19 +259,7 @@ def measure(args, path, mode):
         prompt = rng.integers(3, m.n_vocab, args.prefill)
         # Warm-up: fault the mapping in and start the thread pool.
         m.eval(prompt[:8], last_only=True)
-        prefill = []
-        for _ in range(3):
-            m.reset()
-            t0 = time.perf_counter()
-            logits = m.eval(prompt, last_only=True)
-            prefill.append(time.perf_counter() - t0)
-        steps = []
-        tok = int(np.argmax(logits))
-        for _ in range(args.decode):
-            t0 = time.perf_counter()
-            logits = m.eval([tok], last_only=True)
-            steps.append(time.perf_counter() - t0)
-            tok = int(np.argmax(logits))
+        prefill, steps = time_prefill_decode(m, prompt, args.decode)
         info = m.ctx.device_info()
     return args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps), info
 

@@ -43,7 +43,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 
-from llama_cpu import describe, write_model  # noqa: E402
+import tensorcore as tc  # noqa: E402
+from llama_cpu import describe, time_prefill_decode, write_model  # noqa: E402
 
 E, L, H, HKV, F, V = 4096, 32, 32, 32, 11008, 32000
 D = E // H
@@ -53,20 +54,14 @@ TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 KV_BYTES = {"f16": 2, "f32": 4}
 
 
-def tc_module():
-    import tensorcore as tc
-    return tc
-
-
 def bytes_per_token(path, n_past, kv_type="f16"):
     """Every matrix but token_embd (one row of it), plus the KV cache read,
     from the file's own tensors (llama_cpu.describe)."""
-    _, weights, kv_per_pos = describe(tc_module(), path, KV_BYTES[kv_type])
+    _, weights, kv_per_pos = describe(tc, path, KV_BYTES[kv_type])
     return weights + kv_per_pos * n_past
 
 
 def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):
-    import tensorcore as tc
     from tensorcore.llama import Llama
 
     with tc.Context(device) as ctx, Llama(path, ctx=ctx, n_ctx=n_prefill + n_decode + 8, activations=mode,
@@ -74,19 +69,7 @@ def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):
         rng = np.random.default_rng(0)
         prompt = rng.integers(3, m.n_vocab, n_prefill)
         m.eval(prompt, last_only=True)  # warm-up: GEMM plans, the dequantisation scratch
-        prefill = []
-        for _ in range(3):
-            m.reset()
-            t0 = time.perf_counter()
-            logits = m.eval(prompt, last_only=True)
-            prefill.append(time.perf_counter() - t0)
-        tok = int(np.argmax(logits))
-        steps = []
-        for _ in range(n_decode):
-            t0 = time.perf_counter()
-            logits = m.eval([tok], last_only=True)
-            steps.append(time.perf_counter() - t0)
-            tok = int(np.argmax(logits))
+        prefill, steps = time_prefill_decode(m, prompt, n_decode)
         info = ctx.device_info()
     # The first step runs eagerly and records the graph: leave it out.
     steady = steps[1:] if len(steps) > 1 else steps
@@ -97,7 +80,6 @@ def profile(path, device, mode, n_prefill, n_decode, top=12):
     """Device time per kernel of one prefill and of n_decode decode steps,
     from CUPTI through torch.profiler (it records every kernel of the
     process, ours included): where each phase's time goes."""
-    import tensorcore as tc
     import torch
     from tensorcore.llama import Llama
     from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -145,9 +127,8 @@ def run_llama_bench(binary, path, n_prefill, n_decode):
     depth = n_prefill if n_prefill > 512 else 0
     res = {}
     for fa in ("0", "1"):
-        cmd = [binary, "-m", path, "-ngl", "99", "-fa", fa, "-p", str(n_prefill), "-n", str(n_decode), "-r", "3",
-               "-o", "json"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        base = [binary, "-m", path, "-ngl", "99", "-fa", fa, "-r", "3", "-o", "json"]
+        proc = subprocess.run(base + ["-p", str(n_prefill), "-n", str(n_decode)], capture_output=True, text=True)
         if proc.returncode != 0:
             print("llama-bench -fa %s failed (exit %d): %s" % (fa, proc.returncode, proc.stderr[-500:]))
             continue
@@ -157,8 +138,8 @@ def run_llama_bench(binary, path, n_prefill, n_decode):
                 res[key] = (float(r["avg_ts"]), "fa " + fa)
             res["build"] = r.get("build_commit", "?")
         if depth:
-            proc = subprocess.run(cmd[:7] + ["-p", "0", "-n", str(n_decode), "-d", str(depth), "-r", "3", "-o",
-                                             "json"], capture_output=True, text=True)
+            proc = subprocess.run(base + ["-p", "0", "-n", str(n_decode), "-d", str(depth)], capture_output=True,
+                                  text=True)
             if proc.returncode == 0:
                 for r in json.loads(proc.stdout):
                     if float(r["avg_ts"]) > res.get("tg_depth", (0,))[0]:
@@ -228,7 +209,7 @@ def main():
             "`python bench/llama_cuda.py --write`, %s." % datetime.date.today().isoformat(),
             "",
             "- Device: %s (%s, %d SMs)" % (info.name, info.features, info.compute_units),
-            "- Model: %s." % describe(tc_module(), path)[0],
+            "- Model: %s." % describe(tc, path)[0],
             "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
             "one-token evals after it (graph replays), each including the logits' copy back." % (
                 args.prefill, args.decode),

@@ -39,7 +39,11 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
     using T = decltype(t);
     auto heads = TC_SIMD_PICK(decode_heads<T>);
     parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {
-      std::vector<float> p(static_cast<size_t>(S)), acc(static_cast<size_t>(a.D));
+      // Each thread's scores and accumulator, kept between steps: a decode
+      // step calls this once a layer.
+      thread_local std::vector<float> p, acc;
+      p.resize(size_t(S));
+      acc.resize(size_t(a.D));
       heads(a, first, S, h0, h1, p.data(), acc.data());
     });
   };

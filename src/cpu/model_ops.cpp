@@ -86,7 +86,8 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   const bool f16 = a.cache == TC_DTYPE_F16;
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
-    std::vector<float> k(f16 ? size_t(D) : 0);  // a rotated key before rounding to f16
+    thread_local std::vector<float> k;  // a rotated key before rounding to f16
+    if (f16) k.resize(size_t(D));
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r / rows, h = r % rows, p = P + i;
       const float* c = a.cos_t + p * half;

@@ -46,6 +46,7 @@
 #include <cstring>
 
 #include "core/config.h"
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/objects.h"
@@ -74,8 +75,7 @@ tc_status Llama::set_kv_cache_type(tc_dtype t) {
 
 void* Llama::cache_layer(void* cache, int64_t l) const {
   const tc_llama_config& g = cfg_;
-  const size_t esize = kv_ == TC_DTYPE_F16 ? 2 : 4;
-  return static_cast<char*>(cache) + size_t(l) * size_t(g.n_head_kv * g.n_ctx * g.head_dim) * esize;
+  return static_cast<char*>(cache) + size_t(l) * size_t(g.n_head_kv * g.n_ctx * g.head_dim) * dtype_size(kv_);
 }
 
 tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
@@ -335,7 +335,6 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
     r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
     TC_TRY(be_->rope_kv_append(r, q));
-    const size_t esize = kv_ == TC_DTYPE_F16 ? 2 : 4;
     if (n == 1 && (!host_ || kv_ == TC_DTYPE_F16)) {
       // [H][1][D] is [1][H][D]: the decode attention writes token rows. Its
       // length comes from the parameter block, so a recorded step replays.
@@ -364,6 +363,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       // else f32): a copy where the cache has that type, else a conversion.
       auto pack_kv = [&](tc_dtype to) -> tc_status {
         if (to == kv_) {
+          const size_t esize = dtype_size(kv_);
           Copy2dArgs c;
           c.info.name = "llama.pack_kv";
           c.rows = Hkv;

@@ -42,6 +42,7 @@
 #include <cstring>
 
 #include "core/config.h"
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "core/objects.h"
 #include "gguf/llama_config.h"
@@ -494,7 +495,7 @@ tc_status Llama::split_weights() {
 // is allocated (a failure keeps the model as it was).
 tc_status Llama::alloc_kv_cache(tc_dtype t) {
   const tc_llama_config& g = cfg_;
-  const size_t esize = t == TC_DTYPE_F16 ? 2 : 4;
+  const size_t esize = dtype_size(t);
   const double elems = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(g.head_dim);
   if (elems * double(esize) > double(INT64_MAX / 2))
     return fail(TC_ERR_INVALID_SHAPE, "llama: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);

@@ -6,7 +6,7 @@ from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_int64
 import numpy as np
 
 from .._args import i64
-from .._constants import TC_DTYPE_F16, TC_DTYPE_F32, dtype_code
+from .._constants import DTYPE_NAMES, dtype_code
 from .._errors import TensorcoreValueError, check
 from .._lib import declare, handle, tc_status
 from .._objects import context_arg
@@ -117,4 +117,4 @@ def llama_get_kv_cache_type(model):
     """The KV cache's element type: "f16" or "f32"."""
     t = c_int32()
     check(_tc_llama_get_kv_cache_type(_model(model), byref(t)))
-    return {TC_DTYPE_F16: "f16", TC_DTYPE_F32: "f32"}[t.value]
+    return DTYPE_NAMES[t.value]

@@ -66,10 +66,12 @@ TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
  * products of Q4_0/Q8_0/Q4_K/Q6_K weights then quantise the activations to 8
  * bits per block of 32 and use integer dot products, as llama.cpp does:
  * faster; logits within a few 1e-2 relative). Norms, RoPE, attention and
- * the residual stream stay f32 either way. On a GPU, F16 with
- * Q4_0 / Q8_0 matrices also makes a second device copy of them laid out for
- * the one-token products (about the model's size; TC_LLAMA_SPLIT=0 skips
- * it): TC_ERR_ALLOC (or the allocation's status) when it does not
+ * the residual stream stay f32 either way. On a GPU, F16 runs the one-token
+ * step on 8-bit activations when every matrix is Q4_0, Q8_0, Q4_K, Q5_K or
+ * Q6_K, and makes a second device copy of the Q4_0, Q8_0 and Q6_K matrices
+ * laid out for those products (their size again; Q4_K and Q5_K are read in
+ * place; TC_LLAMA_SPLIT=0 skips the copy, and Q6_K matrices then take the
+ * f16 products): TC_ERR_ALLOC (or the allocation's status) when it does not
  * fit, the model unchanged apart from the activation type. */
 TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
 

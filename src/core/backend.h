@@ -420,14 +420,22 @@ inline int64_t decode_attention_splits(int64_t C) {
 //     block's integer dot product exact (c = -8 for Q4_0, 0 for Q8_0), then
 //       kStore: y[n] = r[n]     kAdd: y[n] += r[n]
 //       kSwiglu: y[n] = silu(r[n]) r[n + N/2] for n < N/2 (W's rows [gate; up])
-// Q4_0 and Q8_0 weights, K a multiple of 32; other formats answer
-// TC_ERR_UNSUPPORTED before anything is enqueued.
+// The K-quants as the CPU's VNNI path computes them, per sub-block j of
+// 32 (Q4_K / Q5_K) or group g of 16 (Q6_K) inside X's block b:
+//     d sc_j dx_b dot(q, xq) - dmin m_j sx_b     (Q4_K, Q5_K; q unsigned)
+//     d sc_g dx_b dot(q - 32, xq)                (Q6_K)
+// Q4_0, Q8_0 (K a multiple of 32), Q4_K, Q5_K and Q6_K (K a multiple of
+// 256); other formats answer TC_ERR_UNSUPPORTED before anything is enqueued
+// (check_gemv_q8).
 //
-// W comes in GGUF's layout (blocks of a 2-byte scale and the quants: 18 or
-// 34 bytes, only 2-byte aligned) or in the split layout repack_q8 writes,
-// the same numbers with every block's quants 16-byte aligned and the scales
-// apart, which a GPU reads with whole 16-byte loads and no staging:
-//   qs [N][K/32][QB] (QB = 16 for Q4_0, 32 for Q8_0), d [N][K/32] (f16 bits)
+// W comes in GGUF's layout (Q4_0 / Q8_0 blocks are 18 or 34 bytes, only
+// 2-byte aligned) or in the split layout repack_q8 writes, the same numbers
+// with every block's quants 16-byte aligned and the scales apart, which a
+// GPU reads with whole 16-byte loads and no staging:
+//   qs [N][K/B][QB], d [N][K/B] (f16 bits)
+// with B = 32, QB = 16 (Q4_0) or 32 (Q8_0); B = 256, QB = 208 (Q6_K: ql,
+// qh and the scales). Q4_K and Q5_K come in GGUF's layout only (their
+// blocks are 16-byte multiples); Q6_K in the split layout only.
 struct QuantizeQ8Args {
   OpInfo info;
   int64_t K = 0;
@@ -458,6 +466,11 @@ struct RepackQ8Args {
   void* qs = nullptr;
   uint16_t* d = nullptr;
 };
+// The format and layout rules of gemv_q8 / repack_q8 every backend applies
+// (quant/formats.h, q8_product_format): TC_ERR_UNSUPPORTED with the detail
+// set, or TC_OK. Alignment is each backend's own.
+tc_status check_gemv_q8(const GemvQ8Args& a);
+tc_status check_repack_q8(const RepackQ8Args& a);
 // ---- end model ops ----
 
 // ---- DiLoCo's outer step on device-resident parameters (src/dist/diloco.cpp) ----

@@ -1,6 +1,8 @@
 // What core/ops.def gives every backend: op names, the capability bits the
 // supported ops add up to, and the registry of backends.
 #include "core/backend.h"
+#include "core/error.h"
+#include "quant/formats.h"
 
 namespace tc {
 
@@ -34,6 +36,31 @@ const std::vector<BackendKind>& backend_kinds() {
       {"cpu", [] { return 1; }, [](int) { return make_cpu_backend(); }},
   };
   return kinds;
+}
+
+tc_status check_gemv_q8(const GemvQ8Args& a) {
+  using namespace quant;
+  if (!q8_product_format(a.fmt))
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0, Q8_0, Q4_K, Q5_K or Q6_K weights", a.info.name);
+  if (a.K % q8_block_elems(a.fmt) != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 of %s weights needs K a multiple of %lld, not %lld", a.info.name,
+                format_info(a.fmt)->name, (long long)q8_block_elems(a.fmt), (long long)a.K);
+  if (a.wd && !q8_split_format(a.fmt))
+    return fail(TC_ERR_UNSUPPORTED, "%s: %s weights have no split layout", a.info.name, format_info(a.fmt)->name);
+  if (!a.wd && a.fmt == Q6_K)
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 reads Q6_K weights in the split layout only (repack_q8)",
+                a.info.name);
+  return TC_OK;
+}
+
+tc_status check_repack_q8(const RepackQ8Args& a) {
+  using namespace quant;
+  if (!q8_split_format(a.fmt))
+    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0, Q8_0 or Q6_K weights", a.info.name);
+  if (a.K % q8_block_elems(a.fmt) != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 of %s weights needs K a multiple of %lld, not %lld", a.info.name,
+                format_info(a.fmt)->name, (long long)q8_block_elems(a.fmt), (long long)a.K);
+  return TC_OK;
 }
 
 }  // namespace tc

@@ -5,7 +5,8 @@
 //
 //   quantize_q8: v = x or rmsnorm(x) * gamma (f64 sum of squares), then per
 //     block of 32: dx = max|v| / 127, xq = rne(v * (1 / dx)), sx = dx sum(xq)
-//   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0)
+//   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0),
+//                the K-quants per sub-block as core/backend.h writes them,
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
 //   repack_q8:   GGUF blocks into the split layout (quants and scales apart)
 #include <algorithm>
@@ -67,8 +68,8 @@ const uint8_t* block_at(const GemvQ8Args& a, int64_t i, uint16_t* d) {
   return reinterpret_cast<const uint8_t*>(blk->qs);
 }
 
-// Row n's r (see the top of the file).
-float row_q8(const GemvQ8Args& a, int64_t n) {
+// Row n's r for Q4_0 / Q8_0 (see the top of the file).
+float row_q8_0(const GemvQ8Args& a, int64_t n) {
   const int64_t nb = a.K / 32;
   float r = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
@@ -88,12 +89,82 @@ float row_q8(const GemvQ8Args& a, int64_t n) {
   return r;
 }
 
-bool q8_format(int32_t fmt) { return fmt == quant::Q4_0 || fmt == quant::Q8_0; }
+// Row n's r for Q4_K / Q5_K (GGUF layout): per sub-block j of 32,
+// d sc_j dx dot(q, xq) - dmin m_j sx.
+float row_q45_k(const GemvQ8Args& a, int64_t n) {
+  const int64_t ns = a.K / quant::QK_K;
+  const bool five = a.fmt == quant::Q5_K;
+  float r = 0.0f;
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t *scales, *qs, *qh = nullptr;
+    uint16_t dh, mh;
+    if (five) {
+      const auto* blk = static_cast<const quant::BlockQ5_K*>(a.w) + n * ns + s;
+      dh = blk->d, mh = blk->dmin, scales = blk->scales, qs = blk->qs, qh = blk->qh;
+    } else {
+      const auto* blk = static_cast<const quant::BlockQ4_K*>(a.w) + n * ns + s;
+      dh = blk->d, mh = blk->dmin, scales = blk->scales, qs = blk->qs;
+    }
+    const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t b = s * 8 + j;
+      const int8_t* xq = a.xq + b * 32;
+      uint8_t sc, m;
+      quant::scale_min_k4(j, scales, &sc, &m);
+      // Sub-block j: chunk j / 2 of 32 bytes, low nibbles for even j.
+      const uint8_t* q = qs + 32 * (j / 2);
+      int dot = 0;
+      for (int l = 0; l < 32; ++l) {
+        int v = j % 2 ? q[l] >> 4 : q[l] & 15;
+        if (five) v |= ((qh[l] >> j) & 1) << 4;
+        dot += v * xq[l];
+      }
+      r += d * float(sc) * a.xd[2 * b] * float(dot) - dmin * float(m) * a.xd[2 * b + 1];
+    }
+  }
+  return r;
+}
+
+// Row n's r for Q6_K (split layout): per group g of 16,
+// d sc_g dx dot(q - 32, xq).
+float row_q6_k(const GemvQ8Args& a, int64_t n) {
+  const int64_t ns = a.K / quant::QK_K;
+  float r = 0.0f;
+  for (int64_t s = 0; s < ns; ++s) {
+    const int64_t i = n * ns + s;
+    const uint8_t* blk = static_cast<const uint8_t*>(a.w) + i * quant::split_quant_bytes(a.fmt);
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = f16_to_f32(a.wd[i]);
+    for (int h = 0; h < 2; ++h)
+      for (int g = 0; g < 4; ++g)
+        for (int half = 0; half < 2; ++half) {
+          // Weights 128h + 32g + 16 half + l, X's block 8s + 4h + g.
+          const int64_t b = s * 8 + 4 * h + g;
+          int dot = 0;
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int lo = (g & 1 ? ql[64 * h + 32 + l] : ql[64 * h + l]) >> (g & 2 ? 4 : 0) & 15;
+            const int q = lo | ((qh[32 * h + l] >> (2 * g)) & 3) << 4;
+            dot += (q - 32) * a.xq[b * 32 + (l & 31)];
+          }
+          r += d * float(sc[8 * h + 2 * g + half]) * a.xd[2 * b] * float(dot);
+        }
+  }
+  return r;
+}
+
+float row_q8(const GemvQ8Args& a, int64_t n) {
+  switch (a.fmt) {
+    case quant::Q4_K: case quant::Q5_K: return row_q45_k(a, n);
+    case quant::Q6_K: return row_q6_k(a, n);
+    default: return row_q8_0(a, n);
+  }
+}
 
 }  // namespace
 
 tc_status gemv_q8(const GemvQ8Args& a) {
-  if (!q8_format(a.fmt)) return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0 or Q8_0 weights", a.info.name);
+  if (tc_status st = check_gemv_q8(a)) return st;
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   parallel_for(rows, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -111,14 +182,16 @@ tc_status gemv_q8(const GemvQ8Args& a) {
 }
 
 tc_status repack_q8(const RepackQ8Args& a) {
-  if (!q8_format(a.fmt)) return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0 or Q8_0 weights", a.info.name);
-  const int64_t blocks = a.N * (a.K / 32), qb = quant::split_quant_bytes(a.fmt);
+  if (tc_status st = check_repack_q8(a)) return st;
+  const int64_t blocks = a.N * (a.K / quant::q8_block_elems(a.fmt)), qb = quant::split_quant_bytes(a.fmt);
   const auto* w = static_cast<const uint8_t*>(a.w);
   auto* qs = static_cast<uint8_t*>(a.qs);
+  // Q4_0 / Q8_0 blocks start with d, Q6_K's end with it.
+  const int64_t d_at = a.fmt == quant::Q6_K ? qb : 0, q_at = a.fmt == quant::Q6_K ? 0 : 2;
   parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      std::memcpy(&a.d[b], w + b * (qb + 2), 2);
-      std::memcpy(qs + b * qb, w + b * (qb + 2) + 2, size_t(qb));
+      std::memcpy(&a.d[b], w + b * (qb + 2) + d_at, 2);
+      std::memcpy(qs + b * qb, w + b * (qb + 2) + q_at, size_t(qb));
     }
   });
   return TC_OK;

@@ -34,6 +34,17 @@
 // straight into registers, two at a time. A stand-alone test on the H200
 // read Q4_0 that way at 61-83% of the copy bandwidth on 4096-14336 x 4096,
 // against 31-46% for the staged GGUF blocks.
+//
+// K-quants (Q4_K, Q5_K, Q6_K: superblocks of 256 weights with 6- or 8-bit
+// sub-scales) take four lanes a superblock, a lane a quarter of it (64
+// weights, two blocks of X, four sub-scale groups for Q6_K) from whole
+// 16-byte loads, two quarters in flight a lane. Q4_K (144 bytes) and Q5_K
+// (176) are 16-byte multiples and are read in GGUF's layout, in place;
+// Q6_K's 210 bytes are not, so it needs the split layout: its 208 bytes of
+// quants and scales (ql, qh, scales, in GGUF's order) 16-byte aligned, d
+// apart. The arithmetic is the CPU's VNNI path (quant_dot_vnni.cpp):
+//   Q4_K / Q5_K: d sc_j dx dot(q, xq) - dmin m_j sx  per sub-block j of 32
+//   Q6_K:        d sc_g dx dot(q - 32, xq)            per group g of 16
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -215,10 +226,217 @@ __device__ float row_dot_split(const uint4* __restrict__ qs, const uint16_t* __r
   return acc;
 }
 
-// W in GGUF's layout (Split false: wd unused) or the split layout (w the
-// quants, wd the scales).
+// ---- K-quants: a lane takes quarter p of superblock s ----
+
+// Scale and min of sub-block j of a Q4_K / Q5_K superblock from its 12
+// scale bytes in words a (bytes 0-3), b (4-7), c (8-11) (quant/formats.h,
+// scale_min_k4).
+__device__ __forceinline__ void scale_min_k(int j, uint32_t a, uint32_t b, uint32_t c, float* sc, float* m) {
+  if (j < 4) {
+    *sc = float((a >> (8 * j)) & 63u);
+    *m = float((b >> (8 * j)) & 63u);
+  } else {
+    const int k = 8 * (j - 4);
+    *sc = float(((c >> k) & 0xFu) | (((a >> k) >> 6) & 3u) << 4);
+    *m = float(((c >> k) >> 4 & 0xFu) | (((b >> k) >> 6) & 3u) << 4);
+  }
+}
+
+// dot(lo, X block 0) and dot(hi, X block 1) for 32 + 32 weights held as 8
+// words of unsigned bytes each.
+__device__ __forceinline__ void dot_pair(const uint32_t (&lo)[8], const uint32_t (&hi)[8], const int8_t* xq, int* s0,
+                                         int* s1) {
+  const int4* x = reinterpret_cast<const int4*>(xq);
+  const int4 a0 = __ldg(x), a1 = __ldg(x + 1), b0 = __ldg(x + 2), b1 = __ldg(x + 3);
+  const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  const int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+  int u = 0, v = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u = __dp4a(int(lo[i]), xa[i], u), v = __dp4a(int(hi[i]), xb[i], v);
+  *s0 = u, *s1 = v;
+}
+
+// Quarter p of a Q4_K superblock: weights 64p .. 64p + 63, sub-blocks 2p
+// (low nibbles of qs[32p, 32p + 32)) and 2p + 1 (high nibbles).
+struct Q4_K {
+  static constexpr int kSuperBytes = 144, kLoads = 3;
+  static constexpr bool kSplitD = false;
+  __device__ __forceinline__ static void load(const uint8_t* sb, int p, uint4 (&v)[kLoads]) {
+    const uint4* g = reinterpret_cast<const uint4*>(sb);
+    v[0] = __ldcs(g), v[1] = __ldcs(g + 1 + 2 * p), v[2] = __ldcs(g + 2 + 2 * p);
+  }
+  // xq, xd: X's two blocks of the quarter.
+  __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t, int p, const int8_t* xq,
+                                              const float2* xd) {
+    const uint32_t q[8] = {v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
+    uint32_t lo[8], hi[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) lo[i] = q[i] & 0x0F0F0F0Fu, hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    return kquant_epilogue(v[0], p, lo, hi, xq, xd);
+  }
+  // d (sc0 dx0 s0 + sc1 dx1 s1) - dmin (m0 sx0 + m1 sx1), shared with Q5_K.
+  __device__ __forceinline__ static float kquant_epilogue(const uint4& h, int p, const uint32_t (&lo)[8],
+                                                          const uint32_t (&hi)[8], const int8_t* xq,
+                                                          const float2* xd) {
+    int s0, s1;
+    dot_pair(lo, hi, xq, &s0, &s1);
+    float sc0, m0, sc1, m1;
+    scale_min_k(2 * p, h.y, h.z, h.w, &sc0, &m0);
+    scale_min_k(2 * p + 1, h.y, h.z, h.w, &sc1, &m1);
+    const float2 x0 = __ldg(xd), x1 = __ldg(xd + 1);
+    const float d = f16_bits(h.x), dmin = f16_bits(h.x >> 16);
+    return d * fmaf(sc0 * x0.x, float(s0), sc1 * x1.x * float(s1)) - dmin * fmaf(m0, x0.y, m1 * x1.y);
+  }
+};
+
+// Q5_K: Q4_K's layout with the 32 bytes of fifth bits between the scales
+// and the quants (byte l, bit 2p: weight 64p + l; bit 2p + 1: 64p + 32 + l).
+struct Q5_K {
+  static constexpr int kSuperBytes = 176, kLoads = 5;
+  static constexpr bool kSplitD = false;
+  __device__ __forceinline__ static void load(const uint8_t* sb, int p, uint4 (&v)[kLoads]) {
+    const uint4* g = reinterpret_cast<const uint4*>(sb);
+    v[0] = __ldcs(g), v[1] = __ldcs(g + 1), v[2] = __ldcs(g + 2);
+    v[3] = __ldcs(g + 3 + 2 * p), v[4] = __ldcs(g + 4 + 2 * p);
+  }
+  __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t, int p, const int8_t* xq,
+                                              const float2* xd) {
+    const uint32_t qh[8] = {v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
+    const uint32_t q[8] = {v[3].x, v[3].y, v[3].z, v[3].w, v[4].x, v[4].y, v[4].z, v[4].w};
+    uint32_t lo[8], hi[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = (q[i] & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p)) & 0x01010101u) << 4;
+      hi[i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p + 1)) & 0x01010101u) << 4;
+    }
+    return Q4_K::kquant_epilogue(v[0], p, lo, hi, xq, xd);
+  }
+};
+
+// Quarter p = 2h + i of a Q6_K superblock (split layout: ql, qh, scales,
+// 208 bytes; d apart): l in [16i, 16i + 16) of half h, i.e. the groups of
+// 16 weights 128h + 32g + 16i + l' (g < 4) with quants
+//   g 0: ql[64h + l] low nibble  | qh[32h + l] bits 0-1     scale sc[8h + i]
+//   g 1: ql[64h + 32 + l] low    | bits 2-3                 sc[8h + 2 + i]
+//   g 2: ql[64h + l] high nibble | bits 4-5                 sc[8h + 4 + i]
+//   g 3: ql[64h + 32 + l] high   | bits 6-7                 sc[8h + 6 + i]
+// and q - 32 a signed byte; group g sits in X's block 4h + g at offset 16i.
+struct Q6_K {
+  static constexpr int kSuperBytes = 208, kLoads = 4;
+  static constexpr bool kSplitD = true;
+  __device__ __forceinline__ static void load(const uint8_t* sb, int p, uint4 (&v)[kLoads]) {
+    const uint4* g = reinterpret_cast<const uint4*>(sb);
+    const int h = p >> 1, i = p & 1;
+    v[0] = __ldcs(g + 4 * h + i), v[1] = __ldcs(g + 4 * h + 2 + i), v[2] = __ldcs(g + 8 + 2 * h + i);
+    v[3] = __ldcs(g + 12);
+  }
+  // xq, xd: X's blocks of the quarter's half (4 blocks).
+  __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t dbits, int p, const int8_t* xq,
+                                              const float2* xd) {
+    const int h = p >> 1, i = p & 1;
+    const uint32_t a[4] = {v[0].x, v[0].y, v[0].z, v[0].w}, b[4] = {v[1].x, v[1].y, v[1].z, v[1].w};
+    const uint32_t c[4] = {v[2].x, v[2].y, v[2].z, v[2].w};
+    const uint32_t sw[4] = {v[3].x, v[3].y, v[3].z, v[3].w};
+    int s[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const int4 x = __ldg(reinterpret_cast<const int4*>(xq + 32 * g + 16 * i));
+      const int xw[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo4 = g & 2 ? (g & 1 ? b[j] : a[j]) >> 4 : (g & 1 ? b[j] : a[j]);
+        const uint32_t hb = g == 0 ? c[j] << 4 : g == 1 ? c[j] << 2 : g == 2 ? c[j] : c[j] >> 2;
+        const uint32_t q = (lo4 & 0x0F0F0F0Fu) | (hb & 0x30303030u);
+        s[g] = __dp4a(int(__vsub4(q, 0x20202020u)), xw[j], s[g]);
+      }
+    }
+    float r = 0.0f;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const int k = 8 * h + 2 * g + i;  // the int8 scale's byte
+      const float sc = float(int8_t(sw[k >> 2] >> (8 * (k & 3))));
+      r = fmaf(sc * __ldg(xd + g).x, float(s[g]), r);
+    }
+    return f16_bits(dbits) * r;
+  }
+};
+
+// r of row n from superblocks: lane unit u = 4 s + p (superblock s, quarter
+// p); kKUnroll units a lane with their loads issued before any is used.
+constexpr int kKUnroll = 2;
+template <class F>
+__device__ __forceinline__ int x_block_of(int p) {
+  if constexpr (std::is_same<F, Q6_K>::value) return 4 * (p >> 1);
+  else return 2 * p;
+}
+template <class F>
+__device__ float row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __restrict__ wd, int64_t n, int64_t ns,
+                           const int8_t* __restrict__ xq, const float2* __restrict__ xd, int lane) {
+  const uint8_t* row = w + n * ns * F::kSuperBytes;
+  const int64_t units = 4 * ns;
+  float acc = 0.0f;
+  for (int64_t u0 = lane; u0 < units; u0 += 32 * kKUnroll) {
+    uint4 v[kKUnroll][F::kLoads];
+    uint16_t d[kKUnroll] = {};
+#pragma unroll
+    for (int k = 0; k < kKUnroll; ++k) {
+      const int64_t u = u0 + 32 * k;
+      if (u < units) {
+        F::load(row + (u >> 2) * F::kSuperBytes, int(u & 3), v[k]);
+        if (F::kSplitD) d[k] = __ldcs(wd + n * ns + (u >> 2));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kKUnroll; ++k) {
+      const int64_t u = u0 + 32 * k;
+      if (u < units) {
+        const int p = int(u & 3);
+        const int64_t xb = (u >> 2) * 8 + x_block_of<F>(p);
+        acc += F::dot(v[k], d[k], p, xq + xb * 32, xd + xb);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+// How a kernel reads W: GGUF's blocks of 32 staged through shared memory,
+// the split layout of Q4_0 / Q8_0 (w the quants, wd the scales), or
+// K-quant superblocks (wd Q6_K's scales).
+enum Layout { kStaged, kSplit, kSuper };
+
+template <class F, int L>
+__device__ __forceinline__ float row_of(const uint8_t* w, const uint16_t* wd, const uint8_t* wend, int64_t n,
+                                        int64_t K, const int8_t* xq, const float2* xd, uint8_t* slot, int lane) {
+  if constexpr (L == kSuper) return row_dot_k<F>(w, wd, n, K / 256, xq, xd, lane);
+  else if constexpr (L == kSplit) return row_dot_split<F>(reinterpret_cast<const uint4*>(w), wd, n, K / 32, xq, xd, lane);
+  else return row_dot<F>(w, wend, n, K / 32, xq, xd, slot, lane);
+}
+
+// Bytes of a row of W, and of its scales when apart.
+template <class F, int L>
+__host__ __device__ constexpr int64_t row_bytes_of(int64_t K) {
+  if constexpr (L == kSuper) return K / 256 * F::kSuperBytes;
+  else if constexpr (L == kSplit) return K / 32 * 4 * F::kQuantWords;
+  else return K / 32 * F::kBytes;
+}
+template <class F, int L>
+__host__ __device__ constexpr int64_t row_scale_bytes_of(int64_t K) {
+  if constexpr (L == kSuper) return F::kSplitD ? K / 256 * 2 : 0;
+  else if constexpr (L == kSplit) return K / 32 * 2;
+  else return 0;
+}
+
+// A warp's staging slot (only the staged layout has one).
+template <class F, int L>
+__host__ __device__ constexpr int slot_bytes_of() {
+  if constexpr (L == kStaged) return Seg<F>::kSlotBytes;
+  else return 16;
+}
+
 // Y in TY: f32 for the decode step, f16 / bf16 when serving gemv_quantized.
-template <class F, int E, class TY, bool Split>
+template <class F, int E, class TY, int L>
 __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __restrict__ w,
                                                             const uint16_t* __restrict__ wd, int64_t N, int64_t K,
                                                             const int8_t* __restrict__ xq,
@@ -226,30 +444,23 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
-  const int64_t nb = K / 32;
-  const int64_t row_bytes = nb * (Split ? 4 * F::kQuantWords : F::kBytes);
+  const int64_t row_bytes = row_bytes_of<F, L>(K), scale_bytes = row_scale_bytes_of<F, L>(K);
   // W does not depend on the kernels before this one (pdl.cuh): its rows
   // start moving into L2 while they finish.
   pdl_trigger();
   if (n < rows) {
     for (int64_t m = n; m < N; m += rows) {  // row n, and its up row for SwiGLU
       prefetch_l2(w + m * row_bytes, row_bytes, lane);
-      if (Split) prefetch_l2(wd + m * nb, nb * 2, lane);
+      if (scale_bytes) prefetch_l2(reinterpret_cast<const uint8_t*>(wd) + m * scale_bytes, scale_bytes, lane);
     }
   }
   pdl_wait();
   if (n >= rows) return;  // whole warps leave
-  float r, u = 0.0f;
-  if constexpr (Split) {
-    const uint4* qs = reinterpret_cast<const uint4*>(w);
-    r = row_dot_split<F>(qs, wd, n, nb, xq, xd, lane);
-    if (E == GemvQ8Args::kSwiglu) u = row_dot_split<F>(qs, wd, n + rows, nb, xq, xd, lane);
-  } else {
-    __shared__ __align__(16) uint8_t slots[kWarps][Seg<F>::kSlotBytes];
-    const uint8_t* wend = w + N * row_bytes;
-    r = row_dot<F>(w, wend, n, nb, xq, xd, slots[warp], lane);
-    if (E == GemvQ8Args::kSwiglu) u = row_dot<F>(w, wend, n + rows, nb, xq, xd, slots[warp], lane);
-  }
+  __shared__ __align__(16) uint8_t slots[L == kStaged ? kWarps : 1][slot_bytes_of<F, L>()];
+  const uint8_t* wend = w + N * row_bytes;
+  uint8_t* slot = slots[L == kStaged ? warp : 0];
+  const float r = row_of<F, L>(w, wd, wend, n, K, xq, xd, slot, lane);
+  const float u = E == GemvQ8Args::kSwiglu ? row_of<F, L>(w, wd, wend, n + rows, K, xq, xd, slot, lane) : 0.0f;
   if (lane != 0) return;
   if constexpr (E == GemvQ8Args::kSwiglu) {
     // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
@@ -261,7 +472,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   }
 }
 
-template <class F, class TY, bool Split>
+template <class F, class TY, int L>
 cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
@@ -269,17 +480,22 @@ cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const float2* xd = reinterpret_cast<const float2*>(a.xd);
   void (*kernel)(const uint8_t*, const uint16_t*, int64_t, int64_t, const int8_t*, const float2*, TY*) =
-      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, Split>
-                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY, Split>;
+      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, L>
+                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY, L>;
   if constexpr (std::is_same<TY, float>::value)
-    if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float, Split>;
+    if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float, L>;
   return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.wd, a.N, a.K, a.xq, xd, y);
 }
 
 template <class TY>
 cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
-  if (a.wd) return a.fmt == quant::Q4_0 ? launch_rows<Q4_0, TY, true>(a, y, st) : launch_rows<Q8_0, TY, true>(a, y, st);
-  return a.fmt == quant::Q4_0 ? launch_rows<Q4_0, TY, false>(a, y, st) : launch_rows<Q8_0, TY, false>(a, y, st);
+  switch (a.fmt) {
+    case quant::Q4_K: return launch_rows<Q4_K, TY, kSuper>(a, y, st);
+    case quant::Q5_K: return launch_rows<Q5_K, TY, kSuper>(a, y, st);
+    case quant::Q6_K: return launch_rows<Q6_K, TY, kSuper>(a, y, st);
+    case quant::Q4_0: return a.wd ? launch_rows<Q4_0, TY, kSplit>(a, y, st) : launch_rows<Q4_0, TY, kStaged>(a, y, st);
+    default: return a.wd ? launch_rows<Q8_0, TY, kSplit>(a, y, st) : launch_rows<Q8_0, TY, kStaged>(a, y, st);
+  }
 }
 
 // Block b of W: its scale to d[b], its quant words to qs (one thread a
@@ -292,6 +508,17 @@ __global__ void repack_q8_kernel(const uint16_t* __restrict__ w, int64_t blocks,
     d[b] = src[0];
 #pragma unroll
     for (int i = 0; i < F::kQuantWords; ++i) qs[b * F::kQuantWords + i] = uint32_t(src[1 + 2 * i]) | uint32_t(src[2 + 2 * i]) << 16;
+  }
+}
+
+// Q6_K superblock b: its d (the last 2 of 210 bytes) to d[b], the 208
+// bytes before it to qs (one thread a superblock; a one-time copy at load).
+__global__ void repack_q6_k_kernel(const uint16_t* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
+                                   uint16_t* __restrict__ d) {
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
+    const uint16_t* src = w + b * 105;
+    for (int i = 0; i < 52; ++i) qs[b * 52 + i] = uint32_t(src[2 * i]) | uint32_t(src[2 * i + 1]) << 16;
+    d[b] = src[104];
   }
 }
 
@@ -365,30 +592,28 @@ tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
 }
 
 tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
-  if (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0)
-    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0 or Q8_0 weights", a.info.name);
-  if (a.K % 32 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wd) % 2 != 0)
-    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs K a multiple of 32, W 16-byte and its scales 2-byte aligned",
-                a.info.name);
+  if (tc_status st = check_gemv_q8(a)) return st;
+  if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wd) % 2 != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs W 16-byte and its scales 2-byte aligned", a.info.name);
   s->last_kernel = a.wd ? "gemv_q8_rows (split)" : "gemv_q8_rows";
   return check(launch_fmt(a, a.y, s->stream), "gemv_q8: launch");
 }
 
 tc_status repack_q8(Device&, StreamState* s, const RepackQ8Args& a) {
-  if (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0)
-    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0 or Q8_0 weights", a.info.name);
-  if (a.K % 32 != 0 || reinterpret_cast<uintptr_t>(a.w) % 2 != 0 || reinterpret_cast<uintptr_t>(a.qs) % 16 != 0 ||
+  if (tc_status st = check_repack_q8(a)) return st;
+  if (reinterpret_cast<uintptr_t>(a.w) % 2 != 0 || reinterpret_cast<uintptr_t>(a.qs) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(a.d) % 2 != 0)
-    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 needs K a multiple of 32, W and the scales 2-byte, the quants "
-                "16-byte aligned", a.info.name);
-  const int64_t blocks = a.N * (a.K / 32);
+    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 needs W and the scales 2-byte, the quants 16-byte aligned",
+                a.info.name);
+  const int64_t blocks = a.N * (a.K / quant::q8_block_elems(a.fmt));
   if (blocks == 0) return TC_OK;
   const unsigned grid = unsigned(std::min<int64_t>((blocks + 255) / 256, 8192));
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   uint32_t* qs = static_cast<uint32_t*>(a.qs);
   s->last_kernel = "repack_q8";
   if (a.fmt == quant::Q4_0) repack_q8_kernel<Q4_0><<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
-  else repack_q8_kernel<Q8_0><<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
+  else if (a.fmt == quant::Q8_0) repack_q8_kernel<Q8_0><<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
+  else repack_q6_k_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
   return check(cudaGetLastError(), "repack_q8: launch");
 }
 

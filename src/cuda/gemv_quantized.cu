@@ -6,10 +6,10 @@
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
 // eps). The kernel for a call, each the one that measured fastest for its
 // case on the H200 (bench/results/h200.md, docs/performance.md):
-//  - one row of f16/bf16 X against Q4_0 or Q8_0 (the decode shape), W
-//    16-byte aligned: X quantised to 8 bits per block of 32 and the
-//    warp-staged __dp4a kernel of gemv_q8.cu (two launches); each activation
-//    moves by at most half a quantisation step, the CPU's VNNI contract;
+//  - one row of f16/bf16 X against Q4_0, Q8_0, Q4_K or Q5_K (the decode
+//    shape), W 16-byte aligned: X quantised to 8 bits per block of 32 and
+//    the __dp4a kernels of gemv_q8.cu (two launches); each activation moves
+//    by at most half a quantisation step, the CPU's VNNI contract;
 //  - otherwise the activations are never quantised, accumulation is f32, and
 //    the result differs from the float64 product of the dequantised weights
 //    only by f32 rounding:
@@ -249,7 +249,10 @@ bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p)
 // Whether a call takes the 8-bit one-row kernel of gemv_q8.cu (see the top).
 bool one_row_int8(const GemvQuantizedArgs& a, const StreamState* s, bool fused) {
   const size_t es = dtype_size(a.dtype);
-  return a.M == 1 && a.dtype != TC_DTYPE_F32 && (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0) && a.K % 32 == 0 &&
+  // Q6_K's products need its split layout, which a caller's matrix does not have.
+  const bool fmt = (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0 || a.fmt == quant::Q4_K || a.fmt == quant::Q5_K) &&
+                   a.K % quant::q8_block_elems(a.fmt) == 0;
+  return a.M == 1 && a.dtype != TC_DTYPE_F32 && fmt &&
          is_aligned16(a.w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&
          s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(a.K);
 }

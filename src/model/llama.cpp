@@ -64,7 +64,31 @@ namespace model {
 tc_status Llama::set_activations(tc_dtype t) {
   if (t != act_) graph_.reset();  // the recorded step has the other products
   act_ = t;
-  return q8_decode() ? split_weights() : TC_OK;
+  if (!q8_decode()) return TC_OK;
+  const tc_status st = split_weights();
+  if (st != TC_OK) {
+    // Without their split copies Q6_K matrices have no 8-bit product.
+    for (const Matrix* m : q8_matrices())
+      if (m->fmt == quant::Q6_K) q8_state_ = 0;
+  }
+  return st;
+}
+
+// The matrices of the 8-bit one-token step: per layer [q; k; v] fused or
+// each alone (formats differ in K-quant mixes: attn_v is often Q6_K), Wo,
+// [gate; up] fused or each alone, Wdown; then the output matrix.
+std::vector<Matrix*> Llama::q8_matrices() {
+  std::vector<Matrix*> mats;
+  for (LlamaLayer& L : layers_) {
+    if (L.wqkv.data) mats.push_back(&L.wqkv);
+    else mats.insert(mats.end(), {&L.wq, &L.wk, &L.wv});
+    mats.push_back(&L.wo);
+    if (L.w_gate_up.data) mats.push_back(&L.w_gate_up);
+    else mats.insert(mats.end(), {&L.w_gate, &L.w_up});
+    mats.push_back(&L.w_down);
+  }
+  mats.push_back(&output_);
+  return mats;
 }
 
 tc_status Llama::set_kv_cache_type(tc_dtype t) {
@@ -222,18 +246,18 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // per block of 32 (the contract of the f16 products: as the CPU's VNNI path
 // and llama.cpp compute) once per distinct input, and its products fold
 // the residual adds and SwiGLU into their epilogues: 11 launches a layer
-// instead of ~20. Needs Q4_0 / Q8_0 matrices and the fused [q; k; v] and
-// [gate; up]; TC_LLAMA_Q8=0 turns it off (read once).
+// instead of ~20 where [q; k; v] and [gate; up] are fused. Needs every
+// matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q6_K only with
+// its split copy); TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
   if (host_ || act_ != TC_DTYPE_F16 || !arch_.plain()) return false;
   if (q8_state_ < 0) {
     static const bool off = !config::on(config::Key::kLlamaQ8);
-    auto ok = [](const Matrix& m) {
-      return m.data && (m.fmt == quant::Q4_0 || m.fmt == quant::Q8_0) && m.K % 32 == 0 &&
-             reinterpret_cast<uintptr_t>(m.data) % 16 == 0;
-    };
-    bool all = !off && ok(output_);
-    for (const LlamaLayer& L : layers_) all = all && ok(L.wqkv) && ok(L.wo) && ok(L.w_gate_up) && ok(L.w_down);
+    static const bool split_off = !config::on(config::Key::kLlamaSplit);
+    bool all = !off;
+    for (const Matrix* m : q8_matrices())
+      all = all && m->data && quant::q8_product_format(m->fmt) && m->K % quant::q8_block_elems(m->fmt) == 0 &&
+            reinterpret_cast<uintptr_t>(m->data) % 16 == 0 && (m->fmt != quant::Q6_K || !split_off);
     q8_state_ = all ? 1 : 0;
   }
   return q8_state_ == 1;
@@ -304,7 +328,13 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     float *qp, *kp, *vp;
     if (q8) {
       if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E));
-      TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore));
+      if (L.wqkv.data) {
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore));
+      } else {
+        TC_TRY(gemv_q8(L.wq, qkv_, GemvQ8Args::kStore));
+        TC_TRY(gemv_q8(L.wk, qkv_ + Dq, GemvQ8Args::kStore));
+        TC_TRY(gemv_q8(L.wv, qkv_ + Dq + Dkv, GemvQ8Args::kStore));
+      }
       qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else if (n == 1 && L.wqkv.data) {
       // One product for q, k and v: [q | k | v] in one row.
@@ -433,7 +463,18 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       TC_TRY(quantize_q8(o_, nullptr, Dq));
       TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd));
       TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E));
-      TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu));
+      if (L.w_gate_up.data) {
+        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu));
+      } else {
+        TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore));
+        TC_TRY(gemv_q8(L.w_up, gu_ + g.n_ff, GemvQ8Args::kStore));
+        SwigluForwardArgs sw;
+        sw.info.name = "llama.swiglu";
+        sw.n = g.n_ff;
+        sw.dtype = TC_DTYPE_F32;
+        sw.gate = gu_, sw.up = gu_ + g.n_ff, sw.out = gu_;
+        TC_TRY(be_->swiglu_forward(sw, q));
+      }
       TC_TRY(quantize_q8(gu_, nullptr, g.n_ff));
       TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd));
       continue;

@@ -43,7 +43,7 @@ struct Matrix {
   int64_t N = 0, K = 0;
   uint64_t row_bytes = 0;
   uint64_t bytes() const { return uint64_t(N) * row_bytes; }
-  // The split layout of a Q4_0 / Q8_0 matrix (GemvQ8Args: quants, scales),
+  // The split layout of a Q4_0 / Q8_0 / Q6_K matrix (GemvQ8Args: quants, scales),
   // a second copy on a device for the one-token step's 8-bit products
   // (Llama::split_weights); null otherwise.
   const uint8_t* split_qs = nullptr;
@@ -149,6 +149,7 @@ class Llama {
   // GemvQ8Args): X quantised into q8x_ / q8d_, then the product with its
   // epilogue (store, residual add, SwiGLU).
   bool q8_decode();
+  std::vector<Matrix*> q8_matrices();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K);
   tc_status gemv_q8(const Matrix& w, float* y, int epilogue);
   const float* vec(int64_t offset) const { return offset < 0 ? nullptr : vecs_ + offset; }
@@ -199,6 +200,7 @@ class Llama {
   // Whether a one-token step with f16 activations runs its products on
   // 8-bit activations (q8_decode): -1 not yet known.
   int q8_state_ = -1;
+  bool split_made_ = false;  // split_weights has made the second copies
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   float* q8d_ = nullptr;
 

@@ -435,24 +435,28 @@ tc_status Llama::place_weights() {
   return TC_OK;
 }
 
-// The one-token step's 8-bit products (q8_decode) read their matrices in
-// the split layout (GemvQ8Args), where every block's quants are 16-byte
-// aligned: a GPU reads them with whole 16-byte loads instead of staging
-// GGUF's 18- or 34-byte blocks. A second copy of those matrices (about the
-// model's size again), made once on the device from the first, which the
-// prefill's products and f32 activations keep reading. TC_LLAMA_SPLIT=0
-// (read once) keeps one copy.
+// The one-token step's 8-bit products (q8_decode) read Q4_0, Q8_0 and Q6_K
+// matrices in the split layout (GemvQ8Args), where every block's quants are
+// 16-byte aligned: a GPU reads them with whole 16-byte loads instead of
+// staging GGUF's 18-, 34- or 210-byte blocks. A second copy of those
+// matrices (about their size again), made once on the device from the
+// first, which the prefill's products and f32 activations keep reading.
+// Q4_K and Q5_K blocks are aligned already and are read in place.
+// TC_LLAMA_SPLIT=0 (read once) keeps one copy (Q6_K then has no 8-bit
+// product).
 tc_status Llama::split_weights() {
   static const bool off = !config::on(config::Key::kLlamaSplit);
-  if (off || output_.split_qs) return TC_OK;  // off, or made already
-  std::vector<Matrix*> mats{&output_};
-  for (LlamaLayer& L : layers_) mats.insert(mats.end(), {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down});
+  if (off || split_made_) return TC_OK;  // off, or made already
+  std::vector<Matrix*> mats;
+  for (Matrix* m : q8_matrices())
+    if (quant::q8_split_format(m->fmt)) mats.push_back(m);
   // A matrix's quants, then its scales, each 256-byte aligned.
-  auto blocks = [](const Matrix* m) { return size_t(m->N) * size_t(m->K / 32); };
+  auto blocks = [](const Matrix* m) { return size_t(m->N) * size_t(m->K / quant::q8_block_elems(m->fmt)); };
   auto qs_bytes = [&](const Matrix* m) { return aligned(blocks(m) * size_t(quant::split_quant_bytes(m->fmt))); };
   auto d_bytes = [&](const Matrix* m) { return aligned(blocks(m) * sizeof(uint16_t)); };
   size_t total = 0;
   for (const Matrix* m : mats) total += qs_bytes(m) + d_bytes(m);
+  if (total == 0) return TC_OK;
   void* base_v = nullptr;
   if (tc_status st = alloc(total, &base_v))
     return fail_with(st, "tc_llama_set_activations: the f16 decode's second copy of the weights (" +
@@ -478,6 +482,7 @@ tc_status Llama::split_weights() {
   }
   std::string detail;
   if (tc_status st = queue_->sync(&detail)) return undo(fail_with(st, "tc_llama_set_activations: " + detail));
+  split_made_ = true;
   return TC_OK;
 }
 

@@ -153,9 +153,23 @@ constexpr FormatInfo kFormats[kNumFormats] = {
     {F32, 0, "f32", 1, 4},        {Q5_0, 6, "q5_0", 32, 22},     {Q5_1, 7, "q5_1", 32, 24},
 };
 
-// Bytes of one block's quants in the split layout of Q4_0 / Q8_0 weights
-// (core/backend.h, RepackQ8Args): the block's quants without its scale.
-constexpr int64_t split_quant_bytes(int32_t format) { return format == Q8_0 ? QK8_0 : QK4_0 / 2; }
+// The decode step's 8-bit products (core/backend.h, GemvQ8Args): the
+// formats they compute, and those with a split layout (RepackQ8Args: every
+// block's quants 16-byte aligned, its f16 scale d apart). Q4_K and Q5_K
+// blocks (144 and 176 bytes) are 16-byte multiples already and have none;
+// Q6_K's 210-byte blocks do not align in GGUF's layout, so its products
+// need the split one.
+constexpr bool q8_product_format(int32_t format) {
+  return format == Q4_0 || format == Q8_0 || format == Q4_K || format == Q5_K || format == Q6_K;
+}
+constexpr bool q8_split_format(int32_t format) { return format == Q4_0 || format == Q8_0 || format == Q6_K; }
+// Weights per block of a q8 product format.
+constexpr int64_t q8_block_elems(int32_t format) { return format == Q4_0 || format == Q8_0 ? 32 : QK_K; }
+// Bytes of one block's quants in the split layout: the block without d
+// (Q6_K: ql, qh and the scales, in GGUF's order).
+constexpr int64_t split_quant_bytes(int32_t format) {
+  return format == Q8_0 ? QK8_0 : format == Q6_K ? QK_K / 2 + QK_K / 4 + QK_K / 16 : QK4_0 / 2;
+}
 
 // Null for ids outside TC_QUANT_*. Host only: the tables live in host memory.
 inline const FormatInfo* format_info(int32_t format) {

@@ -324,8 +324,10 @@ TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
   EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
 }
 
-// Random Q4_0 / Q8_0 rows (scales of either sign, every code).
+// Random Q4_0 / Q8_0 rows (scales of either sign, every code); the
+// K-quants from random_rows (every code and sub-scale).
 std::vector<uint8_t> random_q8_weights(int32_t fmt, int64_t N, int64_t K) {
+  if (fmt != tc::quant::Q4_0 && fmt != tc::quant::Q8_0) return random_rows(fmt, N, K);
   const int64_t bytes = fmt == tc::quant::Q4_0 ? 18 : 34, nb = K / 32;
   std::vector<uint8_t> w(size_t(N * nb * bytes));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -339,24 +341,74 @@ std::vector<uint8_t> random_q8_weights(int32_t fmt, int64_t N, int64_t K) {
   return w;
 }
 
+// Weight k of a row of W (GGUF layout) as a * q + b, every part exact in
+// float64: a the scale times the code, b the offset (-dmin m for Q4_K /
+// Q5_K, 0 otherwise; the -8 / -32 offsets are folded into q).
+struct WeightTerm {
+  double aq, b;
+};
+WeightTerm weight_term(int32_t fmt, const uint8_t* row, int64_t k) {
+  using namespace tc::quant;
+  auto h = [](const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return double(tc::f16_to_f32(v));
+  };
+  switch (fmt) {
+    case Q4_0: {
+      const uint8_t* blk = row + (k / 32) * 18;
+      const int i = int(k % 32), q = (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+      return {h(blk) * q, 0.0};
+    }
+    case Q8_0: {
+      const uint8_t* blk = row + (k / 32) * 34;
+      return {h(blk) * int8_t(blk[2 + k % 32]), 0.0};
+    }
+    case Q4_K: case Q5_K: {
+      const bool five = fmt == Q5_K;
+      const uint8_t* blk = row + (k / 256) * (five ? 176 : 144);
+      const int e = int(k % 256), j = e / 32, l = e % 32;
+      uint8_t sc, m;
+      scale_min_k4(j, blk + 4, &sc, &m);
+      const uint8_t* qs = blk + (five ? 48 : 16) + 32 * (j / 2);
+      int q = j % 2 ? qs[l] >> 4 : qs[l] & 15;
+      if (five) q |= ((blk[16 + l] >> j) & 1) << 4;
+      return {h(blk) * sc * q, -h(blk + 2) * m};
+    }
+    case Q6_K: {
+      const uint8_t* blk = row + (k / 256) * 210;
+      const int e = int(k % 256), hf = e / 128, g = (e % 128) / 32, l = e % 32;
+      const int lo = (g & 1 ? blk[64 * hf + 32 + l] : blk[64 * hf + l]) >> (g & 2 ? 4 : 0) & 15;
+      const int q = (lo | ((blk[128 + 32 * hf + l] >> (2 * g)) & 3) << 4) - 32;
+      return {h(blk + 208) * int8_t(blk[192 + 8 * hf + 2 * g + l / 16]) * q, 0.0};
+    }
+  }
+  return {NAN, NAN};
+}
+
 // quantize_q8 against its contract (dx = max|v| / 127, |xq dx - v| <= dx / 2,
 // sx = dx sum(xq)), then gemv_q8 with each epilogue against the float64 sum of
 // the formula on the device's own quantised X, and the product of the
 // dequantised weights with v within the 8-bit bound sum |w| dx / 2.
 TEST_P(ModelOps, QuantizeAndGemvQ8) {
   Dev dev(GetParam());
+  using tc::quant::Q4_0, tc::quant::Q8_0, tc::quant::Q4_K, tc::quant::Q5_K, tc::quant::Q6_K;
   struct Case {
     int32_t fmt;
     int64_t N, K;
   };
   // K = 96: rows of 54 / 102 bytes (not 16-byte multiples, W's end mid-chunk);
-  // 8192 / 11008 / 4096: several staged segments per row.
-  for (const Case& c : {Case{tc::quant::Q4_0, 7, 96}, Case{tc::quant::Q4_0, 64, 8192}, Case{tc::quant::Q4_0, 26, 11008},
-                        Case{tc::quant::Q8_0, 9, 96}, Case{tc::quant::Q8_0, 40, 4096}, Case{tc::quant::Q8_0, 3, 32}}) {
+  // 8192 / 11008 / 4096: several staged segments per row. K-quants: one
+  // superblock (fewer than the lanes of a warp), 11008 (43: the lanes'
+  // last round partial), 14336 (56).
+  for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
+                        Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
+                        Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
+                        Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}}) {
     for (bool norm : {false, true}) {
       const int64_t N = c.N, K = c.K, nb = K / 32;
-      SCOPED_TRACE("fmt " + std::to_string(c.fmt) + " N " + std::to_string(N) + " K " + std::to_string(K) +
-                   (norm ? " rmsnorm" : ""));
+      SCOPED_TRACE(std::string(tc::quant::format_info(c.fmt)->name) + " N " + std::to_string(N) + " K " +
+                   std::to_string(K) + (norm ? " rmsnorm" : ""));
       const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
       const float eps = 1e-5f;
       tc::QuantizeQ8Args qa;
@@ -393,44 +445,46 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       }
 
       const std::vector<uint8_t> w = random_q8_weights(c.fmt, N, K);
-      // r[n] by the formula on the quantised X, its scale, and the exact product with v.
+      const int64_t row_bytes = int64_t(w.size()) / N;
+      // r[n] by the formula on the quantised X, the magnitude of its terms,
+      // and the exact product with v.
       const size_t rows_n = static_cast<size_t>(N);
       std::vector<double> r(rows_n), mag(rows_n), exact(rows_n), bound(rows_n);
-      const int64_t bytes = c.fmt == tc::quant::Q4_0 ? 18 : 34;
       for (int64_t n = 0; n < N; ++n) {
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = w.data() + (n * nb + b) * bytes;
-          uint16_t h;
-          std::memcpy(&h, blk, 2);
-          const double d = tc::f16_to_f32(h);
-          for (int i = 0; i < 32; ++i) {
-            const int q = c.fmt == tc::quant::Q4_0 ? (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8
-                                                   : int(int8_t(blk[2 + i]));
-            const double t = d * xd[2 * b] * q * xq[b * 32 + i];
-            r[n] += t, mag[n] += std::fabs(t);
-            // The weight is exactly d q (f16 d times a small integer).
-            exact[n] += d * q * v[b * 32 + i];
-            bound[n] += std::fabs(d * q) * xd[2 * b] * 0.5;
-          }
+        for (int64_t k = 0; k < K; ++k) {
+          const WeightTerm t = weight_term(c.fmt, w.data() + n * row_bytes, k);
+          const double wk = t.aq + t.b, xk = xd[2 * (k / 32)] * xq[k];
+          r[n] += wk * xk;
+          mag[n] += (std::fabs(t.aq) + std::fabs(t.b)) * std::fabs(xk);
+          exact[n] += wk * v[k];
+          bound[n] += std::fabs(wk) * xd[2 * (k / 32)] * 0.5;
         }
         ASSERT_LE(std::fabs(r[n] - exact[n]), bound[n] * (1 + 1e-6) + 1e-6 * mag[n]) << "8-bit bound, row " << n;
       }
       const uint8_t* w_dev = dev.put(w);
-      // The split layout (repack_q8): each block's quants and scale apart, bytes unchanged.
-      const int64_t qb = tc::quant::split_quant_bytes(c.fmt), blocks = N * nb;
+      const bool has_split = tc::quant::q8_split_format(c.fmt);
+      const bool has_gguf = c.fmt != Q6_K;
       tc::RepackQ8Args ra;
-      ra.info.name = "test.repack_q8";
-      ra.fmt = c.fmt, ra.N = N, ra.K = K;
-      ra.w = w_dev;
-      uint8_t* qs_dev = dev.put(std::vector<uint8_t>(size_t(blocks * qb), 0xA5));
-      ra.qs = qs_dev;
-      ra.d = dev.put(std::vector<uint16_t>(size_t(blocks), 0xA5A5));
-      ASSERT_EQ(dev.be().repack_q8(ra, nullptr), TC_OK);
-      const auto qs = dev.get(qs_dev, size_t(blocks * qb));
-      const auto ds = dev.get(ra.d, size_t(blocks));
-      for (int64_t i = 0; i < blocks; ++i) {
-        ASSERT_EQ(std::memcmp(&ds[size_t(i)], w.data() + i * bytes, 2), 0) << "scale of block " << i;
-        ASSERT_EQ(std::memcmp(qs.data() + i * qb, w.data() + i * bytes + 2, size_t(qb)), 0) << "quants of block " << i;
+      uint8_t* qs_dev = nullptr;
+      if (has_split) {
+        // The split layout (repack_q8): each block's quants and scale apart, bytes unchanged.
+        const int64_t qb = tc::quant::split_quant_bytes(c.fmt), blocks = N * (K / tc::quant::q8_block_elems(c.fmt));
+        const int64_t bytes = row_bytes / (K / tc::quant::q8_block_elems(c.fmt));
+        const int64_t d_at = c.fmt == Q6_K ? qb : 0, q_at = c.fmt == Q6_K ? 0 : 2;
+        ra.info.name = "test.repack_q8";
+        ra.fmt = c.fmt, ra.N = N, ra.K = K;
+        ra.w = w_dev;
+        qs_dev = dev.put(std::vector<uint8_t>(size_t(blocks * qb), 0xA5));
+        ra.qs = qs_dev;
+        ra.d = dev.put(std::vector<uint16_t>(size_t(blocks), 0xA5A5));
+        ASSERT_EQ(dev.be().repack_q8(ra, nullptr), TC_OK);
+        const auto qs = dev.get(qs_dev, size_t(blocks * qb));
+        const auto ds = dev.get(ra.d, size_t(blocks));
+        for (int64_t i = 0; i < blocks; ++i) {
+          ASSERT_EQ(std::memcmp(&ds[size_t(i)], w.data() + i * bytes + d_at, 2), 0) << "scale of block " << i;
+          ASSERT_EQ(std::memcmp(qs.data() + i * qb, w.data() + i * bytes + q_at, size_t(qb)), 0)
+              << "quants of block " << i;
+        }
       }
       tc::GemvQ8Args ga;
       ga.info.name = "test.gemv_q8";
@@ -441,6 +495,7 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
         const bool split = run >= 3;
         const int e = run % 3;  // kStore, kAdd, kSwiglu
         if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
+        if (split ? !has_split : !has_gguf) continue;
         SCOPED_TRACE(std::string(split ? "split layout" : "GGUF layout") + ", epilogue " + std::to_string(e));
         ga.w = split ? static_cast<const void*>(qs_dev) : w_dev;
         ga.wd = split ? ra.d : nullptr;
@@ -462,14 +517,23 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       }
     }
   }
-  // Formats without a kernel: an explicit status, nothing written.
+  // Formats and layouts without a kernel: an explicit status, nothing written.
+  const std::vector<float> untouched{7.0f};
   tc::GemvQ8Args bad;
   bad.info.name = "test.gemv_q8";
-  bad.fmt = tc::quant::Q4_K, bad.N = 1, bad.K = 256;
+  bad.fmt = tc::quant::Q4_1, bad.N = 1, bad.K = 256;
+  bad.y = dev.put(untouched);
   EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
+  bad.fmt = Q6_K;  // GGUF's layout: Q6_K needs the split one
+  EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
+  bad.fmt = Q4_K, bad.K = 96;  // not whole superblocks
+  EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
+  EXPECT_EQ(dev.get(bad.y, 1)[0], 7.0f);
   tc::RepackQ8Args bad_repack;
   bad_repack.info.name = "test.repack_q8";
-  bad_repack.fmt = tc::quant::Q6_K, bad_repack.N = 1, bad_repack.K = 256;
+  bad_repack.fmt = Q4_K, bad_repack.N = 1, bad_repack.K = 256;  // read in place: no split layout
+  EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
+  bad_repack.fmt = Q6_K, bad_repack.K = 128;
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 

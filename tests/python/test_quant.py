@@ -364,8 +364,8 @@ def test_gemv_dtypes_and_threads(ctx, rng, fmt, dtype):
 @pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k", "q5_0", "q4_1", "q5_1"])
 def test_gemv_int8_activation_error_bound(ctx, rng, fmt, M):
     """f16 activations against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K may be quantised to 8 bits per block
-    of 32 (the CPU's AVX512-VNNI path; on CUDA the one-row __dp4a kernel of
-    Q4_0 / Q8_0, the exact kernels otherwise): each
+    of 32 (the CPU's AVX512-VNNI path; on CUDA the one-row __dp4a kernels of
+    Q4_0 / Q8_0 / Q4_K, the exact kernels otherwise): each
     activation moves by at most half a step of max|x| / 127 of its block.
     Outlier-heavy activations (one large value per block) make that error
     visible; it must stay within the bound, and the f32 path on the same data

@@ -1,0 +1,165 @@
+"""LLaMA models in the K-quant mixes llama-quantize writes (Q4_K_M: Q4_K
+matrices with Q6_K for the output, attn_v and ffn_down; Q5_K_M the same
+with Q5_K), from random blocks, against the float64 forward on the blocks
+as the gguf package dequantises them. With f16 activations a device's
+one-token steps run every product on 8-bit activations (gemv_q8: Q4_K and
+Q5_K read in place, Q6_K from its split copy, separate q / k / v products
+where their formats differ); the tests check the logits against the
+reference and that the 8-bit path was the one taken."""
+
+import numpy as np
+import pytest
+
+import llama_reference
+from conftest import HAVE_CUDA, run_python
+
+try:
+    import gguf
+except ImportError:
+    gguf = None
+
+# Rows of K-quants are whole superblocks of 256 weights.
+E, L, H, HKV, F, V = 256, 2, 4, 2, 512, 300
+D = E // H
+
+
+def random_blocks(rng, fmt, n, k):
+    """n x k random blocks of fmt, scaled so that a product with unit
+    activations stays near unit size."""
+    blocks = n * k // 256
+    if fmt == "q6_k":  # ql, qh, int8 scales, f16 d: w = d sc (q - 32)
+        raw = np.empty((blocks, 210), np.uint8)
+        raw[:, :192] = rng.integers(0, 256, (blocks, 192), dtype=np.uint8)
+        raw[:, 192:208] = rng.integers(-32, 32, (blocks, 16), dtype=np.int8).view(np.uint8)
+        d = rng.uniform(0.5, 1.5, blocks) / (18 * 18 * np.sqrt(k))
+        raw[:, 208:210] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+        return raw
+    size, qmid = (144, 7.5) if fmt == "q4_k" else (176, 15.5)  # d, dmin, 12 scale bytes, [qh,] qs
+    raw = np.empty((blocks, size), np.uint8)
+    d = rng.uniform(0.5, 1.5, blocks) / (32 * qmid * np.sqrt(k))
+    raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw[:, 2:4] = (qmid * d).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw[:, 4:] = rng.integers(0, 256, (blocks, size - 4), dtype=np.uint8)
+    return raw
+
+
+def mix_type(mix, name, layer):
+    """llama-quantize's _M mix on two layers: both keep attn_v and
+    ffn_down at Q6_K (its use_more_bits rule), the output too."""
+    if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")):
+        return "q6_k"
+    return "q4_k" if mix == "q4_k_m" else "q5_k"
+
+
+def write_mix(path, mix, seed):
+    """Writes the model; returns the float64 weights the file holds."""
+    if gguf is None:
+        pytest.skip("the gguf package is not installed")
+    rng = np.random.default_rng(seed)
+    Q = gguf.GGMLQuantizationType
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_context_length(256)
+    wr.add_embedding_length(E)
+    wr.add_block_count(L)
+    wr.add_feed_forward_length(F)
+    wr.add_head_count(H)
+    wr.add_head_count_kv(HKV)
+    wr.add_rope_dimension_count(D)
+    wr.add_rope_freq_base(10000.0)
+    wr.add_layer_norm_rms_eps(1e-5)
+    held = {}
+
+    def mat(name, n, k, layer=-1):
+        t = mix_type(mix, name, layer)
+        raw = random_blocks(rng, t, n, k).reshape(n, -1)  # a row of blocks per matrix row
+        qt = getattr(Q, t.upper())
+        wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
+        held[name] = gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(n, k)
+
+    def norm(name):
+        a = (1 + 0.1 * rng.standard_normal(E)).astype(np.float32)
+        wr.add_tensor(name, a)
+        held[name] = a.astype(np.float64)
+
+    mat("token_embd.weight", V, E)
+    norm("output_norm.weight")
+    mat("output.weight", V, E)
+    for i in range(L):
+        p = "blk.%d." % i
+        norm(p + "attn_norm.weight")
+        norm(p + "ffn_norm.weight")
+        mat(p + "attn_q.weight", H * D, E, i)
+        mat(p + "attn_k.weight", HKV * D, E, i)
+        mat(p + "attn_v.weight", HKV * D, E, i)
+        mat(p + "attn_output.weight", E, H * D, i)
+        mat(p + "ffn_gate.weight", F, E, i)
+        mat(p + "ffn_up.weight", F, E, i)
+        mat(p + "ffn_down.weight", E, F, i)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return held
+
+
+def reference(w, tokens, kv_f16):
+    cfg = dict(E=E, H=H, HKV=HKV, D=D, layers=L, eps=1e-5, base=10000.0, rope_scale=1.0, kv_f16=kv_f16)
+    return llama_reference.forward(cfg, w, tokens)
+
+
+STEPS_SCRIPT = r"""
+import numpy as np, tensorcore as tc
+from tensorcore.llama import Llama
+tokens = %(tokens)r
+with tc.Context(%(device)r) as ctx, Llama(%(path)r, ctx=ctx, n_ctx=64, activations=%(act)r,
+                                       kv_type=%(kv)r) as m:
+    out = [m.eval(tokens[:6])] + [m.eval(tokens[i:i + 1]) for i in range(6, len(tokens))]
+np.save(%(out)r, np.concatenate(out))
+"""
+
+WHERE = ["cpu-device-path",
+         pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device"))]
+
+
+def run_steps(tmp_path, where, path, tokens, act, env, tag, kv="f16"):
+    out = str(tmp_path / ("logits-%s.npy" % tag))
+    device = "cpu" if where == "cpu-device-path" else "cuda"
+    env = dict(env, **({"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}))
+    r = run_python(STEPS_SCRIPT % {"tokens": tokens, "device": device, "path": str(path), "act": act, "kv": kv,
+                                   "out": out},
+                   env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return np.load(out)
+
+
+def rel_err(out, ref):
+    assert out.shape == ref.shape and np.isfinite(out).all()
+    return np.abs(out - ref).max() / np.abs(ref).max()
+
+
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
+@pytest.mark.parametrize("where", WHERE)
+def test_k_quant_mix(tmp_path, mix, where):
+    """f32 activations and cache: the file's blocks read exactly (f32
+    rounding only).
+    f16 activations: the steps on 8-bit activations within the contract's
+    few 1e-2 of the reference, and different from the same run with the
+    8-bit products off (TC_LLAMA_Q8=0), which equals the run without the
+    Q6_K split copy (TC_LLAMA_SPLIT=0: Q6_K, and so the whole step, then
+    has no 8-bit product)."""
+    path = tmp_path / "m.gguf"
+    w = write_mix(path, mix, seed={"q4_k_m": 71, "q5_k_m": 72}[mix])
+    rng = np.random.default_rng(7)
+    tokens = [int(t) for t in rng.integers(0, V, 14)]
+    exact = run_steps(tmp_path, where, path, tokens, "f32", {}, "f32", kv="f32")
+    assert rel_err(exact, reference(w, tokens, kv_f16=False)) < 2e-5
+    q8 = run_steps(tmp_path, where, path, tokens, "f16", {}, "q8")
+    no_q8 = run_steps(tmp_path, where, path, tokens, "f16", {"TC_LLAMA_Q8": "0"}, "no-q8")
+    no_split = run_steps(tmp_path, where, path, tokens, "f16", {"TC_LLAMA_SPLIT": "0"}, "no-split")
+    ref = reference(w, tokens, kv_f16=True)
+    assert rel_err(q8, ref) < 5e-2
+    assert rel_err(no_q8, ref) < 5e-2
+    # The prefill (6 tokens) takes the same products in every run; the steps differ.
+    np.testing.assert_array_equal(q8[:6], no_q8[:6])
+    assert np.abs(q8[6:] - no_q8[6:]).max() > 1e-4 * np.abs(ref).max(), "the 8-bit products did not run"
+    np.testing.assert_array_equal(no_split, no_q8)

@@ -381,9 +381,14 @@ class Bench:
             for N, K in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)):
                 self.quant(fmt, N, K)
             self.quant(fmt, 14336, 4096, dtype="f32")
-        # Small batches (informational): one pass over W serves M rows of X.
+        # Small batches (informational): one pass over W serves M rows of X
+        # (f16: 8-bit activations, up to 8 rows a load of W; the target for
+        # 16 rows is at most twice the time of one, i.e. GB/s >= half of M=1's).
         for M in (4, 16):
             self.quant("q4_0", 14336, 4096, dtype="f32", M=M)
+        for fmt in ("q4_0", "q4_k"):
+            for M in (2, 4, 8, 16):
+                self.quant(fmt, 14336, 4096, dtype="f16", M=M)
 
     # -- training kernels ---------------------------------------------------
     # Memory-bound: each op's figure is GB/s = (bytes it reads + bytes it

@@ -436,25 +436,28 @@ inline int64_t decode_attention_splits(int64_t C) {
 // with B = 32, QB = 16 (Q4_0) or 32 (Q8_0); B = 256, QB = 208 (Q6_K: ql,
 // qh and the scales). Q4_K and Q5_K come in GGUF's layout only (their
 // blocks are 16-byte multiples); Q6_K in the split layout only.
+// M rows of X (several tokens: a batch of sequences) are M rows of each
+// operand, every row its own norm and its own blocks; a GPU loads each
+// weight once for up to 8 rows.
 struct QuantizeQ8Args {
   OpInfo info;
-  int64_t K = 0;
-  const float* x = nullptr;      // [K]
+  int64_t M = 1, K = 0;
+  const float* x = nullptr;      // [M][K]
   const float* gamma = nullptr;  // [K], or null: no norm
   float eps = 0.0f;
-  int8_t* xq = nullptr;  // [K], 16-byte aligned
-  float* xd = nullptr;   // [K / 32][2]: (dx, sx), 8-byte aligned
+  int8_t* xq = nullptr;  // [M][K], 16-byte aligned
+  float* xd = nullptr;   // [M][K / 32][2]: (dx, sx), 8-byte aligned
 };
 struct GemvQ8Args {
   enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2 };
   OpInfo info;
   int32_t fmt = 0;
-  int64_t N = 0, K = 0;
+  int64_t M = 1, N = 0, K = 0;
   const void* w = nullptr;        // N rows of K weights in fmt; with wd: the split layout's qs
   const uint16_t* wd = nullptr;   // the split layout's scales, or null: W in GGUF's layout
-  const int8_t* xq = nullptr;
-  const float* xd = nullptr;
-  float* y = nullptr;  // [N], or [N / 2] for kSwiglu
+  const int8_t* xq = nullptr;     // [M][K]
+  const float* xd = nullptr;      // [M][K / 32][2]
+  float* y = nullptr;  // [M][N], or [M][N / 2] for kSwiglu
   int epilogue = kStore;
 };
 // W (GGUF layout, 2-byte aligned) into the split layout (qs 16-byte aligned).
@@ -469,6 +472,7 @@ struct RepackQ8Args {
 // The format and layout rules of gemv_q8 / repack_q8 every backend applies
 // (quant/formats.h, q8_product_format): TC_ERR_UNSUPPORTED with the detail
 // set, or TC_OK. Alignment is each backend's own.
+tc_status check_quantize_q8(const QuantizeQ8Args& a);
 tc_status check_gemv_q8(const GemvQ8Args& a);
 tc_status check_repack_q8(const RepackQ8Args& a);
 // ---- end model ops ----

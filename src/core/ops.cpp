@@ -38,8 +38,16 @@ const std::vector<BackendKind>& backend_kinds() {
   return kinds;
 }
 
+tc_status check_quantize_q8(const QuantizeQ8Args& a) {
+  if (a.K % 32 != 0 || a.M < 1)
+    return fail(TC_ERR_UNSUPPORTED, "%s: quantize_q8 needs M >= 1 and K a multiple of 32 (M %lld, K %lld)",
+                a.info.name, (long long)a.M, (long long)a.K);
+  return TC_OK;
+}
+
 tc_status check_gemv_q8(const GemvQ8Args& a) {
   using namespace quant;
+  if (a.M < 1) return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs M >= 1, not %lld", a.info.name, (long long)a.M);
   if (!q8_product_format(a.fmt))
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0, Q8_0, Q4_K, Q5_K or Q6_K weights", a.info.name);
   if (a.K % q8_block_elems(a.fmt) != 0)

@@ -23,30 +23,40 @@
 namespace tc {
 namespace cpu {
 
-tc_status quantize_q8(const QuantizeQ8Args& a) {
-  const int64_t K = a.K;
+namespace {
+
+// One row of X (K values) into xq and xd.
+void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8_t* xq, float* xd) {
   float rstd = 1.0f;
-  if (a.gamma) {
+  if (gamma) {
     double ss = 0.0;
-    for (int64_t k = 0; k < K; ++k) ss += double(a.x[k]) * double(a.x[k]);
-    rstd = float(1.0 / std::sqrt(ss / double(K) + double(a.eps)));
+    for (int64_t k = 0; k < K; ++k) ss += double(x[k]) * double(x[k]);
+    rstd = float(1.0 / std::sqrt(ss / double(K) + double(eps)));
   }
   for (int64_t b = 0; b < K / 32; ++b) {
     float v[32], amax = 0.0f;
     for (int i = 0; i < 32; ++i) {
       const int64_t k = b * 32 + i;
-      v[i] = a.gamma ? (a.x[k] * rstd) * a.gamma[k] : a.x[k];
+      v[i] = gamma ? (x[k] * rstd) * gamma[k] : x[k];
       amax = std::max(amax, std::fabs(v[i]));
     }
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
       const int q = std::max(-128, std::min(127, int(std::nearbyint(v[i] * id))));
-      a.xq[b * 32 + i] = int8_t(q);
+      xq[b * 32 + i] = int8_t(q);
       sum += q;
     }
-    a.xd[2 * b] = d, a.xd[2 * b + 1] = d * float(sum);
+    xd[2 * b] = d, xd[2 * b + 1] = d * float(sum);
   }
+}
+
+}  // namespace
+
+tc_status quantize_q8(const QuantizeQ8Args& a) {
+  if (tc_status st = check_quantize_q8(a)) return st;
+  for (int64_t m = 0; m < a.M; ++m)
+    quantize_row(a.x + m * a.K, a.gamma, a.eps, a.K, a.xq + m * a.K, a.xd + m * (a.K / 16));
   return TC_OK;
 }
 
@@ -166,18 +176,23 @@ float row_q8(const GemvQ8Args& a, int64_t n) {
 tc_status gemv_q8(const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
-  parallel_for(rows, 64, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const float r = row_q8(a, n);
-      if (a.epilogue == GemvQ8Args::kStore) a.y[n] = r;
-      else if (a.epilogue == GemvQ8Args::kAdd) a.y[n] += r;
-      else {
-        const float u = row_q8(a, n + rows);
-        const float s = 1.0f / (1.0f + std::exp(std::min(87.0f, -r)));
-        a.y[n] = r * s * u;
+  for (int64_t m = 0; m < a.M; ++m) {
+    GemvQ8Args row = a;  // row m of X and of Y
+    row.M = 1;
+    row.xq = a.xq + m * a.K, row.xd = a.xd + m * (a.K / 16), row.y = a.y + m * rows;
+    parallel_for(rows, 64, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const float r = row_q8(row, n);
+        if (a.epilogue == GemvQ8Args::kStore) row.y[n] = r;
+        else if (a.epilogue == GemvQ8Args::kAdd) row.y[n] += r;
+        else {
+          const float u = row_q8(row, n + rows);
+          const float s = 1.0f / (1.0f + std::exp(std::min(87.0f, -r)));
+          row.y[n] = r * s * u;
+        }
       }
-    }
-  });
+    });
+  }
   return TC_OK;
 }
 

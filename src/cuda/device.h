@@ -116,17 +116,18 @@ tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
 // One copy that has landed when this returns (cudaMemcpy alone does not
 // guarantee it for pageable sources or device destinations; see transfer.cu).
 tc_status copy_and_wait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
-// X (K elements of dtype, RMS-normalised with gamma when set) to 8 bits per
-// block of 32: xq and (dx, sx) per block (several rows at once when gamma is
-// null: K is then their total).
+// M rows of X (K elements of dtype each, RMS-normalised with gamma when
+// set) to 8 bits per block of 32: xq and (dx, sx) per block (without gamma
+// several rows may also pass as one of their total K).
 cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t K, int8_t* xq,
-                               float2* xd, cudaStream_t st);
-// gemv_quantized's one-row Q4_0 / Q8_0 products on 8-bit activations: X (in
-// dtype f16 or bf16, RMS-normalised with gamma when set) quantised into
-// `scratch` (gemv_q8_scratch_bytes(K), 256-byte aligned), then Y in dtype.
-size_t gemv_q8_scratch_bytes(int64_t K);
-tc_status gemv_q8_one_row(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
-                          const void* w, int64_t N, int64_t K, void* y, void* scratch);
+                               float2* xd, cudaStream_t st, int64_t M = 1);
+// gemv_quantized's products of a few rows of X on 8-bit activations (Q4_0,
+// Q8_0, Q4_K, Q5_K in GGUF's layout): X (M rows in dtype f16 or bf16, each
+// RMS-normalised with gamma when set) quantised into `scratch`
+// (gemv_q8_scratch_bytes(M, K), 256-byte aligned), then Y [M][N] in dtype.
+size_t gemv_q8_scratch_bytes(int64_t M, int64_t K);
+tc_status gemv_q8_x_rows(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
+                         const void* w, int64_t M, int64_t N, int64_t K, void* y, void* scratch);
 
 // Memory tiers (cuda/tiers.cu). A null StreamState means synchronously.
 void* alloc_pinned(Device& dev, size_t nbytes);

@@ -126,14 +126,36 @@ struct Q8_0 {
   }
 };
 
-// The dot product of the block whose GGUF bytes are at p (shared memory).
-template <class F>
-__device__ __forceinline__ float gguf_dot(const uint8_t* p, const int8_t* xq, float2 xd) {
+// The rows of X a CTA takes (MT at most, `rows` of them valid): row m's
+// int8 values at xq + m K, its (dx, sx) at xd + m K / 32. Each weight is
+// loaded and decoded once and meets every row.
+struct XRows {
+  const int8_t* xq;
+  const float2* xd;
+  int64_t K;
+  int rows;
+};
+
+// The lanes' sums of each row, over the warp (every lane gets them).
+template <int MT>
+__device__ __forceinline__ void warp_sum(float (&acc)[MT]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+}
+
+// The block whose GGUF bytes are at p (shared memory), X's block b of each row.
+template <class F, int MT>
+__device__ __forceinline__ void gguf_dot(const uint8_t* p, const XRows& x, int64_t b, float (&acc)[MT]) {
   uint32_t w[F::kQuantWords + 1], q[F::kQuantWords];
   const bool odd = load_words(p, w);
 #pragma unroll
   for (int i = 0; i < F::kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
-  return F::dot_words(q, block_scale(w[0], odd), xq, xd);
+  const float d = block_scale(w[0], odd);
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+    if (m < x.rows) acc[m] += F::dot_words(q, d, x.xq + m * x.K + b * 32, __ldg(x.xd + m * (x.K / 32) + b));
 }
 
 // Chunks of 16 bytes a lane copies per segment (a segment plus up to 15
@@ -145,13 +167,13 @@ struct Seg {
   static constexpr int kSlotBytes = kChunksPerLane * 32 * 16 + 16;
 };
 
-// r of row n, summed over the warp (every lane gets it).
-template <class F>
-__device__ float row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int64_t n, int64_t nb,
-                         const int8_t* __restrict__ xq, const float2* __restrict__ xd, uint8_t* slot, int lane) {
+// r of row n for each row of X, summed over the warp (every lane gets them).
+template <class F, int MT>
+__device__ void row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int64_t n, const XRows& x,
+                        uint8_t* slot, int lane, float (&acc)[MT]) {
   constexpr int CPL = Seg<F>::kChunksPerLane;
+  const int64_t nb = x.K / 32;
   const uint8_t* row = w + n * nb * F::kBytes;
-  float acc = 0.0f;
   for (int64_t b0 = 0; b0 < nb; b0 += F::kSegBlocks) {
     const int blocks = int(nb - b0 < F::kSegBlocks ? nb - b0 : F::kSegBlocks);
     const uint8_t* src = row + b0 * F::kBytes;
@@ -179,25 +201,22 @@ __device__ float row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int
     for (int j = 0; j < CPL; ++j)
       if (lane + 32 * j < chunks) reinterpret_cast<uint4*>(slot)[lane + 32 * j] = c[j];
     __syncwarp();
-    for (int b = lane; b < blocks; b += 32)
-      acc += gguf_dot<F>(slot + head + b * F::kBytes, xq + (b0 + b) * 32, __ldg(xd + b0 + b));
+    for (int b = lane; b < blocks; b += 32) gguf_dot<F, MT>(slot + head + b * F::kBytes, x, b0 + b, acc);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
+  warp_sum(acc);
 }
 
 // r of row n from the split layout (RepackQ8Args): each lane takes whole
 // blocks, kSplitUnroll of them with their loads issued before any is used;
 // no staging, every load a whole 16 bytes.
 constexpr int kSplitUnroll = 2;
-template <class F>
-__device__ float row_dot_split(const uint4* __restrict__ qs, const uint16_t* __restrict__ d, int64_t n, int64_t nb,
-                               const int8_t* __restrict__ xq, const float2* __restrict__ xd, int lane) {
+template <class F, int MT>
+__device__ void row_dot_split(const uint4* __restrict__ qs, const uint16_t* __restrict__ d, int64_t n,
+                              const XRows& x, int lane, float (&acc)[MT]) {
   constexpr int V = F::kQuantWords / 4;  // 16-byte vectors a block
+  const int64_t nb = x.K / 32;
   const uint4* qr = qs + n * nb * V;
   const uint16_t* dr = d + n * nb;
-  float acc = 0.0f;
   for (int64_t b0 = lane; b0 < nb; b0 += 32 * kSplitUnroll) {
     uint4 q[kSplitUnroll][V];
     uint16_t h[kSplitUnroll];
@@ -217,13 +236,14 @@ __device__ float row_dot_split(const uint4* __restrict__ qs, const uint16_t* __r
         uint32_t w[F::kQuantWords];
 #pragma unroll
         for (int v = 0; v < V; ++v) w[4 * v] = q[u][v].x, w[4 * v + 1] = q[u][v].y, w[4 * v + 2] = q[u][v].z, w[4 * v + 3] = q[u][v].w;
-        acc += F::dot_words(w, f16_bits(h[u]), xq + b * 32, __ldg(xd + b));
+        const float db = f16_bits(h[u]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          if (m < x.rows) acc[m] += F::dot_words(w, db, x.xq + m * x.K + b * 32, __ldg(x.xd + m * nb + b));
       }
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
+  warp_sum(acc);
 }
 
 // ---- K-quants: a lane takes quarter p of superblock s ----
@@ -369,12 +389,12 @@ __device__ __forceinline__ int x_block_of(int p) {
   if constexpr (std::is_same<F, Q6_K>::value) return 4 * (p >> 1);
   else return 2 * p;
 }
-template <class F>
-__device__ float row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __restrict__ wd, int64_t n, int64_t ns,
-                           const int8_t* __restrict__ xq, const float2* __restrict__ xd, int lane) {
+template <class F, int MT>
+__device__ void row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __restrict__ wd, int64_t n, const XRows& x,
+                          int lane, float (&acc)[MT]) {
+  const int64_t ns = x.K / 256;
   const uint8_t* row = w + n * ns * F::kSuperBytes;
   const int64_t units = 4 * ns;
-  float acc = 0.0f;
   for (int64_t u0 = lane; u0 < units; u0 += 32 * kKUnroll) {
     uint4 v[kKUnroll][F::kLoads];
     uint16_t d[kKUnroll] = {};
@@ -392,13 +412,13 @@ __device__ float row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __rest
       if (u < units) {
         const int p = int(u & 3);
         const int64_t xb = (u >> 2) * 8 + x_block_of<F>(p);
-        acc += F::dot(v[k], d[k], p, xq + xb * 32, xd + xb);
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          if (m < x.rows) acc[m] += F::dot(v[k], d[k], p, x.xq + m * x.K + xb * 32, x.xd + m * (x.K / 32) + xb);
       }
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
+  warp_sum(acc);
 }
 
 // How a kernel reads W: GGUF's blocks of 32 staged through shared memory,
@@ -406,12 +426,14 @@ __device__ float row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __rest
 // K-quant superblocks (wd Q6_K's scales).
 enum Layout { kStaged, kSplit, kSuper };
 
-template <class F, int L>
-__device__ __forceinline__ float row_of(const uint8_t* w, const uint16_t* wd, const uint8_t* wend, int64_t n,
-                                        int64_t K, const int8_t* xq, const float2* xd, uint8_t* slot, int lane) {
-  if constexpr (L == kSuper) return row_dot_k<F>(w, wd, n, K / 256, xq, xd, lane);
-  else if constexpr (L == kSplit) return row_dot_split<F>(reinterpret_cast<const uint4*>(w), wd, n, K / 32, xq, xd, lane);
-  else return row_dot<F>(w, wend, n, K / 32, xq, xd, slot, lane);
+template <class F, int L, int MT>
+__device__ __forceinline__ void row_of(const uint8_t* w, const uint16_t* wd, const uint8_t* wend, int64_t n,
+                                       const XRows& x, uint8_t* slot, int lane, float (&acc)[MT]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  if constexpr (L == kSuper) row_dot_k<F, MT>(w, wd, n, x, lane, acc);
+  else if constexpr (L == kSplit) row_dot_split<F, MT>(reinterpret_cast<const uint4*>(w), wd, n, x, lane, acc);
+  else row_dot<F, MT>(w, wend, n, x, slot, lane, acc);
 }
 
 // Bytes of a row of W, and of its scales when apart.
@@ -436,19 +458,23 @@ __host__ __device__ constexpr int slot_bytes_of() {
 }
 
 // Y in TY: f32 for the decode step, f16 / bf16 when serving gemv_quantized.
-template <class F, int E, class TY, int L>
+// CTA c takes rows (c / passes) * kWarps ... of W, one a warp, against the
+// MT rows of X from (c % passes) * MT: the passes over the same rows of W
+// are neighbours, so all but the first find them in L2.
+template <class F, int E, class TY, int L, int MT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __restrict__ w,
                                                             const uint16_t* __restrict__ wd, int64_t N, int64_t K,
-                                                            const int8_t* __restrict__ xq,
+                                                            int64_t M, const int8_t* __restrict__ xq,
                                                             const float2* __restrict__ xd, TY* __restrict__ y) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t passes = (M + MT - 1) / MT, pass = blockIdx.x % passes;
+  const int64_t n = int64_t(blockIdx.x / passes) * kWarps + warp;
   const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
   const int64_t row_bytes = row_bytes_of<F, L>(K), scale_bytes = row_scale_bytes_of<F, L>(K);
   // W does not depend on the kernels before this one (pdl.cuh): its rows
   // start moving into L2 while they finish.
   pdl_trigger();
-  if (n < rows) {
+  if (n < rows && pass == 0) {
     for (int64_t m = n; m < N; m += rows) {  // row n, and its up row for SwiGLU
       prefetch_l2(w + m * row_bytes, row_bytes, lane);
       if (scale_bytes) prefetch_l2(reinterpret_cast<const uint8_t*>(wd) + m * scale_bytes, scale_bytes, lane);
@@ -459,42 +485,61 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   __shared__ __align__(16) uint8_t slots[L == kStaged ? kWarps : 1][slot_bytes_of<F, L>()];
   const uint8_t* wend = w + N * row_bytes;
   uint8_t* slot = slots[L == kStaged ? warp : 0];
-  const float r = row_of<F, L>(w, wd, wend, n, K, xq, xd, slot, lane);
-  const float u = E == GemvQ8Args::kSwiglu ? row_of<F, L>(w, wd, wend, n + rows, K, xq, xd, slot, lane) : 0.0f;
+  const int64_t m0 = pass * MT;
+  const XRows x{xq + m0 * K, xd + m0 * (K / 32), K, int(M - m0 < MT ? M - m0 : MT)};
+  float r[MT], u[MT];
+  row_of<F, L, MT>(w, wd, wend, n, x, slot, lane, r);
+  if (E == GemvQ8Args::kSwiglu) row_of<F, L, MT>(w, wd, wend, n + rows, x, slot, lane, u);
   if (lane != 0) return;
-  if constexpr (E == GemvQ8Args::kSwiglu) {
-    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-    q8act::store(y + n, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
-  } else if constexpr (E == GemvQ8Args::kAdd) {
-    y[n] += r;
-  } else {
-    q8act::store(y + n, r);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    if (m >= x.rows) break;
+    TY* ym = y + (m0 + m) * rows + n;
+    if constexpr (E == GemvQ8Args::kSwiglu) {
+      // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
+      q8act::store(ym, r[m] * (1.0f / (1.0f + expf(fminf(87.0f, -r[m])))) * u[m]);
+    } else if constexpr (E == GemvQ8Args::kAdd) {
+      *ym += r[m];
+    } else {
+      q8act::store(ym, r[m]);
+    }
   }
 }
 
-template <class F, class TY, int L>
+template <class F, class TY, int L, int MT>
 cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
-  const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
+  const int64_t passes = (a.M + MT - 1) / MT;
+  const unsigned grid = unsigned((rows + kWarps - 1) / kWarps * passes);
   if (grid == 0) return cudaSuccess;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const float2* xd = reinterpret_cast<const float2*>(a.xd);
-  void (*kernel)(const uint8_t*, const uint16_t*, int64_t, int64_t, const int8_t*, const float2*, TY*) =
-      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, L>
-                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY, L>;
+  void (*kernel)(const uint8_t*, const uint16_t*, int64_t, int64_t, int64_t, const int8_t*, const float2*, TY*) =
+      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, L, MT>
+                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY, L, MT>;
   if constexpr (std::is_same<TY, float>::value)
-    if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float, L>;
-  return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.wd, a.N, a.K, a.xq, xd, y);
+    if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float, L, MT>;
+  return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.wd, a.N, a.K, a.M, a.xq, xd, y);
+}
+
+// Rows of X a CTA takes: 1 for one token (the decode step), else 4 or 8
+// (one load of each weight serves them all; more passes re-read W from L2).
+template <class F, class TY, int L>
+cudaError_t launch_rows_m(const GemvQ8Args& a, TY* y, cudaStream_t st) {
+  if (a.M == 1) return launch_rows<F, TY, L, 1>(a, y, st);
+  if (a.M <= 4) return launch_rows<F, TY, L, 4>(a, y, st);
+  return launch_rows<F, TY, L, 8>(a, y, st);
 }
 
 template <class TY>
 cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   switch (a.fmt) {
-    case quant::Q4_K: return launch_rows<Q4_K, TY, kSuper>(a, y, st);
-    case quant::Q5_K: return launch_rows<Q5_K, TY, kSuper>(a, y, st);
-    case quant::Q6_K: return launch_rows<Q6_K, TY, kSuper>(a, y, st);
-    case quant::Q4_0: return a.wd ? launch_rows<Q4_0, TY, kSplit>(a, y, st) : launch_rows<Q4_0, TY, kStaged>(a, y, st);
-    default: return a.wd ? launch_rows<Q8_0, TY, kSplit>(a, y, st) : launch_rows<Q8_0, TY, kStaged>(a, y, st);
+    case quant::Q4_K: return launch_rows_m<Q4_K, TY, kSuper>(a, y, st);
+    case quant::Q5_K: return launch_rows_m<Q5_K, TY, kSuper>(a, y, st);
+    case quant::Q6_K: return launch_rows_m<Q6_K, TY, kSuper>(a, y, st);
+    case quant::Q4_0:
+      return a.wd ? launch_rows_m<Q4_0, TY, kSplit>(a, y, st) : launch_rows_m<Q4_0, TY, kStaged>(a, y, st);
+    default: return a.wd ? launch_rows_m<Q8_0, TY, kSplit>(a, y, st) : launch_rows_m<Q8_0, TY, kStaged>(a, y, st);
   }
 }
 
@@ -522,7 +567,7 @@ __global__ void repack_q6_k_kernel(const uint16_t* __restrict__ w, int64_t block
   }
 }
 
-// CTA c quantises blocks 8c .. 8c + 7 of X, one per warp
+// CTA (c, m) quantises blocks 8c .. 8c + 7 of row m of X, one per warp
 // (q8act::quantize_block: the CPU's operations); when normalising, every CTA
 // first sums the squares of the whole row (f64, the same fixed order in
 // each), which for the K of a decode step (a few thousand) costs less than
@@ -535,6 +580,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
                                                                        float2* __restrict__ xd) {
   __shared__ double part[kQuantWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  x += blockIdx.y * K, xq += blockIdx.y * K, xd += blockIdx.y * (K / 32);  // row blockIdx.y of X
   pdl_trigger();
   pdl_wait();
   float rstd = 1.0f;
@@ -563,12 +609,12 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
 }
 
 template <class T>
-cudaError_t launch_quantize(const void* x, const void* gamma, float eps, int64_t K, int8_t* xq, float2* xd,
-                            cudaStream_t st) {
+cudaError_t launch_quantize(const void* x, const void* gamma, float eps, int64_t M, int64_t K, int8_t* xq,
+                            float2* xd, cudaStream_t st) {
   const unsigned grid = unsigned((K / 32 + kQuantWarps - 1) / kQuantWarps);
-  if (grid == 0) return cudaSuccess;
-  return launch_pdl(quantize_q8_kernel<T>, dim3(grid), dim3(kQuantWarps * 32), 0, st, static_cast<const T*>(x),
-                    static_cast<const T*>(gamma), eps, K, xq, xd);
+  if (grid == 0 || M == 0) return cudaSuccess;
+  return launch_pdl(quantize_q8_kernel<T>, dim3(grid, unsigned(M)), dim3(kQuantWarps * 32), 0, st,
+                    static_cast<const T*>(x), static_cast<const T*>(gamma), eps, K, xq, xd);
 }
 
 // The int8 X's bytes, rounded up so that its (dx, sx) start 256-byte aligned.
@@ -577,17 +623,17 @@ size_t xq_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256; }
 }  // namespace
 
 cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t K, int8_t* xq,
-                               float2* xd, cudaStream_t st) {
-  if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, K, xq, xd, st);
-  if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, K, xq, xd, st);
-  return launch_quantize<float>(x, gamma, eps, K, xq, xd, st);
+                               float2* xd, cudaStream_t st, int64_t M) {
+  if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, M, K, xq, xd, st);
+  if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, M, K, xq, xd, st);
+  return launch_quantize<float>(x, gamma, eps, M, K, xq, xd, st);
 }
 
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
-  if (a.K % 32 != 0) return fail(TC_ERR_UNSUPPORTED, "%s: K %lld is not a multiple of 32", a.info.name, (long long)a.K);
+  if (tc_status st = check_quantize_q8(a)) return st;
   s->last_kernel = "quantize_q8";
   return check(launch_quantize_q8(TC_DTYPE_F32, a.x, a.gamma, a.eps, a.K, a.xq, reinterpret_cast<float2*>(a.xd),
-                                  s->stream),
+                                  s->stream, a.M),
                "quantize_q8: launch");
 }
 
@@ -617,17 +663,20 @@ tc_status repack_q8(Device&, StreamState* s, const RepackQ8Args& a) {
   return check(cudaGetLastError(), "repack_q8: launch");
 }
 
-size_t gemv_q8_scratch_bytes(int64_t K) { return xq_bytes(K) + size_t(K / 32) * sizeof(float2); }
+size_t gemv_q8_scratch_bytes(int64_t M, int64_t K) {
+  return xq_bytes(M * K) + size_t(M * (K / 32)) * sizeof(float2);
+}
 
-tc_status gemv_q8_one_row(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
-                          const void* w, int64_t N, int64_t K, void* y, void* scratch) {
+tc_status gemv_q8_x_rows(StreamState* s, int32_t fmt, tc_dtype dtype, const void* x, const void* gamma, float eps,
+                         const void* w, int64_t M, int64_t N, int64_t K, void* y, void* scratch) {
   int8_t* xq = static_cast<int8_t*>(scratch);
-  float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + xq_bytes(K));
+  float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + xq_bytes(M * K));
   s->last_kernel = "quantize_q8";
-  if (tc_status st = check(launch_quantize_q8(dtype, x, gamma, eps, K, xq, xd, s->stream), "gemv_quantized: quantize X"))
+  if (tc_status st =
+          check(launch_quantize_q8(dtype, x, gamma, eps, K, xq, xd, s->stream, M), "gemv_quantized: quantize X"))
     return st;
   GemvQ8Args a;
-  a.fmt = fmt, a.N = N, a.K = K;
+  a.fmt = fmt, a.M = M, a.N = N, a.K = K;
   a.w = w, a.xq = xq, a.xd = reinterpret_cast<const float*>(xd);
   s->last_kernel = "gemv_q8_rows";
   const cudaError_t e = dtype == TC_DTYPE_F16 ? launch_fmt(a, static_cast<__half*>(y), s->stream)

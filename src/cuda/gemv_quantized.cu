@@ -6,10 +6,12 @@
 // f the identity or the RMS norm f(x)[k] = x[k] * gamma[k] / sqrt(mean(x^2) +
 // eps). The kernel for a call, each the one that measured fastest for its
 // case on the H200 (bench/results/h200.md, docs/performance.md):
-//  - one row of f16/bf16 X against Q4_0, Q8_0, Q4_K or Q5_K (the decode
-//    shape), W 16-byte aligned: X quantised to 8 bits per block of 32 and
-//    the __dp4a kernels of gemv_q8.cu (two launches); each activation moves
-//    by at most half a quantisation step, the CPU's VNNI contract;
+//  - up to 16 rows of f16/bf16 X against Q4_0, Q8_0, Q4_K or Q5_K (the
+//    decode shape: one token, or a few sequences), W 16-byte aligned: X
+//    quantised to 8 bits per block of 32 and the __dp4a kernels of
+//    gemv_q8.cu (two launches; each weight loaded once for 8 rows); each
+//    activation moves by at most half a quantisation step, the CPU's VNNI
+//    contract;
 //  - otherwise the activations are never quantised, accumulation is f32, and
 //    the result differs from the float64 product of the dequantised weights
 //    only by f32 rounding:
@@ -246,15 +248,16 @@ __global__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ gamm
 bool is_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-// Whether a call takes the 8-bit one-row kernel of gemv_q8.cu (see the top).
-bool one_row_int8(const GemvQuantizedArgs& a, const StreamState* s, bool fused) {
+// Whether a call takes the 8-bit kernels of gemv_q8.cu (see the top).
+constexpr int64_t kInt8MaxRows = 16;
+bool rows_int8(const GemvQuantizedArgs& a, const StreamState* s, bool fused) {
   const size_t es = dtype_size(a.dtype);
   // Q6_K's products need its split layout, which a caller's matrix does not have.
   const bool fmt = (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0 || a.fmt == quant::Q4_K || a.fmt == quant::Q5_K) &&
                    a.K % quant::q8_block_elems(a.fmt) == 0;
-  return a.M == 1 && a.dtype != TC_DTYPE_F32 && fmt &&
+  return a.M <= kInt8MaxRows && a.dtype != TC_DTYPE_F32 && fmt &&
          is_aligned16(a.w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&
-         s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(a.K);
+         s->workspace && s->workspace_bytes >= gemv_q8_scratch_bytes(a.M, a.K);
 }
 
 struct Tile {
@@ -443,8 +446,8 @@ tc_status run(Device& d, StreamState* s, const GemvQuantizedArgs& a, bool fused)
   const size_t es = dtype_size(a.dtype);
   const int64_t M = a.M, N = a.N, K = a.K;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  if (one_row_int8(a, s, fused))
-    return gemv_q8_one_row(s, a.fmt, a.dtype, a.x, fused ? a.gamma : nullptr, a.eps, w, N, K, a.y, s->workspace);
+  if (rows_int8(a, s, fused))
+    return gemv_q8_x_rows(s, a.fmt, a.dtype, a.x, fused ? a.gamma : nullptr, a.eps, w, M, N, K, a.y, s->workspace);
   const bool w_aligned = is_aligned(w, weight_alignment(a.fmt));
   // X rows are read 4 elements at a time by the f32 kernels: the buffer
   // must be 16-byte (f32) or 8-byte (f16/bf16) aligned, else it is copied

@@ -405,28 +405,34 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
                         Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}}) {
+    // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
+    // over), 8 (a full pass), 11 (a second pass over W).
+    for (const int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(11)}) {
     for (bool norm : {false, true}) {
-      const int64_t N = c.N, K = c.K, nb = K / 32;
-      SCOPED_TRACE(std::string(tc::quant::format_info(c.fmt)->name) + " N " + std::to_string(N) + " K " +
-                   std::to_string(K) + (norm ? " rmsnorm" : ""));
-      const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
+      if (M > 1 && norm != (M % 2 == 1)) continue;  // the norm once per batch size
+      const int64_t N = c.N, K = c.K, nb = M * K / 32;  // nb: X's blocks, all rows
+      SCOPED_TRACE(std::string(tc::quant::format_info(c.fmt)->name) + " M " + std::to_string(M) + " N " +
+                   std::to_string(N) + " K " + std::to_string(K) + (norm ? " rmsnorm" : ""));
+      const std::vector<float> x = randn(size_t(M * K)), gamma = randn(size_t(K));
       const float eps = 1e-5f;
       tc::QuantizeQ8Args qa;
       qa.info.name = "test.quantize_q8";
-      qa.K = K;
+      qa.M = M, qa.K = K;
       qa.x = dev.put(x);
       qa.gamma = norm ? dev.put(gamma) : nullptr;
       qa.eps = eps;
-      qa.xq = dev.put(std::vector<int8_t>(size_t(K), int8_t(-77)));
+      qa.xq = dev.put(std::vector<int8_t>(size_t(M * K), int8_t(-77)));
       qa.xd = dev.put(std::vector<float>(size_t(2 * nb), NAN));
       ASSERT_EQ(dev.be().quantize_q8(qa, nullptr), TC_OK);
-      const auto xq = dev.get(qa.xq, size_t(K));
+      const auto xq = dev.get(qa.xq, size_t(M * K));
       const auto xd = dev.get(qa.xd, size_t(2 * nb));
-      std::vector<double> v(static_cast<size_t>(K));
-      double ss = 0;
-      for (float e : x) ss += double(e) * e;
-      const double rstd = 1.0 / std::sqrt(ss / double(K) + eps);
-      for (int64_t k = 0; k < K; ++k) v[k] = norm ? double(x[k]) * rstd * gamma[k] : x[k];
+      std::vector<double> v(static_cast<size_t>(M * K));
+      for (int64_t m = 0; m < M; ++m) {  // each row its own norm
+        double ss = 0;
+        for (int64_t k = 0; k < K; ++k) ss += double(x[m * K + k]) * x[m * K + k];
+        const double rstd = 1.0 / std::sqrt(ss / double(K) + eps);
+        for (int64_t k = 0; k < K; ++k) v[m * K + k] = norm ? double(x[m * K + k]) * rstd * gamma[k] : x[m * K + k];
+      }
       // The kernel normalises in f32: its rstd (a sum of K squares) is off
       // from the float64 one by a few 1e-6 relative, which moves v by that
       // much of |v| (up to 127 dx). A wrong quantisation is off by whole dx.
@@ -446,21 +452,26 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
 
       const std::vector<uint8_t> w = random_q8_weights(c.fmt, N, K);
       const int64_t row_bytes = int64_t(w.size()) / N;
-      // r[n] by the formula on the quantised X, the magnitude of its terms,
-      // and the exact product with v.
-      const size_t rows_n = static_cast<size_t>(N);
-      std::vector<double> r(rows_n), mag(rows_n), exact(rows_n), bound(rows_n);
+      // r[m N + n] by the formula on the quantised X, the magnitude of its
+      // terms, and the exact product with v.
+      const size_t outs = static_cast<size_t>(M * N);
+      std::vector<double> r(outs), mag(outs), exact(outs), bound(outs);
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t k = 0; k < K; ++k) {
           const WeightTerm t = weight_term(c.fmt, w.data() + n * row_bytes, k);
-          const double wk = t.aq + t.b, xk = xd[2 * (k / 32)] * xq[k];
-          r[n] += wk * xk;
-          mag[n] += (std::fabs(t.aq) + std::fabs(t.b)) * std::fabs(xk);
-          exact[n] += wk * v[k];
-          bound[n] += std::fabs(wk) * xd[2 * (k / 32)] * 0.5;
+          const double wk = t.aq + t.b;
+          for (int64_t m = 0; m < M; ++m) {
+            const int64_t i = m * N + n, mk = m * K + k;
+            const double xk = xd[2 * (mk / 32)] * xq[mk];
+            r[i] += wk * xk;
+            mag[i] += (std::fabs(t.aq) + std::fabs(t.b)) * std::fabs(xk);
+            exact[i] += wk * v[mk];
+            bound[i] += std::fabs(wk) * xd[2 * (mk / 32)] * 0.5;
+          }
         }
-        ASSERT_LE(std::fabs(r[n] - exact[n]), bound[n] * (1 + 1e-6) + 1e-6 * mag[n]) << "8-bit bound, row " << n;
       }
+      for (size_t i = 0; i < outs; ++i)
+        ASSERT_LE(std::fabs(r[i] - exact[i]), bound[i] * (1 + 1e-6) + 1e-6 * mag[i]) << "8-bit bound, output " << i;
       const uint8_t* w_dev = dev.put(w);
       const bool has_split = tc::quant::q8_split_format(c.fmt);
       const bool has_gguf = c.fmt != Q6_K;
@@ -488,9 +499,9 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       }
       tc::GemvQ8Args ga;
       ga.info.name = "test.gemv_q8";
-      ga.fmt = c.fmt, ga.N = N, ga.K = K;
+      ga.fmt = c.fmt, ga.M = M, ga.N = N, ga.K = K;
       ga.xq = qa.xq, ga.xd = qa.xd;
-      const std::vector<float> y0 = randn(size_t(N));
+      const std::vector<float> y0 = randn(size_t(M * N));
       for (int run = 0; run < 6; ++run) {
         const bool split = run >= 3;
         const int e = run % 3;  // kStore, kAdd, kSwiglu
@@ -500,21 +511,25 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
         ga.w = split ? static_cast<const void*>(qs_dev) : w_dev;
         ga.wd = split ? ra.d : nullptr;
         ga.epilogue = e;
-        ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(N), NAN));
+        ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(M * N + 1), NAN));
         ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
-        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;
-        const auto y = dev.get(ga.y, size_t(rows));
-        for (int64_t n = 0; n < rows; ++n) {
-          double ref = r[n], tol = 2e-5 * (mag[n] + 1e-3);
-          if (e == tc::GemvQ8Args::kAdd) ref += y0[n], tol += 1e-6 * std::fabs(y0[n]);
-          if (e == tc::GemvQ8Args::kSwiglu) {
-            const double g = r[n], u = r[n + rows];
-            ref = g / (1 + std::exp(-g)) * u;
-            tol = 2e-5 * (mag[n] * std::fabs(u) + mag[n + rows] * std::fabs(g) + 1e-3);
+        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;  // Y's [M][rows]
+        const auto y = dev.get(ga.y, size_t(M * rows + (e == tc::GemvQ8Args::kAdd ? 0 : 1)));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < rows; ++n) {
+            const int64_t i = m * N + n;
+            double ref = r[i], tol = 2e-5 * (mag[i] + 1e-3);
+            if (e == tc::GemvQ8Args::kAdd) ref += y0[m * rows + n], tol += 1e-6 * std::fabs(y0[m * rows + n]);
+            if (e == tc::GemvQ8Args::kSwiglu) {
+              const double g = r[i], u = r[i + rows];
+              ref = g / (1 + std::exp(-g)) * u;
+              tol = 2e-5 * (mag[i] * std::fabs(u) + mag[i + rows] * std::fabs(g) + 1e-3);
+            }
+            ASSERT_NEAR(y[m * rows + n], ref, tol) << "row " << m << ", output " << n;
           }
-          ASSERT_NEAR(y[n], ref, tol) << "row " << n;
-        }
+        if (e != tc::GemvQ8Args::kAdd) EXPECT_TRUE(std::isnan(y[M * rows])) << "written past Y";
       }
+    }
     }
   }
   // Formats and layouts without a kernel: an explicit status, nothing written.

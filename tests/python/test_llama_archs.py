@@ -8,6 +8,8 @@ one-token steps on every device, and on the CPU also the way a GPU runs (the
 device path: weights copied, chunks through GEMM, the decode attention).
 Files whose metadata contradicts their tensors are refused naming the key."""
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -179,7 +181,7 @@ def kv_tolerance(arch, w, tokens, kv_type):
 @pytest.mark.parametrize("kv_type", ["f32", "f16"])
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_prefill_then_steps_match_reference(tmp_path, dev, arch, kv_type):
-    rng = np.random.default_rng(abs(hash(arch)) % 1000)
+    rng = np.random.default_rng(zlib.crc32(arch.encode()))  # not hash(): that changes from run to run
     path = tmp_path / "m.gguf"
     w = write_model(path, arch, make_weights(rng, arch))
     tokens = rng.integers(0, V, 14)

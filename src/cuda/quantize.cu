@@ -21,8 +21,8 @@
 // dequantize_weights: weight_at of quant_formats.cuh (ggml's operation
 // order), narrowed to f16 / bf16 with the CPU's rounding. It turns a whole
 // weight matrix into the operand of a GEMM (the LLaMA prefill: 6.5 G weights
-// per 7B forward), so it must run at memory speed: one thread per quant
-// block, the format a template parameter (weight_at's switch folds away),
+// per 7B forward), so it must run at memory speed: one thread per 32
+// weights of a quant block, the format a template parameter (weight_at's switch folds away),
 // each 16 bytes of output one vector store (dequantize_blocks). Outputs not
 // 16-byte aligned row by row, and the plain formats, take one thread per
 // element (dequantize_elems).
@@ -223,15 +223,22 @@ __global__ void dequantize_elems(const uint8_t* __restrict__ src, uint8_t* __res
 // (i = r nb + b) becomes qk consecutive outputs, stored 16 bytes at a time.
 // The caller checked that dst and every row and block start in it are
 // 16-byte aligned.
+// A thread takes 32 weights of a block (a K-quant superblock's 256 weights
+// are 8 threads': one thread each left too few threads in flight to reach
+// memory speed, 7x short of it for Q4_K in the prefill's profile).
 template <int32_t F, class Out>
 __global__ void dequantize_blocks(const uint8_t* __restrict__ src, Out* __restrict__ dst, int64_t nblocks, int64_t nb,
                                   int qk, int block_bytes) {
   constexpr int kPer = 16 / sizeof(Out);  // outputs per vector store
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nblocks; i += int64_t(gridDim.x) * blockDim.x) {
+  const int parts = qk / 32;
+  const int64_t units = nblocks * parts;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < units; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = t / parts;
+    const int part = int(t - i * parts);
     const int64_t r = i / nb, b = i - r * nb;
     const uint8_t* blk = src + i * block_bytes;  // rows are contiguous: block b of row r is block i
     Out* out = dst + (r * nb + b) * qk;
-    for (int j0 = 0; j0 < qk; j0 += kPer) {
+    for (int j0 = 32 * part; j0 < 32 * part + 32; j0 += kPer) {
       uint4 v;
       uint32_t* w = reinterpret_cast<uint32_t*>(&v);
       if constexpr (sizeof(Out) == 4) {
@@ -253,7 +260,7 @@ __global__ void dequantize_blocks(const uint8_t* __restrict__ src, Out* __restri
 template <int32_t F>
 void launch_dequantize_blocks(const DequantizeWeightsArgs& a, int qk, int block_bytes, cudaStream_t stream) {
   const int64_t nb = a.K / qk, nblocks = a.N * nb;
-  const unsigned grid = unsigned(std::min<int64_t>((nblocks + 255) / 256, int64_t(1) << 20));
+  const unsigned grid = unsigned(std::min<int64_t>((nblocks * (qk / 32) + 255) / 256, int64_t(1) << 20));
   const uint8_t* src = static_cast<const uint8_t*>(a.src);
   if (a.dtype == TC_DTYPE_F32)
     dequantize_blocks<F, float><<<grid, 256, 0, stream>>>(src, static_cast<float*>(a.dst), nblocks, nb, qk, block_bytes);

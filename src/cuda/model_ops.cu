@@ -552,9 +552,8 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 }
 
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
-  const RopeParams p{a.n,     a.H,     a.Hkv, a.D,       a.C,       a.ldq,   a.ldk,        a.ldv,
-                     a.neox ? 1 : 0, a.pos, a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache,
-                     a.slots, a.slot_stride};
+  const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
+                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride};
   s->last_kernel = "rope_kv_append";
   const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
@@ -604,9 +603,8 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   // With soft-capping the scores are capped in natural units, then moved to base 2.
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
-  const AttnParams p{a.H,       a.Hkv,     a.D,   a.C,       splits,  a.window, scale,   a.softcap,
-                     L,         ks,        a.pos, a.q,       a.k_cache, a.v_cache, a.o, a.partial,
-                     a.n,       a.slots,   a.slot_stride};
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
+                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride};
   void (*split)(AttnParams) = a.cache == TC_DTYPE_F16 ? split_kernel<__half>(vec, R, gt) : split_kernel<float>(vec, R, gt);
   // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
   // (D <= 4, gt 8), under the 48 KB default.

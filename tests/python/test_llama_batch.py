@@ -8,6 +8,8 @@ On every device present, and on the CPU also the way a GPU runs
 attention on an f32 cache); on a GPU the steps after the first of a row
 count replay a recorded graph."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -229,6 +231,13 @@ def test_refusals_leave_the_model_unchanged(tmp_path, where):
         _expect(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1, 1], small, text="capacity")
         assert (small == 7.0).all()
         _expect(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1], None, text="2 sequences and 1 tokens")
+        raw = tc._api.llama._tc_llama_decode_batch
+        assert raw(h, None, None, 1, None, 0) == tc.TC_ERR_INVALID_ARG
+        assert "seqs is null" in tc.last_error_detail()
+        seq_ok = (ctypes.c_int32 * 1)(0)
+        assert raw(h, seq_ok, None, 1, None, 0) == tc.TC_ERR_INVALID_ARG
+        assert "tokens is null" in tc.last_error_detail()
+        assert raw(h, seq_ok, seq_ok, 1, None, 5) == tc.TC_ERR_INVALID_ARG  # a capacity without an array
         for fn, args in ((tc.llama_seq_eval, (3, [1])), (tc.llama_seq_reset, (-1,)), (tc.llama_seq_n_past, (3,))):
             _expect(tc.TC_ERR_INVALID_ARG, fn, h, *args, text="outside [0, 3)")
         _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_seq_eval, h, 1, [1], text="overflow")

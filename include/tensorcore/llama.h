@@ -8,7 +8,16 @@
  * [n_past, n_past + n), appends their keys and values to the cache and
  * (optionally) returns their f32 logits [n, n_vocab] to host memory; a later
  * eval continues the sequence, tc_llama_reset starts a new one. A model is
- * used by one thread at a time. */
+ * used by one thread at a time.
+ *
+ * Several sequences (continuous batching): tc_llama_set_max_sequences gives
+ * the model S sequence slots, each with its own positions and n_ctx cache
+ * cells. tc_llama_seq_eval runs a chunk of one sequence (its prompt), and
+ * tc_llama_decode_batch one token of each of n distinct sequences as one
+ * forward of n rows: the weights are read once for all of them. Sequences
+ * join (tc_llama_seq_reset, then tc_llama_seq_eval of their prompt) and
+ * leave between batch steps while the others go on. tc_llama_eval,
+ * tc_llama_reset and tc_llama_n_past are sequence 0's. */
 #ifndef TENSORCORE_LLAMA_H
 #define TENSORCORE_LLAMA_H
 
@@ -60,6 +69,34 @@ TC_API tc_status tc_llama_eval(tc_llama model, const int32_t* tokens, int64_t n,
 TC_API tc_status tc_llama_reset(tc_llama model);
 TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
 
+/* Sequence slots: n_seq in [1, min(n_ctx, 512)] (1 after load). The cache is
+ * reallocated for n_seq * n_ctx positions (and the batch step's scratch), so
+ * every sequence must be empty (n_past 0), else TC_ERR_INVALID_ARG; a failed
+ * allocation keeps the old cache. */
+TC_API tc_status tc_llama_set_max_sequences(tc_llama model, int64_t n_seq);
+TC_API tc_status tc_llama_get_max_sequences(tc_llama model, int64_t* out);
+
+/* tc_llama_eval, tc_llama_reset and tc_llama_n_past of sequence `seq` (in
+ * [0, max sequences), else TC_ERR_INVALID_ARG). On a GPU a one-token
+ * tc_llama_seq_eval of a sequence other than 0 runs without the recorded
+ * graph; tc_llama_decode_batch is the fast path for them. */
+TC_API tc_status tc_llama_seq_eval(tc_llama model, int32_t seq, const int32_t* tokens, int64_t n, float* logits,
+                                   int64_t capacity);
+TC_API tc_status tc_llama_seq_reset(tc_llama model, int32_t seq);
+TC_API tc_status tc_llama_seq_n_past(tc_llama model, int32_t seq, int64_t* out);
+
+/* One batch step: tokens[i] appended to sequence seqs[i] at its own n_past,
+ * for n distinct sequences (1 <= n <= max sequences). logits: NULL, or room
+ * for capacity >= n * n_vocab floats: row i is sequence seqs[i]'s logits.
+ * Every sequence of the batch advances by one on success. Refused with
+ * nothing changed: a sequence out of range or twice, a token outside
+ * [0, n_vocab), a sequence already at n_ctx (TC_ERR_INVALID_SHAPE), n out
+ * of range (TC_ERR_INVALID_SHAPE), a null array, a capacity too small; the
+ * detail names the row. On a GPU the step is recorded once per n and
+ * replayed. */
+TC_API tc_status tc_llama_decode_batch(tc_llama model, const int32_t* seqs, const int32_t* tokens, int64_t n,
+                                       float* logits, int64_t capacity);
+
 /* Element type of the activations that enter the weight products: TC_DTYPE_F32
  * (the default: products exact up to f32 rounding) or TC_DTYPE_F16 (inputs
  * and outputs of the products rounded to f16; on AVX512-VNNI processors the
@@ -80,7 +117,8 @@ TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
  * appended, half the bytes a one-token step reads from the cache; attention
  * scores and sums stay f32) or TC_DTYPE_F32. The cache is reallocated, so
  * the model must be empty (n_past 0: after load or tc_llama_reset), else
- * TC_ERR_INVALID_ARG; other types TC_ERR_UNSUPPORTED_DTYPE; a failed
+ * TC_ERR_INVALID_ARG (with several sequences: all of them empty); other
+ * types TC_ERR_UNSUPPORTED_DTYPE; a failed
  * allocation keeps the old cache. */
 TC_API tc_status tc_llama_set_kv_cache_type(tc_llama model, tc_dtype dtype);
 TC_API tc_status tc_llama_get_kv_cache_type(tc_llama model, tc_dtype* out);

@@ -34,6 +34,52 @@ tc_status check_llama(const char* fn, tc_llama& m) {
   return check_handle(fn, "model", m, llama_kind());
 }
 
+tc_status check_seq(const char* fn, const tc_llama& m, int64_t seq) {
+  const int64_t slots = m->impl->max_sequences();
+  if (seq < 0 || seq >= slots)
+    return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld outside [0, %lld) (tc_llama_set_max_sequences)", fn,
+                (long long)seq, (long long)slots);
+  return TC_OK;
+}
+
+tc_status eval_seq(const char* fn, tc_llama m, int64_t seq, const int32_t* tokens, int64_t n, float* logits,
+                   int64_t capacity) {
+  if (tc_status st = check_llama(fn, m)) return st;
+  if (tc_status st = check_seq(fn, m, seq)) return st;
+  const tc_llama_config& c = m->impl->config();
+  if (n <= 0) return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld tokens (must be > 0)", fn, (long long)n);
+  if (!tokens) return fail(TC_ERR_INVALID_ARG, "%s: tokens is null", fn);
+  const int64_t past = m->impl->n_past(seq);
+  if (n > c.n_ctx - past)
+    return fail(TC_ERR_INVALID_SHAPE, "%s: %lld tokens after %lld overflow the context of %lld positions", fn,
+                (long long)n, (long long)past, (long long)c.n_ctx);
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+      return fail(TC_ERR_INVALID_ARG, "%s: token %lld is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
+                  (long long)c.n_vocab);
+  bool all = true;
+  if (logits) {
+    int64_t want;
+    if (!mul_ok(n, c.n_vocab, &want)) return fail(TC_ERR_INVALID_SHAPE, "%s: n * n_vocab overflows", fn);
+    if (capacity >= want) all = true;
+    else if (capacity == c.n_vocab) all = false;
+    else
+      return fail(TC_ERR_INVALID_ARG, "%s: logits capacity %lld: need %lld (all tokens) or %lld (the last)", fn,
+                  (long long)capacity, (long long)want, (long long)c.n_vocab);
+  } else if (capacity != 0) {
+    return fail(TC_ERR_INVALID_ARG, "%s: capacity %lld without a logits array", fn, (long long)capacity);
+  }
+  return m->impl->eval(seq, tokens, n, logits, all);
+}
+
+// The first sequence that holds positions, for the messages of calls that
+// need an empty model.
+int64_t first_busy(const tc_llama& m) {
+  for (int64_t s = 0; s < m->impl->max_sequences(); ++s)
+    if (m->impl->n_past(s)) return s;
+  return -1;
+}
+
 }  // namespace
 
 extern "C" {
@@ -93,33 +139,100 @@ tc_status tc_llama_get_config(tc_llama m, struct tc_llama_config* out) {
 }
 
 tc_status tc_llama_eval(tc_llama m, const int32_t* tokens, int64_t n, float* logits, int64_t capacity) {
-  return guarded("tc_llama_eval", [&] {
-    const char* fn = "tc_llama_eval";
+  return guarded("tc_llama_eval", [&] { return eval_seq("tc_llama_eval", m, 0, tokens, n, logits, capacity); });
+}
+
+tc_status tc_llama_seq_eval(tc_llama m, int32_t seq, const int32_t* tokens, int64_t n, float* logits,
+                            int64_t capacity) {
+  return guarded("tc_llama_seq_eval",
+                 [&] { return eval_seq("tc_llama_seq_eval", m, seq, tokens, n, logits, capacity); });
+}
+
+tc_status tc_llama_decode_batch(tc_llama m, const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits,
+                                int64_t capacity) {
+  const char* fn = "tc_llama_decode_batch";
+  return guarded(fn, [&] {
     if (tc_status st = check_llama(fn, m)) return st;
     const tc_llama_config& c = m->impl->config();
-    if (n <= 0) return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld tokens (must be > 0)", fn, (long long)n);
-    if (!tokens) return fail(TC_ERR_INVALID_ARG, "%s: tokens is null", fn);
-    const int64_t past = m->impl->n_past();
-    if (n > c.n_ctx - past)
-      return fail(TC_ERR_INVALID_SHAPE, "%s: %lld tokens after %lld overflow the context of %lld positions", fn,
-                  (long long)n, (long long)past, (long long)c.n_ctx);
-    for (int64_t i = 0; i < n; ++i)
+    const int64_t slots = m->impl->max_sequences();
+    if (n < 1 || n > slots)
+      return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld sequences (1 to max_sequences %lld)", fn, (long long)n,
+                  (long long)slots);
+    if (!seqs || !tokens) return fail(TC_ERR_INVALID_ARG, "%s: %s is null", fn, seqs ? "tokens" : "seqs");
+    std::vector<int64_t> row_of(size_t(slots), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t s = seqs[i];
+      if (s < 0 || s >= slots)
+        return fail(TC_ERR_INVALID_ARG, "%s: seqs[%lld] is %d, outside [0, %lld)", fn, (long long)i, s,
+                    (long long)slots);
+      if (row_of[size_t(s)] >= 0)
+        return fail(TC_ERR_INVALID_ARG, "%s: sequence %d is in the batch twice (rows %lld and %lld)", fn, s,
+                    (long long)row_of[size_t(s)], (long long)i);
+      row_of[size_t(s)] = i;
       if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
-        return fail(TC_ERR_INVALID_ARG, "%s: token %lld is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
+        return fail(TC_ERR_INVALID_ARG, "%s: tokens[%lld] is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
                     (long long)c.n_vocab);
-    bool all = true;
+      if (m->impl->n_past(s) >= c.n_ctx)
+        return fail(TC_ERR_INVALID_SHAPE, "%s: sequence %d is full (n_past %lld = n_ctx)", fn, s,
+                    (long long)m->impl->n_past(s));
+    }
     if (logits) {
       int64_t want;
       if (!mul_ok(n, c.n_vocab, &want)) return fail(TC_ERR_INVALID_SHAPE, "%s: n * n_vocab overflows", fn);
-      if (capacity >= want) all = true;
-      else if (capacity == c.n_vocab) all = false;
-      else
-        return fail(TC_ERR_INVALID_ARG, "%s: logits capacity %lld: need %lld (all tokens) or %lld (the last)", fn,
-                    (long long)capacity, (long long)want, (long long)c.n_vocab);
+      if (capacity < want)
+        return fail(TC_ERR_INVALID_ARG, "%s: logits capacity %lld, need n * n_vocab = %lld", fn,
+                    (long long)capacity, (long long)want);
     } else if (capacity != 0) {
       return fail(TC_ERR_INVALID_ARG, "%s: capacity %lld without a logits array", fn, (long long)capacity);
     }
-    return m->impl->eval(tokens, n, logits, all);
+    return m->impl->decode_batch(seqs, tokens, n, logits);
+  });
+}
+
+tc_status tc_llama_set_max_sequences(tc_llama m, int64_t n_seq) {
+  const char* fn = "tc_llama_set_max_sequences";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    const int64_t limit = m->impl->sequence_limit();
+    if (n_seq < 1 || n_seq > limit)
+      return fail(TC_ERR_INVALID_ARG, "%s: %lld sequences (1 to %lld: min(n_ctx, 512))", fn, (long long)n_seq,
+                  (long long)limit);
+    const int64_t busy = first_busy(m);
+    if (busy >= 0)
+      return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld holds %lld positions; reset every sequence first", fn,
+                  (long long)busy, (long long)m->impl->n_past(busy));
+    return m->impl->set_max_sequences(n_seq);
+  });
+}
+
+tc_status tc_llama_get_max_sequences(tc_llama m, int64_t* out) {
+  const char* fn = "tc_llama_get_max_sequences";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+    *out = m->impl->max_sequences();
+    return TC_OK;
+  });
+}
+
+tc_status tc_llama_seq_reset(tc_llama m, int32_t seq) {
+  const char* fn = "tc_llama_seq_reset";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    if (tc_status st = check_seq(fn, m, seq)) return st;
+    m->impl->reset(seq);
+    return TC_OK;
+  });
+}
+
+tc_status tc_llama_seq_n_past(tc_llama m, int32_t seq, int64_t* out) {
+  const char* fn = "tc_llama_seq_n_past";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    if (tc_status st = check_seq(fn, m, seq)) return st;
+    if (tc_status st = check_out_ptr(fn, "out", out)) return st;
+    *out = m->impl->n_past(seq);
+    return TC_OK;
   });
 }
 
@@ -139,9 +252,10 @@ tc_status tc_llama_set_kv_cache_type(tc_llama m, tc_dtype dtype) {
     if (tc_status st = check_llama(fn, m)) return st;
     if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
       return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: a %s cache (f16 or f32)", fn, dtype_label(dtype).c_str());
-    if (m->impl->n_past() != 0)
-      return fail(TC_ERR_INVALID_ARG, "%s: the cache holds %lld positions; reset the model first", fn,
-                  (long long)m->impl->n_past());
+    const int64_t busy = first_busy(m);
+    if (busy >= 0)
+      return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld holds %lld positions; reset the model first", fn,
+                  (long long)busy, (long long)m->impl->n_past(busy));
     return m->impl->set_kv_cache_type(dtype);
   });
 }

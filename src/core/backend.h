@@ -344,6 +344,10 @@ struct ConvertArgs {
 //   qt[h, i, :]          = rope(q[i, h*D : (h+1)*D])      h < H
 //   k_cache[g, p, :]     = rope(k[i, g*D : (g+1)*D])      g < Hkv
 //   v_cache[g, p, :]     = v[i, g*D : (g+1)*D]
+// With `slots` (a batch of sequences, one token each) token i is at
+// position p = pos[i] of the cache slot slots[i] instead, whose cells start
+// slots[i] * slot_stride elements into k_cache and v_cache; both arrays are
+// in device memory, so a recorded step replays for any positions.
 struct RopeKvAppendArgs {
   OpInfo info;
   int64_t n = 0, H = 0, Hkv = 0, D = 0;
@@ -360,6 +364,8 @@ struct RopeKvAppendArgs {
   void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;
   bool neox = false;
+  const int32_t* slots = nullptr;  // [n], device memory; pos is then [n] too
+  int64_t slot_stride = 0;         // cache elements between slots
 };
 
 // dst[i, h, :] = src[h, i, :]: attention's head-major output back to token rows.
@@ -385,22 +391,29 @@ struct Copy2dArgs {
 // j > *pos - window when window > 0):
 //   o[h] = softmax(cap(scale * q[h] K_g^T)) V_g,   g = h / (H / Hkv)
 // cap(s) = softcap tanh(s / softcap) when softcap > 0, else s.
+// With `slots`, n query rows of n sequences (a batch step): row i attends
+// over positions j <= pos[i] of the cache slot slots[i] (its cells
+// slots[i] * slot_stride elements into k_cache and v_cache); without, n is
+// 1 and the row attends over slot 0 up to *pos.
 // `partial` is scratch for a split over the cache: room for
-// decode_attention_splits(C) partial results (D + 2 floats each) per head,
-// laid out as the backend chooses.
+// decode_attention_splits(C) partial results (D + 2 floats each) per head
+// and row, laid out as the backend chooses.
 struct DecodeAttentionArgs {
   OpInfo info;
   int64_t H = 0, Hkv = 0, D = 0, C = 0;
   float scale = 0.0f;
-  const int32_t* pos = nullptr;  // device memory
-  const float* q = nullptr;      // [H, D]
-  const void* k_cache = nullptr;   // [Hkv, C, D] of `cache` (F32 or F16)
+  const int32_t* pos = nullptr;  // device memory: [1], or [n] with slots
+  const float* q = nullptr;      // [H, n, D]
+  const void* k_cache = nullptr;   // [Hkv, C, D] of `cache` (F32 or F16) per slot
   const void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;
-  float* o = nullptr;            // [H, D]
-  float* partial = nullptr;      // [H, decode_attention_splits(C), D + 2]
+  float* o = nullptr;            // [n, H, D]
+  float* partial = nullptr;      // [n, H, decode_attention_splits(C), D + 2]
   int64_t window = 0;
   float softcap = 0.0f;
+  int64_t n = 1;
+  const int32_t* slots = nullptr;  // [n], device memory
+  int64_t slot_stride = 0;         // cache elements between slots
 };
 // One piece per 64 cache positions, at most 128: the scratch's size (the GPU
 // kernel sizes the pieces it uses from the position).

@@ -5,7 +5,7 @@
 //   o_h = sum_j e^(s_j - m) V_g[j] / sum_j e^(s_j - m),   m = max_j s_j,
 //
 // over the cache rows j in [first, *pos] (first = 0, or the last `window`
-// rows). K and V rows are f32 or f16 (simd::f16: widened in registers with
+// rows); a batch step's rows each over their own slot and position. K and V rows are f32 or f16 (simd::f16: widened in registers with
 // F16C, exactly). It serves a CPU model's one-token steps over an f16 cache
 // (an f32 cache attends with attention_forward in place), the device path on
 // the CPU (TC_LLAMA_DEVICE_PATH), and is the reference of the GPU's kernel.
@@ -33,18 +33,24 @@ namespace tc {
 namespace cpu {
 
 tc_status decode_attention(const DecodeAttentionArgs& a) {
-  const int64_t end = int64_t(*a.pos) + 1;
-  const int64_t first = a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0, S = end - first;
+  // Items are (row, head), row-major: a thread's run of heads stays within a
+  // row's kv groups as long as it can.
   auto run = [&](auto t) {
     using T = decltype(t);
     auto heads = TC_SIMD_PICK(decode_heads<T>);
-    parallel_for(a.H, 1, [&](int64_t h0, int64_t h1) {
+    parallel_for(a.n * a.H, 1, [&](int64_t b, int64_t e) {
       // Each thread's scores and accumulator, kept between steps: a decode
       // step calls this once a layer.
       thread_local std::vector<float> p, acc;
-      p.resize(size_t(S));
       acc.resize(size_t(a.D));
-      heads(a, first, S, h0, h1, p.data(), acc.data());
+      for (int64_t r = b; r < e;) {
+        const int64_t i = r / a.H, h0 = r % a.H, h1 = std::min(a.H, h0 + (e - r));
+        const int64_t end = int64_t(a.slots ? a.pos[i] : *a.pos) + 1;
+        const int64_t first = a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0;
+        p.resize(size_t(end - first));
+        heads(a, i, first, end - first, h0, h1, p.data(), acc.data());
+        r += h1 - h0;
+      }
     });
   };
   if (a.cache == TC_DTYPE_F16) run(simd::f16{});
@@ -57,16 +63,16 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
 
 #else  // TC_SIMD_PASS: the kernel, compiled once per instruction set (V).
 
-// Heads [h0, h1): p holds the S scores then their exponentials, acc the
-// weighted sum of V rows (D floats).
+// Heads [h0, h1) of query row i: p holds the S scores then their
+// exponentials, acc the weighted sum of V rows (D floats).
 template <class T>
-void decode_heads(const DecodeAttentionArgs& a, int64_t first, int64_t S, int64_t h0, int64_t h1, float* p,
-                  float* acc) {
-  const int64_t D = a.D, G = a.H / a.Hkv;
+void decode_heads(const DecodeAttentionArgs& a, int64_t i, int64_t first, int64_t S, int64_t h0, int64_t h1,
+                  float* p, float* acc) {
+  const int64_t D = a.D, G = a.H / a.Hkv, slot = a.slots ? a.slots[i] * a.slot_stride : 0;
   for (int64_t h = h0; h < h1; ++h) {
-    const float* q = a.q + h * D;
-    const T* K = static_cast<const T*>(a.k_cache) + ((h / G) * a.C + first) * D;
-    const T* Vr = static_cast<const T*>(a.v_cache) + ((h / G) * a.C + first) * D;
+    const float* q = a.q + (h * a.n + i) * D;
+    const T* K = static_cast<const T*>(a.k_cache) + slot + ((h / G) * a.C + first) * D;
+    const T* Vr = static_cast<const T*>(a.v_cache) + slot + ((h / G) * a.C + first) * D;
     float m = -INFINITY;
     for (int64_t j = 0; j < S; ++j) {
       const T* kj = K + j * D;
@@ -91,7 +97,7 @@ void decode_heads(const DecodeAttentionArgs& a, int64_t first, int64_t S, int64_
       sweep(D, [&](int64_t d, int n) { V::st(acc + d, V::fma(w, V::ld(vj + d, n), V::ld(acc + d, n)), n); });
     }
     const V inv = V::set1(1.0f / V::sum(lsum));
-    float* o = a.o + h * D;
+    float* o = a.o + (i * a.H + h) * D;
     sweep(D, [&](int64_t d, int n) { V::st(o + d, V::ld(acc + d, n) * inv, n); });
   }
 }

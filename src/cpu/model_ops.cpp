@@ -8,7 +8,8 @@
 //   embed_rows:       dst[i] = scale * dequant(table row tokens[i])
 //   add:              x += y (or a bias row: x[i] += y[i % period])
 //   copy_2d:          rows of bytes between two pitches
-//   rope_kv_append:   p = *pos + i; (a, b) pairs -> (a c - b s, b c + a s),
+//   rope_kv_append:   p = *pos + i (a batch: pos[i] in cache slot slots[i]);
+//                     (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
 //                     (f32, or f16 rounded to nearest even)
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/dtypes.h"
 #include "cpu/convert.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
@@ -83,28 +85,31 @@ inline void rotate(const float* x, float* y, const float* c, const float* s, int
 
 tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   const int64_t D = a.D, half = D / 2, P = *a.pos, rows = a.H + a.Hkv;
+  const size_t esize = dtype_size(a.cache);
   const bool f16 = a.cache == TC_DTYPE_F16;
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> k;  // a rotated key before rounding to f16
     if (f16) k.resize(size_t(D));
     for (int64_t r = b; r < e; ++r) {
-      const int64_t i = r / rows, h = r % rows, p = P + i;
+      const int64_t i = r / rows, h = r % rows, p = a.slots ? a.pos[i] : P + i;
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
         rotate(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
         continue;
       }
-      const int64_t g = h - a.H, cell = (g * a.C + p) * D;
+      const int64_t g = h - a.H, cell = (a.slots ? a.slots[i] * a.slot_stride : 0) + (g * a.C + p) * D;
+      void* kd = static_cast<char*>(a.k_cache) + size_t(cell) * esize;
+      void* vd = static_cast<char*>(a.v_cache) + size_t(cell) * esize;
       const float* v = a.v + i * a.ldv + g * D;
       if (f16) {
         rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
-        narrow_row(false, k.data(), static_cast<uint16_t*>(a.k_cache) + cell, D);
-        narrow_row(false, v, static_cast<uint16_t*>(a.v_cache) + cell, D);
+        narrow_row(false, k.data(), static_cast<uint16_t*>(kd), D);
+        narrow_row(false, v, static_cast<uint16_t*>(vd), D);
       } else {
-        rotate(a.k + i * a.ldk + g * D, static_cast<float*>(a.k_cache) + cell, c, s, half, a.neox);
-        std::memcpy(static_cast<float*>(a.v_cache) + cell, v, size_t(D) * sizeof(float));
+        rotate(a.k + i * a.ldk + g * D, static_cast<float*>(kd), c, s, half, a.neox);
+        std::memcpy(vd, v, size_t(D) * sizeof(float));
       }
     }
   };

@@ -11,7 +11,8 @@
 //                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
 //                     values copied into the cache at p; a cache of f32, or
-//                     of f16 rounded to nearest even
+//                     of f16 rounded to nearest even. A batch of sequences:
+//                     token i at p = pos[i] in cache slot slots[i]
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
 //   decode_attention: one query row per head over the S cache rows
@@ -36,6 +37,9 @@
 //     fixed at load) and blocks past the pieces in use exit: the launch does
 //     not depend on the position, so it can be recorded once in a graph and
 //     replayed. Every sum runs in a fixed order: same inputs, same bits.
+//     A batch step's n rows (each its own slot and position) are the grid's
+//     third dimension (split) and second (combine); partial then holds
+//     u [n][H][splits][D] and (m, l) [n][H][splits][2].
 // Every position and token id comes from device memory, never from the host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -169,6 +173,8 @@ struct RopeParams {
   const float *q, *k, *v, *cos_t, *sin_t;
   float* qt;
   void *k_cache, *v_cache;
+  const int32_t* slots;  // a batch of sequences: pos and slots [n]; null: one sequence at *pos
+  int64_t slot_stride;
 };
 struct AttnParams {
   int64_t H, Hkv, D, C, splits, window;
@@ -180,7 +186,18 @@ struct AttnParams {
   const float* q;
   const void *k_cache, *v_cache;
   float *o, *partial;
+  int64_t n;             // query rows (blockIdx.z of the split, blockIdx.y of the combine)
+  const int32_t* slots;  // [n]: row i at pos[i] of slot slots[i]; null: one row at *pos of slot 0
+  int64_t slot_stride;
 };
+
+// Row i's position and the offset of its slot in the cache (elements).
+__device__ __forceinline__ int32_t row_pos(const int32_t* pos, const int32_t* slots, int64_t i) {
+  return slots ? pos[i] : *pos;
+}
+__device__ __forceinline__ int64_t row_slot(const int32_t* slots, int64_t stride, int64_t i) {
+  return slots ? int64_t(slots[i]) * stride : 0;
+}
 
 // A cache element to and from f32 (f16: round to nearest even; widening is exact).
 __device__ __forceinline__ void store_cache(float* p, float x) { *p = x; }
@@ -205,14 +222,15 @@ template <typename T>
 __global__ void rope_kv_append_kernel(RopeParams a) {
   pdl_trigger();
   pdl_wait();
-  const int64_t i = blockIdx.x, h = blockIdx.y, D = a.D, half = D / 2, p = int64_t(*a.pos) + i;
+  const int64_t i = blockIdx.x, h = blockIdx.y, D = a.D, half = D / 2;
+  const int64_t p = a.slots ? int64_t(a.pos[i]) : int64_t(*a.pos) + i;
   const float* c = a.cos_t + p * half;
   const float* s = a.sin_t + p * half;
   if (h < a.H) {
     rotate_row(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
     return;
   }
-  const int64_t g = h - a.H, cell = (g * a.C + p) * D;
+  const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
   const float* v = a.v + i * a.ldv + g * D;
   T* vd = static_cast<T*>(a.v_cache) + cell;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, v[d]);
@@ -323,15 +341,18 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
   pdl_trigger();
   pdl_wait();
   const int D = int(a.D), NV = (D + 3) / 4, L = a.lanes, KPW = 32 / L;
-  const int64_t first = attn_first(*a.pos, a.window), S = int64_t(*a.pos) + 1 - first, piece = blockIdx.x,
+  const int64_t row = blockIdx.z;
+  const int32_t pos = row_pos(a.pos, a.slots, row);
+  const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
                 chunk = attn_piece(S, a.splits, a.ks);
   const int64_t j0 = piece * chunk;
   if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
   const int64_t j1 = min(j0 + chunk, S);
   const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
-  const T* K = static_cast<const T*>(a.k_cache) + (g * a.C + first) * D;
-  const T* V = static_cast<const T*>(a.v_cache) + (g * a.C + first) * D;
+  const int64_t slot = row_slot(a.slots, a.slot_stride, row);
+  const T* K = static_cast<const T*>(a.k_cache) + slot + (g * a.C + first) * D;
+  const T* V = static_cast<const T*>(a.v_cache) + slot + (g * a.C + first) * D;
 
   float4 q[GT][R], acc[GT][R];
   float m[GT], l[GT];
@@ -341,7 +362,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int v = t + L * r;
-      q[gi][r] = v < NV ? scale4(a.scale, load4<kVec>(a.q + (h0 + gi) * D, v, D)) : make_float4(0, 0, 0, 0);
+      q[gi][r] = v < NV ? scale4(a.scale, load4<kVec>(a.q + ((h0 + gi) * a.n + row) * D, v, D))
+                        : make_float4(0, 0, 0, 0);
       acc[gi][r] = make_float4(0, 0, 0, 0);
     }
   }
@@ -427,7 +449,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
   //   M = max m_s,  l = sum l_s e^(m_s - M),  u = sum u_s e^(m_s - M).
   const int64_t splits = a.splits;
   float* pu = a.partial;
-  float* pml = a.partial + a.H * splits * D;
+  float* pml = a.partial + a.n * a.H * splits * D;
   for (int e = threadIdx.x; e < GT * D; e += kAttnThreads) {
     const int gi = e / D, d = e % D;
     float M = -FLT_MAX;
@@ -438,13 +460,13 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
       lsum = fmaf(sm_ml[(i * GT + gi) * 2 + 1], f, lsum);
       usum = fmaf(sm_u[(i * GT + gi) * D + d], f, usum);
     }
-    const int64_t row = (h0 + gi) * splits + piece;
-    pu[row * D + d] = usum;
-    if (d == 0) pml[row * 2] = M, pml[row * 2 + 1] = lsum;
+    const int64_t at = (row * a.H + h0 + gi) * splits + piece;
+    pu[at * D + d] = usum;
+    if (d == 0) pml[at * 2] = M, pml[at * 2 + 1] = lsum;
   }
 }
 
-// Block h: o = sum_s e^(m_s - M) u_s / sum_s e^(m_s - M) l_s over the pieces
+// Block (head h, row i): o = sum_s e^(m_s - M) u_s / sum_s e^(m_s - M) l_s over the pieces
 // in use (base 2, as the split kernel wrote them). The weights go through
 // shared memory (`splits` floats); the sums run in piece order.
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnParams a) {
@@ -452,10 +474,12 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
   __shared__ float red[kWarps];
   pdl_trigger();
   pdl_wait();
-  const int64_t D = a.D, h = blockIdx.x, splits = a.splits, S = int64_t(*a.pos) + 1 - attn_first(*a.pos, a.window);
+  const int64_t row = blockIdx.y, hr = row * a.H + blockIdx.x;  // (row, head) of the partial results
+  const int32_t pos = row_pos(a.pos, a.slots, row);
+  const int64_t D = a.D, splits = a.splits, S = int64_t(pos) + 1 - attn_first(pos, a.window);
   const int64_t chunk = attn_piece(S, splits, a.ks), used = (S + chunk - 1) / chunk;
-  const float* pu = a.partial + h * splits * D;
-  const float* pml = a.partial + a.H * splits * D + h * splits * 2;
+  const float* pu = a.partial + hr * splits * D;
+  const float* pml = a.partial + a.n * a.H * splits * D + hr * splits * 2;
   float M = -FLT_MAX;
   for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, pml[2 * s]);
   M = block_reduce<true>(M, red);
@@ -469,7 +493,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
   for (int64_t d = threadIdx.x; d < D; d += kAttnThreads) {
     float o = 0.0f;
     for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], pu[s * D + d], o);
-    a.o[h * D + d] = o * inv;
+    a.o[hr * D + d] = o * inv;
   }
 }
 
@@ -528,8 +552,8 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 }
 
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
-  const RopeParams p{a.n,   a.H,   a.Hkv, a.D,     a.C,     a.ldq, a.ldk,     a.ldv,    a.neox ? 1 : 0,
-                     a.pos, a.q,   a.k,   a.v,     a.cos_t, a.sin_t, a.qt,    a.k_cache, a.v_cache};
+  const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
+                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride};
   s->last_kernel = "rope_kv_append";
   const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
@@ -573,24 +597,25 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   if (vec) {
     const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
     while (gt * 2 <= gmax && G % (gt * 2) == 0) gt *= 2;
-    while (gt > 1 && splits * (a.H / gt) < kAttnMinBlocks) gt /= 2;
+    while (gt > 1 && splits * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
   const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
   // With soft-capping the scores are capped in natural units, then moved to base 2.
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
-  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks, a.pos, a.q, a.k_cache,
-                     a.v_cache, a.o, a.partial};
+  if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
+                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride};
   void (*split)(AttnParams) = a.cache == TC_DTYPE_F16 ? split_kernel<__half>(vec, R, gt) : split_kernel<float>(vec, R, gt);
   // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
   // (D <= 4, gt 8), under the 48 KB default.
   const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);
   s->last_kernel = "decode_attention_split";
-  if (tc_status st = check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt)), dim3(kAttnThreads), smem,
-                                      s->stream, p),
+  if (tc_status st = check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt), unsigned(a.n)),
+                                      dim3(kAttnThreads), smem, s->stream, p),
                            "decode_attention: launch"))
     return st;
   s->last_kernel = "decode_attention_combine";
-  return check(launch_pdl(decode_attention_combine, dim3(unsigned(a.H)), dim3(kAttnThreads),
+  return check(launch_pdl(decode_attention_combine, dim3(unsigned(a.H), unsigned(a.n)), dim3(kAttnThreads),
                           size_t(splits) * sizeof(float), s->stream, p),
                "decode_attention: combine launch");
 }

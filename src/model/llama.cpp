@@ -41,6 +41,12 @@
 // A one-token step on a backend with graphs is recorded once (after its
 // first eager run) and replayed: it reads its position and token from the
 // parameter block, which each eval updates with one copy before the replay.
+//
+// A batch step (llama_batch.cpp) is this forward with `batch` set: n rows,
+// one token of each of n sequences, RoPE, the cache append and the decode
+// attention taking each row's position and cache slot from the parameter
+// block; a chunk or one-token step of one sequence addresses its slot's
+// cells directly.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -62,7 +68,7 @@ namespace model {
   } while (0)
 
 tc_status Llama::set_activations(tc_dtype t) {
-  if (t != act_) graph_.reset();  // the recorded step has the other products
+  if (t != act_) drop_graphs();  // the recorded steps have the other products
   act_ = t;
   if (!q8_decode()) return TC_OK;
   const tc_status st = split_weights();
@@ -93,13 +99,17 @@ std::vector<Matrix*> Llama::q8_matrices() {
 
 tc_status Llama::set_kv_cache_type(tc_dtype t) {
   if (t == kv_) return TC_OK;
-  graph_.reset();  // the recorded step writes and reads the old cache
-  return alloc_kv_cache(t);
+  drop_graphs();  // the recorded steps write and read the old cache
+  return alloc_kv_cache(t, max_sequences());
 }
 
-void* Llama::cache_layer(void* cache, int64_t l) const {
-  const tc_llama_config& g = cfg_;
-  return static_cast<char*>(cache) + size_t(l) * size_t(g.n_head_kv * g.n_ctx * g.head_dim) * dtype_size(kv_);
+void Llama::drop_graphs() {
+  graph_.reset();
+  batch_graphs_.clear();
+}
+
+void* Llama::cache_layer(void* cache, int64_t l, int64_t slot) const {
+  return static_cast<char*>(cache) + size_t((l * max_sequences() + slot) * slot_elems()) * dtype_size(kv_);
 }
 
 tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
@@ -288,7 +298,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue) {
 // Enqueues the forward of n tokens (ids and position in the parameter
 // block). P, the position on the host, is used only by the chunk attention
 // (n > 1): a one-token step depends on nothing but the parameter block.
-tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
+tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot, bool batch) {
   const tc_llama_config& g = cfg_;
   const int64_t E = g.n_embd, H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim;
   const int64_t G = H / Hkv, Dq = H * D, Dkv = Hkv * D, C = g.n_ctx;
@@ -311,15 +321,16 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     const tc_status st = quantize_q8(x_, vec(layers_[0].attn_norm), E);
     if (st == TC_ERR_UNSUPPORTED) {
       q8_state_ = 0;
-      return forward(n, P, lg, rows);
+      return forward(n, P, lg, rows, slot, batch);
     }
     TC_TRY(st);
   }
   const Arch& A = arch_;
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
-    void* kc = cache_layer(k_cache_, l);
-    void* vc = cache_layer(v_cache_, l);
+    // A batch step's rows find their slots from slot 0's cells.
+    void* kc = cache_layer(k_cache_, l, batch ? 0 : slot);
+    void* vc = cache_layer(v_cache_, l, batch ? 0 : slot);
     const int64_t window = A.swa[size_t(l)] ? A.window : 0;
     RopeKvAppendArgs r;
     r.info.name = "llama.rope_kv";
@@ -364,10 +375,15 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
     r.pos = params_;
     r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
     r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
+    if (batch) {
+      r.pos = batch_pos(params_), r.slots = batch_slots(params_);
+      r.slot_stride = slot_elems();
+    }
     TC_TRY(be_->rope_kv_append(r, q));
-    if (n == 1 && (!host_ || kv_ == TC_DTYPE_F16)) {
-      // [H][1][D] is [1][H][D]: the decode attention writes token rows. Its
-      // length comes from the parameter block, so a recorded step replays.
+    if (batch || (n == 1 && (!host_ || kv_ == TC_DTYPE_F16))) {
+      // The decode attention reads queries [H][n][D] and writes token rows
+      // [n][H][D]. Its lengths come from the parameter block, so a recorded
+      // step replays.
       DecodeAttentionArgs a;
       a.info.name = "llama.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C;
@@ -376,6 +392,10 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows) {
       a.pos = params_;
       a.q = qt_, a.k_cache = kc, a.v_cache = vc, a.cache = kv_;
       a.o = o_, a.partial = partial_;
+      if (batch) {
+        a.n = n;
+        a.pos = r.pos, a.slots = r.slots, a.slot_stride = r.slot_stride;
+      }
       TC_TRY(be_->decode_attention(a, q));
     } else {
       AttentionArgs a;
@@ -531,15 +551,16 @@ void Llama::capture_decode_step() {
   else graph_ = std::move(graph);
 }
 
-tc_status Llama::step(const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows) {
+tc_status Llama::step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows) {
   params_host_[0] = int32_t(P);
   params_host_[1] = int32_t(n);
   std::memcpy(params_host_ + 2, tokens, size_t(n) * sizeof(int32_t));
-  if (host_) return forward(n, P, logits, rows);  // params_host_ is the block itself
+  if (host_) return forward(n, P, logits, rows, slot);  // params_host_ is the block itself
 
   Queue* q = queue_.get();
   TC_TRY(be_->copy_async(params_, params_host_, size_t(n + 2) * sizeof(int32_t), true, q));
-  if (n == 1 && be_->supports_graphs() && !graph_failed_) {
+  // The recorded step writes slot 0's cells; other slots' steps run eagerly.
+  if (n == 1 && slot == 0 && be_->supports_graphs() && !graph_failed_) {
     if (graph_) {
       TC_TRY(be_->replay(*graph_, q));
     } else {
@@ -547,7 +568,7 @@ tc_status Llama::step(const int32_t* tokens, int64_t n, int64_t P, float* logits
       capture_decode_step();
     }
   } else {
-    TC_TRY(forward(n, P, logits ? logits_ : nullptr, rows));
+    TC_TRY(forward(n, P, logits ? logits_ : nullptr, rows, slot));
   }
   if (logits) TC_TRY(be_->copy_async(logits, logits_, size_t(rows * cfg_.n_vocab) * sizeof(float), false, q));
   // The staging block and the logits are reused by the next chunk.
@@ -567,16 +588,16 @@ tc_status Llama::finish(tc_status st) {
   return st;
 }
 
-tc_status Llama::eval(const int32_t* tokens, int64_t n, float* logits, bool all) {
-  const int64_t V = cfg_.n_vocab;
+tc_status Llama::eval(int64_t seq, const int32_t* tokens, int64_t n, float* logits, bool all) {
+  const int64_t V = cfg_.n_vocab, past = n_past_[size_t(seq)];
   for (int64_t c0 = 0; c0 < n; c0 += max_batch_) {
     const int64_t m = std::min(max_batch_, n - c0);
     const bool last = c0 + m == n;
     float* out = !logits ? nullptr : all ? logits + c0 * V : last ? logits : nullptr;
-    if (tc_status st = finish(step(tokens + c0, m, n_past_ + c0, out, all ? m : 1))) return st;
+    if (tc_status st = finish(step(seq, tokens + c0, m, past + c0, out, all ? m : 1))) return st;
     if (out && arch_.final_softcap > 0.0f) softcap_logits(out, (all ? m : 1) * V);
   }
-  n_past_ += n;
+  n_past_[size_t(seq)] += n;
   return TC_OK;
 }
 

@@ -9,8 +9,15 @@
 // the norms and the RoPE tables. The quantized GEMV computes every format
 // (F32 and F16 included). Activations are f32. The KV cache is f16 (the
 // default, as llama.cpp's) or f32 (set_kv_cache_type), laid out
-// [layer][kv head][n_ctx][head_dim] so that one kv head's keys for positions
-// [0, n_past + n) are one contiguous [Skv, D] matrix.
+// [layer][sequence slot][kv head][n_ctx][head_dim] so that one kv head's
+// keys for positions [0, n_past + n) are one contiguous [Skv, D] matrix.
+//
+// Sequences: the cache has max_sequences() slots (1 unless
+// set_max_sequences), each with its own n_past. eval runs a chunk of one
+// sequence; decode_batch (llama_batch.cpp) runs one token of each of n
+// distinct sequences as one forward of n rows, RoPE, the cache append and
+// the decode attention reading each row's position and slot from the
+// parameter block.
 //
 // Everything a step writes lives in buffers of the context allocated at
 // load, sized for the largest chunk an eval runs at once (max_batch tokens;
@@ -93,8 +100,16 @@ class Llama {
   ~Llama();
 
   const tc_llama_config& config() const { return cfg_; }
-  int64_t n_past() const { return n_past_; }
-  void reset() { n_past_ = 0; }
+  // Sequence slots (seq in [0, max_sequences()), checked by the caller).
+  int64_t max_sequences() const { return int64_t(n_past_.size()); }
+  // The most set_max_sequences accepts: a batch step's rows fit the scratch.
+  int64_t sequence_limit() const { return max_batch_; }
+  int64_t n_past(int64_t seq = 0) const { return n_past_[size_t(seq)]; }
+  bool empty() const;
+  void reset(int64_t seq = 0) { n_past_[size_t(seq)] = 0; }
+  // Reallocates the cache for n slots, so the model must be empty (checked
+  // by the caller); a failed allocation keeps the old cache.
+  tc_status set_max_sequences(int64_t n);
   // Element type of the weight products' activations: F32 (exact) or F16.
   // F16 on a device may copy the weights once more (split_weights).
   tc_dtype activations() const { return act_; }
@@ -104,10 +119,15 @@ class Llama {
   tc_dtype kv_cache_type() const { return kv_; }
   tc_status set_kv_cache_type(tc_dtype t);
 
-  // Runs tokens at [n_past, n_past + n) (validated by the caller) and writes
-  // the logits of every token (all) or of the last one to `logits` (host
-  // memory; may be null). n_past advances only on success.
-  tc_status eval(const int32_t* tokens, int64_t n, float* logits, bool all);
+  // Runs tokens at [n_past, n_past + n) of sequence `seq` (validated by the
+  // caller) and writes the logits of every token (all) or of the last one to
+  // `logits` (host memory; may be null). n_past advances only on success.
+  tc_status eval(int64_t seq, const int32_t* tokens, int64_t n, float* logits, bool all);
+  // One token of each of n distinct sequences, each at its own n_past
+  // (validated by the caller: n <= max_sequences(), every sequence below
+  // n_ctx); logits [n, n_vocab] to host memory (may be null). Every
+  // sequence advances by one on success.
+  tc_status decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits);
 
   // Tokenizer vocabulary from the file (built by the C API).
   const gguf::File& file() const { return *file_; }
@@ -126,16 +146,27 @@ class Llama {
   tc_status place_weights();
   tc_status split_weights();
   tc_status alloc_state();
-  tc_status alloc_kv_cache(tc_dtype t);
+  tc_status alloc_kv_cache(tc_dtype t, int64_t slots);
   tc_status alloc(size_t bytes, void** out);
-  // Layer l's keys (or values) in the cache: [Hkv][n_ctx][D] of kv_.
-  void* cache_layer(void* cache, int64_t l) const;
+  // Elements of one slot of one layer's keys (or values): Hkv * n_ctx * D.
+  int64_t slot_elems() const { return cfg_.n_head_kv * cfg_.n_ctx * cfg_.head_dim; }
+  // Layer l's keys (or values) of sequence slot `slot` in the cache:
+  // [Hkv][n_ctx][D] of kv_.
+  void* cache_layer(void* cache, int64_t l, int64_t slot) const;
+  // The parameter block's per-row positions and slots of a batch step.
+  int32_t* batch_pos(int32_t* block) const { return block + 2 + max_batch_; }
+  int32_t* batch_slots(int32_t* block) const { return block + 2 + 2 * max_batch_; }
+  void drop_graphs();
 
-  // One chunk of n tokens at position P whose ids are in the parameter
-  // block; logits of the last `rows` tokens into `lg` (skipped when null).
-  tc_status step(const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows);
-  tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows);
+  // One chunk of n tokens of sequence slot `slot` at position P whose ids
+  // are in the parameter block; logits of the last `rows` tokens into `lg`
+  // (skipped when null).
+  tc_status step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows);
+  // batch: the n rows are one token each of the sequences in the parameter
+  // block (batch_pos, batch_slots) instead of a chunk of `slot` at P.
+  tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false);
   void capture_decode_step();
+  tc_status step_batch(int64_t n, float* logits);
   tc_status finish(tc_status st);
 
   tc_status product(const Matrix& w, const float* x, float* y, int64_t M);
@@ -173,17 +204,19 @@ class Llama {
 
   void* k_cache_ = nullptr;
   void* v_cache_ = nullptr;
-  tc_buffer_s* kv_buffer_ = nullptr;  // holds both (in buffers_)
+  tc_buffer_s* kv_buffer_ = nullptr;  // holds both and partial_ (in buffers_)
   tc_dtype kv_ = TC_DTYPE_F16;
   int64_t max_batch_ = 0;
   // Scratch (see alloc_state): f32 activations, f16 copies for the
-  // products, the device's logits, the decode attention's partial results.
+  // products, the device's logits; the decode attention's partial results
+  // for a batch of max_sequences() rows (in the cache's buffer).
   float *x_ = nullptr, *h_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *qt_ = nullptr, *o_ = nullptr,
         *ot_ = nullptr, *k_ = nullptr, *v_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr,
         *partial_ = nullptr, *qkv_ = nullptr, *gu_ = nullptr,
         *kpack_ = nullptr, *vpack_ = nullptr;
   uint16_t *xh_ = nullptr, *yh_ = nullptr;
-  // Parameter block [position, n, token ids...] (device memory) and its
+  // Parameter block [position, n, token ids[max_batch_], a batch step's
+  // positions[max_batch_] and slots[max_batch_]] (device memory) and its
   // host staging copy (page-locked on a device; the block itself on a host).
   int32_t* params_ = nullptr;
   int32_t* params_host_ = nullptr;
@@ -191,8 +224,10 @@ class Llama {
   // Dequantised weights for the GEMM path, one matrix at a time.
   void* wdq_ = nullptr;
   size_t wdq_bytes_ = 0;
-  // The recorded one-token step (device backends with graphs).
+  // The recorded one-token step of sequence slot 0 and the recorded batch
+  // steps by row count (device backends with graphs).
   std::unique_ptr<Graph> graph_;
+  std::vector<std::unique_ptr<Graph>> batch_graphs_;
   bool graph_failed_ = false;
   // Whether the backend's fused RMSNorm + GEMV may be tried (f32 one-token
   // products on a device); cleared when it answers that it has no kernel.
@@ -204,7 +239,7 @@ class Llama {
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   float* q8d_ = nullptr;
 
-  int64_t n_past_ = 0;
+  std::vector<int64_t> n_past_ = std::vector<int64_t>(1, 0);  // per sequence slot
   tc_dtype act_ = TC_DTYPE_F32;
 };
 

@@ -180,7 +180,7 @@ Llama::~Llama() {
   // A failed load must keep its own status and detail, whatever freeing records.
   const tc_status st = last_status();
   const std::string detail = last_detail();
-  graph_.reset();
+  drop_graphs();
   queue_.reset();  // waits for the queue's work
   for (tc_buffer_s* b : buffers_) delete_buffer(b);
   if (params_pinned_) be_->release_host(params_host_);
@@ -492,20 +492,27 @@ tc_status Llama::split_weights() {
 //   logits [B, n_vocab] (device only: a host backend writes the caller's
 //   array), kpack, vpack [Hkv, n_ctx, D] (the packed or widened prefix
 //   attention reads; a host backend attends on an f32 cache in place);
-//   partial [H, decode_attention_splits(n_ctx), D + 2]; qkv [H*D + 2 Hkv*D]; gu [2F];
+//   qkv [H*D + 2 Hkv*D]; gu [2F];
 // then f16 copies of a product's input and output, and the parameter block
-// [position, n, B token ids] (int32).
-// The KV cache of element type t: 2 * n_layer * n_head_kv * n_ctx * D
-// elements, keys then values. A new cache replaces the old one only once it
-// is allocated (a failure keeps the model as it was).
-tc_status Llama::alloc_kv_cache(tc_dtype t) {
+// [position, n, B token ids, B positions, B slots] (int32).
+// The KV cache of element type t for `slots` sequences: 2 * n_layer * slots
+// * n_head_kv * n_ctx * D elements, keys then values, then the decode
+// attention's partial results for a batch step of `slots` rows
+// [slots, H, decode_attention_splits(n_ctx), D + 2] (f32). A new cache
+// replaces the old one only once it is allocated (a failure keeps the model
+// as it was).
+tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
   const tc_llama_config& g = cfg_;
   const size_t esize = dtype_size(t);
-  const double elems = 2.0 * double(g.n_layer) * double(g.n_head_kv) * double(g.n_ctx) * double(g.head_dim);
-  if (elems * double(esize) > double(INT64_MAX / 2))
-    return fail(TC_ERR_INVALID_SHAPE, "llama: a KV cache of n_ctx %lld does not fit", (long long)g.n_ctx);
+  const double elems = 2.0 * double(g.n_layer) * double(slots) * double(slot_elems());
+  const double partial = double(slots) * double(g.n_head) * double(decode_attention_splits(g.n_ctx)) *
+                         double(g.head_dim + 2);
+  if (elems * double(esize) + partial * 4.0 > double(INT64_MAX / 2))
+    return fail(TC_ERR_INVALID_SHAPE, "llama: a KV cache of n_ctx %lld for %lld sequences does not fit",
+                (long long)g.n_ctx, (long long)slots);
   void* kv = nullptr;
-  if (tc_status st = alloc(size_t(elems) * esize, &kv)) return st;
+  const size_t cache_bytes = aligned(size_t(elems) * esize);
+  if (tc_status st = alloc(cache_bytes + size_t(partial) * 4, &kv)) return st;
   tc_buffer_s* fresh = buffers_.back();
   if (kv_buffer_) {
     if (queue_) {  // the old cache may still be read by enqueued work
@@ -519,6 +526,8 @@ tc_status Llama::alloc_kv_cache(tc_dtype t) {
   kv_ = t;
   k_cache_ = kv;
   v_cache_ = static_cast<char*>(kv) + size_t(elems / 2) * esize;
+  partial_ = reinterpret_cast<float*>(static_cast<char*>(kv) + cache_bytes);
+  if (int64_t(n_past_.size()) != slots) n_past_.assign(size_t(slots), 0);
   return TC_OK;
 }
 
@@ -526,7 +535,7 @@ tc_status Llama::alloc_state() {
   const tc_llama_config& g = cfg_;
   const int64_t E = g.n_embd, H = g.n_head, D = g.head_dim, Dq = H * D, Dkv = g.n_head_kv * D, F = g.n_ff;
   const int64_t V = g.n_vocab;
-  if (tc_status st = alloc_kv_cache(kv_)) return st;
+  if (tc_status st = alloc_kv_cache(kv_, 1)) return st;
 
   const int64_t B = max_batch_ = std::min<int64_t>(g.n_ctx, kMaxBatch);
   const int64_t widest_out = std::max({Dq, Dkv, E, F, V});
@@ -537,7 +546,6 @@ tc_status Llama::alloc_state() {
   f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
   if (!host_) f32(&logits_, B * V);
   f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
-  f32(&partial_, H * decode_attention_splits(g.n_ctx) * (D + 2));
   f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
   // xh also holds a one-token step's 8-bit X: K int8 values, then (dx, sx)
   // per block of 32, from byte aligned(K) on.
@@ -545,7 +553,7 @@ tc_status Llama::alloc_state() {
   pieces.push_back({reinterpret_cast<void**>(&xh_),
                     std::max(size_t(B * widest_in) * 2, aligned(size_t(widest_in)) + size_t(widest_in) / 4)});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
-  pieces.push_back({reinterpret_cast<void**>(&params_), size_t(B + 2) * 4});
+  pieces.push_back({reinterpret_cast<void**>(&params_), size_t(3 * B + 2) * 4});
   size_t total = 0;
   for (auto& p : pieces) total += aligned(p.second);
   void* base_v = nullptr;
@@ -561,8 +569,9 @@ tc_status Llama::alloc_state() {
     params_host_ = params_;
     return TC_OK;
   }
-  params_host_ = static_cast<int32_t*>(be_->alloc_host(size_t(B + 2) * 4));
-  if (!params_host_) return fail(TC_ERR_ALLOC, "tc_llama_load: %lld bytes of host memory", (long long)(B + 2) * 4);
+  params_host_ = static_cast<int32_t*>(be_->alloc_host(size_t(3 * B + 2) * 4));
+  if (!params_host_)
+    return fail(TC_ERR_ALLOC, "tc_llama_load: %lld bytes of host memory", (long long)(3 * B + 2) * 4);
   params_pinned_ = true;
   queue_ = be_->create_queue();
   return TC_OK;

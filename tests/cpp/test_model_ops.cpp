@@ -4,7 +4,10 @@
 // poisoned first:
 //   embed_rows       every weight format, bit-identical to tc_dequantize_weights
 //                    on the CPU (ggml's dequantize_row_*)
-//   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched
+//   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched;
+//                    a batch of rows in their own slots and positions
+//   decode_attention (batch) rows of several slots against the reference and
+//                    against each row alone
 //   decode_attention GQA (1, 2, 4 and 8 heads a group), positions at the start,
 //                    middle and end of caches split into several pieces and of
 //                    one much longer than the position; head dims from 3 to
@@ -12,6 +15,7 @@
 //   add, convert, heads_to_tokens, copy_2d
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -250,6 +254,159 @@ TEST_P(ModelOps, DecodeAttention) {
       const auto o2 = dev.get(a.o, H * D);
       ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
     }
+  }
+}
+
+// A batch step: rows of different sequences, each at its own position in
+// its own cache slot (rows need not be in slot order, slots may be skipped).
+TEST_P(ModelOps, RopeKvAppendBatch) {
+  Dev dev(GetParam());
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  for (bool neox : {false, true}) {
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
+  const int64_t H = 4, Hkv = 2, D = 8, C = 16, half = D / 2, slots_total = 5, stride = Hkv * C * D;
+  const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
+  const int64_t n = int64_t(pos.size());
+  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;
+  const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
+  std::vector<float> cs(C * half), sn(C * half);
+  for (int64_t p = 0; p < C; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
+      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
+    }
+  const std::vector<float> cache_init(slots_total * stride, -7.0f);
+  tc::RopeKvAppendArgs a;
+  a.info.name = "test.rope_kv_append_batch";
+  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
+  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
+  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
+  a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
+  a.cache = cache;
+  a.neox = neox;
+  ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
+  const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, cache_init.size(), cache),
+             vc = cache_values(dev, a.v_cache, cache_init.size(), cache);
+  auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
+  auto rot = [&](const float* x, int64_t p, int64_t d) {
+    const int64_t kk = neox ? d % half : d / 2;
+    const bool first = neox ? d < half : d % 2 == 0;
+    const double c = cs[p * half + kk], sv = sn[p * half + kk];
+    const double a0 = neox ? x[kk] : x[2 * kk], b0 = neox ? x[kk + half] : x[2 * kk + 1];
+    return first ? a0 * c - b0 * sv : b0 * c + a0 * sv;
+  };
+  std::vector<bool> written(cache_init.size(), false);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_NEAR(qt[(h * n + i) * D + d], rot(&q[i * ldq + h * D], pos[i], d), 1e-5) << "row " << i;
+      for (int64_t g = 0; g < Hkv; ++g) {
+        const int64_t cell = slot[i] * stride + (g * C + pos[i]) * D + d;
+        const double kr = rot(&k[i * ldk + g * D], pos[i], d);
+        EXPECT_NEAR(kc[cell], kr, key_tol(kr)) << "row " << i;
+        EXPECT_EQ(vc[cell], cache_round(v[i * ldv + g * D + d], cache)) << "row " << i;
+        written[size_t(cell)] = true;
+      }
+    }
+  for (size_t e = 0; e < written.size(); ++e)
+    if (!written[e]) {
+      ASSERT_EQ(kc[e], -7.0f) << "k cache element " << e << " written";
+      ASSERT_EQ(vc[e], -7.0f) << "v cache element " << e << " written";
+    }
+  }
+}
+
+// n query rows over their own slots and positions against the float64
+// reference; the same as each row alone (the single-row call on its slot);
+// two calls give the same bits.
+TEST_P(ModelOps, DecodeAttentionBatch) {
+  Dev dev(GetParam());
+  struct Case {
+    int64_t H, Hkv, D, C;
+    std::vector<int32_t> pos, slot;
+    int64_t window = 0;
+    float cap = 0.0f;
+  };
+  const Case cases[] = {
+      {8, 2, 64, 300, {0, 57, 299, 64}, {2, 0, 1, 3}},
+      {32, 8, 128, 2048, {0, 70, 2047, 1000, 5}, {4, 3, 2, 1, 0}},  // G = 4
+      {6, 3, 37, 500, {0, 100, 499}, {1, 2, 0}},                     // scalar loads
+      {4, 1, 256, 1024, {1023, 0, 511}, {0, 2, 1}, 300},             // window
+      {8, 2, 64, 700, {5, 699, 300}, {2, 1, 0}, 300, 0.7f},          // window and soft-capping
+      {16, 2, 128, 700, {3}, {1}},                                   // one row in a later slot
+  };
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  for (const Case& c : cases) {
+    const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv, n = int64_t(c.pos.size());
+    int64_t slots_total = 0;
+    for (int32_t s : c.slot) slots_total = std::max<int64_t>(slots_total, s + 1);
+    const int64_t stride = Hkv * C * D, splits = tc::decode_attention_splits(C);
+    SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
+                 std::to_string(C) + " rows " + std::to_string(n) + " window " + std::to_string(c.window) +
+                 (cache == TC_DTYPE_F16 ? " f16 cache" : ""));
+    std::vector<float> q = randn(H * n * D), K = randn(slots_total * stride), V = randn(slots_total * stride);
+    for (float& x : K) x = cache_round(x, cache);
+    for (float& x : V) x = cache_round(x, cache);
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const void* Kd = put_cache(dev, K, cache);
+    const void* Vd = put_cache(dev, V, cache);
+    tc::DecodeAttentionArgs a;
+    a.info.name = "test.decode_attention_batch";
+    a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
+    a.window = c.window, a.softcap = c.cap;
+    a.n = n, a.pos = dev.put(c.pos), a.slots = dev.put(c.slot), a.slot_stride = stride;
+    a.q = dev.put(q), a.k_cache = Kd, a.v_cache = Vd, a.cache = cache;
+    a.o = dev.put(std::vector<float>(n * H * D, NAN));
+    a.partial = dev.put(std::vector<float>(n * H * splits * (D + 2), NAN));
+    ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+    const auto o = dev.get(a.o, n * H * D);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = c.pos[size_t(i)], base = c.slot[size_t(i)] * stride;
+      const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos + 1 - c.window) : 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / G;
+        std::vector<double> sc(size_t(pos + 1 - first));
+        double m = -INFINITY, l = 0;
+        for (int64_t j = first; j <= pos; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += double(q[(h * n + i) * D + d]) * K[base + (g * C + j) * D + d];
+          double x = dot * scale;
+          if (c.cap > 0) x = c.cap * std::tanh(x / c.cap);
+          m = std::max(m, sc[size_t(j - first)] = x);
+        }
+        for (double& x : sc) l += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double ref = 0;
+          for (int64_t j = first; j <= pos; ++j) ref += sc[size_t(j - first)] * V[base + (g * C + j) * D + d];
+          ASSERT_NEAR(o[(i * H + h) * D + d], ref / l, 1e-5 * (1 + std::fabs(ref / l)))
+              << "row " << i << " head " << h << " d " << d;
+        }
+      }
+      // Row i alone: the single-sequence call on its slot's cells and its query.
+      std::vector<float> qi(size_t(H * D));
+      for (int64_t h = 0; h < H; ++h)
+        std::copy(q.begin() + (h * n + i) * D, q.begin() + (h * n + i + 1) * D, qi.begin() + h * D);
+      tc::DecodeAttentionArgs one = a;
+      one.n = 1, one.slots = nullptr, one.slot_stride = 0;
+      one.pos = dev.put(std::vector<int32_t>{int32_t(pos)});
+      one.q = dev.put(qi);
+      const size_t esize = cache == TC_DTYPE_F16 ? 2 : 4;
+      one.k_cache = static_cast<const char*>(Kd) + size_t(base) * esize;
+      one.v_cache = static_cast<const char*>(Vd) + size_t(base) * esize;
+      one.o = dev.put(std::vector<float>(H * D, NAN));
+      one.partial = dev.put(std::vector<float>(H * splits * (D + 2), NAN));
+      ASSERT_EQ(dev.be().decode_attention(one, nullptr), TC_OK);
+      const auto oi = dev.get(one.o, H * D);
+      for (int64_t e = 0; e < H * D; ++e)
+        ASSERT_NEAR(o[i * H * D + e], oi[e], 1e-6 * (1 + std::fabs(oi[e]))) << "row " << i << " alone";
+    }
+    a.o = dev.put(std::vector<float>(n * H * D, NAN));
+    a.partial = dev.put(std::vector<float>(n * H * splits * (D + 2), NAN));
+    ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+    const auto o2 = dev.get(a.o, n * H * D);
+    ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
   }
 }
 

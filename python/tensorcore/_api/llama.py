@@ -14,7 +14,9 @@ from .._structs import _Struct
 
 __all__ = ["TCLlamaConfig", "llama_load", "llama_free", "llama_get_config", "llama_eval", "llama_reset",
            "llama_n_past", "llama_tokenizer", "llama_set_activations",
-           "llama_set_kv_cache_type", "llama_get_kv_cache_type"]
+           "llama_set_kv_cache_type", "llama_get_kv_cache_type", "llama_set_max_sequences",
+           "llama_get_max_sequences", "llama_seq_eval", "llama_seq_reset", "llama_seq_n_past",
+           "llama_decode_batch"]
 
 TC_ERR_INVALID_ARG = -7
 
@@ -39,6 +41,14 @@ _tc_llama_get_kv_cache_type = declare("tc_llama_get_kv_cache_type", tc_status, h
 _tc_llama_reset = declare("tc_llama_reset", tc_status, handle)
 _tc_llama_n_past = declare("tc_llama_n_past", tc_status, handle, POINTER(c_int64))
 _tc_llama_tokenizer = declare("tc_llama_tokenizer", tc_status, handle, POINTER(handle))
+_tc_llama_set_max_sequences = declare("tc_llama_set_max_sequences", tc_status, handle, c_int64)
+_tc_llama_get_max_sequences = declare("tc_llama_get_max_sequences", tc_status, handle, POINTER(c_int64))
+_tc_llama_seq_eval = declare("tc_llama_seq_eval", tc_status, handle, c_int32, POINTER(c_int32), c_int64,
+                             POINTER(c_float), c_int64)
+_tc_llama_seq_reset = declare("tc_llama_seq_reset", tc_status, handle, c_int32)
+_tc_llama_seq_n_past = declare("tc_llama_seq_n_past", tc_status, handle, c_int32, POINTER(c_int64))
+_tc_llama_decode_batch = declare("tc_llama_decode_batch", tc_status, handle, POINTER(c_int32), POINTER(c_int32),
+                                 c_int64, POINTER(c_float), c_int64)
 
 
 def _model(m):
@@ -67,21 +77,81 @@ def llama_get_config(model):
     return {name: getattr(c, name) for name, _ in TCLlamaConfig._fields_}
 
 
+def _int32s(values, fn, what):
+    v = np.ascontiguousarray(np.asarray(values, dtype=np.int64).reshape(-1))
+    if v.size and (v.min() < -2**31 or v.max() >= 2**31):
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: a %s does not fit int32" % (fn, what))
+    return v.astype(np.int32)
+
+
+def _logits_arg(logits, fn):
+    if logits is None:
+        return None, 0
+    if (not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or not logits.flags.c_contiguous
+            or not logits.flags.writeable):
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: logits must be a writable C-contiguous float32 array" % fn)
+    return logits.ctypes.data_as(POINTER(c_float)), logits.size
+
+
+def _seq(seq, fn):
+    s = i64(seq, fn, "seq", TC_ERR_INVALID_ARG)
+    if not -2**31 <= s < 2**31:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: sequence %d does not fit int32" % (fn, s))
+    return s
+
+
 def llama_eval(model, tokens, logits=None):
     """Runs `tokens` after the cached ones. logits: None, or a C-contiguous
     float32 array of n * n_vocab (all tokens) or n_vocab (the last one)."""
-    t = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(-1))
-    if t.size and (t.min() < -2**31 or t.max() >= 2**31):
-        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "tc_llama_eval: a token id does not fit int32")
-    t = t.astype(np.int32)
-    out, cap = None, 0
-    if logits is not None:
-        if (not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or not logits.flags.c_contiguous
-                or not logits.flags.writeable):
-            raise TensorcoreValueError(TC_ERR_INVALID_ARG, "tc_llama_eval: logits must be a writable C-contiguous float32 array")
-        out, cap = logits.ctypes.data_as(POINTER(c_float)), logits.size
+    t = _int32s(tokens, "tc_llama_eval", "token id")
+    out, cap = _logits_arg(logits, "tc_llama_eval")
     check(_tc_llama_eval(_model(model), t.ctypes.data_as(POINTER(c_int32)), t.size, out, cap))
     return logits
+
+
+def llama_seq_eval(model, seq, tokens, logits=None):
+    """llama_eval on sequence `seq`."""
+    t = _int32s(tokens, "tc_llama_seq_eval", "token id")
+    out, cap = _logits_arg(logits, "tc_llama_seq_eval")
+    check(_tc_llama_seq_eval(_model(model), _seq(seq, "tc_llama_seq_eval"), t.ctypes.data_as(POINTER(c_int32)),
+                             t.size, out, cap))
+    return logits
+
+
+def llama_decode_batch(model, seqs, tokens, logits=None):
+    """One token for each of the distinct sequences `seqs` (tokens[i] to
+    seqs[i]); logits: None, or a C-contiguous float32 array of at least
+    len(seqs) * n_vocab (row i: sequence seqs[i])."""
+    fn = "tc_llama_decode_batch"
+    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
+    if s.size != t.size:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    out, cap = _logits_arg(logits, fn)
+    check(_tc_llama_decode_batch(_model(model), s.ctypes.data_as(POINTER(c_int32)),
+                                 t.ctypes.data_as(POINTER(c_int32)), s.size, out, cap))
+    return logits
+
+
+def llama_set_max_sequences(model, n_seq):
+    """Sequence slots (1 after load); every sequence must be empty."""
+    check(_tc_llama_set_max_sequences(_model(model), i64(n_seq, "tc_llama_set_max_sequences", "n_seq",
+                                                         TC_ERR_INVALID_ARG)))
+
+
+def llama_get_max_sequences(model):
+    n = c_int64()
+    check(_tc_llama_get_max_sequences(_model(model), byref(n)))
+    return n.value
+
+
+def llama_seq_reset(model, seq):
+    check(_tc_llama_seq_reset(_model(model), _seq(seq, "tc_llama_seq_reset")))
+
+
+def llama_seq_n_past(model, seq):
+    n = c_int64()
+    check(_tc_llama_seq_n_past(_model(model), _seq(seq, "tc_llama_seq_n_past"), byref(n)))
+    return n.value
 
 
 def llama_reset(model):

@@ -6,6 +6,13 @@ context's device (the C model of include/tensorcore/llama.h).
     logits = m.eval([tok])               # continues the sequence
     m.reset()
     ids = m.generate(prompt_ids, 16)     # greedy; temperature/top_k/top_p/seed
+
+Several sequences at once (continuous batching):
+
+    m = Llama(path, max_sequences=8)     # or m.set_max_sequences(8) while empty
+    m.eval(prompt_a, seq=0); m.eval(prompt_b, seq=1)
+    logits = m.decode_batch([0, 1], [tok_a, tok_b])  # [2, n_vocab]: one step of both
+    m.reset(seq=1); m.eval(prompt_c, seq=1)           # a sequence leaves, another joins
     text = m.detokenize(ids)
 
 tokenize() reads the text as llama.cpp's command line does: BOS/EOS as the
@@ -28,8 +35,10 @@ import os
 
 import numpy as np
 
-from .._api.llama import (llama_eval, llama_free, llama_get_config, llama_load, llama_n_past, llama_reset,
-                          llama_set_activations, llama_set_kv_cache_type, llama_tokenizer)
+from .._api.llama import (llama_decode_batch, llama_eval, llama_free, llama_get_config, llama_get_max_sequences,
+                          llama_load, llama_n_past, llama_reset, llama_seq_eval, llama_seq_n_past, llama_seq_reset,
+                          llama_set_activations, llama_set_kv_cache_type, llama_set_max_sequences,
+                          llama_tokenizer)
 from .._api.tokenizer import Tokenizer
 from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
 from .._errors import TensorcoreError, TensorcoreValueError
@@ -101,10 +110,13 @@ class Llama:
     progress: show a bar on stderr while a file over 100 MB is read into the
     page cache before the load (stderr a terminal only; _progress.py).
     chat_template: a built-in template name (BUILTIN_TEMPLATES) or Jinja
-    text used by the chat methods instead of the file's own."""
+    text used by the chat methods instead of the file's own.
+    max_sequences: sequence slots, each with its own n_ctx positions of KV
+    cache (eval/reset with seq=, decode_batch); the chat and generate
+    methods use sequence 0."""
 
     def __init__(self, path=None, ctx=None, n_ctx=None, activations="f16", device=None, progress=False,
-                 chat_template=None, kv_type="f16"):
+                 chat_template=None, kv_type="f16", max_sequences=1):
         self.notice = None
         if path is None:
             chosen = default_model(progress)
@@ -124,6 +136,7 @@ class Llama:
             self._handle = llama_load(self.ctx, self.path, n_ctx or 0)
             llama_set_activations(self._handle, activations)
             llama_set_kv_cache_type(self._handle, kv_type)
+            llama_set_max_sequences(self._handle, max_sequences)
         except Exception:
             if self._handle is not None:
                 llama_free(self._handle)
@@ -146,7 +159,21 @@ class Llama:
 
     @property
     def n_past(self):
+        """Sequence 0's cached positions (seq_n_past for the others)."""
         return llama_n_past(self.handle)
+
+    def seq_n_past(self, seq):
+        """The positions sequence `seq` holds in the KV cache."""
+        return llama_seq_n_past(self.handle, seq)
+
+    @property
+    def max_sequences(self):
+        return llama_get_max_sequences(self.handle)
+
+    def set_max_sequences(self, n):
+        """Reallocates the KV cache for n sequence slots; every sequence must
+        be empty."""
+        llama_set_max_sequences(self.handle, n)
 
     @property
     def tokenizer(self):
@@ -172,19 +199,39 @@ class Llama:
         """Whether `token` ends a generation."""
         return int(token) in self.eog_ids
 
-    def eval(self, tokens, last_only=False):
-        """Runs `tokens` after the cached ones; float32 logits [len(tokens),
-        n_vocab] (or [n_vocab] of the last token with last_only)."""
+    def eval(self, tokens, last_only=False, seq=0):
+        """Runs `tokens` after the cached ones of sequence `seq`; float32
+        logits [len(tokens), n_vocab] (or [n_vocab] of the last token with
+        last_only)."""
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         out = np.empty(self.n_vocab if last_only else (t.size, self.n_vocab), np.float32)
-        llama_eval(self.handle, t, out)
-        self._ids.extend(int(x) for x in t)
+        if seq == 0:
+            llama_eval(self.handle, t, out)
+            self._ids.extend(int(x) for x in t)
+        else:
+            llama_seq_eval(self.handle, seq, t, out)
         return out
 
-    def reset(self):
-        """Empties the KV cache: the next eval starts at position 0."""
-        llama_reset(self.handle)
-        self._ids = []
+    def reset(self, seq=0):
+        """Empties sequence `seq` of the KV cache: its next eval starts at
+        position 0."""
+        if seq == 0:
+            llama_reset(self.handle)
+            self._ids = []
+        else:
+            llama_seq_reset(self.handle, seq)
+
+    def decode_batch(self, seqs, tokens):
+        """One step of several sequences: tokens[i] appended to the distinct
+        sequence seqs[i]; float32 logits [len(seqs), n_vocab], row i for
+        seqs[i]. Every sequence advances by one."""
+        s = np.asarray(seqs, dtype=np.int64).reshape(-1)
+        t = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        out = np.empty((s.size, self.n_vocab), np.float32)
+        llama_decode_batch(self.handle, s, t, out)
+        for i in np.flatnonzero(s == 0):
+            self._ids.append(int(t[i]))
+        return out
 
     def tokenize(self, text, add_bos=None, add_eos=None, special=True):
         """Token ids of `text`. add_bos / add_eos: None as the file says,

@@ -1,0 +1,90 @@
+// Several sequences in one model (continuous batching): the cache's
+// sequence slots and the batch step, one token of each of n sequences.
+//
+// A batch step is the forward of llama.cpp for n rows (Llama::forward with
+// batch set): one embedding of n rows, every product at M = n (GEMV rows
+// below kGemmMinRows, GEMM above on a device), the norms, SwiGLU and adds on
+// n rows, and per layer one rope_kv_append and one decode_attention for all
+// n rows, each row reading its own position and cache slot from the
+// parameter block [.., positions[max_batch_], slots[max_batch_]]. Since
+// nothing of the step depends on host values, a device with graphs records
+// the step once per row count n and replays it with a new parameter block.
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "model/llama.h"
+
+namespace tc {
+namespace model {
+
+#define TC_TRY(expr)                        \
+  do {                                      \
+    if (tc_status st_ = (expr)) return st_; \
+  } while (0)
+
+bool Llama::empty() const {
+  for (int64_t p : n_past_)
+    if (p) return false;
+  return true;
+}
+
+tc_status Llama::set_max_sequences(int64_t n) {
+  if (n == max_sequences()) return TC_OK;
+  drop_graphs();  // the recorded steps address the old cache
+  return alloc_kv_cache(kv_, n);
+}
+
+tc_status Llama::step_batch(int64_t n, float* logits) {
+  if (host_) return forward(n, 0, logits, n, 0, true);  // params_host_ is the block itself
+
+  Queue* q = queue_.get();
+  TC_TRY(be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, q));
+  if (be_->supports_graphs() && !graph_failed_) {
+    if (batch_graphs_.size() <= size_t(n)) batch_graphs_.resize(size_t(n) + 1);
+    std::unique_ptr<Graph>& graph = batch_graphs_[size_t(n)];
+    if (graph) {
+      TC_TRY(be_->replay(*graph, q));
+    } else {
+      // The eager run does the lazy work (plans, the GEMM path's scratch)
+      // that must not happen inside a recording.
+      // A step that cannot be recorded leaves the model on eager steps.
+      TC_TRY(forward(n, 0, logits_, n, 0, true));
+      if (be_->begin_capture(q)) {
+        graph_failed_ = true;
+      } else {
+        const tc_status st = forward(n, 0, logits_, n, 0, true);
+        std::unique_ptr<Graph> g;
+        const tc_status end = be_->end_capture(q, &g);
+        if (st || end || !g) graph_failed_ = true;
+        else graph = std::move(g);
+      }
+    }
+  } else {
+    TC_TRY(forward(n, 0, logits ? logits_ : nullptr, n, 0, true));
+  }
+  if (logits)
+    TC_TRY(be_->copy_async(logits, logits_, size_t(n * cfg_.n_vocab) * sizeof(float), false, q));
+  std::string detail;
+  if (tc_status st = q->sync(&detail)) return fail_with(st, "tc_llama_decode_batch: " + detail);
+  return TC_OK;
+}
+
+tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits) {
+  params_host_[0] = 0;
+  params_host_[1] = int32_t(n);
+  std::memcpy(params_host_ + 2, tokens, size_t(n) * sizeof(int32_t));
+  int32_t* pos = batch_pos(params_host_);
+  int32_t* slots = batch_slots(params_host_);
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = int32_t(n_past_[size_t(seqs[i])]);
+    slots[i] = seqs[i];
+  }
+  if (tc_status st = finish(step_batch(n, logits))) return st;
+  if (logits && arch_.final_softcap > 0.0f) softcap_logits(logits, n * cfg_.n_vocab);
+  for (int64_t i = 0; i < n; ++i) ++n_past_[size_t(seqs[i])];
+  return TC_OK;
+}
+
+}  // namespace model
+}  // namespace tc

@@ -273,20 +273,20 @@ bool Llama::q8_decode() {
   return q8_state_ == 1;
 }
 
-tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K) {
+tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M) {
   QuantizeQ8Args a;
   a.info.name = "llama.quantize_q8";
-  a.K = K;
+  a.M = M, a.K = K;
   a.x = x, a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
   a.xq = q8x_, a.xd = q8d_;
   return be_->quantize_q8(a, queue_.get());
 }
 
-tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue) {
+tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M) {
   GemvQ8Args a;
   a.info.name = "llama.gemv_q8";
   a.fmt = w.fmt;
-  a.N = w.N, a.K = w.K;
+  a.M = M, a.N = w.N, a.K = w.K;
   a.w = w.split_qs ? w.split_qs : w.data;
   a.wd = w.split_d;
   a.xq = q8x_, a.xd = q8d_;
@@ -314,11 +314,11 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   e.dst = x_;
   e.scale = arch_.embed_scale;
   TC_TRY(be_->embed_rows(e, q));
-  const bool q8 = n == 1 && q8_decode();
+  const bool q8 = (n == 1 || (batch && n <= kQ8MaxRows)) && q8_decode();
   if (q8) {
     // The first op of the 8-bit path: a backend without it enqueues
     // nothing and the step reruns on the exact products.
-    const tc_status st = quantize_q8(x_, vec(layers_[0].attn_norm), E);
+    const tc_status st = quantize_q8(x_, vec(layers_[0].attn_norm), E, n);
     if (st == TC_ERR_UNSUPPORTED) {
       q8_state_ = 0;
       return forward(n, P, lg, rows, slot, batch);
@@ -338,15 +338,17 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
     float *qp, *kp, *vp;
     if (q8) {
-      if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E));
-      if (L.wqkv.data) {
-        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore));
+      if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
+      if (L.wqkv.data) {  // rows [q | k | v]
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n));
+        qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
+        r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
       } else {
-        TC_TRY(gemv_q8(L.wq, qkv_, GemvQ8Args::kStore));
-        TC_TRY(gemv_q8(L.wk, qkv_ + Dq, GemvQ8Args::kStore));
-        TC_TRY(gemv_q8(L.wv, qkv_ + Dq + Dkv, GemvQ8Args::kStore));
+        TC_TRY(gemv_q8(L.wq, q_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.wk, k_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.wv, v_, GemvQ8Args::kStore, n));
+        qp = q_, kp = k_, vp = v_;
       }
-      qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else if (n == 1 && L.wqkv.data) {
       // One product for q, k and v: [q | k | v] in one row.
       TC_TRY(norm_product(vec(L.attn_norm), L.wqkv, qkv_));
@@ -480,23 +482,23 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     }
     if (q8) {
       // x += o Wo^T; x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T, h = rmsnorm(x) * ffn_norm.
-      TC_TRY(quantize_q8(o_, nullptr, Dq));
-      TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd));
-      TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E));
+      TC_TRY(quantize_q8(o_, nullptr, Dq, n));
+      TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
+      TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
       if (L.w_gate_up.data) {
-        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu));
-      } else {
-        TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore));
-        TC_TRY(gemv_q8(L.w_up, gu_ + g.n_ff, GemvQ8Args::kStore));
+        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n));
+      } else {  // gate rows, then up rows, then SwiGLU over all of them
+        TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.w_up, gu_ + n * g.n_ff, GemvQ8Args::kStore, n));
         SwigluForwardArgs sw;
         sw.info.name = "llama.swiglu";
-        sw.n = g.n_ff;
+        sw.n = n * g.n_ff;
         sw.dtype = TC_DTYPE_F32;
-        sw.gate = gu_, sw.up = gu_ + g.n_ff, sw.out = gu_;
+        sw.gate = gu_, sw.up = gu_ + n * g.n_ff, sw.out = gu_;
         TC_TRY(be_->swiglu_forward(sw, q));
       }
-      TC_TRY(quantize_q8(gu_, nullptr, g.n_ff));
-      TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd));
+      TC_TRY(quantize_q8(gu_, nullptr, g.n_ff, n));
+      TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n));
       continue;
     }
     TC_TRY(product(L.wo, o_, tmp_, n));
@@ -524,9 +526,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
-    if (q8) {
-      TC_TRY(quantize_q8(x_, vec(output_norm_), E));
-      return gemv_q8(output_, lg, GemvQ8Args::kStore);
+    if (q8) {  // a batch step wants every row's logits (rows == n)
+      TC_TRY(quantize_q8(x_, vec(output_norm_), E, n));
+      return gemv_q8(output_, lg, GemvQ8Args::kStore, n);
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
     TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));

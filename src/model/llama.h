@@ -136,6 +136,10 @@ class Llama {
   // device (a GEMV re-reads its weights per block of rows; a tensor-core
   // GEMM is faster once the rows fill its tiles).
   static constexpr int64_t kGemmMinRows = 32;
+  // A batch step of fewer rows runs the one-token step's 8-bit products
+  // (q8_decode) on all of them: each weight loaded once for 8 rows, against
+  // exact GEMV kernels whose cost grows with every row.
+  static constexpr int64_t kQ8MaxRows = kGemmMinRows - 1;
   // The largest number of tokens one forward runs (the scratch's size).
   static constexpr int64_t kMaxBatch = 512;
 
@@ -181,8 +185,8 @@ class Llama {
   // epilogue (store, residual add, SwiGLU).
   bool q8_decode();
   std::vector<Matrix*> q8_matrices();
-  tc_status quantize_q8(const float* x, const float* gamma, int64_t K);
-  tc_status gemv_q8(const Matrix& w, float* y, int epilogue);
+  tc_status quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M);
+  tc_status gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M);
   const float* vec(int64_t offset) const { return offset < 0 ? nullptr : vecs_ + offset; }
 
   tc_context_s* ctx_ = nullptr;

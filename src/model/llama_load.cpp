@@ -492,7 +492,7 @@ tc_status Llama::split_weights() {
 //   logits [B, n_vocab] (device only: a host backend writes the caller's
 //   array), kpack, vpack [Hkv, n_ctx, D] (the packed or widened prefix
 //   attention reads; a host backend attends on an f32 cache in place);
-//   qkv [H*D + 2 Hkv*D]; gu [2F];
+//   qkv [R, H*D + 2 Hkv*D]; gu [R, 2F] (R = min(B, kQ8MaxRows));
 // then f16 copies of a product's input and output, and the parameter block
 // [position, n, B token ids, B positions, B slots] (int32).
 // The KV cache of element type t for `slots` sequences: 2 * n_layer * slots
@@ -546,12 +546,15 @@ tc_status Llama::alloc_state() {
   f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
   if (!host_) f32(&logits_, B * V);
   f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
-  f32(&qkv_, Dq + 2 * Dkv), f32(&gu_, 2 * F);  // a one-token step's fused products
-  // xh also holds a one-token step's 8-bit X: K int8 values, then (dx, sx)
-  // per block of 32, from byte aligned(K) on.
+  // The 8-bit products' outputs: [q | k | v] and [gate | up] rows of a
+  // one-token step or a small batch step (R rows).
+  const int64_t R = std::min(B, kQ8MaxRows);
+  f32(&qkv_, R * (Dq + 2 * Dkv)), f32(&gu_, R * 2 * F);
+  // xh also holds the 8-bit X of those steps: R x K int8 values, then
+  // (dx, sx) per block of 32, from byte aligned(R K) on.
   const int64_t widest_in = std::max({E, Dq, F});
-  pieces.push_back({reinterpret_cast<void**>(&xh_),
-                    std::max(size_t(B * widest_in) * 2, aligned(size_t(widest_in)) + size_t(widest_in) / 4)});
+  const size_t q8_bytes = aligned(size_t(R * widest_in)) + size_t(R * widest_in) / 4;
+  pieces.push_back({reinterpret_cast<void**>(&xh_), std::max(size_t(B * widest_in) * 2, q8_bytes)});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
   pieces.push_back({reinterpret_cast<void**>(&params_), size_t(3 * B + 2) * 4});
   size_t total = 0;
@@ -564,7 +567,7 @@ tc_status Llama::alloc_state() {
     base += aligned(p.second);
   }
   q8x_ = reinterpret_cast<int8_t*>(xh_);
-  q8d_ = reinterpret_cast<float*>(reinterpret_cast<char*>(xh_) + aligned(size_t(widest_in)));
+  q8d_ = reinterpret_cast<float*>(reinterpret_cast<char*>(xh_) + aligned(size_t(R * widest_in)));
   if (host_) {
     params_host_ = params_;
     return TC_OK;

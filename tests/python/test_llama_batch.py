@@ -9,6 +9,7 @@ attention on an f32 cache); on a GPU the steps after the first of a row
 count replay a recorded graph."""
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -117,6 +118,48 @@ def test_batch_steps_match_reference_and_each_sequence_alone(tmp_path, where, kv
             rows = np.stack([batch[k][order.index(s)] for k in range(3)])
             err = np.abs(rows - alone).max() / np.abs(alone).max()
             assert err < alone_tol, "seq %d: batch rows vs alone %.3g" % (s, err)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+def test_f16_batch_steps_take_the_8bit_products(tmp_path, where, fmt):
+    """f16 activations: a batch step of fewer than 32 rows runs the one-token
+    step's 8-bit products on all its rows (on a device; on the host the
+    products quantise per row as they always do). Each row's arithmetic is
+    that row's alone: the logits match each sequence's own one-token steps
+    up to f32 rounding (on the host, whose products round their outputs to
+    f16, the tile products of 8 rows and more sum in another order, which
+    can move an output to the neighbouring f16 value), and the reference
+    within the 8-bit contract. 11
+    sequences make two passes of 8 rows over each matrix."""
+    rng = np.random.default_rng(91)
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), fmt)
+    S = 11
+    prompts = [[int(t) for t in rng.integers(0, V, 2 + s % 5)] for s in range(S)]
+    steps = [[int(t) for t in rng.integers(0, V, S)] for _ in range(3)]
+    order = list(range(S))[::-1]
+    host = where.device == "cpu" and not os.environ.get("TC_LLAMA_DEVICE_PATH")
+    alone_tol = 2e-3 if host else 1e-5
+    with Llama(path, ctx=where, n_ctx=32, activations="f16", kv_type="f32", max_sequences=S) as m:
+        for s in range(S):
+            m.eval(prompts[s], seq=s)
+        batch = [m.decode_batch(order, [steps[k][s] for s in order]) for k in range(3)]
+        four = m.decode_batch(order[:4], [1, 2, 3, 4])  # one pass of 4 rows
+    with Llama(path, ctx=where, n_ctx=32, activations="f16", kv_type="f32") as one:
+        for s in range(S):
+            one.reset()
+            one.eval(prompts[s])
+            alone = np.stack([one.eval([steps[k][s]])[0] for k in range(3)])
+            if s in order[:4]:
+                alone = np.concatenate([alone, one.eval([1 + order.index(s)])])
+            rows = np.stack([batch[k][order.index(s)] for k in range(3)])
+            if s in order[:4]:
+                rows = np.concatenate([rows, four[order.index(s)][None]])
+            err = np.abs(rows - alone).max() / np.abs(alone).max()
+            assert err < alone_tol, "seq %d: batch rows vs alone %.3g" % (s, err)
+            ref = base.reference(w, np.asarray(prompts[s] + [steps[k][s] for k in range(3)]))[-3:]
+            err = np.abs(rows[:3] - ref).max() / np.abs(ref).max()
+            assert err < 5e-2, "seq %d against the reference: %.3g" % (s, err)
 
 
 def test_many_sequences_take_the_gemm_products(tmp_path, where):

@@ -62,11 +62,6 @@
 namespace tc {
 namespace model {
 
-#define TC_TRY(expr)                        \
-  do {                                      \
-    if (tc_status st_ = (expr)) return st_; \
-  } while (0)
-
 tc_status Llama::set_activations(tc_dtype t) {
   if (t != act_) drop_graphs();  // the recorded steps have the other products
   act_ = t;

@@ -39,6 +39,12 @@
 struct tc_context_s;
 struct tc_buffer_s;
 
+// Returns the status of expr from the enclosing function when it fails.
+#define TC_TRY(expr)                        \
+  do {                                      \
+    if (tc_status st_ = (expr)) return st_; \
+  } while (0)
+
 namespace tc {
 namespace model {
 

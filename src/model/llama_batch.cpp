@@ -18,11 +18,6 @@
 namespace tc {
 namespace model {
 
-#define TC_TRY(expr)                        \
-  do {                                      \
-    if (tc_status st_ = (expr)) return st_; \
-  } while (0)
-
 bool Llama::empty() const {
   for (int64_t p : n_past_)
     if (p) return false;

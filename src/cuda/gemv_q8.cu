@@ -524,10 +524,13 @@ cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
 
 // Rows of X a CTA takes: 1 for one token (the decode step), else 4 or 8
 // (one load of each weight serves them all; more passes re-read W from L2).
+// K-quants take 4 at most: at 8 their kernels need ~210 registers a thread
+// (one CTA an SM), and on the H200 Q4_K at 14336 x 4096 took 2.2x as long
+// for 8 rows as for 4.
 template <class F, class TY, int L>
 cudaError_t launch_rows_m(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   if (a.M == 1) return launch_rows<F, TY, L, 1>(a, y, st);
-  if (a.M <= 4) return launch_rows<F, TY, L, 4>(a, y, st);
+  if (a.M <= 4 || L == kSuper) return launch_rows<F, TY, L, 4>(a, y, st);
   return launch_rows<F, TY, L, 8>(a, y, st);
 }
 

@@ -69,8 +69,9 @@ def measure(args, path):
                                                activations=args.activations, kv_type=args.kv_type,
                                                max_sequences=max(args.npl)) as m:
         rng = np.random.default_rng(0)
-        # Warm-up: the mapping faulted in, thread pool, GEMM plans, a recorded step.
-        m.eval(rng.integers(3, m.n_vocab, 8), last_only=True)
+        # Warm-up: the mapping faulted in, thread pool, the GEMM plans of a
+        # whole prompt (a shorter one takes other products), a recorded step.
+        m.eval(rng.integers(3, m.n_vocab, args.npp), last_only=True)
         m.decode_batch([0], [5])
         m.decode_batch([0], [6])
         m.reset()

@@ -53,8 +53,9 @@ TC_CONFIG(kCudnnDebug, "TC_CUDNN_DEBUG", Bool, "off", "", Once,
 TC_CONFIG(kLlamaDevicePath, "TC_LLAMA_DEVICE_PATH", Bool, "off", "", PerCall,
           "run the forward through device buffers even on a host-accessible backend (tests the CUDA path on the CPU)")
 TC_CONFIG(kLlamaSplit, "TC_LLAMA_SPLIT", Bool, "on", "", Once,
-          "a GPU LLaMA model with f16 activations keeps a second, 16-byte-aligned copy of its Q4_0 / Q8_0 "
-          "matrices for the decode products (off saves about the model's size; decode ~10% slower)")
+          "a GPU LLaMA model with f16 activations keeps a second, 16-byte-aligned copy of its Q4_0 / Q8_0 / "
+          "Q6_K matrices for the decode products (off saves their size; Q4_0 decode ~10% slower, and a file "
+          "with Q6_K matrices takes the f16 products)")
 TC_CONFIG(kLlamaQ8, "TC_LLAMA_Q8", Bool, "on", "", Once,
           "a GPU LLaMA decode step with f16 activations runs 8-bit products with fused epilogues; off: the "
           "older f16 products and separate norm, add and SwiGLU kernels")

@@ -451,7 +451,7 @@ inline int64_t decode_attention_splits(int64_t C) {
 // blocks are 16-byte multiples); Q6_K in the split layout only.
 // M rows of X (several tokens: a batch of sequences) are M rows of each
 // operand, every row its own norm and its own blocks; a GPU loads each
-// weight once for up to 8 rows.
+// weight once for up to 8 rows (4 for the K-quants).
 struct QuantizeQ8Args {
   OpInfo info;
   int64_t M = 1, K = 0;

@@ -72,12 +72,14 @@ tc_status eval_seq(const char* fn, tc_llama m, int64_t seq, const int32_t* token
   return m->impl->eval(seq, tokens, n, logits, all);
 }
 
-// The first sequence that holds positions, for the messages of calls that
-// need an empty model.
-int64_t first_busy(const tc_llama& m) {
+// Calls that reallocate the cache need every sequence empty; the detail
+// names the first that is not.
+tc_status check_empty(const char* fn, const tc_llama& m) {
   for (int64_t s = 0; s < m->impl->max_sequences(); ++s)
-    if (m->impl->n_past(s)) return s;
-  return -1;
+    if (m->impl->n_past(s))
+      return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld holds %lld positions; reset every sequence first", fn,
+                  (long long)s, (long long)m->impl->n_past(s));
+  return TC_OK;
 }
 
 }  // namespace
@@ -197,10 +199,7 @@ tc_status tc_llama_set_max_sequences(tc_llama m, int64_t n_seq) {
     if (n_seq < 1 || n_seq > limit)
       return fail(TC_ERR_INVALID_ARG, "%s: %lld sequences (1 to %lld: min(n_ctx, 512))", fn, (long long)n_seq,
                   (long long)limit);
-    const int64_t busy = first_busy(m);
-    if (busy >= 0)
-      return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld holds %lld positions; reset every sequence first", fn,
-                  (long long)busy, (long long)m->impl->n_past(busy));
+    if (tc_status st = check_empty(fn, m)) return st;
     return m->impl->set_max_sequences(n_seq);
   });
 }
@@ -252,10 +251,7 @@ tc_status tc_llama_set_kv_cache_type(tc_llama m, tc_dtype dtype) {
     if (tc_status st = check_llama(fn, m)) return st;
     if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
       return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: a %s cache (f16 or f32)", fn, dtype_label(dtype).c_str());
-    const int64_t busy = first_busy(m);
-    if (busy >= 0)
-      return fail(TC_ERR_INVALID_ARG, "%s: sequence %lld holds %lld positions; reset the model first", fn,
-                  (long long)busy, (long long)m->impl->n_past(busy));
+    if (tc_status st = check_empty(fn, m)) return st;
     return m->impl->set_kv_cache_type(dtype);
   });
 }

@@ -55,9 +55,9 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
                 format_info(a.fmt)->name, (long long)q8_block_elems(a.fmt), (long long)a.K);
   if (a.wd && !q8_split_format(a.fmt))
     return fail(TC_ERR_UNSUPPORTED, "%s: %s weights have no split layout", a.info.name, format_info(a.fmt)->name);
-  if (!a.wd && a.fmt == Q6_K)
-    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 reads Q6_K weights in the split layout only (repack_q8)",
-                a.info.name);
+  if (!a.wd && q8_split_only(a.fmt))
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 reads %s weights in the split layout only (repack_q8)",
+                a.info.name, format_info(a.fmt)->name);
   return TC_OK;
 }
 

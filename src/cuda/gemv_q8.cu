@@ -546,27 +546,17 @@ cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   }
 }
 
-// Block b of W: its scale to d[b], its quant words to qs (one thread a
-// block; a one-time copy at load).
-template <class F>
-__global__ void repack_q8_kernel(const uint16_t* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
-                                 uint16_t* __restrict__ d) {
+// Block b of W (`halves` 2-byte words: its f16 scale d first for Q4_0 /
+// Q8_0, last for Q6_K) to the split layout: d to d[b], the quants' words to
+// qs (one thread a block; a one-time copy at load).
+__global__ void repack_q8_kernel(const uint16_t* __restrict__ w, int64_t blocks, int halves, bool d_last,
+                                 uint32_t* __restrict__ qs, uint16_t* __restrict__ d) {
+  const int words = (halves - 1) / 2;  // 4-byte words of quants a block
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
-    const uint16_t* src = w + b * (F::kBytes / 2);
-    d[b] = src[0];
-#pragma unroll
-    for (int i = 0; i < F::kQuantWords; ++i) qs[b * F::kQuantWords + i] = uint32_t(src[1 + 2 * i]) | uint32_t(src[2 + 2 * i]) << 16;
-  }
-}
-
-// Q6_K superblock b: its d (the last 2 of 210 bytes) to d[b], the 208
-// bytes before it to qs (one thread a superblock; a one-time copy at load).
-__global__ void repack_q6_k_kernel(const uint16_t* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
-                                   uint16_t* __restrict__ d) {
-  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
-    const uint16_t* src = w + b * 105;
-    for (int i = 0; i < 52; ++i) qs[b * 52 + i] = uint32_t(src[2 * i]) | uint32_t(src[2 * i + 1]) << 16;
-    d[b] = src[104];
+    const uint16_t* src = w + b * halves;
+    d[b] = src[d_last ? halves - 1 : 0];
+    const uint16_t* q = src + (d_last ? 0 : 1);
+    for (int i = 0; i < words; ++i) qs[b * words + i] = uint32_t(q[2 * i]) | uint32_t(q[2 * i + 1]) << 16;
   }
 }
 
@@ -625,8 +615,8 @@ size_t xq_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256; }
 
 }  // namespace
 
-cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t K, int8_t* xq,
-                               float2* xd, cudaStream_t st, int64_t M) {
+cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t M, int64_t K,
+                               int8_t* xq, float2* xd, cudaStream_t st) {
   if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, M, K, xq, xd, st);
   if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, M, K, xq, xd, st);
   return launch_quantize<float>(x, gamma, eps, M, K, xq, xd, st);
@@ -635,8 +625,8 @@ cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma,
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
   if (tc_status st = check_quantize_q8(a)) return st;
   s->last_kernel = "quantize_q8";
-  return check(launch_quantize_q8(TC_DTYPE_F32, a.x, a.gamma, a.eps, a.K, a.xq, reinterpret_cast<float2*>(a.xd),
-                                  s->stream, a.M),
+  return check(launch_quantize_q8(TC_DTYPE_F32, a.x, a.gamma, a.eps, a.M, a.K, a.xq, reinterpret_cast<float2*>(a.xd),
+                                  s->stream),
                "quantize_q8: launch");
 }
 
@@ -660,9 +650,8 @@ tc_status repack_q8(Device&, StreamState* s, const RepackQ8Args& a) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   uint32_t* qs = static_cast<uint32_t*>(a.qs);
   s->last_kernel = "repack_q8";
-  if (a.fmt == quant::Q4_0) repack_q8_kernel<Q4_0><<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
-  else if (a.fmt == quant::Q8_0) repack_q8_kernel<Q8_0><<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
-  else repack_q6_k_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
+  const int halves = int(quant::split_quant_bytes(a.fmt) / 2 + 1);
+  repack_q8_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, halves, quant::q8_split_only(a.fmt), qs, a.d);
   return check(cudaGetLastError(), "repack_q8: launch");
 }
 
@@ -676,7 +665,7 @@ tc_status gemv_q8_x_rows(StreamState* s, int32_t fmt, tc_dtype dtype, const void
   float2* xd = reinterpret_cast<float2*>(static_cast<char*>(scratch) + xq_bytes(M * K));
   s->last_kernel = "quantize_q8";
   if (tc_status st =
-          check(launch_quantize_q8(dtype, x, gamma, eps, K, xq, xd, s->stream, M), "gemv_quantized: quantize X"))
+          check(launch_quantize_q8(dtype, x, gamma, eps, M, K, xq, xd, s->stream), "gemv_quantized: quantize X"))
     return st;
   GemvQ8Args a;
   a.fmt = fmt, a.M = M, a.N = N, a.K = K;

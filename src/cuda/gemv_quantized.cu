@@ -253,7 +253,7 @@ constexpr int64_t kInt8MaxRows = 16;
 bool rows_int8(const GemvQuantizedArgs& a, const StreamState* s, bool fused) {
   const size_t es = dtype_size(a.dtype);
   // Q6_K's products need its split layout, which a caller's matrix does not have.
-  const bool fmt = (a.fmt == quant::Q4_0 || a.fmt == quant::Q8_0 || a.fmt == quant::Q4_K || a.fmt == quant::Q5_K) &&
+  const bool fmt = quant::q8_product_format(a.fmt) && !quant::q8_split_only(a.fmt) &&
                    a.K % quant::q8_block_elems(a.fmt) == 0;
   return a.M <= kInt8MaxRows && a.dtype != TC_DTYPE_F32 && fmt &&
          is_aligned16(a.w) && is_aligned(a.x, es) && is_aligned(a.y, es) && (!fused || is_aligned(a.gamma, es)) &&

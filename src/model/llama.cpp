@@ -70,7 +70,7 @@ tc_status Llama::set_activations(tc_dtype t) {
   if (st != TC_OK) {
     // Without their split copies Q6_K matrices have no 8-bit product.
     for (const Matrix* m : q8_matrices())
-      if (m->fmt == quant::Q6_K) q8_state_ = 0;
+      if (quant::q8_split_only(m->fmt)) q8_state_ = 0;
   }
   return st;
 }
@@ -262,7 +262,7 @@ bool Llama::q8_decode() {
     bool all = !off;
     for (const Matrix* m : q8_matrices())
       all = all && m->data && quant::q8_product_format(m->fmt) && m->K % quant::q8_block_elems(m->fmt) == 0 &&
-            reinterpret_cast<uintptr_t>(m->data) % 16 == 0 && (m->fmt != quant::Q6_K || !split_off);
+            reinterpret_cast<uintptr_t>(m->data) % 16 == 0 && (!quant::q8_split_only(m->fmt) || !split_off);
     q8_state_ = all ? 1 : 0;
   }
   return q8_state_ == 1;
@@ -532,20 +532,26 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   return TC_OK;
 }
 
-// Records the one-token step (the eager run before it has done the lazy
-// work of the kernels: plans, scratch). A backend or kernel that cannot be
-// recorded leaves the model on eager steps, which compute the same.
-void Llama::capture_decode_step() {
-  if (tc_status st = be_->begin_capture(queue_.get())) {
-    (void)st;
+// A step of n rows (a one-token step of slot 0, or a batch step) that
+// depends on nothing but the parameter block: replays `graph`, or on the
+// first call runs the step eagerly (the lazy work of the kernels: plans,
+// scratch, which must not happen inside a recording) and records it. A
+// backend or kernel that cannot be recorded leaves the model on eager
+// steps, which compute the same.
+tc_status Llama::replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch) {
+  Queue* q = queue_.get();
+  if (graph) return be_->replay(*graph, q);
+  TC_TRY(forward(n, 0, logits_, n, 0, batch));
+  if (be_->begin_capture(q)) {
     graph_failed_ = true;
-    return;
+    return TC_OK;
   }
-  tc_status st = forward(1, 0, logits_, 1);
-  std::unique_ptr<Graph> graph;
-  tc_status end = be_->end_capture(queue_.get(), &graph);
-  if (st || end || !graph) graph_failed_ = true;
-  else graph_ = std::move(graph);
+  const tc_status st = forward(n, 0, logits_, n, 0, batch);
+  std::unique_ptr<Graph> recorded;
+  const tc_status end = be_->end_capture(q, &recorded);
+  if (st || end || !recorded) graph_failed_ = true;
+  else graph = std::move(recorded);
+  return TC_OK;
 }
 
 tc_status Llama::step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows) {
@@ -558,12 +564,7 @@ tc_status Llama::step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P,
   TC_TRY(be_->copy_async(params_, params_host_, size_t(n + 2) * sizeof(int32_t), true, q));
   // The recorded step writes slot 0's cells; other slots' steps run eagerly.
   if (n == 1 && slot == 0 && be_->supports_graphs() && !graph_failed_) {
-    if (graph_) {
-      TC_TRY(be_->replay(*graph_, q));
-    } else {
-      TC_TRY(forward(1, P, logits_, 1));
-      capture_decode_step();
-    }
+    TC_TRY(replay_or_record(graph_, 1, false));
   } else {
     TC_TRY(forward(n, P, logits ? logits_ : nullptr, rows, slot));
   }

@@ -111,7 +111,6 @@ class Llama {
   // The most set_max_sequences accepts: a batch step's rows fit the scratch.
   int64_t sequence_limit() const { return max_batch_; }
   int64_t n_past(int64_t seq = 0) const { return n_past_[size_t(seq)]; }
-  bool empty() const;
   void reset(int64_t seq = 0) { n_past_[size_t(seq)] = 0; }
   // Reallocates the cache for n slots, so the model must be empty (checked
   // by the caller); a failed allocation keeps the old cache.
@@ -175,7 +174,7 @@ class Llama {
   // batch: the n rows are one token each of the sequences in the parameter
   // block (batch_pos, batch_slots) instead of a chunk of `slot` at P.
   tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false);
-  void capture_decode_step();
+  tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
   tc_status finish(tc_status st);
 

@@ -18,12 +18,6 @@
 namespace tc {
 namespace model {
 
-bool Llama::empty() const {
-  for (int64_t p : n_past_)
-    if (p) return false;
-  return true;
-}
-
 tc_status Llama::set_max_sequences(int64_t n) {
   if (n == max_sequences()) return TC_OK;
   drop_graphs();  // the recorded steps address the old cache
@@ -37,24 +31,7 @@ tc_status Llama::step_batch(int64_t n, float* logits) {
   TC_TRY(be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, q));
   if (be_->supports_graphs() && !graph_failed_) {
     if (batch_graphs_.size() <= size_t(n)) batch_graphs_.resize(size_t(n) + 1);
-    std::unique_ptr<Graph>& graph = batch_graphs_[size_t(n)];
-    if (graph) {
-      TC_TRY(be_->replay(*graph, q));
-    } else {
-      // The eager run does the lazy work (plans, the GEMM path's scratch)
-      // that must not happen inside a recording.
-      // A step that cannot be recorded leaves the model on eager steps.
-      TC_TRY(forward(n, 0, logits_, n, 0, true));
-      if (be_->begin_capture(q)) {
-        graph_failed_ = true;
-      } else {
-        const tc_status st = forward(n, 0, logits_, n, 0, true);
-        std::unique_ptr<Graph> g;
-        const tc_status end = be_->end_capture(q, &g);
-        if (st || end || !g) graph_failed_ = true;
-        else graph = std::move(g);
-      }
-    }
+    TC_TRY(replay_or_record(batch_graphs_[size_t(n)], n, true));
   } else {
     TC_TRY(forward(n, 0, logits ? logits_ : nullptr, n, 0, true));
   }

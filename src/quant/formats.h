@@ -163,6 +163,8 @@ constexpr bool q8_product_format(int32_t format) {
   return format == Q4_0 || format == Q8_0 || format == Q4_K || format == Q5_K || format == Q6_K;
 }
 constexpr bool q8_split_format(int32_t format) { return format == Q4_0 || format == Q8_0 || format == Q6_K; }
+// The formats whose 8-bit products read the split layout only.
+constexpr bool q8_split_only(int32_t format) { return format == Q6_K; }
 // Weights per block of a q8 product format.
 constexpr int64_t q8_block_elems(int32_t format) { return format == Q4_0 || format == Q8_0 ? 32 : QK_K; }
 // Bytes of one block's quants in the split layout: the block without d

@@ -6,6 +6,7 @@ context's device (the C model of include/tensorcore/llama.h).
     logits = m.eval([tok])               # continues the sequence
     m.reset()
     ids = m.generate(prompt_ids, 16)     # greedy; temperature/top_k/top_p/seed
+    text = m.detokenize(ids)
 
 Several sequences at once (continuous batching):
 
@@ -13,7 +14,6 @@ Several sequences at once (continuous batching):
     m.eval(prompt_a, seq=0); m.eval(prompt_b, seq=1)
     logits = m.decode_batch([0, 1], [tok_a, tok_b])  # [2, n_vocab]: one step of both
     m.reset(seq=1); m.eval(prompt_c, seq=1)           # a sequence leaves, another joins
-    text = m.detokenize(ids)
 
 tokenize() reads the text as llama.cpp's command line does: BOS/EOS as the
 file says (tokenizer.ggml.add_bos_token / add_eos_token) and special tokens

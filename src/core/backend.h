@@ -451,7 +451,9 @@ inline int64_t decode_attention_splits(int64_t C) {
 // blocks are 16-byte multiples); Q6_K in the split layout only.
 // M rows of X (several tokens: a batch of sequences) are M rows of each
 // operand, every row its own norm and its own blocks; a GPU loads each
-// weight once for up to 8 rows (4 for the K-quants).
+// weight once for up to 8 rows (4 for the K-quants), and from
+// TC_CUDA_Q8_MMA_ROWS rows (8) multiplies on the int8 tensor cores, each
+// weight loaded once for 64 rows (cuda/gemv_q8_mma.cu).
 struct QuantizeQ8Args {
   OpInfo info;
   int64_t M = 1, K = 0;

@@ -41,6 +41,9 @@ TC_CONFIG(kDisableCudaGemm, "TC_DISABLE_CUDA_GEMM", Bool, "off", "", PerCall,
 TC_CONFIG(kCudaPdl, "TC_CUDA_PDL", Bool, "on", "", PerCall,
           "programmatic dependent launch of the kernels that support it (the LLaMA decode step's); a recorded "
           "graph keeps what it was captured with")
+TC_CONFIG(kCudaQ8MmaRows, "TC_CUDA_Q8_MMA_ROWS", Int, "8", "0..1048576", PerCall,
+          "the 8-bit products (gemv_q8, and gemv_quantized's few-row path) of at least this many rows of X run "
+          "on the int8 tensor cores; fewer rows, or 0, take the one-row kernels (a recorded graph keeps what it was captured with)")
 TC_CONFIG(kCudaAttentionCudnn, "TC_CUDA_ATTENTION_CUDNN", Bool, "on", "", PerCall,
           "attention through cuDNN's fused flash attention where the build has cuDNN 9 and the case allows")
 TC_CONFIG(kCudnnAutotune, "TC_CUDNN_AUTOTUNE", Bool, "on", "", PerCall,

@@ -54,6 +54,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/gemv_q8_mma.h"
 #include "cuda/q8_block.cuh"
 #include "cuda/pdl.cuh"
 #include "quant/formats.h"
@@ -536,6 +537,11 @@ cudaError_t launch_rows_m(const GemvQ8Args& a, TY* y, cudaStream_t st) {
 
 template <class TY>
 cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
+  if (gemv_q8_mma_fits(a)) {  // 8 rows and more: the int8 tensor cores (gemv_q8_mma.cu)
+    const tc_dtype t = std::is_same<TY, float>::value ? TC_DTYPE_F32
+                       : std::is_same<TY, __half>::value ? TC_DTYPE_F16 : TC_DTYPE_BF16;
+    return launch_gemv_q8_mma(a, y, t, st);
+  }
   switch (a.fmt) {
     case quant::Q4_K: return launch_rows_m<Q4_K, TY, kSuper>(a, y, st);
     case quant::Q5_K: return launch_rows_m<Q5_K, TY, kSuper>(a, y, st);
@@ -634,7 +640,7 @@ tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
   if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wd) % 2 != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs W 16-byte and its scales 2-byte aligned", a.info.name);
-  s->last_kernel = a.wd ? "gemv_q8_rows (split)" : "gemv_q8_rows";
+  s->last_kernel = gemv_q8_mma_fits(a) ? "gemv_q8_mma" : a.wd ? "gemv_q8_rows (split)" : "gemv_q8_rows";
   return check(launch_fmt(a, a.y, s->stream), "gemv_q8: launch");
 }
 

@@ -141,10 +141,11 @@ class Llama {
   // device (a GEMV re-reads its weights per block of rows; a tensor-core
   // GEMM is faster once the rows fill its tiles).
   static constexpr int64_t kGemmMinRows = 32;
-  // A batch step of fewer rows runs the one-token step's 8-bit products
-  // (q8_decode) on all of them: each weight loaded once for 8 rows, against
-  // exact GEMV kernels whose cost grows with every row.
-  static constexpr int64_t kQ8MaxRows = kGemmMinRows - 1;
+  // A batch step of up to this many rows runs the one-token step's 8-bit
+  // products (q8_decode) on all of them: on a GPU from 8 rows on the int8
+  // tensor cores, about one pass over the weights for all the rows, where
+  // dequantise + GEMM converts every weight to f16 each step.
+  static constexpr int64_t kQ8MaxRows = 64;
   // The largest number of tokens one forward runs (the scratch's size).
   static constexpr int64_t kMaxBatch = 512;
 

@@ -2,8 +2,9 @@
 // sequence slots and the batch step, one token of each of n sequences.
 //
 // A batch step is the forward of llama.cpp for n rows (Llama::forward with
-// batch set): one embedding of n rows, every product at M = n (GEMV rows
-// below kGemmMinRows, GEMM above on a device), the norms, SwiGLU and adds on
+// batch set): one embedding of n rows, every product at M = n (the 8-bit
+// products up to kQ8MaxRows rows where the model has them, else GEMV rows
+// below kGemmMinRows and GEMM above on a device), the norms, SwiGLU and adds on
 // n rows, and per layer one rope_kv_append and one decode_attention for all
 // n rows, each row reading its own position and cache slot from the
 // parameter block [.., positions[max_batch_], slots[max_batch_]]. Since

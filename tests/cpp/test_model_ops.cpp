@@ -561,10 +561,14 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
-                        Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}}) {
+                        Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}, Case{Q4_0, 4224, 512},
+                        Case{Q5_K, 4224, 256}, Case{Q6_K, 4224, 256}}) {
     // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
-    // over), 8 (a full pass), 11 (a second pass over W).
-    for (const int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(11)}) {
+    // over), 8 (a full pass), 11 (a second pass over W); on a GPU from 8
+    // rows the tensor-core kernels: 33 (a tile of 64, partly filled), 70
+    // (two tiles; with N = 4224, 64 rows of W a CTA, the others take 32).
+    for (const int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(11), int64_t(33), int64_t(70)}) {
+      if (M > 11 && c.K < 256) continue;
     for (bool norm : {false, true}) {
       if (M > 1 && norm != (M % 2 == 1)) continue;  // the norm once per batch size
       const int64_t N = c.N, K = c.K, nb = M * K / 32;  // nb: X's blocks, all rows

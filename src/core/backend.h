@@ -449,6 +449,12 @@ inline int64_t decode_attention_splits(int64_t C) {
 // with B = 32, QB = 16 (Q4_0) or 32 (Q8_0); B = 256, QB = 208 (Q6_K: ql,
 // qh and the scales). Q4_K and Q5_K come in GGUF's layout only (their
 // blocks are 16-byte multiples); Q6_K in the split layout only.
+// With xh, X stays in f16 (quantize_q8 only normalises and rounds it) and
+// gemv_q8 is the exact product of the GEMM path, W dequantised to f16
+// (K-quants: d sc and dmin m rounded to f16 first) times X, f32 sums:
+// cheaper than the 8-bit epilogue per block once there are a few dozen
+// rows; a GPU takes it for K a multiple of 256 only (else
+// TC_ERR_UNSUPPORTED), on the tensor cores.
 // M rows of X (several tokens: a batch of sequences) are M rows of each
 // operand, every row its own norm and its own blocks; a GPU loads each
 // weight once for up to 8 rows (4 for the K-quants), and from
@@ -462,6 +468,7 @@ struct QuantizeQ8Args {
   float eps = 0.0f;
   int8_t* xq = nullptr;  // [M][K], 16-byte aligned
   float* xd = nullptr;   // [M][K / 32][2]: (dx, sx), 8-byte aligned
+  uint16_t* xh = nullptr;  // or: v rounded to f16 [M][K] (16-byte aligned), xq / xd unused
 };
 struct GemvQ8Args {
   enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2 };
@@ -472,6 +479,7 @@ struct GemvQ8Args {
   const uint16_t* wd = nullptr;   // the split layout's scales, or null: W in GGUF's layout
   const int8_t* xq = nullptr;     // [M][K]
   const float* xd = nullptr;      // [M][K / 32][2]
+  const uint16_t* xh = nullptr;   // or: X in f16 [M][K], 16-byte aligned (see above)
   float* y = nullptr;  // [M][N], or [M][N / 2] for kSwiglu
   int epilogue = kStore;
 };

@@ -8,10 +8,13 @@
 //   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0),
 //                the K-quants per sub-block as core/backend.h writes them,
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
+//   with f16 X (xh): quantize_q8 only normalises and rounds to f16, and
+//                gemv_q8 is the exact product with the dequantised weights
 //   repack_q8:   GGUF blocks into the split layout (quants and scales apart)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -51,10 +54,25 @@ void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8
   }
 }
 
+// Row m of X normalised and rounded to f16 (the f16 products' X).
+void normalise_row_f16(const float* x, const float* gamma, float eps, int64_t K, uint16_t* xh) {
+  float rstd = 1.0f;
+  if (gamma) {
+    double ss = 0.0;
+    for (int64_t k = 0; k < K; ++k) ss += double(x[k]) * double(x[k]);
+    rstd = float(1.0 / std::sqrt(ss / double(K) + double(eps)));
+  }
+  for (int64_t k = 0; k < K; ++k) xh[k] = f32_to_f16(gamma ? (x[k] * rstd) * gamma[k] : x[k]);
+}
+
 }  // namespace
 
 tc_status quantize_q8(const QuantizeQ8Args& a) {
   if (tc_status st = check_quantize_q8(a)) return st;
+  if (a.xh) {
+    for (int64_t m = 0; m < a.M; ++m) normalise_row_f16(a.x + m * a.K, a.gamma, a.eps, a.K, a.xh + m * a.K);
+    return TC_OK;
+  }
   for (int64_t m = 0; m < a.M; ++m)
     quantize_row(a.x + m * a.K, a.gamma, a.eps, a.K, a.xq + m * a.K, a.xd + m * (a.K / 16));
   return TC_OK;
@@ -173,8 +191,61 @@ float row_q8(const GemvQ8Args& a, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// Row n of W dequantised (f32), from either layout: the split layout's
+// blocks are put back together in GGUF's order first.
+void dequantize_w_row(const GemvQ8Args& a, int64_t n, float* out) {
+  const quant::FormatInfo* f = quant::format_info(a.fmt);
+  const int64_t nb = a.K / f->block_elems;
+  if (!a.wd) {
+    quant::dequantize_row(a.fmt, static_cast<const uint8_t*>(a.w) + n * nb * f->block_bytes, out, a.K);
+    return;
+  }
+  const int64_t qb = quant::split_quant_bytes(a.fmt);
+  const bool d_last = quant::q8_split_only(a.fmt);
+  std::vector<uint8_t> blk(size_t(f->block_bytes));
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t i = n * nb + b;
+    std::memcpy(blk.data() + (d_last ? qb : 0), &a.wd[i], 2);
+    std::memcpy(blk.data() + (d_last ? 0 : 2), static_cast<const uint8_t*>(a.w) + i * qb, size_t(qb));
+    quant::dequantize_row(a.fmt, blk.data(), out + b * f->block_elems, f->block_elems);
+  }
+}
+
+// f16 X: y = W x exactly (f64 sums of the f32 weights and X).
+tc_status gemv_f16_x(const GemvQ8Args& a) {
+  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  std::vector<float> x(size_t(a.M * a.K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = f16_to_f32(a.xh[i]);
+  std::vector<float> r(size_t(a.M * a.N));
+  parallel_for(a.N, 16, [&](int64_t n0, int64_t n1) {
+    std::vector<float> w(size_t(a.K));
+    for (int64_t n = n0; n < n1; ++n) {
+      dequantize_w_row(a, n, w.data());
+      for (int64_t m = 0; m < a.M; ++m) {
+        double s = 0.0;
+        for (int64_t k = 0; k < a.K; ++k) s += double(w[size_t(k)]) * double(x[size_t(m * a.K + k)]);
+        r[size_t(m * a.N + n)] = float(s);
+      }
+    }
+  });
+  for (int64_t m = 0; m < a.M; ++m)
+    for (int64_t n = 0; n < rows; ++n) {
+      const float v = r[size_t(m * a.N + n)];
+      float* y = a.y + m * rows + n;
+      if (a.epilogue == GemvQ8Args::kStore) *y = v;
+      else if (a.epilogue == GemvQ8Args::kAdd) *y += v;
+      else *y = v * (1.0f / (1.0f + std::exp(std::min(87.0f, -v)))) * r[size_t(m * a.N + n + rows)];
+    }
+  return TC_OK;
+}
+
+}  // namespace
+
 tc_status gemv_q8(const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (a.xh) return gemv_f16_x(a);
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   for (int64_t m = 0; m < a.M; ++m) {
     GemvQ8Args row = a;  // row m of X and of Y

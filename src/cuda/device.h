@@ -117,9 +117,10 @@ tc_status copy_from_device(Device& dev, void* dst, const void* src, size_t n);
 // guarantee it for pageable sources or device destinations; see transfer.cu).
 tc_status copy_and_wait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
 // M rows of X (K elements of dtype each, RMS-normalised with gamma when
-// set) to 8 bits per block of 32: xq and (dx, sx) per block.
+// set) to 8 bits per block of 32: xq and (dx, sx) per block; with xh set,
+// rounded to f16 into xh instead.
 cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t M, int64_t K,
-                               int8_t* xq, float2* xd, cudaStream_t st);
+                               int8_t* xq, float2* xd, cudaStream_t st, void* xh = nullptr);
 // gemv_quantized's products of a few rows of X on 8-bit activations (Q4_0,
 // Q8_0, Q4_K, Q5_K in GGUF's layout): X (M rows in dtype f16 or bf16, each
 // RMS-normalised with gamma when set) quantised into `scratch`

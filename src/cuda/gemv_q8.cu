@@ -537,7 +537,7 @@ cudaError_t launch_rows_m(const GemvQ8Args& a, TY* y, cudaStream_t st) {
 
 template <class TY>
 cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
-  if (gemv_q8_mma_fits(a)) {  // 8 rows and more: the int8 tensor cores (gemv_q8_mma.cu)
+  if (gemv_q8_mma_fits(a, false)) {  // 8 rows and more: the int8 tensor cores (gemv_q8_mma.cu)
     const tc_dtype t = std::is_same<TY, float>::value ? TC_DTYPE_F32
                        : std::is_same<TY, __half>::value ? TC_DTYPE_F16 : TC_DTYPE_BF16;
     return launch_gemv_q8_mma(a, y, t, st);
@@ -576,10 +576,13 @@ template <class T>
 __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* __restrict__ x,
                                                                        const T* __restrict__ gamma, float eps,
                                                                        int64_t K, int8_t* __restrict__ xq,
-                                                                       float2* __restrict__ xd) {
+                                                                       float2* __restrict__ xd,
+                                                                       __half* __restrict__ xh) {
   __shared__ double part[kQuantWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  x += blockIdx.y * K, xq += blockIdx.y * K, xd += blockIdx.y * (K / 32);  // row blockIdx.y of X
+  x += blockIdx.y * K;  // row blockIdx.y of X
+  if (xh) xh += blockIdx.y * K;
+  else xq += blockIdx.y * K, xd += blockIdx.y * (K / 32);
   pdl_trigger();
   pdl_wait();
   float rstd = 1.0f;
@@ -603,17 +606,18 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
     const int64_t k = b * 32 + lane;
     const float xk = q8act::x_at(x + k);
     const float v = gamma ? __fmul_rn(__fmul_rn(xk, rstd), q8act::x_at(gamma + k)) : xk;
-    q8act::quantize_block(v, lane, xq + b * 32, xd + b);
+    if (xh) xh[k] = __float2half_rn(v);  // the f16 products' X: normalised only
+    else q8act::quantize_block(v, lane, xq + b * 32, xd + b);
   }
 }
 
 template <class T>
 cudaError_t launch_quantize(const void* x, const void* gamma, float eps, int64_t M, int64_t K, int8_t* xq,
-                            float2* xd, cudaStream_t st) {
+                            float2* xd, __half* xh, cudaStream_t st) {
   const unsigned grid = unsigned((K / 32 + kQuantWarps - 1) / kQuantWarps);
   if (grid == 0 || M == 0) return cudaSuccess;
   return launch_pdl(quantize_q8_kernel<T>, dim3(grid, unsigned(M)), dim3(kQuantWarps * 32), 0, st,
-                    static_cast<const T*>(x), static_cast<const T*>(gamma), eps, K, xq, xd);
+                    static_cast<const T*>(x), static_cast<const T*>(gamma), eps, K, xq, xd, xh);
 }
 
 // The int8 X's bytes, rounded up so that its (dx, sx) start 256-byte aligned.
@@ -622,25 +626,35 @@ size_t xq_bytes(int64_t K) { return (size_t(K) + 255) / 256 * 256; }
 }  // namespace
 
 cudaError_t launch_quantize_q8(tc_dtype dtype, const void* x, const void* gamma, float eps, int64_t M, int64_t K,
-                               int8_t* xq, float2* xd, cudaStream_t st) {
-  if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, M, K, xq, xd, st);
-  if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, M, K, xq, xd, st);
-  return launch_quantize<float>(x, gamma, eps, M, K, xq, xd, st);
+                               int8_t* xq, float2* xd, cudaStream_t st, void* xh) {
+  __half* h = static_cast<__half*>(xh);
+  if (dtype == TC_DTYPE_F16) return launch_quantize<__half>(x, gamma, eps, M, K, xq, xd, h, st);
+  if (dtype == TC_DTYPE_BF16) return launch_quantize<__nv_bfloat16>(x, gamma, eps, M, K, xq, xd, h, st);
+  return launch_quantize<float>(x, gamma, eps, M, K, xq, xd, h, st);
 }
 
 tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
   if (tc_status st = check_quantize_q8(a)) return st;
   s->last_kernel = "quantize_q8";
+  if (a.xh && reinterpret_cast<uintptr_t>(a.xh) % 16 != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: quantize_q8 needs its f16 X 16-byte aligned", a.info.name);
   return check(launch_quantize_q8(TC_DTYPE_F32, a.x, a.gamma, a.eps, a.M, a.K, a.xq, reinterpret_cast<float2*>(a.xd),
-                                  s->stream),
+                                  s->stream, a.xh),
                "quantize_q8: launch");
 }
 
 tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (a.xh) {  // f16 X: the tensor-core kernels only
+    if (!gemv_q8_mma_fits(a, true))
+      return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 of f16 X on a GPU needs K a multiple of 256 and W, X 16-byte aligned",
+                  a.info.name);
+    s->last_kernel = "gemv_q8_mma (f16 X)";
+    return check(launch_gemv_q8_mma(a, a.y, TC_DTYPE_F32, s->stream), "gemv_q8: launch");
+  }
   if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wd) % 2 != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs W 16-byte and its scales 2-byte aligned", a.info.name);
-  s->last_kernel = gemv_q8_mma_fits(a) ? "gemv_q8_mma" : a.wd ? "gemv_q8_rows (split)" : "gemv_q8_rows";
+  s->last_kernel = gemv_q8_mma_fits(a, false) ? "gemv_q8_mma" : a.wd ? "gemv_q8_rows (split)" : "gemv_q8_rows";
   return check(launch_fmt(a, a.y, s->stream), "gemv_q8: launch");
 }
 

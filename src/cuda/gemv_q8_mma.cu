@@ -1,35 +1,41 @@
-// gemv_q8 for several rows of X (8 and more: a batch of sequences, a few
-// tokens of a chunk) on the int8 tensor cores. Same contract as the
-// one-row kernels of gemv_q8.cu (core/backend.h, GemvQ8Args): per block b
-// of 32 weights (sub-block j of a K-quant superblock)
+// gemv_q8 for several rows of X (8 and more: a batch of sequences) on the
+// tensor cores, in two forms (core/backend.h, GemvQ8Args):
+//
+// 8-bit X (int8 mma), the one-row kernels' contract (gemv_q8.cu): per
+// block b of 32 weights (sub-block j of a K-quant superblock)
 //   r[m][n] += s_b(W[n]) dx_b(X[m]) dot(q_b, xq_b) + c_b(W[n]) sx_b(X[m])
-// with the block's dot product exact in int32 and only the order of the
-// float sums differing; Q6_K's groups of 16 take their own scales:
-//   r[m][n] += d dx_b (sc_lo dot(q_lo, xq_lo) + sc_hi dot(q_hi, xq_hi)).
+// with the block's dot product exact in int32 (mma.sync m16n8k32) and only
+// the order of the float sums differing; Q6_K's groups of 16 take their own
+// scales (m16n8k16): r[m][n] += d dx_b (sc_lo dot_lo + sc_hi dot_hi).
 //
-// Why: the one-row kernels decode each weight once per pass of up to 8 rows
-// but multiply it with every row in __dp4a, so their time grows with the
-// rows (on the H200 14336 x 4096 Q4_0 took 3.5x one row's time at 8 rows,
-// 6.3x at 16; Q4_K 6.4x and 12.5x). An mma.sync m16n8k32 multiplies 16
-// weight rows by 8 rows of X over a block of 32 in one instruction, so up
-// to 64 rows of X cost about one pass over W.
+// f16 X (xh; f16 mma): r[m][n] = sum_k w[n][k] x[m][k], w dequantised to
+// f16 in registers (one rounding of s (q - o) + c), f32 sums
+// (mma.sync m16n8k16). No per-block epilogue: from a few dozen rows this
+// costs about half as many instructions per weight as the 8-bit form,
+// whose per-block conversion and scaling of every (row, X row) pair
+// dominated its time on the H200.
 //
-// Work split: a CTA (4 warps) takes BN = 64 or 32 rows of W (the second
-// when 64 would leave SMs idle) and MT rows of X (8, 16, 32 or 64), and
-// walks K in stages of 256 weights (8 blocks, one K-quant superblock):
-// cp.async moves the stage's raw W bytes (GGUF's layout, or the split one
-// where the model keeps it: no copy is made for these kernels), X's int8 values and its (dx, sx) into shared memory, three
-// stages in flight. Warp w takes W rows 16 (w % WN) .. + 15 of the CTA and
-// the blocks j = w / WN, w / WN + WK, ... of each stage (WN x WK = 4); it
-// unpacks the quants straight from shared memory into the mma's A
-// fragments (rows g and g + 8, bytes 4t .. 4t + 3 and 16 + 4t .. of the
-// block, g = lane / 4, t = lane % 4) and reads X's B fragments the same
-// way (row strides of 4 mod 8 words keep both free of bank conflicts).
-// The block scales are decoded once a stage per warp. After the last
-// stage the WK partial sums are added in a fixed order in shared memory and
-// the epilogue writes Y with consecutive threads on consecutive n.
-// Before waiting for the previous kernel (pdl.cuh) a CTA prefetches its W
-// rows into L2 and starts the first stages' W copies.
+// Why tensor cores: the one-row kernels decode each weight once per pass
+// of up to 8 rows but multiply it with every row in __dp4a, so their time
+// grows with the rows (on the H200 14336 x 4096 Q4_0 took 3.5x one row's
+// time at 8 rows, 6.3x at 16; Q4_K 6.4x and 12.5x).
+//
+// Work split: a CTA (8 warps) takes BN = 64 or 32 rows of W (32 when 64
+// would leave SMs idle) and MT rows of X (8, 16, 32 or 64), and walks K in
+// stages of 256 weights (8 blocks, one K-quant superblock): cp.async moves
+// the stage's raw W bytes (GGUF's layout, or the split one where the model
+// keeps it: no copy is made for these kernels) and X (int8 and its (dx, sx),
+// or f16) into shared memory, four stages in flight. Warp w takes W rows
+// 16 (w % WN) .. + 15 of the CTA and the blocks j = w / WN, w / WN + WK, ...
+// of each stage (WN x WK = 8); it unpacks the quants straight from shared
+// memory into the A fragments (rows g and g + 8, bytes 4t .. 4t + 3 and
+// 16 + 4t .. of the block, g = lane / 4, t = lane % 4) and reads X's B
+// fragments the same way (row strides chosen so that neither load has bank
+// conflicts). The block scales are decoded once a stage per warp. After the
+// last stage the WK partial sums are added in a fixed order in shared
+// memory and the epilogue writes Y with consecutive threads on consecutive
+// n. Before waiting for the previous kernel (pdl.cuh) a CTA prefetches its
+// W rows into L2 and starts the first stages' W copies.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -51,7 +57,15 @@ constexpr int kStageK = 256;              // weights of a row a stage
 constexpr int kSubs = kStageK / 32;       // blocks of 32 a stage
 constexpr int kStages = 4;                // stages in flight
 constexpr int kThreads = 256;             // 8 warps
-constexpr int kXStride = kStageK + 16;    // bytes of an X row in shared memory (68 words)
+// An X row of a stage in shared memory: int8 values (+ 8 (dx, sx) apart),
+// or f16 values. Strides of 4 mod 32 words (int8, 4-byte fragment loads)
+// and 8 mod 32 (f16, 8-byte loads) keep the fragment loads conflict-free.
+template <bool H>
+struct XLayout {
+  static constexpr int kRow = H ? 2 * kStageK : kStageK;  // bytes a stage
+  static constexpr int kStride = kRow + (H ? 32 : 16);
+  static constexpr int kScales = H ? 0 : kSubs * 8;       // (dx, sx) a row
+};
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ float half_at(const uint8_t* p) {
@@ -84,6 +98,15 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
       : "r"(a0), "r"(a1), "r"(b));
 }
 
+// c += A (16 x 16 f16) B (16 x 8 f16), f32 sums: the f16-X products.
+__device__ __forceinline__ void hmma_k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // An int32 of magnitude below 2^22 (a block's dot product) as a float, by
 // the 1.5 * 2^23 bias: two full-rate instructions instead of a conversion.
 __device__ __forceinline__ float small_int_to_float(int c) {
@@ -101,7 +124,10 @@ __device__ __forceinline__ void nibbles(uint32_t w, uint32_t* lo, uint32_t* hi) 
   *lo = w & 0x0F0F0F0Fu, *hi = (w >> 4) & 0x0F0F0F0Fu;
 }
 
-struct MQ4_0 {  // split layout: 16 bytes of nibbles a block, d apart
+struct MQ4_0 {
+  static constexpr int kOffH = 8;
+  static constexpr uint32_t kXorH = 0u;
+  static constexpr bool kBiasH = false;  // split layout: 16 bytes of nibbles a block, d apart
   static constexpr int kRowBytes = 128, kStride = 144, kScaleBytes = 16;
   static constexpr bool kHalves = false, kMin = true, kGlobalD = false;
   // w = d (q - 8): the codes q as they are, c = -8 d.
@@ -116,7 +142,10 @@ struct MQ4_0 {  // split layout: 16 bytes of nibbles a block, d apart
   }
 };
 
-struct MQ8_0 {  // split layout: 32 int8 a block, d apart
+struct MQ8_0 {
+  static constexpr int kOffH = 128;
+  static constexpr uint32_t kXorH = 0x80808080u;
+  static constexpr bool kBiasH = false;  // split layout: 32 int8 a block, d apart
   static constexpr int kRowBytes = 256, kStride = 272, kScaleBytes = 16;
   static constexpr bool kHalves = false, kMin = false, kGlobalD = false;
   __device__ static float2 scale(const uint8_t*, const uint8_t* sc, float, int j) {
@@ -135,6 +164,9 @@ __device__ __forceinline__ uint32_t lds32_a2(const uint8_t* p) {
   return uint32_t(h[0]) | uint32_t(h[1]) << 16;
 }
 struct MQ4_0G {
+  static constexpr int kOffH = 8;
+  static constexpr uint32_t kXorH = 0u;
+  static constexpr bool kBiasH = false;
   static constexpr int kRowBytes = 144, kStride = 144, kScaleBytes = 0;
   static constexpr bool kHalves = false, kMin = true, kGlobalD = false;
   __device__ static float2 scale(const uint8_t* row, const uint8_t*, float, int j) {
@@ -147,6 +179,9 @@ struct MQ4_0G {
   }
 };
 struct MQ8_0G {
+  static constexpr int kOffH = 128;
+  static constexpr uint32_t kXorH = 0x80808080u;
+  static constexpr bool kBiasH = false;
   static constexpr int kRowBytes = 272, kStride = 272, kScaleBytes = 0;
   static constexpr bool kHalves = false, kMin = false, kGlobalD = false;
   __device__ static float2 scale(const uint8_t* row, const uint8_t*, float, int j) {
@@ -162,6 +197,9 @@ struct MQ8_0G {
 // Q4_K superblock (GGUF, 144 bytes): d, dmin, 12 scale bytes, qs[128];
 // block j = 2c + h: nibble h of qs[32c + l], l < 32; s = d sc_j, c = -dmin m_j.
 struct MQ4_K {
+  static constexpr int kOffH = 0;
+  static constexpr uint32_t kXorH = 0u;
+  static constexpr bool kBiasH = true;
   static constexpr int kRowBytes = 144, kStride = 144, kScaleBytes = 0;
   static constexpr bool kHalves = false, kMin = true, kGlobalD = false;
   __device__ static float2 scale(const uint8_t* row, const uint8_t*, float, int j) {
@@ -179,6 +217,9 @@ struct MQ4_K {
 // Q5_K (GGUF, 176 bytes): Q4_K's header, qh[32], qs[128]; weight l of block
 // j also has bit j of qh[l] as its fifth bit.
 struct MQ5_K {
+  static constexpr int kOffH = 0;
+  static constexpr uint32_t kXorH = 0u;
+  static constexpr bool kBiasH = true;
   static constexpr int kRowBytes = 176, kStride = 176, kScaleBytes = 0;
   static constexpr bool kHalves = false, kMin = true, kGlobalD = false;
   __device__ static float2 scale(const uint8_t* row, const uint8_t* sc, float d, int j) {
@@ -199,6 +240,9 @@ struct MQ5_K {
 // with nibble g / 2 of ql[64h + 32 (g % 2) + l], bits 2g of qh[32h + l] as
 // bits 4-5, minus 32; its groups of 16 take scales[2j] and scales[2j + 1].
 struct MQ6_K {
+  static constexpr int kOffH = 128;
+  static constexpr uint32_t kXorH = 0x80808080u;
+  static constexpr bool kBiasH = false;
   static constexpr int kRowBytes = 208, kStride = 208, kScaleBytes = 0;
   static constexpr bool kHalves = true, kGlobalD = true;
   __device__ static float2 scale(const uint8_t* row, const uint8_t*, float d, int j) {
@@ -218,15 +262,46 @@ struct MQ6_K {
   }
 };
 
+// The f16-X path: the fragment bytes of frag() (values q + kOffH after
+// kXorH) as the f16 weights s (q - kOffH) + c of two m16n8k16 A fragments,
+// k < 16 and k >= 16 of the block. The bytes of k = 4t .. 4t + 3 become
+// the pairs (4t, 4t + 1) and (4t + 2, 4t + 3), which the fragments hold
+// at k = 2t, 2t + 1 and 2t + 8, 2t + 9: X's B fragments are loaded in the
+// same order, so the sum is the same. 0x64 above a byte is the f16 1024 + byte,
+// and subtracting 1024 + kOffH is exact: one rounding, in s (q - kOffH) + c,
+// as dequantising to f16 rounds once.
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+template <class F>
+__device__ __forceinline__ void dequant_h(const uint32_t (&af)[4], float2 sg, float2 sg8, uint32_t (&ah)[2][4]) {
+  const __half2 off = __float2half2_rn(-1024.0f - float(F::kOffH));
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float2 sc = r ? sg8 : sg;
+      const __half2 sh = __float2half2_rn(F::kHalves && hf ? sc.y : sc.x);
+      const uint32_t w = af[2 * hf + r] ^ F::kXorH;
+      const __half2 lo = __hadd2(as_h2(__byte_perm(w, 0x64646464u, 0x4140)), off);
+      const __half2 hi = __hadd2(as_h2(__byte_perm(w, 0x64646464u, 0x4342)), off);
+      if constexpr (F::kBiasH) {
+        const __half2 ch = __float2half2_rn(sc.y);
+        ah[hf][r] = as_u32(__hfma2(lo, sh, ch)), ah[hf][r + 2] = as_u32(__hfma2(hi, sh, ch));
+      } else {
+        ah[hf][r] = as_u32(__hmul2(lo, sh)), ah[hf][r + 2] = as_u32(__hmul2(hi, sh));
+      }
+    }
+}
+
 // Shared memory of a CTA: kStages stages of [W rows][W scales][X rows][X's
 // (dx, sx)], then each warp's block scales for the stage.
-template <class F>
+template <class F, bool H>
 __host__ __device__ constexpr int stage_bytes(int BN, int MT) {
-  return BN * F::kStride + BN * F::kScaleBytes + MT * kXStride + MT * kSubs * 8;
+  return BN * F::kStride + BN * F::kScaleBytes + MT * (XLayout<H>::kStride + XLayout<H>::kScales);
 }
-template <class F>
+template <class F, bool H>
 __host__ __device__ constexpr int smem_bytes(int BN, int MT) {
-  return kStages * stage_bytes<F>(BN, MT) + (kThreads / 32) * 16 * kSubs * 8;
+  return kStages * stage_bytes<F, H>(BN, MT) + (kThreads / 32) * 16 * kSubs * 8;
 }
 
 struct MmaArgs {
@@ -235,6 +310,7 @@ struct MmaArgs {
   int64_t N, K, M;
   const int8_t* xq;
   const float2* xd;
+  const uint16_t* xh;  // f16 X instead of xq / xd
   void* y;
   int epilogue;  // GemvQ8Args::Epilogue
   int ytype;     // 0 f32, 1 f16, 2 bf16
@@ -266,10 +342,11 @@ struct Copies {
   bool ok[C];
 };
 
-template <class F, int BN, int MT>
+template <class F, int BN, int MT, bool H>
 struct StagePlan {
+  using XL = XLayout<H>;
   static constexpr int kWChunks = BN * (F::kRowBytes / 16) + (F::kScaleBytes ? BN : 0);
-  static constexpr int kXChunks = MT * (kStageK / 16) + MT * 4;
+  static constexpr int kXChunks = MT * (XL::kRow / 16) + MT * (XL::kScales / 16);
   static constexpr int kW = (kWChunks + kThreads - 1) / kThreads, kX = (kXChunks + kThreads - 1) / kThreads;
   Copies<kW> w;
   Copies<kX> x;
@@ -294,20 +371,21 @@ struct StagePlan {
         if (n >= 0) w.src[c] = a.wd + n * (a.K / 32) * 2;
       }
     }
-    const uint8_t* xq = reinterpret_cast<const uint8_t*>(a.xq);
+    const uint8_t* xq = H ? reinterpret_cast<const uint8_t*>(a.xh) : reinterpret_cast<const uint8_t*>(a.xq);
     const uint8_t* xd = reinterpret_cast<const uint8_t*>(a.xd);
     const int xbase = BN * F::kStride + BN * F::kScaleBytes;
+    constexpr int kRowChunks = XL::kRow / 16;
 #pragma unroll
     for (int c = 0; c < kX; ++c) {
       const int i = threadIdx.x + kThreads * c;
       x.dst[c] = -1, x.ok[c] = false, x.src[c] = xq;
-      if (i < MT * (kStageK / 16)) {
-        const int m = i / (kStageK / 16), ch = i % (kStageK / 16);
-        x.dst[c] = xbase + m * kXStride + 16 * ch, x.ok[c] = m0 + m < a.M;
-        if (x.ok[c]) x.src[c] = xq + (m0 + m) * a.K + 16 * ch;
+      if (i < MT * kRowChunks) {
+        const int m = i / kRowChunks, ch = i % kRowChunks;
+        x.dst[c] = xbase + m * XL::kStride + 16 * ch, x.ok[c] = m0 + m < a.M;
+        if (x.ok[c]) x.src[c] = xq + (m0 + m) * a.K * (H ? 2 : 1) + 16 * ch;
       } else if (i < kXChunks) {  // 8 (dx, sx) = 64 bytes a row
-        const int j = i - MT * (kStageK / 16), m = j / 4, ch = j % 4;
-        x.dst[c] = xbase + MT * kXStride + m * 64 + 16 * ch, x.ok[c] = m0 + m < a.M;
+        const int j = i - MT * kRowChunks, m = j / 4, ch = j % 4;
+        x.dst[c] = xbase + MT * XL::kStride + m * 64 + 16 * ch, x.ok[c] = m0 + m < a.M;
         x.src[c] = xd;
         if (x.ok[c]) x.src[c] = xd + (m0 + m) * (a.K / 32) * 8 + 16 * ch;
       }
@@ -324,17 +402,17 @@ struct StagePlan {
     }
   }
   __device__ __forceinline__ void issue_x(uint8_t* stage, int64_t kc) const {
-    const int dbase = BN * F::kStride + BN * F::kScaleBytes + MT * kXStride;
+    const int dbase = BN * F::kStride + BN * F::kScaleBytes + MT * XL::kStride;
 #pragma unroll
     for (int c = 0; c < kX; ++c) {
       if (x.dst[c] < 0) continue;
-      const int64_t step = x.dst[c] >= dbase ? kc * kSubs * 8 : kc * kStageK;
+      const int64_t step = x.dst[c] >= dbase ? kc * kSubs * 8 : kc * XL::kRow;
       cp_async16(stage + x.dst[c], x.ok[c] ? x.src[c] + step : x.src[c], x.ok[c]);
     }
   }
 };
 
-template <class F, int BN, int MT, int WN>
+template <class F, int BN, int MT, int WN, bool H>
 __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
   constexpr int WK = (kThreads / 32) / WN, NT = MT / 8, JW = kSubs / WK;
   static_assert(BN == 16 * WN, "a warp takes 16 rows of W");
@@ -343,7 +421,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
   const int rt = warp % WN, ks = warp / WN;
   const int64_t mtiles = (a.M + MT - 1) / MT, rb = blockIdx.x / mtiles, m0 = (blockIdx.x % mtiles) * MT;
   const int64_t nk = a.K / kStageK;
-  constexpr int SB = stage_bytes<F>(BN, MT);
+  constexpr int SB = stage_bytes<F, H>(BN, MT);
+  using XL = XLayout<H>;
   float2* scl = reinterpret_cast<float2*>(smem + kStages * SB) + warp * 16 * kSubs;
 
   pdl_trigger();
@@ -358,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
       if (F::kScaleBytes) prefetch_l2(a.wd + n * (a.K / 32) * 2, a.K / 16, lane);
     }
   }
-  StagePlan<F, BN, MT> plan;
+  StagePlan<F, BN, MT, H> plan;
   plan.plan(a, rb, m0);
   for (int s = 0; s < kStages - 1; ++s)
     if (s < nk) plan.issue_w(smem + s * SB, s);
@@ -385,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
     const uint8_t* ws = st + 16 * rt * F::kStride;
     const uint8_t* wsc = st + BN * F::kStride + 16 * rt * F::kScaleBytes;
     const uint8_t* xs = st + BN * F::kStride + BN * F::kScaleBytes;
-    const float2* xds = reinterpret_cast<const float2*>(xs + MT * kXStride);
+    const float2* xds = reinterpret_cast<const float2*>(xs + MT * XL::kStride);
 
     // This warp's block scales of the stage: 16 rows x JW blocks.
     __syncwarp();
@@ -402,6 +481,22 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
 
     const uint8_t* r0 = ws + g * F::kStride;
     const uint8_t* r1 = ws + (g + 8) * F::kStride;
+    if constexpr (H) {
+#pragma unroll
+      for (int i = 0; i < JW; ++i) {
+        const int j = ks + WK * i;
+        uint32_t af[4], ah[2][4];
+        F::frag(r0, r1, j, t, af);
+        dequant_h<F>(af, scl[g * kSubs + i], scl[(g + 8) * kSubs + i], ah);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint8_t* xr = xs + (8 * nt + g) * XL::kStride + 64 * j + 8 * t;
+          const uint2 b0 = *reinterpret_cast<const uint2*>(xr), b1 = *reinterpret_cast<const uint2*>(xr + 32);
+          hmma_k16(acc[nt], ah[0], b0.x, b0.y);
+          hmma_k16(acc[nt], ah[1], b1.x, b1.y);
+        }
+      }
+    } else {
 #pragma unroll
     for (int i = 0; i < JW; ++i) {
       const int j = ks + WK * i;
@@ -410,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
       const float2 s0 = scl[g * kSubs + i], s1 = scl[(g + 8) * kSubs + i];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint8_t* xr = xs + (8 * nt + g) * kXStride + 32 * j;
+        const uint8_t* xr = xs + (8 * nt + g) * XL::kStride + 32 * j;
         const uint32_t b0 = lds32(xr + 4 * t), b1 = lds32(xr + 16 + 4 * t);
         const float2 x0 = xds[(8 * nt + 2 * t) * kSubs + j], x1 = xds[(8 * nt + 2 * t + 1) * kSubs + j];
         if constexpr (F::kHalves) {
@@ -434,6 +529,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
           }
         }
       }
+    }
     }
   }
 
@@ -487,9 +583,9 @@ int sm_count() {
   return n;
 }
 
-// Opts kernel <F, BN, MT> into more than 48 KB of dynamic shared memory,
+// Opts kernel <F, BN, MT, H> into more than 48 KB of dynamic shared memory,
 // once a device.
-template <class F, int BN, int MT>
+template <class F, int BN, int MT, bool H>
 cudaError_t allow_smem(void (*kernel)(MmaArgs), int bytes) {
   static std::atomic<uint64_t> done{0};
   int dev = 0;
@@ -501,41 +597,46 @@ cudaError_t allow_smem(void (*kernel)(MmaArgs), int bytes) {
   return cudaSuccess;
 }
 
-template <class F, int BN, int MT>
+template <class F, int BN, int MT, bool H>
 cudaError_t launch_bn(const MmaArgs& a, cudaStream_t st) {
   constexpr int WN = BN / 16;
   const int64_t cols = a.epilogue == GemvQ8Args::kSwiglu ? BN / 2 : BN;
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   const int64_t grid = (rows + cols - 1) / cols * ((a.M + MT - 1) / MT);
   if (grid == 0) return cudaSuccess;
-  constexpr int smem = smem_bytes<F>(BN, MT);
-  if (cudaError_t e = allow_smem<F, BN, MT>(gemv_q8_mma<F, BN, MT, WN>, smem)) return e;
-  return launch_pdl(gemv_q8_mma<F, BN, MT, WN>, dim3(unsigned(grid)), dim3(kThreads), smem, st, a);
+  constexpr int smem = smem_bytes<F, H>(BN, MT);
+  if (cudaError_t e = allow_smem<F, BN, MT, H>(gemv_q8_mma<F, BN, MT, WN, H>, smem)) return e;
+  return launch_pdl(gemv_q8_mma<F, BN, MT, WN, H>, dim3(unsigned(grid)), dim3(kThreads), smem, st, a);
 }
 
 // 64 rows of W a CTA unless that leaves SMs idle, then 32.
-template <class F, int MT>
+template <class F, int MT, bool H>
 cudaError_t launch_mt(const MmaArgs& a, cudaStream_t st) {
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   const int64_t per64 = a.epilogue == GemvQ8Args::kSwiglu ? 32 : 64;
   const int64_t ctas64 = (rows + per64 - 1) / per64 * ((a.M + MT - 1) / MT);
-  if (ctas64 >= sm_count()) return launch_bn<F, 64, MT>(a, st);
-  return launch_bn<F, 32, MT>(a, st);
+  if (ctas64 >= sm_count()) return launch_bn<F, 64, MT, H>(a, st);
+  return launch_bn<F, 32, MT, H>(a, st);
 }
 
+template <class F, bool H>
+cudaError_t launch_h(const MmaArgs& a, cudaStream_t st) {
+  if (a.M <= 8) return launch_mt<F, 8, H>(a, st);
+  if (a.M <= 16) return launch_mt<F, 16, H>(a, st);
+  if (a.M <= 32) return launch_mt<F, 32, H>(a, st);
+  return launch_mt<F, 64, H>(a, st);
+}
 template <class F>
 cudaError_t launch_f(const MmaArgs& a, cudaStream_t st) {
-  if (a.M <= 8) return launch_mt<F, 8>(a, st);
-  if (a.M <= 16) return launch_mt<F, 16>(a, st);
-  if (a.M <= 32) return launch_mt<F, 32>(a, st);
-  return launch_mt<F, 64>(a, st);
+  return a.xh ? launch_h<F, true>(a, st) : launch_h<F, false>(a, st);
 }
 
 }  // namespace
 
-bool gemv_q8_mma_fits(const GemvQ8Args& a) {
+bool gemv_q8_mma_fits(const GemvQ8Args& a, bool any_rows) {
   const int64_t min_rows = config::number(config::Key::kCudaQ8MmaRows);
-  if (min_rows <= 0 || a.M < min_rows || a.K % kStageK != 0) return false;
+  if (!any_rows && (min_rows <= 0 || a.M < min_rows)) return false;
+  if (a.K % kStageK != 0) return false;
   const bool split = a.wd != nullptr;
   switch (a.fmt) {
     case quant::Q4_0:
@@ -553,6 +654,7 @@ bool gemv_q8_mma_fits(const GemvQ8Args& a) {
     default:
       return false;
   }
+  if (a.xh) return reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xh) % 16 == 0;
   return reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.xd) % 16 == 0;
 }
@@ -564,6 +666,7 @@ cudaError_t launch_gemv_q8_mma(const GemvQ8Args& a, void* y, tc_dtype ytype, cud
   m.N = a.N, m.K = a.K, m.M = a.M;
   m.xq = a.xq;
   m.xd = reinterpret_cast<const float2*>(a.xd);
+  m.xh = a.xh;
   m.y = y;
   m.epilogue = a.epilogue;
   m.ytype = ytype == TC_DTYPE_F16 ? 1 : ytype == TC_DTYPE_BF16 ? 2 : 0;

@@ -268,12 +268,21 @@ bool Llama::q8_decode() {
   return q8_state_ == 1;
 }
 
+// Whether every matrix of the 8-bit step can take f16 X on any backend:
+// whole stages of 256 weights (a GPU's kernels need them).
+bool Llama::q8_f16x_allowed() {
+  for (const Matrix* m : q8_matrices())
+    if (m->K % 256 != 0) return false;
+  return true;
+}
+
 tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M) {
   QuantizeQ8Args a;
   a.info.name = "llama.quantize_q8";
   a.M = M, a.K = K;
   a.x = x, a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
   a.xq = q8x_, a.xd = q8d_;
+  if (q8_f16x_) a.xh = reinterpret_cast<uint16_t*>(xh_);
   return be_->quantize_q8(a, queue_.get());
 }
 
@@ -285,6 +294,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M) {
   a.w = w.split_qs ? w.split_qs : w.data;
   a.wd = w.split_d;
   a.xq = q8x_, a.xd = q8d_;
+  if (q8_f16x_) a.xh = reinterpret_cast<const uint16_t*>(xh_);
   a.y = y;
   a.epilogue = epilogue;
   return be_->gemv_q8(a, queue_.get());
@@ -310,6 +320,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   e.scale = arch_.embed_scale;
   TC_TRY(be_->embed_rows(e, q));
   const bool q8 = (n == 1 || (batch && n <= kQ8MaxRows)) && q8_decode();
+  q8_f16x_ = q8 && batch && n >= kQ8F16MinRows && !host_ && q8_f16x_allowed();
   if (q8) {
     // The first op of the 8-bit path: a backend without it enqueues
     // nothing and the step reruns on the exact products.

@@ -146,6 +146,10 @@ class Llama {
   // tensor cores, about one pass over the weights for all the rows, where
   // dequantise + GEMM converts every weight to f16 each step.
   static constexpr int64_t kQ8MaxRows = 64;
+  // From this many rows a device's batch step keeps X in f16 for those
+  // products (QuantizeQ8Args / GemvQ8Args::xh: W dequantised on the tensor
+  // cores, no per-block 8-bit epilogue), where every matrix allows it.
+  static constexpr int64_t kQ8F16MinRows = 16;
   // The largest number of tokens one forward runs (the scratch's size).
   static constexpr int64_t kMaxBatch = 512;
 
@@ -189,6 +193,7 @@ class Llama {
   // The one-token step's products on 8-bit activations (QuantizeQ8Args /
   // GemvQ8Args): X quantised into q8x_ / q8d_, then the product with its
   // epilogue (store, residual add, SwiGLU).
+  bool q8_f16x_allowed();
   bool q8_decode();
   std::vector<Matrix*> q8_matrices();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M);
@@ -247,6 +252,7 @@ class Llama {
   int q8_state_ = -1;
   bool split_made_ = false;  // split_weights has made the second copies
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
+  bool q8_f16x_ = false;   // this forward's 8-bit products take f16 X (at xh_)
   float* q8d_ = nullptr;
 
   std::vector<int64_t> n_past_ = std::vector<int64_t>(1, 0);  // per sequence slot

@@ -690,6 +690,62 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
           }
         if (e != tc::GemvQ8Args::kAdd) EXPECT_TRUE(std::isnan(y[M * rows])) << "written past Y";
       }
+      if (K % 256 != 0) continue;  // f16 X takes whole stages of 256 on a GPU
+      // f16 X (xh): quantize_q8 normalises and rounds to f16; gemv_q8 is the
+      // exact product with W dequantised, within the f16 rounding of the
+      // weights (K-quants: of d sc and dmin m too) of its dequantised value.
+      tc::QuantizeQ8Args ha = qa;
+      ha.xh = dev.put(std::vector<uint16_t>(size_t(M * K), uint16_t(0x7E00)));
+      ASSERT_EQ(dev.be().quantize_q8(ha, nullptr), TC_OK);
+      const auto xh = dev.get(ha.xh, size_t(M * K));
+      std::vector<double> x16(size_t(M * K));
+      for (int64_t i = 0; i < M * K; ++i) {
+        x16[size_t(i)] = tc::f16_to_f32(xh[size_t(i)]);
+        ASSERT_LE(std::fabs(x16[size_t(i)] - v[size_t(i)]), std::fabs(v[size_t(i)]) * (1.0 / 2048 + rel) + 1e-7)
+            << "f16 X element " << i;
+      }
+      std::vector<double> e16(outs), b16(outs);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const WeightTerm t = weight_term(c.fmt, w.data() + n * row_bytes, k);
+          for (int64_t m = 0; m < M; ++m) {
+            const double xk = x16[size_t(m * K + k)];
+            e16[size_t(m * N + n)] += (t.aq + t.b) * xk;
+            b16[size_t(m * N + n)] += (std::fabs(t.aq) + std::fabs(t.b)) * std::fabs(xk);
+          }
+        }
+      tc::GemvQ8Args fa = ga;
+      fa.xq = nullptr, fa.xd = nullptr, fa.xh = ha.xh;
+      for (int run = 0; run < 6; ++run) {
+        const bool split = run >= 3;
+        const int e = run % 3;
+        if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
+        if (split ? !has_split : !has_gguf) continue;
+        SCOPED_TRACE(std::string("f16 X, ") + (split ? "split layout" : "GGUF layout") + ", epilogue " +
+                     std::to_string(e));
+        fa.w = split ? static_cast<const void*>(qs_dev) : w_dev;
+        fa.wd = split ? ra.d : nullptr;
+        fa.epilogue = e;
+        fa.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(M * N + 1), NAN));
+        ASSERT_EQ(dev.be().gemv_q8(fa, nullptr), TC_OK);
+        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;
+        const auto y = dev.get(fa.y, size_t(M * rows + (e == tc::GemvQ8Args::kAdd ? 0 : 1)));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < rows; ++n) {
+            const size_t i = size_t(m * N + n);
+            // Rounded weights (2^-11 each, twice for the K-quants' two
+            // rounded factors) and f32 sums.
+            double ref = e16[i], tol = b16[i] * (2.5 / 2048) + 1e-6;
+            if (e == tc::GemvQ8Args::kAdd) ref += y0[size_t(m * rows + n)], tol += 1e-6 * std::fabs(y0[size_t(m * rows + n)]);
+            if (e == tc::GemvQ8Args::kSwiglu) {
+              const double g = e16[i], u = e16[i + size_t(rows)];
+              ref = g / (1 + std::exp(-g)) * u;
+              tol = (b16[i] * std::fabs(u) * 1.2 + b16[i + size_t(rows)] * std::fabs(g)) * (2.5 / 2048) + 1e-6;
+            }
+            ASSERT_NEAR(y[size_t(m * rows + n)], ref, tol) << "row " << m << ", output " << n;
+          }
+        if (e != tc::GemvQ8Args::kAdd) EXPECT_TRUE(std::isnan(y[size_t(M * rows)])) << "written past Y";
+      }
     }
     }
   }

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import llama_reference
+import tensorcore as tc
+from tensorcore.llama import Llama
 from conftest import HAVE_CUDA, run_python
 
 try:
@@ -163,3 +165,41 @@ def test_k_quant_mix(tmp_path, mix, where):
     np.testing.assert_array_equal(q8[:6], no_q8[:6])
     assert np.abs(q8[6:] - no_q8[6:]).max() > 1e-4 * np.abs(ref).max(), "the 8-bit products did not run"
     np.testing.assert_array_equal(no_split, no_q8)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_batch_steps_of_16_rows_keep_x_in_f16(tmp_path, where, monkeypatch):
+    """f16 activations, a batch step of 16 or more rows: the 8-bit step's
+    products keep X in f16 (W dequantised, no 8-bit X), so every row is
+    its sequence's f16 forward, within f16 rounding of the reference (the
+    products' own kernels are checked in the C++ suite); the
+    same steps taken 8 rows at a time (8-bit X) land elsewhere."""
+    if where == "cpu-device-path":
+        monkeypatch.setenv("TC_LLAMA_DEVICE_PATH", "1")
+    path = tmp_path / "m.gguf"
+    w = write_mix(path, "q4_k_m", seed=73)
+    rng = np.random.default_rng(8)
+    S = 16
+    prompts = [[int(t) for t in rng.integers(0, V, 2 + s % 3)] for s in range(S)]
+    steps = [[int(t) for t in rng.integers(0, V, S)] for _ in range(2)]
+    with tc.Context("cpu" if where == "cpu-device-path" else "cuda") as ctx:
+        def run(split):
+            with Llama(path, ctx=ctx, n_ctx=32, activations="f16", kv_type="f16", max_sequences=S) as m:
+                for s in range(S):
+                    m.eval(prompts[s], seq=s)
+                out = []
+                for k in range(2):
+                    parts = [m.decode_batch(list(range(a, a + split)), steps[k][a:a + split])
+                             for a in range(0, S, split)]
+                    out.append(np.concatenate(parts))
+                return np.stack(out, axis=1)  # [S, 2, V]
+        f16x, q8 = run(16), run(8)
+    worst = 0.0
+    for s in range(S):
+        ref = reference(w, np.asarray(prompts[s] + [steps[k][s] for k in range(2)]), kv_f16=True)[-2:]
+        worst = max(worst, rel_err(f16x[s], ref))
+        assert rel_err(q8[s], ref) < 5e-2
+    # f16 activations (the prompts' products round X and Y to f16 too): about
+    # 1e-2 here, against about 3e-2 for the 8-bit steps.
+    assert worst < 2e-2, "16-row steps against the reference: %.3g" % worst
+    assert np.abs(f16x - q8).max() > 1e-4 * np.abs(f16x).max(), "the 16-row steps took the 8-bit products"

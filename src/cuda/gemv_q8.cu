@@ -18,8 +18,10 @@
 // bandwidth on the H200.
 //
 // Work split (gemv_q8_rows): one warp per row of W (per pair of rows gate n,
-// up n + N/2 for SwiGLU), 8 warps a CTA. GGUF blocks are 18 (Q4_0) or 34
-// (Q8_0) bytes, only 2-byte aligned, so a warp copies a segment of its row
+// up n + N/2 for SwiGLU), 8 warps a CTA; for one row of X with W split or
+// in superblocks, gemv_q8_row1 issues the loads of a warp's rows together.
+// GGUF blocks are 18 (Q4_0) or 34 (Q8_0) bytes, only 2-byte aligned, so a
+// warp copies a segment of its row
 // (128 or 64 blocks, ~2.2 KB) from global memory with 16-byte loads (all
 // issued before any is used: ~2.3 KB in flight per warp) into its own
 // shared-memory slot, then each lane decodes whole blocks from there: the
@@ -38,7 +40,8 @@
 // K-quants (Q4_K, Q5_K, Q6_K: superblocks of 256 weights with 6- or 8-bit
 // sub-scales) take four lanes a superblock, a lane a quarter of it (64
 // weights, two blocks of X, four sub-scale groups for Q6_K) from whole
-// 16-byte loads, two quarters in flight a lane. Q4_K (144 bytes) and Q5_K
+// 16-byte loads, two quarters in flight a lane (one row of X: two rows of W
+// a warp, one quarter of each, gemv_q8_row1). Q4_K (144 bytes) and Q5_K
 // (176) are 16-byte multiples and are read in GGUF's layout, in place;
 // Q6_K's 210 bytes are not, so it needs the split layout: its 208 bytes of
 // quants and scales (ql, qh, scales, in GGUF's order) 16-byte aligned, d
@@ -207,44 +210,48 @@ __device__ void row_dot(const uint8_t* __restrict__ w, const uint8_t* wend, int6
   warp_sum(acc);
 }
 
-// r of row n from the split layout (RepackQ8Args): each lane takes whole
-// blocks, kSplitUnroll of them with their loads issued before any is used;
-// no staging, every load a whole 16 bytes.
+// r of rows n[0..R) from the split layout (RepackQ8Args) for each row of
+// X: each lane takes whole blocks, U of them a row with every load of all R
+// rows issued before any is used; no staging, every load a whole 16 bytes.
+// Not reduced over the warp (warp_sum).
 constexpr int kSplitUnroll = 2;
-template <class F, int MT>
-__device__ void row_dot_split(const uint4* __restrict__ qs, const uint16_t* __restrict__ d, int64_t n,
-                              const XRows& x, int lane, float (&acc)[MT]) {
+template <class F, int R, int MT, int U>
+__device__ __forceinline__ void rows_dot_split(const uint4* __restrict__ qs, const uint16_t* __restrict__ d,
+                                               const int64_t (&n)[R], const XRows& x, int lane,
+                                               float (&acc)[R][MT]) {
   constexpr int V = F::kQuantWords / 4;  // 16-byte vectors a block
   const int64_t nb = x.K / 32;
-  const uint4* qr = qs + n * nb * V;
-  const uint16_t* dr = d + n * nb;
-  for (int64_t b0 = lane; b0 < nb; b0 += 32 * kSplitUnroll) {
-    uint4 q[kSplitUnroll][V];
-    uint16_t h[kSplitUnroll];
+  for (int64_t b0 = lane; b0 < nb; b0 += 32 * U) {
+    uint4 q[R][U][V];
+    uint16_t h[R][U];
 #pragma unroll
-    for (int u = 0; u < kSplitUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + 32 * u;
-      if (b < nb) {
+      if (b < nb)
 #pragma unroll
-        for (int v = 0; v < V; ++v) q[u][v] = __ldcs(qr + b * V + v);  // streamed once
-        h[u] = __ldcs(dr + b);
-      }
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) q[r][u][v] = __ldcs(qs + (n[r] * nb + b) * V + v);  // streamed once
+          h[r][u] = __ldcs(d + n[r] * nb + b);
+        }
     }
 #pragma unroll
-    for (int u = 0; u < kSplitUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + 32 * u;
-      if (b < nb) {
-        uint32_t w[F::kQuantWords];
+      if (b < nb)
 #pragma unroll
-        for (int v = 0; v < V; ++v) w[4 * v] = q[u][v].x, w[4 * v + 1] = q[u][v].y, w[4 * v + 2] = q[u][v].z, w[4 * v + 3] = q[u][v].w;
-        const float db = f16_bits(h[u]);
+        for (int r = 0; r < R; ++r) {
+          uint32_t w[F::kQuantWords];
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < x.rows) acc[m] += F::dot_words(w, db, x.xq + m * x.K + b * 32, __ldg(x.xd + m * nb + b));
-      }
+          for (int v = 0; v < V; ++v)
+            w[4 * v] = q[r][u][v].x, w[4 * v + 1] = q[r][u][v].y, w[4 * v + 2] = q[r][u][v].z, w[4 * v + 3] = q[r][u][v].w;
+          const float db = f16_bits(h[r][u]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m)
+            if (m < x.rows) acc[r][m] += F::dot_words(w, db, x.xq + m * x.K + b * 32, __ldg(x.xd + m * nb + b));
+        }
     }
   }
-  warp_sum(acc);
 }
 
 // ---- K-quants: a lane takes quarter p of superblock s ----
@@ -382,44 +389,47 @@ struct Q6_K {
   }
 };
 
-// r of row n from superblocks: lane unit u = 4 s + p (superblock s, quarter
-// p); kKUnroll units a lane with their loads issued before any is used.
+// r of rows n[0..R) from superblocks for each row of X: lane unit u = 4 s + p
+// (superblock s, quarter p); U units a lane and row with every load of all R
+// rows issued before any is used. Not reduced over the warp (warp_sum).
 constexpr int kKUnroll = 2;
 template <class F>
 __device__ __forceinline__ int x_block_of(int p) {
   if constexpr (std::is_same<F, Q6_K>::value) return 4 * (p >> 1);
   else return 2 * p;
 }
-template <class F, int MT>
-__device__ void row_dot_k(const uint8_t* __restrict__ w, const uint16_t* __restrict__ wd, int64_t n, const XRows& x,
-                          int lane, float (&acc)[MT]) {
-  const int64_t ns = x.K / 256;
-  const uint8_t* row = w + n * ns * F::kSuperBytes;
-  const int64_t units = 4 * ns;
-  for (int64_t u0 = lane; u0 < units; u0 += 32 * kKUnroll) {
-    uint4 v[kKUnroll][F::kLoads];
-    uint16_t d[kKUnroll] = {};
+template <class F, int R, int MT, int U>
+__device__ __forceinline__ void rows_dot_k(const uint8_t* __restrict__ w, const uint16_t* __restrict__ wd,
+                                           const int64_t (&n)[R], const XRows& x, int lane, float (&acc)[R][MT]) {
+  const int64_t ns = x.K / 256, units = 4 * ns;
+  for (int64_t u0 = lane; u0 < units; u0 += 32 * U) {
+    uint4 v[R][U][F::kLoads];
+    uint16_t dd[R][U] = {};
 #pragma unroll
-    for (int k = 0; k < kKUnroll; ++k) {
+    for (int k = 0; k < U; ++k) {
       const int64_t u = u0 + 32 * k;
-      if (u < units) {
-        F::load(row + (u >> 2) * F::kSuperBytes, int(u & 3), v[k]);
-        if (F::kSplitD) d[k] = __ldcs(wd + n * ns + (u >> 2));
-      }
+      if (u < units)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          F::load(w + (n[r] * ns + (u >> 2)) * F::kSuperBytes, int(u & 3), v[r][k]);
+          if (F::kSplitD) dd[r][k] = __ldcs(wd + n[r] * ns + (u >> 2));
+        }
     }
 #pragma unroll
-    for (int k = 0; k < kKUnroll; ++k) {
+    for (int k = 0; k < U; ++k) {
       const int64_t u = u0 + 32 * k;
       if (u < units) {
         const int p = int(u & 3);
         const int64_t xb = (u >> 2) * 8 + x_block_of<F>(p);
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < x.rows) acc[m] += F::dot(v[k], d[k], p, x.xq + m * x.K + xb * 32, x.xd + m * (x.K / 32) + xb);
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < MT; ++m)
+            if (m < x.rows)
+              acc[r][m] += F::dot(v[r][k], dd[r][k], p, x.xq + m * x.K + xb * 32, x.xd + m * (x.K / 32) + xb);
       }
     }
   }
-  warp_sum(acc);
 }
 
 // How a kernel reads W: GGUF's blocks of 32 staged through shared memory,
@@ -432,9 +442,17 @@ __device__ __forceinline__ void row_of(const uint8_t* w, const uint16_t* wd, con
                                        const XRows& x, uint8_t* slot, int lane, float (&acc)[MT]) {
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-  if constexpr (L == kSuper) row_dot_k<F, MT>(w, wd, n, x, lane, acc);
-  else if constexpr (L == kSplit) row_dot_split<F, MT>(reinterpret_cast<const uint4*>(w), wd, n, x, lane, acc);
-  else row_dot<F, MT>(w, wend, n, x, slot, lane, acc);
+  if constexpr (L == kStaged) {
+    row_dot<F, MT>(w, wend, n, x, slot, lane, acc);
+  } else {
+    const int64_t rows[1] = {n};
+    float a1[1][MT] = {};
+    if constexpr (L == kSuper) rows_dot_k<F, 1, MT, kKUnroll>(w, wd, rows, x, lane, a1);
+    else rows_dot_split<F, 1, MT, kSplitUnroll>(reinterpret_cast<const uint4*>(w), wd, rows, x, lane, a1);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[m] = a1[0][m];
+    warp_sum(acc);
+  }
 }
 
 // Bytes of a row of W, and of its scales when apart.
@@ -456,6 +474,61 @@ template <class F, int L>
 __host__ __device__ constexpr int slot_bytes_of() {
   if constexpr (L == kStaged) return Seg<F>::kSlotBytes;
   else return 16;
+}
+
+// ---- One row of X (the decode step): R rows of W a warp, in flight together ----
+// A warp's life is a few dependent trips to HBM (load, decode, reduce); the
+// next rows' loads are not issued until they end. Taking R rows at once
+// (SwiGLU's gate and up rows, or RW neighbouring rows) with every load of
+// all of them issued before the first is used makes those trips overlap.
+// CTA c, warp w: rows (c kWarps + w) RW + r (r < RW) of the output, with
+// their up rows for SwiGLU: RW or 2 RW rows of W in flight a warp.
+template <class F, int E, class TY, int L, int RW, int U>
+__global__ void __launch_bounds__(kWarps * 32) gemv_q8_row1(const uint8_t* __restrict__ w,
+                                                            const uint16_t* __restrict__ wd, int64_t N, int64_t K,
+                                                            const int8_t* __restrict__ xq,
+                                                            const float2* __restrict__ xd, TY* __restrict__ y) {
+  static_assert(L == kSplit || L == kSuper, "the staged layout takes gemv_q8_rows");
+  constexpr int R = E == GemvQ8Args::kSwiglu ? 2 * RW : RW;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * RW;
+  const int64_t row_bytes = row_bytes_of<F, L>(K), scale_bytes = row_scale_bytes_of<F, L>(K);
+  int64_t n[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int64_t r = n0 + i % RW < rows ? n0 + i % RW : rows - 1;  // a short last group repeats a row
+    n[i] = i < RW ? r : r + rows;
+  }
+  pdl_trigger();  // W does not depend on the kernels before this one: see gemv_q8_rows
+  if (n0 < rows)
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      prefetch_l2(w + n[i] * row_bytes, row_bytes, lane);
+      if (scale_bytes) prefetch_l2(reinterpret_cast<const uint8_t*>(wd) + n[i] * scale_bytes, scale_bytes, lane);
+    }
+  pdl_wait();
+  if (n0 >= rows) return;
+  const XRows x{xq, xd, K, 1};
+  float part[R][1] = {}, acc[R];
+  if constexpr (L == kSuper) rows_dot_k<F, R, 1, U>(w, wd, n, x, lane, part);
+  else rows_dot_split<F, R, 1, U>(reinterpret_cast<const uint4*>(w), wd, n, x, lane, part);
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = part[i][0];
+  warp_sum(acc);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    if (n0 + r >= rows) break;
+    TY* yr = y + n0 + r;
+    if constexpr (E == GemvQ8Args::kSwiglu) {
+      q8act::store(yr, acc[r] * (1.0f / (1.0f + expf(fminf(87.0f, -acc[r])))) * acc[RW + r]);
+    } else if constexpr (E == GemvQ8Args::kAdd) {
+      *yr += acc[r];
+    } else {
+      q8act::store(yr, acc[r]);
+    }
+  }
 }
 
 // Y in TY: f32 for the decode step, f16 / bf16 when serving gemv_quantized.
@@ -523,14 +596,61 @@ cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.wd, a.N, a.K, a.M, a.xq, xd, y);
 }
 
-// Rows of X a CTA takes: 1 for one token (the decode step), else 4 or 8
-// (one load of each weight serves them all; more passes re-read W from L2).
-// K-quants take 4 at most: at 8 their kernels need ~210 registers a thread
-// (one CTA an SM), and on the H200 Q4_K at 14336 x 4096 took 2.2x as long
-// for 8 rows as for 4.
+// The one-row kernel's shape per format (gemv_q8_row1): rows of W a warp
+// (SwiGLU's gate and up rows count as two) and loads in flight per row and
+// lane. From kernel times on the H200 (the 7B's four product shapes,
+// back-to-back launches, against the one-row gemv_q8_rows before it): blocks
+// of 32 keep one row a warp and two blocks a lane, SwiGLU's two rows now in
+// flight together (Q4_0: gate/up 12% faster, the rest unchanged; two rows a
+// warp or four blocks a lane measured 1-13% slower); the K-quants take two
+// rows a warp and one superblock quarter of each a lane (Q4_K 4-25%, Q6_K
+// 38-41% faster than one row with two quarters: fewer registers, more warps
+// an SM, the same bytes in flight a warp).
+template <class F>
+struct Row1Shape {
+  static constexpr int kRows = 2, kUnroll = 1;  // K-quants
+};
+template <>
+struct Row1Shape<Q4_0> {
+  static constexpr int kRows = 1, kUnroll = 2;
+};
+template <>
+struct Row1Shape<Q8_0> {
+  static constexpr int kRows = 1, kUnroll = 2;
+};
+
+template <class F, int E, class TY, int L>
+cudaError_t launch_row1_e(const GemvQ8Args& a, TY* y, cudaStream_t st) {
+  constexpr int U = Row1Shape<F>::kUnroll;
+  constexpr int RW = E == GemvQ8Args::kSwiglu && Row1Shape<F>::kRows > 1 ? Row1Shape<F>::kRows / 2
+                                                                         : Row1Shape<F>::kRows;
+  const int64_t rows = E == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const unsigned grid = unsigned((rows + kWarps * RW - 1) / (kWarps * RW));
+  if (grid == 0) return cudaSuccess;
+  return launch_pdl(gemv_q8_row1<F, E, TY, L, RW, U>, dim3(grid), dim3(kWarps * 32), 0, st,
+                    static_cast<const uint8_t*>(a.w), a.wd, a.N, a.K, a.xq, reinterpret_cast<const float2*>(a.xd), y);
+}
+
+template <class F, class TY, int L>
+cudaError_t launch_row1(const GemvQ8Args& a, TY* y, cudaStream_t st) {
+  if (a.epilogue == GemvQ8Args::kSwiglu) return launch_row1_e<F, GemvQ8Args::kSwiglu, TY, L>(a, y, st);
+  if constexpr (std::is_same<TY, float>::value)
+    if (a.epilogue == GemvQ8Args::kAdd) return launch_row1_e<F, GemvQ8Args::kAdd, float, L>(a, y, st);
+  return launch_row1_e<F, GemvQ8Args::kStore, TY, L>(a, y, st);
+}
+
+// Rows of X a CTA takes: one for one token (the decode step; gemv_q8_row1
+// where W is split or in superblocks), else 4 or 8 (one load of each weight
+// serves them all; more passes re-read W from L2). K-quants take 4 at most:
+// at 8 their kernels need ~210 registers a thread (one CTA an SM), and on
+// the H200 Q4_K at 14336 x 4096 took 2.2x as long for 8 rows as for 4.
 template <class F, class TY, int L>
 cudaError_t launch_rows_m(const GemvQ8Args& a, TY* y, cudaStream_t st) {
-  if (a.M == 1) return launch_rows<F, TY, L, 1>(a, y, st);
+  if constexpr (L == kStaged) {
+    if (a.M == 1) return launch_rows<F, TY, L, 1>(a, y, st);
+  } else {
+    if (a.M == 1) return launch_row1<F, TY, L>(a, y, st);
+  }
   if (a.M <= 4 || L == kSuper) return launch_rows<F, TY, L, 4>(a, y, st);
   return launch_rows<F, TY, L, 8>(a, y, st);
 }

@@ -705,11 +705,19 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
   else xq += blockIdx.y * K, xd += blockIdx.y * (K / 32);
   pdl_trigger();
   pdl_wait();
-  float rstd = 1.0f;
+  // This thread's element of the blocks it quantises: the sum of squares
+  // below reads it too (its iteration blockIdx.x), so it is kept from there
+  // and X is read once.
+  const int64_t b = int64_t(blockIdx.x) * kQuantWarps + warp, mine = b * 32 + lane;
+  float xk = 0.0f, rstd = 1.0f;
   if (gamma) {
+    const float gk = b < K / 32 ? q8act::x_at(gamma + mine) : 0.0f;
     double ss = 0.0;
+#pragma unroll 4
     for (int64_t k = threadIdx.x; k < K; k += kQuantWarps * 32) {
-      const double v = double(q8act::x_at(x + k));
+      const float f = q8act::x_at(x + k);
+      if (k == mine) xk = f;
+      const double v = double(f);
       ss += v * v;
     }
 #pragma unroll
@@ -720,14 +728,13 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
 #pragma unroll
     for (int i = 0; i < kQuantWarps; ++i) t += part[i];
     rstd = float(1.0 / sqrt(t / double(K) + double(eps)));
+    xk = __fmul_rn(__fmul_rn(xk, rstd), gk);
+  } else if (b < K / 32) {
+    xk = q8act::x_at(x + mine);
   }
-  const int64_t b = int64_t(blockIdx.x) * kQuantWarps + warp;
   if (b < K / 32) {
-    const int64_t k = b * 32 + lane;
-    const float xk = q8act::x_at(x + k);
-    const float v = gamma ? __fmul_rn(__fmul_rn(xk, rstd), q8act::x_at(gamma + k)) : xk;
-    if (xh) xh[k] = __float2half_rn(v);  // the f16 products' X: normalised only
-    else q8act::quantize_block(v, lane, xq + b * 32, xd + b);
+    if (xh) xh[mine] = __float2half_rn(xk);  // the f16 products' X: normalised only
+    else q8act::quantize_block(xk, lane, xq + b * 32, xd + b);
   }
 }
 

@@ -476,6 +476,19 @@ __host__ __device__ constexpr int slot_bytes_of() {
   else return 16;
 }
 
+// Output element y of product r (u: the up row's product for SwiGLU).
+template <int E, class TY>
+__device__ __forceinline__ void epilogue(TY* y, float r, float u) {
+  if constexpr (E == GemvQ8Args::kSwiglu) {
+    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
+    q8act::store(y, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
+  } else if constexpr (E == GemvQ8Args::kAdd) {
+    *y += r;
+  } else {
+    q8act::store(y, r);
+  }
+}
+
 // ---- One row of X (the decode step): R rows of W a warp, in flight together ----
 // A warp's life is a few dependent trips to HBM (load, decode, reduce); the
 // next rows' loads are not issued until they end. Taking R rows at once
@@ -520,14 +533,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_row1(const uint8_t* __res
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
     if (n0 + r >= rows) break;
-    TY* yr = y + n0 + r;
-    if constexpr (E == GemvQ8Args::kSwiglu) {
-      q8act::store(yr, acc[r] * (1.0f / (1.0f + expf(fminf(87.0f, -acc[r])))) * acc[RW + r]);
-    } else if constexpr (E == GemvQ8Args::kAdd) {
-      *yr += acc[r];
-    } else {
-      q8act::store(yr, acc[r]);
-    }
+    epilogue<E>(y + n0 + r, acc[r], E == GemvQ8Args::kSwiglu ? acc[(RW + r) % R] : 0.0f);
   }
 }
 
@@ -561,22 +567,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   uint8_t* slot = slots[L == kStaged ? warp : 0];
   const int64_t m0 = pass * MT;
   const XRows x{xq + m0 * K, xd + m0 * (K / 32), K, int(M - m0 < MT ? M - m0 : MT)};
-  float r[MT], u[MT];
+  float r[MT], u[MT] = {};
   row_of<F, L, MT>(w, wd, wend, n, x, slot, lane, r);
   if (E == GemvQ8Args::kSwiglu) row_of<F, L, MT>(w, wd, wend, n + rows, x, slot, lane, u);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if (m >= x.rows) break;
-    TY* ym = y + (m0 + m) * rows + n;
-    if constexpr (E == GemvQ8Args::kSwiglu) {
-      // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-      q8act::store(ym, r[m] * (1.0f / (1.0f + expf(fminf(87.0f, -r[m])))) * u[m]);
-    } else if constexpr (E == GemvQ8Args::kAdd) {
-      *ym += r[m];
-    } else {
-      q8act::store(ym, r[m]);
-    }
+    epilogue<E>(y + (m0 + m) * rows + n, r[m], u[m]);
   }
 }
 

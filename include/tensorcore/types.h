@@ -46,6 +46,10 @@ typedef int32_t tc_dtype;
 #define TC_DTYPE_I8 3
 #define TC_DTYPE_I32 4
 #define TC_DTYPE_F64 5
+/* A block type: GGUF's Q8_0, 32 values in 34 bytes (an f16 scale d, then 32
+ * int8 q; value = q d). Accepted only where a call says so (the LLaMA KV
+ * cache, tc_llama_set_kv_cache_type); it has no per-element size. */
+#define TC_DTYPE_Q8_0 10
 
 /* Backends, as reported by tc_last_backend(). 1-6 and 8 are reserved. */
 typedef int32_t tc_backend;

@@ -117,7 +117,10 @@ def numpy_dtype(dtype):
             return _NUMPY_OF[dtype]
         raise TensorcoreValueError(TC_ERR_UNSUPPORTED_DTYPE, "unknown dtype value %d" % dtype)
     if isinstance(dtype, str) and dtype.strip().lower() in DTYPE_ALIASES:
-        return _NUMPY_OF[DTYPE_ALIASES[dtype.strip().lower()]]
+        code = DTYPE_ALIASES[dtype.strip().lower()]
+        if code not in _NUMPY_OF:
+            raise TensorcoreValueError(TC_ERR_UNSUPPORTED_DTYPE, "%r is a block type with no NumPy dtype" % dtype)
+        return _NUMPY_OF[code]
     try:
         return np.dtype(dtype)
     except TypeError as e:

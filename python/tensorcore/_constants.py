@@ -18,6 +18,9 @@ TC_DTYPE_F32 = 2
 TC_DTYPE_I8 = 3
 TC_DTYPE_I32 = 4
 TC_DTYPE_F64 = 5
+# A block type (GGUF's Q8_0: 32 values in 34 bytes), accepted only where a
+# call says so (the LLaMA KV cache); no per-element size, no NumPy dtype.
+TC_DTYPE_Q8_0 = 10
 
 # Backends (types.h); 1-6 and 8 reserved.
 TC_BACKEND_NONE = 0
@@ -48,11 +51,12 @@ DTYPE_ALIASES = {
     "i8": TC_DTYPE_I8, "int8": TC_DTYPE_I8,
     "i32": TC_DTYPE_I32, "int32": TC_DTYPE_I32,
     "f64": TC_DTYPE_F64, "fp64": TC_DTYPE_F64, "float64": TC_DTYPE_F64, "double": TC_DTYPE_F64,
+    "q8_0": TC_DTYPE_Q8_0,
 }
 # Accumulator types use the same names.
 ACCUM_ALIASES = DTYPE_ALIASES
 DTYPE_NAMES = {TC_DTYPE_F16: "f16", TC_DTYPE_BF16: "bf16", TC_DTYPE_F32: "f32", TC_DTYPE_I8: "i8",
-               TC_DTYPE_I32: "i32", TC_DTYPE_F64: "f64"}
+               TC_DTYPE_I32: "i32", TC_DTYPE_F64: "f64", TC_DTYPE_Q8_0: "q8_0"}
 DTYPE_SIZES = {TC_DTYPE_F16: 2, TC_DTYPE_BF16: 2, TC_DTYPE_F32: 4, TC_DTYPE_I8: 1, TC_DTYPE_I32: 4, TC_DTYPE_F64: 8}
 BACKEND_NAMES = {TC_BACKEND_NONE: "none", TC_BACKEND_PORTABLE_CPU: "portable_cpu", TC_BACKEND_CUDA: "cuda",
                  TC_BACKEND_HIP: "hip"}

@@ -15,9 +15,10 @@ namespace tc {
 
 struct DtypeInfo {
   const char* name;  // as tc_dtype_name and simpler's messages spell it
-  uint32_t bytes;
+  uint32_t bytes;    // per element, or per block of a block type
   int32_t tc;        // TC_DTYPE_*, -1 where tensorcore has no such type
-  int32_t simpler;   // SIMPLER_DT_*
+  int32_t simpler;   // SIMPLER_DT_*, -1 where simpler has no such type
+  uint32_t block = 1;  // elements per block: 1, or QK8_0 = 32 for TC_DTYPE_Q8_0 (quant::BlockQ8_0)
 };
 
 inline constexpr DtypeInfo kDtypes[] = {
@@ -27,7 +28,7 @@ inline constexpr DtypeInfo kDtypes[] = {
     {"i16", 2, -1, SIMPLER_DT_INT16},              {"i64", 8, -1, SIMPLER_DT_INT64},
     {"u8", 1, -1, SIMPLER_DT_UINT8},               {"u16", 2, -1, SIMPLER_DT_UINT16},
     {"u32", 4, -1, SIMPLER_DT_UINT32},             {"u64", 8, -1, SIMPLER_DT_UINT64},
-    {"bool", 1, -1, SIMPLER_DT_BOOL},
+    {"bool", 1, -1, SIMPLER_DT_BOOL},              {"q8_0", 34, TC_DTYPE_Q8_0, -1, 32},
 };
 inline constexpr size_t kDtypeCount = sizeof kDtypes / sizeof kDtypes[0];
 
@@ -41,7 +42,7 @@ constexpr int index_of_tc(int32_t tc) {
 }
 constexpr int index_of_simpler(int32_t simpler) {
   for (size_t i = 0; i < kDtypeCount; ++i)
-    if (kDtypes[i].simpler == simpler) return int(i);
+    if (kDtypes[i].simpler >= 0 && kDtypes[i].simpler == simpler) return int(i);
   return -1;
 }
 constexpr const DtypeInfo* dtype_of_tc(int32_t tc) { return index_of_tc(tc) < 0 ? nullptr : &kDtypes[index_of_tc(tc)]; }
@@ -49,8 +50,21 @@ constexpr const DtypeInfo* dtype_of_simpler(int32_t simpler) {
   return index_of_simpler(simpler) < 0 ? nullptr : &kDtypes[index_of_simpler(simpler)];
 }
 
-// Bytes per element of a TC_DTYPE_*; 0 for a value outside the table.
-constexpr size_t dtype_size(int32_t tc) { return index_of_tc(tc) < 0 ? 0 : kDtypes[index_of_tc(tc)].bytes; }
+// Bytes per element of a TC_DTYPE_*; 0 for a value outside the table and
+// for a block type (TC_DTYPE_Q8_0), which has no per-element size, so every
+// path sized by elements refuses it.
+constexpr size_t dtype_size(int32_t tc) {
+  const int i = index_of_tc(tc);
+  return i < 0 ? 0 : kDtypes[i].block == 1 ? kDtypes[i].bytes : 0;
+}
+// Elements per block (1 for the plain types; 0 outside the table).
+constexpr int64_t dtype_block(int32_t tc) { return index_of_tc(tc) < 0 ? 0 : kDtypes[index_of_tc(tc)].block; }
+// Bytes of n consecutive elements of any TC_DTYPE_* in the table, n a
+// multiple of its block (block types: whole blocks).
+constexpr size_t dtype_bytes(int32_t tc, int64_t n) {
+  const int i = index_of_tc(tc);
+  return i < 0 ? 0 : size_t(n / kDtypes[i].block) * kDtypes[i].bytes;
+}
 
 // simpler's number of a tensorcore dtype and back; -1 where there is none.
 constexpr int32_t simpler_from_tc(int32_t tc) { return index_of_tc(tc) < 0 ? -1 : kDtypes[index_of_tc(tc)].simpler; }
@@ -60,7 +74,9 @@ constexpr int32_t tc_from_simpler(int32_t simpler) {
 
 namespace dtypes_check {
 constexpr bool simpler_numbers_are_the_table() {
-  if (kDtypeCount != SIMPLER_DT_COUNT) return false;
+  size_t with_simpler = 0;
+  for (size_t i = 0; i < kDtypeCount; ++i) with_simpler += kDtypes[i].simpler >= 0;
+  if (with_simpler != size_t(SIMPLER_DT_COUNT)) return false;
   for (int32_t i = 0; i < SIMPLER_DT_COUNT; ++i)
     if (index_of_simpler(i) < 0) return false;
   return true;
@@ -68,12 +84,14 @@ constexpr bool simpler_numbers_are_the_table() {
 constexpr bool tc_numbers_are_the_table() {
   for (int32_t i = TC_DTYPE_F16; i <= TC_DTYPE_F64; ++i)
     if (index_of_tc(i) < 0) return false;
-  return true;
+  return index_of_tc(TC_DTYPE_Q8_0) >= 0;
 }
 }  // namespace dtypes_check
 static_assert(dtypes_check::simpler_numbers_are_the_table(), "every SIMPLER_DT_* is in kDtypes once");
 static_assert(dtypes_check::tc_numbers_are_the_table(), "every TC_DTYPE_* is in kDtypes");
 static_assert(tc_from_simpler(SIMPLER_DT_BFLOAT16) == TC_DTYPE_BF16 && simpler_from_tc(TC_DTYPE_F32) == SIMPLER_DT_FLOAT32,
               "the two numberings translate through kDtypes");
+static_assert(dtype_size(TC_DTYPE_Q8_0) == 0 && dtype_bytes(TC_DTYPE_Q8_0, 64) == 68 && dtype_bytes(TC_DTYPE_F16, 3) == 6,
+              "block types have whole-block sizes only");
 
 }  // namespace tc

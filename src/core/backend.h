@@ -326,7 +326,9 @@ struct AddArgs {
 // dst[r * dst_pitch + i] = src[r * src_pitch + i] converted, for r < rows and
 // i < n (pitches in elements, 0 = n; the rows do not overlap); one of
 // src_dtype / dst_dtype is F32, the other F16 or BF16 (round to nearest
-// even, as core/half.h).
+// even, as core/half.h); or src_dtype Q8_0 (a Q8_0 KV cache's rows, n and
+// the pitches multiples of 32) into F32 (q d, exact) or F16 (q d rounded
+// to nearest even).
 struct ConvertArgs {
   OpInfo info;
   int64_t n = 0;
@@ -344,6 +346,11 @@ struct ConvertArgs {
 //   qt[h, i, :]          = rope(q[i, h*D : (h+1)*D])      h < H
 //   k_cache[g, p, :]     = rope(k[i, g*D : (g+1)*D])      g < Hkv
 //   v_cache[g, p, :]     = v[i, g*D : (g+1)*D]
+// stored as `cache`: F32; F16 rounded to nearest even; or Q8_0 (D a multiple
+// of 32), each block of 32 of the row quantised as ggml's
+// quantize_row_q8_0_ref: d = max|x| / 127, q = roundf(x / d) (0 when d is
+// 0), d stored as f16. Cache offsets below count elements; a Q8_0 cache's
+// bytes are dtype_bytes(Q8_0, elements) (34 per 32).
 // With `slots` (a batch of sequences, one token each) token i is at
 // position p = pos[i] of the cache slot slots[i] instead, whose cells start
 // slots[i] * slot_stride elements into k_cache and v_cache; both arrays are
@@ -360,7 +367,7 @@ struct RopeKvAppendArgs {
   const float* cos_t = nullptr;    // [C, D/2]
   const float* sin_t = nullptr;
   float* qt = nullptr;             // [H, n, D]
-  void* k_cache = nullptr;         // [Hkv, C, D] of `cache` (F32, or F16 rounded to nearest even)
+  void* k_cache = nullptr;         // [Hkv, C, D] of `cache` (F32, F16 or Q8_0)
   void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;
   bool neox = false;
@@ -395,6 +402,8 @@ struct Copy2dArgs {
 // over positions j <= pos[i] of the cache slot slots[i] (its cells
 // slots[i] * slot_stride elements into k_cache and v_cache); without, n is
 // 1 and the row attends over slot 0 up to *pos.
+// A Q8_0 cache (D a multiple of 32) is read as its dequantised values q d,
+// block by block inside the kernel: no widened copy of the cache.
 // `partial` is scratch for a split over the cache: room for
 // decode_attention_splits(C) partial results (D + 2 floats each) per head
 // and row, laid out as the backend chooses.
@@ -404,7 +413,7 @@ struct DecodeAttentionArgs {
   float scale = 0.0f;
   const int32_t* pos = nullptr;  // device memory: [1], or [n] with slots
   const float* q = nullptr;      // [H, n, D]
-  const void* k_cache = nullptr;   // [Hkv, C, D] of `cache` (F32 or F16) per slot
+  const void* k_cache = nullptr;   // [Hkv, C, D] of `cache` (F32, F16 or Q8_0) per slot
   const void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;
   float* o = nullptr;            // [n, H, D]

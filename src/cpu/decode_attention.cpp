@@ -6,9 +6,14 @@
 //
 // over the cache rows j in [first, *pos] (first = 0, or the last `window`
 // rows); a batch step's rows each over their own slot and position. K and V rows are f32 or f16 (simd::f16: widened in registers with
-// F16C, exactly). It serves a CPU model's one-token steps over an f16 cache
-// (an f32 cache attends with attention_forward in place), the device path on
-// the CPU (TC_LLAMA_DEVICE_PATH), and is the reference of the GPU's kernel.
+// F16C, exactly), or Q8_0 blocks (quant::BlockQ8_0: value = q d), read in
+// place block by block: with c the 32 codes of block b of a row,
+//   q . K_j = sum_b d_b (q_b . c_b),   acc += (p_j d_b) c_b,
+// the codes widened to f32 exactly, so only f32 rounding separates the
+// result from attention over the dequantised rows. It serves a CPU model's
+// one-token steps over an f16 or Q8_0 cache (an f32 cache attends with
+// attention_forward in place), the device path on the CPU
+// (TC_LLAMA_DEVICE_PATH), and is the reference of the GPU's kernel.
 //
 // Memory: each head reads its group's S rows of K and of V once; the heads
 // of a group run one after the other on a thread, so their K and V come from
@@ -25,6 +30,18 @@
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
+#include "quant/formats.h"
+
+namespace tc {
+namespace cpu {
+// Cache elements per stored unit: a Q8_0 row is whole blocks of 32, so the
+// element offsets of the cache (multiples of D) become block offsets.
+template <class T>
+constexpr int64_t kPerUnit = 1;
+template <>
+constexpr int64_t kPerUnit<quant::BlockQ8_0> = quant::QK8_0;
+}  // namespace cpu
+}  // namespace tc
 
 #define TC_SIMD_SELF "cpu/decode_attention.cpp"
 #include "cpu/simd_foreach.h"
@@ -54,6 +71,7 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
     });
   };
   if (a.cache == TC_DTYPE_F16) run(simd::f16{});
+  else if (a.cache == TC_DTYPE_Q8_0) run(quant::BlockQ8_0{});
   else run(float{});
   return TC_OK;
 }
@@ -63,6 +81,36 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
 
 #else  // TC_SIMD_PASS: the kernel, compiled once per instruction set (V).
 
+// q . row and acc += w row for a cache row of D elements of T.
+template <class T>
+inline float row_dot(const float* q, const T* row, int64_t D) {
+  V s = V::zero();
+  sweep(D, [&](int64_t d, int n) { s = V::fma(V::ld(q + d, n), V::ld(row + d, n), s); });
+  return V::sum(s);
+}
+template <class T>
+inline void row_axpy(float w, const T* row, float* acc, int64_t D) {
+  const V wv = V::set1(w);
+  sweep(D, [&](int64_t d, int n) { V::st(acc + d, V::fma(wv, V::ld(row + d, n), V::ld(acc + d, n)), n); });
+}
+// Q8_0 rows: D / 32 blocks; a block's 32 codes are whole vectors of every
+// lane type (W = 1, 8 or 16).
+inline float row_dot(const float* q, const quant::BlockQ8_0* row, int64_t D) {
+  V s = V::zero();
+  for (int64_t b = 0; b < D / quant::QK8_0; ++b, q += quant::QK8_0) {
+    V t = V::zero();
+    for (int k = 0; k < quant::QK8_0; k += V::W) t = V::fma(V::load(q + k), V::load(row[b].qs + k), t);
+    s = V::fma(V::set1(f16_to_f32(row[b].d)), t, s);
+  }
+  return V::sum(s);
+}
+inline void row_axpy(float w, const quant::BlockQ8_0* row, float* acc, int64_t D) {
+  for (int64_t b = 0; b < D / quant::QK8_0; ++b, acc += quant::QK8_0) {
+    const V wd = V::set1(w * f16_to_f32(row[b].d));
+    for (int k = 0; k < quant::QK8_0; k += V::W) V::store(acc + k, V::fma(wd, V::load(row[b].qs + k), V::load(acc + k)));
+  }
+}
+
 // Heads [h0, h1) of query row i: p holds the S scores then their
 // exponentials, acc the weighted sum of V rows (D floats).
 template <class T>
@@ -71,14 +119,13 @@ void decode_heads(const DecodeAttentionArgs& a, int64_t i, int64_t first, int64_
   const int64_t D = a.D, G = a.H / a.Hkv, slot = a.slots ? a.slots[i] * a.slot_stride : 0;
   for (int64_t h = h0; h < h1; ++h) {
     const float* q = a.q + (h * a.n + i) * D;
-    const T* K = static_cast<const T*>(a.k_cache) + slot + ((h / G) * a.C + first) * D;
-    const T* Vr = static_cast<const T*>(a.v_cache) + slot + ((h / G) * a.C + first) * D;
+    constexpr int64_t per = kPerUnit<T>;
+    const int64_t start = (slot + ((h / G) * a.C + first) * D) / per, row = D / per;
+    const T* K = static_cast<const T*>(a.k_cache) + start;
+    const T* Vr = static_cast<const T*>(a.v_cache) + start;
     float m = -INFINITY;
     for (int64_t j = 0; j < S; ++j) {
-      const T* kj = K + j * D;
-      V s = V::zero();
-      sweep(D, [&](int64_t d, int n) { s = V::fma(V::ld(q + d, n), V::ld(kj + d, n), s); });
-      float x = a.scale * V::sum(s);
+      float x = a.scale * row_dot(q, K + j * row, D);
       if (a.softcap > 0.0f) x = a.softcap * std::tanh(x / a.softcap);
       p[j] = x;
       m = std::max(m, x);
@@ -91,11 +138,7 @@ void decode_heads(const DecodeAttentionArgs& a, int64_t i, int64_t first, int64_
       lsum = lsum + e;
     });
     std::fill(acc, acc + D, 0.0f);
-    for (int64_t j = 0; j < S; ++j) {
-      const V w = V::set1(p[j]);
-      const T* vj = Vr + j * D;
-      sweep(D, [&](int64_t d, int n) { V::st(acc + d, V::fma(w, V::ld(vj + d, n), V::ld(acc + d, n)), n); });
-    }
+    for (int64_t j = 0; j < S; ++j) row_axpy(p[j], Vr + j * row, acc, D);
     const V inv = V::set1(1.0f / V::sum(lsum));
     float* o = a.o + (i * a.H + h) * D;
     sweep(D, [&](int64_t d, int n) { V::st(o + d, V::ld(acc + d, n) * inv, n); });

@@ -11,7 +11,9 @@
 //   rope_kv_append:   p = *pos + i (a batch: pos[i] in cache slot slots[i]);
 //                     (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
-//                     (f32, or f16 rounded to nearest even)
+//                     (f32, f16 rounded to nearest even, or Q8_0 blocks
+//                     quantised by quant::quantize_row, ggml's reference)
+//   convert:          f32 <-> f16 / bf16, or a Q8_0 cache's rows to f32 / f16
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -56,6 +58,25 @@ tc_status add(const AddArgs& a) {
 
 tc_status convert(const ConvertArgs& a) {
   const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
+  if (a.src_dtype == TC_DTYPE_Q8_0) {
+    // q d per element, exact in f32 (8-bit q times an f16 d), as ggml's
+    // dequantize_row_q8_0; f16 rounds that once. Rows split over the pool:
+    // this widens a whole cache prefix before a chunk's attention.
+    parallel_for(a.rows, 1, [&](int64_t r0, int64_t r1) {
+      thread_local std::vector<float> row;
+      for (int64_t r = r0; r < r1; ++r) {
+        const void* src = static_cast<const char*>(a.src) + dtype_bytes(TC_DTYPE_Q8_0, r * sp);
+        if (a.dst_dtype == TC_DTYPE_F32) {
+          quant::dequantize_row(quant::Q8_0, src, static_cast<float*>(a.dst) + r * dp, a.n);
+        } else {
+          row.resize(size_t(a.n));
+          quant::dequantize_row(quant::Q8_0, src, row.data(), a.n);
+          narrow_row(a.dst_dtype == TC_DTYPE_BF16, row.data(), static_cast<uint16_t*>(a.dst) + r * dp, a.n);
+        }
+      }
+    });
+    return TC_OK;
+  }
   for (int64_t r = 0; r < a.rows; ++r) {
     if (a.src_dtype == TC_DTYPE_F32)
       narrow_row(a.dst_dtype == TC_DTYPE_BF16, static_cast<const float*>(a.src) + r * sp,
@@ -85,12 +106,11 @@ inline void rotate(const float* x, float* y, const float* c, const float* s, int
 
 tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   const int64_t D = a.D, half = D / 2, P = *a.pos, rows = a.H + a.Hkv;
-  const size_t esize = dtype_size(a.cache);
-  const bool f16 = a.cache == TC_DTYPE_F16;
+  const bool f16 = a.cache == TC_DTYPE_F16, q8 = a.cache == TC_DTYPE_Q8_0;
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> k;  // a rotated key before rounding to f16
-    if (f16) k.resize(size_t(D));
+    thread_local std::vector<float> k;  // a rotated key before rounding to f16 or Q8_0
+    if (f16 || q8) k.resize(size_t(D));
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r / rows, h = r % rows, p = a.slots ? a.pos[i] : P + i;
       const float* c = a.cos_t + p * half;
@@ -100,10 +120,14 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
         continue;
       }
       const int64_t g = h - a.H, cell = (a.slots ? a.slots[i] * a.slot_stride : 0) + (g * a.C + p) * D;
-      void* kd = static_cast<char*>(a.k_cache) + size_t(cell) * esize;
-      void* vd = static_cast<char*>(a.v_cache) + size_t(cell) * esize;
+      void* kd = static_cast<char*>(a.k_cache) + dtype_bytes(a.cache, cell);
+      void* vd = static_cast<char*>(a.v_cache) + dtype_bytes(a.cache, cell);
       const float* v = a.v + i * a.ldv + g * D;
-      if (f16) {
+      if (q8) {
+        rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
+        quant::quantize_row(quant::Q8_0, k.data(), kd, D);
+        quant::quantize_row(quant::Q8_0, v, vd, D);
+      } else if (f16) {
         rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
         narrow_row(false, k.data(), static_cast<uint16_t*>(kd), D);
         narrow_row(false, v, static_cast<uint16_t*>(vd), D);

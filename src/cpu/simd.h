@@ -9,7 +9,8 @@
 //               computes in double, which scalar code gets for free
 // Elements are loaded from and stored to f32, f16 (`simd::f16`) or bf16
 // (`simd::bf16`) memory and converted in registers (F16C / integer shifts),
-// rounding to nearest even exactly as core/half.h does.
+// rounding to nearest even exactly as core/half.h does; int8 (Q8_0 codes)
+// is loaded only, whole vectors, exactly.
 //
 // A kernel file is compiled once per instruction set: it includes its kernel
 // body under `#pragma GCC target(...)` (clang: `#pragma clang attribute` with
@@ -45,6 +46,7 @@ struct bf16 {
 inline float to_f32(float v) { return v; }
 inline float to_f32(f16 v) { return f16_to_f32(v.bits); }
 inline float to_f32(bf16 v) { return bf16_to_f32(v.bits); }
+inline float to_f32(int8_t v) { return float(v); }  // Q8_0 codes (load only)
 inline void from_f32(float v, float* p) { *p = v; }
 inline void from_f32(float v, f16* p) { p->bits = f32_to_f16(v); }
 inline void from_f32(float v, bf16* p) { p->bits = f32_to_bf16(v); }
@@ -166,6 +168,9 @@ struct VecAvx2 {
   static VecAvx2 load(const bf16* p) {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))};
+  }
+  static VecAvx2 load(const int8_t* p) {
+    return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))};
   }
   static __m256i tail_mask(int n) {
     static const int32_t table[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -313,6 +318,9 @@ struct VecAvx512 {
   static VecAvx512 load(const bf16* p) {
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return {_mm512_castsi512_ps(_mm512_slli_epi32(w, 16))};
+  }
+  static VecAvx512 load(const int8_t* p) {
+    return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
   }
   static __mmask16 tail_mask(int n) { return __mmask16((1u << n) - 1u); }
   // First n lanes (0 <= n < W) from memory, the rest zero; masked, so no

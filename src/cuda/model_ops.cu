@@ -6,12 +6,17 @@
 //                     writes it (products and sums rounded one by one, no fused
 //                     multiply-add, so the f32 values are the reference's)
 //   add:              x += y, or x[i] += y[i % period] (a bias row)
-//   convert:          f32 <-> f16 / bf16, round to nearest even
+//   convert:          f32 <-> f16 / bf16, round to nearest even; a Q8_0
+//                     cache's rows to f32 (q d, exact) or f16
 //   rope_kv_append:   p = *pos + i; (a, b) -> (a c - b s, b c + a s) for the
 //                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
-//                     values copied into the cache at p; a cache of f32, or
-//                     of f16 rounded to nearest even. A batch of sequences:
+//                     values copied into the cache at p; a cache of f32, of
+//                     f16 rounded to nearest even, or of Q8_0 blocks (a warp
+//                     per block of 32, lane = element: d = max|x| / 127 by a
+//                     shuffle max, q = roundf(x / d), ggml's
+//                     quantize_row_q8_0_ref operation for operation, so the
+//                     bytes are the CPU's). A batch of sequences:
 //                     token i at p = pos[i] in cache slot slots[i]
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
@@ -19,8 +24,10 @@
 //                     [j0, *pos] (j0 = 0, or *pos + 1 - window), split over
 //                     them (flash-decoding), in base 2 (t_j = log2(e) scale
 //                     q . K_j, or log2(e) cap tanh(scale q . K_j / cap) with
-//                     soft-capping); K and V rows f32 or f16 (widened
-//                     exactly as they are loaded, the sums in f32 either way):
+//                     soft-capping); K and V rows f32, f16 or Q8_0 (widened
+//                     exactly as they are loaded, the sums in f32 either way;
+//                     a lane's 4 dims of a Q8_0 row are 4 codes of one block,
+//                     two 2-byte loads and the block's f16 d, value q d):
 //       piece s covers rows [s c, (s+1) c), c = ceil(S / splits) rounded up
 //       to whole block iterations (4 warps x keys per warp), so the pieces in
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
@@ -46,6 +53,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cuda/device.h"
@@ -156,6 +164,41 @@ template <> __device__ __forceinline__ __nv_bfloat16 cvt(float v) { return __flo
 template <> __device__ __forceinline__ float cvt(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float cvt(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// A Q8_0 cache addressed by element offsets (multiples of 32, a row being
+// whole blocks): element e starts block e / 32 of 34 bytes (quant::BlockQ8_0).
+struct Q8Cache {
+  uint8_t byte;
+};
+template <typename T>
+__device__ __forceinline__ const T* cache_at(const T* base, int64_t elems) {
+  return base + elems;
+}
+template <>
+__device__ __forceinline__ const Q8Cache* cache_at(const Q8Cache* base, int64_t elems) {
+  return base + elems / QK8_0 * int64_t(sizeof(BlockQ8_0));
+}
+
+// Block j's code c (signed) as an exact float without I2F: __byte_perm puts
+// byte c ^ 0x80 = c + 128 into the mantissa of 2^23, and (2^23 + c + 128) -
+// (2^23 + 128) = c.
+__device__ __forceinline__ float q8_code(uint32_t biased, int j) {
+  return __fsub_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | unsigned(j))), 8388736.0f);
+}
+
+// Row blockIdx.y of a Q8_0 cache (pitches in elements, multiples of 32) to
+// f32 or f16: q d, exact in f32.
+template <class To>
+__global__ void convert_q8_kernel(int64_t n, const uint8_t* src, int64_t src_pitch, To* dst, int64_t dst_pitch) {
+  const uint8_t* row = src + blockIdx.y * src_pitch / QK8_0 * int64_t(sizeof(BlockQ8_0));
+  dst += blockIdx.y * dst_pitch;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint8_t* blk = row + i / QK8_0 * int64_t(sizeof(BlockQ8_0));
+    const float v = __fmul_rn(float(int8_t(blk[2 + i % QK8_0])), h2f(*reinterpret_cast<const uint16_t*>(blk)));
+    if constexpr (std::is_same<To, float>::value) dst[i] = v;
+    else dst[i] = __float2half_rn(v);
+  }
+}
+
 // Row blockIdx.y of `rows` pieces of n elements, pitches in elements.
 template <class From, class To>
 __global__ void convert_kernel(int64_t n, const From* src, int64_t src_pitch, To* dst, int64_t dst_pitch) {
@@ -203,6 +246,20 @@ __device__ __forceinline__ int64_t row_slot(const int32_t* slots, int64_t stride
 __device__ __forceinline__ void store_cache(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store_cache(__half* p, float x) { *p = __float2half_rn(x); }
 
+// ggml's quantize_row_q8_0_ref for one block held by a warp, lane j
+// holding x_j: d = max|x| / 127, id = 1 / d (0 when d is 0), q_j =
+// roundf(x_j id) (half away from zero), d stored as f16 (round to nearest
+// even); the CPU computes the same f32 operations (quant::quantize_row).
+__device__ __forceinline__ void quantize_q8_0_block(float x, int lane, uint8_t* blk) {
+  float amax = fabsf(x);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  blk[2 + lane] = uint8_t(int8_t(int(roundf(__fmul_rn(x, id)))));
+  if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+}
+
 // Rotates the D/2 pairs of src into dst (the queries' f32 rows or a cache row of T).
 template <typename T>
 __device__ __forceinline__ void rotate_row(const float* src, T* dst, const float* c, const float* s, int64_t half,
@@ -217,7 +274,8 @@ __device__ __forceinline__ void rotate_row(const float* src, T* dst, const float
 }
 
 // Block (token i, head h): queries for h < H, keys and values after them,
-// into a cache of T (float or __half).
+// into a cache of T (float, __half, or Q8Cache: then whole warps, one per
+// block of 32 of the row at a time).
 template <typename T>
 __global__ void rope_kv_append_kernel(RopeParams a) {
   pdl_trigger();
@@ -232,9 +290,27 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   }
   const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
   const float* v = a.v + i * a.ldv + g * D;
+  if constexpr (std::is_same<T, Q8Cache>::value) {
+    // Element e of the rotated key, as rotate_row computes it.
+    const float* k = a.k + i * a.ldk + g * D;
+    const int lane = threadIdx.x % 32;
+    uint8_t* kd = static_cast<uint8_t*>(a.k_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
+    uint8_t* vd = static_cast<uint8_t*>(a.v_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
+    for (int64_t b = threadIdx.x / 32; b < D / QK8_0; b += blockDim.x / 32) {  // warp-uniform
+      const int64_t e = b * QK8_0 + lane, kk = a.neox ? e % half : e / 2;
+      const bool first = a.neox ? e < half : e % 2 == 0;
+      const float x0 = k[a.neox ? kk : 2 * kk], x1 = k[a.neox ? kk + half : 2 * kk + 1];
+      const float kr = first ? __fsub_rn(__fmul_rn(x0, c[kk]), __fmul_rn(x1, s[kk]))
+                             : __fadd_rn(__fmul_rn(x1, c[kk]), __fmul_rn(x0, s[kk]));
+      quantize_q8_0_block(kr, lane, kd + b * int64_t(sizeof(BlockQ8_0)));
+      quantize_q8_0_block(v[e], lane, vd + b * int64_t(sizeof(BlockQ8_0)));
+    }
+    return;
+  } else {
   T* vd = static_cast<T*>(a.v_cache) + cell;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, v[d]);
   rotate_row(a.k + i * a.ldk + g * D, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
+  }
 }
 
 __global__ void heads_to_tokens_kernel(int64_t n, int64_t H, int64_t D, const float* src, float* dst) {
@@ -313,6 +389,17 @@ __device__ __forceinline__ float4 load4(const __half* row, int v, int D) {
   return make_float4(d < D ? elem(row, d) : 0.0f, d + 1 < D ? elem(row, d + 1) : 0.0f,
                      d + 2 < D ? elem(row, d + 2) : 0.0f, d + 3 < D ? elem(row, d + 3) : 0.0f);
 }
+// Dims 4v .. 4v + 3 of a Q8_0 row: codes 4 (v % 8) .. +3 of block v / 8,
+// at any 2-byte alignment (blocks are 34 bytes), times the block's d.
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const Q8Cache* row, int v, int) {
+  const uint8_t* blk = reinterpret_cast<const uint8_t*>(row) + (v / 8) * int(sizeof(BlockQ8_0));
+  const unsigned short* qs = reinterpret_cast<const unsigned short*>(blk + 2 + 4 * (v % 8));
+  const uint32_t biased = (uint32_t(qs[0]) | uint32_t(qs[1]) << 16) ^ 0x80808080u;
+  const float d = h2f(*reinterpret_cast<const uint16_t*>(blk));
+  return make_float4(__fmul_rn(q8_code(biased, 0), d), __fmul_rn(q8_code(biased, 1), d),
+                     __fmul_rn(q8_code(biased, 2), d), __fmul_rn(q8_code(biased, 3), d));
+}
 __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, s))));
 }
@@ -351,8 +438,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
   const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
   const int64_t slot = row_slot(a.slots, a.slot_stride, row);
-  const T* K = static_cast<const T*>(a.k_cache) + slot + (g * a.C + first) * D;
-  const T* V = static_cast<const T*>(a.v_cache) + slot + (g * a.C + first) * D;
+  const T* K = cache_at(static_cast<const T*>(a.k_cache), slot + (g * a.C + first) * D);
+  const T* V = cache_at(static_cast<const T*>(a.v_cache), slot + (g * a.C + first) * D);
 
   float4 q[GT][R], acc[GT][R];
   float m[GT], l[GT];
@@ -380,8 +467,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
       for (int r = 0; r < R; ++r) {
         const int v = t + L * r;
         const bool in = ok[u] && v < NV;
-        kr[u][r] = in ? load4<kVec>(K + j * D, v, D) : make_float4(0, 0, 0, 0);
-        vr[u][r] = in ? load4<kVec>(V + j * D, v, D) : make_float4(0, 0, 0, 0);
+        kr[u][r] = in ? load4<kVec>(cache_at(K, j * D), v, D) : make_float4(0, 0, 0, 0);
+        vr[u][r] = in ? load4<kVec>(cache_at(V, j * D), v, D) : make_float4(0, 0, 0, 0);
       }
     }
     float s[U][GT];
@@ -536,6 +623,18 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
   if (a.rows > 65535) return fail(TC_ERR_UNSUPPORTED, "convert: %lld rows in one call", (long long)a.rows);
   const dim3 grid(blocks_for(a.n, 256), unsigned(a.rows));
   const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
+  if (a.src_dtype == TC_DTYPE_Q8_0) {
+    if (a.dst_dtype != TC_DTYPE_F32 && a.dst_dtype != TC_DTYPE_F16)
+      return fail(TC_ERR_UNSUPPORTED, "convert: a q8_0 source into %s (f32 or f16)",
+                  a.dst_dtype == TC_DTYPE_BF16 ? "bf16" : "another type");
+    if (a.dst_dtype == TC_DTYPE_F32)
+      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const uint8_t*>(a.src), sp,
+                                                     static_cast<float*>(a.dst), dp);
+    else
+      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const uint8_t*>(a.src), sp,
+                                                     static_cast<__half*>(a.dst), dp);
+    return check(cudaGetLastError(), "convert: launch");
+  }
   if (a.src_dtype == TC_DTYPE_F32 && a.dst_dtype == TC_DTYPE_F16)
     convert_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const float*>(a.src), sp, static_cast<__half*>(a.dst),
                                                 dp);
@@ -555,8 +654,14 @@ tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
   const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
                      a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride};
   s->last_kernel = "rope_kv_append";
-  const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
+  if (a.cache == TC_DTYPE_Q8_0) {
+    // Whole warps: one per block of 32 of a row, up to 8.
+    const int threads = 32 * int(std::min<int64_t>(std::max<int64_t>(a.D / QK8_0, 1), 8));
+    return check(launch_pdl(rope_kv_append_kernel<Q8Cache>, grid, dim3(threads), 0, s->stream, p),
+                 "rope_kv_append: launch");
+  }
+  const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
   return check(a.cache == TC_DTYPE_F16
                    ? launch_pdl(rope_kv_append_kernel<__half>, grid, dim3(threads), 0, s->stream, p)
                    : launch_pdl(rope_kv_append_kernel<float>, grid, dim3(threads), 0, s->stream, p),
@@ -585,8 +690,9 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   else
     R = NV <= 64 ? 2 : NV <= 128 ? 4 : 0;
   if (R == 0) return fail(TC_ERR_UNSUPPORTED, "decode_attention: head dim %lld above 512", (long long)a.D);
-  // Vector loads: 16 bytes of q, 4 cache elements (16 or 8 bytes) at a time.
-  const uintptr_t cache_align = a.cache == TC_DTYPE_F16 ? 8 : 16;
+  // Vector loads: 16 bytes of q, 4 cache elements (16 or 8 bytes, or a Q8_0
+  // block's 4 codes as two 2-byte loads) at a time.
+  const uintptr_t cache_align = a.cache == TC_DTYPE_F16 ? 8 : a.cache == TC_DTYPE_Q8_0 ? 2 : 16;
   auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
   const bool vec = a.D % 4 == 0 && aligned(a.q, 16) && aligned(a.k_cache, cache_align) &&
                    aligned(a.v_cache, cache_align);
@@ -605,7 +711,9 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
   const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
                      a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride};
-  void (*split)(AttnParams) = a.cache == TC_DTYPE_F16 ? split_kernel<__half>(vec, R, gt) : split_kernel<float>(vec, R, gt);
+  void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)
+                              : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
+                                                         : split_kernel<float>(vec, R, gt);
   // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
   // (D <= 4, gt 8), under the 48 KB default.
   const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);

@@ -12,6 +12,10 @@
 //                    middle and end of caches split into several pieces and of
 //                    one much longer than the position; head dims from 3 to
 //                    300 (multiples of 4 or not); two calls give the same bits
+//   rope_kv_append, decode_attention and convert over a Q8_0 cache (ggml's
+//                    blocks): quantisation against the float64 rotation, the
+//                    attention against the dequantised values (tight) and the
+//                    unquantised ones (within the bound the quantisation allows)
 //   add, convert, heads_to_tokens, copy_2d
 #include <gtest/gtest.h>
 
@@ -117,6 +121,46 @@ void* put_cache(Dev& dev, const std::vector<float>& x, tc_dtype t) {
 }
 // x rounded to the cache's type.
 float cache_round(float x, tc_dtype t) { return t == TC_DTYPE_F32 ? x : tc::f16_to_f32(tc::f32_to_f16(x)); }
+// x (rows of 32) as Q8_0 blocks by ggml's reference quantiser
+// (tc_quantize_weights on the CPU), and such blocks dequantised (q d).
+std::vector<uint8_t> q8_quantize(const std::vector<float>& x) {
+  Dev cpu("cpu");
+  const int64_t rows = int64_t(x.size()) / 32;
+  const float* src = cpu.put(x);
+  uint8_t* dst = cpu.put(std::vector<uint8_t>(size_t(rows) * sizeof(tc::quant::BlockQ8_0)));
+  auto buf = [&](const void* p) {
+    for (tc_buffer b : cpu.bufs)
+      if (tc::handle_address(b)->bytes() == p) return b;
+    return tc_buffer(nullptr);
+  };
+  EXPECT_EQ(tc_quantize_weights(cpu.ctx, buf(src), buf(dst), TC_QUANT_Q8_0, rows, 32, TC_DTYPE_F32), TC_OK);
+  return cpu.get(dst, size_t(rows) * sizeof(tc::quant::BlockQ8_0));
+}
+std::vector<float> q8_dequantize(const std::vector<uint8_t>& blocks) {
+  Dev cpu("cpu");
+  const int64_t rows = int64_t(blocks.size() / sizeof(tc::quant::BlockQ8_0));
+  const uint8_t* src = cpu.put(blocks);
+  float* dst = cpu.put(std::vector<float>(size_t(rows) * 32, NAN));
+  auto buf = [&](const void* p) {
+    for (tc_buffer b : cpu.bufs)
+      if (tc::handle_address(b)->bytes() == p) return b;
+    return tc_buffer(nullptr);
+  };
+  EXPECT_EQ(tc_dequantize_weights(cpu.ctx, buf(src), buf(dst), TC_QUANT_Q8_0, 0, rows, 32, TC_DTYPE_F32), TC_OK);
+  return cpu.get(dst, size_t(rows) * 32);
+}
+// Rounds x to the values a cache of t holds (f16: to nearest even; Q8_0:
+// each block of 32 quantised by ggml's reference quantiser and
+// dequantised, q d) and puts them on the device in t's layout.
+void* put_cache_values(Dev& dev, std::vector<float>& x, tc_dtype t) {
+  if (t == TC_DTYPE_Q8_0) {
+    const std::vector<uint8_t> blocks = q8_quantize(x);
+    x = q8_dequantize(blocks);
+    return dev.put(blocks);
+  }
+  for (float& v : x) v = cache_round(v, t);
+  return put_cache(dev, x, t);
+}
 
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
@@ -204,20 +248,21 @@ TEST_P(ModelOps, DecodeAttention) {
       {6, 3, 37, 500, {0, 100, 499}, 0, 0.7f},                    // soft-capping, scalar loads
       {16, 4, 128, 2048, {0, 64, 65, 2047}, 65},                  // window of 65: pieces not aligned
   };
-  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  // A Q8_0 cache (rows of whole blocks: D a multiple of 32) holds the
+  // quantised-dequantised values; the reference attends over those.
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_Q8_0})
   for (const Case& c : cases) {
+    if (cache == TC_DTYPE_Q8_0 && c.D % 32 != 0) continue;
     const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
     std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
-    for (float& x : K) x = cache_round(x, cache);  // the values the cache holds
-    for (float& x : V) x = cache_round(x, cache);
     const float scale = float(1.0 / std::sqrt(double(D)));
     const float* qd = dev.put(q);
-    const void* Kd = put_cache(dev, K, cache);
-    const void* Vd = put_cache(dev, V, cache);
+    const void* Kd = put_cache_values(dev, K, cache);  // K, V: the values the cache holds
+    const void* Vd = put_cache_values(dev, V, cache);
     for (int32_t pos : c.pos) {
       SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
                    std::to_string(C) + " pos " + std::to_string(pos) + " window " + std::to_string(c.window) +
-                   " cap " + std::to_string(c.cap) + (cache == TC_DTYPE_F16 ? " f16 cache" : ""));
+                   " cap " + std::to_string(c.cap) + " " + tc_dtype_name(cache) + " cache");
       tc::DecodeAttentionArgs a;
       a.info.name = "test.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
@@ -336,22 +381,22 @@ TEST_P(ModelOps, DecodeAttentionBatch) {
       {4, 1, 256, 1024, {1023, 0, 511}, {0, 2, 1}, 300},             // window
       {8, 2, 64, 700, {5, 699, 300}, {2, 1, 0}, 300, 0.7f},          // window and soft-capping
       {16, 2, 128, 700, {3}, {1}},                                   // one row in a later slot
+      {8, 8, 32, 300, {299, 0, 150}, {1, 2, 0}},                     // 8 lanes a key (D = 32), G = 1
   };
-  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_Q8_0})
   for (const Case& c : cases) {
+    if (cache == TC_DTYPE_Q8_0 && c.D % 32 != 0) continue;
     const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv, n = int64_t(c.pos.size());
     int64_t slots_total = 0;
     for (int32_t s : c.slot) slots_total = std::max<int64_t>(slots_total, s + 1);
     const int64_t stride = Hkv * C * D, splits = tc::decode_attention_splits(C);
     SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
-                 std::to_string(C) + " rows " + std::to_string(n) + " window " + std::to_string(c.window) +
-                 (cache == TC_DTYPE_F16 ? " f16 cache" : ""));
+                 std::to_string(C) + " rows " + std::to_string(n) + " window " + std::to_string(c.window) + " " +
+                 tc_dtype_name(cache) + " cache");
     std::vector<float> q = randn(H * n * D), K = randn(slots_total * stride), V = randn(slots_total * stride);
-    for (float& x : K) x = cache_round(x, cache);
-    for (float& x : V) x = cache_round(x, cache);
     const float scale = float(1.0 / std::sqrt(double(D)));
-    const void* Kd = put_cache(dev, K, cache);
-    const void* Vd = put_cache(dev, V, cache);
+    const void* Kd = put_cache_values(dev, K, cache);
+    const void* Vd = put_cache_values(dev, V, cache);
     tc::DecodeAttentionArgs a;
     a.info.name = "test.decode_attention_batch";
     a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
@@ -392,9 +437,8 @@ TEST_P(ModelOps, DecodeAttentionBatch) {
       one.n = 1, one.slots = nullptr, one.slot_stride = 0;
       one.pos = dev.put(std::vector<int32_t>{int32_t(pos)});
       one.q = dev.put(qi);
-      const size_t esize = cache == TC_DTYPE_F16 ? 2 : 4;
-      one.k_cache = static_cast<const char*>(Kd) + size_t(base) * esize;
-      one.v_cache = static_cast<const char*>(Vd) + size_t(base) * esize;
+      one.k_cache = static_cast<const char*>(Kd) + tc::dtype_bytes(cache, base);
+      one.v_cache = static_cast<const char*>(Vd) + tc::dtype_bytes(cache, base);
       one.o = dev.put(std::vector<float>(H * D, NAN));
       one.partial = dev.put(std::vector<float>(H * splits * (D + 2), NAN));
       ASSERT_EQ(dev.be().decode_attention(one, nullptr), TC_OK);
@@ -407,6 +451,216 @@ TEST_P(ModelOps, DecodeAttentionBatch) {
     ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
     const auto o2 = dev.get(a.o, n * H * D);
     ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
+  }
+}
+
+// A Q8_0 cache: keys after RoPE and values quantised per block of 32 as
+// ggml's quantize_row_q8_0_ref (d = max|x| / 127 stored as f16, q =
+// roundf(x / d)), against the float64 rotation: d within the f16 rounding
+// of max|x| / 127 and every code within half a step (plus f32 rounding) of
+// x / d, i.e. the nearest code or, at a tie, its neighbour; the values'
+// bytes (no rotation: the same f32 input) identical to quant::quantize_row.
+// One chunk at P and a batch of rows in their own slots; blocks outside the
+// written rows untouched; an all-zero row gives d = 0, q = 0.
+TEST_P(ModelOps, RopeKvAppendQ8) {
+  Dev dev(GetParam());
+  using tc::quant::BlockQ8_0;
+  for (bool batch : {false, true})
+  for (bool neox : {false, true}) {
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk"));
+  const int64_t H = 4, Hkv = 2, D = 96, C = 16, half = D / 2, stride = Hkv * C * D;
+  const std::vector<int32_t> pos = batch ? std::vector<int32_t>{15, 0, 7} : std::vector<int32_t>{5, 6, 7};
+  const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
+  const int64_t n = 3, slots_total = batch ? 3 : 1, nblocks = slots_total * stride / 32;
+  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
+  std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
+  for (int64_t d = 0; d < D; ++d) v[1 * ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0
+  for (int64_t d = 32; d < 64; ++d) k[2 * ldk + d] *= 1e3f;       // one block far larger than the others
+  std::vector<float> cs(C * half), sn(C * half);
+  for (int64_t p = 0; p < C; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
+      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
+    }
+  const std::vector<uint8_t> init(size_t(nblocks) * sizeof(BlockQ8_0), 0xA5);
+  tc::RopeKvAppendArgs a;
+  a.info.name = "test.rope_kv_append_q8";
+  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  if (batch) a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
+  else a.pos = dev.put(std::vector<int32_t>{pos[0]});
+  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
+  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
+  a.k_cache = dev.put(init), a.v_cache = dev.put(init);
+  a.cache = TC_DTYPE_Q8_0;
+  a.neox = neox;
+  ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
+  const auto qt = dev.get(a.qt, H * n * D);
+  const auto kb = dev.get(static_cast<const uint8_t*>(a.k_cache), init.size());
+  const auto vb = dev.get(static_cast<const uint8_t*>(a.v_cache), init.size());
+  auto rot = [&](const float* x, int64_t p, int64_t d) {
+    const int64_t kk = neox ? d % half : d / 2;
+    const bool first = neox ? d < half : d % 2 == 0;
+    const double c = cs[p * half + kk], sv = sn[p * half + kk];
+    const double a0 = neox ? x[kk] : x[2 * kk], b0 = neox ? x[kk + half] : x[2 * kk + 1];
+    return first ? a0 * c - b0 * sv : b0 * c + a0 * sv;
+  };
+  // Block `b` of the cache bytes against the exact values x[0..32).
+  auto check_block = [&](const std::vector<uint8_t>& bytes, int64_t b, const double* x, const char* what) {
+    BlockQ8_0 blk;
+    std::memcpy(&blk, bytes.data() + b * sizeof(BlockQ8_0), sizeof blk);
+    double amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const double d = tc::f16_to_f32(blk.d), dx = amax / 127;
+    ASSERT_NEAR(d, dx, dx * (0x1p-11 + 1e-6)) << what << " block " << b << ": scale";
+    for (int j = 0; j < 32; ++j) {
+      const double code = amax == 0 ? 0.0 : x[j] / dx;
+      ASSERT_LE(std::fabs(blk.qs[j] - code), 0.5 + 1e-4) << what << " block " << b << " element " << j;
+    }
+  };
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t h = 0; h < H; ++h)
+        ASSERT_NEAR(qt[(h * n + i) * D + d], rot(&q[i * ldq + h * D], pos[i], d), 1e-5) << "row " << i;
+  std::vector<bool> written(size_t(nblocks), false);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < Hkv; ++g) {
+      const int64_t first = (slot[i] * stride + (g * C + pos[i]) * D) / 32;
+      std::vector<double> kr(static_cast<size_t>(D)), vr(static_cast<size_t>(D));
+      for (int64_t d = 0; d < D; ++d) kr[d] = rot(&k[i * ldk + g * D], pos[i], d), vr[d] = v[i * ldv + g * D + d];
+      const std::vector<uint8_t> vq = q8_quantize(std::vector<float>(&v[i * ldv + g * D], &v[i * ldv + g * D] + D));
+      ASSERT_EQ(std::memcmp(vb.data() + first * sizeof(BlockQ8_0), vq.data(), vq.size()), 0)
+          << "value row " << i << " kv head " << g << ": not ggml's bytes";
+      for (int64_t b = 0; b < D / 32; ++b) {
+        check_block(kb, first + b, &kr[size_t(b * 32)], "key");
+        check_block(vb, first + b, &vr[size_t(b * 32)], "value");
+        written[size_t(first + b)] = true;
+      }
+    }
+  for (int64_t b = 0; b < nblocks; ++b)
+    if (!written[size_t(b)])
+      for (size_t e = 0; e < sizeof(BlockQ8_0); ++e) {
+        ASSERT_EQ(kb[b * sizeof(BlockQ8_0) + e], 0xA5) << "k cache block " << b << " written";
+        ASSERT_EQ(vb[b * sizeof(BlockQ8_0) + e], 0xA5) << "v cache block " << b << " written";
+      }
+  }
+}
+
+// Attention over a Q8_0 cache against float64 attention over the
+// unquantised K and V: quantisation moves each score s_j by at most
+// e_j = scale sum_d |q_d| |dK_jd| (|dK| <= d_b / 2 per element; soft-capping
+// is 1-Lipschitz), so the softmax weights by a factor within e^(+-2e)
+// (e = max e_j), and
+//   |o_d - o*_d| <= (e^(2e) - 1) max_j |V_jd| + max_j |dV_jd|
+// (dV: the values' own quantisation). The bound is computed from the
+// actual errors; a kernel that skipped the scales or misread a block
+// would exceed it by orders of magnitude.
+TEST_P(ModelOps, DecodeAttentionQ8AgainstUnquantised) {
+  Dev dev(GetParam());
+  struct Case {
+    int64_t H, Hkv, D, C;
+    std::vector<int32_t> pos;
+    int64_t window = 0;
+    float cap = 0.0f;
+  };
+  const Case cases[] = {
+      {32, 8, 128, 1024, {0, 100, 1023}},          // LLaMA's head dim, G = 4
+      {4, 1, 256, 600, {599}, 0, 0.0f},            // two float4s a lane
+      {8, 2, 64, 700, {699}, 300, 0.7f},           // window and soft-capping
+  };
+  for (const Case& c : cases) {
+    const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
+    const std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
+    std::vector<float> Kq = K, Vq = V;
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const void* Kd = put_cache_values(dev, Kq, TC_DTYPE_Q8_0);
+    const void* Vd = put_cache_values(dev, Vq, TC_DTYPE_Q8_0);
+    for (int32_t pos : c.pos) {
+      SCOPED_TRACE("H " + std::to_string(H) + " D " + std::to_string(D) + " pos " + std::to_string(pos));
+      tc::DecodeAttentionArgs a;
+      a.info.name = "test.decode_attention_q8";
+      a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;
+      a.window = c.window, a.softcap = c.cap;
+      a.pos = dev.put(std::vector<int32_t>{pos});
+      a.q = dev.put(q), a.k_cache = Kd, a.v_cache = Vd, a.cache = TC_DTYPE_Q8_0;
+      a.o = dev.put(std::vector<float>(H * D, NAN));
+      a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+      const auto o = dev.get(a.o, H * D);
+      const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos + 1 - c.window) : 0;
+      double worst = 0;  // the largest error as a fraction of its bound
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / G;
+        std::vector<double> s(size_t(pos + 1 - first));
+        double m = -INFINITY, l = 0, e = 0;
+        for (int64_t j = first; j <= pos; ++j) {
+          double dot = 0, err = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t at = (g * C + j) * D + d;
+            dot += double(q[h * D + d]) * K[at];
+            err += std::fabs(double(q[h * D + d])) * std::fabs(double(Kq[at]) - K[at]);
+          }
+          double x = dot * scale;
+          if (c.cap > 0) x = c.cap * std::tanh(x / c.cap);
+          m = std::max(m, s[size_t(j - first)] = x);
+          e = std::max(e, err * scale);
+        }
+        for (double& x : s) l += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double ref = 0, vmax = 0, dv = 0;
+          for (int64_t j = first; j <= pos; ++j) {
+            const int64_t at = (g * C + j) * D + d;
+            ref += s[size_t(j - first)] * V[at];
+            vmax = std::max(vmax, std::fabs(double(V[at])));
+            dv = std::max(dv, std::fabs(double(Vq[at]) - V[at]));
+          }
+          const double bound = std::expm1(2 * e) * vmax + dv + 1e-5 * (1 + std::fabs(ref / l));
+          ASSERT_LE(std::fabs(o[h * D + d] - ref / l), bound) << "head " << h << " d " << d;
+          worst = std::max(worst, std::fabs(o[h * D + d] - ref / l) / bound);
+        }
+      }
+      // The quantisation is visible: the outputs are not those of the exact cache.
+      EXPECT_GT(worst, 0.0);
+    }
+  }
+}
+
+// A Q8_0 cache's rows widened for a chunk's attention: every element q d,
+// exact in f32 (dequantize_row), rounded to nearest even in f16; pitches
+// of whole blocks.
+TEST_P(ModelOps, ConvertQ8CacheRows) {
+  Dev dev(GetParam());
+  const int64_t rows = 3, n = 96, src_pitch = 160, dst_pitch = 100;
+  std::vector<float> x = randn(rows * src_pitch);
+  const void* src = put_cache_values(dev, x, TC_DTYPE_Q8_0);  // x: the dequantised values
+  for (tc_dtype to : {TC_DTYPE_F32, TC_DTYPE_F16}) {
+    SCOPED_TRACE(tc_dtype_name(to));
+    tc::ConvertArgs c;
+    c.info.name = "test.convert_q8";
+    c.rows = rows, c.n = n, c.src_pitch = src_pitch, c.dst_pitch = dst_pitch;
+    c.src_dtype = TC_DTYPE_Q8_0, c.dst_dtype = to;
+    c.src = src;
+    float* wide = nullptr;
+    uint16_t* narrow = nullptr;
+    if (to == TC_DTYPE_F32) c.dst = wide = dev.put(std::vector<float>(rows * dst_pitch, NAN));
+    else c.dst = narrow = dev.put(std::vector<uint16_t>(rows * dst_pitch, 0x7E00));
+    ASSERT_EQ(dev.be().convert(c, nullptr), TC_OK);
+    std::vector<float> out(size_t(rows * dst_pitch));
+    if (wide) out = dev.get(wide, rows * dst_pitch);
+    else {
+      const auto bits = dev.get(narrow, rows * dst_pitch);
+      for (size_t i = 0; i < bits.size(); ++i) out[i] = tc::f16_to_f32(bits[i]);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < dst_pitch; ++i) {
+        const float got = out[size_t(r * dst_pitch + i)];
+        if (i >= n) {
+          ASSERT_TRUE(std::isnan(got)) << "row " << r << " element " << i << " written past n";
+          continue;
+        }
+        const float want = x[size_t(r * src_pitch + i)];
+        ASSERT_EQ(got, to == TC_DTYPE_F32 ? want : cache_round(want, TC_DTYPE_F16)) << "row " << r << " element " << i;
+      }
   }
 }
 

@@ -115,7 +115,12 @@ TC_API tc_status tc_llama_set_activations(tc_llama model, tc_dtype dtype);
 /* Element type of the KV cache: TC_DTYPE_F16 (the default after load, as
  * llama.cpp's: keys after RoPE and values rounded to f16 as they are
  * appended, half the bytes a one-token step reads from the cache; attention
- * scores and sums stay f32) or TC_DTYPE_F32. The cache is reallocated, so
+ * scores and sums stay f32), TC_DTYPE_F32, or TC_DTYPE_Q8_0 (as llama.cpp's
+ * -ctk q8_0 -ctv q8_0: each key after RoPE and each value stored as GGUF
+ * Q8_0 blocks of 32 along the head dim, d = max|x| / 127 and q = roundf(x /
+ * d) as ggml's reference quantiser, 34 bytes per 32 values, and read back as
+ * q d inside the attention kernels; the head dim must be a multiple of 32,
+ * else TC_ERR_UNSUPPORTED). The cache is reallocated, so
  * the model must be empty (n_past 0: after load or tc_llama_reset), else
  * TC_ERR_INVALID_ARG (with several sequences: all of them empty); other
  * types TC_ERR_UNSUPPORTED_DTYPE; a failed

@@ -249,8 +249,13 @@ tc_status tc_llama_set_kv_cache_type(tc_llama m, tc_dtype dtype) {
   const char* fn = "tc_llama_set_kv_cache_type";
   return guarded(fn, [&] {
     if (tc_status st = check_llama(fn, m)) return st;
-    if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16)
-      return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: a %s cache (f16 or f32)", fn, dtype_label(dtype).c_str());
+    if (dtype != TC_DTYPE_F32 && dtype != TC_DTYPE_F16 && dtype != TC_DTYPE_Q8_0)
+      return fail(TC_ERR_UNSUPPORTED_DTYPE, "%s: a %s cache (f16, f32 or q8_0)", fn, dtype_label(dtype).c_str());
+    // Q8_0 rows are whole blocks of 32 along the head dim.
+    const int64_t D = m->impl->config().head_dim;
+    if (dtype == TC_DTYPE_Q8_0 && D % 32 != 0)
+      return fail(TC_ERR_UNSUPPORTED, "%s: a q8_0 cache needs a head dim that is a multiple of 32; this model's is %lld",
+                  fn, (long long)D);
     if (tc_status st = check_empty(fn, m)) return st;
     return m->impl->set_kv_cache_type(dtype);
   });

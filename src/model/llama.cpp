@@ -104,7 +104,7 @@ void Llama::drop_graphs() {
 }
 
 void* Llama::cache_layer(void* cache, int64_t l, int64_t slot) const {
-  return static_cast<char*>(cache) + size_t((l * max_sequences() + slot) * slot_elems()) * dtype_size(kv_);
+  return static_cast<char*>(cache) + dtype_bytes(kv_, (l * max_sequences() + slot) * slot_elems());
 }
 
 tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n) {
@@ -388,7 +388,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       r.slot_stride = slot_elems();
     }
     TC_TRY(be_->rope_kv_append(r, q));
-    if (batch || (n == 1 && (!host_ || kv_ == TC_DTYPE_F16))) {
+    if (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32))) {
       // The decode attention reads queries [H][n][D] and writes token rows
       // [n][H][D]. Its lengths come from the parameter block, so a recorded
       // step replays.
@@ -418,7 +418,8 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       float* heads_out = n == 1 ? o_ : ot_;
       // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
       // attention's element type (f16 with f16 activations on a device,
-      // else f32): a copy where the cache has that type, else a conversion.
+      // else f32): a copy where the cache has that type, else a conversion
+      // (a Q8_0 cache dequantised, q d, as it is packed).
       auto pack_kv = [&](tc_dtype to) -> tc_status {
         if (to == kv_) {
           const size_t esize = dtype_size(kv_);
@@ -444,11 +445,12 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       };
       if (host_) {
         // Once per kv head (the CPU's vectorised attention, also for a
-        // single token), on an f32 cache in place, an f16 one widened first.
+        // single token), on an f32 cache in place, an f16 or Q8_0 one
+        // widened first.
         const float* K = static_cast<const float*>(kc);
         const float* V = static_cast<const float*>(vc);
         int64_t pitch = C * D;
-        if (kv_ == TC_DTYPE_F16) {
+        if (kv_ != TC_DTYPE_F32) {
           TC_TRY(pack_kv(TC_DTYPE_F32));
           K = kpack_, V = vpack_, pitch = (P + n) * D;
         }

@@ -8,9 +8,11 @@
 // copied once at load, in their own formats, into one device buffer with
 // the norms and the RoPE tables. The quantized GEMV computes every format
 // (F32 and F16 included). Activations are f32. The KV cache is f16 (the
-// default, as llama.cpp's) or f32 (set_kv_cache_type), laid out
-// [layer][sequence slot][kv head][n_ctx][head_dim] so that one kv head's
-// keys for positions [0, n_past + n) are one contiguous [Skv, D] matrix.
+// default, as llama.cpp's), f32 or Q8_0 blocks along head_dim
+// (set_kv_cache_type), laid out [layer][sequence slot][kv head][n_ctx]
+// [head_dim] so that one kv head's keys for positions [0, n_past + n) are
+// one contiguous [Skv, D] matrix (offsets in elements; a Q8_0 cache's bytes
+// are dtype_bytes of them).
 //
 // Sequences: the cache has max_sequences() slots (1 unless
 // set_max_sequences), each with its own n_past. eval runs a chunk of one
@@ -119,8 +121,9 @@ class Llama {
   // F16 on a device may copy the weights once more (split_weights).
   tc_dtype activations() const { return act_; }
   tc_status set_activations(tc_dtype t);
-  // Element type of the KV cache: F16 (default) or F32. Reallocates the
-  // cache, so the model must be empty (n_past 0; checked by the caller).
+  // Element type of the KV cache: F16 (default), F32 or Q8_0 (head_dim a
+  // multiple of 32). Reallocates the cache, so the model must be empty
+  // (n_past 0; both checked by the caller).
   tc_dtype kv_cache_type() const { return kv_; }
   tc_status set_kv_cache_type(tc_dtype t);
 

@@ -503,15 +503,17 @@ tc_status Llama::split_weights() {
 // as it was).
 tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
   const tc_llama_config& g = cfg_;
-  const size_t esize = dtype_size(t);
+  // Bytes per element: 4, 2, or 34 / 32 for Q8_0 (head_dim a multiple of 32,
+  // checked by the caller, so every row is whole blocks).
+  const double esize = double(dtype_bytes(t, dtype_block(t))) / double(dtype_block(t));
   const double elems = 2.0 * double(g.n_layer) * double(slots) * double(slot_elems());
   const double partial = double(slots) * double(g.n_head) * double(decode_attention_splits(g.n_ctx)) *
                          double(g.head_dim + 2);
-  if (elems * double(esize) + partial * 4.0 > double(INT64_MAX / 2))
+  if (elems * esize + partial * 4.0 > double(INT64_MAX / 2))
     return fail(TC_ERR_INVALID_SHAPE, "llama: a KV cache of n_ctx %lld for %lld sequences does not fit",
                 (long long)g.n_ctx, (long long)slots);
   void* kv = nullptr;
-  const size_t cache_bytes = aligned(size_t(elems) * esize);
+  const size_t cache_bytes = aligned(dtype_bytes(t, int64_t(elems)));
   if (tc_status st = alloc(cache_bytes + size_t(partial) * 4, &kv)) return st;
   tc_buffer_s* fresh = buffers_.back();
   if (kv_buffer_) {
@@ -525,7 +527,7 @@ tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
   kv_buffer_ = fresh;
   kv_ = t;
   k_cache_ = kv;
-  v_cache_ = static_cast<char*>(kv) + size_t(elems / 2) * esize;
+  v_cache_ = static_cast<char*>(kv) + dtype_bytes(t, int64_t(elems / 2));
   partial_ = reinterpret_cast<float*>(static_cast<char*>(kv) + cache_bytes);
   if (int64_t(n_past_.size()) != slots) n_past_.assign(size_t(slots), 0);
   return TC_OK;

@@ -8,7 +8,8 @@ neox (RoPE pairs (x[k], x[k + D/2])), gemma (embeddings * sqrt(E), GEGLU,
 post-branch norms, output tied when the weights have no output.weight),
 qk_norm, attn_cap / final_cap (soft-capping; absent or 0: none), window
 with swa (one flag per layer: a sliding-window layer) and base_swa (their
-RoPE base), scale (softmax scale; default 1/sqrt(D)). Biases are used where
+RoPE base), scale (softmax scale; default 1/sqrt(D)); kv_f16 / kv_q8: K
+(after RoPE) and V as an f16 or Q8_0 cache holds them. Biases are used where
 the weights have them. w: name -> float64 array as GGUF names them, matrices
 [rows, K]."""
 
@@ -28,6 +29,18 @@ def rope(x, pos, base, neox):
     a, b = (x[..., : D // 2], x[..., D // 2:]) if neox else (x[..., 0::2], x[..., 1::2])
     ra, rb = a * c - b * s, b * c + a * s
     return np.concatenate([ra, rb], -1) if neox else np.stack([ra, rb], -1).reshape(x.shape)
+
+
+def q8_0_round_trip(x):
+    """x [..., D] (D a multiple of 32) as a Q8_0 KV cache holds it: per block
+    of 32, in f32 as ggml's quantize_row_q8_0_ref, d = max|x| / 127 and
+    q = roundf(x / d) (0 when d is 0); the value is q times d rounded to f16."""
+    b = x.astype(np.float32).reshape(-1, 32)
+    d = np.abs(b).max(1) / np.float32(127)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    v = b * inv[:, None]
+    q = np.sign(v) * np.floor(np.abs(v).astype(np.float64) + 0.5)  # roundf: halves away from zero
+    return (q * d.astype(np.float16).astype(np.float64)[:, None]).reshape(x.shape)
 
 
 def gelu_tanh(x):
@@ -57,6 +70,8 @@ def forward(cfg, w, tokens, layers=None):
         q, k = rope(q, pos, base, neox), rope(k, pos, base, neox)
         if cfg.get("kv_f16"):  # an f16 KV cache holds the keys after RoPE and the values rounded
             k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+        if cfg.get("kv_q8"):  # a Q8_0 cache: per block of 32 along D
+            k, v = q8_0_round_trip(k), q8_0_round_trip(v)
         visible = (j <= i) & ((i - j < cfg["window"]) if swa[l] else True)
         o = np.empty((S, H, D))
         for hh in range(H):

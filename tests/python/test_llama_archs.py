@@ -131,8 +131,9 @@ def swa_layers(arch):
 
 def reference(arch, w, tokens, kv_type="f32"):
     """float64 logits [S, V] of the whole sequence (with K and V rounded to
-    f16 where the model's cache is f16)."""
-    cfg = dict(ARCHS[arch], E=E, H=H, HKV=HKV, eps=EPS, base=BASE, swa=swa_layers(arch), kv_f16=kv_type == "f16")
+    f16, or quantised to Q8_0 and back, where the model's cache is)."""
+    cfg = dict(ARCHS[arch], E=E, H=H, HKV=HKV, eps=EPS, base=BASE, swa=swa_layers(arch), kv_f16=kv_type == "f16",
+               kv_q8=kv_type == "q8_0")
     return llama_reference.forward(cfg, w, tokens)
 
 
@@ -166,16 +167,16 @@ def test_the_reference_sees_what_it_tests():
 
 
 def kv_tolerance(arch, w, tokens, kv_type):
-    """An f16 cache is checked against the reference with K and V rounded as
-    the cache rounds them; what remains are the rare keys whose f32 and f64
-    values fall on either side of an f16 rounding point. The bound is a
-    fraction of the rounding's own effect on the logits (which amplifying
-    families such as gemma3 make larger), so a cache that did not round, or
-    rounded elsewhere, fails."""
+    """An f16 (or Q8_0) cache is checked against the reference with K and V
+    rounded (quantised) as the cache does; what remains are the rare keys
+    whose f32 and f64 values fall on either side of a rounding point (a Q8_0
+    code's half step). The bound is a fraction of the rounding's own effect
+    on the logits (which amplifying families such as gemma3 make larger), so
+    a cache that did not round, or rounded elsewhere, fails."""
     if kv_type == "f32":
         return 5e-5
-    r16, r32 = reference(arch, w, tokens, "f16"), reference(arch, w, tokens, "f32")
-    return max(5e-5, 0.4 * np.abs(r16 - r32).max() / np.abs(r32).max())
+    rkv, r32 = reference(arch, w, tokens, kv_type), reference(arch, w, tokens, "f32")
+    return max(5e-5, 0.4 * np.abs(rkv - r32).max() / np.abs(r32).max())
 
 
 @pytest.mark.parametrize("kv_type", ["f32", "f16"])

@@ -178,13 +178,13 @@ def llama_set_activations(model, dtype):
 
 
 def llama_set_kv_cache_type(model, dtype):
-    """"f16" (the default after load) or "f32"; the model must be empty
-    (n_past 0)."""
+    """"f16" (the default after load), "f32" or "q8_0" (head size a multiple
+    of 32); the model must be empty (n_past 0)."""
     check(_tc_llama_set_kv_cache_type(_model(model), dtype_code(dtype)))
 
 
 def llama_get_kv_cache_type(model):
-    """The KV cache's element type: "f16" or "f32"."""
+    """The KV cache's element type: "f16", "f32" or "q8_0"."""
     t = c_int32()
     check(_tc_llama_get_kv_cache_type(_model(model), byref(t)))
     return DTYPE_NAMES[t.value]

@@ -99,8 +99,11 @@ class Llama:
     after the first replays a recorded CUDA graph.
     n_ctx: KV cache positions (default min(context_length, 2048)).
     kv_type: the KV cache's element type, "f16" (the default, as llama.cpp's:
-    half the bytes each step reads; logits move by about 1e-3 relative) or
-    "f32".
+    half the bytes each step reads; logits move by about 1e-3 relative),
+    "f32", or "q8_0" (as llama.cpp's -ctk q8_0 -ctv q8_0: keys and values as
+    Q8_0 blocks of 32, 34 bytes per 32 values, about a quarter of f32's;
+    logits move by about 1e-2 relative on small random models; the head size
+    must be a multiple of 32).
     activations: "f16" (the default, as llama.cpp computes: f16 activations
     into the products, int8 dot products on VNNI processors and GPUs; logits
     within a few 1e-2 of exact) or "f32" (exact products). On a GPU, "f16" with

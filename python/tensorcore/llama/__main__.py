@@ -45,7 +45,7 @@ def _parser():
                          "is usable, else the CPU)")
     ap.add_argument("--threads", "-t", type=int, default=0,
                     help="CPU threads (default: $TC_NUM_THREADS, else the physical cores)")
-    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16",
+    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
                     help="the KV cache's element type (default f16, as llama.cpp's -ctk/-ctv)")
     ap.add_argument("--activations", choices=["f32", "f16"], default="f16",
                     help="f16 (default, as llama.cpp): f16 activations into the weight products, int8 dot "

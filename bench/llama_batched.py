@@ -136,8 +136,12 @@ def run_batched_bench(args, path):
     base = [args.llama_batched_bench, "-m", path, "-c", str(max(args.npl) * (args.npp + args.ntg)),
             "-npp", str(args.npp), "-ntg", str(args.ntg), "-npl", ",".join(map(str, args.npl))]
     base += ["-ngl", "99"] if args.device.startswith("cuda") else ["-t", str(args.threads), "-ngl", "0"]
+    base += ["-ctk", args.kv_type, "-ctv", args.kv_type]  # the same cache type as ours
     best, notes = {}, []
-    for fa in (["off", "on"] if args.fa == "both" else [args.fa]):
+    fas = ["off", "on"] if args.fa == "both" else [args.fa]
+    if args.kv_type == "q8_0":  # llama.cpp quantises V only with flash attention
+        fas = [fa for fa in fas if fa != "off"] or ["on"]
+    for fa in fas:
         cmd = base + ["-fa", fa]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 and not args.device.startswith("cuda"):
@@ -170,7 +174,8 @@ def main():
     ap.add_argument("--npl", default="1,8,32,64", help="batch sizes (sequences at once)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("TC_NUM_THREADS", "2")))
     ap.add_argument("--activations", choices=["f32", "f16"], default="f16")
-    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
+                    help="KV cache type, ours and llama.cpp's (-ctk / -ctv)")
     ap.add_argument("--llama-batched-bench", dest="llama_batched_bench", metavar="PATH",
                     help="llama.cpp's llama-batched-bench, run on the same file after ours")
     ap.add_argument("--fa", choices=["off", "on", "auto", "both"], default="both",

@@ -51,7 +51,7 @@ D = E // H
 TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 
 
-KV_BYTES = {"f16": 2, "f32": 4}
+KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}  # bytes per cached value (Q8_0: 34 per block of 32)
 
 
 def bytes_per_token(path, n_past, kv_type="f16"):
@@ -117,17 +117,18 @@ def profile(path, device, mode, n_prefill, n_decode, top=12):
                                                         name[:110]))
 
 
-def run_llama_bench(binary, path, n_prefill, n_decode):
+def run_llama_bench(binary, path, n_prefill, n_decode, kv_type="f16"):
     """llama.cpp's prefill and decode tok/s on the same file: every layer on
-    the GPU (-ngl 99), its default f16 cache, flash attention off and on (the
-    faster of each); decode after n_prefill tokens of context (-d) when that
-    is not the 512-token prefill."""
+    the GPU (-ngl 99), the same cache type as ours (-ctk / -ctv), flash
+    attention off and on (the faster of each; a q8_0 cache only with flash
+    attention, which llama.cpp needs for a quantised V); decode after
+    n_prefill tokens of context (-d) when that is not the 512-token prefill."""
     import json
     import subprocess
     depth = n_prefill if n_prefill > 512 else 0
     res = {}
-    for fa in ("0", "1"):
-        base = [binary, "-m", path, "-ngl", "99", "-fa", fa, "-r", "3", "-o", "json"]
+    for fa in ("0", "1") if kv_type != "q8_0" else ("1",):
+        base = [binary, "-m", path, "-ngl", "99", "-fa", fa, "-ctk", kv_type, "-ctv", kv_type, "-r", "3", "-o", "json"]
         proc = subprocess.run(base + ["-p", str(n_prefill), "-n", str(n_decode)], capture_output=True, text=True)
         if proc.returncode != 0:
             print("llama-bench -fa %s failed (exit %d): %s" % (fa, proc.returncode, proc.stderr[-500:]))
@@ -160,7 +161,8 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--model", help="GGUF file to use instead of the random 7B model")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
-    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
+                    help="KV cache type, ours and llama.cpp's (-ctk / -ctv)")
     ap.add_argument("--mix", choices=["q4_0", "q4_k_m"], default="q4_0",
                     help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M mix")
     ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
@@ -199,7 +201,7 @@ def main():
     print("best: prefill %.0f tok/s (%s, x%.2f of target), decode %.1f tok/s (%s, x%.2f of target)"
           % (best_p[1], best_p[0], best_p[1] / TARGET_PREFILL, best_d[2], best_d[0], best_d[2] / TARGET_DECODE))
     print("prefill_tok_s=%.2f decode_tok_s=%.2f" % (best_p[1], best_d[2]))
-    peer = run_llama_bench(args.llama_bench, path, args.prefill, args.decode) if args.llama_bench else {}
+    peer = run_llama_bench(args.llama_bench, path, args.prefill, args.decode, args.kv_type) if args.llama_bench else {}
     if "pp" in peer and "tg" in peer:
         print("ours / llama.cpp: prefill x%.2f, decode x%.2f" % (best_p[1] / peer["pp"][0], best_d[2] / peer["tg"][0]))
     if args.write:
@@ -224,8 +226,8 @@ def main():
             lines.append("| %s | %.0f | %.2f | %.1f | %.2f | %.1f | %.0f |" % (
                 mode, p_tok_s, p_tok_s / TARGET_PREFILL, d_tok_s, d_tok_s / TARGET_DECODE, best, gbs))
         if "pp" in peer and "tg" in peer:
-            lines += ["", "llama.cpp (`llama-bench`, build %s, -ngl 99, f16 cache) on the same file, right after ours:"
-                      % peer["build"], "",
+            lines += ["", "llama.cpp (`llama-bench`, build %s, -ngl 99, %s cache) on the same file, right after ours:"
+                      % (peer["build"], args.kv_type), "",
                       "| | prefill tok/s | decode tok/s |", "|---|---|---|",
                       "| llama.cpp | %.1f (%s) | %.1f (%s) |" % (peer["pp"] + peer["tg"]),
                       "| tensorcore / llama.cpp | %.2fx | %.2fx |" % (best_p[1] / peer["pp"][0],

@@ -327,8 +327,8 @@ struct AddArgs {
 // i < n (pitches in elements, 0 = n; the rows do not overlap); one of
 // src_dtype / dst_dtype is F32, the other F16 or BF16 (round to nearest
 // even, as core/half.h); or src_dtype Q8_0 (a Q8_0 KV cache's rows, n and
-// the pitches multiples of 32) into F32 (q d, exact) or F16 (q d rounded
-// to nearest even).
+// the pitches multiples of 32) into F32 (q d, exact), F16 or BF16 (q d
+// rounded to nearest even).
 struct ConvertArgs {
   OpInfo info;
   int64_t n = 0;

@@ -13,7 +13,7 @@
 //                     queries to [H][n][D], keys and values into the cache
 //                     (f32, f16 rounded to nearest even, or Q8_0 blocks
 //                     quantised by quant::quantize_row, ggml's reference)
-//   convert:          f32 <-> f16 / bf16, or a Q8_0 cache's rows to f32 / f16
+//   convert:          f32 <-> f16 / bf16, or a Q8_0 cache's rows to f32 / f16 / bf16
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -60,7 +60,7 @@ tc_status convert(const ConvertArgs& a) {
   const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
   if (a.src_dtype == TC_DTYPE_Q8_0) {
     // q d per element, exact in f32 (8-bit q times an f16 d), as ggml's
-    // dequantize_row_q8_0; f16 rounds that once. Rows split over the pool:
+    // dequantize_row_q8_0; f16 and bf16 round that once. Rows split over the pool:
     // this widens a whole cache prefix before a chunk's attention.
     parallel_for(a.rows, 1, [&](int64_t r0, int64_t r1) {
       thread_local std::vector<float> row;

@@ -186,7 +186,7 @@ __device__ __forceinline__ float q8_code(uint32_t biased, int j) {
 }
 
 // Row blockIdx.y of a Q8_0 cache (pitches in elements, multiples of 32) to
-// f32 or f16: q d, exact in f32.
+// f32, f16 or bf16: q d, exact in f32, then rounded to nearest even.
 template <class To>
 __global__ void convert_q8_kernel(int64_t n, const uint8_t* src, int64_t src_pitch, To* dst, int64_t dst_pitch) {
   const uint8_t* row = src + blockIdx.y * src_pitch / QK8_0 * int64_t(sizeof(BlockQ8_0));
@@ -195,7 +195,7 @@ __global__ void convert_q8_kernel(int64_t n, const uint8_t* src, int64_t src_pit
     const uint8_t* blk = row + i / QK8_0 * int64_t(sizeof(BlockQ8_0));
     const float v = __fmul_rn(float(int8_t(blk[2 + i % QK8_0])), h2f(*reinterpret_cast<const uint16_t*>(blk)));
     if constexpr (std::is_same<To, float>::value) dst[i] = v;
-    else dst[i] = __float2half_rn(v);
+    else dst[i] = cvt<float, To>(v);
   }
 }
 
@@ -624,15 +624,13 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
   const dim3 grid(blocks_for(a.n, 256), unsigned(a.rows));
   const int64_t sp = a.src_pitch ? a.src_pitch : a.n, dp = a.dst_pitch ? a.dst_pitch : a.n;
   if (a.src_dtype == TC_DTYPE_Q8_0) {
-    if (a.dst_dtype != TC_DTYPE_F32 && a.dst_dtype != TC_DTYPE_F16)
-      return fail(TC_ERR_UNSUPPORTED, "convert: a q8_0 source into %s (f32 or f16)",
-                  a.dst_dtype == TC_DTYPE_BF16 ? "bf16" : "another type");
+    const uint8_t* src = static_cast<const uint8_t*>(a.src);
     if (a.dst_dtype == TC_DTYPE_F32)
-      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const uint8_t*>(a.src), sp,
-                                                     static_cast<float*>(a.dst), dp);
+      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, src, sp, static_cast<float*>(a.dst), dp);
+    else if (a.dst_dtype == TC_DTYPE_F16)
+      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, src, sp, static_cast<__half*>(a.dst), dp);
     else
-      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, static_cast<const uint8_t*>(a.src), sp,
-                                                     static_cast<__half*>(a.dst), dp);
+      convert_q8_kernel<<<grid, 256, 0, s->stream>>>(a.n, src, sp, static_cast<__nv_bfloat16*>(a.dst), dp);
     return check(cudaGetLastError(), "convert: launch");
   }
   if (a.src_dtype == TC_DTYPE_F32 && a.dst_dtype == TC_DTYPE_F16)

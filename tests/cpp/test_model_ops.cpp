@@ -626,14 +626,14 @@ TEST_P(ModelOps, DecodeAttentionQ8AgainstUnquantised) {
 }
 
 // A Q8_0 cache's rows widened for a chunk's attention: every element q d,
-// exact in f32 (dequantize_row), rounded to nearest even in f16; pitches
-// of whole blocks.
+// exact in f32 (dequantize_row), rounded to nearest even in f16 and bf16;
+// pitches of whole blocks, nothing written past n.
 TEST_P(ModelOps, ConvertQ8CacheRows) {
   Dev dev(GetParam());
   const int64_t rows = 3, n = 96, src_pitch = 160, dst_pitch = 100;
   std::vector<float> x = randn(rows * src_pitch);
   const void* src = put_cache_values(dev, x, TC_DTYPE_Q8_0);  // x: the dequantised values
-  for (tc_dtype to : {TC_DTYPE_F32, TC_DTYPE_F16}) {
+  for (tc_dtype to : {TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_BF16}) {
     SCOPED_TRACE(tc_dtype_name(to));
     tc::ConvertArgs c;
     c.info.name = "test.convert_q8";
@@ -643,13 +643,14 @@ TEST_P(ModelOps, ConvertQ8CacheRows) {
     float* wide = nullptr;
     uint16_t* narrow = nullptr;
     if (to == TC_DTYPE_F32) c.dst = wide = dev.put(std::vector<float>(rows * dst_pitch, NAN));
-    else c.dst = narrow = dev.put(std::vector<uint16_t>(rows * dst_pitch, 0x7E00));
+    else c.dst = narrow = dev.put(std::vector<uint16_t>(rows * dst_pitch, 0x7FC1));  // NaN in f16 and bf16
     ASSERT_EQ(dev.be().convert(c, nullptr), TC_OK);
     std::vector<float> out(size_t(rows * dst_pitch));
     if (wide) out = dev.get(wide, rows * dst_pitch);
     else {
       const auto bits = dev.get(narrow, rows * dst_pitch);
-      for (size_t i = 0; i < bits.size(); ++i) out[i] = tc::f16_to_f32(bits[i]);
+      for (size_t i = 0; i < bits.size(); ++i)
+        out[i] = to == TC_DTYPE_F16 ? tc::f16_to_f32(bits[i]) : tc::bf16_to_f32(bits[i]);
     }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < dst_pitch; ++i) {
@@ -659,7 +660,10 @@ TEST_P(ModelOps, ConvertQ8CacheRows) {
           continue;
         }
         const float want = x[size_t(r * src_pitch + i)];
-        ASSERT_EQ(got, to == TC_DTYPE_F32 ? want : cache_round(want, TC_DTYPE_F16)) << "row " << r << " element " << i;
+        const float rounded = to == TC_DTYPE_F32   ? want
+                              : to == TC_DTYPE_F16 ? tc::f16_to_f32(tc::f32_to_f16(want))
+                                                   : tc::bf16_to_f32(tc::f32_to_bf16(want));
+        ASSERT_EQ(got, rounded) << "row " << r << " element " << i;
       }
   }
 }

@@ -423,6 +423,11 @@ struct DecodeAttentionArgs {
   int64_t n = 1;
   const int32_t* slots = nullptr;  // [n], device memory
   int64_t slot_stride = 0;         // cache elements between slots
+  // Or null: o also quantised for the next product, as quantize_q8 without a
+  // norm quantises its n rows of H D (oq [n][H D], od [n][H D / 32][2];
+  // D a multiple of 32), so that product needs no quantize_q8 of its own.
+  int8_t* oq = nullptr;
+  float* od = nullptr;
 };
 // One piece per 64 cache positions, at most 128: the scratch's size (the GPU
 // kernel sizes the pieces it uses from the position).
@@ -506,6 +511,7 @@ struct RepackQ8Args {
 // set, or TC_OK. Alignment is each backend's own.
 tc_status check_quantize_q8(const QuantizeQ8Args& a);
 tc_status check_gemv_q8(const GemvQ8Args& a);
+tc_status check_decode_attention(const DecodeAttentionArgs& a);
 tc_status check_repack_q8(const RepackQ8Args& a);
 // ---- end model ops ----
 

@@ -61,6 +61,15 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
   return TC_OK;
 }
 
+tc_status check_decode_attention(const DecodeAttentionArgs& a) {
+  if ((a.oq != nullptr) != (a.od != nullptr))
+    return fail(TC_ERR_INVALID_ARG, "%s: decode_attention quantising o needs oq and od together", a.info.name);
+  if (a.oq && a.D % 32 != 0)
+    return fail(TC_ERR_UNSUPPORTED, "%s: decode_attention quantises o in blocks of 32 of a head: head dim %lld",
+                a.info.name, (long long)a.D);
+  return TC_OK;
+}
+
 tc_status check_repack_q8(const RepackQ8Args& a) {
   using namespace quant;
   if (!q8_split_format(a.fmt))

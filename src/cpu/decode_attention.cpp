@@ -50,6 +50,7 @@ namespace tc {
 namespace cpu {
 
 tc_status decode_attention(const DecodeAttentionArgs& a) {
+  if (tc_status st = check_decode_attention(a)) return st;
   // Items are (row, head), row-major: a thread's run of heads stays within a
   // row's kv groups as long as it can.
   auto run = [&](auto t) {
@@ -73,7 +74,12 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
   if (a.cache == TC_DTYPE_F16) run(simd::f16{});
   else if (a.cache == TC_DTYPE_Q8_0) run(quant::BlockQ8_0{});
   else run(float{});
-  return TC_OK;
+  if (!a.oq) return TC_OK;
+  QuantizeQ8Args qa;
+  qa.info = a.info;
+  qa.M = a.n, qa.K = a.H * a.D;
+  qa.x = a.o, qa.xq = a.oq, qa.xd = a.od;
+  return quantize_q8(qa);
 }
 
 }  // namespace cpu

@@ -33,6 +33,8 @@
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
 //         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
 //       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
+//       and, with oq, o quantised per block of 32 as quantize_q8 would (a
+//       warp a block: the wo product then needs no quantize_q8 launch)
 //     Work split: block (piece, up to 8 query heads of one kv group, so K/V
 //     are read once for them); a key row is spread over D/4 lanes (rounded
 //     up to a power of two, at most 32; float4 loads when D % 4 == 0, each
@@ -58,6 +60,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/pdl.cuh"
+#include "cuda/q8_block.cuh"
 #include "cuda/rows.cuh"
 #include "quant/formats.h"
 
@@ -232,6 +235,8 @@ struct AttnParams {
   int64_t n;             // query rows (blockIdx.z of the split, blockIdx.y of the combine)
   const int32_t* slots;  // [n]: row i at pos[i] of slot slots[i]; null: one row at *pos of slot 0
   int64_t slot_stride;
+  int8_t* oq;  // or null: o also quantised per block of 32 (DecodeAttentionArgs::oq)
+  float2* od;
 };
 
 // Row i's position and the offset of its slot in the cache (elements).
@@ -577,10 +582,18 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnPar
     lsum = fmaf(f, pml[2 * s + 1], lsum);
   }
   const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
-  for (int64_t d = threadIdx.x; d < D; d += kAttnThreads) {
+  // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims are
+  // one block of 32 of o, quantised as quantize_q8 would (q8act).
+  for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
+    const int64_t d = d0 + threadIdx.x;
     float o = 0.0f;
-    for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], pu[s * D + d], o);
-    a.o[hr * D + d] = o * inv;
+    if (d < D) {
+      for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], pu[s * D + d], o);
+      o *= inv;
+      a.o[hr * D + d] = o;
+    }
+    const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
+    if (a.oq && b0 < D) q8act::quantize_block(o, threadIdx.x & 31, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
   }
 }
 
@@ -680,6 +693,7 @@ tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {
 }
 
 tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {
+  if (tc_status st = check_decode_attention(a)) return st;
   // Lanes per key: the float4s of a row (NV) spread over L lanes, R each.
   const int64_t NV = (a.D + 3) / 4;
   int R = 1, L = 32;
@@ -708,7 +722,8 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
   const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
-                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride};
+                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
+                     a.oq, reinterpret_cast<float2*>(a.od)};
   void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)
                               : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
                                                          : split_kernel<float>(vec, R, gt);

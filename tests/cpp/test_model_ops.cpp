@@ -292,12 +292,39 @@ TEST_P(ModelOps, DecodeAttention) {
           ASSERT_NEAR(o[h * D + d], ref / l, 1e-5 * (1 + std::fabs(ref / l))) << "head " << h << " d " << d;
         }
       }
-      // Deterministic: a second call (scratch poisoned again) gives the same bits.
+      // Deterministic: a second call (scratch poisoned again) gives the same
+      // bits; where D is whole blocks of 32 it also quantises o (oq, od), to
+      // the bits of quantize_q8 (no norm) on o.
       a.o = dev.put(std::vector<float>(H * D, NAN));
       a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      if (D % 32 == 0) {
+        a.oq = dev.put(std::vector<int8_t>(size_t(H * D + 1), int8_t(-77)));
+        a.od = dev.put(std::vector<float>(size_t(H * D / 16 + 2), NAN));
+      } else {
+        a.oq = dev.put(std::vector<int8_t>(size_t(H * D), int8_t(-77)));  // refused: D not whole blocks
+        a.od = dev.put(std::vector<float>(size_t(H * D), NAN));
+        ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_ERR_UNSUPPORTED);
+        a.oq = nullptr, a.od = nullptr;
+      }
       ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
       const auto o2 = dev.get(a.o, H * D);
       ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
+      if (!a.oq) continue;
+      tc::QuantizeQ8Args qa;
+      qa.info.name = "test.quantize_q8";
+      qa.M = 1, qa.K = H * D;
+      qa.x = dev.put(o);
+      qa.xq = dev.put(std::vector<int8_t>(size_t(H * D), int8_t(-77)));
+      qa.xd = dev.put(std::vector<float>(size_t(H * D / 16), NAN));
+      ASSERT_EQ(dev.be().quantize_q8(qa, nullptr), TC_OK);
+      const auto rq = dev.get(qa.xq, size_t(H * D)), oq = dev.get(a.oq, size_t(H * D + 1));
+      const auto rd = dev.get(qa.xd, size_t(H * D / 16)), od = dev.get(a.od, size_t(H * D / 16 + 2));
+      ASSERT_EQ(std::memcmp(rq.data(), oq.data(), size_t(H * D)), 0) << "quantised o";
+      ASSERT_EQ(std::memcmp(rd.data(), od.data(), size_t(H * D / 16) * 4), 0) << "o's (dx, sx)";
+      EXPECT_EQ(oq[size_t(H * D)], int8_t(-77)) << "written past oq";
+      EXPECT_TRUE(std::isnan(od[size_t(H * D / 16)])) << "written past od";
+      a.od = nullptr;  // oq without od: refused
+      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_ERR_INVALID_ARG);
     }
   }
 }

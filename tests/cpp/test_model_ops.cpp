@@ -162,6 +162,17 @@ void* put_cache_values(Dev& dev, std::vector<float>& x, tc_dtype t) {
   return put_cache(dev, x, t);
 }
 
+// Element d of the row x rotated to position p in f64: pair k is (x[2k],
+// x[2k+1]), or (x[k], x[k + half]) with NEOX, d its first or second element.
+double rotated(const float* x, const std::vector<float>& cs, const std::vector<float>& sn, int64_t half, bool neox,
+               int64_t p, int64_t d) {
+  const int64_t k = neox ? d % half : d / 2;
+  const bool first = neox ? d < half : d % 2 == 0;
+  const double c = cs[p * half + k], s = sn[p * half + k];
+  const double a0 = neox ? x[k] : x[2 * k], b0 = neox ? x[k + half] : x[2 * k + 1];
+  return first ? a0 * c - b0 * s : b0 * c + a0 * s;
+}
+
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
@@ -192,14 +203,7 @@ TEST_P(ModelOps, RopeKvAppend) {
              vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
   // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
-  // Pair k: (x[2k], x[2k+1]), or (x[k], x[k + D/2]) with NEOX; d is its first or second element.
-  auto rot = [&](const float* x, int64_t p, int64_t d) {
-    const int64_t k = neox ? d % half : d / 2;
-    const bool first = neox ? d < half : d % 2 == 0;
-    const double c = cs[p * half + k], s = sn[p * half + k];
-    const double a0 = neox ? x[k] : x[2 * k], b0 = neox ? x[k + half] : x[2 * k + 1];
-    return first ? a0 * c - b0 * s : b0 * c + a0 * s;
-  };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t h = 0; h < H; ++h)
@@ -362,13 +366,7 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, cache_init.size(), cache),
              vc = cache_values(dev, a.v_cache, cache_init.size(), cache);
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
-  auto rot = [&](const float* x, int64_t p, int64_t d) {
-    const int64_t kk = neox ? d % half : d / 2;
-    const bool first = neox ? d < half : d % 2 == 0;
-    const double c = cs[p * half + kk], sv = sn[p * half + kk];
-    const double a0 = neox ? x[kk] : x[2 * kk], b0 = neox ? x[kk + half] : x[2 * kk + 1];
-    return first ? a0 * c - b0 * sv : b0 * c + a0 * sv;
-  };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
   std::vector<bool> written(cache_init.size(), false);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
@@ -525,13 +523,7 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   const auto qt = dev.get(a.qt, H * n * D);
   const auto kb = dev.get(static_cast<const uint8_t*>(a.k_cache), init.size());
   const auto vb = dev.get(static_cast<const uint8_t*>(a.v_cache), init.size());
-  auto rot = [&](const float* x, int64_t p, int64_t d) {
-    const int64_t kk = neox ? d % half : d / 2;
-    const bool first = neox ? d < half : d % 2 == 0;
-    const double c = cs[p * half + kk], sv = sn[p * half + kk];
-    const double a0 = neox ? x[kk] : x[2 * kk], b0 = neox ? x[kk + half] : x[2 * kk + 1];
-    return first ? a0 * c - b0 * sv : b0 * c + a0 * sv;
-  };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
   // Block `b` of the cache bytes against the exact values x[0..32).
   auto check_block = [&](const std::vector<uint8_t>& bytes, int64_t b, const double* x, const char* what) {
     BlockQ8_0 blk;

@@ -185,6 +185,15 @@ def assert_close(out, ref, scale, rtol, what="", out_dtype=None):
         what, (err > limit).sum(), worst, out[worst], ref[worst], limit[worst])
 
 
+def expect_status(status, fn, *args, text=None):
+    """fn(*args) raises TensorcoreError with this status (and this text in its detail)."""
+    with pytest.raises(tc.TensorcoreError) as e:
+        fn(*args)
+    assert e.value.status == status, str(e.value)
+    if text:
+        assert text in str(e.value), str(e.value)
+
+
 # ---- subprocesses ------------------------------------------------------------------
 
 def run_python(code, env=None, unset=(), timeout=60):

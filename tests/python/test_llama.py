@@ -14,7 +14,7 @@ import pytest
 
 import tensorcore as tc
 import llama_reference
-from conftest import DEVICES, HAVE_CUDA, run_python
+from conftest import DEVICES, HAVE_CUDA, expect_status, run_python
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
 from tokenizer_files import bytes_to_unicode
@@ -266,7 +266,7 @@ def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
     ref = reference(w, np.array(tokens))
     with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64, activations="f32") as m:
         ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
-        _expect(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_SPLIT")
+        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_SPLIT")
         out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert np.isfinite(out).all() and err < 5e-2, err
@@ -320,8 +320,8 @@ def test_f16_kv_cache(tmp_path, dev, fmt):
         out = [m.eval(tokens[:40]), m.eval(tokens[40:70])]
         out += [m.eval(tokens[i:i + 1]) for i in range(70, 80)]
         check_logits(np.concatenate(out), ref16, "f16", "f16 cache", tol=tol)
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, m.handle, "f32")  # not empty
-        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, "bf16")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, m.handle, "f32")  # not empty
+        expect_status(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, "bf16")
         assert tc.llama_get_kv_cache_type(m.handle) == "f16" and m.n_past == 80
         m.reset()
         tc.llama_set_kv_cache_type(m.handle, "f32")
@@ -346,7 +346,7 @@ def test_f16_activations(tmp_path, dev, fmt):
         out = np.concatenate([m.eval(tokens[:6]), m.eval(tokens[6:8]), m.eval(tokens[8:9]), m.eval(tokens[9:])])
         err = np.abs(out - ref).max() / np.abs(ref).max()
         assert np.isfinite(out).all() and err < 5e-2, err  # int8 activations: ~2e-2 as llama.cpp
-        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_activations, m.handle, "bf16")
+        expect_status(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_activations, m.handle, "bf16")
         tc.llama_set_activations(m.handle, "f32")
         m.reset()
         check_logits(m.eval(tokens), ref, fmt, "back to f32")
@@ -417,7 +417,7 @@ def test_file_without_vocabulary_runs_on_ids(tmp_path, dev):
     with Llama(path, ctx=dev, activations="f32", kv_type="f32") as m:
         assert m.n_vocab == V and m.bos_id == -1
         check_logits(m.eval(tokens), reference(w, tokens), "q8_0", "no vocabulary")
-        _expect(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
+        expect_status(tc.TC_ERR_UNSUPPORTED, m.tokenize, "hello", text="tokenizer.ggml.tokens")
 
 
 def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
@@ -435,13 +435,6 @@ def test_bpe_tokenizer_unknown_pre_and_unknown_model(tmp_path, cpu):
     assert e.value.status == tc.TC_ERR_UNSUPPORTED and "bert" in str(e.value)
 
 
-def _expect(status, fn, *args, text=None):
-    with pytest.raises(tc.TensorcoreError) as e:
-        fn(*args)
-    assert e.value.status == status, str(e.value)
-    if text:
-        assert text in str(e.value)
-
 
 def test_bad_files(tmp_path, cpu):
     rng = np.random.default_rng(3)
@@ -450,17 +443,17 @@ def test_bad_files(tmp_path, cpu):
     data = good.read_bytes()
     trunc = tmp_path / "trunc.gguf"
     trunc.write_bytes(data[: len(data) // 2])
-    _expect(tc.TC_ERR_CORRUPT, Llama, trunc, cpu)
+    expect_status(tc.TC_ERR_CORRUPT, Llama, trunc, cpu)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all" * 10)
-    _expect(tc.TC_ERR_CORRUPT, Llama, junk, cpu)
-    _expect(tc.TC_ERR_IO, Llama, tmp_path / "missing.gguf", cpu)
+    expect_status(tc.TC_ERR_CORRUPT, Llama, junk, cpu)
+    expect_status(tc.TC_ERR_IO, Llama, tmp_path / "missing.gguf", cpu)
     miss = tmp_path / "miss.gguf"
     write_model(miss, make_weights(rng), "f32", skip=("blk.1.ffn_up.weight",))
-    _expect(tc.TC_ERR_UNSUPPORTED, Llama, miss, cpu, text="blk.1.ffn_up.weight")
+    expect_status(tc.TC_ERR_UNSUPPORTED, Llama, miss, cpu, text="blk.1.ffn_up.weight")
     shape = tmp_path / "shape.gguf"
     write_model(shape, make_weights(rng), "f32", shape_override={"blk.0.attn_k.weight": (HKV * D, E // 2)})
-    _expect(tc.TC_ERR_UNSUPPORTED, Llama, shape, cpu, text="attn_k")
+    expect_status(tc.TC_ERR_UNSUPPORTED, Llama, shape, cpu, text="attn_k")
     assert cpu.closed is False
 
 
@@ -469,21 +462,21 @@ def test_bad_calls_leave_state(tmp_path, dev):
     write_model(path, make_weights(np.random.default_rng(4)), "f32")
     with Llama(path, ctx=dev, n_ctx=8, activations="f32", kv_type="f32") as m:
         assert m.n_ctx == 8
-        _expect(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
-        _expect(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
+        expect_status(tc.TC_ERR_INVALID_ARG, m.eval, [1, V])
+        expect_status(tc.TC_ERR_INVALID_ARG, m.eval, [-1])
         assert m.n_past == 0
         m.eval([1, 2, 3, 4, 5])
-        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1, 2, 3, 4])
+        expect_status(tc.TC_ERR_INVALID_SHAPE, m.eval, [1, 2, 3, 4])
         assert m.n_past == 5
-        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [])
+        expect_status(tc.TC_ERR_INVALID_SHAPE, m.eval, [])
         small = np.zeros(V - 1, np.float32)
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m.handle, [1], small)
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m.handle, [1], small)
         assert m.n_past == 5
         last = np.full(V, np.nan, np.float32)
         tc.llama_eval(m.handle, [6, 7], last)  # capacity n_vocab: the last token's logits
         assert np.isfinite(last).all() and m.n_past == 7
-    _expect(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m._handle if m._handle else 12345, [1])
-    _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_load, dev, str(path), -1)
+    expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_eval, m._handle if m._handle else 12345, [1])
+    expect_status(tc.TC_ERR_INVALID_SHAPE, tc.llama_load, dev, str(path), -1)
 
 
 def test_default_model_is_deterministic(tmp_path, monkeypatch):
@@ -600,7 +593,7 @@ def test_long_chunks_match_reference(tmp_path, dev):
         check_logits(m.eval(tokens[40:57]), ref[40:57], "q8_0", "chunk of 17")
         for i in range(57, 60):
             check_logits(m.eval(tokens[i:i + 1]), ref[i:i + 1], "q8_0", "step %d" % i)
-        _expect(tc.TC_ERR_INVALID_SHAPE, m.eval, [1])
+        expect_status(tc.TC_ERR_INVALID_SHAPE, m.eval, [1])
 
 
 def test_eval_longer_than_a_chunk(tmp_path, dev):

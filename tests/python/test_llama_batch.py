@@ -17,7 +17,7 @@ import pytest
 import tensorcore as tc
 import test_llama as base
 import test_llama_archs as archs
-from conftest import HAVE_CUDA
+from conftest import HAVE_CUDA, expect_status
 from tensorcore.llama import Llama
 
 V = base.V
@@ -231,13 +231,6 @@ def test_every_architecture_in_batch_steps(tmp_path, where, arch, kv_type):
             r.step([1, 2, 0], [steps[k][1], steps[k][2], steps[k][0]])
 
 
-def _expect(status, fn, *args, text=None):
-    with pytest.raises(tc.TensorcoreError) as e:
-        fn(*args)
-    assert e.value.status == status, str(e.value)
-    if text:
-        assert text in str(e.value), str(e.value)
-
 
 def test_refusals_leave_the_model_unchanged(tmp_path, where):
     """Every refused batch step (and sequence call) returns its status with a
@@ -267,13 +260,13 @@ def test_refusals_leave_the_model_unchanged(tmp_path, where):
         ]
         for status, seqs, toks, text in bad:
             out = poison.copy()
-            _expect(status, tc.llama_decode_batch, h, seqs, toks, out, text=text)
+            expect_status(status, tc.llama_decode_batch, h, seqs, toks, out, text=text)
             assert (out == 7.0).all(), "logits written by a refused step %r" % (seqs,)
             assert [m.seq_n_past(s) for s in range(3)] == before
         small = poison[:2 * V - 1].copy()
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1, 1], small, text="capacity")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1, 1], small, text="capacity")
         assert (small == 7.0).all()
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1], None, text="2 sequences and 1 tokens")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1], None, text="2 sequences and 1 tokens")
         raw = tc._api.llama._tc_llama_decode_batch
         assert raw(h, None, None, 1, None, 0) == tc.TC_ERR_INVALID_ARG
         assert "seqs is null" in tc.last_error_detail()
@@ -282,16 +275,16 @@ def test_refusals_leave_the_model_unchanged(tmp_path, where):
         assert "tokens is null" in tc.last_error_detail()
         assert raw(h, seq_ok, seq_ok, 1, None, 5) == tc.TC_ERR_INVALID_ARG  # a capacity without an array
         for fn, args in ((tc.llama_seq_eval, (3, [1])), (tc.llama_seq_reset, (-1,)), (tc.llama_seq_n_past, (3,))):
-            _expect(tc.TC_ERR_INVALID_ARG, fn, h, *args, text="outside [0, 3)")
-        _expect(tc.TC_ERR_INVALID_SHAPE, tc.llama_seq_eval, h, 1, [1], text="overflow")
+            expect_status(tc.TC_ERR_INVALID_ARG, fn, h, *args, text="outside [0, 3)")
+        expect_status(tc.TC_ERR_INVALID_SHAPE, tc.llama_seq_eval, h, 1, [1], text="overflow")
         # The model holds positions: neither the slots nor the cache type may change.
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, 4, text="reset every sequence")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, 4, text="reset every sequence")
         m.reset(seq=0)
         m.reset(seq=1)
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, 4, text="sequence 2 holds 2")
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, h, "f32", text="sequence 2")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, 4, text="sequence 2 holds 2")
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, h, "f32", text="sequence 2")
         for n in (0, n_ctx + 1):
-            _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, n, text="sequences (1 to %d" % n_ctx)
+            expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_max_sequences, h, n, text="sequences (1 to %d" % n_ctx)
         assert m.max_sequences == 3 and tc.llama_get_kv_cache_type(h) == "f16"
         assert [m.seq_n_past(s) for s in range(3)] == [0, 0, 2]
         # Sequence 2 is as it was: steps continue on its cache.
@@ -314,7 +307,7 @@ def test_max_sequences_changes_only_when_empty_and_keeps_the_old_cache_on_failur
         r.prompt(1, [1, 2, 3])
         m.reset(seq=1)
         ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
-        _expect(tc.TC_ERR_ALLOC, tc.llama_set_max_sequences, m.handle, 64)
+        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_max_sequences, m.handle, 64)
         assert m.max_sequences == 2
         r.prompt(0, [4, 5])
         r.prompt(1, [6])

@@ -16,7 +16,7 @@ import pytest
 
 import tensorcore as tc
 import test_llama_archs as archs
-from conftest import DEVICES
+from conftest import DEVICES, expect_status
 from test_llama_batch import Runner, where  # noqa: F401 (fixture)
 from tensorcore.llama import Llama
 
@@ -45,13 +45,6 @@ def cpu():
     yield c
     c.close()
 
-
-def _expect(status, fn, *args, text=None):
-    with pytest.raises(tc.TensorcoreError) as e:
-        fn(*args)
-    assert e.value.status == status, str(e.value)
-    if text:
-        assert text in str(e.value), str(e.value)
 
 
 def _rel(a, b):
@@ -195,10 +188,10 @@ def test_q8_cache_refusals_leave_the_model_usable(tmp_path, cpu, monkeypatch):
     small = tmp_path / "d16.gguf"
     w16 = archs.write_model(small, "mistral", archs.make_weights(rng, "mistral"))
     assert archs.ARCHS["mistral"]["D"] == 16
-    _expect(tc.TC_ERR_UNSUPPORTED, Llama, small, cpu, 32, "f32", None, False, None, "q8_0", text="multiple of 32")
+    expect_status(tc.TC_ERR_UNSUPPORTED, Llama, small, cpu, 32, "f32", None, False, None, "q8_0", text="multiple of 32")
     tokens = rng.integers(0, V, 6)
     with Llama(small, ctx=cpu, n_ctx=32, activations="f32") as m:
-        _expect(tc.TC_ERR_UNSUPPORTED, tc.llama_set_kv_cache_type, m.handle, "q8_0", text="this model's is 16")
+        expect_status(tc.TC_ERR_UNSUPPORTED, tc.llama_set_kv_cache_type, m.handle, "q8_0", text="this model's is 16")
         assert tc.llama_get_kv_cache_type(m.handle) == "f16"
         archs.check_logits(m.eval(tokens), archs.reference("mistral", w16, tokens, "f16"), "after the refusal",
                            tol=archs.kv_tolerance("mistral", w16, tokens, "f16"))
@@ -215,11 +208,11 @@ def test_q8_cache_refusals_leave_the_model_usable(tmp_path, cpu, monkeypatch):
             with pytest.raises(tc.TensorcoreValueError) as e:
                 tc.llama_set_kv_cache_type(m.handle, bad)
             assert "q8_0" in str(e.value), str(e.value)
-        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, "bf16", text="f16, f32 or q8_0")
-        _expect(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, 99, text="dtype 99")
+        expect_status(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, "bf16", text="f16, f32 or q8_0")
+        expect_status(tc.TC_ERR_UNSUPPORTED_DTYPE, tc.llama_set_kv_cache_type, m.handle, 99, text="dtype 99")
         assert tc.llama_get_kv_cache_type(m.handle) == "q8_0"
         archs.check_logits(m.eval(tokens), ref, "after bad types", tol=tol)
-        _expect(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, m.handle, "f32")  # not empty
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_set_kv_cache_type, m.handle, "f32")  # not empty
         assert tc.llama_get_kv_cache_type(m.handle) == "q8_0" and m.n_past == 6
         m.reset()
         archs.check_logits(m.eval(tokens), ref, "after the refused switch", tol=tol)

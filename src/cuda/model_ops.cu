@@ -265,6 +265,17 @@ __device__ __forceinline__ void quantize_q8_0_block(float x, int lane, uint8_t* 
   if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
 }
 
+// Element e of src rotated: its pair k is (x[2k], x[2k+1]) or, NEOX, (x[k],
+// x[k + half]), e its first or second element; products and sums rounded
+// one by one (the CPU's operations).
+__device__ __forceinline__ float rotated(const float* src, const float* c, const float* s, int64_t half, bool neox,
+                                         int64_t e) {
+  const int64_t k = neox ? e % half : e / 2;
+  const float x0 = src[neox ? k : 2 * k], x1 = src[neox ? k + half : 2 * k + 1];
+  return (neox ? e < half : e % 2 == 0) ? __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]))
+                                        : __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k]));
+}
+
 // Rotates the D/2 pairs of src into dst (the queries' f32 rows or a cache row of T).
 template <typename T>
 __device__ __forceinline__ void rotate_row(const float* src, T* dst, const float* c, const float* s, int64_t half,
@@ -272,9 +283,8 @@ __device__ __forceinline__ void rotate_row(const float* src, T* dst, const float
   const int64_t step = neox ? 1 : 2, other = neox ? half : 1;
   for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
     const int64_t e = k * step;
-    const float x0 = src[e], x1 = src[e + other];
-    store_cache(dst + e, __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k])));
-    store_cache(dst + e + other, __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k])));
+    store_cache(dst + e, rotated(src, c, s, half, neox, e));
+    store_cache(dst + e + other, rotated(src, c, s, half, neox, e + other));
   }
 }
 
@@ -296,18 +306,13 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
   const float* v = a.v + i * a.ldv + g * D;
   if constexpr (std::is_same<T, Q8Cache>::value) {
-    // Element e of the rotated key, as rotate_row computes it.
     const float* k = a.k + i * a.ldk + g * D;
     const int lane = threadIdx.x % 32;
     uint8_t* kd = static_cast<uint8_t*>(a.k_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
     uint8_t* vd = static_cast<uint8_t*>(a.v_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
     for (int64_t b = threadIdx.x / 32; b < D / QK8_0; b += blockDim.x / 32) {  // warp-uniform
-      const int64_t e = b * QK8_0 + lane, kk = a.neox ? e % half : e / 2;
-      const bool first = a.neox ? e < half : e % 2 == 0;
-      const float x0 = k[a.neox ? kk : 2 * kk], x1 = k[a.neox ? kk + half : 2 * kk + 1];
-      const float kr = first ? __fsub_rn(__fmul_rn(x0, c[kk]), __fmul_rn(x1, s[kk]))
-                             : __fadd_rn(__fmul_rn(x1, c[kk]), __fmul_rn(x0, s[kk]));
-      quantize_q8_0_block(kr, lane, kd + b * int64_t(sizeof(BlockQ8_0)));
+      const int64_t e = b * QK8_0 + lane;
+      quantize_q8_0_block(rotated(k, c, s, half, a.neox, e), lane, kd + b * int64_t(sizeof(BlockQ8_0)));
       quantize_q8_0_block(v[e], lane, vd + b * int64_t(sizeof(BlockQ8_0)));
     }
     return;

@@ -286,14 +286,14 @@ tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K, int6
   return be_->quantize_q8(a, queue_.get());
 }
 
-tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, bool x_quantised) {
+tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M) {
   GemvQ8Args a;
   a.info.name = "llama.gemv_q8";
   a.fmt = w.fmt;
   a.M = M, a.N = w.N, a.K = w.K;
   a.w = w.split_qs ? w.split_qs : w.data;
   a.wd = w.split_d;
-  a.xq = x_quantised ? q8o_ : q8x_, a.xd = x_quantised ? q8od_ : q8d_;
+  a.xq = q8x_, a.xd = q8d_;
   if (q8_f16x_) a.xh = reinterpret_cast<const uint16_t*>(xh_);
   a.y = y;
   a.epilogue = epilogue;
@@ -388,8 +388,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       r.slot_stride = slot_elems();
     }
     TC_TRY(be_->rope_kv_append(r, q));
-    // One token on 8-bit products: the attention quantises its output for
-    // the wo product (no quantize_q8 between them).
+    // One token on 8-bit products: the attention quantises its output into
+    // the 8-bit X the wo product reads (no quantize_q8 between them; the
+    // qkv product that read the previous X has finished in stream order).
     bool o_quantised = false;
     if (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32))) {
       // The decode attention reads queries [H][n][D] and writes token rows
@@ -407,7 +408,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         a.n = n;
         a.pos = r.pos, a.slots = r.slots, a.slot_stride = r.slot_stride;
       }
-      if (q8 && n == 1 && D % 32 == 0) a.oq = q8o_, a.od = q8od_, o_quantised = true;
+      if (q8 && n == 1 && D % 32 == 0) a.oq = q8x_, a.od = q8d_, o_quantised = true;
       TC_TRY(be_->decode_attention(a, q));
     } else {
       AttentionArgs a;
@@ -495,7 +496,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     if (q8) {
       // x += o Wo^T; x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T, h = rmsnorm(x) * ffn_norm.
       if (!o_quantised) TC_TRY(quantize_q8(o_, nullptr, Dq, n));
-      TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n, o_quantised));
+      TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
       TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
       if (L.w_gate_up.data) {
         TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n));

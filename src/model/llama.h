@@ -200,9 +200,7 @@ class Llama {
   bool q8_decode();
   std::vector<Matrix*> q8_matrices();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M);
-  // x_quantised: X is the attention's output as decode_attention quantised
-  // it (q8o_ / q8od_), not quantize_q8's.
-  tc_status gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, bool x_quantised = false);
+  tc_status gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M);
   const float* vec(int64_t offset) const { return offset < 0 ? nullptr : vecs_ + offset; }
 
   tc_context_s* ctx_ = nullptr;
@@ -259,10 +257,6 @@ class Llama {
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   bool q8_f16x_ = false;   // this forward's 8-bit products take f16 X (at xh_)
   float* q8d_ = nullptr;
-  // A one-token step's attention output quantised by the attention
-  // (DecodeAttentionArgs::oq) for the wo product.
-  int8_t* q8o_ = nullptr;
-  float* q8od_ = nullptr;
 
   std::vector<int64_t> n_past_ = std::vector<int64_t>(1, 0);  // per sequence slot
   tc_dtype act_ = TC_DTYPE_F32;

@@ -558,10 +558,6 @@ tc_status Llama::alloc_state() {
   const size_t q8_bytes = aligned(size_t(R * widest_in)) + size_t(R * widest_in) / 4;
   pieces.push_back({reinterpret_cast<void**>(&xh_), std::max(size_t(B * widest_in) * 2, q8_bytes)});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
-  // A one-token step's attention output quantised by the attention
-  // (decode_attention's oq) for the wo product: Dq int8 values, then (dx,
-  // sx) per block of 32.
-  pieces.push_back({reinterpret_cast<void**>(&q8o_), aligned(size_t(Dq)) + size_t(Dq / 32) * 8});
   pieces.push_back({reinterpret_cast<void**>(&params_), size_t(3 * B + 2) * 4});
   size_t total = 0;
   for (auto& p : pieces) total += aligned(p.second);
@@ -574,7 +570,6 @@ tc_status Llama::alloc_state() {
   }
   q8x_ = reinterpret_cast<int8_t*>(xh_);
   q8d_ = reinterpret_cast<float*>(reinterpret_cast<char*>(xh_) + aligned(size_t(R * widest_in)));
-  q8od_ = reinterpret_cast<float*>(reinterpret_cast<char*>(q8o_) + aligned(size_t(Dq)));
   if (host_) {
     params_host_ = params_;
     return TC_OK;

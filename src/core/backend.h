@@ -428,6 +428,10 @@ struct DecodeAttentionArgs {
   // D a multiple of 32), so that product needs no quantize_q8 of its own.
   int8_t* oq = nullptr;
   float* od = nullptr;
+  // [n][H] counters, zero before the first call and left zero by every call
+  // (device memory): the GPU's pieces of a head count themselves in and the
+  // last one combines them (no second kernel). Needed by the GPU backend.
+  uint32_t* arrivals = nullptr;
 };
 // One piece per 64 cache positions, at most 128: the scratch's size (the GPU
 // kernel sizes the pieces it uses from the position).

@@ -32,8 +32,10 @@
 //       to whole block iterations (4 warps x keys per warp), so the pieces in
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
 //         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
-//       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
-//       and, with oq, o quantised per block of 32 as quantize_q8 would (a
+//       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s,
+//       by the last block of a head's pieces to finish (each counts itself
+//       in `arrivals` after a fence; the last sees every piece's results):
+//       one kernel, so no launch boundary in the step between the two. With oq, o quantised per block of 32 as quantize_q8 would (a
 //       warp a block: the wo product then needs no quantize_q8 launch)
 //     Work split: block (piece, up to 8 query heads of one kv group, so K/V
 //     are read once for them); a key row is spread over D/4 lanes (rounded
@@ -45,9 +47,9 @@
 //     then (m, l) [H][splits][2]. The grid covers splits pieces (from C,
 //     fixed at load) and blocks past the pieces in use exit: the launch does
 //     not depend on the position, so it can be recorded once in a graph and
-//     replayed. Every sum runs in a fixed order: same inputs, same bits.
-//     A batch step's n rows (each its own slot and position) are the grid's
-//     third dimension (split) and second (combine); partial then holds
+//     replayed. Every sum runs in a fixed order (whichever block combines):
+//     same inputs, same bits. A batch step's n rows (each its own slot and
+//     position) are the grid's third dimension; partial then holds
 //     u [n][H][splits][D] and (m, l) [n][H][splits][2].
 // Every position and token id comes from device memory, never from the host.
 #include <cuda_bf16.h>
@@ -232,11 +234,12 @@ struct AttnParams {
   const float* q;
   const void *k_cache, *v_cache;
   float *o, *partial;
-  int64_t n;             // query rows (blockIdx.z of the split, blockIdx.y of the combine)
+  int64_t n;             // query rows (blockIdx.z)
   const int32_t* slots;  // [n]: row i at pos[i] of slot slots[i]; null: one row at *pos of slot 0
   int64_t slot_stride;
   int8_t* oq;  // or null: o also quantised per block of 32 (DecodeAttentionArgs::oq)
   float2* od;
+  uint32_t* arrivals;  // [n][H]: pieces of a head group done (DecodeAttentionArgs::arrivals)
 };
 
 // Row i's position and the offset of its slot in the cache (elements).
@@ -419,6 +422,41 @@ __device__ __forceinline__ float4 axpy4(float p, float4 x, float4 y) {
 __device__ __forceinline__ float4 scale4(float c, float4 x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
 __device__ __forceinline__ float comp(float4 x, int c) { return c == 0 ? x.x : c == 1 ? x.y : c == 2 ? x.z : x.w; }
 
+// Head h of row `row`: o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
+// over the `used` pieces (base 2, as the pieces wrote them), by the whole
+// block. The weights go through `wgt` (shared, `used` floats); the sums run
+// in piece order. The partial results were written by other blocks: read
+// from L2 (__ldcg), never from this SM's L1.
+__device__ void combine_head(const AttnParams& a, int64_t row, int64_t h, int64_t used, float* wgt, float* red) {
+  const int64_t hr = row * a.H + h, D = a.D, splits = a.splits;
+  const float* pu = a.partial + hr * splits * D;
+  const float* pml = a.partial + a.n * a.H * splits * D + hr * splits * 2;
+  float M = -FLT_MAX;
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, __ldcg(pml + 2 * s));
+  M = block_reduce<true>(M, red);
+  float lsum = 0.0f;
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) {
+    const float f = exp2f(__ldcg(pml + 2 * s) - M);
+    wgt[s] = f;
+    lsum = fmaf(f, __ldcg(pml + 2 * s + 1), lsum);
+  }
+  const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
+  // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims are
+  // one block of 32 of o, quantised as quantize_q8 would (q8act).
+  for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
+    const int64_t d = d0 + threadIdx.x;
+    float o = 0.0f;
+    if (d < D) {
+      for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], __ldcg(pu + s * D + d), o);
+      o *= inv;
+      a.o[hr * D + d] = o;
+    }
+    const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
+    if (a.oq && b0 < D) q8act::quantize_block(o, threadIdx.x & 31, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
+  }
+  __syncthreads();  // wgt and red are free for the next head
+}
+
 // Block (piece blockIdx.x, heads h0 .. h0 + GT - 1 of one kv group, h0 =
 // blockIdx.y GT), four warps. A key row is held by L lanes (L = lanes, a
 // power of two), lane t owning dims 4 (t + L r) .. +3 for r < R, so a warp
@@ -561,47 +599,25 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParam
     pu[at * D + d] = usum;
     if (d == 0) pml[at * 2] = M, pml[at * 2 + 1] = lsum;
   }
-}
-
-// Block (head h, row i): o = sum_s e^(m_s - M) u_s / sum_s e^(m_s - M) l_s over the pieces
-// in use (base 2, as the split kernel wrote them). The weights go through
-// shared memory (`splits` floats); the sums run in piece order.
-__global__ void __launch_bounds__(kAttnThreads) decode_attention_combine(AttnParams a) {
-  extern __shared__ float wgt[];
+  // The last of the pieces in use to get here combines these heads: each
+  // block publishes its results (fence) before it counts itself in, so the
+  // one that counts `used` sees them all. It also sets the count back to 0
+  // for the next call (every piece of this one has counted).
+  __shared__ uint32_t arrived;
   __shared__ float red[kWarps];
-  pdl_trigger();
-  pdl_wait();
-  const int64_t row = blockIdx.y, hr = row * a.H + blockIdx.x;  // (row, head) of the partial results
-  const int32_t pos = row_pos(a.pos, a.slots, row);
-  const int64_t D = a.D, splits = a.splits, S = int64_t(pos) + 1 - attn_first(pos, a.window);
-  const int64_t chunk = attn_piece(S, splits, a.ks), used = (S + chunk - 1) / chunk;
-  const float* pu = a.partial + hr * splits * D;
-  const float* pml = a.partial + a.n * a.H * splits * D + hr * splits * 2;
-  float M = -FLT_MAX;
-  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, pml[2 * s]);
-  M = block_reduce<true>(M, red);
-  float lsum = 0.0f;
-  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) {
-    const float f = exp2f(pml[2 * s] - M);
-    wgt[s] = f;
-    lsum = fmaf(f, pml[2 * s + 1], lsum);
+  const int64_t used = (S + chunk - 1) / chunk;
+  __syncthreads();  // every thread's results are written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t* count = a.arrivals + row * a.H + h0;
+    arrived = atomicAdd(count, 1u) + 1u;
+    if (arrived == uint32_t(used)) *count = 0u;
   }
-  const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
-  // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims are
-  // one block of 32 of o, quantised as quantize_q8 would (q8act).
-  for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
-    const int64_t d = d0 + threadIdx.x;
-    float o = 0.0f;
-    if (d < D) {
-      for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], pu[s * D + d], o);
-      o *= inv;
-      a.o[hr * D + d] = o;
-    }
-    const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
-    if (a.oq && b0 < D) q8act::quantize_block(o, threadIdx.x & 31, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
-  }
+  __syncthreads();
+  if (arrived != uint32_t(used)) return;
+  __threadfence();
+  for (int gi = 0; gi < GT; ++gi) combine_head(a, row, h0 + gi, used, smem, red);
 }
-
 
 // The split kernel for a cache of T, R float4s per lane, gt heads per block.
 template <typename T>
@@ -699,6 +715,9 @@ tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {
 
 tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {
   if (tc_status st = check_decode_attention(a)) return st;
+  if (!a.arrivals)
+    return fail(TC_ERR_INVALID_ARG, "%s: decode_attention on a GPU needs its arrival counters (arrivals)",
+                a.info.name);
   // Lanes per key: the float4s of a row (NV) spread over L lanes, R each.
   const int64_t NV = (a.D + 3) / 4;
   int R = 1, L = 32;
@@ -728,22 +747,18 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
   const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
                      a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
-                     a.oq, reinterpret_cast<float2*>(a.od)};
+                     a.oq, reinterpret_cast<float2*>(a.od), a.arrivals};
   void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)
                               : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
                                                          : split_kernel<float>(vec, R, gt);
   // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
-  // (D <= 4, gt 8), under the 48 KB default.
-  const size_t smem = size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2) * sizeof(float);
+  // (D <= 4, gt 8), under the 48 KB default; then the combine's weights
+  // (splits <= 128 floats) in the same space.
+  const size_t smem = std::max(size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2), size_t(splits)) * sizeof(float);
   s->last_kernel = "decode_attention_split";
-  if (tc_status st = check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt), unsigned(a.n)),
-                                      dim3(kAttnThreads), smem, s->stream, p),
-                           "decode_attention: launch"))
-    return st;
-  s->last_kernel = "decode_attention_combine";
-  return check(launch_pdl(decode_attention_combine, dim3(unsigned(a.H), unsigned(a.n)), dim3(kAttnThreads),
-                          size_t(splits) * sizeof(float), s->stream, p),
-               "decode_attention: combine launch");
+  return check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt), unsigned(a.n)), dim3(kAttnThreads), smem,
+                          s->stream, p),
+               "decode_attention: launch");
 }
 
 }  // namespace cuda

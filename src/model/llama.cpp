@@ -403,7 +403,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       a.window = window, a.softcap = A.attn_softcap;
       a.pos = params_;
       a.q = qt_, a.k_cache = kc, a.v_cache = vc, a.cache = kv_;
-      a.o = o_, a.partial = partial_;
+      a.o = o_, a.partial = partial_, a.arrivals = arrivals_;
       if (batch) {
         a.n = n;
         a.pos = r.pos, a.slots = r.slots, a.slot_stride = r.slot_stride;

@@ -222,7 +222,8 @@ class Llama {
 
   void* k_cache_ = nullptr;
   void* v_cache_ = nullptr;
-  tc_buffer_s* kv_buffer_ = nullptr;  // holds both and partial_ (in buffers_)
+  tc_buffer_s* kv_buffer_ = nullptr;  // holds both, partial_ and arrivals_ (in buffers_)
+  uint32_t* arrivals_ = nullptr;      // decode_attention's counters (DecodeAttentionArgs::arrivals)
   tc_dtype kv_ = TC_DTYPE_F16;
   int64_t max_batch_ = 0;
   // Scratch (see alloc_state): f32 activations, f16 copies for the

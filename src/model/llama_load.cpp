@@ -498,7 +498,8 @@ tc_status Llama::split_weights() {
 // The KV cache of element type t for `slots` sequences: 2 * n_layer * slots
 // * n_head_kv * n_ctx * D elements, keys then values, then the decode
 // attention's partial results for a batch step of `slots` rows
-// [slots, H, decode_attention_splits(n_ctx), D + 2] (f32). A new cache
+// [slots, H, decode_attention_splits(n_ctx), D + 2] (f32) and its arrival
+// counters [slots, H] (uint32, zeroed here, left zero by every call). A new cache
 // replaces the old one only once it is allocated (a failure keeps the model
 // as it was).
 tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
@@ -514,8 +515,16 @@ tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
                 (long long)g.n_ctx, (long long)slots);
   void* kv = nullptr;
   const size_t cache_bytes = aligned(dtype_bytes(t, int64_t(elems)));
-  if (tc_status st = alloc(cache_bytes + size_t(partial) * 4, &kv)) return st;
+  const size_t arrivals = size_t(slots * g.n_head);
+  if (tc_status st = alloc(cache_bytes + size_t(partial) * 4 + arrivals * 4, &kv)) return st;
   tc_buffer_s* fresh = buffers_.back();
+  uint32_t* counts = reinterpret_cast<uint32_t*>(static_cast<char*>(kv) + cache_bytes + size_t(partial) * 4);
+  const std::vector<uint32_t> zeros(arrivals, 0u);
+  if (tc_status st = be_->copy_in(counts, zeros.data(), arrivals * 4)) {
+    buffers_.pop_back();
+    delete_buffer(fresh);
+    return st;
+  }
   if (kv_buffer_) {
     if (queue_) {  // the old cache may still be read by enqueued work
       std::string detail;
@@ -529,6 +538,7 @@ tc_status Llama::alloc_kv_cache(tc_dtype t, int64_t slots) {
   k_cache_ = kv;
   v_cache_ = static_cast<char*>(kv) + dtype_bytes(t, int64_t(elems / 2));
   partial_ = reinterpret_cast<float*>(static_cast<char*>(kv) + cache_bytes);
+  arrivals_ = counts;
   if (int64_t(n_past_.size()) != slots) n_past_.assign(size_t(slots), 0);
   return TC_OK;
 }

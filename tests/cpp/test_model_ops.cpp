@@ -275,8 +275,11 @@ TEST_P(ModelOps, DecodeAttention) {
       a.q = qd, a.k_cache = Kd, a.v_cache = Vd, a.cache = cache;
       a.o = dev.put(std::vector<float>(H * D, NAN));
       a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      a.arrivals = dev.put(std::vector<uint32_t>(size_t(H), 0u));
       ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
       const auto o = dev.get(a.o, H * D);
+      const auto counts = dev.get(a.arrivals, size_t(H));
+      for (int64_t h = 0; h < H; ++h) ASSERT_EQ(counts[size_t(h)], 0u) << "arrivals left at head " << h;
       for (int64_t h = 0; h < H; ++h) {
         const int64_t g = h / G;
         const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos + 1 - c.window) : 0;
@@ -310,9 +313,14 @@ TEST_P(ModelOps, DecodeAttention) {
         ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_ERR_UNSUPPORTED);
         a.oq = nullptr, a.od = nullptr;
       }
-      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
+      ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);  // the counters the first call left
       const auto o2 = dev.get(a.o, H * D);
       ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)), 0) << "two calls differ";
+      if (GetParam() != "cpu") {  // the GPU's pieces need their counters
+        tc::DecodeAttentionArgs none = a;
+        none.arrivals = nullptr;
+        ASSERT_EQ(dev.be().decode_attention(none, nullptr), TC_ERR_INVALID_ARG);
+      }
       if (!a.oq) continue;
       tc::QuantizeQ8Args qa;
       qa.info.name = "test.quantize_q8";
@@ -430,6 +438,7 @@ TEST_P(ModelOps, DecodeAttentionBatch) {
     a.q = dev.put(q), a.k_cache = Kd, a.v_cache = Vd, a.cache = cache;
     a.o = dev.put(std::vector<float>(n * H * D, NAN));
     a.partial = dev.put(std::vector<float>(n * H * splits * (D + 2), NAN));
+    a.arrivals = dev.put(std::vector<uint32_t>(size_t(n * H), 0u));
     ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
     const auto o = dev.get(a.o, n * H * D);
     for (int64_t i = 0; i < n; ++i) {
@@ -604,6 +613,7 @@ TEST_P(ModelOps, DecodeAttentionQ8AgainstUnquantised) {
       a.q = dev.put(q), a.k_cache = Kd, a.v_cache = Vd, a.cache = TC_DTYPE_Q8_0;
       a.o = dev.put(std::vector<float>(H * D, NAN));
       a.partial = dev.put(std::vector<float>(H * tc::decode_attention_splits(C) * (D + 2), NAN));
+      a.arrivals = dev.put(std::vector<uint32_t>(size_t(H), 0u));
       ASSERT_EQ(dev.be().decode_attention(a, nullptr), TC_OK);
       const auto o = dev.get(a.o, H * D);
       const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos + 1 - c.window) : 0;

@@ -76,7 +76,7 @@ class Child:
             self._reply_startup_error(e)
             os._exit(3)
         L.U32.pack_into(self.mv, self.base + L.C_STATE, L.READY)
-        self._wake_parent(force=True)
+        self._wake_parent()
         code = 0
         try:
             self.loop()
@@ -91,11 +91,10 @@ class Child:
         msg = _describe(e)
         self._write_ctrl(("err", (getattr(e, "status", _errors.INTERNAL), msg)))
         L.U32.pack_into(self.mv, self.base + L.C_STATE, L.FAILED)
-        self._wake_parent(force=True)
+        self._wake_parent()
 
-    def _wake_parent(self, force: bool = False) -> None:
-        if force or L.U32.unpack_from(self.mv, 0)[0]:
-            os.eventfd_write(self.parent_efd, 1)
+    def _wake_parent(self) -> None:
+        os.eventfd_write(self.parent_efd, 1)
 
     # ---- the loop -------------------------------------------------------------
 
@@ -116,7 +115,7 @@ class Child:
             while True:
                 # The task of seq `expected` is in its ring frame once posted.
                 off = frames[(expected - 1) % nframes]
-                if unpack(mv, off)[0] == L.POSTED and unpack(mv, off + 4)[0] == expected:
+                if mv[off] == L.POSTED and unpack(mv, off + 4)[0] == expected:
                     self.run_frame(off)
                     expected = (expected + 1) & 0xFFFFFFFF
                     t0 = time.perf_counter()
@@ -201,11 +200,15 @@ class Child:
             tb = traceback.extract_tb(e.__traceback__)
             where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
             msg = f"{_describe(e)}{where}"
-        data = msg.encode("utf-8", "replace")[:L.MSG_BYTES]
-        mv[off + L.F_MSG:off + L.F_MSG + len(data)] = data
-        L.STATUS.pack_into(mv, off + L.F_STATUS, status, len(data))
-        L.U32.pack_into(mv, off, L.DONE)
-        self._wake_parent()
+        if status:
+            data = msg.encode("utf-8", "replace")[:L.MSG_BYTES]
+            mv[off + L.F_MSG:off + L.F_MSG + len(data)] = data
+            L.STATUS.pack_into(mv, off + L.F_STATUS, status, len(data))
+        else:
+            L.STATUS.pack_into(mv, off + L.F_STATUS, 0, 0)
+        mv[off] = L.DONE  # the state's low byte (the others stay 0), after the completion
+        if mv[0]:  # the parent sleeps (or is about to)
+            os.eventfd_write(self.parent_efd, 1)
 
     def run_chip(self, slot, cfg, tensors, nt, scalars, ns):
         l2 = self.l2_slots.get(slot)
@@ -253,7 +256,7 @@ class Child:
         except BaseException as e:  # noqa: BLE001
             reply = ("err", (getattr(e, "status", _errors.INTERNAL) or _errors.INTERNAL, _describe(e)))
         self._write_ctrl(reply)
-        self._wake_parent(force=True)
+        self._wake_parent()
         if exiting:
             raise SystemExit(0)
 

@@ -66,6 +66,7 @@ HDR = struct.Struct("<IQIIIIII")  # seq, task_id, kind, callable, config, ntenso
 STATUS = struct.Struct("<iI")
 MAP = struct.Struct(f"<IIQQ{NAME_BYTES}s")
 U32 = struct.Struct("<I")
+I32 = struct.Struct("<i")
 # A ChipTensor (include/simpler/tensor.h): buffer.addr, buffer.size,
 # start_offset, ndims, dtype, shapes[5], scope_tag, strides[5].
 TENSOR = struct.Struct("<QQQIi5II5q")

@@ -76,7 +76,7 @@ tc_status simpler_depmap_destroy(simpler_depmap m) {
   return ok();
 }
 
-tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors, const int32_t* access,
+tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors, const uint8_t* access,
                                 uint32_t n, uint64_t* out_producers, uint32_t capacity, uint32_t* out_count) {
   return depmap_guarded("simpler_depmap_submit", [&]() -> Error {
     if (!m || !out_count || (n && (!tensors || !access)) || (capacity && !out_producers))

@@ -29,7 +29,7 @@ class Map:
         arr = (CChipTensor * max(1, n))()
         for i, (t, _) in enumerate(accesses):
             arr[i] = t._c
-        acc = (ctypes.c_int32 * max(1, n))(*[int(d) for _, d in accesses])
+        acc = bytes(int(d) for _, d in accesses) or b"\0"
         out = (ctypes.c_uint64 * 64)()
         cnt = ctypes.c_uint32()
         check(lib().simpler_depmap_submit(self.h, tid, arr, acc, n, out, 64, ctypes.byref(cnt)))

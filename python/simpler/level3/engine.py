@@ -110,6 +110,7 @@ class Engine:
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
+        self._tid = ctypes.c_uint64()
         # Called once per task each: unprototyped (bare), so every argument
         # below is passed as a ready C value (c_uint64 ids, bytes, plain ints
         # for the uint32 counts).
@@ -265,8 +266,8 @@ class Engine:
         return r
 
     def submit(self, run, ep, kind, slot, label, args=None, access=None, cfg=0) -> int:
-        """Queues one task; returns its id. `access` lists the tensors'
-        ArgDirection values; ep is None for a sub-task (any sub-worker)."""
+        """Queues one task; returns its id. `access` holds the tensors'
+        ArgDirection values as bytes; ep is None for a sub-task (any sub-worker)."""
         with self.lock:
             live = self.live
             if len(live) >= WINDOW:
@@ -303,8 +304,9 @@ class Engine:
         if nt:
             if len(self._finished) >= _FINISH_BATCH:
                 self._flush_finished()
-            st = self._dm_submit(self.depmap, ctypes.c_uint64(tid), arr, L.i32s(nt).pack(*access), nt,
-                                 self._producers, _MAX_PRODUCERS, self._nprod_ref)
+            self._tid.value = tid
+            st = self._dm_submit(self.depmap, self._tid, arr, access, nt, self._producers, _MAX_PRODUCERS,
+                                 self._nprod_ref)
             if st:
                 detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
                 self._fail_now(task, st, detail)
@@ -324,7 +326,7 @@ class Engine:
                         task.pending += 1
             task.tensors = arr if used[2] is None else used[2]
             task.tags = L.u32s(nt).pack(*tags)
-            task.dirs = bytes(access)
+            task.dirs = access
             task.shm = tuple(used[0])
             task.dev = tuple(used[1])
             task.nt = nt

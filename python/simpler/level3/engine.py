@@ -35,6 +35,7 @@ _FINISH_BATCH = 64
 # (a system call, and on a busy host a lost time slice) runs a batch.
 WAKE_BATCH = L.FRAMES // 2
 WAKE_DELAY_S = 50e-6
+POLL_EVERY = 4
 
 
 class Task:
@@ -95,6 +96,8 @@ class Engine:
         self.lock = threading.RLock()
         self.defer = False  # set while an orchestration function runs
         self._to_wake = {}  # endpoint -> when its wake was deferred
+        self._wake_due = 0.0  # the earliest deferred wake is due then (or earlier)
+        self._submits = 0
         self.buffers = {}  # idx -> Buffer
         self.buf_bases = []  # sorted parent base addresses
         self.buf_by_base = {}  # base -> idx
@@ -286,8 +289,12 @@ class Engine:
             if not task.pending:
                 self._ready(task)
             if self.inflight:
-                self.poll()
-            if self._to_wake:
+                # While the orchestration submits, every POLL_EVERY-th submit collects (a look at
+                # every child's oldest frame); a ring holds FRAMES tasks, so none runs dry meanwhile.
+                self._submits += 1
+                if not self.defer or self._submits % POLL_EVERY == 0:
+                    self.poll()
+            if self._to_wake and time.perf_counter() > self._wake_due:
                 self._wake_overdue()
             return tid
 
@@ -421,7 +428,10 @@ class Engine:
                 # host, a lost time slice for this process; meanwhile more tasks fill the ring, and the
                 # child runs them all on one wakeup. flush_wakes() at the latest.
                 if ep not in self._to_wake:
-                    self._to_wake[ep] = time.perf_counter()
+                    now = time.perf_counter()
+                    if not self._to_wake:
+                        self._wake_due = now + WAKE_DELAY_S
+                    self._to_wake[ep] = now
             else:
                 self._to_wake.pop(ep, None)
                 ep.wake()
@@ -433,6 +443,8 @@ class Engine:
             if now - t > WAKE_DELAY_S:
                 del self._to_wake[e]
                 e.wake()
+        if self._to_wake:
+            self._wake_due = min(self._to_wake.values()) + WAKE_DELAY_S
 
     def _dispatch_remote(self, ep) -> None:
         from ..remote.client import RemoteDied

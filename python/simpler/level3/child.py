@@ -17,7 +17,7 @@ import time
 import traceback
 
 from .. import _errors
-from .._lib import CCallConfig, CChipTensor, CTaskArgs, lib
+from .._lib import CCallConfig, CChipTensor, CTaskArgs, bare, lib
 from . import layout as L
 from .args import SubTaskArgs
 from . import endpoint as _endpoint
@@ -25,6 +25,7 @@ from .shm import Mapping
 
 _PR_SET_PDEATHSIG = 1
 _NO_ARGS = CTaskArgs(None, 0, None, 0)  # the arguments of a chip task without any (never written)
+_NO_ARGS_REF = ctypes.byref(_NO_ARGS)
 
 
 class Child:
@@ -66,6 +67,8 @@ class Child:
             self.worker = Worker(2, platform=s["platform"], runtime=s["runtime"], device_id=dev,
                                  heap_ring_size=s["heap_ring_size"], num_cores=s["num_cores"])
             self.worker.init()
+            # Called once per task: unprototyped, with arguments that need no conversion.
+            self._run_sync = bare("simpler_run_sync")
             for slot, chip in self.callables.items():
                 self.l2_slots[slot] = int(self.worker.register(chip))
 
@@ -215,15 +218,16 @@ class Child:
         if l2 is None:
             return _errors.INVALID_ARG, f"chip callable {slot} is not registered on this chip"
         c = self.configs.get(cfg)
+        if c is None:
+            return _errors.INVALID_ARG, f"call config {cfg} is not known on this chip"
         if nt or ns:
-            args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
-                             ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+            args = ctypes.byref(CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
+                                          ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns))
         else:
-            args = _NO_ARGS
+            args = _NO_ARGS_REF
         # One call: the idle level-2 Worker runs it on this thread.
-        lb = lib()
-        st = lb.simpler_run_sync(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c))
-        return st, (lb.simpler_last_error_detail().decode("utf-8", "replace") if st else "")
+        st = self._run_sync(self.worker._h, l2, args, c._ref)
+        return st, (lib().simpler_last_error_detail().decode("utf-8", "replace") if st else "")
 
     def map(self, idx: int, name: str, size: int, pbase: int) -> None:
         if idx not in self.maps:
@@ -333,6 +337,7 @@ def _c_config(cfg) -> CCallConfig:
 
     c = (cfg or CallConfig())._to_c()
     c._prefix = c.output_prefix  # keep the bytes alive
+    c._ref = ctypes.byref(c)
     return c
 
 

@@ -164,34 +164,39 @@ class Engine:
 
     def resolve(self, ep, args, tid: int, label: str):
         """(the tensors as ChipTensor bytes rebased onto their allocations
-        with TensorMap keys, tags, (buffer indices used, device bases used,
-        the tensors as the child must see them when that differs: a domain
-        peer's window is keyed by its owner but addressed by this chip's
-        mapping)). ep is None for a sub-task.
+        with TensorMap keys, their tags packed as the frame holds them, the
+        buffer indices used, the device bases used, the tensors as the child
+        must see them when that differs (a domain peer's window is keyed by
+        its owner but addressed by this chip's mapping), else None). ep is
+        None for a sub-task.
 
         A tensor of a shared buffer made by Buffer.tensor keeps its rebased
-        bytes (t._l3: buffer index, buffer, bytes) and later tasks reuse them
-        while that buffer is still registered under that index; indices are
-        never reused, so a closed buffer (or a new one at the same address)
-        sends the tensor down the full resolution again."""
+        bytes (t._l3: buffer index, buffer, bytes, packed tag) and later tasks
+        reuse them while that buffer is still registered under that index;
+        indices are never reused, so a closed buffer (or a new one at the
+        same address) sends the tensor down the full resolution again."""
         tensors = args._tensors
         n = len(tensors)
         if n > L.MAX_TENSORS:
             raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
+        buffers = self.buffers
+        if n == 1:  # the common case, without the lists
+            cached = tensors[0]._l3
+            if cached is not None and buffers.get(cached[0]) is cached[1]:
+                return cached[2], cached[3], (cached[0],), (), None
         recs = []
         tags = []
         used = set()
         dev = []
         child = None  # the tensors as the child sees them, where they differ from the keys
-        buffers = self.buffers
         for i, t in enumerate(tensors):
             cached = t._l3
             if cached is not None and buffers.get(cached[0]) is cached[1]:
-                idx, _, rec = cached
+                idx, _, rec, tag = cached
                 recs.append(rec)
                 if child is not None:
                     child.append(rec)
-                tags.append(idx + 1)
+                tags.append(tag)
                 used.add(idx)
                 continue
             rec, child_rec, tag, where = self._resolve_one(ep, t, i, tid, label)
@@ -200,12 +205,13 @@ class Engine:
             recs.append(rec)
             if child is not None:
                 child.append(child_rec)
-            tags.append(tag)
+            tags.append(L.U32.pack(tag))
             if tag:
                 used.add(tag - 1)
             else:
                 dev.append(where)
-        return b"".join(recs), tags, (used, dev, b"".join(child) if child is not None else None)
+        return (b"".join(recs), b"".join(tags), tuple(used), tuple(dev),
+                b"".join(child) if child is not None else None)
 
     def _resolve_one(self, ep, t, i: int, tid: int, label: str):
         """(bytes keyed for the TensorMap, bytes for the child (the same
@@ -255,7 +261,7 @@ class Engine:
             L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
-            t._l3 = (tag - 1, keep, rec)
+            t._l3 = (tag - 1, keep, rec, L.U32.pack(tag))
             recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
             if recs is not None and len(recs) < 4096:
                 recs[bytes(t._c)] = t._l3
@@ -303,11 +309,11 @@ class Engine:
         and packs what its frame needs."""
         ep, tid, label = task.ep, task.id, task.label
         try:
-            arr, tags, used = self.resolve(ep, args, tid, label)
+            arr, tags, shm, dev, child = self.resolve(ep, args, tid, label)
         except BaseException:
             self._fail_now(task, 0, "")
             raise
-        nt = len(tags)
+        nt = len(args._tensors)
         if nt:
             if len(self._finished) >= _FINISH_BATCH:
                 self._flush_finished()
@@ -331,11 +337,11 @@ class Engine:
                         else:
                             p.consumers.append(task)
                         task.pending += 1
-            task.tensors = arr if used[2] is None else used[2]
-            task.tags = L.u32s(nt).pack(*tags)
+            task.tensors = arr if child is None else child
+            task.tags = tags
             task.dirs = access
-            task.shm = tuple(used[0])
-            task.dev = tuple(used[1])
+            task.shm = shm
+            task.dev = dev
             task.nt = nt
         ns = len(args._scalars)
         if ns:

@@ -89,10 +89,6 @@ def u32s(n: int) -> struct.Struct:
     return _array_struct("I", n)
 
 
-def i32s(n: int) -> struct.Struct:
-    return _array_struct("i", n)
-
-
 def u64s(n: int) -> struct.Struct:
     return _array_struct("Q", n)
 

@@ -35,6 +35,7 @@ _FINISH_BATCH = 64
 # (a system call, and on a busy host a lost time slice) runs a batch.
 WAKE_BATCH = L.FRAMES // 2
 WAKE_DELAY_S = 50e-6
+# While the orchestration submits, one submit in this many collects finished frames.
 POLL_EVERY = 4
 
 
@@ -295,8 +296,8 @@ class Engine:
             if not task.pending:
                 self._ready(task)
             if self.inflight:
-                # While the orchestration submits, every POLL_EVERY-th submit collects (a look at
-                # every child's oldest frame); a ring holds FRAMES tasks, so none runs dry meanwhile.
+                # A collection looks at every child's oldest frame; a ring holds FRAMES tasks, so
+                # collecting on every POLL_EVERY-th submit keeps every child fed.
                 self._submits += 1
                 if not self.defer or self._submits % POLL_EVERY == 0:
                     self.poll()

@@ -13,7 +13,9 @@ One segment per Worker holds a 64-byte global header (the parent's
 
 A task frame (FRAME_BYTES):
 
-    @0   state u32        FREE -> POSTED (parent) -> DONE (child) -> FREE
+    @0   state u32        FREE -> POSTED (parent) -> DONE (child) -> FREE; the
+                          values fit its low byte, which either side may read
+                          or write alone (the other bytes stay 0)
     @4   seq u32          tasks of a child run in seq order
     @8   task_id u64
     @16  kind, callable, config, ntensors, nscalars, nmaps  (u32 each)

@@ -263,9 +263,6 @@ class Engine:
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
             t._l3 = (tag - 1, keep, rec, L.U32.pack(tag))
-            recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
-            if recs is not None and len(recs) < 4096:
-                recs[bytes(t._c)] = t._l3
         return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------

@@ -165,17 +165,19 @@ TC_API tc_status simpler_run_sync(simpler_worker w, int32_t slot, const simpler_
 /* ---- dependency map (the TensorMap for a scheduler above the chips) ------
  * Tasks are named by ids the caller picks (each new one not live). submit
  * returns in out_producers the live tasks whose recorded writes overlap any
- * of the task's tensors (access SIMPLER_ARG_IN, OUT or INOUT), each once,
+ * of the task's tensors (access: one byte each, SIMPLER_ARG_IN, OUT or
+ * INOUT), each once,
  * then records the task's OUT/INOUT views as its writes. More producers than
- * `capacity` is an error (out_count says how many). finish ends a task: its
- * writes order no later task. Views are checked as at a chip submit. */
+ * `capacity` is an error (out_count says how many). finish ends n tasks
+ * (all of them, or none when one is not live or named twice): their writes
+ * order no later task. Views are checked as at a chip submit. */
 typedef struct simpler_depmap_s* simpler_depmap;
 TC_API tc_status simpler_depmap_create(simpler_depmap* out);
 TC_API tc_status simpler_depmap_destroy(simpler_depmap m);
 TC_API tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors,
-                                       const int32_t* access, uint32_t n, uint64_t* out_producers,
+                                       const uint8_t* access, uint32_t n, uint64_t* out_producers,
                                        uint32_t capacity, uint32_t* out_count);
-TC_API tc_status simpler_depmap_finish(simpler_depmap m, uint64_t task_id);
+TC_API tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint32_t n);
 TC_API uint64_t simpler_depmap_size(simpler_depmap m);
 
 #ifdef __cplusplus

@@ -175,7 +175,7 @@ _SIGNATURES = {
     "simpler_depmap_create": (_S, [ctypes.POINTER(_P)]),
     "simpler_depmap_destroy": (_S, [_P]),
     "simpler_depmap_submit": (_S, [_P, _U64, _P, _P, _U32, _P, _U32, ctypes.POINTER(_U32)]),
-    "simpler_depmap_finish": (_S, [_P, _U64]),
+    "simpler_depmap_finish": (_S, [_P, ctypes.POINTER(_U64), _U32]),
     "simpler_depmap_size": (_U64, [_P]),
 }
 

@@ -285,8 +285,9 @@ class ChipStorageTaskArgs:
         if len(self._tensors) >= 256:
             raise ValueError("ChipStorageTaskArgs: at most 256 tensors")
         if direction is not None:
-            direction = ArgDirection(direction)
-            if direction == ArgDirection.SCALAR:
+            if type(direction) is not ArgDirection:  # the enum's own call costs more than the rest of this
+                direction = ArgDirection(direction)
+            if direction is ArgDirection.SCALAR:
                 raise ValueError("ChipStorageTaskArgs.add_tensor: a tensor's direction is IN, OUT or INOUT")
         self._tensors.append(tensor)
         self._directions.append(direction)

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from . import _errors
-from ._lib import CChipTensor, CTaskArgs, CWorkerConfig, CWorkerInfo, check, lib
+from ._lib import CTaskArgs, CWorkerConfig, CWorkerInfo, check, lib
 from .level3.shm import create as _create_segment
 from .task_interface import CallConfig, ChipCallable, ChipStorageTaskArgs, ChipTensor, DataType
 
@@ -103,12 +103,11 @@ class Buffer:
         self.nbytes = nbytes
         self._closed = False
         self._ptr = None
-        # Tensors made so far, (shapes, dtype, offset) -> ChipTensor bytes, and
-        # a level-3 engine's resolution of such bytes (engine.py _resolve_one):
-        # a level-3 orchestration names the same views of a buffer task after
-        # task, run after run.
+        # Tensors made so far, (shapes, dtype, offset) -> ChipTensor: a level-3
+        # orchestration names the same views of a buffer task after task, run
+        # after run, and the one object keeps the engine's resolution of it
+        # (ChipTensor._l3). A ChipTensor is immutable, so sharing it is safe.
         self._made: dict = {}
-        self._l3_recs: dict = {}
 
     @property
     def ptr(self) -> int:
@@ -126,12 +125,10 @@ class Buffer:
     def tensor(self, shapes, dtype, offset: int = 0) -> ChipTensor:
         try:
             key = (shapes if type(shapes) is tuple else tuple(shapes), dtype, offset)
-            packed = self._made.get(key)
+            t = self._made.get(key)
         except TypeError:  # unhashable arguments: the long way checks them
-            key = packed = None
-        if packed is not None:
-            t = ChipTensor(CChipTensor.from_buffer_copy(packed), self)
-            t._l3 = self._l3_recs.get(packed)
+            key = t = None
+        if t is not None:
             return t
         dt = dtype if isinstance(dtype, DataType) else DataType.from_numpy(dtype)
         n = 1
@@ -142,7 +139,7 @@ class Buffer:
         t = ChipTensor.make(self.ptr + offset, shapes, dt)
         t._keep = self
         if key is not None and len(self._made) < 4096:
-            self._made[key] = bytes(t._c)
+            self._made[key] = t
         return t
 
     def close(self) -> None:

@@ -76,7 +76,7 @@ tc_status simpler_depmap_destroy(simpler_depmap m) {
   return ok();
 }
 
-tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors, const int32_t* access,
+tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors, const uint8_t* access,
                                 uint32_t n, uint64_t* out_producers, uint32_t capacity, uint32_t* out_count) {
   return depmap_guarded("simpler_depmap_submit", [&]() -> Error {
     if (!m || !out_count || (n && (!tensors || !access)) || (capacity && !out_producers))
@@ -120,17 +120,29 @@ tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTe
   });
 }
 
-tc_status simpler_depmap_finish(simpler_depmap m, uint64_t task_id) {
+tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint32_t n) {
   return depmap_guarded("simpler_depmap_finish", [&]() -> Error {
-    if (!m) return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: null map");
-    auto it = m->live.find(task_id);
-    if (it == m->live.end())
-      return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: task %llu is not live", (unsigned long long)task_id);
-    TaskSlot* s = it->second;
-    s->state.store(kDone, std::memory_order_relaxed);
-    s->id = ~0ull;  // entries naming the slot are stale from now on
-    m->live.erase(it);
-    m->free_slots.push_back(s);
+    if (!m || (n && !task_ids)) return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: null argument");
+    // All or nothing: every id is checked (live, named once) before any retires.
+    const uint64_t mark = ++m->mark;
+    for (uint32_t i = 0; i < n; i++) {
+      auto it = m->live.find(task_ids[i]);
+      if (it == m->live.end())
+        return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: task %llu is not live",
+                          (unsigned long long)task_ids[i]);
+      if (it->second->mark == mark)
+        return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: task %llu is named twice",
+                          (unsigned long long)task_ids[i]);
+      it->second->mark = mark;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      auto it = m->live.find(task_ids[i]);
+      TaskSlot* s = it->second;
+      s->state.store(kDone, std::memory_order_relaxed);
+      s->id = ~0ull;  // entries naming the slot are stale from now on
+      m->live.erase(it);
+      m->free_slots.push_back(s);
+    }
     return {};
   });
 }

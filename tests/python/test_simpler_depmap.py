@@ -29,14 +29,14 @@ class Map:
         arr = (CChipTensor * max(1, n))()
         for i, (t, _) in enumerate(accesses):
             arr[i] = t._c
-        acc = (ctypes.c_int32 * max(1, n))(*[int(d) for _, d in accesses])
+        acc = bytes(int(d) for _, d in accesses) or b"\0"
         out = (ctypes.c_uint64 * 64)()
         cnt = ctypes.c_uint32()
         check(lib().simpler_depmap_submit(self.h, tid, arr, acc, n, out, 64, ctypes.byref(cnt)))
         return tid, sorted(out[i] for i in range(cnt.value))
 
-    def finish(self, tid):
-        check(lib().simpler_depmap_finish(self.h, tid))
+    def finish(self, *tids):
+        check(lib().simpler_depmap_finish(self.h, (ctypes.c_uint64 * max(1, len(tids)))(*tids), len(tids)))
 
     def __del__(self):
         lib().simpler_depmap_destroy(self.h)
@@ -87,3 +87,26 @@ def test_bad_views_are_refused():
         m.submit((view(4090, 64), D.IN))  # outside its allocation
     with pytest.raises(SimplerArgumentError, match="access"):
         m.submit((view(0, 4), 0))  # SCALAR is no access
+
+
+def test_finish_retires_several_or_none():
+    m = Map()
+    a, _ = m.submit((view(0, 16), D.OUT))
+    b, _ = m.submit((view(16, 16), D.OUT))
+    c, _ = m.submit((view(32, 16), D.OUT))
+    m.finish()  # nothing to retire
+    with pytest.raises(SimplerArgumentError, match="not live"):
+        m.finish(a, 999)
+    with pytest.raises(SimplerArgumentError, match="named twice"):
+        m.finish(a, b, a)
+    _, p = m.submit((view(0, 48), D.IN))
+    assert p == [a, b, c]  # the refused calls retired nothing
+    m.finish(a, c)
+    _, p = m.submit((view(0, 48), D.IN))
+    assert p == [b]
+    with pytest.raises(SimplerArgumentError, match="not live"):
+        m.finish(a)
+    with pytest.raises(SimplerArgumentError, match="null"):
+        check(lib().simpler_depmap_finish(m.h, None, 1))
+    with pytest.raises(SimplerArgumentError, match="null"):
+        check(lib().simpler_depmap_finish(None, None, 0))

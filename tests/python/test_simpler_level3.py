@@ -784,14 +784,14 @@ def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
     a.add_tensor(ChipTensor.make(own0, (8,), DataType.FLOAT32))
     b = ChipStorageTaskArgs()
     b.add_tensor(ChipTensor.make(own1 + 64, (4,), DataType.FLOAT32))
-    raw0, _, used0 = eng.resolve(c0, a, 1, "viewer")
-    raw1, _, used1 = eng.resolve(c1, b, 2, "owner")
+    raw0, _, _, _, child0 = eng.resolve(c0, a, 1, "viewer")
+    raw1, _, _, _, child1 = eng.resolve(c1, b, 2, "owner")
     head = L.TENSOR_HEAD
     assert head.unpack_from(raw0, 0) == head.unpack_from(raw1, 0)  # one key
-    addr, size, start = head.unpack_from(used0[2], 0)
+    addr, size, start = head.unpack_from(child0, 0)
     assert (addr & L.DEV_MASK, size, start) == (peer1_in_0, 4096, 16)  # the viewer's mapping
-    assert used0[2][24:96] == raw0[24:96] and used0[2][96:] == raw0[96:]  # the rest as it is
-    assert used1[2] is None  # nothing aliased: the keys are the addresses
+    assert child0[24:96] == raw0[24:96] and child0[96:] == raw0[96:]  # the rest as it is
+    assert child1 is None  # nothing aliased: the keys are the addresses
     c0.drop_alloc(peer1_in_0)
     assert peer1_in_0 not in c0.aliases
 

@@ -64,7 +64,7 @@ class Entry:
         self.workers = workers  # ids it was sent to (None = all of its role)
         self.payload = None  # post-init: True once shipped, False when it cannot be pickled
         self._sig = None
-        self.access = None  # a chip callable's tensor directions (ints), once a task needed them
+        self.access = None  # a chip callable's tensor directions (bytes), once a task needed them
         self.label = None  # how messages name its tasks
 
 

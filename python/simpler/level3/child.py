@@ -17,7 +17,7 @@ import time
 import traceback
 
 from .. import _errors
-from .._lib import CCallConfig, CChipTensor, CTaskArgs, lib
+from .._lib import CCallConfig, CChipTensor, CTaskArgs, bare, lib
 from . import layout as L
 from .args import SubTaskArgs
 from . import endpoint as _endpoint
@@ -25,6 +25,7 @@ from .shm import Mapping
 
 _PR_SET_PDEATHSIG = 1
 _NO_ARGS = CTaskArgs(None, 0, None, 0)  # the arguments of a chip task without any (never written)
+_NO_ARGS_REF = ctypes.byref(_NO_ARGS)
 
 
 class Child:
@@ -66,6 +67,8 @@ class Child:
             self.worker = Worker(2, platform=s["platform"], runtime=s["runtime"], device_id=dev,
                                  heap_ring_size=s["heap_ring_size"], num_cores=s["num_cores"])
             self.worker.init()
+            # Called once per task: unprototyped, with arguments that need no conversion.
+            self._run_sync = bare("simpler_run_sync")
             for slot, chip in self.callables.items():
                 self.l2_slots[slot] = int(self.worker.register(chip))
 
@@ -76,7 +79,7 @@ class Child:
             self._reply_startup_error(e)
             os._exit(3)
         L.U32.pack_into(self.mv, self.base + L.C_STATE, L.READY)
-        self._wake_parent(force=True)
+        self._wake_parent()
         code = 0
         try:
             self.loop()
@@ -91,11 +94,10 @@ class Child:
         msg = _describe(e)
         self._write_ctrl(("err", (getattr(e, "status", _errors.INTERNAL), msg)))
         L.U32.pack_into(self.mv, self.base + L.C_STATE, L.FAILED)
-        self._wake_parent(force=True)
+        self._wake_parent()
 
-    def _wake_parent(self, force: bool = False) -> None:
-        if force or L.U32.unpack_from(self.mv, 0)[0]:
-            os.eventfd_write(self.parent_efd, 1)
+    def _wake_parent(self) -> None:
+        os.eventfd_write(self.parent_efd, 1)
 
     # ---- the loop -------------------------------------------------------------
 
@@ -116,7 +118,7 @@ class Child:
             while True:
                 # The task of seq `expected` is in its ring frame once posted.
                 off = frames[(expected - 1) % nframes]
-                if unpack(mv, off)[0] == L.POSTED and unpack(mv, off + 4)[0] == expected:
+                if mv[off] == L.POSTED and unpack(mv, off + 4)[0] == expected:
                     self.run_frame(off)
                     expected = (expected + 1) & 0xFFFFFFFF
                     t0 = time.perf_counter()
@@ -201,26 +203,31 @@ class Child:
             tb = traceback.extract_tb(e.__traceback__)
             where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
             msg = f"{_describe(e)}{where}"
-        data = msg.encode("utf-8", "replace")[:L.MSG_BYTES]
-        mv[off + L.F_MSG:off + L.F_MSG + len(data)] = data
-        L.STATUS.pack_into(mv, off + L.F_STATUS, status, len(data))
-        L.U32.pack_into(mv, off, L.DONE)
-        self._wake_parent()
+        if status:
+            data = msg.encode("utf-8", "replace")[:L.MSG_BYTES]
+            mv[off + L.F_MSG:off + L.F_MSG + len(data)] = data
+            L.STATUS.pack_into(mv, off + L.F_STATUS, status, len(data))
+        else:
+            L.STATUS.pack_into(mv, off + L.F_STATUS, 0, 0)
+        mv[off] = L.DONE  # the state's low byte (the others stay 0), after the completion
+        if mv[0]:  # the parent sleeps (or is about to)
+            os.eventfd_write(self.parent_efd, 1)
 
     def run_chip(self, slot, cfg, tensors, nt, scalars, ns):
         l2 = self.l2_slots.get(slot)
         if l2 is None:
             return _errors.INVALID_ARG, f"chip callable {slot} is not registered on this chip"
         c = self.configs.get(cfg)
+        if c is None:
+            return _errors.INVALID_ARG, f"call config {cfg} is not known on this chip"
         if nt or ns:
-            args = CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
-                             ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns)
+            args = ctypes.byref(CTaskArgs(ctypes.cast(tensors, ctypes.POINTER(CChipTensor)) if nt else None, nt,
+                                          ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)) if ns else None, ns))
         else:
-            args = _NO_ARGS
+            args = _NO_ARGS_REF
         # One call: the idle level-2 Worker runs it on this thread.
-        lb = lib()
-        st = lb.simpler_run_sync(self.worker._h, l2, ctypes.byref(args), ctypes.byref(c))
-        return st, (lb.simpler_last_error_detail().decode("utf-8", "replace") if st else "")
+        st = self._run_sync(self.worker._h, l2, args, c._ref)
+        return st, (lib().simpler_last_error_detail().decode("utf-8", "replace") if st else "")
 
     def map(self, idx: int, name: str, size: int, pbase: int) -> None:
         if idx not in self.maps:
@@ -253,7 +260,7 @@ class Child:
         except BaseException as e:  # noqa: BLE001
             reply = ("err", (getattr(e, "status", _errors.INTERNAL) or _errors.INTERNAL, _describe(e)))
         self._write_ctrl(reply)
-        self._wake_parent(force=True)
+        self._wake_parent()
         if exiting:
             raise SystemExit(0)
 
@@ -330,6 +337,7 @@ def _c_config(cfg) -> CCallConfig:
 
     c = (cfg or CallConfig())._to_c()
     c._prefix = c.output_prefix  # keep the bytes alive
+    c._ref = ctypes.byref(c)
     return c
 
 

@@ -170,12 +170,6 @@ class Endpoint:
             L.U32.pack_into(self.mv, at, 0)
             os.eventfd_write(self.efd, 1)
 
-    def free_frame(self) -> int:
-        """The frame the next task goes to (the ring's next), or -1 while
-        the task there is not collected yet."""
-        f = self.seq % L.FRAMES
-        return f if self.busy[f] is None else -1
-
     def oldest_frame(self) -> int:
         """The frame of the oldest task posted and not yet collected (the
         child finishes its tasks in seq order); only while posted > 0."""

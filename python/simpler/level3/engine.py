@@ -27,32 +27,34 @@ PENDING, READY, RUNNING, DONE, FAILED, CANCELLED = range(6)
 # level-3 counterpart of a full task ring).
 WINDOW = 16384
 _MAX_PRODUCERS = 4096
+# Finished tasks leave the TensorMap in batches of this many (one call).
+_FINISH_BATCH = 64
 # While the orchestration goes on submitting, a child is woken once this
 # many of its tasks are posted, or once the oldest has waited WAKE_DELAY_S
 # (and at the latest when the orchestration waits or returns): one wakeup
 # (a system call, and on a busy host a lost time slice) runs a batch.
 WAKE_BATCH = L.FRAMES // 2
 WAKE_DELAY_S = 50e-6
+# While the orchestration submits, one submit in this many collects finished frames.
+POLL_EVERY = 4
 
 
 class Task:
     __slots__ = ("id", "run", "ep", "kind", "slot", "cfg", "nt", "ns", "tags", "dirs", "tensors", "scalars",
                  "shm", "dev", "pending", "consumers", "state", "in_map", "label")
 
-    def __init__(self, tid, run, ep, kind, slot, label):
+    def __init__(self, tid, run, ep, kind, slot, label, cfg):
         self.id = tid
         self.run = run
         self.ep = ep
         self.kind = kind
         self.slot = slot
         self.label = label
-        self.cfg = 0
-        self.nt = self.ns = 0
+        self.cfg = cfg
+        self.nt = self.ns = self.pending = 0
         self.tags = self.dirs = self.tensors = self.scalars = b""
-        self.shm = ()
-        self.dev = ()  # device allocations (bases) of its chip it names
-        self.pending = 0
-        self.consumers = []
+        self.shm = self.dev = ()  # buffers it uses; device allocations (bases) of its chip it names
+        self.consumers = None  # a list once a later task waits for this one
         self.state = PENDING
         self.in_map = False
 
@@ -95,6 +97,8 @@ class Engine:
         self.lock = threading.RLock()
         self.defer = False  # set while an orchestration function runs
         self._to_wake = {}  # endpoint -> when its wake was deferred
+        self._wake_due = 0.0  # the earliest deferred wake is due then (or earlier)
+        self._submits = 0
         self.buffers = {}  # idx -> Buffer
         self.buf_bases = []  # sorted parent base addresses
         self.buf_by_base = {}  # base -> idx
@@ -110,11 +114,12 @@ class Engine:
         self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
         self._nprod = ctypes.c_uint32()
         self._nprod_ref = ctypes.byref(self._nprod)
+        self._tid = ctypes.c_uint64()
         # Called once per task each: unprototyped (bare), so every argument
         # below is passed as a ready C value (c_uint64 ids, bytes, plain ints
         # for the uint32 counts).
         self._dm_submit = bare("simpler_depmap_submit")
-        self._dm_finish = bare("simpler_depmap_finish")
+        self._finished = []  # ids of finished tasks still in the TensorMap (see _flush_finished)
 
     def close(self) -> None:
         if self.depmap:
@@ -160,34 +165,39 @@ class Engine:
 
     def resolve(self, ep, args, tid: int, label: str):
         """(the tensors as ChipTensor bytes rebased onto their allocations
-        with TensorMap keys, tags, (buffer indices used, device bases used,
-        the tensors as the child must see them when that differs: a domain
-        peer's window is keyed by its owner but addressed by this chip's
-        mapping)). ep is None for a sub-task.
+        with TensorMap keys, their tags packed as the frame holds them, the
+        buffer indices used, the device bases used, the tensors as the child
+        must see them when that differs (a domain peer's window is keyed by
+        its owner but addressed by this chip's mapping), else None). ep is
+        None for a sub-task.
 
         A tensor of a shared buffer made by Buffer.tensor keeps its rebased
-        bytes (t._l3: buffer index, buffer, bytes) and later tasks reuse them
-        while that buffer is still registered under that index; indices are
-        never reused, so a closed buffer (or a new one at the same address)
-        sends the tensor down the full resolution again."""
+        bytes (t._l3: buffer index, buffer, bytes, packed tag) and later tasks
+        reuse them while that buffer is still registered under that index;
+        indices are never reused, so a closed buffer (or a new one at the
+        same address) sends the tensor down the full resolution again."""
         tensors = args._tensors
         n = len(tensors)
         if n > L.MAX_TENSORS:
             raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
+        buffers = self.buffers
+        if n == 1:  # the common case, without the lists
+            cached = tensors[0]._l3
+            if cached is not None and buffers.get(cached[0]) is cached[1]:
+                return cached[2], cached[3], (cached[0],), (), None
         recs = []
         tags = []
         used = set()
         dev = []
         child = None  # the tensors as the child sees them, where they differ from the keys
-        buffers = self.buffers
         for i, t in enumerate(tensors):
             cached = t._l3
             if cached is not None and buffers.get(cached[0]) is cached[1]:
-                idx, _, rec = cached
+                idx, _, rec, tag = cached
                 recs.append(rec)
                 if child is not None:
                     child.append(rec)
-                tags.append(idx + 1)
+                tags.append(tag)
                 used.add(idx)
                 continue
             rec, child_rec, tag, where = self._resolve_one(ep, t, i, tid, label)
@@ -196,12 +206,13 @@ class Engine:
             recs.append(rec)
             if child is not None:
                 child.append(child_rec)
-            tags.append(tag)
+            tags.append(L.U32.pack(tag))
             if tag:
                 used.add(tag - 1)
             else:
                 dev.append(where)
-        return b"".join(recs), tags, (used, dev, b"".join(child) if child is not None else None)
+        return (b"".join(recs), b"".join(tags), tuple(used), tuple(dev),
+                b"".join(child) if child is not None else None)
 
     def _resolve_one(self, ep, t, i: int, tid: int, label: str):
         """(bytes keyed for the TensorMap, bytes for the child (the same
@@ -251,10 +262,7 @@ class Engine:
             L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
-            t._l3 = (tag - 1, keep, rec)
-            recs = getattr(keep, "_l3_recs", None)  # a Buffer's: its later tensors of these bytes start resolved
-            if recs is not None and len(recs) < 4096:
-                recs[bytes(t._c)] = t._l3
+            t._l3 = (tag - 1, keep, rec, L.U32.pack(tag))
         return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------
@@ -265,65 +273,101 @@ class Engine:
         return r
 
     def submit(self, run, ep, kind, slot, label, args=None, access=None, cfg=0) -> int:
-        """Queues one task; returns its id. `access` lists the tensors'
-        ArgDirection values; ep is None for a sub-task (any sub-worker)."""
+        """Queues one task; returns its id. `access` holds the tensors'
+        ArgDirection values as bytes; ep is None for a sub-task (any sub-worker)."""
         with self.lock:
-            if len(self.live) >= WINDOW:
-                self.wait(lambda: len(self.live) < WINDOW, None)
+            live = self.live
+            if len(live) >= WINDOW:
+                self.wait(lambda: len(live) < WINDOW, None)
             tid = self.next_id
-            self.next_id += 1
-            task = Task(tid, run, ep, kind, slot, label)
-            task.cfg = cfg
+            self.next_id = tid + 1
+            task = Task(tid, run, ep, kind, slot, label, cfg)
             run.outstanding += 1
             run.tasks += 1
-            self.live[tid] = task
+            live[tid] = task
             if run.error is not None:  # the run has failed: later submits are no-ops
                 self._finish(task, CANCELLED, None)
                 return tid
             if args is not None and (args._tensors or args._scalars):
-                try:
-                    arr, tags, used = self.resolve(ep, args, tid, label)
-                except BaseException:
-                    self._fail_now(task, 0, "")
-                    raise
-                nt = len(tags)
-                if nt:
-                    st = self._dm_submit(self.depmap, ctypes.c_uint64(tid), arr, L.i32s(nt).pack(*access), nt,
-                                         self._producers, _MAX_PRODUCERS, self._nprod_ref)
-                    if st:
-                        detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
-                        self._fail_now(task, st, detail)
-                        raise _errors.error_for(st, f"{label}: {detail}")
-                    task.in_map = True
-                    live = self.live
-                    for i in range(self._nprod.value):
-                        p = live.get(self._producers[i])
-                        if p is not None and p.state < DONE:
-                            p.consumers.append(task)
-                            task.pending += 1
-                    task.tensors = arr if used[2] is None else used[2]
-                    task.tags = L.u32s(nt).pack(*tags)
-                    task.dirs = bytes(access)
-                    task.shm = tuple(used[0])
-                    task.dev = tuple(used[1])
-                    task.nt = nt
-                ns = len(args._scalars)
-                if ns > L.MAX_SCALARS:
-                    self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
-                    raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
-                task.ns = ns
-                task.scalars = L.u64s(ns).pack(*args._scalars)
-            if task.pending == 0:
+                self._bind(task, args, access)
+            if not task.pending:
                 self._ready(task)
-            self.poll()
+            if self.inflight:
+                # A collection looks at every child's oldest frame; a ring holds FRAMES tasks, so
+                # collecting on every POLL_EVERY-th submit keeps every child fed.
+                self._submits += 1
+                if not self.defer or self._submits % POLL_EVERY == 0:
+                    self.poll()
+            if self._to_wake and time.perf_counter() > self._wake_due:
+                self._wake_overdue()
             return tid
 
+    def _bind(self, task, args, access) -> None:
+        """Resolves a task's arguments, finds its producers in the TensorMap
+        and packs what its frame needs."""
+        ep, tid, label = task.ep, task.id, task.label
+        try:
+            arr, tags, shm, dev, child = self.resolve(ep, args, tid, label)
+        except BaseException:
+            self._fail_now(task, 0, "")
+            raise
+        nt = len(args._tensors)
+        if nt:
+            if len(self._finished) >= _FINISH_BATCH:
+                self._flush_finished()
+            self._tid.value = tid
+            st = self._dm_submit(self.depmap, self._tid, arr, access, nt, self._producers, _MAX_PRODUCERS,
+                                 self._nprod_ref)
+            if st:
+                detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
+                self._fail_now(task, st, detail)
+                raise _errors.error_for(st, f"{label}: {detail}")
+            task.in_map = True
+            nprod = self._nprod.value
+            if nprod:
+                live, producers = self.live, self._producers
+                for i in range(nprod):
+                    # Finished tasks (not yet retired from the map, see _flush_finished) are gone from live.
+                    p = live.get(producers[i])
+                    if p is not None and p.state < DONE:
+                        if p.consumers is None:
+                            p.consumers = [task]
+                        else:
+                            p.consumers.append(task)
+                        task.pending += 1
+            task.tensors = arr if child is None else child
+            task.tags = tags
+            task.dirs = access
+            task.shm = shm
+            task.dev = dev
+            task.nt = nt
+        ns = len(args._scalars)
+        if ns:
+            if ns > L.MAX_SCALARS:
+                self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
+                raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
+            task.ns = ns
+            task.scalars = L.u64s(ns).pack(*args._scalars)
+
     def _fail_now(self, task, status, message):
+        # Cancelled, so that a producer it already waits for does not start it when it finishes.
+        task.state = CANCELLED
         self.live.pop(task.id, None)
         task.run.outstanding -= 1
         task.run.tasks -= 1
         if task.in_map:
-            lib().simpler_depmap_finish(self.depmap, task.id)
+            self._finished.append(task.id)
+
+    def _flush_finished(self) -> None:
+        """Retires finished tasks from the TensorMap, all in one call: until
+        then the map may still name them as producers, which submit skips
+        (they are no longer live)."""
+        ids = self._finished
+        if ids:
+            n = len(ids)
+            arr = (ctypes.c_uint64 * n)(*ids)
+            ids.clear()
+            check(lib().simpler_depmap_finish(self.depmap, arr, n))
 
     def _ready(self, task) -> None:
         ep = task.ep
@@ -347,20 +391,22 @@ class Engine:
             self._dispatch_remote(ep)
             return
         mv = self.mv
-        while ep.ready:
-            f = ep.free_frame()
-            if f < 0:
-                return
-            task = ep.ready.popleft()
+        ready, busy = ep.ready, ep.busy
+        while ready:
+            f = ep.seq % L.FRAMES  # the ring's next frame, free once its last task is collected
+            if busy[f] is not None:
+                break
+            task = ready.popleft()
             if task.run.error is not None:
                 self._finish(task, CANCELLED, None)
                 continue
             off = ep.frames[f]
-            maps = () if ep.mapped.issuperset(task.shm) else [i for i in task.shm if i not in ep.mapped]
+            shm = task.shm
+            maps = () if not shm or ep.mapped.issuperset(shm) else [i for i in shm if i not in ep.mapped]
             if len(maps) > L.MAX_MAPS:
                 ep.control(self.waiter, "map", [self._map_entry(i) for i in maps])
                 ep.mapped.update(maps)
-                maps = []
+                maps = ()
             for j, idx in enumerate(maps):
                 b = self.buffers[idx]
                 L.MAP.pack_into(mv, off + L.F_MAPS + j * L.MAP_ENTRY, idx, 0, b.nbytes, b.ptr,
@@ -373,10 +419,10 @@ class Engine:
                 mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt] = task.tensors
             if ns:
                 mv[off + L.F_SCALARS:off + L.F_SCALARS + 8 * ns] = task.scalars
-            ep.seq = (ep.seq + 1) & 0xFFFFFFFF
-            L.HDR.pack_into(mv, off + L.F_HDR, ep.seq, task.id, task.kind, task.slot, task.cfg, nt, ns, len(maps))
-            L.U32.pack_into(mv, off, L.POSTED)
-            ep.busy[f] = task
+            seq = ep.seq = (ep.seq + 1) & 0xFFFFFFFF
+            L.HDR.pack_into(mv, off + L.F_HDR, seq, task.id, task.kind, task.slot, task.cfg, nt, ns, len(maps))
+            mv[off] = L.POSTED  # the state's low byte (the others stay 0); the payload is in place before it
+            busy[f] = task
             ep.posted += 1
             task.state = RUNNING
             self.inflight += 1
@@ -386,16 +432,23 @@ class Engine:
                 # host, a lost time slice for this process; meanwhile more tasks fill the ring, and the
                 # child runs them all on one wakeup. flush_wakes() at the latest.
                 if ep not in self._to_wake:
-                    self._to_wake[ep] = time.perf_counter()
+                    now = time.perf_counter()
+                    if not self._to_wake:
+                        self._wake_due = now + WAKE_DELAY_S
+                    self._to_wake[ep] = now
             else:
                 self._to_wake.pop(ep, None)
                 ep.wake()
+
+    def _wake_overdue(self) -> None:
+        """Wakes the children whose posts have waited longer than WAKE_DELAY_S."""
+        now = time.perf_counter()
+        for e, t in list(self._to_wake.items()):
+            if now - t > WAKE_DELAY_S:
+                del self._to_wake[e]
+                e.wake()
         if self._to_wake:
-            now = time.perf_counter()
-            for e, t in list(self._to_wake.items()):
-                if now - t > WAKE_DELAY_S:
-                    del self._to_wake[e]
-                    e.wake()
+            self._wake_due = min(self._to_wake.values()) + WAKE_DELAY_S
 
     def _dispatch_remote(self, ep) -> None:
         from ..remote.client import RemoteDied
@@ -450,27 +503,34 @@ class Engine:
         """Collects finished frames (no blocking); True if any."""
         got = False
         if self.inflight:
-            unpack, mv = L.U32.unpack_from, self.mv
+            mv = self.mv
             for ep in self.local:
                 # A child finishes its tasks in seq order: collect from the oldest until one still runs.
-                collected = False
+                # (A finish can post this child's next tasks: posted and seq are read afresh each time.)
+                if not ep.posted:
+                    continue
+                frames, busy = ep.frames, ep.busy
+                if mv[frames[(ep.seq - ep.posted) % L.FRAMES]] != L.DONE:  # the state's low byte (see _dispatch)
+                    continue
                 while ep.posted:
-                    f = ep.oldest_frame()
-                    if unpack(mv, ep.frames[f])[0] != L.DONE:
+                    f = (ep.seq - ep.posted) % L.FRAMES
+                    off = frames[f]
+                    if mv[off] != L.DONE:
                         break
-                    status, msg = ep.completion(f)
-                    task = ep.busy[f]
-                    ep.busy[f] = None
+                    task = busy[f]
+                    busy[f] = None
                     ep.posted -= 1
                     self.inflight -= 1
+                    status = L.I32.unpack_from(mv, off + L.F_STATUS)[0]
                     if status:
+                        msg = ep.completion(f)[1]
                         self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
                     else:
+                        mv[off] = L.FREE
                         self._finish(task, DONE, None)
-                    collected = True
-                if collected:
+                if ep.ready:
                     self._dispatch(ep)
-                    got = True
+                got = True
         for ep in self.remotes:
             if ep.completions or (ep.dead and ep.running):
                 got = self._collect_remote(ep) or got
@@ -482,22 +542,27 @@ class Engine:
         task.state = state
         self.live.pop(task.id, None)
         if task.in_map:
-            self._dm_finish(self.depmap, ctypes.c_uint64(task.id))
+            self._finished.append(task.id)
         run = task.run
         run.outstanding -= 1
+        consumers = task.consumers
+        if consumers is None:
+            if error is not None:
+                run.fail(*error)
+            return
+        task.consumers = None
         if state == DONE:
-            for c in task.consumers:
+            for c in consumers:
                 c.pending -= 1
                 if c.pending == 0 and c.state == PENDING:
                     self._ready(c)
         else:
             if error is not None:
                 run.fail(*error)
-            for c in task.consumers:
+            for c in consumers:
                 if c.state == PENDING:
                     c.run.fail(_errors.DISPATCH, f"task {c.id} ({c.label}) not run: producer task {task.id} failed")
                     self._finish(c, CANCELLED, None)
-        task.consumers = ()
 
     def on_death(self, ep) -> None:
         msg = ep.mark_dead()

@@ -13,7 +13,9 @@ One segment per Worker holds a 64-byte global header (the parent's
 
 A task frame (FRAME_BYTES):
 
-    @0   state u32        FREE -> POSTED (parent) -> DONE (child) -> FREE
+    @0   state u32        FREE -> POSTED (parent) -> DONE (child) -> FREE; the
+                          values fit its low byte, which either side may read
+                          or write alone (the other bytes stay 0)
     @4   seq u32          tasks of a child run in seq order
     @8   task_id u64
     @16  kind, callable, config, ntensors, nscalars, nmaps  (u32 each)
@@ -66,6 +68,7 @@ HDR = struct.Struct("<IQIIIIII")  # seq, task_id, kind, callable, config, ntenso
 STATUS = struct.Struct("<iI")
 MAP = struct.Struct(f"<IIQQ{NAME_BYTES}s")
 U32 = struct.Struct("<I")
+I32 = struct.Struct("<i")
 # A ChipTensor (include/simpler/tensor.h): buffer.addr, buffer.size,
 # start_offset, ndims, dtype, shapes[5], scope_tag, strides[5].
 TENSOR = struct.Struct("<QQQIi5II5q")
@@ -86,10 +89,6 @@ def _array_struct(code: str, n: int) -> struct.Struct:
 
 def u32s(n: int) -> struct.Struct:
     return _array_struct("I", n)
-
-
-def i32s(n: int) -> struct.Struct:
-    return _array_struct("i", n)
 
 
 def u64s(n: int) -> struct.Struct:

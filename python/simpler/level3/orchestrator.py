@@ -41,7 +41,7 @@ class Orchestrator:
                              f"not worker {worker}")
         access = e.access
         if access is None:
-            access = e.access = [int(d) for d in w._signature(e) if d != ArgDirection.SCALAR]
+            access = e.access = bytes(d for d in w._signature(e) if d != ArgDirection.SCALAR)
         given = len(args._tensors) if args is not None else 0
         if given != len(access):
             raise ValueError(f"submit_next_level: callable {e.slot} ({e.target.func_name}) takes {len(access)} "
@@ -85,7 +85,7 @@ class Orchestrator:
                              f"(the sub-workers then inherit it) or install cloudpickle")
         access = None
         if args is not None and args._tensors:
-            access = [_INOUT if d is None else int(d) for d in args._directions]
+            access = directions(args)
         label = e.label
         if label is None:
             label = e.label = f"sub-task {getattr(e.target, '__qualname__', 'callable')}"
@@ -118,6 +118,12 @@ class Orchestrator:
 
     def allocate_domain(self, name: str, workers, window_size: int, buffers=()):
         return self._w._allocate_domain(name, workers, window_size, buffers)
+
+
+def directions(args) -> bytes:
+    """The ArgDirection of each tensor of args, as bytes; untagged ones INOUT."""
+    dirs = args._directions
+    return bytes(dirs) if None not in dirs else bytes(_INOUT if d is None else d for d in dirs)
 
 
 def as_config(config):

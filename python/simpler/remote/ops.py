@@ -7,11 +7,9 @@ keep dependencies on one host's memory apart from another's."""
 from __future__ import annotations
 
 from .. import _errors
-from ..task_interface import ArgDirection
 from ..level3 import layout as L
 from . import protocol as P
 
-_INOUT = int(ArgDirection.INOUT)
 _CONFIG_FIELDS = ("aicpu_thread_num", "block_dim", "enable_chip_swimlane", "enable_dump_args", "enable_pmu",
                   "enable_dep_gen", "enable_scope_stats", "output_prefix", "runtime_env")
 
@@ -84,7 +82,7 @@ class RemoteOps:
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
         from .client import RemoteCallable
-        from ..level3.orchestrator import as_config
+        from ..level3.orchestrator import as_config, directions
 
         ep = self._remote_ep(worker)
         if isinstance(handle, str):
@@ -96,7 +94,7 @@ class RemoteOps:
         fields = {} if cfg is None else {k: getattr(cfg, k) for k in _CONFIG_FIELDS}
         access = None
         if args is not None and args._tensors:
-            access = [_INOUT if d is None else int(d) for d in args._directions]
+            access = directions(args)
         label = f"remote callable {handle.name}"
         return self._engine.submit(run, ep, L.KIND_REMOTE, ep.callable_index(handle.name), label, args, access,
                                    ep.config_index(fields))

@@ -339,6 +339,11 @@ constexpr int kWarps = kAttnThreads / 32;
 // Keys each lane slot loads at once: 4 with one head and one float4 per lane,
 // 2 when the query heads and the accumulators take more registers.
 __host__ __device__ constexpr int attn_unroll(int R, int GT) { return R * GT == 1 ? 4 : 2; }
+// Blocks an SM must hold: 8 (64 registers a thread) for one float4 and one
+// head a lane, whose key loop fits in them; without the bound the combine
+// at the kernel's end lifted the Q8_0 kernel to 80 registers (6 blocks an
+// SM) and it decoded 11% slower at depth 4096, its loads being what bounds it.
+__host__ __device__ constexpr int attn_min_blocks(int R, int GT) { return R * GT == 1 ? 8 : 1; }
 // Fewer split blocks than this (about two per SM of an H200) and a block
 // takes fewer heads of a group: re-reading K/V from L2 costs less than idle SMs.
 constexpr int64_t kAttnMinBlocks = 256;
@@ -470,7 +475,7 @@ __device__ void combine_head(const AttnParams& a, int64_t row, int64_t h, int64_
 // piece) load nothing and weigh 0; a slot that saw none keeps m = -FLT_MAX,
 // l = 0, acc = 0 and drops out of the merge (its weight e^(-FLT_MAX - M) = 0).
 template <typename T, int R, int GT, bool kVec>
-__global__ void __launch_bounds__(kAttnThreads) decode_attention_split(AttnParams a) {
+__global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_attention_split(AttnParams a) {
   constexpr int U = attn_unroll(R, GT);
   extern __shared__ float smem[];
   pdl_trigger();

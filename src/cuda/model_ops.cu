@@ -35,8 +35,9 @@
 //       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s,
 //       by the last block of a head's pieces to finish (each counts itself
 //       in `arrivals` after a fence; the last sees every piece's results):
-//       one kernel, so no launch boundary in the step between the two. With oq, o quantised per block of 32 as quantize_q8 would (a
-//       warp a block: the wo product then needs no quantize_q8 launch)
+//       one kernel, so no launch boundary in the step between the two. With
+//       oq, o quantised per block of 32 as quantize_q8 would (a warp a
+//       block: the wo product then needs no quantize_q8 launch)
 //     Work split: block (piece, up to 8 query heads of one kv group, so K/V
 //     are read once for them); a key row is spread over D/4 lanes (rounded
 //     up to a power of two, at most 32; float4 loads when D % 4 == 0, each

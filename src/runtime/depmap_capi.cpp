@@ -24,7 +24,9 @@ struct simpler_depmap_s {
   std::unordered_map<uint64_t, simpler::TaskSlot*> live;
   std::vector<std::unique_ptr<simpler::TaskSlot>> pool;
   std::vector<simpler::TaskSlot*> free_slots;
-  uint64_t mark = 0;  // de-duplicates producers within one submit
+  uint64_t mark = 0;  // de-duplicates producers within one submit, ids within one finish
+  // finish's tasks between its check and its retirement (kept: no allocation a call).
+  std::vector<std::unordered_map<uint64_t, simpler::TaskSlot*>::iterator> finishing;
 };
 
 using namespace simpler;
@@ -125,6 +127,7 @@ tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint
     if (!m || (n && !task_ids)) return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: null argument");
     // All or nothing: every id is checked (live, named once) before any retires.
     const uint64_t mark = ++m->mark;
+    m->finishing.clear();
     for (uint32_t i = 0; i < n; i++) {
       auto it = m->live.find(task_ids[i]);
       if (it == m->live.end())
@@ -134,9 +137,10 @@ tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint
         return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: task %llu is named twice",
                           (unsigned long long)task_ids[i]);
       it->second->mark = mark;
+      m->finishing.push_back(it);
     }
-    for (uint32_t i = 0; i < n; i++) {
-      auto it = m->live.find(task_ids[i]);
+    // Erasing one element of an unordered_map leaves the other iterators valid.
+    for (auto it : m->finishing) {
       TaskSlot* s = it->second;
       s->state.store(kDone, std::memory_order_relaxed);
       s->id = ~0ull;  // entries naming the slot are stale from now on

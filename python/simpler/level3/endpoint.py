@@ -176,7 +176,7 @@ class Endpoint:
         return (self.seq - self.posted) % L.FRAMES
 
     def done(self, f: int) -> bool:
-        return L.U32.unpack_from(self.mv, self.frames[f])[0] == L.DONE
+        return self.mv[self.frames[f]] == L.DONE  # the state's low byte, as Engine.poll reads it
 
     def completion(self, f: int):
         """(status, message) of a DONE frame; frees it."""

@@ -498,6 +498,13 @@ struct GemvQ8Args {
   const int8_t* xq = nullptr;     // [M][K]
   const float* xd = nullptr;      // [M][K / 32][2]
   const uint16_t* xh = nullptr;   // or: X in f16 [M][K], 16-byte aligned (see above)
+  // Or X in f32 [M][K], quantised by the product exactly as quantize_q8 with
+  // this gamma (null: no norm) and eps would; xq / xd are then scratch of
+  // their usual shape whose contents afterwards are unspecified. x must not
+  // overlap y.
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  float eps = 0.0f;
   float* y = nullptr;  // [M][N], or [M][N / 2] for kSwiglu
   int epilogue = kStore;
 };
@@ -512,9 +519,15 @@ struct RepackQ8Args {
 };
 // The format and layout rules of gemv_q8 / repack_q8 every backend applies
 // (quant/formats.h, q8_product_format): TC_ERR_UNSUPPORTED with the detail
-// set, or TC_OK. Alignment is each backend's own.
+// set (TC_ERR_INVALID_ARG for inconsistent X arguments), or TC_OK.
+// Alignment is each backend's own.
 tc_status check_quantize_q8(const QuantizeQ8Args& a);
 tc_status check_gemv_q8(const GemvQ8Args& a);
+// A gemv_q8 that quantises X (a.x) as two steps, for a backend without a
+// kernel doing both: quantize_q8 into the call's scratch xq / xd, then the
+// product of that.
+QuantizeQ8Args quantize_of(const GemvQ8Args& a);
+GemvQ8Args product_of(const GemvQ8Args& a);
 tc_status check_decode_attention(const DecodeAttentionArgs& a);
 tc_status check_repack_q8(const RepackQ8Args& a);
 // ---- end model ops ----

@@ -58,7 +58,38 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
   if (!a.wd && q8_split_only(a.fmt))
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 reads %s weights in the split layout only (repack_q8)",
                 a.info.name, format_info(a.fmt)->name);
+  if (a.gamma && !a.x)
+    return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 normalises X only when it quantises it (gamma without x)",
+                a.info.name);
+  if (a.x) {
+    if (a.xh)
+      return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 takes f32 X to quantise (x) or f16 X (xh), not both", a.info.name);
+    if (!a.xq || !a.xd)
+      return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 quantising X needs xq and xd as scratch", a.info.name);
+    const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+    const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), x1 = x0 + uintptr_t(a.M * a.K) * sizeof(float);
+    const uintptr_t y0 = reinterpret_cast<uintptr_t>(a.y), y1 = y0 + uintptr_t(a.M * rows) * sizeof(float);
+    if (x0 < y1 && y0 < x1)
+      return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 quantising X needs X and Y apart (they overlap)", a.info.name);
+  }
   return TC_OK;
+}
+
+QuantizeQ8Args quantize_of(const GemvQ8Args& a) {
+  QuantizeQ8Args q;
+  q.info = a.info;
+  q.M = a.M, q.K = a.K;
+  q.x = a.x, q.gamma = a.gamma, q.eps = a.eps;
+  // The caller's scratch (backend.h): written here, read by the product after.
+  q.xq = const_cast<int8_t*>(a.xq);
+  q.xd = const_cast<float*>(a.xd);
+  return q;
+}
+
+GemvQ8Args product_of(const GemvQ8Args& a) {
+  GemvQ8Args p = a;
+  p.x = nullptr, p.gamma = nullptr;
+  return p;
 }
 
 tc_status check_decode_attention(const DecodeAttentionArgs& a) {

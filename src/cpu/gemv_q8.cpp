@@ -245,6 +245,10 @@ tc_status gemv_f16_x(const GemvQ8Args& a) {
 
 tc_status gemv_q8(const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (a.x) {  // X to quantise: into the call's scratch, then the product
+    if (tc_status st = quantize_q8(quantize_of(a))) return st;
+    return gemv_q8(product_of(a));
+  }
   if (a.xh) return gemv_f16_x(a);
   const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
   for (int64_t m = 0; m < a.M; ++m) {

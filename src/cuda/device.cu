@@ -1,6 +1,7 @@
 #include "cuda/device.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/error.h"
 
@@ -14,6 +15,19 @@ tc_status check(cudaError_t err, const char* what) {
   cudaGetLastError();  // clear a sticky-free error so later calls are not blamed
   return fail(err == cudaErrorMemoryAllocation ? TC_ERR_ALLOC : TC_ERR_DISPATCH, "%s: %s (%s)", what,
               cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+// The device's SM count, read once a device.
+int sm_count() {
+  static std::atomic<int> cached[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  int n = cached[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    cached[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
 }
 
 tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out) {

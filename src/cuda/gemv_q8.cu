@@ -58,6 +58,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/gemv_q8_mma.h"
+#include "cuda/gemv_q8_stream.h"
 #include "cuda/q8_block.cuh"
 #include "cuda/pdl.cuh"
 #include "quant/formats.h"
@@ -768,8 +769,16 @@ tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
                "quantize_q8: launch");
 }
 
-tc_status gemv_q8(Device&, StreamState* s, const GemvQ8Args& a) {
+tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (gemv_q8_stream_fits(a)) {  // one row on split Q4_0 / Q8_0, X quantised inside when given in f32
+    s->last_kernel = a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
+    return check(launch_gemv_q8_stream(a, s->stream), "gemv_q8: launch");
+  }
+  if (a.x) {  // X to quantise by a kernel of its own
+    if (tc_status st = quantize_q8(dev, s, quantize_of(a))) return st;
+    return gemv_q8(dev, s, product_of(a));
+  }
   if (a.xh) {  // f16 X: the tensor-core kernels only
     if (!gemv_q8_mma_fits(a, true))
       return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 of f16 X on a GPU needs K a multiple of 256 and W, X 16-byte aligned",

@@ -571,18 +571,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
   }
 }
 
-int sm_count() {
-  static std::atomic<int> cached[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  int n = cached[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    cached[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 // Opts kernel <F, BN, MT, H> into more than 48 KB of dynamic shared memory,
 // once a device.
 template <class F, int BN, int MT, bool H>

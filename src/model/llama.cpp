@@ -251,7 +251,11 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // per block of 32 (the contract of the f16 products: as the CPU's VNNI path
 // and llama.cpp compute) once per distinct input, and its products fold
 // the residual adds and SwiGLU into their epilogues: 11 launches a layer
-// instead of ~20 where [q; k; v] and [gate; up] are fused. Needs every
+// instead of ~20 where [q; k; v] and [gate; up] are fused. The fused
+// products and down take their X in f32 and quantise it themselves
+// (gemv_q8's x), which a GPU does inside the product where its streaming
+// kernel takes the weights (Q4_0, Q8_0; K <= 4096): two quantize_q8
+// launches a layer fewer on a 7B. Needs every
 // matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q6_K only with
 // its split copy); TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
@@ -286,7 +290,11 @@ tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K, int6
   return be_->quantize_q8(a, queue_.get());
 }
 
-tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M) {
+tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, const float* x, const float* gamma) {
+  if (x && q8_f16x_) {  // f16 X is made by quantize_q8 only
+    TC_TRY(quantize_q8(x, gamma, w.K, M));
+    x = nullptr, gamma = nullptr;
+  }
   GemvQ8Args a;
   a.info.name = "llama.gemv_q8";
   a.fmt = w.fmt;
@@ -295,6 +303,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M) {
   a.wd = w.split_d;
   a.xq = q8x_, a.xd = q8d_;
   if (q8_f16x_) a.xh = reinterpret_cast<const uint16_t*>(xh_);
+  a.x = x, a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
   a.y = y;
   a.epilogue = epilogue;
   return be_->gemv_q8(a, queue_.get());
@@ -344,9 +353,12 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
     float *qp, *kp, *vp;
     if (q8) {
-      if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
+      // Layer 0 reads the 8-bit X quantised above; a fused product quantises its own.
+      const bool fused_qkv = l > 0 && L.wqkv.data;
+      if (l > 0 && !fused_qkv) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
       if (L.wqkv.data) {  // rows [q | k | v]
-        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, fused_qkv ? x_ : nullptr,
+                       fused_qkv ? vec(L.attn_norm) : nullptr));
         qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
         r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
       } else {
@@ -497,10 +509,10 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       // x += o Wo^T; x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T, h = rmsnorm(x) * ffn_norm.
       if (!o_quantised) TC_TRY(quantize_q8(o_, nullptr, Dq, n));
       TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
-      TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
       if (L.w_gate_up.data) {
-        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n));
+        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n, x_, vec(L.ffn_norm)));
       } else {  // gate rows, then up rows, then SwiGLU over all of them
+        TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
         TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore, n));
         TC_TRY(gemv_q8(L.w_up, gu_ + n * g.n_ff, GemvQ8Args::kStore, n));
         SwigluForwardArgs sw;
@@ -510,8 +522,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         sw.gate = gu_, sw.up = gu_ + n * g.n_ff, sw.out = gu_;
         TC_TRY(be_->swiglu_forward(sw, q));
       }
-      TC_TRY(quantize_q8(gu_, nullptr, g.n_ff, n));
-      TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n));
+      TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
       continue;
     }
     TC_TRY(product(L.wo, o_, tmp_, n));
@@ -540,8 +551,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
     if (q8) {  // a batch step wants every row's logits (rows == n)
-      TC_TRY(quantize_q8(x_, vec(output_norm_), E, n));
-      return gemv_q8(output_, lg, GemvQ8Args::kStore, n);
+      return gemv_q8(output_, lg, GemvQ8Args::kStore, n, x_, vec(output_norm_));
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
     TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));

@@ -950,15 +950,23 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       ga.fmt = c.fmt, ga.M = M, ga.N = N, ga.K = K;
       ga.xq = qa.xq, ga.xd = qa.xd;
       const std::vector<float> y0 = randn(size_t(M * N));
-      for (int run = 0; run < 6; ++run) {
-        const bool split = run >= 3;
+      // Runs 6..11: X in f32, quantised by the product itself (x, gamma) into
+      // poisoned scratch: the same 8-bit X as quantize_q8's above, so the
+      // same reference (a GPU's streaming kernel takes the split Q4_0 / Q8_0
+      // cases with M = 1 and K a multiple of 256).
+      for (int run = 0; run < 12; ++run) {
+        const bool split = run % 6 >= 3, self = run >= 6;
         const int e = run % 3;  // kStore, kAdd, kSwiglu
         if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
         if (split ? !has_split : !has_gguf) continue;
-        SCOPED_TRACE(std::string(split ? "split layout" : "GGUF layout") + ", epilogue " + std::to_string(e));
+        SCOPED_TRACE(std::string(split ? "split layout" : "GGUF layout") + ", epilogue " + std::to_string(e) +
+                     (self ? ", X quantised by the product" : ""));
         ga.w = split ? static_cast<const void*>(qs_dev) : w_dev;
         ga.wd = split ? ra.d : nullptr;
         ga.epilogue = e;
+        ga.x = self ? qa.x : nullptr, ga.gamma = self ? qa.gamma : nullptr, ga.eps = eps;
+        ga.xq = self ? dev.put(std::vector<int8_t>(size_t(M * K), int8_t(-77))) : qa.xq;
+        ga.xd = self ? dev.put(std::vector<float>(size_t(2 * nb), NAN)) : qa.xd;
         ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(M * N + 1), NAN));
         ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
         const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;  // Y's [M][rows]
@@ -1003,6 +1011,7 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
         }
       tc::GemvQ8Args fa = ga;
       fa.xq = nullptr, fa.xd = nullptr, fa.xh = ha.xh;
+      fa.x = nullptr, fa.gamma = nullptr;
       for (int run = 0; run < 6; ++run) {
         const bool split = run >= 3;
         const int e = run % 3;
@@ -1048,6 +1057,29 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   bad.fmt = Q4_K, bad.K = 96;  // not whole superblocks
   EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
   EXPECT_EQ(dev.get(bad.y, 1)[0], 7.0f);
+  // X to quantise, inconsistently given: refused before anything runs.
+  {
+    const int64_t K = 256, N = 16;
+    tc::GemvQ8Args xb;
+    xb.info.name = "test.gemv_q8";
+    xb.fmt = Q4_K, xb.N = N, xb.K = K;
+    xb.w = dev.put(random_q8_weights(Q4_K, N, K));
+    const std::vector<float> x = randn(size_t(K)), y_in(size_t(N), 7.0f);
+    float* xbuf = dev.put(x);
+    xb.xq = dev.put(std::vector<int8_t>(size_t(K), 0));
+    xb.xd = dev.put(std::vector<float>(size_t(K / 16), 0.0f));
+    xb.y = dev.put(y_in);
+    xb.gamma = xbuf;  // gamma without x
+    EXPECT_EQ(dev.be().gemv_q8(xb, nullptr), TC_ERR_INVALID_ARG);
+    xb.x = xbuf, xb.xh = dev.put(std::vector<uint16_t>(size_t(K), 0));  // x and xh
+    EXPECT_EQ(dev.be().gemv_q8(xb, nullptr), TC_ERR_INVALID_ARG);
+    xb.xh = nullptr, xb.xq = nullptr;  // no scratch
+    EXPECT_EQ(dev.be().gemv_q8(xb, nullptr), TC_ERR_INVALID_ARG);
+    xb.xq = dev.put(std::vector<int8_t>(size_t(K), 0));
+    xb.y = xbuf + 8;  // Y inside X
+    EXPECT_EQ(dev.be().gemv_q8(xb, nullptr), TC_ERR_INVALID_ARG);
+    EXPECT_EQ(dev.get(xbuf, size_t(K)), x);
+  }
   tc::RepackQ8Args bad_repack;
   bad_repack.info.name = "test.repack_q8";
   bad_repack.fmt = Q4_K, bad_repack.N = 1, bad_repack.K = 256;  // read in place: no split layout

@@ -1,0 +1,434 @@
+// One-row 8-bit products on W in the split layout (GemvQ8Args with M = 1,
+// Q4_0 / Q8_0, wd set), streamed through shared memory:
+//
+//   y[n] = sum_b d_b(W[n]) * (dx_b * dot(q_b, xq_b) + c * sx_b)      (gemv_q8.cu's maths)
+//   with, when the call brings X in f32, xq / dx / sx made here as quantize_q8 makes them:
+//   v = x, or v = x * rstd * gamma, rstd = 1 / sqrt(sum(x^2) / K + eps) (f64 sum);
+//   per block of 32: dx = max|v| / 127, xq = rne(v / dx), sx = dx * sum(xq)
+//
+// Why: in a decode step each product but wo follows a quantize_q8 of its X,
+// a kernel boundary on the critical path. Quantising X again in every CTA
+// of the product pays only when CTAs are few and long-lived: this kernel
+// runs one wave (2 CTAs of 16 warps an SM), each CTA taking tiles c,
+// c + grid, ... of TR consecutive rows, and only for K <= 4096 (two groups
+// of 4 values a thread; longer X, e.g. the 7B's down product at 11008, costs
+// more to quantise in every CTA than the boundary: quantize_q8 does it).
+// Measured on the H200 (kernel chains of the 7B's 128 products a step,
+// bench/results/llama-batched.md): the streaming kernel alone 1338 us a
+// step against 1348 for gemv_q8_row1.
+//
+// Data movement: a tile's rows are contiguous in the split layout (their
+// quants, and apart their scales), so one thread moves a whole tile into
+// shared memory with two bulk copies (cp.async.bulk, TMA; four for SwiGLU:
+// TR / 2 gate rows and the matching up rows) completing on the stage's
+// mbarrier, L2 evict-first (W is read once). A ring of 2-4 stages of up to
+// 40 KB: the first ones are issued before the kernel waits for its
+// predecessor (pdl.cuh), so W streams in while the previous kernel ends and
+// X is quantised; stage s is refilled once every warp is done with it.
+// Each warp takes 32 blocks at a time of one row of the tile (16 / TR warps
+// a row), the warps' sums reduce in shared memory in a fixed order: the
+// result is deterministic. X, quantised or given, is read from shared
+// memory (quantised here) or through L1 (given).
+//
+// Quantising X here: the f64 sum of squares in a fixed order (per thread,
+// warp trees, the warps in order: the same rstd in every CTA; its order is
+// not quantize_q8's, so rstd may differ from it in the last bit), then a
+// block of 32 per 8 lanes (4 values a lane; max and integer sum by
+// shuffles: quantize_block's dx, xq and sx for the same v).
+#include "cuda/gemv_q8_stream.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/device.h"
+#include "cuda/pdl.cuh"
+#include "quant/formats.h"
+
+namespace tc {
+namespace cuda {
+namespace {
+namespace q8stream {
+
+constexpr int kWarps = 16, kThreads = kWarps * 32;
+constexpr int kMaxStages = 4;
+constexpr int64_t kStageCap = 40 * 1024;  // bytes of W a stage, at most
+constexpr int64_t kRingBudget = 64 * 1024;
+
+// ---- bulk copies and mbarriers (sm_90) ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bar_init(uint64_t* b) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
+}
+// The one arrival of a stage's phase, expecting `bytes` of bulk copies.
+__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(b)), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* b, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(b)), "l"(policy)
+      : "memory");
+}
+// Orders this CTA's generic-proxy accesses of shared memory before later
+// bulk copies into it (a stage refilled after it was read).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ uint64_t evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
+// ---- formats: a block's 16 (Q4_0) or 32 (Q8_0) bytes of quants ----
+
+__device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+struct Q4_0 {
+  static constexpr int kVecs = 1;  // 16-byte vectors of quants a block
+  // d (dx dot(q, xq) - 8 sx); byte j: weight j (low nibble), j + 16 (high).
+  __device__ __forceinline__ static float dot(const uint4 (&q)[1], float d, const int8_t* xq, float2 xd) {
+    const int4 xl = *reinterpret_cast<const int4*>(xq), xh = *reinterpret_cast<const int4*>(xq + 16);
+    const uint32_t w[4] = {q[0].x, q[0].y, q[0].z, q[0].w};
+    const int lo[4] = {xl.x, xl.y, xl.z, xl.w}, hi[4] = {xh.x, xh.y, xh.z, xh.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = __dp4a(int(w[i] & 0x0F0F0F0Fu), lo[i], s);
+      s = __dp4a(int((w[i] >> 4) & 0x0F0F0F0Fu), hi[i], s);
+    }
+    return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+  }
+};
+
+struct Q8_0 {
+  static constexpr int kVecs = 2;
+  // d dx dot(q, xq).
+  __device__ __forceinline__ static float dot(const uint4 (&q)[2], float d, const int8_t* xq, float2 xd) {
+    int s = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int4 x = *reinterpret_cast<const int4*>(xq + 16 * h);
+      s = __dp4a(int(q[h].x), x.x, s);
+      s = __dp4a(int(q[h].y), x.y, s);
+      s = __dp4a(int(q[h].z), x.z, s);
+      s = __dp4a(int(q[h].w), x.w, s);
+    }
+    return d * (xd.x * float(s));
+  }
+};
+
+template <int E>
+__device__ __forceinline__ void store(float* y, float r, float u) {
+  if constexpr (E == GemvQ8Args::kSwiglu) *y = r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u;  // as gemv_q8.cu
+  else if constexpr (E == GemvQ8Args::kAdd) *y += r;
+  else *y = r;
+}
+
+// X (K f32 values, normalised when norm with gamma's values gv, which the
+// kernel loads before it waits for X) quantised into xq / xd (shared
+// memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
+// values (at most G): every load of X is issued before any is used (one
+// trip to L2), then the f64 sum of squares (per thread, per warp
+// by a fixed tree, then the warps in order: the same rstd in every CTA),
+// then a block of 32 per 8 lanes (max and integer sum by shuffles: exactly
+// quantize_block's dx, xq and sx). `part` holds kWarps doubles.
+template <int G>
+__device__ __forceinline__ void quantize_x(const float* __restrict__ x, bool norm, const float4 (&gv)[G], float eps,
+                                           int64_t K, int8_t* xq, float2* xd, double* part) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t groups = K / 4;  // a multiple of 8: lane groups of 8 are whole blocks
+  float4 v[G];
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    const int64_t g = int64_t(j) * kThreads + tid;
+    v[j] = g < groups ? *reinterpret_cast<const float4*>(x + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (norm) {
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      ss += double(v[j].x) * double(v[j].x) + double(v[j].y) * double(v[j].y);
+      ss += double(v[j].z) * double(v[j].z) + double(v[j].w) * double(v[j].w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    double t = 0.0;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) t += part[i];
+    const float rstd = float(1.0 / sqrt(t / double(K) + double(eps)));
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const float4 c = gv[j];
+      {
+        v[j].x = __fmul_rn(__fmul_rn(v[j].x, rstd), c.x), v[j].y = __fmul_rn(__fmul_rn(v[j].y, rstd), c.y);
+        v[j].z = __fmul_rn(__fmul_rn(v[j].z, rstd), c.z), v[j].w = __fmul_rn(__fmul_rn(v[j].w, rstd), c.w);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    const int64_t g = int64_t(j) * kThreads + tid;
+    if (int64_t(j) * kThreads + warp * 32 >= groups) break;  // uniform over the warp
+    float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const int q0 = max(-128, min(127, __float2int_rn(__fmul_rn(v[j].x, id))));
+    const int q1 = max(-128, min(127, __float2int_rn(__fmul_rn(v[j].y, id))));
+    const int q2 = max(-128, min(127, __float2int_rn(__fmul_rn(v[j].z, id))));
+    const int q3 = max(-128, min(127, __float2int_rn(__fmul_rn(v[j].w, id))));
+    int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (g < groups) {
+      reinterpret_cast<uint32_t*>(xq)[g] =
+          (uint32_t(q0) & 0xFFu) | (uint32_t(q1) & 0xFFu) << 8 | (uint32_t(q2) & 0xFFu) << 16 | uint32_t(q3) << 24;
+      if ((lane & 7) == 0) xd[g / 8] = make_float2(d, d * float(sum));
+    }
+  }
+}
+
+// Tile t: output rows t TO .. t TO + TO - 1 (TO = TR, or TR / 2 for SwiGLU,
+// whose tile holds those gate rows, then their up rows).
+// Shared memory: `stages` stages of TR rows (their quants, then their
+// scales), then, when X is quantised here, its K int8 values and K / 32 (dx, sx).
+template <class F, int E, int G>
+__global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __restrict__ qs,
+                                                           const uint16_t* __restrict__ wd, int64_t N, int64_t K,
+                                                           const int8_t* __restrict__ xq_in,
+                                                           const float2* __restrict__ xd_in,
+                                                           const float* __restrict__ x,
+                                                           const float* __restrict__ gamma, float eps,
+                                                           float* __restrict__ y, int TR, int stages) {
+  constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
+  constexpr int QB = 16 * F::kVecs;  // bytes of quants a block
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint64_t full[kMaxStages];
+  __shared__ float red[2][kWarps];
+  __shared__ double part[kWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  const int64_t nb = K / 32, qrow = nb * QB, drow = nb * 2;
+  const int TO = TR / R;
+  // Tile i of this CTA: output rows o0 .. o0 + cnt - 1, tiles c, c + grid, ...
+  const int64_t tiles = (rows + TO - 1) / TO;
+  const int64_t mine = tiles > int64_t(blockIdx.x) ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  auto tile_start = [&](int64_t i) { return (int64_t(blockIdx.x) + i * gridDim.x) * TO; };
+  const int64_t stage_bytes = int64_t(TR) * (qrow + drow);
+  const uint8_t* wdb = reinterpret_cast<const uint8_t*>(wd);
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) bar_init(&full[s]);
+    fence_proxy_async();  // the barriers, as the bulk copies see them
+  }
+  __syncthreads();
+  const uint64_t policy = evict_first();
+  // Thread 0: the bulk copies of this CTA's i-th tile into stage i % stages.
+  auto issue = [&](int64_t i) {
+    const int64_t o0 = tile_start(i);
+    const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
+    uint8_t* st = smem + (i % stages) * stage_bytes;
+    uint64_t* bar = &full[i % stages];
+    bar_expect(bar, uint32_t(R * cnt * (qrow + drow)));
+#pragma unroll
+    for (int p = 0; p < R; ++p) {
+      const int64_t n0 = o0 + p * rows;
+      bulk_copy(st + p * TO * qrow, qs + n0 * qrow, uint32_t(cnt * qrow), bar, policy);
+      bulk_copy(st + TR * qrow + p * TO * drow, wdb + n0 * drow, uint32_t(cnt * drow), bar, policy);
+    }
+  };
+  pdl_trigger();
+  if (tid == 0)
+    for (int64_t i = 0; i < mine && i < stages; ++i) issue(i);
+  float4 gv[G > 0 ? G : 1];  // gamma is a weight: loaded before the wait
+  if constexpr (G > 0)
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const int64_t g = int64_t(j) * kThreads + tid;
+      gv[j] = gamma && g < K / 4 ? *reinterpret_cast<const float4*>(gamma + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  pdl_wait();
+
+  const int8_t* xq = xq_in;
+  const float2* xd = xd_in;
+  if constexpr (G > 0) {
+    int8_t* sq = reinterpret_cast<int8_t*>(smem + stages * stage_bytes);
+    float2* sd = reinterpret_cast<float2*>(sq + (K + 15) / 16 * 16);
+    quantize_x<G>(x, gamma != nullptr, gv, eps, K, sq, sd, part);
+    __syncthreads();
+    xq = sq, xd = sd;
+  }
+
+  const int WPR = kWarps / TR, r = warp / WPR, slice = warp % WPR;
+  const int p = r / TO, ro = r % TO;  // this warp's row: part (gate / up) and output row in the tile
+  for (int64_t i = 0; i < mine; ++i) {
+    const int s = int(i % stages);
+    bar_wait(&full[s], uint32_t((i / stages) & 1));
+    const int64_t o0 = tile_start(i);
+    const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
+    const uint8_t* st = smem + s * stage_bytes;
+    float acc = 0.0f;
+    if (ro < cnt) {
+      const uint4* q = reinterpret_cast<const uint4*>(st + (p * TO + ro) * qrow);
+      const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + (p * TO + ro) * drow);
+      for (int64_t b = slice * 32 + lane; b < nb; b += 32 * WPR) {
+        uint4 v[F::kVecs];
+#pragma unroll
+        for (int k = 0; k < F::kVecs; ++k) v[k] = q[b * F::kVecs + k];
+        acc += F::dot(v, f16_bits(d[b]), xq + b * 32, xd[b]);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) red[i & 1][warp] = acc;
+    __syncthreads();  // stage s is read by every warp; red[i & 1] is whole
+    if (tid == 0 && i + stages < mine) {
+      fence_proxy_async();
+      issue(i + stages);
+    }
+    if (tid < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
+      float g = 0.0f, u = 0.0f;
+      for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
+      if constexpr (R == 2)
+        for (int k = 0; k < WPR; ++k) u += red[i & 1][(TO + tid) * WPR + k];
+      store<E>(y + o0 + tid, g, u);
+    }
+  }
+}
+
+// The tile and ring for a call: TR rows a tile (a power of two, at most
+// kWarps, the largest whose stage fits kStageCap), as many stages as
+// kRingBudget holds (2 to kMaxStages).
+struct Plan {
+  int TR = 0, stages = 0;
+  int64_t stage_bytes = 0;
+  size_t smem = 0;
+};
+
+Plan plan_of(const GemvQ8Args& a) {
+  const int R = a.epilogue == GemvQ8Args::kSwiglu ? 2 : 1;
+  const int64_t nb = a.K / 32, qrow = nb * (a.fmt == quant::Q4_0 ? 16 : 32), drow = nb * 2;
+  Plan p;
+  p.TR = kWarps;
+  while (p.TR > R && int64_t(p.TR) * (qrow + drow) > kStageCap) p.TR /= 2;
+  p.stage_bytes = int64_t(p.TR) * (qrow + drow);
+  p.stages = int(std::min<int64_t>(kMaxStages, std::max<int64_t>(2, kRingBudget / p.stage_bytes)));
+  p.smem = size_t(p.stages * p.stage_bytes);
+  if (a.x) p.smem += size_t((a.K + 15) / 16 * 16 + nb * 8);
+  return p;
+}
+
+int max_optin_smem() {
+  static std::atomic<int> cached{0};
+  int v = cached.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      v = 48 * 1024;
+    cached.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Opts a kernel into all the dynamic shared memory a CTA may have, once a device.
+template <class F, int E, int G>
+cudaError_t allow_smem() {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  cudaFuncAttributes fa;
+  if (cudaError_t e = cudaFuncGetAttributes(&fa, gemv_q8_stream<F, E, G>)) return e;
+  const int bytes = max_optin_smem() - int(fa.sharedSizeBytes);
+  if (cudaError_t e = cudaFuncSetAttribute(gemv_q8_stream<F, E, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
+    return e;
+  done.fetch_or(bit, std::memory_order_acq_rel);
+  return cudaSuccess;
+}
+
+template <class F, int E, int G>
+cudaError_t launch_g(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
+  if (cudaError_t e = allow_smem<F, E, G>()) return e;
+  int per_sm = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_stream<F, E, G>, kThreads, p.smem))
+    return e;
+  const int64_t rows = E == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t TO = E == GemvQ8Args::kSwiglu ? p.TR / 2 : p.TR;
+  const int64_t tiles = (rows + TO - 1) / TO;
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sm_count()));
+  if (grid == 0) return cudaSuccess;
+  return launch_pdl(gemv_q8_stream<F, E, G>, dim3(grid), dim3(kThreads), p.smem, st, static_cast<const uint8_t*>(a.w),
+                    a.wd, a.N, a.K, a.xq, reinterpret_cast<const float2*>(a.xd), a.x, a.gamma, a.eps, a.y, p.TR,
+                    p.stages);
+}
+
+// X quantised here: two groups of 4 values a thread hold all of it. Longer
+// rows of X are quantised by quantize_q8 first: on the H200, the 7B's down
+// product (K = 11008) quantising its own X took 14.5 us against 12.7 for
+// quantize_q8 and the product, where [gate; up] (K = 4096) took 17.7 against 20.0.
+constexpr int kQuantGroups = 2;
+constexpr int64_t kMaxQuantK = kQuantGroups * 4 * kThreads;
+
+template <class F, int E>
+cudaError_t launch_e(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
+  return a.x ? launch_g<F, E, kQuantGroups>(a, p, st) : launch_g<F, E, 0>(a, p, st);
+}
+
+template <class F>
+cudaError_t launch_f(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
+  if (a.epilogue == GemvQ8Args::kSwiglu) return launch_e<F, GemvQ8Args::kSwiglu>(a, p, st);
+  if (a.epilogue == GemvQ8Args::kAdd) return launch_e<F, GemvQ8Args::kAdd>(a, p, st);
+  return launch_e<F, GemvQ8Args::kStore>(a, p, st);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace q8stream
+}  // namespace
+
+bool gemv_q8_stream_fits(const GemvQ8Args& a) {
+  using namespace q8stream;
+  if (!config::on(config::Key::kCudaQ8Stream)) return false;
+  if (a.M != 1 || !a.wd || a.xh || (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0) || a.K % 256 != 0 || a.K <= 0 ||
+      !aligned16(a.w) || !aligned16(a.wd))
+    return false;
+  if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;
+  if (a.x) {
+    if (a.K > kMaxQuantK || !aligned16(a.x) || (a.gamma && !aligned16(a.gamma))) return false;
+    const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+    const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), x1 = x0 + uintptr_t(a.K) * 4;
+    const uintptr_t y0 = reinterpret_cast<uintptr_t>(a.y), y1 = y0 + uintptr_t(rows) * 4;
+    if (x0 < y1 && y0 < x1) return false;  // every CTA reads all of X while others write Y
+  } else if (!aligned16(a.xq) || reinterpret_cast<uintptr_t>(a.xd) % 8 != 0) {
+    return false;
+  }
+  return int64_t(plan_of(a).smem) + 1024 <= max_optin_smem();  // + the kernel's static shared memory
+}
+
+cudaError_t launch_gemv_q8_stream(const GemvQ8Args& a, cudaStream_t st) {
+  using namespace q8stream;
+  const Plan p = plan_of(a);
+  return a.fmt == quant::Q4_0 ? launch_f<q8stream::Q4_0>(a, p, st) : launch_f<q8stream::Q8_0>(a, p, st);
+}
+
+}  // namespace cuda
+}  // namespace tc

@@ -96,38 +96,19 @@ __device__ __forceinline__ float block_scale(uint32_t w0, bool odd) { return f16
 // block's bytes after the scale, little-endian) and its scale d.
 struct Q4_0 {
   static constexpr int kBytes = 18, kSegBlocks = 128, kQuantWords = 4;
-  // d (dx dot(q, xq) - 8 sx).
   __device__ __forceinline__ static float dot_words(const uint32_t (&q)[kQuantWords], float d, const int8_t* xq,
                                                     float2 xd) {
-    const int4 xl = __ldg(reinterpret_cast<const int4*>(xq));
-    const int4 xh = __ldg(reinterpret_cast<const int4*>(xq + 16));
-    const int xlo[4] = {xl.x, xl.y, xl.z, xl.w}, xhi[4] = {xh.x, xh.y, xh.z, xh.w};
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // Byte j of the quants: weight j (low nibble) and weight j + 16 (high).
-      s = __dp4a(int(q[i] & 0x0F0F0F0Fu), xlo[i], s);
-      s = __dp4a(int((q[i] >> 4) & 0x0F0F0F0Fu), xhi[i], s);
-    }
-    return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+    return q8act::q4_0_dot(q, d, __ldg(reinterpret_cast<const int4*>(xq)),
+                           __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
   }
 };
 
 struct Q8_0 {
   static constexpr int kBytes = 34, kSegBlocks = 64, kQuantWords = 8;
-  // d dx dot(q, xq).
   __device__ __forceinline__ static float dot_words(const uint32_t (&q)[kQuantWords], float d, const int8_t* xq,
                                                     float2 xd) {
-    int s = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int4 x = __ldg(reinterpret_cast<const int4*>(xq + 16 * h));
-      s = __dp4a(int(q[4 * h]), x.x, s);
-      s = __dp4a(int(q[4 * h + 1]), x.y, s);
-      s = __dp4a(int(q[4 * h + 2]), x.z, s);
-      s = __dp4a(int(q[4 * h + 3]), x.w, s);
-    }
-    return d * (xd.x * float(s));
+    return q8act::q8_0_dot(q, d, __ldg(reinterpret_cast<const int4*>(xq)),
+                           __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
   }
 };
 

@@ -45,6 +45,7 @@
 
 #include "cuda/device.h"
 #include "cuda/pdl.cuh"
+#include "cuda/q8_block.cuh"
 #include "quant/formats.h"
 
 namespace tc {
@@ -98,37 +99,20 @@ __device__ __forceinline__ uint64_t evict_first() {
 
 __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
+// X's block at xq: shared memory (quantised here) or global memory.
 struct Q4_0 {
   static constexpr int kVecs = 1;  // 16-byte vectors of quants a block
-  // d (dx dot(q, xq) - 8 sx); byte j: weight j (low nibble), j + 16 (high).
   __device__ __forceinline__ static float dot(const uint4 (&q)[1], float d, const int8_t* xq, float2 xd) {
-    const int4 xl = *reinterpret_cast<const int4*>(xq), xh = *reinterpret_cast<const int4*>(xq + 16);
     const uint32_t w[4] = {q[0].x, q[0].y, q[0].z, q[0].w};
-    const int lo[4] = {xl.x, xl.y, xl.z, xl.w}, hi[4] = {xh.x, xh.y, xh.z, xh.w};
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s = __dp4a(int(w[i] & 0x0F0F0F0Fu), lo[i], s);
-      s = __dp4a(int((w[i] >> 4) & 0x0F0F0F0Fu), hi[i], s);
-    }
-    return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+    return q8act::q4_0_dot(w, d, *reinterpret_cast<const int4*>(xq), *reinterpret_cast<const int4*>(xq + 16), xd);
   }
 };
 
 struct Q8_0 {
   static constexpr int kVecs = 2;
-  // d dx dot(q, xq).
   __device__ __forceinline__ static float dot(const uint4 (&q)[2], float d, const int8_t* xq, float2 xd) {
-    int s = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int4 x = *reinterpret_cast<const int4*>(xq + 16 * h);
-      s = __dp4a(int(q[h].x), x.x, s);
-      s = __dp4a(int(q[h].y), x.y, s);
-      s = __dp4a(int(q[h].z), x.z, s);
-      s = __dp4a(int(q[h].w), x.w, s);
-    }
-    return d * (xd.x * float(s));
+    const uint32_t w[8] = {q[0].x, q[0].y, q[0].z, q[0].w, q[1].x, q[1].y, q[1].z, q[1].w};
+    return q8act::q8_0_dot(w, d, *reinterpret_cast<const int4*>(xq), *reinterpret_cast<const int4*>(xq + 16), xd);
   }
 };
 

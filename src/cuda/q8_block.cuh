@@ -1,6 +1,7 @@
-// Device helpers of the 8-bit activation path (gemv_q8.cu): quantising X
-// per block of 32 as the CPU does (src/cpu/gemv_q8.cpp), and loading and
-// storing the element types.
+// Device helpers of the 8-bit activation path (gemv_q8.cu,
+// gemv_q8_stream.cu): quantising X per block of 32 as the CPU does
+// (src/cpu/gemv_q8.cpp), the Q4_0 / Q8_0 block dot products, and loading
+// and storing the element types.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,6 +29,29 @@ __device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, fl
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (lane == 0) *xd = make_float2(d, d * float(sum));
+}
+
+// One block of 32 weights against X's block (xl, xh: its 32 int8 values,
+// (dx, sx) = xd), the dot product exact in int32 (__dp4a).
+// Q4_0, q the 16 bytes of 4-bit codes (byte j: weight j in the low nibble,
+// j + 16 in the high one), w = d (q - 8):  d (dx dot(q, xq) - 8 sx).
+__device__ __forceinline__ float q4_0_dot(const uint32_t (&q)[4], float d, int4 xl, int4 xh, float2 xd) {
+  const int lo[4] = {xl.x, xl.y, xl.z, xl.w}, hi[4] = {xh.x, xh.y, xh.z, xh.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = __dp4a(int(q[i] & 0x0F0F0F0Fu), lo[i], s);
+    s = __dp4a(int((q[i] >> 4) & 0x0F0F0F0Fu), hi[i], s);
+  }
+  return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+}
+// Q8_0, q the 32 int8 codes:  d dx dot(q, xq).
+__device__ __forceinline__ float q8_0_dot(const uint32_t (&q)[8], float d, int4 xl, int4 xh, float2 xd) {
+  const int x[8] = {xl.x, xl.y, xl.z, xl.w, xh.x, xh.y, xh.z, xh.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = __dp4a(int(q[i]), x[i], s);
+  return d * (xd.x * float(s));
 }
 
 __device__ __forceinline__ float x_at(const float* p) { return __ldg(p); }

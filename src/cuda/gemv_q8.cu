@@ -700,14 +700,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_q8_kernel(const T* 
       const double v = double(f);
       ss += v * v;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) part[warp] = ss;
-    __syncthreads();
-    double t = 0.0;
-#pragma unroll
-    for (int i = 0; i < kQuantWarps; ++i) t += part[i];
-    rstd = float(1.0 / sqrt(t / double(K) + double(eps)));
+    rstd = q8act::cta_rstd<kQuantWarps>(ss, part, K, eps);
     xk = __fmul_rn(__fmul_rn(xk, rstd), gk);
   } else if (b < K / 32) {
     xk = q8act::x_at(x + mine);

@@ -149,14 +149,7 @@ __device__ __forceinline__ void quantize_x(const float* __restrict__ x, bool nor
       ss += double(v[j].x) * double(v[j].x) + double(v[j].y) * double(v[j].y);
       ss += double(v[j].z) * double(v[j].z) + double(v[j].w) * double(v[j].w);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) part[warp] = ss;
-    __syncthreads();
-    double t = 0.0;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) t += part[i];
-    const float rstd = float(1.0 / sqrt(t / double(K) + double(eps)));
+    const float rstd = q8act::cta_rstd<kWarps>(ss, part, K, eps);
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       const float4 c = gv[j];

@@ -31,6 +31,21 @@ __device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, fl
   if (lane == 0) *xd = make_float2(d, d * float(sum));
 }
 
+// RMS norm's 1 / sqrt(sum(x^2) / K + eps) from each thread's part ss of
+// the f64 sum of squares, over a CTA of W warps (warp trees, then the warps
+// in order: the same value in every CTA); part holds W doubles.
+template <int W>
+__device__ __forceinline__ float cta_rstd(double ss, double* part, int64_t K, float eps) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  double t = 0.0;
+#pragma unroll
+  for (int i = 0; i < W; ++i) t += part[i];
+  return float(1.0 / sqrt(t / double(K) + double(eps)));
+}
+
 // One block of 32 weights against X's block (xl, xh: its 32 int8 values,
 // (dx, sx) = xd), the dot product exact in int32 (__dp4a).
 // Q4_0, q the 16 bytes of 4-bit codes (byte j: weight j in the low nibble,

@@ -159,7 +159,10 @@ def test_gguf_decodes_with_the_llama_harness(tmp_path, rng, interleaved):
     new, harness = M.decode_gguf(path, prompt, cfg.seq - len(prompt))
     seq = np.array([prompt + new[:-1]])
     ours = M.model(cfg, theta, np.zeros_like(theta)).logits(seq)[0]
-    assert_close(harness, ours, np.max(np.abs(ours)), 1e-5, "harness logits")
+    # Two f32 computations in different orders through two layers: up to
+    # ~1.3e-5 of the largest logit apart (TC_TEST_SEED=1899491221); a wrong
+    # weight, RoPE or cache entry is off by whole units.
+    assert_close(harness, ours, np.max(np.abs(ours)), 3e-5, "harness logits")
     assert list(np.argmax(ours[len(prompt) - 1:], -1)) == new
     if not interleaved:  # without the Wq/Wk permutation the file would decode something else
         flipped = M.Config(dim=32, layers=2, heads=4, ffn=48, vocab=256, seq=24, rope_interleaved=True)

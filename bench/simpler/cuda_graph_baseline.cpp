@@ -1,7 +1,11 @@
 // A hand-built CUDA Graph of n empty kernels in a dependent chain: the
-// baseline host_build_graph replays are compared with.
+// baseline host_build_graph replays are compared with. Built twice: every
+// node passed the same argument block ("replay"), and each node its own
+// block 256 bytes apart in one allocation, as the runtime's recorded graphs
+// do ("replay_distinct"), to tell whether that alone costs per node.
 //
-//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>" per repeat
+//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>" and
+//                                                   "replay_distinct <seconds>" per repeat
 #include <cuda.h>
 
 #include <chrono>
@@ -42,35 +46,42 @@ int main(int argc, char** argv) {
   CHECK(cuModuleLoadData(&mod, cubin.data()));
   CUfunction fn;
   CHECK(cuModuleGetFunction(&fn, mod, "kernel_entry"));
-  CUdeviceptr args;  // one argument block, as the runtime gives each task
-  CHECK(cuMemAlloc(&args, 256));
-  CHECK(cuMemsetD8(args, 0, 256));
-  CUgraph g;
-  CHECK(cuGraphCreate(&g, 0));
-  CUgraphNode prev = nullptr;
-  for (long i = 0; i < n; i++) {
-    void* params[] = {&args};
-    CUDA_KERNEL_NODE_PARAMS kp = {};
-    kp.func = fn;
-    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
-    kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
-    kp.kernelParams = params;
-    CUgraphNode node;
-    CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
-    prev = node;
-  }
-  CUgraphExec exec;
-  CHECK(cuGraphInstantiate(&exec, g, 0));
+  // One argument block a node (256-byte stride, as the runtime lays them out);
+  // the shared graph passes the first to every node.
+  CUdeviceptr args;
+  CHECK(cuMemAlloc(&args, size_t(n) * 256));
+  CHECK(cuMemsetD8(args, 0, size_t(n) * 256));
   CUstream s;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  CHECK(cuGraphLaunch(exec, s));  // warm-up
-  CHECK(cuStreamSynchronize(s));
-  for (int r = 0; r < reps; r++) {
-    auto t0 = std::chrono::steady_clock::now();
-    CHECK(cuGraphLaunch(exec, s));
+  for (int distinct = 0; distinct < 2; distinct++) {
+    CUgraph g;
+    CHECK(cuGraphCreate(&g, 0));
+    CUgraphNode prev = nullptr;
+    for (long i = 0; i < n; i++) {
+      CUdeviceptr a = distinct ? args + CUdeviceptr(i) * 256 : args;
+      void* params[] = {&a};
+      CUDA_KERNEL_NODE_PARAMS kp = {};
+      kp.func = fn;
+      kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+      kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+      kp.kernelParams = params;
+      CUgraphNode node;
+      CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
+      prev = node;
+    }
+    CUgraphExec exec;
+    CHECK(cuGraphInstantiate(&exec, g, 0));
+    CHECK(cuGraphLaunch(exec, s));  // warm-up
     CHECK(cuStreamSynchronize(s));
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("replay %.6f\n", sec);
+    for (int r = 0; r < reps; r++) {
+      auto t0 = std::chrono::steady_clock::now();
+      CHECK(cuGraphLaunch(exec, s));
+      CHECK(cuStreamSynchronize(s));
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s %.6f\n", distinct ? "replay_distinct" : "replay", sec);
+    }
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphDestroy(g));
   }
   return 0;
 }

@@ -30,6 +30,20 @@ int sm_count() {
   return n;
 }
 
+// The device's opt-in shared memory a block may have, read once a device.
+int max_smem_per_block() {
+  static std::atomic<int> cached[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 48 * 1024;
+  int n = cached[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || n <= 0)
+      n = 48 * 1024;
+    cached[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
 tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out) {
   *out = s->scratch;
   if (bytes <= s->scratch_bytes) return TC_OK;

@@ -93,8 +93,10 @@ class Device {
 tc_status check(cudaError_t err, const char* what);
 tc_status check_lt(cublasStatus_t st, const char* what);
 
-// The current device's SM count (cached per device).
+// The current device's SM count, and the shared memory a block may opt
+// into (cached per device).
 int sm_count();
+int max_smem_per_block();
 
 // Points *out at s->scratch, grown (stream-ordered) to at least `bytes`.
 tc_status stream_scratch(StreamState* s, size_t bytes, const char* what, void** out);

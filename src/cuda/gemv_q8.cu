@@ -458,19 +458,6 @@ __host__ __device__ constexpr int slot_bytes_of() {
   else return 16;
 }
 
-// Output element y of product r (u: the up row's product for SwiGLU).
-template <int E, class TY>
-__device__ __forceinline__ void epilogue(TY* y, float r, float u) {
-  if constexpr (E == GemvQ8Args::kSwiglu) {
-    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-    q8act::store(y, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
-  } else if constexpr (E == GemvQ8Args::kAdd) {
-    *y += r;
-  } else {
-    q8act::store(y, r);
-  }
-}
-
 // ---- One row of X (the decode step): R rows of W a warp, in flight together ----
 // A warp's life is a few dependent trips to HBM (load, decode, reduce); the
 // next rows' loads are not issued until they end. Taking R rows at once
@@ -515,7 +502,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_row1(const uint8_t* __res
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
     if (n0 + r >= rows) break;
-    epilogue<E>(y + n0 + r, acc[r], E == GemvQ8Args::kSwiglu ? acc[(RW + r) % R] : 0.0f);
+    q8act::epilogue<E>(y + n0 + r, acc[r], E == GemvQ8Args::kSwiglu ? acc[(RW + r) % R] : 0.0f);
   }
 }
 
@@ -556,7 +543,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if (m >= x.rows) break;
-    epilogue<E>(y + (m0 + m) * rows + n, r[m], u[m]);
+    q8act::epilogue<E>(y + (m0 + m) * rows + n, r[m], u[m]);
   }
 }
 

@@ -116,13 +116,6 @@ struct Q8_0 {
   }
 };
 
-template <int E>
-__device__ __forceinline__ void store(float* y, float r, float u) {
-  if constexpr (E == GemvQ8Args::kSwiglu) *y = r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u;  // as gemv_q8.cu
-  else if constexpr (E == GemvQ8Args::kAdd) *y += r;
-  else *y = r;
-}
-
 // X (K f32 values, normalised when norm with gamma's values gv, which the
 // kernel loads before it waits for X) quantised into xq / xd (shared
 // memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
@@ -285,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
       for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
       if constexpr (R == 2)
         for (int k = 0; k < WPR; ++k) u += red[i & 1][(TO + tid) * WPR + k];
-      store<E>(y + o0 + tid, g, u);
+      q8act::epilogue<E>(y + o0 + tid, g, u);
     }
   }
 }
@@ -312,19 +305,6 @@ Plan plan_of(const GemvQ8Args& a) {
   return p;
 }
 
-int max_optin_smem() {
-  static std::atomic<int> cached{0};
-  int v = cached.load(std::memory_order_relaxed);
-  if (v == 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      v = 48 * 1024;
-    cached.store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 // Opts a kernel into all the dynamic shared memory a CTA may have, once a device.
 template <class F, int E, int G>
 cudaError_t allow_smem() {
@@ -335,7 +315,7 @@ cudaError_t allow_smem() {
   if (done.load(std::memory_order_acquire) & bit) return cudaSuccess;
   cudaFuncAttributes fa;
   if (cudaError_t e = cudaFuncGetAttributes(&fa, gemv_q8_stream<F, E, G>)) return e;
-  const int bytes = max_optin_smem() - int(fa.sharedSizeBytes);
+  const int bytes = max_smem_per_block() - int(fa.sharedSizeBytes);
   if (cudaError_t e = cudaFuncSetAttribute(gemv_q8_stream<F, E, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return e;
   done.fetch_or(bit, std::memory_order_acq_rel);
@@ -390,15 +370,12 @@ bool gemv_q8_stream_fits(const GemvQ8Args& a) {
     return false;
   if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;
   if (a.x) {
+    // X apart from Y (every CTA reads all of X while others write Y): check_gemv_q8 refuses an overlap.
     if (a.K > kMaxQuantK || !aligned16(a.x) || (a.gamma && !aligned16(a.gamma))) return false;
-    const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
-    const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), x1 = x0 + uintptr_t(a.K) * 4;
-    const uintptr_t y0 = reinterpret_cast<uintptr_t>(a.y), y1 = y0 + uintptr_t(rows) * 4;
-    if (x0 < y1 && y0 < x1) return false;  // every CTA reads all of X while others write Y
   } else if (!aligned16(a.xq) || reinterpret_cast<uintptr_t>(a.xd) % 8 != 0) {
     return false;
   }
-  return int64_t(plan_of(a).smem) + 1024 <= max_optin_smem();  // + the kernel's static shared memory
+  return int64_t(plan_of(a).smem) + 1024 <= max_smem_per_block();  // + the kernel's static shared memory
 }
 
 cudaError_t launch_gemv_q8_stream(const GemvQ8Args& a, cudaStream_t st) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/backend.h"
+
 namespace tc {
 namespace cuda {
 namespace q8act {
@@ -80,6 +82,20 @@ __device__ __forceinline__ void store(TY* y, float s) {
   if constexpr (std::is_same<TY, float>::value) *y = s;
   else if constexpr (std::is_same<TY, __half>::value) *y = __float2half_rn(s);
   else *y = __float2bfloat16_rn(s);
+}
+
+// Output element y of product r (u: the up row's product for SwiGLU), E
+// one of GemvQ8Args' epilogues.
+template <int E, class TY>
+__device__ __forceinline__ void epilogue(TY* y, float r, float u) {
+  if constexpr (E == GemvQ8Args::kSwiglu) {
+    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
+    store(y, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
+  } else if constexpr (E == GemvQ8Args::kAdd) {
+    *y += r;
+  } else {
+    store(y, r);
+  }
 }
 
 }  // namespace q8act

@@ -120,12 +120,12 @@ struct Q8_0 {
 // kernel loads before it waits for X) quantised into xq / xd (shared
 // memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
 // values (at most G): every load of X is issued before any is used (one
-// trip to L2), then the f64 sum of squares (per thread, per warp
+// trip to L2; load_written, as X is the previous kernel's output), then the f64 sum of squares (per thread, per warp
 // by a fixed tree, then the warps in order: the same rstd in every CTA),
 // then a block of 32 per 8 lanes (max and integer sum by shuffles: exactly
 // quantize_block's dx, xq and sx). `part` holds kWarps doubles.
 template <int G>
-__device__ __forceinline__ void quantize_x(const float* __restrict__ x, bool norm, const float4 (&gv)[G], float eps,
+__device__ __forceinline__ void quantize_x(const float* x, bool norm, const float4 (&gv)[G], float eps,
                                            int64_t K, int8_t* xq, float2* xd, double* part) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t groups = K / 4;  // a multiple of 8: lane groups of 8 are whole blocks
@@ -133,7 +133,7 @@ __device__ __forceinline__ void quantize_x(const float* __restrict__ x, bool nor
 #pragma unroll
   for (int j = 0; j < G; ++j) {
     const int64_t g = int64_t(j) * kThreads + tid;
-    v[j] = g < groups ? *reinterpret_cast<const float4*>(x + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[j] = g < groups ? load_written(x + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   if (norm) {
     double ss = 0.0;
@@ -183,9 +183,9 @@ __device__ __forceinline__ void quantize_x(const float* __restrict__ x, bool nor
 template <class F, int E, int G>
 __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __restrict__ qs,
                                                            const uint16_t* __restrict__ wd, int64_t N, int64_t K,
-                                                           const int8_t* __restrict__ xq_in,
-                                                           const float2* __restrict__ xd_in,
-                                                           const float* __restrict__ x,
+                                                           // X, given or to quantise, is an earlier kernel's
+                                                           // output: no __restrict__ (pdl.cuh)
+                                                           const int8_t* xq_in, const float2* xd_in, const float* x,
                                                            const float* __restrict__ gamma, float eps,
                                                            float* __restrict__ y, int TR, int stages) {
   constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;

@@ -840,22 +840,26 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   struct Case {
     int32_t fmt;
     int64_t N, K;
+    int64_t max_m = 70;  // rows of X up to
   };
   // K = 96: rows of 54 / 102 bytes (not 16-byte multiples, W's end mid-chunk);
   // 8192 / 11008 / 4096: several staged segments per row. K-quants: one
   // superblock (fewer than the lanes of a warp), 11008 (43: the lanes'
-  // last round partial), 14336 (56).
+  // last round partial), 14336 (56). N = 24000 with one row of X: many
+  // rows a CTA (on a GPU the streaming kernel's Q4_0 CTAs take 5-6 tiles of
+  // 16 rows each, around their ring of 4 stages more than once).
   for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
                         Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}, Case{Q4_0, 4224, 512},
-                        Case{Q5_K, 4224, 256}, Case{Q6_K, 4224, 256}}) {
+                        Case{Q5_K, 4224, 256}, Case{Q6_K, 4224, 256}, Case{Q4_0, 24000, 512, 1},
+                        Case{Q4_K, 24000, 256, 1}, Case{Q6_K, 24000, 256, 1}}) {
     // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
     // over), 8 (a full pass), 11 (a second pass over W); on a GPU from 8
     // rows the tensor-core kernels: 33 (a tile of 64, partly filled), 70
     // (two tiles; with N = 4224, 64 rows of W a CTA, the others take 32).
     for (const int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(11), int64_t(33), int64_t(70)}) {
-      if (M > 11 && c.K < 256) continue;
+      if ((M > 11 && c.K < 256) || M > c.max_m) continue;
     for (bool norm : {false, true}) {
       if (M > 1 && norm != (M % 2 == 1)) continue;  // the norm once per batch size
       const int64_t N = c.N, K = c.K, nb = M * K / 32;  // nb: X's blocks, all rows
@@ -953,7 +957,8 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       // Runs 6..11: X in f32, quantised by the product itself (x, gamma) into
       // poisoned scratch: the same 8-bit X as quantize_q8's above, so the
       // same reference (a GPU's streaming kernel takes the split Q4_0 / Q8_0
-      // cases with M = 1 and K a multiple of 256).
+      // cases with M = 1 and K a multiple of 256, quantising X itself for
+      // K <= 4096).
       for (int run = 0; run < 12; ++run) {
         const bool split = run % 6 >= 3, self = run >= 6;
         const int e = run % 3;  // kStore, kAdd, kSwiglu

@@ -5,7 +5,8 @@ as the gguf package dequantises them. With f16 activations a device's
 one-token steps run every product on 8-bit activations (gemv_q8: Q4_K and
 Q5_K read in place, Q6_K from its split copy, separate q / k / v products
 where their formats differ); the tests check the logits against the
-reference and that the 8-bit path was the one taken."""
+reference and that the 8-bit path was the one taken; files of Q4_0 or Q8_0
+alone at the same width check the streaming products (K a multiple of 256)."""
 
 import numpy as np
 import pytest
@@ -28,6 +29,9 @@ D = E // H
 def random_blocks(rng, fmt, n, k):
     """n x k random blocks of fmt, scaled so that a product with unit
     activations stays near unit size."""
+    if fmt in ("q4_0", "q8_0"):  # blocks of 32: random weights as the gguf package quantises them
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        return gguf.quants.quantize(w, getattr(gguf.GGMLQuantizationType, fmt.upper()))
     blocks = n * k // 256
     if fmt == "q6_k":  # ql, qh, int8 scales, f16 d: w = d sc (q - 32)
         raw = np.empty((blocks, 210), np.uint8)
@@ -47,7 +51,10 @@ def random_blocks(rng, fmt, n, k):
 
 def mix_type(mix, name, layer):
     """llama-quantize's _M mix on two layers: both keep attn_v and
-    ffn_down at Q6_K (its use_more_bits rule), the output too."""
+    ffn_down at Q6_K (its use_more_bits rule), the output too; "q4_0" /
+    "q8_0": every matrix in that type."""
+    if mix in ("q4_0", "q8_0"):
+        return mix
     if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")):
         return "q6_k"
     return "q4_k" if mix == "q4_k_m" else "q5_k"
@@ -165,6 +172,28 @@ def test_k_quant_mix(tmp_path, mix, where):
     np.testing.assert_array_equal(q8[:6], no_q8[:6])
     assert np.abs(q8[6:] - no_q8[6:]).max() > 1e-4 * np.abs(ref).max(), "the 8-bit products did not run"
     np.testing.assert_array_equal(no_split, no_q8)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("mix", ["q4_0", "q8_0"])
+def test_streamed_products_quantising_their_own_x(tmp_path, mix):
+    """Rows of 256 and 512 weights in Q4_0 / Q8_0: a GPU's one-token steps
+    take the streaming products (gemv_q8_stream: W through shared memory,
+    the fused products and down quantising their f32 X themselves, right
+    after the kernel that wrote it). The logits are the same steps' with the
+    streaming kernel off (TC_CUDA_Q8_STREAM=0: quantize_q8 and the
+    warp-per-row products), up to the RMS sum's order (a last-bit rstd may
+    move an 8-bit rounding), and within the 8-bit contract of the reference."""
+    path = tmp_path / "m.gguf"
+    w = write_mix(path, mix, seed={"q4_0": 74, "q8_0": 75}[mix])
+    rng = np.random.default_rng(9)
+    tokens = [int(t) for t in rng.integers(0, V, 14)]
+    on = run_steps(tmp_path, "cuda", path, tokens, "f16", {"TC_CUDA_Q8_STREAM": "1"}, "on")
+    off = run_steps(tmp_path, "cuda", path, tokens, "f16", {"TC_CUDA_Q8_STREAM": "0"}, "off")
+    ref = reference(w, tokens, kv_f16=True)
+    assert rel_err(on, ref) < 5e-2
+    assert rel_err(off, ref) < 5e-2
+    assert np.abs(on - off).max() <= 1e-3 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("where", WHERE)

@@ -2,18 +2,27 @@
 // baseline host_build_graph replays are compared with. Built twice: every
 // node passed the same argument block ("replay"), and each node its own
 // block 256 bytes apart in one allocation, as the runtime's recorded graphs
-// do ("replay_distinct"), to tell whether that alone costs per node.
+// do ("replay_distinct"), to tell whether that alone costs per node. The
+// second graph is also replayed the way the runtime waits for it
+// ("replay_watched"): an event recorded after the launch, polled by another
+// thread (yield 200 times, then every 20 us, as the CUDA executor's
+// completion watcher), which wakes the launching thread by a condition
+// variable.
 //
-//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>" and
-//                                                   "replay_distinct <seconds>" per repeat
+//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>",
+//                                                   "replay_distinct <seconds>" and
+//                                                   "replay_watched <seconds>" per repeat
 #include <cuda.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define CHECK(x)                                                      \
@@ -79,6 +88,35 @@ int main(int argc, char** argv) {
       CHECK(cuStreamSynchronize(s));
       double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("%s %.6f\n", distinct ? "replay_distinct" : "replay", sec);
+    }
+    if (distinct) {
+      CUevent done;
+      CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+      for (int r = 0; r < reps; r++) {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool finished = false;
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK(cuGraphLaunch(exec, s));
+        CHECK(cuEventRecord(done, s));
+        std::thread watcher([&] {
+          cuCtxSetCurrent(ctx);
+          for (int idle = 0; cuEventQuery(done) == CUDA_ERROR_NOT_READY;)
+            if (++idle < 200) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::microseconds(20));
+          std::lock_guard<std::mutex> lk(mu);
+          finished = true;
+          cv.notify_all();
+        });
+        {
+          std::unique_lock<std::mutex> lk(mu);
+          cv.wait(lk, [&] { return finished; });
+        }
+        double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        watcher.join();
+        std::printf("replay_watched %.6f\n", sec);
+      }
+      CHECK(cuEventDestroy(done));
     }
     CHECK(cuGraphExecDestroy(exec));
     CHECK(cuGraphDestroy(g));

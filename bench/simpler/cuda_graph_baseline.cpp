@@ -7,11 +7,17 @@
 // ("replay_watched"): an event recorded after the launch, polled by another
 // thread (yield 200 times, then every 20 us, as the CUDA executor's
 // completion watcher), which wakes the launching thread by a condition
-// variable.
+// variable. Last, "replay_after_streams": the same graph again after 400
+// kernels on four other streams, each waiting on the one before through an
+// event (as the dynamic runtime's executor launches), those streams then
+// destroyed: a process that has run the dynamic runtime replays recorded
+// graphs 1.65x slower (bench/results/simpler.md), and this tells whether
+// the driver does that on its own.
 //
 //   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>",
-//                                                   "replay_distinct <seconds>" and
-//                                                   "replay_watched <seconds>" per repeat
+//                                                   "replay_distinct <seconds>",
+//                                                   "replay_watched <seconds>" and
+//                                                   "replay_after_streams <seconds>" per repeat
 #include <cuda.h>
 
 #include <chrono>
@@ -117,6 +123,27 @@ int main(int argc, char** argv) {
         std::printf("replay_watched %.6f\n", sec);
       }
       CHECK(cuEventDestroy(done));
+      CUstream other[4];
+      CUevent hop;
+      CHECK(cuEventCreate(&hop, CU_EVENT_DISABLE_TIMING));
+      for (CUstream& o : other) CHECK(cuStreamCreate(&o, CU_STREAM_NON_BLOCKING));
+      for (int k = 0; k < 400; k++) {
+        CUstream o = other[k % 4];
+        if (k > 0) CHECK(cuStreamWaitEvent(o, hop, 0));
+        void* params[] = {&args};
+        CHECK(cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, o, params, nullptr));
+        CHECK(cuEventRecord(hop, o));
+      }
+      CHECK(cuCtxSynchronize());
+      for (CUstream o : other) CHECK(cuStreamDestroy(o));
+      CHECK(cuEventDestroy(hop));
+      for (int r = 0; r < reps; r++) {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK(cuGraphLaunch(exec, s));
+        CHECK(cuStreamSynchronize(s));
+        double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("replay_after_streams %.6f\n", sec);
+      }
     }
     CHECK(cuGraphExecDestroy(exec));
     CHECK(cuGraphDestroy(g));

@@ -204,15 +204,12 @@ def main() -> int:
                          f"{hbg * 1e6 / n:.3f} us/task; hand-built CUDA "
                          f"Graph of the same kernels: {base * 1e6 / n:.3f} us/task; ratio {hbg / base:.3f}x "
                          f"(target <= 1.2x: {'met' if hbg / base <= 1.2 else 'MISSED'}).")
-            if distinct:
-                lines.append(f"The hand-built graph with one argument block a node (as the recorded graph): "
-                             f"{distinct * 1e6 / n:.3f} us/task.")
-            if watched:
-                lines.append(f"That graph waited for as the runtime waits (an event polled by another thread): "
-                             f"{watched * 1e6 / n:.3f} us/task.")
-            if after_streams:
-                lines.append(f"The hand-built graph replayed after kernels on four other streams with event waits "
-                             f"(those streams destroyed): {after_streams * 1e6 / n:.3f} us/task.")
+            for t, what in ((distinct, "The hand-built graph with one argument block a node (as the recorded graph)"),
+                            (watched, "That graph waited for as the runtime waits (an event polled by another thread)"),
+                            (after_streams, "The hand-built graph replayed after kernels on four other streams with "
+                                            "event waits (those streams destroyed)")):
+                if t:
+                    lines.append(f"{what}: {t * 1e6 / n:.3f} us/task.")
             if hbg_after:
                 lines.append(f"The replay again, after the dynamic runtime ran in this process: "
                              f"{hbg_after * 1e6 / n:.3f} us/task ({hbg_after / base:.3f}x the hand-built graph).")

@@ -86,15 +86,20 @@ int main(int argc, char** argv) {
     }
     CUgraphExec exec;
     CHECK(cuGraphInstantiate(&exec, g, 0));
+    // `reps` timed replays, launch to synchronised, printed as "name seconds".
+    auto timed_replays = [&](const char* name) -> int {
+      for (int r = 0; r < reps; r++) {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK(cuGraphLaunch(exec, s));
+        CHECK(cuStreamSynchronize(s));
+        double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("%s %.6f\n", name, sec);
+      }
+      return 0;
+    };
     CHECK(cuGraphLaunch(exec, s));  // warm-up
     CHECK(cuStreamSynchronize(s));
-    for (int r = 0; r < reps; r++) {
-      auto t0 = std::chrono::steady_clock::now();
-      CHECK(cuGraphLaunch(exec, s));
-      CHECK(cuStreamSynchronize(s));
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("%s %.6f\n", distinct ? "replay_distinct" : "replay", sec);
-    }
+    if (timed_replays(distinct ? "replay_distinct" : "replay")) return 1;
     if (distinct) {
       CUevent done;
       CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
@@ -137,13 +142,7 @@ int main(int argc, char** argv) {
       CHECK(cuCtxSynchronize());
       for (CUstream o : other) CHECK(cuStreamDestroy(o));
       CHECK(cuEventDestroy(hop));
-      for (int r = 0; r < reps; r++) {
-        auto t0 = std::chrono::steady_clock::now();
-        CHECK(cuGraphLaunch(exec, s));
-        CHECK(cuStreamSynchronize(s));
-        double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("replay_after_streams %.6f\n", sec);
-      }
+      if (timed_replays("replay_after_streams")) return 1;
     }
     CHECK(cuGraphExecDestroy(exec));
     CHECK(cuGraphDestroy(g));

@@ -120,7 +120,7 @@ struct Q8_0 {
 // kernel loads before it waits for X) quantised into xq / xd (shared
 // memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
 // values (at most G): every load of X is issued before any is used (one
-// trip to L2; load_written, as X is the previous kernel's output), then the f64 sum of squares (per thread, per warp
+// trip to L2; __ldcg, as X is the previous kernel's output: pdl.cuh), then the f64 sum of squares (per thread, per warp
 // by a fixed tree, then the warps in order: the same rstd in every CTA),
 // then a block of 32 per 8 lanes (max and integer sum by shuffles: exactly
 // quantize_block's dx, xq and sx). `part` holds kWarps doubles.
@@ -133,7 +133,7 @@ __device__ __forceinline__ void quantize_x(const float* x, bool norm, const floa
 #pragma unroll
   for (int j = 0; j < G; ++j) {
     const int64_t g = int64_t(j) * kThreads + tid;
-    v[j] = g < groups ? load_written(x + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[j] = g < groups ? __ldcg(reinterpret_cast<const float4*>(x + 4 * g)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   if (norm) {
     double ss = 0.0;

@@ -22,8 +22,10 @@
 // a kernel launched early is resident while its predecessor writes. The
 // one-row streaming product read stale X that way in the LLaMA step on the
 // H200 (its f32 X, which the kernel before had just written; the op tests,
-// one kernel at a time, passed): it now reads X with load_written and takes
-// X through plain pointers. Kernels that still read an earlier kernel's
+// one kernel at a time, passed): it now reads X from L2 with __ldcg (an
+// asm volatile load: kept after the wait; no L1 line an earlier reader
+// left), as the decode attention's combine reads its pieces, and takes X
+// through plain pointers. Kernels that still read an earlier kernel's
 // output through that path (quantize_q8's X, the warp-per-row products'
 // 8-bit X) are covered by the model tests against the reference on a GPU;
 // new code should not add more.
@@ -46,17 +48,6 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-}
-
-// 16 bytes another kernel wrote, read after pdl_wait(): from L2 (coherent;
-// no L1 line an earlier reader left), kept after the wait by the compiler.
-__device__ __forceinline__ float4 load_written(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
 }
 
 // The 128-byte lines of [p, p + bytes) into L2 (one per lane step).

@@ -7,17 +7,19 @@
 // ("replay_watched"): an event recorded after the launch, polled by another
 // thread (yield 200 times, then every 20 us, as the CUDA executor's
 // completion watcher), which wakes the launching thread by a condition
-// variable. Last, "replay_after_streams": the same graph again after 400
-// kernels on four other streams, each waiting on the one before through an
-// event (as the dynamic runtime's executor launches), those streams then
-// destroyed: a process that has run the dynamic runtime replays recorded
-// graphs 1.65x slower (bench/results/simpler.md), and this tells whether
-// the driver does that on its own.
+// variable. Then the same graph after three histories of 400 launches,
+// each waiting on the one before through an event, on other streams
+// destroyed afterwards: kernels on one stream ("replay_after_one_stream"),
+// 16-node graphs on four ("replay_after_stream_graphs"), and kernels on four
+// ("replay_after_streams", as the dynamic runtime's executor launches). The
+// driver makes every later graph launch of the context slower once kernels
+// were launched on two or more of its streams (bench/results/simpler.md,
+// 2026-12-04): these lines show which history does it.
 //
-//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "replay <seconds>",
-//                                                   "replay_distinct <seconds>",
-//                                                   "replay_watched <seconds>" and
-//                                                   "replay_after_streams <seconds>" per repeat
+//   cuda_graph_baseline KERNEL.cubin N REPEATS     prints "<name> <seconds>" per repeat for
+//                                                   replay, replay_distinct, replay_watched,
+//                                                   replay_after_one_stream,
+//                                                   replay_after_stream_graphs, replay_after_streams
 #include <cuda.h>
 
 #include <chrono>
@@ -68,6 +70,50 @@ int main(int argc, char** argv) {
   CHECK(cuMemsetD8(args, 0, size_t(n) * 256));
   CUstream s;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  // 400 launches on `nstreams` other streams, each waiting on the one before
+  // through an event: kernels (cuLaunchKernel), or a 16-node chain graph a
+  // launch; the streams are destroyed afterwards.
+  auto history = [&](int nstreams, bool graphs) -> int {
+    CUgraphExec seg = nullptr;
+    if (graphs) {
+      CUgraph g;
+      CHECK(cuGraphCreate(&g, 0));
+      CUgraphNode prev = nullptr;
+      for (int i = 0; i < 16; i++) {
+        void* params[] = {&args};
+        CUDA_KERNEL_NODE_PARAMS kp = {};
+        kp.func = fn;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = params;
+        CUgraphNode node;
+        CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
+        prev = node;
+      }
+      CHECK(cuGraphInstantiate(&seg, g, 0));
+      CHECK(cuGraphDestroy(g));
+    }
+    std::vector<CUstream> other(size_t(nstreams), nullptr);
+    CUevent hop;
+    CHECK(cuEventCreate(&hop, CU_EVENT_DISABLE_TIMING));
+    for (CUstream& o : other) CHECK(cuStreamCreate(&o, CU_STREAM_NON_BLOCKING));
+    for (int k = 0; k < 400; k++) {
+      CUstream o = other[size_t(k % nstreams)];
+      if (k > 0) CHECK(cuStreamWaitEvent(o, hop, 0));
+      if (graphs) {
+        CHECK(cuGraphLaunch(seg, o));
+      } else {
+        void* params[] = {&args};
+        CHECK(cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, o, params, nullptr));
+      }
+      CHECK(cuEventRecord(hop, o));
+    }
+    CHECK(cuCtxSynchronize());
+    for (CUstream o : other) CHECK(cuStreamDestroy(o));
+    CHECK(cuEventDestroy(hop));
+    if (seg) CHECK(cuGraphExecDestroy(seg));
+    return 0;
+  };
   for (int distinct = 0; distinct < 2; distinct++) {
     CUgraph g;
     CHECK(cuGraphCreate(&g, 0));
@@ -128,20 +174,13 @@ int main(int argc, char** argv) {
         std::printf("replay_watched %.6f\n", sec);
       }
       CHECK(cuEventDestroy(done));
-      CUstream other[4];
-      CUevent hop;
-      CHECK(cuEventCreate(&hop, CU_EVENT_DISABLE_TIMING));
-      for (CUstream& o : other) CHECK(cuStreamCreate(&o, CU_STREAM_NON_BLOCKING));
-      for (int k = 0; k < 400; k++) {
-        CUstream o = other[k % 4];
-        if (k > 0) CHECK(cuStreamWaitEvent(o, hop, 0));
-        void* params[] = {&args};
-        CHECK(cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, o, params, nullptr));
-        CHECK(cuEventRecord(hop, o));
-      }
-      CHECK(cuCtxSynchronize());
-      for (CUstream o : other) CHECK(cuStreamDestroy(o));
-      CHECK(cuEventDestroy(hop));
+      // Histories, mildest first: the driver's slowdown lasts as long as the
+      // context, so the one that causes it runs last.
+      if (history(1, false)) return 1;
+      if (timed_replays("replay_after_one_stream")) return 1;
+      if (history(4, true)) return 1;
+      if (timed_replays("replay_after_stream_graphs")) return 1;
+      if (history(4, false)) return 1;
       if (timed_replays("replay_after_streams")) return 1;
     }
     CHECK(cuGraphExecDestroy(exec));

@@ -275,6 +275,7 @@ class ChipStorageTaskArgs:
         self._tensors: list[ChipTensor] = []
         self._scalars: list[int] = []
         self._directions: list = []  # per tensor: an ArgDirection tag or None
+        self._l3 = None  # a level-3 engine's resolution of the tensors (level3/engine.py resolve)
 
     def add_tensor(self, tensor, direction=None) -> None:
         """Adds a tensor in signature order. `direction` (IN, OUT, INOUT) tags
@@ -291,6 +292,25 @@ class ChipStorageTaskArgs:
                 raise ValueError("ChipStorageTaskArgs.add_tensor: a tensor's direction is IN, OUT or INOUT")
         self._tensors.append(tensor)
         self._directions.append(direction)
+        self._l3 = None
+
+    @classmethod
+    def _adopt(cls, tensors, directions, scalars) -> "ChipStorageTaskArgs":
+        """Arguments as they arrive from elsewhere (a remote TASK frame),
+        checked already but for the directions: ChipTensors, their
+        ArgDirection values (IN, OUT or INOUT), u64 scalars; no per-item
+        calls of add_tensor / add_scalar."""
+        args = cls()
+        if len(tensors) > 256 or len(scalars) > 128 or len(directions) != len(tensors):
+            raise ValueError("ChipStorageTaskArgs: at most 256 tensors with a direction each and 128 scalars")
+        try:
+            args._directions = [_TENSOR_DIRECTIONS[d] for d in directions]
+        except KeyError:
+            bad = next(d for d in directions if d not in _TENSOR_DIRECTIONS)
+            raise ValueError(f"ChipStorageTaskArgs: tensor direction {bad} is not IN, OUT or INOUT") from None
+        args._tensors = list(tensors)
+        args._scalars = list(scalars)
+        return args
 
     def add_scalar(self, value) -> None:
         if len(self._scalars) >= 128:
@@ -321,6 +341,8 @@ class ChipStorageTaskArgs:
                       ctypes.cast(scalars, ctypes.POINTER(ctypes.c_uint64)), len(self._scalars))
         return c, (tensors, scalars, [t._keep for t in self._tensors])
 
+
+_TENSOR_DIRECTIONS = {int(d): d for d in ArgDirection if d is not ArgDirection.SCALAR}
 
 _RUNTIME_ENV_KEYS = ("ring_task_window", "ring_heap", "ring_dep_pool")
 _CONFIG_FIELDS = ("aicpu_thread_num", "block_dim", "enable_chip_swimlane", "enable_dump_args", "enable_pmu",

@@ -766,6 +766,7 @@ def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
     from simpler.level3.endpoint import Endpoint
 
     class FakeChip:
+        role = "chip"
         add_alloc, drop_alloc, find_alloc = Endpoint.add_alloc, Endpoint.drop_alloc, Endpoint.find_alloc
 
         def __init__(self, slot):
@@ -792,8 +793,18 @@ def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
     assert (addr & L.DEV_MASK, size, start) == (peer1_in_0, 4096, 16)  # the viewer's mapping
     assert child0[24:96] == raw0[24:96] and child0[96:] == raw0[96:]  # the rest as it is
     assert child1 is None  # nothing aliased: the keys are the addresses
+    # The same argument list again: its resolution is reused, until it changes or memory comes or goes.
+    again = eng.resolve(c0, a, 3, "viewer")
+    assert again is eng.resolve(c0, a, 4, "viewer") and again[0] == raw0
+    with pytest.raises(ValueError, match="device memory of chip 1"):
+        eng.resolve(c1, a, 5, "other chip")  # kept per endpoint: chip 1 does not map that window
+    a.add_tensor(ChipTensor.make(own0 + 4, (1,), DataType.FLOAT32))
+    grown = eng.resolve(c0, a, 6, "viewer")
+    assert len(grown[0]) == 3 * 96 and grown[0][:192] == raw0
     c0.drop_alloc(peer1_in_0)
     assert peer1_in_0 not in c0.aliases
+    with pytest.raises(ValueError, match="not create_buffer memory or device memory of chip 0"):
+        eng.resolve(c0, a, 7, "viewer")  # the kept resolution went with the allocation
 
 
 def test_a_tensor_reused_across_tasks_keeps_its_dependencies(clean):

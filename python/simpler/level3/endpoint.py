@@ -26,6 +26,16 @@ SPIN_S = 0.0
 # The first sleep of a waiting side, in ms (see wait_until and child.loop).
 FIRST_NAP_MS = 2
 
+# Bumped whenever memory a task may name is registered or dropped (a shared
+# buffer, a chip's or a remote worker's allocation): an argument list's
+# resolution cached before then is stale (Engine.resolve).
+memory_generation = 0
+
+
+def memory_changed() -> None:
+    global memory_generation
+    memory_generation += 1
+
 # The longest a control request (registration, malloc, copies, domain
 # set-up, NCCL initialisation) may go unanswered before its child is deemed
 # hung: the child is then killed, its tasks fail, and the caller gets a
@@ -86,12 +96,14 @@ class Endpoint:
     # ---- device memory (chip) ---------------------------------------------------
 
     def add_alloc(self, base: int, size: int, alias=None) -> None:
+        memory_changed()
         self.allocs[base] = size
         bisect.insort(self.alloc_bases, base)
         if alias is not None:
             self.aliases[base] = alias
 
     def drop_alloc(self, base: int) -> None:
+        memory_changed()
         if self.allocs.pop(base, None) is not None:
             self.alloc_bases.remove(base)
         self.aliases.pop(base, None)

@@ -19,6 +19,7 @@ import time
 
 from .. import _errors
 from .._lib import bare, check, lib
+from . import endpoint as E
 from . import layout as L
 from .endpoint import wait_until
 
@@ -129,6 +130,7 @@ class Engine:
     # ---- shared buffers -------------------------------------------------------
 
     def add_buffer(self, buf) -> None:
+        E.memory_changed()
         idx = self.next_buf
         self.next_buf += 1
         buf._l3_idx = idx
@@ -143,6 +145,7 @@ class Engine:
         idx = getattr(buf, "_l3_idx", None)
         if idx is None or self.buffers.pop(idx, None) is None:
             return []
+        E.memory_changed()
         base = next((b for b, i in self.buf_by_base.items() if i == idx), None)
         if base is not None:
             del self.buf_by_base[base]
@@ -175,7 +178,20 @@ class Engine:
         bytes (t._l3: buffer index, buffer, bytes, packed tag) and later tasks
         reuse them while that buffer is still registered under that index;
         indices are never reused, so a closed buffer (or a new one at the
-        same address) sends the tensor down the full resolution again."""
+        same address) sends the tensor down the full resolution again.
+
+        The whole result is kept on args too (args._l3: endpoint, memory
+        generation, result), for an argument list submitted again unchanged
+        (add_tensor clears it) while no memory was registered or dropped."""
+        cached = getattr(args, "_l3", None)
+        if cached is not None and cached[0] is ep and cached[1] == E.memory_generation:
+            return cached[2]
+        gen = E.memory_generation
+        out = self._resolve(ep, args, tid, label)
+        args._l3 = (ep, gen, out)
+        return out
+
+    def _resolve(self, ep, args, tid: int, label: str):
         tensors = args._tensors
         n = len(tensors)
         if n > L.MAX_TENSORS:
@@ -226,6 +242,8 @@ class Engine:
         if hit is not None:
             base, size = hit
             key = child_key = base | ((ep.slot + 1) << L.DEV_TAG_SHIFT)
+            if ep.role == "remote":
+                child_key = base  # the remote side sees its own addresses
             alias = ep.aliases.get(base)
             if alias is not None and alias != (ep.slot, base):
                 # Another chip's memory as this chip maps it: the child

@@ -16,17 +16,13 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import threading
 import time
 from collections import deque
 
 from .. import _errors
-from ..level3 import layout as L
 from ..level3.endpoint import Endpoint
 from . import protocol as P
-
-_U64 = struct.Struct("<Q")
 
 
 class RemoteWorkerSpec:
@@ -102,8 +98,9 @@ class RemoteEndpoint:
         self.completions = deque()  # (task id, status, message), from the receiver thread
         self.allocs, self.alloc_bases, self.aliases = {}, [], {}
         self.mapped = set()
-        self.names, self._name_idx = [], {}
-        self.cfgs, self._cfg_idx = [{}], {"{}": 0}
+        # Callables and configs by index, with their encodings for TASK frames.
+        self.names, self._name_idx, self._name_bytes = [], {}, []
+        self.cfgs, self._cfg_idx, self._cfg_bytes = [{}], {"{}": 0}, [b"{}"]
         self.pid = 0  # the session process, on the remote host
         self.wake_fd = -1
         self._cmd = self._health = None
@@ -355,9 +352,12 @@ class RemoteEndpoint:
         if i is None:
             i = self._name_idx[name] = len(self.names)
             self.names.append(name)
+            self._name_bytes.append(name.encode())
         return i
 
     def config_index(self, fields: dict) -> int:
+        if not fields:
+            return 0
         import json
 
         k = json.dumps(fields, sort_keys=True)
@@ -365,18 +365,15 @@ class RemoteEndpoint:
         if i is None:
             i = self._cfg_idx[k] = len(self.cfgs)
             self.cfgs.append(fields)
+            self._cfg_bytes.append(json.dumps(fields).encode())
         return i
 
     def post(self, task) -> None:
-        """Sends one ready task (its tensors back in this host's view of the
-        remote addresses: the engine keyed them with our tag)."""
-        nt = task.nt
-        raw = bytearray(task.tensors)
-        for i in range(nt):
-            key = _U64.unpack_from(raw, 96 * i)[0]
-            _U64.pack_into(raw, 96 * i, key & L.DEV_MASK)
-        scalars = struct.unpack(f"<{task.ns}Q", task.scalars) if task.ns else ()
-        body = P.task_body(task.id, self.names[task.slot], self.cfgs[task.cfg], task.dirs, bytes(raw), scalars)
+        """Sends one ready task. Its tensors are as the remote side sees
+        them (Engine.resolve keeps the remote addresses apart from the keys
+        tagged with this worker)."""
+        body = P.task_body(task.id, self._name_bytes[task.slot], self._cfg_bytes[task.cfg], task.dirs,
+                           task.tensors, task.scalars)
         self._send(P.encode(P.TASK, body))
 
     def control(self, request: dict, data: bytes = b""):

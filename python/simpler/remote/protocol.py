@@ -102,29 +102,65 @@ def _need(body, at: int, n: int, what: str) -> None:
 
 # ---- TASK / COMPLETION ---------------------------------------------------------
 
-def task_body(task_id: int, name: str, config: dict, dirs: bytes, tensors: bytes, scalars) -> bytes:
-    nm = name.encode()
-    cfg = json.dumps(config).encode()
-    nt, ns = len(dirs), len(scalars)
-    return (_TASK_HEAD.pack(task_id, len(nm), len(cfg)) + nm + cfg + _COUNTS.pack(nt, ns) + bytes(dirs) + tensors
-            + struct.pack(f"<{ns}Q", *scalars))
+def task_body(task_id: int, name, config, dirs: bytes, tensors: bytes, scalars) -> bytes:
+    """A TASK body. name: str, or its UTF-8 bytes; config: a dict, or its
+    JSON as bytes (a sender encodes each callable and config once);
+    scalars: a sequence of ints, or their packed little-endian u64 bytes."""
+    nm = name if isinstance(name, bytes) else name.encode()
+    cfg = config if isinstance(config, bytes) else json.dumps(config).encode()
+    nt = len(dirs)
+    if not isinstance(scalars, bytes):
+        scalars = struct.pack(f"<{len(scalars)}Q", *scalars)
+    return b"".join((_TASK_HEAD.pack(task_id, len(nm), len(cfg)), nm, cfg, _COUNTS.pack(nt, len(scalars) // 8),
+                     bytes(dirs), tensors, scalars))
+
+
+# Names and configs decoded so far, by their bytes: a session receives the
+# same few again and again. Bounded: a peer sending ever new ones only
+# empties them.
+_NAMES: dict = {}
+_CONFIGS: dict = {}
+_DECODED_MAX = 256
+
+
+def _task_name(raw: bytes) -> str:
+    name = _NAMES.get(raw)
+    if name is None:
+        try:
+            name = raw.decode("utf-8", "strict")
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"TASK callable name is not UTF-8 ({e})") from None
+        if len(_NAMES) >= _DECODED_MAX:
+            _NAMES.clear()
+        _NAMES[raw] = name
+    return name
+
+
+def _task_config(raw: bytes) -> dict:
+    """The config object (a fresh dict: callers may keep or change it)."""
+    config = _CONFIGS.get(raw)
+    if config is None:
+        config = _json(raw, "TASK config")
+        if not isinstance(config, dict):
+            raise ProtocolError("TASK config is not an object")
+        if len(_CONFIGS) >= _DECODED_MAX:
+            _CONFIGS.clear()
+        _CONFIGS[raw] = config
+    return dict(config)
 
 
 def parse_task(body) -> tuple:
-    """(task id, callable name, config dict, directions, [96-byte tensors], scalars)."""
+    """(task id, callable name, config dict, directions, tensors, scalars):
+    directions one byte a tensor, tensors their 96-byte descriptors back to
+    back (bytes)."""
     _need(body, 0, _TASK_HEAD.size, "TASK header")
     tid, nn, nc = _TASK_HEAD.unpack_from(body)
     at = _TASK_HEAD.size
     _need(body, at, nn, "TASK callable name")
-    try:
-        name = bytes(body[at:at + nn]).decode("utf-8", "strict")
-    except UnicodeDecodeError as e:
-        raise ProtocolError(f"TASK callable name is not UTF-8 ({e})") from None
+    name = _task_name(bytes(body[at:at + nn]))
     at += nn
     _need(body, at, nc, "TASK config")
-    config = _json(body[at:at + nc], "TASK config") if nc else {}
-    if not isinstance(config, dict):
-        raise ProtocolError("TASK config is not an object")
+    config = _task_config(bytes(body[at:at + nc])) if nc else {}
     at += nc
     _need(body, at, _COUNTS.size, "TASK counts")
     nt, ns = _COUNTS.unpack_from(body, at)
@@ -137,7 +173,7 @@ def parse_task(body) -> tuple:
                             f"take {want}")
     dirs = bytes(body[at:at + nt])
     at += nt
-    tensors = [bytes(body[at + i * TENSOR_BYTES:at + (i + 1) * TENSOR_BYTES]) for i in range(nt)]
+    tensors = bytes(body[at:at + nt * TENSOR_BYTES])
     at += nt * TENSOR_BYTES
     scalars = list(struct.unpack_from(f"<{ns}Q", body, at))
     return tid, name, config, dirs, tensors, scalars

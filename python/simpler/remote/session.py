@@ -32,14 +32,17 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 
 from .. import _errors
+from .._lib import CChipTensor
+from ..level3 import endpoint as _endpoint
+from ..task_interface import CallConfig, ChipStorageTaskArgs, ChipTensor
 from . import protocol as P
 
 HANDSHAKE_S = 10.0
-_DIRECTIONS = None  # ArgDirection by value (a task's directions arrive as bytes)
 
 
 def _die_with_parent() -> None:
@@ -226,6 +229,8 @@ class Session:
         ending = False
         while True:
             block = not running and not backlog
+            if block and not ending:
+                self._spin_for_frame()
             while not ending and (block or self._readable()):
                 try:
                     # The channel's own buffer: _take acts on it before the next receive.
@@ -263,6 +268,18 @@ class Session:
                     eng.wait(lambda: (not ending and self._readable()) or any(r[1]._run.done for r in running),
                              None)
 
+    def _spin_for_frame(self) -> None:
+        """Idle: watches the lane for the next frame a short while before
+        blocking on it, as a level-3 wait spins before it sleeps (a blocked
+        process takes longer to wake than the peer takes to answer; the
+        same policy: SPIN_S from the host's cores and load)."""
+        spin = _endpoint.SPIN_S
+        if spin:
+            poll, clock = self._lane.poll, time.perf_counter
+            end = clock() + spin
+            while not poll(0) and clock() < end:
+                pass
+
     def _complete(self, tid: int, status: int, msg: str) -> None:
         self.cmd.send(P.encode(P.COMPLETION, P.completion_body(tid, status, msg)), self.timeout_s)
 
@@ -290,24 +307,13 @@ class Session:
         """Runs the task's orchestration function (it returns once it has
         submitted its tasks): (RunHandle, args) while the run goes on, or
         (status, message) when it failed at once."""
-        from .._lib import CChipTensor
-        from ..task_interface import ArgDirection, CallConfig, ChipStorageTaskArgs, ChipTensor
-
-        global _DIRECTIONS
-        if _DIRECTIONS is None:
-            _DIRECTIONS = {int(d): d for d in ArgDirection}
-
         try:
             fn = self.callables.get(name)
             if fn is None:
                 fn = self.callables[name] = resolve_callable(name)
-            args = ChipStorageTaskArgs()
-            if tensors:  # one copy of all the descriptors; each ChipTensor a view of its element
-                descs = (CChipTensor * len(tensors)).from_buffer_copy(b"".join(tensors))
-                for i, d in enumerate(dirs):
-                    args.add_tensor(ChipTensor(descs[i]), _DIRECTIONS[d] if d in _DIRECTIONS else ArgDirection(d))
-            for s in scalars:
-                args.add_scalar(s)
+            # One copy of all the descriptors (tensors: their bytes back to back); each ChipTensor a view of its element.
+            descs = (CChipTensor * len(dirs)).from_buffer_copy(tensors) if dirs else ()
+            args = ChipStorageTaskArgs._adopt([ChipTensor(d) for d in descs], dirs, scalars)
             return [self.worker.submit(fn, args, CallConfig.from_dict(config) if config else None), args]
         except _errors.SimplerError as e:
             return e.status, str(e)

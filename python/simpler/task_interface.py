@@ -7,6 +7,7 @@ the plain structs the C ABI takes.
 
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import enum
 import struct
@@ -268,6 +269,30 @@ class ChipTensor:
         return f"ChipTensor(ptr=0x{self.data_ptr:x}, shape={self.shape}, dtype={self.dtype.name})"
 
 
+class _TensorBlock(collections.abc.Sequence):
+    """The tensors of adopted arguments: a ChipTensor over element i of a
+    ctypes CChipTensor array, made on first access (a remote task names up
+    to 256 tensors, most of which its orchestration may only pass on)."""
+
+    __slots__ = ("_descs", "_made")
+
+    def __init__(self, descs):
+        self._descs = descs
+        self._made = [None] * len(descs)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._made)))]
+        t = self._made[i]  # IndexError, negative indices, as a list
+        if t is None:
+            i = i % len(self._made)
+            t = self._made[i] = ChipTensor(self._descs[i])
+        return t
+
+
 class ChipStorageTaskArgs:
     """The arguments of a chip call: tensors in signature order, then scalars."""
 
@@ -283,6 +308,8 @@ class ChipStorageTaskArgs:
         call takes the directions from its callable's signature."""
         if not isinstance(tensor, ChipTensor):
             tensor = ChipTensor.from_array(tensor)
+        if type(self._tensors) is not list:  # adopted (_adopt): made a list to grow
+            self._tensors = list(self._tensors)
         if len(self._tensors) >= 256:
             raise ValueError("ChipStorageTaskArgs: at most 256 tensors")
         if direction is not None:
@@ -295,20 +322,21 @@ class ChipStorageTaskArgs:
         self._l3 = None
 
     @classmethod
-    def _adopt(cls, tensors, directions, scalars) -> "ChipStorageTaskArgs":
+    def _adopt(cls, descs, directions, scalars) -> "ChipStorageTaskArgs":
         """Arguments as they arrive from elsewhere (a remote TASK frame),
-        checked already but for the directions: ChipTensors, their
-        ArgDirection values (IN, OUT or INOUT), u64 scalars; no per-item
-        calls of add_tensor / add_scalar."""
+        checked already but for the directions: a ctypes array of
+        CChipTensor (the args keep it; a ChipTensor over an element is made
+        when first asked for), their ArgDirection values (IN, OUT or
+        INOUT), u64 scalars; no per-item calls of add_tensor / add_scalar."""
         args = cls()
-        if len(tensors) > 256 or len(scalars) > 128 or len(directions) != len(tensors):
+        if len(descs) > 256 or len(scalars) > 128 or len(directions) != len(descs):
             raise ValueError("ChipStorageTaskArgs: at most 256 tensors with a direction each and 128 scalars")
         try:
             args._directions = [_TENSOR_DIRECTIONS[d] for d in directions]
         except KeyError:
             bad = next(d for d in directions if d not in _TENSOR_DIRECTIONS)
             raise ValueError(f"ChipStorageTaskArgs: tensor direction {bad} is not IN, OUT or INOUT") from None
-        args._tensors = list(tensors)
+        args._tensors = _TensorBlock(descs) if len(descs) else []
         args._scalars = list(scalars)
         return args
 

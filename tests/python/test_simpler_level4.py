@@ -330,6 +330,12 @@ def test_the_decoder_refuses_malformed_frames():
             P.decode(frame, P.COMMAND_TYPES)
     body = P.task_body(1, "m:f", {}, bytes([1, 3]), bytes(192), [5])
     assert P.parse_task(body)[5] == [5]
+    # Pre-encoded name, config and scalars (as a sender caches them) make the same body.
+    assert P.task_body(1, b"m:f", b"{}", bytes([1, 3]), bytes(192), struct.pack("<Q", 5)) == body
+    cfg_body = P.task_body(2, "m:f", {"block_dim": 2}, b"", b"", [])
+    first = P.parse_task(cfg_body)[2]
+    first["block_dim"] = 7  # the caller's own dict: the next parse is unaffected
+    assert P.parse_task(cfg_body)[1:3] == ("m:f", {"block_dim": 2})
     for cut in (3, 20, len(body) - 1):
         with pytest.raises(P.ProtocolError):
             P.parse_task(body[:cut])
@@ -337,6 +343,32 @@ def test_the_decoder_refuses_malformed_frames():
         P.parse_task(struct.pack("<QII", 1, 0, 0) + struct.pack("<II", 100000, 0))
     with pytest.raises(P.ProtocolError, match="announces"):
         P.parse_completion(struct.pack("<QiI", 1, 1, 50) + b"short")
+
+
+def test_adopted_task_arguments_make_their_tensors_on_demand():
+    """A remote task's arguments (ChipStorageTaskArgs._adopt, as the session
+    makes them from a TASK frame): every tensor reachable as from a list,
+    each made once, the directions checked, and the list growable."""
+    from simpler._lib import CChipTensor
+    from simpler.task_interface import ArgDirection as D, ChipStorageTaskArgs, ChipTensor, DataType
+
+    made = [ChipTensor.make(0x1000 * (i + 1), (i + 1,), DataType.FLOAT32) for i in range(5)]
+    descs = (CChipTensor * 5).from_buffer_copy(b"".join(bytes(t._c) for t in made))
+    a = ChipStorageTaskArgs._adopt(descs, bytes([1, 2, 3, 1, 2]), [7, 8])
+    assert a.tensor_count == 5 and a.scalar(1) == 8
+    assert [t.data_ptr for t in a._tensors] == [t.data_ptr for t in made]
+    assert a.tensor(-1).shape == (5,) and a.tensor(-1) is a.tensor(4)  # made once
+    assert [t.shape for t in a._tensors[1:3]] == [(2,), (3,)]
+    with pytest.raises(IndexError):
+        a.tensor(5)
+    assert a._directions == [D.IN, D.OUT, D.INOUT, D.IN, D.OUT]
+    a.add_tensor(made[0], D.IN)
+    assert a.tensor_count == 6 and a.tensor(5) is made[0] and a.tensor(4).shape == (5,)
+    for bad in (bytes([1, 0, 1, 1, 1]), bytes([1, 1, 9, 1, 1])):  # SCALAR (0) or no direction at all
+        with pytest.raises(ValueError, match="is not IN, OUT or INOUT"):
+            ChipStorageTaskArgs._adopt(descs, bad, [])
+    with pytest.raises(ValueError, match="a direction each"):
+        ChipStorageTaskArgs._adopt(descs, bytes([1, 1]), [])
 
 
 def _session_closes(sock, timeout=10.0) -> bool:

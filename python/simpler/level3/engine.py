@@ -38,6 +38,7 @@ WAKE_BATCH = L.FRAMES // 2
 WAKE_DELAY_S = 50e-6
 # While the orchestration submits, one submit in this many collects finished frames.
 POLL_EVERY = 4
+_RemoteDied = None  # remote.client.RemoteDied, once a remote task was dispatched
 
 
 class Task:
@@ -310,9 +311,11 @@ class Engine:
                 self._bind(task, args, access)
             if not task.pending:
                 self._ready(task)
-            if self.inflight:
+            if self.inflight or self.remotes:
                 # A collection looks at every child's oldest frame; a ring holds FRAMES tasks, so
-                # collecting on every POLL_EVERY-th submit keeps every child fed.
+                # collecting on every POLL_EVERY-th submit keeps every child fed. Remote completions
+                # (queued by each endpoint's receiver thread) are taken as well: a remote worker gets
+                # its next task while the orchestration goes on submitting.
                 self._submits += 1
                 if not self.defer or self._submits % POLL_EVERY == 0:
                     self.poll()
@@ -469,7 +472,9 @@ class Engine:
             self._wake_due = min(self._to_wake.values()) + WAKE_DELAY_S
 
     def _dispatch_remote(self, ep) -> None:
-        from ..remote.client import RemoteDied
+        global _RemoteDied
+        if _RemoteDied is None:  # imported once (remote.client imports this module's package)
+            from ..remote.client import RemoteDied as _RemoteDied
 
         while ep.ready:
             task = ep.ready.popleft()
@@ -478,7 +483,7 @@ class Engine:
                 continue
             try:
                 ep.post(task)
-            except RemoteDied as e:
+            except _RemoteDied as e:
                 self._finish(task, FAILED, (_errors.DISPATCH, f"{e} before task {task.id} ({task.label}) started"))
                 continue
             task.state = RUNNING

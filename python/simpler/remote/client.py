@@ -70,6 +70,7 @@ class RemoteCallable:
         if not sep or not mod or not qual:
             raise ValueError(f"RemoteCallable: {name!r} is not 'module:qualname'")
         self.name = str(name)
+        self.label = f"remote callable {self.name}"
 
     def __repr__(self) -> str:
         return f"RemoteCallable({self.name!r})"

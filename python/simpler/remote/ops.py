@@ -81,8 +81,8 @@ class RemoteOps:
     # ---- tasks ------------------------------------------------------------------
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
-        from .client import RemoteCallable
         from ..level3.orchestrator import as_config, directions
+        from .client import RemoteCallable
 
         ep = self._remote_ep(worker)
         if isinstance(handle, str):
@@ -90,14 +90,15 @@ class RemoteOps:
         if not isinstance(handle, RemoteCallable):
             raise TypeError(f"submit_next_level: {ep.label} runs a RemoteCallable('module:qualname') (an "
                             f"orchestration function imported there), got {type(handle).__name__}")
-        cfg = as_config(config)
-        fields = {} if cfg is None else {k: getattr(cfg, k) for k in _CONFIG_FIELDS}
+        cfg_index = 0
+        if config is not None:
+            cfg = as_config(config)
+            cfg_index = ep.config_index({k: getattr(cfg, k) for k in _CONFIG_FIELDS})
         access = None
         if args is not None and args._tensors:
             access = directions(args)
-        label = f"remote callable {handle.name}"
-        return self._engine.submit(run, ep, L.KIND_REMOTE, ep.callable_index(handle.name), label, args, access,
-                                   ep.config_index(fields))
+        return self._engine.submit(run, ep, L.KIND_REMOTE, ep.callable_index(handle.name), handle.label, args,
+                                   access, cfg_index)
 
     # ---- memory -----------------------------------------------------------------
 

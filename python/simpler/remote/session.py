@@ -39,7 +39,7 @@ from collections import deque
 from .. import _errors
 from .._lib import CChipTensor
 from ..level3 import endpoint as _endpoint
-from ..task_interface import CallConfig, ChipStorageTaskArgs, ChipTensor
+from ..task_interface import CallConfig, ChipStorageTaskArgs
 from . import protocol as P
 
 HANDSHAKE_S = 10.0
@@ -311,9 +311,10 @@ class Session:
             fn = self.callables.get(name)
             if fn is None:
                 fn = self.callables[name] = resolve_callable(name)
-            # One copy of all the descriptors (tensors: their bytes back to back); each ChipTensor a view of its element.
+            # One copy of all the descriptors (tensors: their bytes back to back); a ChipTensor over an
+            # element is made when the orchestration asks for it.
             descs = (CChipTensor * len(dirs)).from_buffer_copy(tensors) if dirs else ()
-            args = ChipStorageTaskArgs._adopt([ChipTensor(d) for d in descs], dirs, scalars)
+            args = ChipStorageTaskArgs._adopt(descs, dirs, scalars)
             return [self.worker.submit(fn, args, CallConfig.from_dict(config) if config else None), args]
         except _errors.SimplerError as e:
             return e.status, str(e)

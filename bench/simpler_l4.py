@@ -154,7 +154,7 @@ class Daemon:
         kf = os.path.join(tmp, "bench.key")
         self.key = os.urandom(32)
         fd = os.open(kf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, self.key)
+        os.write(fd, self.key + b"\n")  # the key's bytes, then one newline the daemon drops (docs/simpler.md)
         os.close(fd)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"), env.get("PYTHONPATH", "")])

@@ -70,29 +70,34 @@ int main(int argc, char** argv) {
   CHECK(cuMemsetD8(args, 0, size_t(n) * 256));
   CUstream s;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  // A chain of `nodes` empty kernels, instantiated; node i is passed the
+  // argument block at args + i * stride (stride 0: all the same block).
+  auto chain = [&](long nodes, CUdeviceptr stride, CUgraphExec* exec) -> int {
+    CUgraph g;
+    CHECK(cuGraphCreate(&g, 0));
+    CUgraphNode prev = nullptr;
+    for (long i = 0; i < nodes; i++) {
+      CUdeviceptr a = args + CUdeviceptr(i) * stride;
+      void* params[] = {&a};
+      CUDA_KERNEL_NODE_PARAMS kp = {};
+      kp.func = fn;
+      kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+      kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+      kp.kernelParams = params;
+      CUgraphNode node;
+      CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
+      prev = node;
+    }
+    CHECK(cuGraphInstantiate(exec, g, 0));
+    CHECK(cuGraphDestroy(g));  // the exec is independent of it
+    return 0;
+  };
   // 400 launches on `nstreams` other streams, each waiting on the one before
   // through an event: kernels (cuLaunchKernel), or a 16-node chain graph a
   // launch; the streams are destroyed afterwards.
   auto history = [&](int nstreams, bool graphs) -> int {
     CUgraphExec seg = nullptr;
-    if (graphs) {
-      CUgraph g;
-      CHECK(cuGraphCreate(&g, 0));
-      CUgraphNode prev = nullptr;
-      for (int i = 0; i < 16; i++) {
-        void* params[] = {&args};
-        CUDA_KERNEL_NODE_PARAMS kp = {};
-        kp.func = fn;
-        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
-        kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
-        kp.kernelParams = params;
-        CUgraphNode node;
-        CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
-        prev = node;
-      }
-      CHECK(cuGraphInstantiate(&seg, g, 0));
-      CHECK(cuGraphDestroy(g));
-    }
+    if (graphs && chain(16, 0, &seg)) return 1;
     std::vector<CUstream> other(size_t(nstreams), nullptr);
     CUevent hop;
     CHECK(cuEventCreate(&hop, CU_EVENT_DISABLE_TIMING));
@@ -115,23 +120,8 @@ int main(int argc, char** argv) {
     return 0;
   };
   for (int distinct = 0; distinct < 2; distinct++) {
-    CUgraph g;
-    CHECK(cuGraphCreate(&g, 0));
-    CUgraphNode prev = nullptr;
-    for (long i = 0; i < n; i++) {
-      CUdeviceptr a = distinct ? args + CUdeviceptr(i) * 256 : args;
-      void* params[] = {&a};
-      CUDA_KERNEL_NODE_PARAMS kp = {};
-      kp.func = fn;
-      kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
-      kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
-      kp.kernelParams = params;
-      CUgraphNode node;
-      CHECK(cuGraphAddKernelNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp));
-      prev = node;
-    }
     CUgraphExec exec;
-    CHECK(cuGraphInstantiate(&exec, g, 0));
+    if (chain(n, distinct ? 256 : 0, &exec)) return 1;
     // `reps` timed replays, launch to synchronised, printed as "name seconds".
     auto timed_replays = [&](const char* name) -> int {
       for (int r = 0; r < reps; r++) {
@@ -184,7 +174,6 @@ int main(int argc, char** argv) {
       if (timed_replays("replay_after_streams")) return 1;
     }
     CHECK(cuGraphExecDestroy(exec));
-    CHECK(cuGraphDestroy(g));
   }
   return 0;
 }

@@ -244,8 +244,7 @@ class Session:
             still = []
             for tid, h, keep in running:
                 if h._run.done:
-                    err = h._run.error
-                    self._complete(tid, *((0, "") if err is None else (err[0], str(_errors.error_for(*err)))))
+                    self._complete_run(tid, h._run)
                 else:
                     still.append((tid, h, keep))
             running = still
@@ -254,6 +253,8 @@ class Session:
                 started = self._start_task(name, config, dirs, tensors, scalars)
                 if isinstance(started, tuple):
                     self._complete(tid, *started)
+                elif started[0]._run.done:  # nothing it submitted still runs: answer now, not after a wait
+                    self._complete_run(tid, started[0]._run)
                 else:
                     running.append((tid, started[0], started[1]))
             if ending and not running:
@@ -279,6 +280,10 @@ class Session:
             end = clock() + spin
             while not poll(0) and clock() < end:
                 pass
+
+    def _complete_run(self, tid: int, run) -> None:
+        err = run.error
+        self._complete(tid, *((0, "") if err is None else (err[0], str(_errors.error_for(*err)))))
 
     def _complete(self, tid: int, status: int, msg: str) -> None:
         self.cmd.send(P.encode(P.COMPLETION, P.completion_body(tid, status, msg)), self.timeout_s)

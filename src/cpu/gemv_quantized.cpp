@@ -99,6 +99,60 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
 
 // The 8-bit products of many rows on AMX: X quantised into 16-row tiles,
 // threads split W into panels of 16 rows.
+// Rows of X against a Q4_0 W interleaved by eight (a.w_rows8): X quantised
+// in its natural order, threads over groups of eight rows of W, each group
+// against the rows of X kMaxTile at a time while it is in cache. A row of
+// X's arithmetic does not depend on the others (the same for any M).
+tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
+  note_kernel("gemv_quantized/avx512_vnni_rows8");
+  const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> dx, sx;
+  thread_local std::vector<QxNatural> rows;
+  if (xq.size() < size_t(M * K)) xq.resize(size_t(M * K));
+  if (dx.size() < size_t(M * nb)) dx.resize(size_t(M * nb)), sx.resize(size_t(M * nb));
+  rows.resize(size_t(M));
+  for (int64_t m = 0; m < M; ++m) {
+    rows[size_t(m)] = {xq.data() + m * K, dx.data() + m * nb, sx.data() + m * nb};
+    quantize_natural(xs + m * K, K, &rows[size_t(m)]);
+  }
+  const QxNatural* rows_p = rows.data();  // the workers read it through this (rows is this thread's)
+  const uint8_t* w8 = static_cast<const uint8_t*>(a.w_rows8);
+  const uint64_t group_bytes = uint64_t(nb) * uint64_t(quant::kRows8BlockBytes);
+  const size_t es = dtype_size(a.dtype);
+  char* y = static_cast<char*>(a.y);
+  const int64_t groups = N / 8;
+  // As run(): a product of under 128 KB of weights (per row of X, up to 8) stays on this thread.
+  const uint64_t work = uint64_t(groups) * group_bytes * uint64_t(std::min<int64_t>(M, 8));
+  const int64_t grain =
+      work < (128u << 10) ? groups : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) + 1);
+  constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs
+  parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+    // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
+    thread_local std::vector<float> yt;
+    if (yt.size() < size_t(M * 8 * kSubGroups)) yt.resize(size_t(M * 8 * kSubGroups));
+    for (int64_t s0 = g0; s0 < g1; s0 += kSubGroups) {
+      const int64_t s1 = std::min(g1, s0 + kSubGroups), rows = 8 * (s1 - s0);
+      for (int64_t g = s0; g < s1; ++g) {
+        const uint8_t* grp = w8 + uint64_t(g) * group_bytes;
+        if (g + 1 < g1)  // the next group, while this one is computed
+          for (uint64_t off = 0; off < group_bytes; off += 64) __builtin_prefetch(grp + group_bytes + off);
+        for (int64_t m0 = 0; m0 < M; m0 += kMaxTile) {
+          const int mt = int(std::min<int64_t>(kMaxTile, M - m0));
+          const QxNatural* rp[kMaxTile];
+          for (int j = 0; j < mt; ++j) rp[j] = rows_p + m0 + j;
+          float out[8 * kMaxTile];
+          rows8_dots_vnni(grp, K, rp, mt, out);
+          for (int j = 0; j < mt; ++j)
+            for (int r = 0; r < 8; ++r) yt[size_t((m0 + j) * rows + 8 * (g - s0) + r)] = out[8 * j + r];
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + 8 * s0) * es, rows);
+    }
+  });
+  return TC_OK;
+}
+
 tc_status run_amx(const GemvQuantizedArgs& a, const float* xs, uint64_t row_bytes) {
   note_kernel("gemv_quantized/amx_int8");
   const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32, Mp = (M + 15) / 16 * 16;
@@ -172,6 +226,7 @@ tc_status run(const GemvQuantizedArgs& a) {
   const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
   const bool amx = qdots && M >= kAmxMinRows && quant_gemm_amx_supported(a.fmt);
   if (amx) return run_amx(a, xs, row_bytes);
+  if (qdots && a.w_rows8 && a.fmt == quant::Q4_0 && N % 8 == 0) return run_rows8(a, xs);
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;

@@ -65,6 +65,7 @@ namespace model {
 tc_status Llama::set_activations(tc_dtype t) {
   if (t != act_) drop_graphs();  // the recorded steps have the other products
   act_ = t;
+  if (host_) return rows8_weights();
   if (!q8_decode()) return TC_OK;
   const tc_status st = split_weights();
   if (st != TC_OK) {
@@ -127,6 +128,7 @@ tc_status Llama::product(const Matrix& w, const float* x, float* y, int64_t M) {
   a.fmt = w.fmt;
   a.M = M, a.N = w.N, a.K = w.K;
   a.w = w.data;
+  a.w_rows8 = w.rows8;
   if (act_ == TC_DTYPE_F16) {
     TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * w.K));
     a.dtype = TC_DTYPE_F16;

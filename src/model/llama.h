@@ -63,6 +63,9 @@ struct Matrix {
   // (Llama::split_weights); null otherwise.
   const uint8_t* split_qs = nullptr;
   const uint16_t* split_d = nullptr;
+  // A Q4_0 matrix with its rows interleaved by eight (quant::repack_q4_0_rows8),
+  // a second copy on a host backend that reads it (Llama::rows8_weights); null otherwise.
+  const uint8_t* rows8 = nullptr;
 };
 
 // What a model family changes in the forward, from general.architecture and
@@ -198,6 +201,7 @@ class Llama {
   // epilogue (store, residual add, SwiGLU).
   bool q8_f16x_allowed();
   bool q8_decode();
+  tc_status rows8_weights();
   std::vector<Matrix*> q8_matrices();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M);
   // x: the product quantises it (normalised with gamma when set) itself
@@ -258,6 +262,7 @@ class Llama {
   // 8-bit activations (q8_decode): -1 not yet known.
   int q8_state_ = -1;
   bool split_made_ = false;  // split_weights has made the second copies
+  bool rows8_made_ = false;  // rows8_weights has made the host's interleaved copies
   int8_t* q8x_ = nullptr;  // in the f16 staging buffer xh_
   bool q8_f16x_ = false;   // this forward's 8-bit products take f16 X (at xh_)
   float* q8d_ = nullptr;

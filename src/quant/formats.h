@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TC_QUANT_HD __host__ __device__
@@ -231,6 +232,30 @@ inline bool matrix_bytes(const FormatInfo& f, int64_t rows, int64_t k, uint64_t*
 // block size), computed in f32 with the same operations in the same order as
 // ggml's dequantize_row_* (never fused), so the results are bit-identical.
 void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
+
+// A Q4_0 matrix (N rows of K weights, N a multiple of 8) with its rows
+// interleaved by eight, for kernels whose vector lanes are eight rows: per
+// group of 8 rows and block b of 32 weights, 144 bytes (the blocks' bytes):
+// the 8 rows' f16 scales, then 4 x 32 bytes where byte 32 j + 4 r + t holds
+// the code of weight 4 j + t of row r in its low nibble and that of weight
+// 16 + 4 j + t in its high nibble. Groups follow each other, blocks within.
+// The bytes are Q4_0's, moved: qs[k] holds weight k (low nibble) and weight
+// 16 + k (high), so the layout's byte for (j, r, t) is qs[4 j + t] of row r.
+constexpr int64_t kRows8BlockBytes = 144;
+inline void repack_q4_0_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+  const int64_t nb = K / 32;
+  const auto* w = static_cast<const BlockQ4_0*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < N / 8; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (g * nb + b) * kRows8BlockBytes;
+      for (int r = 0; r < 8; ++r) {
+        const BlockQ4_0& blk = w[(g * 8 + r) * nb + b];
+        std::memcpy(o + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 4; ++j) std::memcpy(o + 16 + 32 * j + 4 * r, blk.qs + 4 * j, 4);
+      }
+    }
+}
 
 // Reference quantisation of one row, bit-identical to ggml's
 // quantize_row_*_ref. Supported formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K,

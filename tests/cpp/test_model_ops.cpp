@@ -1093,6 +1093,81 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
+// Q4_0 rows interleaved by eight (quant::repack_q4_0_rows8): the layout
+// byte for byte, then gemv_quantized reading it (a backend that says it
+// does) against the float64 formula on its own 8-bit X (dx = max|x| / 127,
+// xq = rne(x / dx)), and against the same product on the GGUF rows: each
+// row of X the same whatever the number of rows (6 and 9 take tiles of 4).
+TEST_P(ModelOps, Q4_0RowsInterleavedByEight) {
+  Dev dev(GetParam());
+  using tc::quant::Q4_0;
+  if (!dev.be().reads_q4_0_rows8(TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads Q4_0 in the GGUF layout only";
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
+    const int64_t nb = K / 32;
+    const std::vector<uint8_t> w = random_q8_weights(Q4_0, N, K);
+    std::vector<uint8_t> w8(w.size() + 1, 0xA5);
+    tc::quant::repack_q4_0_rows8(w.data(), N, K, w8.data());
+    ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
+    for (int64_t g = 0; g < N / 8; ++g)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int r = 0; r < 8; ++r) {
+          const uint8_t* blk = w.data() + ((g * 8 + r) * nb + b) * 18;
+          const uint8_t* o = w8.data() + (g * nb + b) * 144;
+          ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "scale, row " << g * 8 + r << " block " << b;
+          for (int j = 0; j < 4; ++j)
+            for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
+              ASSERT_EQ(o[16 + 32 * j + 4 * r + t], blk[2 + 4 * j + t]) << "row " << g * 8 + r << " block " << b;
+        }
+    for (const int64_t M : {int64_t(1), int64_t(4), int64_t(6), int64_t(9)}) {
+      SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K) + " M " + std::to_string(M));
+      std::vector<uint16_t> xh(size_t(M * K));
+      for (auto& v : xh) v = tc::f32_to_f16(randn(1)[0]);
+      tc::GemvQuantizedArgs a;
+      a.info.name = "test.gemv_quantized rows8";
+      a.fmt = Q4_0, a.M = M, a.N = N, a.K = K, a.dtype = TC_DTYPE_F16;
+      a.x = dev.put(xh);
+      a.w = dev.put(w);
+      a.w_rows8 = dev.put(w8);
+      uint16_t* y8 = dev.put(std::vector<uint16_t>(size_t(M * N + 1), 0x7E00));
+      a.y = y8;
+      ASSERT_EQ(dev.be().gemv_quantized(a, nullptr), TC_OK);
+      tc::GemvQuantizedArgs plain = a;
+      plain.w_rows8 = nullptr;
+      uint16_t* y0 = dev.put(std::vector<uint16_t>(size_t(M * N), 0x7E00));
+      plain.y = y0;
+      ASSERT_EQ(dev.be().gemv_quantized(plain, nullptr), TC_OK);
+      const auto got = dev.get(y8, size_t(M * N + 1)), base = dev.get(y0, size_t(M * N));
+      EXPECT_EQ(got[size_t(M * N)], 0x7E00) << "written past Y";
+      for (int64_t m = 0; m < M; ++m) {
+        // X's 8-bit form as the contract makes it.
+        std::vector<double> xq(static_cast<size_t>(K)), dx(static_cast<size_t>(nb));
+        for (int64_t b = 0; b < nb; ++b) {
+          float amax = 0;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)])));
+          const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+          dx[size_t(b)] = d;
+          for (int i = 0; i < 32; ++i)
+            xq[size_t(b * 32 + i)] =
+                std::max(-128.0f, std::min(127.0f, std::nearbyint(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)]) * id)));
+        }
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const WeightTerm t = weight_term(Q4_0, w.data() + n * nb * 18, k);
+            const double term = (t.aq + t.b) * dx[size_t(k / 32)] * xq[size_t(k)];
+            ref += term, mag += std::fabs(term);
+          }
+          const double y = tc::f16_to_f32(got[size_t(m * N + n)]);
+          // f16 output: half an ulp of |ref| (2^-11 relative), plus f32 sums of magnitude mag.
+          ASSERT_NEAR(y, ref, std::fabs(ref) * 4.9e-4 + 1e-5 * mag + 1e-7) << "row " << m << ", output " << n;
+          ASSERT_NEAR(y, tc::f16_to_f32(base[size_t(m * N + n)]), std::fabs(y) * 9.8e-4 + 1e-5 * mag + 1e-7)
+              << "against the GGUF rows, row " << m << ", output " << n;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ModelOps, ::testing::ValuesIn(devices()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

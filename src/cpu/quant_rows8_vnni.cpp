@@ -1,0 +1,99 @@
+// The 8-bit products of up to kMaxTile rows of X with a Q4_0 W whose rows
+// are interleaved by eight (quant::repack_q4_0_rows8), on AVX512-VNNI
+// processors with 256-bit vectors:
+//
+//   y[m][r] = sum_b d_r,b (dx_m,b sum_k q_r,b,k xq_m,b,k - 8 sx_m,b)
+//
+// (gemv_quantized.cpp's 8-bit contract: X per block of 32 as dx = max|x| /
+// 127, xq = rne(x / dx), sx = dx sum xq). One vpdpbusd multiplies four
+// codes of each of the eight rows (the layout's 32 bytes: row r in lanes
+// 4r..4r+3) by the same four bytes of X broadcast, so the eight int32 lanes
+// are the eight rows' partial sums: a block of 32 weights of 8 rows costs
+// 4 loads, 8 nibble splits, 8 dot products and one FMA a row of X, where
+// the row kernels (quant_dot_vnni.cpp) spend their lanes on one row and
+// need horizontal sums and lane permutes. Measured on an AMD EPYC core
+// (256-bit units) in a stand-alone test: 25 GB/s of W against 14 for a
+// 256-bit row kernel (bench/results/llama-cpu.md, 2026-12-04).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu/quant_dot.h"
+#include "quant/formats.h"
+
+#define TC_VNNI8 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace tc {
+namespace cpu {
+namespace {
+
+template <int MT>
+TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
+  __m256 acc[MT], corr[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* o = grp + b * quant::kRows8BlockBytes;
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 16 + 32 * j));
+      lo[j] = _mm256_and_si256(v, m4);
+      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    for (int m = 0; m < MT; ++m) {
+      const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b);
+      // Two chains of four, weights 0-15 and 16-31: half the dependent latency.
+      __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        d0 = _mm256_dpbusd_epi32(d0, lo[j], _mm256_set1_epi32(xb[j]));
+        d1 = _mm256_dpbusd_epi32(d1, hi[j], _mm256_set1_epi32(xb[4 + j]));
+      }
+      acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)),
+                               _mm256_mul_ps(dw, _mm256_set1_ps(x[m]->dx[b])), acc[m]);
+      corr[m] = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[m]->sx[b]), corr[m]);
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr[m], acc[m]));
+}
+
+}  // namespace
+
+TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const __m256 v[4] = {_mm256_loadu_ps(x + 32 * b), _mm256_loadu_ps(x + 32 * b + 8), _mm256_loadu_ps(x + 32 * b + 16),
+                         _mm256_loadu_ps(x + 32 * b + 24)};
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                              _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const float d = _mm_cvtss_f32(h) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    int sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      // Round to nearest even (the MXCSR default), saturate to int8.
+      const __m128i q = _mm256_cvtsepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(row->xq + 32 * b + 8 * i), q);
+      const int8_t* qb = row->xq + 32 * b + 8 * i;
+      for (int k = 0; k < 8; ++k) sum += qb[k];
+    }
+    row->dx[b] = d;
+    row->sx[b] = d * float(sum);
+  }
+}
+
+TC_VNNI8 void rows8_dots_vnni(const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out) {
+  const int64_t nb = K / 32;
+  switch (mt) {
+    case 1: return dots8<1>(grp, nb, x, out);
+    case 2: return dots8<2>(grp, nb, x, out);
+    case 3: return dots8<3>(grp, nb, x, out);
+    default: return dots8<4>(grp, nb, x, out);
+  }
+}
+
+}  // namespace cpu
+}  // namespace tc

@@ -424,8 +424,16 @@ def test_gemv_many_rows_int8_tiles(cpu_ctx, rng, fmt, monkeypatch):
                     seen.add(tc.cpu_last_kernel_name())
                 monkeypatch.delenv("TC_CPU_ISA", raising=False)
                 out = to_f64(Y.to_numpy((M, N), np_dtype(dtype)), dtype)
-                assert_close(out, x64 @ wd.T, np.abs(x64) @ np.abs(wd).T, TOLERANCE[dtype],
-                             "%s M=%d N=%d K=%d %s %s" % (fmt, M, N, K, dtype, cap or "best"))
+                # The 8-bit contract (each activation within half a step of max|x| / 127 of its
+                # block), then the output's rounding: a fixed share of sum |x| |w| is not a bound
+                # when a block's largest |x| is far above its typical one (one block: K = 32).
+                ref = x64 @ wd.T
+                step = np.repeat(np.abs(x64).reshape(M, -1, 32).max(axis=2) / 127, 32, axis=1)
+                bound = ((step / 2 * 1.0001) @ np.abs(wd).T + 2.0 ** (-10 if dtype == "f16" else -7) * np.abs(ref)
+                         + 1e-5 * (np.abs(x64) @ np.abs(wd).T) + 1e-30)
+                assert np.isfinite(out).all() and (np.abs(out - ref) <= bound).all(), (
+                    "%s M=%d N=%d K=%d %s %s: %.3g of the 8-bit bound" % (
+                        fmt, M, N, K, dtype, cap or "best", np.max(np.abs(out - ref) / bound)))
                 outs.append(out)
             # The same 8-bit terms summed in another order: within f32
             # rounding before the output's own rounding (a step of it).

@@ -135,8 +135,6 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
       const int64_t s1 = std::min(g1, s0 + kSubGroups), rows = 8 * (s1 - s0);
       for (int64_t g = s0; g < s1; ++g) {
         const uint8_t* grp = w8 + uint64_t(g) * group_bytes;
-        if (g + 1 < g1)  // the next group, while this one is computed
-          for (uint64_t off = 0; off < group_bytes; off += 64) __builtin_prefetch(grp + group_bytes + off);
         for (int64_t m0 = 0; m0 < M; m0 += kMaxTile) {
           const int mt = int(std::min<int64_t>(kMaxTile, M - m0));
           const QxNatural* rp[kMaxTile];

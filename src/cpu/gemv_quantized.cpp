@@ -15,7 +15,10 @@
 //    are integer dot products (quant_dot_vnni.cpp), as llama.cpp computes;
 //    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
 //    8-bit products run as tile products (quant_gemm_amx.cpp), each
-//    weight block unpacked once per call and used by every 16 rows of X.
+//    weight block unpacked once per call and used by every 16 rows of X;
+//    otherwise, for Q4_0 with the caller's copy of W interleaved by eight
+//    rows (w_rows8), the same 8-bit terms with one 256-bit dot product for
+//    eight rows of W at a time (quant_rows8_vnni.cpp).
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row
@@ -97,8 +100,6 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-// The 8-bit products of many rows on AMX: X quantised into 16-row tiles,
-// threads split W into panels of 16 rows.
 // Rows of X against a Q4_0 W interleaved by eight (a.w_rows8): X quantised
 // in its natural order, threads over groups of eight rows of W, each group
 // against the rows of X kMaxTile at a time while it is in cache. A row of
@@ -151,6 +152,8 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   return TC_OK;
 }
 
+// The 8-bit products of many rows on AMX: X quantised into 16-row tiles,
+// threads split W into panels of 16 rows.
 tc_status run_amx(const GemvQuantizedArgs& a, const float* xs, uint64_t row_bytes) {
   note_kernel("gemv_quantized/amx_int8");
   const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32, Mp = (M + 15) / 16 * 16;

@@ -494,9 +494,7 @@ tc_status Llama::rows8_weights() {
   if (rows8_made_ || !host_ || !be_->reads_q4_0_rows8(act_)) return TC_OK;
   std::vector<Matrix*> mats;
   for (Matrix* m : q8_matrices())
-    if (m->data && m->fmt == quant::Q4_0 && m->N % 8 == 0 && m->K % 32 == 0 &&
-        std::find(mats.begin(), mats.end(), m) == mats.end())
-      mats.push_back(m);
+    if (m->data && m->fmt == quant::Q4_0 && m->N % 8 == 0 && m->K % 32 == 0) mats.push_back(m);
   size_t total = 0;
   for (const Matrix* m : mats) total += aligned(size_t(m->bytes()));
   if (total == 0) return TC_OK;

@@ -19,6 +19,7 @@ import time
 
 from .. import _errors
 from .._lib import bare, check, lib
+from ..remote.client import RemoteDied
 from . import endpoint as E
 from . import layout as L
 from .endpoint import wait_until
@@ -38,7 +39,6 @@ WAKE_BATCH = L.FRAMES // 2
 WAKE_DELAY_S = 50e-6
 # While the orchestration submits, one submit in this many collects finished frames.
 POLL_EVERY = 4
-_RemoteDied = None  # remote.client.RemoteDied, once a remote task was dispatched
 
 
 class Task:
@@ -472,10 +472,6 @@ class Engine:
             self._wake_due = min(self._to_wake.values()) + WAKE_DELAY_S
 
     def _dispatch_remote(self, ep) -> None:
-        global _RemoteDied
-        if _RemoteDied is None:  # imported once (remote.client imports this module's package)
-            from ..remote.client import RemoteDied as _RemoteDied
-
         while ep.ready:
             task = ep.ready.popleft()
             if task.run.error is not None:
@@ -483,7 +479,7 @@ class Engine:
                 continue
             try:
                 ep.post(task)
-            except _RemoteDied as e:
+            except RemoteDied as e:
                 self._finish(task, FAILED, (_errors.DISPATCH, f"{e} before task {task.id} ({task.label}) started"))
                 continue
             task.state = RUNNING

@@ -101,7 +101,7 @@ class RemoteEndpoint:
         self.mapped = set()
         # Callables and configs by index, with their encodings for TASK frames.
         self.names, self._name_idx, self._name_bytes = [], {}, []
-        self.cfgs, self._cfg_idx, self._cfg_bytes = [{}], {"{}": 0}, [b"{}"]
+        self.cfgs, self._cfg_idx, self._cfg_bytes = [{}], {}, [b"{}"]  # index 0: the default config
         self.pid = 0  # the session process, on the remote host
         self.wake_fd = -1
         self._cmd = self._health = None

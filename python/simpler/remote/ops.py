@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .. import _errors
 from ..level3 import layout as L
+from ..level3.orchestrator import as_config, directions
 from . import protocol as P
+from .client import RemoteCallable, RemoteDied, RemoteEndpoint
 
 _CONFIG_FIELDS = ("aicpu_thread_num", "block_dim", "enable_chip_swimlane", "enable_dump_args", "enable_pmu",
                   "enable_dep_gen", "enable_scope_stats", "output_prefix", "runtime_env")
@@ -22,7 +24,6 @@ class RemoteOps:
     # ---- sessions ---------------------------------------------------------------
 
     def _open_remotes(self, first_slot: int) -> None:
-        from .client import RemoteEndpoint
         from .mpi_client import MpiRank
 
         specs = [(i, c) for i, c in enumerate(self._children) if not hasattr(c, "level")]
@@ -63,16 +64,12 @@ class RemoteOps:
                          f"(remote ids: {[e.index for e in self._remote_eps]})")
 
     def _remote_call(self, ep, request: dict, data: bytes = b""):
-        from .client import RemoteDied
-
         try:
             return ep.control(request, data)
         except RemoteDied as e:
             raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
     def _remote_calls(self, ep, requests):
-        from .client import RemoteDied
-
         try:
             yield from ep.control_many(requests, P.COPY_WINDOW)
         except RemoteDied as e:
@@ -81,9 +78,6 @@ class RemoteOps:
     # ---- tasks ------------------------------------------------------------------
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
-        from ..level3.orchestrator import as_config, directions
-        from .client import RemoteCallable
-
         ep = self._remote_ep(worker)
         if isinstance(handle, str):
             handle = RemoteCallable(handle)

@@ -256,9 +256,9 @@ struct GemvQuantizedArgs {
   void* y = nullptr;
   const void* gamma = nullptr;
   float eps = 0.0f;
-  // Or also: the same Q4_0 W with its rows interleaved by eight
-  // (quant::repack_q4_0_rows8; N a multiple of 8), which a backend may read
-  // instead where Backend::reads_q4_0_rows8 says so.
+  // Or also: the same W with its rows interleaved by eight
+  // (quant::repack_rows8; N a multiple of 8), which a backend may read
+  // instead where Backend::reads_rows8 says so.
   const void* w_rows8 = nullptr;
 };
 // --- end quantized ------------------------------------------------------------
@@ -671,10 +671,10 @@ class Backend {
 #include "core/ops.def"
 #undef TC_OP
   virtual bool supports_op(OpId) const { return false; }
-  // Whether gemv_quantized reads a Q4_0 W's rows interleaved by eight
-  // (GemvQuantizedArgs::w_rows8) for rows of X in this dtype: a model makes
-  // that copy at load only then.
-  virtual bool reads_q4_0_rows8(tc_dtype) const { return false; }
+  // Whether gemv_quantized reads a W of this format with its rows interleaved
+  // by eight (GemvQuantizedArgs::w_rows8) for rows of X in this dtype: a model
+  // makes that copy at load only then.
+  virtual bool reads_rows8(int32_t /*fmt*/, tc_dtype) const { return false; }
   // Bits beyond the ops' (streams, TF32 GEMM, GGUF loading).
   virtual uint64_t extra_capabilities() const { return 0; }
 

@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "cpu/cpu_features.h"
+#include "quant/formats.h"
 #include "cpu/ops.h"
 #include "cpu/queue.h"
 #include "cpu/thread_pool.h"
@@ -34,10 +35,11 @@ class CpuBackend final : public Backend {
 
   // Every op of core/ops.def has a CPU kernel.
   bool supports_op(OpId) const override { return true; }
-  // The 8-bit products (f16 / bf16 X) on AVX512-VNNI read Q4_0 rows interleaved by eight.
-  bool reads_q4_0_rows8(tc_dtype dtype) const override {
+  // The 8-bit products (f16 / bf16 X) on AVX512-VNNI read Q4_0, Q4_1 and
+  // Q8_0 rows interleaved by eight.
+  bool reads_rows8(int32_t fmt, tc_dtype dtype) const override {
     const cpu::Features& f = cpu::features();
-    return dtype != TC_DTYPE_F32 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.fma && f.f16c;
+    return quant::has_rows8(fmt) && dtype != TC_DTYPE_F32 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.fma && f.f16c;
   }
   uint64_t extra_capabilities() const override { return TC_CAPABILITY_STREAMS | TC_CAPABILITY_GGUF; }
 

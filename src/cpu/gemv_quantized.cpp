@@ -16,9 +16,9 @@
 //    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
 //    8-bit products run as tile products (quant_gemm_amx.cpp), each
 //    weight block unpacked once per call and used by every 16 rows of X;
-//    otherwise, for Q4_0 with the caller's copy of W interleaved by eight
-//    rows (w_rows8), the same 8-bit terms with one 256-bit dot product for
-//    eight rows of W at a time (quant_rows8_vnni.cpp).
+//    otherwise, for Q4_0, Q4_1 and Q8_0 with the caller's copy of W
+//    interleaved by eight rows (w_rows8), the same 8-bit terms with one
+//    256-bit dot product for eight rows of W at a time (quant_rows8_vnni.cpp).
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row
@@ -100,7 +100,7 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-// Rows of X against a Q4_0 W interleaved by eight (a.w_rows8): X quantised
+// Rows of X against a W interleaved by eight (a.w_rows8): X quantised
 // in its natural order, threads over groups of eight rows of W, each group
 // against the rows of X kMaxTile at a time while it is in cache. A row of
 // X's arithmetic does not depend on the others (the same for any M).
@@ -119,7 +119,7 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   }
   const QxNatural* rows_p = rows.data();  // the workers read it through this (rows is this thread's)
   const uint8_t* w8 = static_cast<const uint8_t*>(a.w_rows8);
-  const uint64_t group_bytes = uint64_t(nb) * uint64_t(quant::kRows8BlockBytes);
+  const uint64_t group_bytes = uint64_t(nb) * uint64_t(quant::rows8_block_bytes(a.fmt));
   const size_t es = dtype_size(a.dtype);
   char* y = static_cast<char*>(a.y);
   const int64_t groups = N / 8;
@@ -141,7 +141,7 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
           const QxNatural* rp[kMaxTile];
           for (int j = 0; j < mt; ++j) rp[j] = rows_p + m0 + j;
           float out[8 * kMaxTile];
-          rows8_dots_vnni(grp, K, rp, mt, out);
+          rows8_dots_vnni(a.fmt, grp, K, rp, mt, out);
           for (int j = 0; j < mt; ++j)
             for (int r = 0; r < 8; ++r) yt[size_t((m0 + j) * rows + 8 * (g - s0) + r)] = out[8 * j + r];
         }
@@ -227,7 +227,7 @@ tc_status run(const GemvQuantizedArgs& a) {
   const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
   const bool amx = qdots && M >= kAmxMinRows && quant_gemm_amx_supported(a.fmt);
   if (amx) return run_amx(a, xs, row_bytes);
-  if (qdots && a.w_rows8 && a.fmt == quant::Q4_0 && N % 8 == 0) return run_rows8(a, xs);
+  if (qdots && a.w_rows8 && quant::has_rows8(a.fmt) && N % 8 == 0) return run_rows8(a, xs);
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;

@@ -38,8 +38,8 @@ void quantize_activations(int32_t fmt, const float* x, int64_t K, QxRow* row);  
 QxDots row_dots_vnni(int32_t fmt);
 
 // The same 8-bit X in its natural order (xq: K int8; dx, sx: one float a
-// block of 32), for a Q4_0 W interleaved by eight rows
-// (quant::repack_q4_0_rows8): out[8 m + r] = row r of the group at `grp`
+// block of 32), for a W of format fmt (quant::has_rows8) interleaved by eight
+// rows (quant::repack_rows8): out[8 m + r] = row r of the group at `grp`
 // against row m of X, m < mt <= kMaxTile (quant_rows8_vnni.cpp).
 struct QxNatural {
   int8_t* xq;
@@ -47,7 +47,7 @@ struct QxNatural {
   float* sx;
 };
 void quantize_natural(const float* x, int64_t K, QxNatural* row);  // AVX512-VNNI processors only
-void rows8_dots_vnni(const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out);
+void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out);
 
 // Products of many rows of X (M >= kAmxMinRows) on AMX-INT8, for Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K: X quantised to 8 bits per block of 32

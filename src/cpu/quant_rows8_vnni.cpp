@@ -1,19 +1,24 @@
-// The 8-bit products of up to kMaxTile rows of X with a Q4_0 W whose rows
-// are interleaved by eight (quant::repack_q4_0_rows8), on AVX512-VNNI
-// processors with 256-bit vectors:
+// The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1 or Q8_0
+// W whose rows are interleaved by eight (quant::repack_rows8), on
+// AVX512-VNNI processors with 256-bit vectors:
 //
-//   y[m][r] = sum_b d_r,b (dx_m,b sum_k q_r,b,k xq_m,b,k - 8 sx_m,b)
+//   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
 //
 // (gemv_quantized.cpp's 8-bit contract: X per block of 32 as dx = max|x| /
-// 127, xq = rne(x / dx), sx = dx sum xq). One vpdpbusd multiplies four
-// codes of each of the eight rows (the layout's 32 bytes: row r in lanes
-// 4r..4r+3) by the same four bytes of X broadcast, so the eight int32 lanes
-// are the eight rows' partial sums: a block of 32 weights of 8 rows costs
-// 4 loads, 8 nibble splits, 8 dot products and one FMA a row of X, where
-// the row kernels (quant_dot_vnni.cpp) spend their lanes on one row and
-// need horizontal sums and lane permutes. Measured on an AMD EPYC core
-// (256-bit units) in a stand-alone test: 25 GB/s of W against 14 for a
-// 256-bit row kernel (bench/results/llama-cpu.md, 2026-12-04).
+// 127, xq = rne(x / dx), sx = dx sum xq) with u the unsigned codes the layout
+// stores and c what turns them into the weights w = d u + c:
+//   Q4_0  u = q in 0..15,     c = -8 d
+//   Q4_1  u = q in 0..15,     c = m
+//   Q8_0  u = q + 128,        c = -128 d
+// One vpdpbusd multiplies four codes of each of the eight rows (the
+// layout's 32 bytes: row r in lanes 4r..4r+3) by the same four bytes of X
+// broadcast, so the eight int32 lanes are the eight rows' partial sums: a
+// block of 32 weights of 8 rows costs 4 (Q8_0: 8) loads, 8 dot products and
+// two FMAs a row of X, where the row kernels (quant_dot_vnni.cpp) spend
+// their lanes on one row and need horizontal sums and lane permutes.
+// Measured on an AMD EPYC core (256-bit units) in a stand-alone test: 25 GB/s
+// of Q4_0 W against 14 for a 256-bit row kernel (bench/results/llama-cpu.md,
+// 2026-12-04).
 #include <immintrin.h>
 
 #include <cmath>
@@ -28,34 +33,54 @@ namespace tc {
 namespace cpu {
 namespace {
 
-template <int MT>
+template <int32_t FMT, int MT>
 TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
+  constexpr int64_t kBlock = FMT == quant::Q4_0 ? 144 : FMT == quant::Q4_1 ? 160 : 272;
+  constexpr int kCodes = FMT == quant::Q4_1 ? 32 : 16;  // where the codes start in a block
+  constexpr float kOffset = FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q4_1 ? 1.0f : -128.0f;  // c = kOffset * (d or m)
   __m256 acc[MT], corr[MT];
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* o = grp + b * quant::kRows8BlockBytes;
-    __m256i lo[4], hi[4];
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 16 + 32 * j));
-      lo[j] = _mm256_and_si256(v, m4);
-      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    const uint8_t* o = grp + b * kBlock;
+    // u[j]: the codes of weights 4j..4j+3 of the eight rows (Q4: j < 4 the
+    // low nibbles, weights 0-15; j >= 4 the high ones, weights 16-31).
+    __m256i u[8];
+    for (int j = 0; j < 8; ++j) {
+      if (FMT == quant::Q8_0) {
+        u[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
+      } else if (j < 4) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
+        u[j] = _mm256_and_si256(v, m4);
+        u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    const __m256 cw = FMT == quant::Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16))) : dw;
     for (int m = 0; m < MT; ++m) {
       const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b);
       // Two chains of four, weights 0-15 and 16-31: half the dependent latency.
       __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
-        d0 = _mm256_dpbusd_epi32(d0, lo[j], _mm256_set1_epi32(xb[j]));
-        d1 = _mm256_dpbusd_epi32(d1, hi[j], _mm256_set1_epi32(xb[4 + j]));
+        d0 = _mm256_dpbusd_epi32(d0, u[j], _mm256_set1_epi32(xb[j]));
+        d1 = _mm256_dpbusd_epi32(d1, u[j + 4], _mm256_set1_epi32(xb[4 + j]));
       }
       acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)),
                                _mm256_mul_ps(dw, _mm256_set1_ps(x[m]->dx[b])), acc[m]);
-      corr[m] = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[m]->sx[b]), corr[m]);
+      corr[m] = _mm256_fmadd_ps(cw, _mm256_set1_ps(x[m]->sx[b]), corr[m]);
     }
   }
-  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr[m], acc[m]));
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fmadd_ps(_mm256_set1_ps(kOffset), corr[m], acc[m]));
+}
+
+template <int32_t FMT>
+TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const* x, int mt, float* out) {
+  switch (mt) {
+    case 1: return dots8<FMT, 1>(grp, nb, x, out);
+    case 2: return dots8<FMT, 2>(grp, nb, x, out);
+    case 3: return dots8<FMT, 3>(grp, nb, x, out);
+    default: return dots8<FMT, 4>(grp, nb, x, out);
+  }
 }
 
 }  // namespace
@@ -85,14 +110,12 @@ TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
   }
 }
 
-TC_VNNI8 void rows8_dots_vnni(const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out) {
+TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt,
+                              float* out) {
   const int64_t nb = K / 32;
-  switch (mt) {
-    case 1: return dots8<1>(grp, nb, x, out);
-    case 2: return dots8<2>(grp, nb, x, out);
-    case 3: return dots8<3>(grp, nb, x, out);
-    default: return dots8<4>(grp, nb, x, out);
-  }
+  if (fmt == quant::Q4_1) return dots8_tile<quant::Q4_1>(grp, nb, x, mt, out);
+  if (fmt == quant::Q8_0) return dots8_tile<quant::Q8_0>(grp, nb, x, mt, out);
+  return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }
 
 }  // namespace cpu

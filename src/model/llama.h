@@ -63,7 +63,7 @@ struct Matrix {
   // (Llama::split_weights); null otherwise.
   const uint8_t* split_qs = nullptr;
   const uint16_t* split_d = nullptr;
-  // A Q4_0 matrix with its rows interleaved by eight (quant::repack_q4_0_rows8),
+  // The matrix with its rows interleaved by eight (quant::repack_rows8),
   // a second copy on a host backend that reads it (Llama::rows8_weights); null otherwise.
   const uint8_t* rows8 = nullptr;
 };

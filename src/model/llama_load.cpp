@@ -486,25 +486,26 @@ tc_status Llama::split_weights() {
   return TC_OK;
 }
 
-// On a host backend whose 8-bit products read Q4_0 rows interleaved by
-// eight (AVX512-VNNI: one 256-bit integer dot product serves eight rows), a
-// copy of every Q4_0 matrix in that layout, made once: as many bytes again
-// as those matrices (the mapped file stays, for the products of more rows).
+// On a host backend whose 8-bit products read rows interleaved by eight
+// (AVX512-VNNI: one 256-bit integer dot product serves eight rows), a copy
+// of every matrix of such a format (Q4_0, Q4_1, Q8_0) in that layout, made
+// once: as many bytes again as those matrices (the mapped file stays, for
+// the products of more rows and the token embedding).
 tc_status Llama::rows8_weights() {
-  if (rows8_made_ || !host_ || !be_->reads_q4_0_rows8(act_)) return TC_OK;
+  if (rows8_made_ || !host_) return TC_OK;
   std::vector<Matrix*> mats;
   for (Matrix* m : q8_matrices())
-    if (m->data && m->fmt == quant::Q4_0 && m->N % 8 == 0 && m->K % 32 == 0) mats.push_back(m);
+    if (m->data && be_->reads_rows8(m->fmt, act_) && m->N % 8 == 0 && m->K % 32 == 0) mats.push_back(m);
   size_t total = 0;
   for (const Matrix* m : mats) total += aligned(size_t(m->bytes()));
   if (total == 0) return TC_OK;
   void* base_v = nullptr;
   if (tc_status st = alloc(total, &base_v))
-    return fail_with(st, "tc_llama_set_activations: the interleaved copy of the Q4_0 weights (" +
+    return fail_with(st, "tc_llama_set_activations: the interleaved copy of the weights (" +
                              std::to_string(total >> 20) + " MiB): " + last_detail());
   uint8_t* at = static_cast<uint8_t*>(base_v);
   for (Matrix* m : mats) {
-    quant::repack_q4_0_rows8(m->data, m->N, m->K, at);
+    quant::repack_rows8(m->fmt, m->data, m->N, m->K, at);
     m->rows8 = at;
     at += aligned(size_t(m->bytes()));
   }

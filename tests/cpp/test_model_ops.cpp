@@ -768,19 +768,22 @@ TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
   EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
 }
 
-// Random Q4_0 / Q8_0 rows (scales of either sign, every code); the
-// K-quants from random_rows (every code and sub-scale).
+// Random Q4_0 / Q4_1 / Q8_0 rows (scales and mins of either sign, every
+// code); the K-quants from random_rows (every code and sub-scale).
 std::vector<uint8_t> random_q8_weights(int32_t fmt, int64_t N, int64_t K) {
-  if (fmt != tc::quant::Q4_0 && fmt != tc::quant::Q8_0) return random_rows(fmt, N, K);
-  const int64_t bytes = fmt == tc::quant::Q4_0 ? 18 : 34, nb = K / 32;
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q8_0;
+  if (fmt != Q4_0 && fmt != Q4_1 && fmt != Q8_0) return random_rows(fmt, N, K);
+  const int64_t bytes = fmt == Q4_0 ? 18 : fmt == Q4_1 ? 20 : 34, nb = K / 32, scales = fmt == Q4_1 ? 2 : 1;
   std::vector<uint8_t> w(size_t(N * nb * bytes));
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.005f, 0.05f);
   for (int64_t b = 0; b < N * nb; ++b) {
     uint8_t* p = w.data() + b * bytes;
-    const uint16_t d = tc::f32_to_f16(byte(rng()) & 1 ? scale(rng()) : -scale(rng()));
-    std::memcpy(p, &d, 2);
-    for (int64_t i = 2; i < bytes; ++i) p[i] = uint8_t(byte(rng()));
+    for (int i = 0; i < scales; ++i) {
+      const uint16_t d = tc::f32_to_f16(byte(rng()) & 1 ? scale(rng()) : -scale(rng()));
+      std::memcpy(p + 2 * i, &d, 2);
+    }
+    for (int64_t i = 2 * scales; i < bytes; ++i) p[i] = uint8_t(byte(rng()));
   }
   return w;
 }
@@ -803,6 +806,11 @@ WeightTerm weight_term(int32_t fmt, const uint8_t* row, int64_t k) {
       const uint8_t* blk = row + (k / 32) * 18;
       const int i = int(k % 32), q = (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
       return {h(blk) * q, 0.0};
+    }
+    case Q4_1: {
+      const uint8_t* blk = row + (k / 32) * 20;
+      const int i = int(k % 32), q = i < 16 ? blk[4 + i] & 15 : blk[4 + i - 16] >> 4;
+      return {h(blk) * q, h(blk + 2)};
     }
     case Q8_0: {
       const uint8_t* blk = row + (k / 32) * 34;
@@ -1093,75 +1101,90 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
-// Q4_0 rows interleaved by eight (quant::repack_q4_0_rows8): the layout
-// byte for byte, then gemv_quantized reading it (a backend that says it
-// does) against the float64 formula on its own 8-bit X (dx = max|x| / 127,
-// xq = rne(x / dx)), and against the same product on the GGUF rows: each
-// row of X the same whatever the number of rows (6 and 9 take tiles of 4).
-TEST_P(ModelOps, Q4_0RowsInterleavedByEight) {
+// Q4_0, Q4_1 and Q8_0 rows interleaved by eight (quant::repack_rows8): the
+// layout byte for byte, then gemv_quantized reading it (a backend that says
+// it does) against the float64 formula on its own 8-bit X (dx = max|x| /
+// 127, xq = rne(x / dx), the min term m dx sum xq), and against the same
+// product on the GGUF rows: each row of X the same whatever the number of
+// rows (6 and 9 take tiles of 4).
+TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
-  using tc::quant::Q4_0;
-  if (!dev.be().reads_q4_0_rows8(TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads Q4_0 in the GGUF layout only";
-  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
-    const int64_t nb = K / 32;
-    const std::vector<uint8_t> w = random_q8_weights(Q4_0, N, K);
-    std::vector<uint8_t> w8(w.size() + 1, 0xA5);
-    tc::quant::repack_q4_0_rows8(w.data(), N, K, w8.data());
-    ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
-    for (int64_t g = 0; g < N / 8; ++g)
-      for (int64_t b = 0; b < nb; ++b)
-        for (int r = 0; r < 8; ++r) {
-          const uint8_t* blk = w.data() + ((g * 8 + r) * nb + b) * 18;
-          const uint8_t* o = w8.data() + (g * nb + b) * 144;
-          ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "scale, row " << g * 8 + r << " block " << b;
-          for (int j = 0; j < 4; ++j)
-            for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
-              ASSERT_EQ(o[16 + 32 * j + 4 * r + t], blk[2 + 4 * j + t]) << "row " << g * 8 + r << " block " << b;
-        }
-    for (const int64_t M : {int64_t(1), int64_t(4), int64_t(6), int64_t(9)}) {
-      SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K) + " M " + std::to_string(M));
-      std::vector<uint16_t> xh(size_t(M * K));
-      for (auto& v : xh) v = tc::f32_to_f16(randn(1)[0]);
-      tc::GemvQuantizedArgs a;
-      a.info.name = "test.gemv_quantized rows8";
-      a.fmt = Q4_0, a.M = M, a.N = N, a.K = K, a.dtype = TC_DTYPE_F16;
-      a.x = dev.put(xh);
-      a.w = dev.put(w);
-      a.w_rows8 = dev.put(w8);
-      uint16_t* y8 = dev.put(std::vector<uint16_t>(size_t(M * N + 1), 0x7E00));
-      a.y = y8;
-      ASSERT_EQ(dev.be().gemv_quantized(a, nullptr), TC_OK);
-      tc::GemvQuantizedArgs plain = a;
-      plain.w_rows8 = nullptr;
-      uint16_t* y0 = dev.put(std::vector<uint16_t>(size_t(M * N), 0x7E00));
-      plain.y = y0;
-      ASSERT_EQ(dev.be().gemv_quantized(plain, nullptr), TC_OK);
-      const auto got = dev.get(y8, size_t(M * N + 1)), base = dev.get(y0, size_t(M * N));
-      EXPECT_EQ(got[size_t(M * N)], 0x7E00) << "written past Y";
-      for (int64_t m = 0; m < M; ++m) {
-        // X's 8-bit form as the contract makes it.
-        std::vector<double> xq(static_cast<size_t>(K)), dx(static_cast<size_t>(nb));
-        for (int64_t b = 0; b < nb; ++b) {
-          float amax = 0;
-          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)])));
-          const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-          dx[size_t(b)] = d;
-          for (int i = 0; i < 32; ++i)
-            xq[size_t(b * 32 + i)] =
-                std::max(-128.0f, std::min(127.0f, std::nearbyint(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)]) * id)));
-        }
-        for (int64_t n = 0; n < N; ++n) {
-          double ref = 0, mag = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const WeightTerm t = weight_term(Q4_0, w.data() + n * nb * 18, k);
-            const double term = (t.aq + t.b) * dx[size_t(k / 32)] * xq[size_t(k)];
-            ref += term, mag += std::fabs(term);
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q8_0;
+  for (const int32_t fmt : {Q4_0, Q4_1, Q8_0}) {
+    SCOPED_TRACE(tc::quant::format_info(fmt)->name);
+    if (!dev.be().reads_rows8(fmt, TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads the GGUF layout only";
+    const int64_t bb = tc::quant::format_info(fmt)->block_bytes, gb = tc::quant::rows8_block_bytes(fmt);
+    ASSERT_EQ(gb, 8 * bb);
+    for (const auto& [N, K] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
+      const int64_t nb = K / 32;
+      const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
+      std::vector<uint8_t> w8(w.size() + 1, 0xA5);
+      tc::quant::repack_rows8(fmt, w.data(), N, K, w8.data());
+      ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
+      for (int64_t g = 0; g < N / 8; ++g)
+        for (int64_t b = 0; b < nb; ++b)
+          for (int r = 0; r < 8; ++r) {
+            SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " block " + std::to_string(b));
+            const uint8_t* blk = w.data() + ((g * 8 + r) * nb + b) * bb;
+            const uint8_t* o = w8.data() + (g * nb + b) * gb;
+            ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "scale";
+            if (fmt == Q4_1) ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "min";
+            if (fmt == Q8_0) {
+              for (int j = 0; j < 8; ++j)
+                for (int t = 0; t < 4; ++t)  // weight 4j + t, plus 128
+                  ASSERT_EQ(o[16 + 32 * j + 4 * r + t], uint8_t(blk[2 + 4 * j + t] + 128));
+              continue;
+            }
+            const int head = fmt == Q4_1 ? 32 : 16, qs = fmt == Q4_1 ? 4 : 2;
+            for (int j = 0; j < 4; ++j)
+              for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
+                ASSERT_EQ(o[head + 32 * j + 4 * r + t], blk[qs + 4 * j + t]);
           }
-          const double y = tc::f16_to_f32(got[size_t(m * N + n)]);
-          // f16 output: half an ulp of |ref| (2^-11 relative), plus f32 sums of magnitude mag.
-          ASSERT_NEAR(y, ref, std::fabs(ref) * 4.9e-4 + 1e-5 * mag + 1e-7) << "row " << m << ", output " << n;
-          ASSERT_NEAR(y, tc::f16_to_f32(base[size_t(m * N + n)]), std::fabs(y) * 9.8e-4 + 1e-5 * mag + 1e-7)
-              << "against the GGUF rows, row " << m << ", output " << n;
+      for (const int64_t M : {int64_t(1), int64_t(4), int64_t(6), int64_t(9)}) {
+        SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K) + " M " + std::to_string(M));
+        std::vector<uint16_t> xh(size_t(M * K));
+        for (auto& v : xh) v = tc::f32_to_f16(randn(1)[0]);
+        tc::GemvQuantizedArgs a;
+        a.info.name = "test.gemv_quantized rows8";
+        a.fmt = fmt, a.M = M, a.N = N, a.K = K, a.dtype = TC_DTYPE_F16;
+        a.x = dev.put(xh);
+        a.w = dev.put(w);
+        a.w_rows8 = dev.put(w8);
+        uint16_t* y8 = dev.put(std::vector<uint16_t>(size_t(M * N + 1), 0x7E00));
+        a.y = y8;
+        ASSERT_EQ(dev.be().gemv_quantized(a, nullptr), TC_OK);
+        tc::GemvQuantizedArgs plain = a;
+        plain.w_rows8 = nullptr;
+        uint16_t* y0 = dev.put(std::vector<uint16_t>(size_t(M * N), 0x7E00));
+        plain.y = y0;
+        ASSERT_EQ(dev.be().gemv_quantized(plain, nullptr), TC_OK);
+        const auto got = dev.get(y8, size_t(M * N + 1)), base = dev.get(y0, size_t(M * N));
+        EXPECT_EQ(got[size_t(M * N)], 0x7E00) << "written past Y";
+        for (int64_t m = 0; m < M; ++m) {
+          // X's 8-bit form as the contract makes it.
+          std::vector<double> xq(static_cast<size_t>(K)), dx(static_cast<size_t>(nb));
+          for (int64_t b = 0; b < nb; ++b) {
+            float amax = 0;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)])));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            dx[size_t(b)] = d;
+            for (int i = 0; i < 32; ++i)
+              xq[size_t(b * 32 + i)] = std::max(
+                  -128.0f, std::min(127.0f, std::nearbyint(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)]) * id)));
+          }
+          for (int64_t n = 0; n < N; ++n) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const WeightTerm t = weight_term(fmt, w.data() + n * nb * bb, k);
+              const double term = (t.aq + t.b) * dx[size_t(k / 32)] * xq[size_t(k)];
+              ref += term, mag += std::fabs(term);
+            }
+            const double y = tc::f16_to_f32(got[size_t(m * N + n)]);
+            // f16 output: half an ulp of |ref| (2^-11 relative), plus f32 sums of magnitude mag.
+            ASSERT_NEAR(y, ref, std::fabs(ref) * 4.9e-4 + 1e-5 * mag + 1e-7) << "row " << m << ", output " << n;
+            ASSERT_NEAR(y, tc::f16_to_f32(base[size_t(m * N + n)]), std::fabs(y) * 9.8e-4 + 1e-5 * mag + 1e-7)
+                << "against the GGUF rows, row " << m << ", output " << n;
+          }
         }
       }
     }

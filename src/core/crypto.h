@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tc {
@@ -50,19 +51,26 @@ std::string sha256_hex(const void* data, size_t n);
 // additional data, nothing is encrypted. A key must never see one nonce
 // twice (callers use direction | sequence number). Several GB/s with
 // AES-NI and carry-less multiply, against about 1 GB/s for HMAC-SHA256.
+// On processors with 512-bit carry-less multiply the hash over the data is
+// core/ghash.h's (the AES stays libcrypto's); elsewhere, or with
+// Impl::kLibcrypto, libcrypto's AES-GCM does it all. Both give the same tags.
 class Gmac {
  public:
   static constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
-  explicit Gmac(const uint8_t key[kKeyBytes]);
+  enum class Impl { kBest, kLibcrypto };
+  explicit Gmac(const uint8_t key[kKeyBytes], Impl impl = Impl::kBest);
   ~Gmac();
   Gmac(const Gmac&) = delete;
   Gmac& operator=(const Gmac&) = delete;
   void begin(const uint8_t nonce[kNonceBytes]);
   void update(const void* data, size_t n);
   void tag(uint8_t out[kTagBytes]);  // ends the message; begin() starts the next
+  bool uses_libcrypto_ghash() const { return !fast_; }
 
  private:
-  void* ctx_;  // EVP_CIPHER_CTX
+  struct Fast;
+  void* ctx_;  // EVP_CIPHER_CTX: AES-256-GCM, or AES-256 blocks (ECB) beside fast_
+  std::unique_ptr<Fast> fast_;
 };
 
 }  // namespace tc

@@ -10,8 +10,10 @@ and Q6_K tensors; gemma3 architecture); a file whose package is absent is
 skipped, saying so. One text is tokenized by our tokenizer (checked equal to
 llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
 
-  ours f32   tensorcore.llama with f32 activations (exact products)
-  ours f16   the default: f16 activations (8-bit integer products on VNNI CPUs)
+  ours f32   tensorcore.llama with f32 activations (exact products) and an
+             f32 KV cache
+  ours f16   the defaults: f16 activations (8-bit integer products on VNNI
+             CPUs) and an f16 KV cache
   llama.cpp  llama-cpp-python (built from its source package), logits_all
   float64    llama_reference.forward on every tensor dequantised by the gguf
              package (an independent reading of the blocks)
@@ -93,13 +95,13 @@ def compare(a, b):
 def run_file(name, path, n_tokens, device, llama_cpp):
     ctx = tc.Context(device)
     rows = []
-    with Llama(path, ctx=ctx, n_ctx=max(256, n_tokens), activations="f32") as m:
+    # The exact path keeps its cache in f32 too (the default cache is f16).
+    with Llama(path, ctx=ctx, n_ctx=max(256, n_tokens), activations="f32", kv_type="f32") as m:
         tokens = m.tokenize(TEXT)[:n_tokens]
         t0 = time.perf_counter()
         f32 = m.eval(tokens)
         t_f32 = time.perf_counter() - t0
-        tc.llama_set_activations(m.handle, "f16")
-        m.reset()
+    with Llama(path, ctx=ctx, n_ctx=max(256, n_tokens)) as m:  # the defaults: f16 activations, f16 cache
         t0 = time.perf_counter()
         f16 = m.eval(tokens)
         t_f16 = time.perf_counter() - t0

@@ -1,5 +1,5 @@
-// The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1 or Q8_0
-// W whose rows are interleaved by eight (quant::repack_rows8), on
+// The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0 or
+// Q8_0 W whose rows are interleaved by eight (quant::repack_rows8), on
 // AVX512-VNNI processors with 256-bit vectors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
@@ -9,6 +9,7 @@
 // stores and c what turns them into the weights w = d u + c:
 //   Q4_0  u = q in 0..15,     c = -8 d
 //   Q4_1  u = q in 0..15,     c = m
+//   Q5_0  u = q in 0..31,     c = -16 d   (the fifth bits from their plane)
 //   Q8_0  u = q + 128,        c = -128 d
 // One vpdpbusd multiplies four codes of each of the eight rows (the
 // layout's 32 bytes: row r in lanes 4r..4r+3) by the same four bytes of X
@@ -35,14 +36,20 @@ namespace {
 
 template <int32_t FMT, int MT>
 TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
-  constexpr int64_t kBlock = FMT == quant::Q4_0 ? 144 : FMT == quant::Q4_1 ? 160 : 272;
-  constexpr int kCodes = FMT == quant::Q4_1 ? 32 : 16;  // where the codes start in a block
-  constexpr float kOffset = FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q4_1 ? 1.0f : -128.0f;  // c = kOffset * (d or m)
+  constexpr int64_t kBlock = FMT == quant::Q4_0 ? 144 : FMT == quant::Q4_1 ? 160 : FMT == quant::Q5_0 ? 176 : 272;
+  // Where the codes start in a block.
+  constexpr int kCodes = FMT == quant::Q4_1 ? 32 : FMT == quant::Q5_0 ? 48 : 16;
+  // c = kOffset * (d or m).
+  constexpr float kOffset =
+      FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q4_1 ? 1.0f : FMT == quant::Q5_0 ? -16.0f : -128.0f;
   __m256 acc[MT], corr[MT];
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* o = grp + b * kBlock;
+    // Q5_0: the fifth bits, bit j (low nibbles of chunk j) and 4 + j (high) of each byte.
+    const __m256i plane =
+        FMT == quant::Q5_0 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 16)) : _mm256_setzero_si256();
     // u[j]: the codes of weights 4j..4j+3 of the eight rows (Q4: j < 4 the
     // low nibbles, weights 0-15; j >= 4 the high ones, weights 16-31).
     __m256i u[8];
@@ -53,6 +60,10 @@ TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, f
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
         u[j] = _mm256_and_si256(v, m4);
         u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (FMT == quant::Q5_0) {  // bit j (4 + j) of a plane byte to bit 4; shifts within 16 bits, masked per byte
+          u[j] = _mm256_or_si256(u[j], _mm256_and_si256(_mm256_slli_epi16(plane, 4 - j), bit4));
+          u[j + 4] = _mm256_or_si256(u[j + 4], _mm256_and_si256(_mm256_srli_epi16(plane, j), bit4));
+        }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
@@ -115,6 +126,7 @@ TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const 
   const int64_t nb = K / 32;
   if (fmt == quant::Q4_1) return dots8_tile<quant::Q4_1>(grp, nb, x, mt, out);
   if (fmt == quant::Q8_0) return dots8_tile<quant::Q8_0>(grp, nb, x, mt, out);
+  if (fmt == quant::Q5_0) return dots8_tile<quant::Q5_0>(grp, nb, x, mt, out);
   return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }
 

@@ -233,20 +233,24 @@ inline bool matrix_bytes(const FormatInfo& f, int64_t rows, int64_t k, uint64_t*
 // ggml's dequantize_row_* (never fused), so the results are bit-identical.
 void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 
-// A Q4_0, Q4_1 or Q8_0 matrix (N rows of K weights, N a multiple of 8) with
-// its rows interleaved by eight, for kernels whose vector lanes are eight
-// rows. Per group of 8 rows and block b of 32 weights, the 8 blocks' bytes
-// moved (rows8_block_bytes: 144, 160, 272):
+// A Q4_0, Q4_1, Q5_0 or Q8_0 matrix (N rows of K weights, N a multiple of
+// 8) with its rows interleaved by eight, for kernels whose vector lanes are
+// eight rows. Per group of 8 rows and block b of 32 weights, the 8 blocks'
+// bytes moved (rows8_block_bytes: 144, 160, 176, 272):
 //   - the 8 rows' f16 scales d (16 bytes); Q4_1 then the 8 mins m (16 bytes);
-//   - Q4_0 / Q4_1: 4 x 32 bytes where byte 32 j + 4 r + t holds the code of
-//     weight 4 j + t of row r in its low nibble and that of weight 16 + 4 j + t
-//     in its high nibble (GGUF's qs[k] holds weight k low and 16 + k high, so
-//     the byte for (j, r, t) is qs[4 j + t] of row r);
+//     Q5_0 then its fifth bits (32 bytes): bit j of byte 4 r + t is the fifth
+//     bit of weight 4 j + t of row r, bit 4 + j that of weight 16 + 4 j + t;
+//   - Q4_0 / Q4_1 / Q5_0: 4 x 32 bytes where byte 32 j + 4 r + t holds the
+//     low four bits of weight 4 j + t of row r in its low nibble and those of
+//     weight 16 + 4 j + t in its high nibble (GGUF's qs[k] holds weight k low
+//     and 16 + k high, so the byte for (j, r, t) is qs[4 j + t] of row r);
 //   - Q8_0: 8 x 32 bytes where byte 32 j + 4 r + t is weight 4 j + t of row r
 //     plus 128 (its bits flipped to unsigned, the operand vpdpbusd wants).
 // Groups follow each other, blocks within.
-inline bool has_rows8(int32_t format) { return format == Q4_0 || format == Q4_1 || format == Q8_0; }
-inline int64_t rows8_block_bytes(int32_t format) { return format == Q4_0 ? 144 : format == Q4_1 ? 160 : 272; }
+inline bool has_rows8(int32_t format) { return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0; }
+inline int64_t rows8_block_bytes(int32_t format) {
+  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : 272;
+}
 inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, void* dst) {
   const int64_t nb = K / 32, in_bytes = rows8_block_bytes(format) / 8, gb = rows8_block_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
@@ -262,9 +266,18 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
             for (int t = 0; t < 4; ++t) o[16 + 32 * j + 4 * r + t] = uint8_t(blk[2 + 4 * j + t] ^ 0x80);
           continue;
         }
-        const int head = format == Q4_1 ? 32 : 16;
+        const int head = format == Q4_1 ? 32 : format == Q5_0 ? 48 : 16;
         if (format == Q4_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
-        const uint8_t* qs = blk + (format == Q4_1 ? 4 : 2);
+        if (format == Q5_0) {
+          const uint32_t qh = uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 | uint32_t(blk[5]) << 24;
+          for (int t = 0; t < 4; ++t) {
+            uint8_t plane = 0;
+            for (int j = 0; j < 4; ++j)
+              plane = uint8_t(plane | ((qh >> (4 * j + t)) & 1u) << j | ((qh >> (16 + 4 * j + t)) & 1u) << (4 + j));
+            o[16 + 4 * r + t] = plane;
+          }
+        }
+        const uint8_t* qs = blk + (format == Q4_1 ? 4 : format == Q5_0 ? 6 : 2);
         for (int j = 0; j < 4; ++j) std::memcpy(o + head + 32 * j + 4 * r, qs + 4 * j, 4);
       }
     }

@@ -807,6 +807,12 @@ WeightTerm weight_term(int32_t fmt, const uint8_t* row, int64_t k) {
       const int i = int(k % 32), q = (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
       return {h(blk) * q, 0.0};
     }
+    case Q5_0: {
+      const uint8_t* blk = row + (k / 32) * 22;
+      const int i = int(k % 32), nib = i < 16 ? blk[6 + i] & 15 : blk[6 + i - 16] >> 4;
+      const uint32_t qh = uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 | uint32_t(blk[5]) << 24;
+      return {h(blk) * ((nib | int((qh >> i) & 1u) << 4) - 16), 0.0};
+    }
     case Q4_1: {
       const uint8_t* blk = row + (k / 32) * 20;
       const int i = int(k % 32), q = i < 16 ? blk[4 + i] & 15 : blk[4 + i - 16] >> 4;
@@ -1101,16 +1107,16 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
-// Q4_0, Q4_1 and Q8_0 rows interleaved by eight (quant::repack_rows8): the
-// layout byte for byte, then gemv_quantized reading it (a backend that says
+// Q4_0, Q4_1, Q5_0 and Q8_0 rows interleaved by eight (quant::repack_rows8):
+// the layout byte for byte, then gemv_quantized reading it (a backend that says
 // it does) against the float64 formula on its own 8-bit X (dx = max|x| /
 // 127, xq = rne(x / dx), the min term m dx sum xq), and against the same
 // product on the GGUF rows: each row of X the same whatever the number of
 // rows (6 and 9 take tiles of 4).
 TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
-  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q8_0;
-  for (const int32_t fmt : {Q4_0, Q4_1, Q8_0}) {
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0;
+  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0}) {
     SCOPED_TRACE(tc::quant::format_info(fmt)->name);
     if (!dev.be().reads_rows8(fmt, TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads the GGUF layout only";
     const int64_t bb = tc::quant::format_info(fmt)->block_bytes, gb = tc::quant::rows8_block_bytes(fmt);
@@ -1135,7 +1141,16 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
                   ASSERT_EQ(o[16 + 32 * j + 4 * r + t], uint8_t(blk[2 + 4 * j + t] + 128));
               continue;
             }
-            const int head = fmt == Q4_1 ? 32 : 16, qs = fmt == Q4_1 ? 4 : 2;
+            if (fmt == Q5_0) {
+              const uint32_t qh =
+                  uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 | uint32_t(blk[5]) << 24;
+              for (int t = 0; t < 4; ++t)
+                for (int j = 0; j < 4; ++j) {  // fifth bits: weight 4j + t at bit j, 16 + 4j + t at bit 4 + j
+                  ASSERT_EQ((o[16 + 4 * r + t] >> j) & 1, int((qh >> (4 * j + t)) & 1u));
+                  ASSERT_EQ((o[16 + 4 * r + t] >> (4 + j)) & 1, int((qh >> (16 + 4 * j + t)) & 1u));
+                }
+            }
+            const int head = fmt == Q4_1 ? 32 : fmt == Q5_0 ? 48 : 16, qs = fmt == Q4_1 ? 4 : fmt == Q5_0 ? 6 : 2;
             for (int j = 0; j < 4; ++j)
               for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
                 ASSERT_EQ(o[head + 32 * j + 4 * r + t], blk[qs + 4 * j + t]);

@@ -490,9 +490,11 @@ tc_status Llama::split_weights() {
 // (AVX512-VNNI: one 256-bit integer dot product serves eight rows), a copy
 // of every matrix of such a format (Q4_0, Q4_1, Q5_0, Q8_0) in that layout, made
 // once: as many bytes again as those matrices (the mapped file stays, for
-// the products of more rows and the token embedding).
+// the products of more rows and the token embedding). TC_LLAMA_ROWS8=0
+// keeps to the mapped file.
 tc_status Llama::rows8_weights() {
-  if (rows8_made_ || !host_) return TC_OK;
+  static const bool off = !config::on(config::Key::kLlamaRows8);
+  if (rows8_made_ || !host_ || off) return TC_OK;
   std::vector<Matrix*> mats;
   for (Matrix* m : q8_matrices())
     if (m->data && be_->reads_rows8(m->fmt, act_) && m->N % 8 == 0 && m->K % 32 == 0) mats.push_back(m);
@@ -502,7 +504,7 @@ tc_status Llama::rows8_weights() {
   void* base_v = nullptr;
   if (tc_status st = alloc(total, &base_v))
     return fail_with(st, "tc_llama_set_activations: the interleaved copy of the weights (" +
-                             std::to_string(total >> 20) + " MiB): " + last_detail());
+                             std::to_string(total >> 20) + " MiB; TC_LLAMA_ROWS8=0 does without): " + last_detail());
   uint8_t* at = static_cast<uint8_t*>(base_v);
   for (Matrix* m : mats) {
     quant::repack_rows8(m->fmt, m->data, m->N, m->K, at);

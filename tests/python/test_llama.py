@@ -8,6 +8,7 @@ least 32 tokens takes the dequantise + GEMM products and one-token steps
 replay a recorded graph after the first."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -274,6 +275,71 @@ def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
     out_path = str(tmp_path / "one_copy.npy")
     r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out_path},
                    env={"TC_LLAMA_DEVICE_PATH": "1", "TC_LLAMA_SPLIT": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    np.testing.assert_array_equal(out, np.load(out_path))
+
+
+# SPLIT_SCRIPT, then the CPU kernel of the last product (the output matrix).
+ROWS8_SCRIPT = SPLIT_SCRIPT + "print(tc.cpu_last_kernel_name())\n"
+
+
+def _cpu_reads_rows8():
+    with tc.Context("cpu") as c:
+        return "avx512_vnni" in c.device_info().features.split(",")
+
+
+@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+def test_f16_host_rows_interleaved_or_not(tmp_path, monkeypatch, fmt):
+    """A host model with f16 activations on an AVX512-VNNI processor reads a
+    second copy of its Q4_0 / Q4_1 / Q5_0 / Q8_0 matrices with the rows
+    interleaved by eight (TC_LLAMA_ROWS8, on by default); off, the file's
+    rows. Both are the same 8-bit terms summed in other orders: each run
+    within the f16 tolerance of the reference, and the products that ran
+    are the ones asked for (the output matrix last: a vocabulary of whole
+    groups of eight rows here)."""
+    monkeypatch.setattr(sys.modules[__name__], "V", 296)
+    rng = np.random.default_rng(63)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng, tied=fmt == "q8_0"), fmt)
+    tokens = [int(t) for t in rng.integers(0, V, 12)]
+    ref = reference(w, np.array(tokens))
+    outs, kernels = [], []
+    for rows8 in ("1", "0"):
+        out = str(tmp_path / ("logits%s.npy" % rows8))
+        r = run_python(ROWS8_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out},
+                       env={"TC_LLAMA_ROWS8": rows8}, unset=("TC_CPU_ISA",))
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs.append(np.load(out))
+        kernels.append(r.stdout.split()[-1])
+    assert kernels[1] != "gemv_quantized/avx512_vnni_rows8", kernels
+    if "amx_int8" not in tc.Context("cpu").device_info().features.split(","):  # AMX takes many rows
+        assert kernels[0] == "gemv_quantized/avx512_vnni_rows8", kernels
+    for out in outs:
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert np.isfinite(out).all() and err < 5e-2, err
+    assert np.abs(outs[0] - outs[1]).max() <= 2e-2 * np.abs(ref).max()
+
+
+@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
+def test_f16_host_rows8_copy_that_does_not_fit(tmp_path):
+    """The interleaved copy refused by the context's memory budget:
+    TC_ERR_ALLOC naming TC_LLAMA_ROWS8, and the model goes on with f16
+    activations on the file's rows (the same logits as TC_LLAMA_ROWS8=0)."""
+    rng = np.random.default_rng(64)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q4_0")
+    tokens = [int(t) for t in rng.integers(0, V, 10)]
+    ref = reference(w, np.array(tokens))
+    with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64, activations="f32") as m:
+        ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
+        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_ROWS8")
+        out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
+    err = np.abs(out - ref).max() / np.abs(ref).max()
+    assert np.isfinite(out).all() and err < 5e-2, err
+    out_path = str(tmp_path / "one_copy.npy")
+    r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out_path},
+                   env={"TC_LLAMA_ROWS8": "0"})
     assert r.returncode == 0, r.stderr[-3000:]
     np.testing.assert_array_equal(out, np.load(out_path))
 

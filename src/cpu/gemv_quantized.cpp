@@ -16,7 +16,7 @@
 //    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
 //    8-bit products run as tile products (quant_gemm_amx.cpp), each
 //    weight block unpacked once per call and used by every 16 rows of X;
-//    otherwise, for Q4_0, Q4_1, Q5_0 and Q8_0 with the caller's copy of W
+//    otherwise, for Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K with the caller's copy of W
 //    interleaved by eight rows (w_rows8), the same 8-bit terms with one
 //    256-bit dot product for eight rows of W at a time (quant_rows8_vnni.cpp).
 //

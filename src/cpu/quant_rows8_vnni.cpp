@@ -1,5 +1,5 @@
-// The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0 or
-// Q8_0 W whose rows are interleaved by eight (quant::repack_rows8), on
+// The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0,
+// Q8_0 or Q4_K W whose rows are interleaved by eight (quant::repack_rows8), on
 // AVX512-VNNI processors with 256-bit vectors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
@@ -84,13 +84,69 @@ TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, f
   for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fmadd_ps(_mm256_set1_ps(kOffset), corr[m], acc[m]));
 }
 
+// Q4_K (quant::repack_q4_k_rows8): per superblock and pair p of sub-blocks
+// (2p: low nibbles, 2p + 1: high), each of the 8 chunks of 32 bytes holds
+// four codes of each row, and a row of X
+//   acc += d sc_{2p} dx_{2p} dot_lo + d sc_{2p+1} dx_{2p+1} dot_hi
+//   corr += dmin m_{2p} sx_{2p} + dmin m_{2p+1} sx_{2p+1},   y = acc - corr
+// (the row kernels' terms), the sub-block scales as float lanes once a
+// pair for every row of X.
+// 8 bytes to 8 float lanes.
+TC_VNNI8 inline __m256 lanes(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+template <int MT>
+TC_VNNI8 void dots8_q4_k(const uint8_t* grp, int64_t ns, const QxNatural* const* x, float* out) {
+  __m256 acc[MT], corr[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* o = grp + s * 1184;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
+    for (int p = 0; p < 4; ++p) {
+      const __m256 sc0 = _mm256_mul_ps(dw, lanes(o + 32 + 16 * p)), sc1 = _mm256_mul_ps(dw, lanes(o + 40 + 16 * p));
+      const __m256 mn0 = _mm256_mul_ps(mw, lanes(o + 96 + 16 * p)), mn1 = _mm256_mul_ps(mw, lanes(o + 104 + 16 * p));
+      const int64_t b0 = 8 * s + 2 * p;  // X's blocks b0 (low nibbles) and b0 + 1
+      __m256i d0[MT], d1[MT];
+      for (int m = 0; m < MT; ++m) d0[m] = d1[m] = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 160 + 256 * p + 32 * c));
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int m = 0; m < MT; ++m) {
+          const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b0);
+          d0[m] = _mm256_dpbusd_epi32(d0[m], lo, _mm256_set1_epi32(xb[c]));
+          d1[m] = _mm256_dpbusd_epi32(d1[m], hi, _mm256_set1_epi32(xb[8 + c]));
+        }
+      }
+      for (int m = 0; m < MT; ++m) {
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0[m]), _mm256_mul_ps(sc0, _mm256_set1_ps(x[m]->dx[b0])), acc[m]);
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1[m]), _mm256_mul_ps(sc1, _mm256_set1_ps(x[m]->dx[b0 + 1])), acc[m]);
+        corr[m] = _mm256_fmadd_ps(mn0, _mm256_set1_ps(x[m]->sx[b0]), corr[m]);
+        corr[m] = _mm256_fmadd_ps(mn1, _mm256_set1_ps(x[m]->sx[b0 + 1]), corr[m]);
+      }
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_sub_ps(acc[m], corr[m]));
+}
+
 template <int32_t FMT>
 TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const* x, int mt, float* out) {
-  switch (mt) {
-    case 1: return dots8<FMT, 1>(grp, nb, x, out);
-    case 2: return dots8<FMT, 2>(grp, nb, x, out);
-    case 3: return dots8<FMT, 3>(grp, nb, x, out);
-    default: return dots8<FMT, 4>(grp, nb, x, out);
+  if constexpr (FMT == quant::Q4_K) {
+    switch (mt) {
+      case 1: return dots8_q4_k<1>(grp, nb / 8, x, out);
+      case 2: return dots8_q4_k<2>(grp, nb / 8, x, out);
+      case 3: return dots8_q4_k<3>(grp, nb / 8, x, out);
+      default: return dots8_q4_k<4>(grp, nb / 8, x, out);
+    }
+  } else {
+    switch (mt) {
+      case 1: return dots8<FMT, 1>(grp, nb, x, out);
+      case 2: return dots8<FMT, 2>(grp, nb, x, out);
+      case 3: return dots8<FMT, 3>(grp, nb, x, out);
+      default: return dots8<FMT, 4>(grp, nb, x, out);
+    }
   }
 }
 
@@ -127,6 +183,7 @@ TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const 
   if (fmt == quant::Q4_1) return dots8_tile<quant::Q4_1>(grp, nb, x, mt, out);
   if (fmt == quant::Q8_0) return dots8_tile<quant::Q8_0>(grp, nb, x, mt, out);
   if (fmt == quant::Q5_0) return dots8_tile<quant::Q5_0>(grp, nb, x, mt, out);
+  if (fmt == quant::Q4_K) return dots8_tile<quant::Q4_K>(grp, nb, x, mt, out);
   return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }
 

@@ -247,11 +247,40 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 //   - Q8_0: 8 x 32 bytes where byte 32 j + 4 r + t is weight 4 j + t of row r
 //     plus 128 (its bits flipped to unsigned, the operand vpdpbusd wants).
 // Groups follow each other, blocks within.
-inline bool has_rows8(int32_t format) { return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0; }
+// Q4_K (K a multiple of 256) per group and superblock of 256 weights, 1184
+// bytes (148 per 32 weights, against GGUF's 144: the sub-scales unpacked):
+//   - the 8 rows' d, then their dmin (f16, 16 bytes each);
+//   - byte 32 + 8 j + r: sub-block j's 6-bit scale of row r; byte 96 + 8 j + r
+//     its min (scale_min_k4);
+//   - from 160, for each pair p of sub-blocks (2p, 2p + 1) 8 x 32 bytes: byte
+//     256 p + 32 c + 4 r + t is qs[32 p + 4 c + t] of row r (low nibble: weight
+//     4 c + t of sub-block 2p; high nibble: the same of sub-block 2p + 1).
+inline bool has_rows8(int32_t format) {
+  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0 || format == Q4_K;
+}
+// Bytes of a group of 8 rows per 32 weights.
 inline int64_t rows8_block_bytes(int32_t format) {
-  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : 272;
+  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148 : 272;
+}
+inline void repack_q4_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+  const int64_t ns = K / 256;
+  const auto* w = static_cast<const BlockQ4_K*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < N / 8; ++g)
+    for (int64_t s = 0; s < ns; ++s) {
+      uint8_t* o = out + (g * ns + s) * 1184;
+      for (int r = 0; r < 8; ++r) {
+        const BlockQ4_K& blk = w[(g * 8 + r) * ns + s];
+        std::memcpy(o + 2 * r, &blk.d, 2);
+        std::memcpy(o + 16 + 2 * r, &blk.dmin, 2);
+        for (int j = 0; j < 8; ++j) scale_min_k4(j, blk.scales, o + 32 + 8 * j + r, o + 96 + 8 * j + r);
+        for (int p = 0; p < 4; ++p)
+          for (int c = 0; c < 8; ++c) std::memcpy(o + 160 + 256 * p + 32 * c + 4 * r, blk.qs + 32 * p + 4 * c, 4);
+      }
+    }
 }
 inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, void* dst) {
+  if (format == Q4_K) return repack_q4_k_rows8(src, N, K, dst);
   const int64_t nb = K / 32, in_bytes = rows8_block_bytes(format) / 8, gb = rows8_block_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
@@ -269,7 +298,7 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
         const int head = format == Q4_1 ? 32 : format == Q5_0 ? 48 : 16;
         if (format == Q4_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
         if (format == Q5_0) {
-          const uint32_t qh = uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 | uint32_t(blk[5]) << 24;
+          const uint32_t qh = q5_high_bits(blk + 2);
           for (int t = 0; t < 4; ++t) {
             uint8_t plane = 0;
             for (int j = 0; j < 4; ++j)

@@ -1107,27 +1107,50 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
-// Q4_0, Q4_1, Q5_0 and Q8_0 rows interleaved by eight (quant::repack_rows8):
-// the layout byte for byte, then gemv_quantized reading it (a backend that says
+// Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K rows interleaved by eight
+// (quant::repack_rows8): the layout byte for byte, then gemv_quantized reading it (a backend that says
 // it does) against the float64 formula on its own 8-bit X (dx = max|x| /
 // 127, xq = rne(x / dx), the min term m dx sum xq), and against the same
 // product on the GGUF rows: each row of X the same whatever the number of
 // rows (6 and 9 take tiles of 4).
 TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
-  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0;
-  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0}) {
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0, tc::quant::Q4_K;
+  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0, Q4_K}) {
     SCOPED_TRACE(tc::quant::format_info(fmt)->name);
     if (!dev.be().reads_rows8(fmt, TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads the GGUF layout only";
-    const int64_t bb = tc::quant::format_info(fmt)->block_bytes, gb = tc::quant::rows8_block_bytes(fmt);
-    ASSERT_EQ(gb, 8 * bb);
-    for (const auto& [N, K] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
-      const int64_t nb = K / 32;
+    const tc::quant::FormatInfo& fi = *tc::quant::format_info(fmt);
+    const int64_t gb = tc::quant::rows8_block_bytes(fmt);  // per 32 weights of 8 rows
+    ASSERT_EQ(gb, fmt == Q4_K ? 148 : 8 * fi.block_bytes);
+    for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
+      const int64_t K = fmt == Q4_K ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
+      const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;
       const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
-      std::vector<uint8_t> w8(w.size() + 1, 0xA5);
+      std::vector<uint8_t> w8(size_t(N / 8 * nb * gb) + 1, 0xA5);
       tc::quant::repack_rows8(fmt, w.data(), N, K, w8.data());
       ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
-      for (int64_t g = 0; g < N / 8; ++g)
+      if (fmt == Q4_K) {  // per group and superblock: d, dmin, sub-scales and mins unpacked, codes by pairs
+        for (int64_t g = 0; g < N / 8; ++g)
+          for (int64_t s = 0; s < K / 256; ++s)
+            for (int r = 0; r < 8; ++r) {
+              SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " superblock " + std::to_string(s));
+              const uint8_t* blk = w.data() + (g * 8 + r) * row_bytes + s * 144;
+              const uint8_t* o = w8.data() + (g * (K / 256) + s) * 1184;
+              ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "d";
+              ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "dmin";
+              for (int j = 0; j < 8; ++j) {
+                uint8_t sc, m;
+                tc::quant::scale_min_k4(j, blk + 4, &sc, &m);
+                ASSERT_EQ(o[32 + 8 * j + r], sc) << "scale of sub-block " << j;
+                ASSERT_EQ(o[96 + 8 * j + r], m) << "min of sub-block " << j;
+              }
+              for (int p = 0; p < 4; ++p)
+                for (int c = 0; c < 8; ++c)
+                  for (int t = 0; t < 4; ++t)
+                    ASSERT_EQ(o[160 + 256 * p + 32 * c + 4 * r + t], blk[16 + 32 * p + 4 * c + t]);
+            }
+      }
+      for (int64_t g = 0; g < N / 8 && fmt != Q4_K; ++g)
         for (int64_t b = 0; b < nb; ++b)
           for (int r = 0; r < 8; ++r) {
             SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " block " + std::to_string(b));
@@ -1190,7 +1213,7 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
           for (int64_t n = 0; n < N; ++n) {
             double ref = 0, mag = 0;
             for (int64_t k = 0; k < K; ++k) {
-              const WeightTerm t = weight_term(fmt, w.data() + n * nb * bb, k);
+              const WeightTerm t = weight_term(fmt, w.data() + n * row_bytes, k);
               const double term = (t.aq + t.b) * dx[size_t(k / 32)] * xq[size_t(k)];
               ref += term, mag += std::fabs(term);
             }

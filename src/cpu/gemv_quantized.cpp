@@ -16,7 +16,7 @@
 //    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
 //    8-bit products run as tile products (quant_gemm_amx.cpp), each
 //    weight block unpacked once per call and used by every 16 rows of X;
-//    otherwise, for Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K with the caller's copy of W
+//    otherwise, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K with the caller's copy of W
 //    interleaved by eight rows (w_rows8), the same 8-bit terms with one
 //    256-bit dot product for eight rows of W at a time (quant_rows8_vnni.cpp).
 //
@@ -109,12 +109,13 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> dx, sx;
+  thread_local std::vector<int32_t> s16;
   thread_local std::vector<QxNatural> rows;
   if (xq.size() < size_t(M * K)) xq.resize(size_t(M * K));
-  if (dx.size() < size_t(M * nb)) dx.resize(size_t(M * nb)), sx.resize(size_t(M * nb));
+  if (dx.size() < size_t(M * nb)) dx.resize(size_t(M * nb)), sx.resize(size_t(M * nb)), s16.resize(size_t(2 * M * nb));
   rows.resize(size_t(M));
   for (int64_t m = 0; m < M; ++m) {
-    rows[size_t(m)] = {xq.data() + m * K, dx.data() + m * nb, sx.data() + m * nb};
+    rows[size_t(m)] = {xq.data() + m * K, dx.data() + m * nb, sx.data() + m * nb, s16.data() + 2 * m * nb};
     quantize_natural(xs + m * K, K, &rows[size_t(m)]);
   }
   const QxNatural* rows_p = rows.data();  // the workers read it through this (rows is this thread's)

@@ -45,6 +45,7 @@ struct QxNatural {
   int8_t* xq;
   float* dx;
   float* sx;
+  int32_t* s16;  // sum xq of each half block (16 values): Q6_K's -32 offset, whose scales are per 16
 };
 void quantize_natural(const float* x, int64_t K, QxNatural* row);  // AVX512-VNNI processors only
 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out);

@@ -1,5 +1,5 @@
 // The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0,
-// Q8_0 or Q4_K W whose rows are interleaved by eight (quant::repack_rows8), on
+// Q8_0, Q4_K or Q6_K W whose rows are interleaved by eight (quant::repack_rows8), on
 // AVX512-VNNI processors with 256-bit vectors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
@@ -131,6 +131,55 @@ TC_VNNI8 void dots8_q4_k(const uint8_t* grp, int64_t ns, const QxNatural* const*
   for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_sub_ps(acc[m], corr[m]));
 }
 
+// Q6_K (quant::repack_q6_k_rows8): per block b of 32 weights, the 6-bit
+// codes u of eight rows from the nibbles and the top-bit plane, and a row
+// of X
+//   acc += d sc_{2b} dx_b (dot_lo - 32 s16_{2b}) + d sc_{2b+1} dx_b (dot_hi - 32 s16_{2b+1})
+// (the -32 offset exact in int32, X's sums per 16 being the same for every
+// lane; the row kernels' terms).
+template <int MT>
+TC_VNNI8 void dots8_q6_k(const uint8_t* grp, int64_t ns, const QxNatural* const* x, float* out) {
+  __m256 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* o = grp + s * 1680;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    for (int b = 0; b < 8; ++b) {
+      const uint8_t* ob = o + 144 + 192 * b;
+      const __m256 sc0 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(o + 16 + 16 * b))))),
+                   sc1 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(o + 24 + 16 * b)))));
+      const __m256i pa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ob + 128)),
+                    pb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ob + 160));
+      __m256i lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ob + 32 * j));
+        const __m256i p = j < 2 ? pa : pb;
+        // Top bits to bits 4-5: those of chunk j's low nibbles sit at bit 4 (j % 2), its high nibbles' at + 2
+        // (16-bit shifts; what crosses a byte is masked off).
+        const __m256i tl = j % 2 ? p : _mm256_slli_epi16(p, 4), th = j % 2 ? _mm256_srli_epi16(p, 2) : _mm256_slli_epi16(p, 2);
+        lo[j] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(tl, top));
+        hi[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(th, top));
+      }
+      const int64_t xb = 8 * s + b;
+      for (int m = 0; m < MT; ++m) {
+        const int32_t* xw = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * xb);
+        __m256i d0 = _mm256_set1_epi32(-32 * x[m]->s16[2 * xb]), d1 = _mm256_set1_epi32(-32 * x[m]->s16[2 * xb + 1]);
+        for (int j = 0; j < 4; ++j) {
+          d0 = _mm256_dpbusd_epi32(d0, lo[j], _mm256_set1_epi32(xw[j]));
+          d1 = _mm256_dpbusd_epi32(d1, hi[j], _mm256_set1_epi32(xw[4 + j]));
+        }
+        const __m256 dx = _mm256_set1_ps(x[m]->dx[xb]);
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(sc0, dx), acc[m]);
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(sc1, dx), acc[m]);
+      }
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
+}
+
 template <int32_t FMT>
 TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const* x, int mt, float* out) {
   if constexpr (FMT == quant::Q4_K) {
@@ -139,6 +188,13 @@ TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const*
       case 2: return dots8_q4_k<2>(grp, nb / 8, x, out);
       case 3: return dots8_q4_k<3>(grp, nb / 8, x, out);
       default: return dots8_q4_k<4>(grp, nb / 8, x, out);
+    }
+  } else if constexpr (FMT == quant::Q6_K) {
+    switch (mt) {
+      case 1: return dots8_q6_k<1>(grp, nb / 8, x, out);
+      case 2: return dots8_q6_k<2>(grp, nb / 8, x, out);
+      case 3: return dots8_q6_k<3>(grp, nb / 8, x, out);
+      default: return dots8_q6_k<4>(grp, nb / 8, x, out);
     }
   } else {
     switch (mt) {
@@ -164,14 +220,16 @@ TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
     const float d = _mm_cvtss_f32(h) / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    int sum = 0;
+    int sum = 0, half[2] = {0, 0};
     for (int i = 0; i < 4; ++i) {
       // Round to nearest even (the MXCSR default), saturate to int8.
       const __m128i q = _mm256_cvtsepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(row->xq + 32 * b + 8 * i), q);
       const int8_t* qb = row->xq + 32 * b + 8 * i;
-      for (int k = 0; k < 8; ++k) sum += qb[k];
+      for (int k = 0; k < 8; ++k) half[i / 2] += qb[k];
     }
+    sum = half[0] + half[1];
+    row->s16[2 * b] = half[0], row->s16[2 * b + 1] = half[1];
     row->dx[b] = d;
     row->sx[b] = d * float(sum);
   }
@@ -184,6 +242,7 @@ TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const 
   if (fmt == quant::Q8_0) return dots8_tile<quant::Q8_0>(grp, nb, x, mt, out);
   if (fmt == quant::Q5_0) return dots8_tile<quant::Q5_0>(grp, nb, x, mt, out);
   if (fmt == quant::Q4_K) return dots8_tile<quant::Q4_K>(grp, nb, x, mt, out);
+  if (fmt == quant::Q6_K) return dots8_tile<quant::Q6_K>(grp, nb, x, mt, out);
   return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }
 

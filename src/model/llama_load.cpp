@@ -488,7 +488,7 @@ tc_status Llama::split_weights() {
 
 // On a host backend whose 8-bit products read rows interleaved by eight
 // (AVX512-VNNI: one 256-bit integer dot product serves eight rows), a copy
-// of every matrix of such a format (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K) in that layout, made
+// of every matrix of such a format (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) in that layout, made
 // once: as many bytes again as those matrices (the mapped file stays, for
 // the products of more rows and the token embedding). TC_LLAMA_ROWS8=0
 // keeps to the mapped file.

@@ -255,12 +255,51 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 //   - from 160, for each pair p of sub-blocks (2p, 2p + 1) 8 x 32 bytes: byte
 //     256 p + 32 c + 4 r + t is qs[32 p + 4 c + t] of row r (low nibble: weight
 //     4 c + t of sub-block 2p; high nibble: the same of sub-block 2p + 1).
+// Q6_K (K a multiple of 256) per group and superblock, 1680 bytes (GGUF's):
+//   - the 8 rows' d (f16, 16 bytes); byte 16 + 8 g + r: scale g (int8, of
+//     weights 16 g .. 16 g + 15) of row r;
+//   - from 144, per block b of 32 weights 192 bytes: 128 as Q4_0's nibbles
+//     (the low four bits of the 6-bit codes: byte 32 j + 4 r + t holds weight
+//     32 b + 4 j + t low, 32 b + 16 + 4 j + t high), then 64 of top two bits:
+//     byte 32 (j / 2) + 4 r + t holds those of weight 32 b + 4 j + t at bit
+//     4 (j % 2) and of 32 b + 16 + 4 j + t at bit 4 (j % 2) + 2.
 inline bool has_rows8(int32_t format) {
-  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0 || format == Q4_K;
+  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0 || format == Q4_K || format == Q6_K;
 }
 // Bytes of a group of 8 rows per 32 weights.
 inline int64_t rows8_block_bytes(int32_t format) {
-  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148 : 272;
+  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148
+         : format == Q6_K ? 210 : 272;
+}
+// The 6-bit code (0..63) of weight k < 256 of a Q6_K superblock.
+inline int q6_k_code(const BlockQ6_K& blk, int k) {
+  const int h = k / 128, e = k % 128, g = e / 32, l = e % 32;
+  const int lo = (g & 1 ? blk.ql[64 * h + 32 + l] : blk.ql[64 * h + l]) >> (g & 2 ? 4 : 0) & 15;
+  return lo | ((blk.qh[32 * h + l] >> (2 * g)) & 3) << 4;
+}
+inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+  const int64_t ns = K / 256;
+  const auto* w = static_cast<const BlockQ6_K*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < N / 8; ++g)
+    for (int64_t s = 0; s < ns; ++s) {
+      uint8_t* o = out + (g * ns + s) * 1680;
+      std::memset(o + 144, 0, 1536);
+      for (int r = 0; r < 8; ++r) {
+        const BlockQ6_K& blk = w[(g * 8 + r) * ns + s];
+        std::memcpy(o + 2 * r, &blk.d, 2);
+        for (int i = 0; i < 16; ++i) o[16 + 8 * i + r] = uint8_t(blk.scales[i]);
+        for (int b = 0; b < 8; ++b) {
+          uint8_t* ob = o + 144 + 192 * b;
+          for (int j = 0; j < 4; ++j)
+            for (int t = 0; t < 4; ++t) {
+              const int qa = q6_k_code(blk, 32 * b + 4 * j + t), qb = q6_k_code(blk, 32 * b + 16 + 4 * j + t);
+              ob[32 * j + 4 * r + t] = uint8_t((qa & 15) | (qb & 15) << 4);
+              ob[128 + 32 * (j / 2) + 4 * r + t] |= uint8_t((qa >> 4) << (4 * (j % 2)) | (qb >> 4) << (4 * (j % 2) + 2));
+            }
+        }
+      }
+    }
 }
 inline void repack_q4_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
   const int64_t ns = K / 256;
@@ -281,6 +320,7 @@ inline void repack_q4_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
 }
 inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, void* dst) {
   if (format == Q4_K) return repack_q4_k_rows8(src, N, K, dst);
+  if (format == Q6_K) return repack_q6_k_rows8(src, N, K, dst);
   const int64_t nb = K / 32, in_bytes = rows8_block_bytes(format) / 8, gb = rows8_block_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);

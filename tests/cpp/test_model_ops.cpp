@@ -1107,7 +1107,7 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
-// Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K rows interleaved by eight
+// Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows interleaved by eight
 // (quant::repack_rows8): the layout byte for byte, then gemv_quantized reading it (a backend that says
 // it does) against the float64 formula on its own 8-bit X (dx = max|x| /
 // 127, xq = rne(x / dx), the min term m dx sum xq), and against the same
@@ -1115,15 +1115,16 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
 // rows (6 and 9 take tiles of 4).
 TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
-  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0, tc::quant::Q4_K;
-  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0, Q4_K}) {
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0, tc::quant::Q4_K, tc::quant::Q6_K;
+  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K}) {
     SCOPED_TRACE(tc::quant::format_info(fmt)->name);
     if (!dev.be().reads_rows8(fmt, TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads the GGUF layout only";
     const tc::quant::FormatInfo& fi = *tc::quant::format_info(fmt);
     const int64_t gb = tc::quant::rows8_block_bytes(fmt);  // per 32 weights of 8 rows
-    ASSERT_EQ(gb, fmt == Q4_K ? 148 : 8 * fi.block_bytes);
+    const bool kquant = fmt == Q4_K || fmt == Q6_K;
+    ASSERT_EQ(gb, fmt == Q4_K ? 148 : fmt == Q6_K ? 210 : 8 * fi.block_bytes);
     for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
-      const int64_t K = fmt == Q4_K ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
+      const int64_t K = kquant ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
       const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;
       const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
       std::vector<uint8_t> w8(size_t(N / 8 * nb * gb) + 1, 0xA5);
@@ -1150,7 +1151,28 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
                     ASSERT_EQ(o[160 + 256 * p + 32 * c + 4 * r + t], blk[16 + 32 * p + 4 * c + t]);
             }
       }
-      for (int64_t g = 0; g < N / 8 && fmt != Q4_K; ++g)
+      if (fmt == Q6_K) {  // per group and superblock: d, the int8 scales, per block nibbles and top bits
+        for (int64_t g = 0; g < N / 8; ++g)
+          for (int64_t s = 0; s < K / 256; ++s)
+            for (int r = 0; r < 8; ++r) {
+              SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " superblock " + std::to_string(s));
+              const uint8_t* blk = w.data() + (g * 8 + r) * row_bytes + s * 210;
+              const uint8_t* o = w8.data() + (g * (K / 256) + s) * 1680;
+              ASSERT_EQ(std::memcmp(o + 2 * r, blk + 208, 2), 0) << "d";
+              for (int i = 0; i < 16; ++i) ASSERT_EQ(o[16 + 8 * i + r], blk[192 + i]) << "scale " << i;
+              for (int e = 0; e < 256; ++e) {  // GGUF's code of weight e, then the layout's
+                const int hf = e / 128, gq = (e % 128) / 32, l = e % 32;
+                const int lo4 = (gq & 1 ? blk[64 * hf + 32 + l] : blk[64 * hf + l]) >> (gq & 2 ? 4 : 0) & 15;
+                const int q = lo4 | ((blk[128 + 32 * hf + l] >> (2 * gq)) & 3) << 4;
+                const int b = e / 32, i = e % 32, high = i / 16, j = (i % 16) / 4, t = i % 4;
+                const uint8_t* ob = o + 144 + 192 * b;
+                const int nib = ob[32 * j + 4 * r + t] >> (4 * high) & 15;
+                const int top = ob[128 + 32 * (j / 2) + 4 * r + t] >> (4 * (j % 2) + 2 * high) & 3;
+                ASSERT_EQ(nib | top << 4, q) << "weight " << e;
+              }
+            }
+      }
+      for (int64_t g = 0; g < N / 8 && !kquant; ++g)
         for (int64_t b = 0; b < nb; ++b)
           for (int r = 0; r < 8; ++r) {
             SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " block " + std::to_string(b));

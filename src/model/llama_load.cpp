@@ -499,7 +499,7 @@ tc_status Llama::rows8_weights() {
   for (Matrix* m : q8_matrices())
     if (m->data && be_->reads_rows8(m->fmt, act_) && m->N % 8 == 0 && m->K % 32 == 0) mats.push_back(m);
   size_t total = 0;
-  for (const Matrix* m : mats) total += aligned(size_t(m->bytes()));
+  for (const Matrix* m : mats) total += aligned(size_t(quant::rows8_bytes(m->fmt, m->N, m->K)));
   if (total == 0) return TC_OK;
   void* base_v = nullptr;
   if (tc_status st = alloc(total, &base_v))
@@ -509,7 +509,7 @@ tc_status Llama::rows8_weights() {
   for (Matrix* m : mats) {
     quant::repack_rows8(m->fmt, m->data, m->N, m->K, at);
     m->rows8 = at;
-    at += aligned(size_t(m->bytes()));
+    at += aligned(size_t(quant::rows8_bytes(m->fmt, m->N, m->K)));
   }
   rows8_made_ = true;
   return TC_OK;

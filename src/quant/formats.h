@@ -271,6 +271,10 @@ inline int64_t rows8_block_bytes(int32_t format) {
   return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148
          : format == Q6_K ? 210 : 272;
 }
+// Bytes of an N x K matrix in the layout (Q4_K: 148 / 144 of GGUF's).
+inline uint64_t rows8_bytes(int32_t format, int64_t N, int64_t K) {
+  return uint64_t(N / 8) * uint64_t(K / 32) * uint64_t(rows8_block_bytes(format));
+}
 // The 6-bit code (0..63) of weight k < 256 of a Q6_K superblock.
 inline int q6_k_code(const BlockQ6_K& blk, int k) {
   const int h = k / 128, e = k % 128, g = e / 32, l = e % 32;

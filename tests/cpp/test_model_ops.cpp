@@ -1127,7 +1127,8 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
       const int64_t K = kquant ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
       const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;
       const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
-      std::vector<uint8_t> w8(size_t(N / 8 * nb * gb) + 1, 0xA5);
+      ASSERT_EQ(tc::quant::rows8_bytes(fmt, N, K), uint64_t(N / 8 * nb * gb));
+      std::vector<uint8_t> w8(size_t(tc::quant::rows8_bytes(fmt, N, K)) + 1, 0xA5);
       tc::quant::repack_rows8(fmt, w.data(), N, K, w8.data());
       ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
       if (fmt == Q4_K) {  // per group and superblock: d, dmin, sub-scales and mins unpacked, codes by pairs

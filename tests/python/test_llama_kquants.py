@@ -131,8 +131,9 @@ WHERE = ["cpu-device-path",
 
 
 def run_steps(tmp_path, where, path, tokens, act, env, tag, kv="f16"):
+    """where: "cpu" (the host path), "cpu-device-path" or "cuda"."""
     out = str(tmp_path / ("logits-%s.npy" % tag))
-    device = "cpu" if where == "cpu-device-path" else "cuda"
+    device = "cuda" if where == "cuda" else "cpu"
     env = dict(env, **({"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}))
     r = run_python(STEPS_SCRIPT % {"tokens": tokens, "device": device, "path": str(path), "act": act, "kv": kv,
                                    "out": out},
@@ -172,6 +173,31 @@ def test_k_quant_mix(tmp_path, mix, where):
     np.testing.assert_array_equal(q8[:6], no_q8[:6])
     assert np.abs(q8[6:] - no_q8[6:]).max() > 1e-4 * np.abs(ref).max(), "the 8-bit products did not run"
     np.testing.assert_array_equal(no_split, no_q8)
+
+
+def _cpu_reads_rows8():
+    with tc.Context("cpu") as c:
+        return "avx512_vnni" in c.device_info().features.split(",")
+
+
+@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
+def test_k_quant_mix_on_the_host_rows_interleaved_or_not(tmp_path, mix):
+    """The host path with f16 activations: Q4_K and Q6_K products read the
+    model's copy with rows interleaved by eight (TC_LLAMA_ROWS8, on), Q5_K
+    the file's rows; off, all of them the file's rows. Both within the
+    contract's few 1e-2 of the reference, and not the same numbers (the
+    interleaved products ran)."""
+    path = tmp_path / "m.gguf"
+    w = write_mix(path, mix, seed={"q4_k_m": 73, "q5_k_m": 74}[mix])
+    rng = np.random.default_rng(8)
+    tokens = [int(t) for t in rng.integers(0, V, 14)]
+    ref = reference(w, tokens, kv_f16=True)
+    rows8 = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "1"}, "rows8")
+    plain = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "0"}, "plain")
+    assert rel_err(rows8, ref) < 5e-2
+    assert rel_err(plain, ref) < 5e-2
+    assert np.abs(rows8 - plain).max() > 0, "the interleaved products did not run"
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")

@@ -255,12 +255,24 @@ def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
-def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
-    """The second copy f16 activations make on a device is refused by the
-    context's memory budget: TC_ERR_ALLOC naming TC_LLAMA_SPLIT, and the
+def _cpu_reads_rows8():
+    with tc.Context("cpu") as c:
+        return "avx512_vnni" in c.device_info().features.split(",")
+
+
+@pytest.mark.parametrize("switch,where", [
+    ("TC_LLAMA_SPLIT", "cpu-device-path"),
+    pytest.param("TC_LLAMA_ROWS8", "cpu", marks=pytest.mark.skipif(
+        not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only"))])
+def test_f16_second_copy_that_does_not_fit(tmp_path, monkeypatch, switch, where):
+    """The second copy f16 activations make (a device's split layout, or a
+    host's rows interleaved by eight) is refused by the context's memory
+    budget: TC_ERR_ALLOC naming the switch that does without it, and the
     model goes on with f16 products on its one copy (the same logits as a
     run without the copy)."""
-    monkeypatch.setenv("TC_LLAMA_DEVICE_PATH", "1")
+    env = {"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     rng = np.random.default_rng(62)
     path = tmp_path / "m.gguf"
     w = write_model(path, make_weights(rng), "q4_0")
@@ -268,24 +280,19 @@ def test_f16_split_copy_that_does_not_fit(tmp_path, monkeypatch):
     ref = reference(w, np.array(tokens))
     with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64, activations="f32") as m:
         ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
-        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_SPLIT")
+        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text=switch)
         out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert np.isfinite(out).all() and err < 5e-2, err
     out_path = str(tmp_path / "one_copy.npy")
     r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out_path},
-                   env={"TC_LLAMA_DEVICE_PATH": "1", "TC_LLAMA_SPLIT": "0"})
+                   env=dict(env, **{switch: "0"}))
     assert r.returncode == 0, r.stderr[-3000:]
     np.testing.assert_array_equal(out, np.load(out_path))
 
 
 # SPLIT_SCRIPT, then the CPU kernel of the last product (the output matrix).
 ROWS8_SCRIPT = SPLIT_SCRIPT + "print(tc.cpu_last_kernel_name())\n"
-
-
-def _cpu_reads_rows8():
-    with tc.Context("cpu") as c:
-        return "avx512_vnni" in c.device_info().features.split(",")
 
 
 @pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
@@ -319,29 +326,6 @@ def test_f16_host_rows_interleaved_or_not(tmp_path, monkeypatch, fmt):
         err = np.abs(out - ref).max() / np.abs(ref).max()
         assert np.isfinite(out).all() and err < 5e-2, err
     assert np.abs(outs[0] - outs[1]).max() <= 2e-2 * np.abs(ref).max()
-
-
-@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
-def test_f16_host_rows8_copy_that_does_not_fit(tmp_path):
-    """The interleaved copy refused by the context's memory budget:
-    TC_ERR_ALLOC naming TC_LLAMA_ROWS8, and the model goes on with f16
-    activations on the file's rows (the same logits as TC_LLAMA_ROWS8=0)."""
-    rng = np.random.default_rng(64)
-    path = tmp_path / "m.gguf"
-    w = write_model(path, make_weights(rng), "q4_0")
-    tokens = [int(t) for t in rng.integers(0, V, 10)]
-    ref = reference(w, np.array(tokens))
-    with tc.Context("cpu") as ctx, Llama(path, ctx=ctx, n_ctx=64, activations="f32") as m:
-        ctx.set_memory_budget(ctx.memory_tier_usage("device")[0] + 1024)
-        expect_status(tc.TC_ERR_ALLOC, tc.llama_set_activations, m.handle, "f16", text="TC_LLAMA_ROWS8")
-        out = np.concatenate([m.eval(tokens[:8])] + [m.eval(tokens[i:i + 1]) for i in range(8, 10)])
-    err = np.abs(out - ref).max() / np.abs(ref).max()
-    assert np.isfinite(out).all() and err < 5e-2, err
-    out_path = str(tmp_path / "one_copy.npy")
-    r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": "cpu", "path": str(path), "out": out_path},
-                   env={"TC_LLAMA_ROWS8": "0"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    np.testing.assert_array_equal(out, np.load(out_path))
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_0", "q4_1", "bf16"])

@@ -169,6 +169,7 @@ void Gmac::begin(const uint8_t nonce[kNonceBytes]) {
 void Gmac::update(const void* data, size_t n) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
   if (fast_) {
+    if (n == 0) return;  // (data may be null then)
     Fast& f = *fast_;
     f.total += n;
     if (f.held) {  // the message is the concatenation of the pieces fed in

@@ -14,7 +14,10 @@ llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
              f32 KV cache
   ours f16   the defaults: f16 activations (8-bit integer products on VNNI
              CPUs) and an f16 KV cache
-  llama.cpp  llama-cpp-python (built from its source package), logits_all
+  llama.cpp  llama-cpp-python (built from its source package; or its Python
+             package from that source over an existing llama.cpp build, with
+             LLAMA_CPP_LIB_PATH naming the directory of its libllama.so),
+             logits_all
   float64    llama_reference.forward on every tensor dequantised by the gguf
              package (an independent reading of the blocks)
 

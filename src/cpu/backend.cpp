@@ -8,10 +8,10 @@
 
 #include "core/backend.h"
 #include "cpu/cpu_features.h"
-#include "quant/formats.h"
 #include "cpu/ops.h"
 #include "cpu/queue.h"
 #include "cpu/thread_pool.h"
+#include "quant/formats.h"
 
 namespace tc {
 namespace {

@@ -171,8 +171,7 @@ float row_q6_k(const GemvQ8Args& a, int64_t n) {
           const int64_t b = s * 8 + 4 * h + g;
           int dot = 0;
           for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int lo = (g & 1 ? ql[64 * h + 32 + l] : ql[64 * h + l]) >> (g & 2 ? 4 : 0) & 15;
-            const int q = lo | ((qh[32 * h + l] >> (2 * g)) & 3) << 4;
+            const int q = quant::q6_k_code(ql, qh, 128 * h + 32 * g + l);
             dot += (q - 32) * a.xq[b * 32 + (l & 31)];
           }
           r += d * float(sc[8 * h + 2 * g + half]) * a.xd[2 * b] * float(dot);

@@ -1,5 +1,6 @@
 // The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0,
-// Q8_0, Q4_K or Q6_K W whose rows are interleaved by eight (quant::repack_rows8), on
+// Q8_0, Q4_K or Q6_K W whose rows are interleaved by eight
+// (quant::repack_rows8), on
 // AVX512-VNNI processors with 256-bit vectors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
@@ -36,9 +37,8 @@ namespace {
 
 template <int32_t FMT, int MT>
 TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
-  constexpr int64_t kBlock = FMT == quant::Q4_0 ? 144 : FMT == quant::Q4_1 ? 160 : FMT == quant::Q5_0 ? 176 : 272;
-  // Where the codes start in a block.
-  constexpr int kCodes = FMT == quant::Q4_1 ? 32 : FMT == quant::Q5_0 ? 48 : 16;
+  constexpr int64_t kBlock = quant::rows8_block_bytes(FMT);
+  constexpr int kCodes = quant::rows8_codes_at(FMT);
   // c = kOffset * (d or m).
   constexpr float kOffset =
       FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q4_1 ? 1.0f : FMT == quant::Q5_0 ? -16.0f : -128.0f;
@@ -102,7 +102,7 @@ TC_VNNI8 void dots8_q4_k(const uint8_t* grp, int64_t ns, const QxNatural* const*
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* o = grp + s * 1184;
+    const uint8_t* o = grp + s * quant::rows8_super_bytes(quant::Q4_K);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
     const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
     for (int p = 0; p < 4; ++p) {
@@ -143,7 +143,7 @@ TC_VNNI8 void dots8_q6_k(const uint8_t* grp, int64_t ns, const QxNatural* const*
   for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
   for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* o = grp + s * 1680;
+    const uint8_t* o = grp + s * quant::rows8_super_bytes(quant::Q6_K);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
     for (int b = 0; b < 8; ++b) {
       const uint8_t* ob = o + 144 + 192 * b;
@@ -220,7 +220,7 @@ TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
     const float d = _mm_cvtss_f32(h) / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    int sum = 0, half[2] = {0, 0};
+    int half[2] = {0, 0};
     for (int i = 0; i < 4; ++i) {
       // Round to nearest even (the MXCSR default), saturate to int8.
       const __m128i q = _mm256_cvtsepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
@@ -228,10 +228,9 @@ TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
       const int8_t* qb = row->xq + 32 * b + 8 * i;
       for (int k = 0; k < 8; ++k) half[i / 2] += qb[k];
     }
-    sum = half[0] + half[1];
     row->s16[2 * b] = half[0], row->s16[2 * b + 1] = half[1];
     row->dx[b] = d;
-    row->sx[b] = d * float(sum);
+    row->sx[b] = d * float(half[0] + half[1]);
   }
 }
 

@@ -263,23 +263,28 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 //     32 b + 4 j + t low, 32 b + 16 + 4 j + t high), then 64 of top two bits:
 //     byte 32 (j / 2) + 4 r + t holds those of weight 32 b + 4 j + t at bit
 //     4 (j % 2) and of 32 b + 16 + 4 j + t at bit 4 (j % 2) + 2.
-inline bool has_rows8(int32_t format) {
+constexpr bool has_rows8(int32_t format) {
   return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0 || format == Q4_K || format == Q6_K;
 }
 // Bytes of a group of 8 rows per 32 weights.
-inline int64_t rows8_block_bytes(int32_t format) {
+constexpr int64_t rows8_block_bytes(int32_t format) {
   return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148
          : format == Q6_K ? 210 : 272;
 }
+// Q4_K / Q6_K: bytes of a group of 8 rows per superblock of 256 weights.
+constexpr int64_t rows8_super_bytes(int32_t format) { return 8 * rows8_block_bytes(format); }
+// Q4_0 / Q4_1 / Q5_0 / Q8_0: where a block's codes start (after d, Q4_1's m, Q5_0's plane).
+constexpr int rows8_codes_at(int32_t format) { return format == Q4_1 ? 32 : format == Q5_0 ? 48 : 16; }
 // Bytes of an N x K matrix in the layout (Q4_K: 148 / 144 of GGUF's).
 inline uint64_t rows8_bytes(int32_t format, int64_t N, int64_t K) {
   return uint64_t(N / 8) * uint64_t(K / 32) * uint64_t(rows8_block_bytes(format));
 }
-// The 6-bit code (0..63) of weight k < 256 of a Q6_K superblock.
-inline int q6_k_code(const BlockQ6_K& blk, int k) {
+// The 6-bit code (0..63) of weight k < 256 of a Q6_K superblock from its
+// ql (128 bytes) and qh (64 bytes).
+inline int q6_k_code(const uint8_t* ql, const uint8_t* qh, int k) {
   const int h = k / 128, e = k % 128, g = e / 32, l = e % 32;
-  const int lo = (g & 1 ? blk.ql[64 * h + 32 + l] : blk.ql[64 * h + l]) >> (g & 2 ? 4 : 0) & 15;
-  return lo | ((blk.qh[32 * h + l] >> (2 * g)) & 3) << 4;
+  const int lo = (g & 1 ? ql[64 * h + 32 + l] : ql[64 * h + l]) >> (g & 2 ? 4 : 0) & 15;
+  return lo | ((qh[32 * h + l] >> (2 * g)) & 3) << 4;
 }
 inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
   const int64_t ns = K / 256;
@@ -287,7 +292,7 @@ inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < N / 8; ++g)
     for (int64_t s = 0; s < ns; ++s) {
-      uint8_t* o = out + (g * ns + s) * 1680;
+      uint8_t* o = out + (g * ns + s) * rows8_super_bytes(Q6_K);
       std::memset(o + 144, 0, 1536);
       for (int r = 0; r < 8; ++r) {
         const BlockQ6_K& blk = w[(g * 8 + r) * ns + s];
@@ -297,7 +302,8 @@ inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
           uint8_t* ob = o + 144 + 192 * b;
           for (int j = 0; j < 4; ++j)
             for (int t = 0; t < 4; ++t) {
-              const int qa = q6_k_code(blk, 32 * b + 4 * j + t), qb = q6_k_code(blk, 32 * b + 16 + 4 * j + t);
+              const int qa = q6_k_code(blk.ql, blk.qh, 32 * b + 4 * j + t);
+              const int qb = q6_k_code(blk.ql, blk.qh, 32 * b + 16 + 4 * j + t);
               ob[32 * j + 4 * r + t] = uint8_t((qa & 15) | (qb & 15) << 4);
               ob[128 + 32 * (j / 2) + 4 * r + t] |= uint8_t((qa >> 4) << (4 * (j % 2)) | (qb >> 4) << (4 * (j % 2) + 2));
             }
@@ -311,7 +317,7 @@ inline void repack_q4_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < N / 8; ++g)
     for (int64_t s = 0; s < ns; ++s) {
-      uint8_t* o = out + (g * ns + s) * 1184;
+      uint8_t* o = out + (g * ns + s) * rows8_super_bytes(Q4_K);
       for (int r = 0; r < 8; ++r) {
         const BlockQ4_K& blk = w[(g * 8 + r) * ns + s];
         std::memcpy(o + 2 * r, &blk.d, 2);
@@ -339,7 +345,7 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
             for (int t = 0; t < 4; ++t) o[16 + 32 * j + 4 * r + t] = uint8_t(blk[2 + 4 * j + t] ^ 0x80);
           continue;
         }
-        const int head = format == Q4_1 ? 32 : format == Q5_0 ? 48 : 16;
+        const int head = rows8_codes_at(format);
         if (format == Q4_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
         if (format == Q5_0) {
           const uint32_t qh = q5_high_bits(blk + 2);

@@ -44,6 +44,17 @@ def _cuda_usable():
 
 
 HAVE_CUDA = _cuda_usable()
+
+
+def _cpu_reads_rows8():
+    with tc.Context("cpu") as c:
+        return "avx512_vnni" in c.device_info().features.split(",")
+
+
+# Tests of a host LLaMA model's f16 products on its copy with rows
+# interleaved by eight (AVX512-VNNI; TC_LLAMA_ROWS8).
+NEEDS_ROWS8 = pytest.mark.skipif(not _cpu_reads_rows8(),
+                                 reason="no AVX512-VNNI: the host products read the file's rows only")
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device"))]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import tensorcore as tc
 import llama_reference
-from conftest import DEVICES, HAVE_CUDA, expect_status, run_python
+from conftest import DEVICES, HAVE_CUDA, NEEDS_ROWS8, expect_status, run_python
 from tensorcore.llama import Llama, default_model_path, sample
 from tensorcore.llama._quant import dequantize, quantize_q4_0, quantize_q8_0
 from tokenizer_files import bytes_to_unicode
@@ -255,15 +255,9 @@ def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
-def _cpu_reads_rows8():
-    with tc.Context("cpu") as c:
-        return "avx512_vnni" in c.device_info().features.split(",")
-
-
 @pytest.mark.parametrize("switch,where", [
     ("TC_LLAMA_SPLIT", "cpu-device-path"),
-    pytest.param("TC_LLAMA_ROWS8", "cpu", marks=pytest.mark.skipif(
-        not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only"))])
+    pytest.param("TC_LLAMA_ROWS8", "cpu", marks=NEEDS_ROWS8)])
 def test_f16_second_copy_that_does_not_fit(tmp_path, monkeypatch, switch, where):
     """The second copy f16 activations make (a device's split layout, or a
     host's rows interleaved by eight) is refused by the context's memory
@@ -295,7 +289,7 @@ def test_f16_second_copy_that_does_not_fit(tmp_path, monkeypatch, switch, where)
 ROWS8_SCRIPT = SPLIT_SCRIPT + "print(tc.cpu_last_kernel_name())\n"
 
 
-@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
+@NEEDS_ROWS8
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
 def test_f16_host_rows_interleaved_or_not(tmp_path, monkeypatch, fmt):
     """A host model with f16 activations on an AVX512-VNNI processor reads a
@@ -320,7 +314,9 @@ def test_f16_host_rows_interleaved_or_not(tmp_path, monkeypatch, fmt):
         outs.append(np.load(out))
         kernels.append(r.stdout.split()[-1])
     assert kernels[1] != "gemv_quantized/avx512_vnni_rows8", kernels
-    if "amx_int8" not in tc.Context("cpu").device_info().features.split(","):  # AMX takes many rows
+    with tc.Context("cpu") as c:
+        amx = "amx_int8" in c.device_info().features.split(",")
+    if not amx:  # AMX takes many rows
         assert kernels[0] == "gemv_quantized/avx512_vnni_rows8", kernels
     for out in outs:
         err = np.abs(out - ref).max() / np.abs(ref).max()

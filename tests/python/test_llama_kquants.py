@@ -14,7 +14,7 @@ import pytest
 import llama_reference
 import tensorcore as tc
 from tensorcore.llama import Llama
-from conftest import HAVE_CUDA, run_python
+from conftest import HAVE_CUDA, NEEDS_ROWS8, run_python
 
 try:
     import gguf
@@ -175,12 +175,7 @@ def test_k_quant_mix(tmp_path, mix, where):
     np.testing.assert_array_equal(no_split, no_q8)
 
 
-def _cpu_reads_rows8():
-    with tc.Context("cpu") as c:
-        return "avx512_vnni" in c.device_info().features.split(",")
-
-
-@pytest.mark.skipif(not _cpu_reads_rows8(), reason="no AVX512-VNNI: the host products read the file's rows only")
+@NEEDS_ROWS8
 @pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
 def test_k_quant_mix_on_the_host_rows_interleaved_or_not(tmp_path, mix):
     """The host path with f16 activations: Q4_K and Q6_K products read the

@@ -180,6 +180,49 @@ TC_API tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const
 TC_API tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint32_t n);
 TC_API uint64_t simpler_depmap_size(simpler_depmap m);
 
+/* ---- the level-3 scheduler (the parent of a level-3 Worker) -------------
+ * Internal to the Python engine (python/simpler/level3/engine.py): task
+ * records, dependencies, ready queues and the frames of the children's
+ * shared-memory mailbox (python/simpler/level3/layout.py, whose values
+ * `layout` must repeat), one call per task. Roles: 0 chip, 1 sub, 2 remote.
+ * run_done: 1 done, 0 not yet, -1 unknown run. See docs/simpler.md. */
+typedef struct simpler_l3_s* simpler_l3;
+TC_API tc_status simpler_l3_create(void* mailbox, uint64_t mailbox_bytes, const uint32_t* layout, uint32_t n,
+                                   simpler_l3* out);
+TC_API tc_status simpler_l3_destroy(simpler_l3 s);
+TC_API tc_status simpler_l3_notice(simpler_l3 s, const void** out);
+TC_API tc_status simpler_l3_add_endpoint(simpler_l3 s, int32_t role, int32_t block, int32_t efd, const char* label,
+                                         uint32_t* out);
+TC_API tc_status simpler_l3_add_template(simpler_l3 s, uint32_t kind, uint32_t slot, const char* label,
+                                         uint32_t* out);
+TC_API tc_status simpler_l3_endpoint_dead(simpler_l3 s, uint32_t ep, const char* why);
+TC_API tc_status simpler_l3_run_new(simpler_l3 s, uint32_t* out);
+TC_API tc_status simpler_l3_run_close(simpler_l3 s, uint32_t run);
+TC_API tc_status simpler_l3_run_release(simpler_l3 s, uint32_t run);
+TC_API int32_t simpler_l3_run_done(simpler_l3 s, uint32_t run);
+TC_API tc_status simpler_l3_run_error(simpler_l3 s, uint32_t run, int32_t* status, char* buf, uint64_t cap,
+                                      uint64_t* len);
+TC_API tc_status simpler_l3_submit(simpler_l3 s, uint32_t run, int32_t ep, uint32_t tpl, uint64_t id);
+TC_API tc_status simpler_l3_submit_args(simpler_l3 s, uint32_t run, int32_t ep, uint32_t tpl, uint64_t id,
+                                        uint32_t cfg, uint32_t nt, const ChipTensor* keys, const ChipTensor* child,
+                                        const uint32_t* tags, const uint8_t* dirs, uint32_t ns,
+                                        const uint64_t* scalars, uint32_t nshm, const uint32_t* shm, uint32_t ndev,
+                                        const uint64_t* dev);
+TC_API int32_t simpler_l3_poll(simpler_l3 s);
+TC_API int32_t simpler_l3_any_done(simpler_l3 s);
+TC_API tc_status simpler_l3_dispatch_all(simpler_l3 s);
+TC_API tc_status simpler_l3_set_defer(simpler_l3 s, int32_t on);
+TC_API tc_status simpler_l3_flush_wakes(simpler_l3 s);
+TC_API tc_status simpler_l3_take_external(simpler_l3 s, uint64_t* ids, uint32_t cap, uint32_t* n);
+TC_API tc_status simpler_l3_complete(simpler_l3 s, uint64_t id, int32_t status, const char* message);
+TC_API tc_status simpler_l3_maps_needed(simpler_l3 s, uint32_t* ep, uint32_t* idx, uint32_t cap, uint32_t* n);
+TC_API tc_status simpler_l3_mark_mapped(simpler_l3 s, uint32_t ep, const uint32_t* idx, uint32_t n);
+TC_API tc_status simpler_l3_buffer_add(simpler_l3 s, uint32_t idx, uint64_t base, uint64_t nbytes,
+                                       const char* name);
+TC_API tc_status simpler_l3_buffer_drop(simpler_l3 s, uint32_t idx, uint32_t* holders, uint32_t cap, uint32_t* n);
+TC_API int32_t simpler_l3_uses_buffer(simpler_l3 s, uint32_t idx);
+TC_API int32_t simpler_l3_uses_dev(simpler_l3 s, uint32_t ep, uint64_t base);
+
 #ifdef __cplusplus
 }
 #endif

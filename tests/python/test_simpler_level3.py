@@ -785,8 +785,8 @@ def test_a_peer_window_is_keyed_by_its_owner_and_addressed_by_its_viewer():
     a.add_tensor(ChipTensor.make(own0, (8,), DataType.FLOAT32))
     b = ChipStorageTaskArgs()
     b.add_tensor(ChipTensor.make(own1 + 64, (4,), DataType.FLOAT32))
-    raw0, _, _, _, child0 = eng.resolve(c0, a, 1, "viewer")
-    raw1, _, _, _, child1 = eng.resolve(c1, b, 2, "owner")
+    raw0, *_, child0 = eng.resolve(c0, a, 1, "viewer")
+    raw1, *_, child1 = eng.resolve(c1, b, 2, "owner")
     head = L.TENSOR_HEAD
     assert head.unpack_from(raw0, 0) == head.unpack_from(raw1, 0)  # one key
     addr, size, start = head.unpack_from(child0, 0)

@@ -139,7 +139,7 @@ def allreduce(worker, d, buffer: int, count: int, dtype: str = "float32", op: st
     off = d.offsets[buffer]
     eng = worker._engine
     with eng.lock:
-        eng.wait(lambda: not eng.live, None)  # tasks may still write the windows
+        eng.wait(eng.idle, None)  # tasks may still write the windows
         _collective(worker, eps, "allreduce", [(d.name, off, int(count), dtype, op)] * len(eps))
 
 

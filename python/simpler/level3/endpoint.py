@@ -10,7 +10,6 @@ import pickle
 import select
 import signal
 import time
-from collections import deque
 
 from .. import _errors
 from . import shm
@@ -72,16 +71,11 @@ class Endpoint:
         self.mv = mv
         self.base = L.child_base(slot)
         self.frames = [L.frame_base(slot, f) for f in range(L.FRAMES)]
-        self.busy = [None] * L.FRAMES  # the task in each frame
-        self.seq = 0  # of the last task posted
-        self.posted = 0  # tasks posted and not yet collected: seqs seq - posted + 1 .. seq
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.pid = 0
         self.pidfd = -1
         self.dead = None  # why it is gone, once it is
-        self.mapped: set = set()  # shared buffers this child has mapped
         self.configs: dict = {}  # config key -> index in the child
-        self.ready = deque()  # tasks ready for this child, oldest first
         self.allocs = {}  # device allocations (chip): base -> size
         # Mappings of another chip's memory (a domain peer's window): base ->
         # (owner's slot, owner's base), so dependencies see one tensor however
@@ -169,34 +163,6 @@ class Endpoint:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
-
-    # ---- task frames ----------------------------------------------------------
-
-    def wake(self) -> None:
-        """Wakes the child if it sleeps (or is about to). Clearing its flag
-        here spares the system call (and, on a busy host, the lost time
-        slice) to posts made before it is up again; every clear comes with a
-        write, so a child that goes on to block still finds its eventfd set."""
-        at = self.base + L.C_SLEEPING
-        if L.U32.unpack_from(self.mv, at)[0]:
-            L.U32.pack_into(self.mv, at, 0)
-            os.eventfd_write(self.efd, 1)
-
-    def oldest_frame(self) -> int:
-        """The frame of the oldest task posted and not yet collected (the
-        child finishes its tasks in seq order); only while posted > 0."""
-        return (self.seq - self.posted) % L.FRAMES
-
-    def done(self, f: int) -> bool:
-        return self.mv[self.frames[f]] == L.DONE  # the state's low byte, as Engine.poll reads it
-
-    def completion(self, f: int):
-        """(status, message) of a DONE frame; frees it."""
-        off = self.frames[f]
-        status, n = L.STATUS.unpack_from(self.mv, off + L.F_STATUS)
-        msg = bytes(self.mv[off + L.F_MSG:off + L.F_MSG + n]).decode("utf-8", "replace") if status else ""
-        L.U32.pack_into(self.mv, off, L.FREE)
-        return status, msg
 
     # ---- control --------------------------------------------------------------
 

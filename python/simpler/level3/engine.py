@@ -1,13 +1,18 @@
 """The level-3 scheduler (in the parent): tasks, their dependencies, and
 their handoff to the children's mailboxes.
 
-A submitted task resolves its tensors (shared buffers or the target
-child's device memory), asks the TensorMap (the level-2 one, through
-simpler_depmap_*) for its live producers, and waits for them; a ready task
-goes to a free task frame of its child, or queues for one. Completions are
-collected whenever the parent drives the engine (submits, waits, done()).
-A failed task poisons its dependents and fails its run (with the first
-error, naming the worker); a child that dies fails what it held.
+The per-task path runs in the library (simpler_l3_*, src/runtime/
+level3_sched.cpp): task records, the TensorMap, ready queues, the frames
+posted to the children and collected from them, and each run's count of
+outstanding tasks and first error, one call per submitted task. This
+module resolves a task's arguments (shared buffers or the target child's
+device memory) and drives the rest: waiting (the children's pidfds, remote
+sessions' lanes, timeouts), control requests (a task naming more new
+buffers than its frame can map), remote workers' tasks (taken from the
+scheduler once ready, sent, their completions reported back), and a
+child's death. A failed task poisons its dependents and fails its run
+(with the first error, naming the worker); a child that dies fails what it
+held.
 """
 
 from __future__ import annotations
@@ -22,62 +27,84 @@ from .._lib import bare, check, lib
 from ..remote.client import RemoteDied
 from . import endpoint as E
 from . import layout as L
-from .endpoint import wait_until
+from .endpoint import ChildDied, wait_until
 
-PENDING, READY, RUNNING, DONE, FAILED, CANCELLED = range(6)
 # Outstanding tasks above which a submit waits for some to finish (the
 # level-3 counterpart of a full task ring).
 WINDOW = 16384
-_MAX_PRODUCERS = 4096
-# Finished tasks leave the TensorMap in batches of this many (one call).
-_FINISH_BATCH = 64
-# While the orchestration goes on submitting, a child is woken once this
-# many of its tasks are posted, or once the oldest has waited WAKE_DELAY_S
-# (and at the latest when the orchestration waits or returns): one wakeup
-# (a system call, and on a busy host a lost time slice) runs a batch.
-WAKE_BATCH = L.FRAMES // 2
-WAKE_DELAY_S = 50e-6
-# While the orchestration submits, one submit in this many collects finished frames.
-POLL_EVERY = 4
+# The scheduler's notice flags (runtime/level3_sched.h).
+_EXTERNAL_READY, _MAPS_NEEDED = 1, 2
+_ROLES = {"chip": 0, "sub": 1, "remote": 2}
+_TAKE = 64  # remote tasks taken from the scheduler per call
 
 
-class Task:
-    __slots__ = ("id", "run", "ep", "kind", "slot", "cfg", "nt", "ns", "tags", "dirs", "tensors", "scalars",
-                 "shm", "dev", "pending", "consumers", "state", "in_map", "label")
+class _Notice(ctypes.Structure):
+    """What the scheduler publishes without a call (simpler_l3_notice)."""
+    _fields_ = [("flags", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("live", ctypes.c_uint64),
+                ("inflight", ctypes.c_uint64), ("external_running", ctypes.c_uint64)]
 
-    def __init__(self, tid, run, ep, kind, slot, label, cfg):
-        self.id = tid
-        self.run = run
-        self.ep = ep
-        self.kind = kind
-        self.slot = slot
-        self.label = label
-        self.cfg = cfg
-        self.nt = self.ns = self.pending = 0
-        self.tags = self.dirs = self.tensors = self.scalars = b""
-        self.shm = self.dev = ()  # buffers it uses; device allocations (bases) of its chip it names
-        self.consumers = None  # a list once a later task waits for this one
-        self.state = PENDING
-        self.in_map = False
+
+def layout_values() -> list:
+    """layout.py's values in the order the library checks them (Layout::kNames)."""
+    return [L.FRAMES, L.FRAME_BYTES, L.GLOBAL_BYTES, L.CHILD_HEADER, L.CTRL_BYTES, L.F_HDR, L.F_STATUS, L.F_MAPS,
+            L.F_TAGS, L.F_DIRS, L.F_TENSORS, L.F_SCALARS, L.F_MSG, L.MAX_TENSORS, L.MAX_SCALARS, L.MAX_MAPS,
+            L.MAP_ENTRY, L.NAME_BYTES, L.C_SLEEPING, L.FREE, L.POSTED, L.DONE]
 
 
 class Run:
-    """One run (one orchestration call): outstanding tasks and first error."""
+    """One run (one orchestration call), a record of the scheduler: `done`
+    once closed with no task outstanding, `error` the first (status,
+    message) or None."""
 
-    def __init__(self, rid: int):
+    __slots__ = ("id", "_eng", "_final", "_closed", "__weakref__")
+
+    def __init__(self, eng, rid: int):
         self.id = rid
-        self.outstanding = 0
-        self.tasks = 0
-        self.error = None  # (status, message)
-        self.closed = False  # the orchestration has returned
+        self._eng = eng
+        self._final = None  # (done, error) once the scheduler is gone
+        self._closed = False
 
     @property
     def done(self) -> bool:
-        return self.closed and self.outstanding == 0
+        if self._final is not None:
+            return self._final[0]
+        return self._eng._run_done(self._eng.sched, self.id) == 1
 
-    def fail(self, status: int, message: str) -> None:
-        if self.error is None:
-            self.error = (status, message)
+    @property
+    def error(self):
+        if self._final is not None:
+            return self._final[1]
+        return self._eng._run_error(self.id)
+
+    @property
+    def closed(self) -> bool:
+        """The orchestration has returned: the run is done once its tasks are."""
+        return self._closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        if value and not self._closed:
+            self._closed = True
+            if self._final is None:
+                check(lib().simpler_l3_run_close(self._eng.sched, self.id))
+
+    def __del__(self):
+        # Any thread may collect a Run: the scheduler is only called under the
+        # engine's lock, so the release waits for the next run the engine opens.
+        eng = getattr(self, "_eng", None)
+        if eng is not None and self._final is None:
+            eng._released.append(self.id)
+
+
+class _RemoteTask:
+    """What a remote worker's task needs to be sent (RemoteEndpoint.post)
+    and named in its messages."""
+
+    __slots__ = ("id", "ep", "slot", "cfg", "label", "dirs", "tensors", "scalars")
+
+    def __init__(self, tid, ep, slot, cfg, label, dirs, tensors, scalars):
+        self.id, self.ep, self.slot, self.cfg, self.label = tid, ep, slot, cfg, label
+        self.dirs, self.tensors, self.scalars = dirs, tensors, scalars
 
 
 class Engine:
@@ -86,21 +113,23 @@ class Engine:
         self.chips = [e for e in endpoints if e.role == "chip"]
         self.subs = [e for e in endpoints if e.role == "sub"]
         self.local = self.chips + self.subs  # the children with task frames
-        self.remotes = []  # remote level-3 Workers (level 4): see remote/client.py
+        self.remotes = []  # remote level-3 Workers (level 4): add_remote, remote/client.py
         self.mv = mv
         self.parent_efd = parent_efd
+        values = layout_values()
         h = ctypes.c_void_p()
-        check(lib().simpler_depmap_create(ctypes.byref(h)))
-        self.depmap = h
+        check(lib().simpler_l3_create(ctypes.addressof(ctypes.c_char.from_buffer(mv)), len(mv),
+                                      (ctypes.c_uint32 * len(values))(*values), len(values), ctypes.byref(h)))
+        self.sched = h
+        p = ctypes.c_void_p()
+        check(lib().simpler_l3_notice(h, ctypes.byref(p)))
+        self.notice = _Notice.from_address(p.value)
+        self._by_k = []  # scheduler endpoint index -> endpoint
+        for ep in endpoints:
+            self._add_endpoint(ep, ep.slot)
         self.next_id = 1
-        self.next_run = 1
-        self.live = {}  # task id -> Task (unfinished)
-        self.inflight = 0  # tasks posted to children's frames and not yet collected
         self.lock = threading.RLock()
-        self.defer = False  # set while an orchestration function runs
-        self._to_wake = {}  # endpoint -> when its wake was deferred
-        self._wake_due = 0.0  # the earliest deferred wake is due then (or earlier)
-        self._submits = 0
+        self._defer = False
         self.buffers = {}  # idx -> Buffer
         self.buf_bases = []  # sorted parent base addresses
         self.buf_by_base = {}  # base -> idx
@@ -113,20 +142,42 @@ class Engine:
         self.interrupt = None
         self.watch_fds = ()
         self._lanes = ()  # remote endpoints whose lanes this thread reads while it waits
-        self._producers = (ctypes.c_uint64 * _MAX_PRODUCERS)()
-        self._nprod = ctypes.c_uint32()
-        self._nprod_ref = ctypes.byref(self._nprod)
+        self._templates = {}  # (kind, callable slot, label) -> the scheduler's template
+        self._remote_tasks = {}  # task id -> _RemoteTask, until its completion
+        self._dead_known = set()  # endpoints whose death the scheduler has been told
+        self._death_seen = False
+        self._released = []  # ids of runs nobody holds any more (Run.__del__)
+        self._runs = None  # weak references to open runs, for close()
         self._tid = ctypes.c_uint64()
-        # Called once per task each: unprototyped (bare), so every argument
-        # below is passed as a ready C value (c_uint64 ids, bytes, plain ints
-        # for the uint32 counts).
-        self._dm_submit = bare("simpler_depmap_submit")
-        self._finished = []  # ids of finished tasks still in the TensorMap (see _flush_finished)
+        self._ids = (ctypes.c_uint64 * _TAKE)()
+        self._n = ctypes.c_uint32()
+        # Called once per task (or per wait step) each: unprototyped (bare),
+        # so every argument is passed as a ready C value (c_void_p, the
+        # c_uint64 id, bytes or None, plain ints for the 32-bit ones).
+        self._submit = bare("simpler_l3_submit")
+        self._submit_args = bare("simpler_l3_submit_args")
+        self._poll = bare("simpler_l3_poll")
+        self._any_done_c = bare("simpler_l3_any_done")
+        self._run_done = bare("simpler_l3_run_done")
+
+    def _add_endpoint(self, ep, block: int) -> None:
+        k = ctypes.c_uint32()
+        check(lib().simpler_l3_add_endpoint(self.sched, _ROLES[ep.role], block, -1 if ep.role == "remote" else ep.efd,
+                                            ep.label.encode(), ctypes.byref(k)))
+        ep._k = k.value
+        self._by_k.append(ep)
+
+    def add_remote(self, ep) -> None:
+        """A remote level-3 Worker (level 4), its session open."""
+        self._add_endpoint(ep, -1)
+        self.remotes.append(ep)
 
     def close(self) -> None:
-        if self.depmap:
-            lib().simpler_depmap_destroy(self.depmap)
-            self.depmap = None
+        if self.sched:
+            for run in list(self._runs or ()):
+                run._final = (run.done, run.error)
+            lib().simpler_l3_destroy(self.sched)
+            self.sched = None
 
     # ---- shared buffers -------------------------------------------------------
 
@@ -140,6 +191,7 @@ class Engine:
         base = buf.ptr
         bisect.insort(self.buf_bases, base)
         self.buf_by_base[base] = idx
+        check(lib().simpler_l3_buffer_add(self.sched, idx, base, buf.nbytes, buf.shm.name.encode()))
 
     def drop_buffer(self, buf) -> list:
         """Forgets a closed buffer; returns the children that had mapped it."""
@@ -151,10 +203,10 @@ class Engine:
         if base is not None:
             del self.buf_by_base[base]
             self.buf_bases.remove(base)
-        holders = [ep for ep in self.eps if idx in ep.mapped]
-        for ep in holders:
-            ep.mapped.discard(idx)
-        return holders
+        holders = (ctypes.c_uint32 * len(self._by_k))()
+        n = ctypes.c_uint32()
+        check(lib().simpler_l3_buffer_drop(self.sched, idx, holders, len(self._by_k), ctypes.byref(n)))
+        return [self._by_k[k] for k in holders[:n.value]]
 
     def _find_buffer(self, addr: int):
         i = bisect.bisect_right(self.buf_bases, addr) - 1
@@ -165,19 +217,44 @@ class Engine:
                 return idx, base
         return None
 
+    def uses_buffer(self, idx: int) -> bool:
+        """Whether an unfinished task names shared buffer idx."""
+        return bool(lib().simpler_l3_uses_buffer(self.sched, idx))
+
+    def uses_dev(self, ep, base: int) -> bool:
+        """Whether an unfinished task of ep names its device allocation at base."""
+        return bool(lib().simpler_l3_uses_dev(self.sched, ep._k, base))
+
+    def _run_error(self, rid: int):
+        st, n = ctypes.c_int32(), ctypes.c_uint64()
+        buf = ctypes.create_string_buffer(4096)
+        check(lib().simpler_l3_run_error(self.sched, rid, ctypes.byref(st), buf, len(buf), ctypes.byref(n)))
+        if not st.value:
+            return None
+        if n.value > len(buf):
+            buf = ctypes.create_string_buffer(n.value)
+            check(lib().simpler_l3_run_error(self.sched, rid, ctypes.byref(st), buf, len(buf), ctypes.byref(n)))
+        return st.value, buf.raw[:n.value].decode("utf-8", "replace")
+
+    def idle(self) -> bool:
+        """No task submitted and unfinished."""
+        return not self.sched or not self.notice.live
+
     # ---- argument resolution --------------------------------------------------
 
     def resolve(self, ep, args, tid: int, label: str):
         """(the tensors as ChipTensor bytes rebased onto their allocations
         with TensorMap keys, their tags packed as the frame holds them, the
-        buffer indices used, the device bases used, the tensors as the child
-        must see them when that differs (a domain peer's window is keyed by
-        its owner but addressed by this chip's mapping), else None). ep is
-        None for a sub-task.
+        buffer indices used (packed u32) and how many, the device bases used
+        (packed u64) and how many, the tensors as the child must see them
+        when that differs (a domain peer's window is keyed by its owner but
+        addressed by this chip's mapping), else None). ep is None for a
+        sub-task.
 
         A tensor of a shared buffer made by Buffer.tensor keeps its rebased
-        bytes (t._l3: buffer index, buffer, bytes, packed tag) and later tasks
-        reuse them while that buffer is still registered under that index;
+        bytes (t._l3: buffer index, buffer, bytes, packed tag, packed index)
+        and later tasks reuse them while that buffer is still registered
+        under that index;
         indices are never reused, so a closed buffer (or a new one at the
         same address) sends the tensor down the full resolution again.
 
@@ -201,7 +278,7 @@ class Engine:
         if n == 1:  # the common case, without the lists
             cached = tensors[0]._l3
             if cached is not None and buffers.get(cached[0]) is cached[1]:
-                return cached[2], cached[3], (cached[0],), (), None
+                return cached[2], cached[3], cached[4], 1, None, 0, None
         recs = []
         tags = []
         used = set()
@@ -210,7 +287,7 @@ class Engine:
         for i, t in enumerate(tensors):
             cached = t._l3
             if cached is not None and buffers.get(cached[0]) is cached[1]:
-                idx, _, rec, tag = cached
+                idx, _, rec, tag, _ = cached
                 recs.append(rec)
                 if child is not None:
                     child.append(rec)
@@ -228,8 +305,8 @@ class Engine:
                 used.add(tag - 1)
             else:
                 dev.append(where)
-        return (b"".join(recs), b"".join(tags), tuple(used), tuple(dev),
-                b"".join(child) if child is not None else None)
+        return (b"".join(recs), b"".join(tags), L.u32s(len(used)).pack(*used), len(used),
+                L.u64s(len(dev)).pack(*dev), len(dev), b"".join(child) if child is not None else None)
 
     def _resolve_one(self, ep, t, i: int, tid: int, label: str):
         """(bytes keyed for the TensorMap, bytes for the child (the same
@@ -281,236 +358,156 @@ class Engine:
             L.TENSOR_HEAD.pack_into(raw, 0, child_key, size, start)
             child_rec = bytes(raw)
         if tag and keep is self.buffers[tag - 1] and child_rec is rec:  # the cache holds one record for both
-            t._l3 = (tag - 1, keep, rec, L.U32.pack(tag))
+            t._l3 = (tag - 1, keep, rec, L.U32.pack(tag), L.U32.pack(tag - 1))
         return rec, child_rec, tag, base
 
     # ---- submission -----------------------------------------------------------
 
     def new_run(self) -> Run:
-        r = Run(self.next_run)
-        self.next_run += 1
-        return r
+        if self._released:  # runs nobody holds any more (see Run.__del__)
+            while self._released:
+                check(lib().simpler_l3_run_release(self.sched, self._released.pop()))
+        rid = ctypes.c_uint32()
+        check(lib().simpler_l3_run_new(self.sched, ctypes.byref(rid)))
+        run = Run(self, rid.value)
+        if self._runs is None:
+            import weakref
+
+            self._runs = weakref.WeakSet()
+        self._runs.add(run)
+        return run
+
+    def _template(self, kind: int, slot: int, label: str) -> int:
+        tpl = ctypes.c_uint32()
+        check(lib().simpler_l3_add_template(self.sched, kind, slot, label.encode(), ctypes.byref(tpl)))
+        self._templates[(kind, slot, label)] = tpl.value
+        return tpl.value
 
     def submit(self, run, ep, kind, slot, label, args=None, access=None, cfg=0) -> int:
         """Queues one task; returns its id. `access` holds the tensors'
         ArgDirection values as bytes; ep is None for a sub-task (any sub-worker)."""
         with self.lock:
-            live = self.live
-            if len(live) >= WINDOW:
-                self.wait(lambda: len(live) < WINDOW, None)
+            notice = self.notice
+            if notice.live >= WINDOW:
+                self.wait(lambda: notice.live < WINDOW, None)
             tid = self.next_id
             self.next_id = tid + 1
-            task = Task(tid, run, ep, kind, slot, label, cfg)
-            run.outstanding += 1
-            run.tasks += 1
-            live[tid] = task
-            if run.error is not None:  # the run has failed: later submits are no-ops
-                self._finish(task, CANCELLED, None)
-                return tid
-            if args is not None and (args._tensors or args._scalars):
-                self._bind(task, args, access)
-            if not task.pending:
-                self._ready(task)
-            if self.inflight or self.remotes:
-                # A collection looks at every child's oldest frame; a ring holds FRAMES tasks, so
-                # collecting on every POLL_EVERY-th submit keeps every child fed. Remote completions
-                # (queued by each endpoint's receiver thread) are taken as well: a remote worker gets
-                # its next task while the orchestration goes on submitting.
-                self._submits += 1
-                if not self.defer or self._submits % POLL_EVERY == 0:
-                    self.poll()
-            if self._to_wake and time.perf_counter() > self._wake_due:
-                self._wake_overdue()
-            return tid
-
-    def _bind(self, task, args, access) -> None:
-        """Resolves a task's arguments, finds its producers in the TensorMap
-        and packs what its frame needs."""
-        ep, tid, label = task.ep, task.id, task.label
-        try:
-            arr, tags, shm, dev, child = self.resolve(ep, args, tid, label)
-        except BaseException:
-            self._fail_now(task, 0, "")
-            raise
-        nt = len(args._tensors)
-        if nt:
-            if len(self._finished) >= _FINISH_BATCH:
-                self._flush_finished()
+            tpl = self._templates.get((kind, slot, label))
+            if tpl is None:
+                tpl = self._template(kind, slot, label)
+            k = -1 if ep is None else ep._k
             self._tid.value = tid
-            st = self._dm_submit(self.depmap, self._tid, arr, access, nt, self._producers, _MAX_PRODUCERS,
-                                 self._nprod_ref)
+            remote = ep is not None and ep.role == "remote"
+            if args is not None and (args._tensors or args._scalars):
+                st = self._submit_with_args(run, ep, k, tpl, tid, slot, label, args, access, cfg, remote)
+            elif cfg or remote:
+                st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, 0, None, None, None, None, 0, None,
+                                       0, None, 0, None)
+                if remote and not st:
+                    self._remote_tasks[tid] = _RemoteTask(tid, ep, slot, cfg, label, b"", b"", b"")
+            else:
+                st = self._submit(self.sched, run.id, k, tpl, self._tid)
             if st:
                 detail = lib().simpler_last_error_detail().decode("utf-8", "replace")
-                self._fail_now(task, st, detail)
-                raise _errors.error_for(st, f"{label}: {detail}")
-            task.in_map = True
-            nprod = self._nprod.value
-            if nprod:
-                live, producers = self.live, self._producers
-                for i in range(nprod):
-                    # Finished tasks (not yet retired from the map, see _flush_finished) are gone from live.
-                    p = live.get(producers[i])
-                    if p is not None and p.state < DONE:
-                        if p.consumers is None:
-                            p.consumers = [task]
-                        else:
-                            p.consumers.append(task)
-                        task.pending += 1
-            task.tensors = arr if child is None else child
-            task.tags = tags
-            task.dirs = access
-            task.shm = shm
-            task.dev = dev
-            task.nt = nt
+                raise _errors.error_for(st, detail)
+            if notice.flags:
+                self._service()
+            if self.remotes:
+                self._collect_remotes()
+            return tid
+
+    def _submit_with_args(self, run, ep, k, tpl, tid, slot, label, args, access, cfg, remote) -> int:
+        """Resolves a task's arguments and hands it to the scheduler (which
+        finds its producers and packs its frame); a status."""
+        nt = len(args._tensors)
+        if nt:
+            arr, tags, shm, nshm, dev, ndev, child = self.resolve(ep, args, tid, label)
+        else:
+            arr = tags = shm = dev = child = None
+            nshm = ndev = 0
         ns = len(args._scalars)
-        if ns:
-            if ns > L.MAX_SCALARS:
-                self._fail_now(task, _errors.INVALID_ARG, "too many scalars")
-                raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
-            task.ns = ns
-            task.scalars = L.u64s(ns).pack(*args._scalars)
+        if ns > L.MAX_SCALARS:
+            raise ValueError(f"{label}: {ns} scalars (at most {L.MAX_SCALARS})")
+        scalars = L.u64s(ns).pack(*args._scalars) if ns else None
+        st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, nt, arr, child, tags, access, ns, scalars,
+                               nshm, shm, ndev, dev)
+        if remote and not st:
+            self._remote_tasks[tid] = _RemoteTask(tid, ep, slot, cfg, label, access or b"",
+                                                  (child if child is not None else arr) or b"", scalars or b"")
+        return st
 
-    def _fail_now(self, task, status, message):
-        # Cancelled, so that a producer it already waits for does not start it when it finishes.
-        task.state = CANCELLED
-        self.live.pop(task.id, None)
-        task.run.outstanding -= 1
-        task.run.tasks -= 1
-        if task.in_map:
-            self._finished.append(task.id)
-
-    def _flush_finished(self) -> None:
-        """Retires finished tasks from the TensorMap, all in one call: until
-        then the map may still name them as producers, which submit skips
-        (they are no longer live)."""
-        ids = self._finished
-        if ids:
-            n = len(ids)
-            arr = (ctypes.c_uint64 * n)(*ids)
-            ids.clear()
-            check(lib().simpler_depmap_finish(self.depmap, arr, n))
-
-    def _ready(self, task) -> None:
-        ep = task.ep
-        if ep is None:  # a sub-task goes to the least loaded sub-worker
-            subs = self.subs
-            if len(subs) == 1:
-                ep = subs[0]
-            else:
-                alive = [e for e in subs if not e.dead] or subs
-                ep = min(alive, key=lambda e: len(e.ready) + e.posted)
-            task.ep = ep
-        task.state = READY
-        if ep.dead:
-            self._finish(task, FAILED, (_errors.DISPATCH, ep.dead))
-            return
-        ep.ready.append(task)
-        self._dispatch(ep)
-
-    def _dispatch(self, ep) -> None:
-        if ep.role == "remote":
-            self._dispatch_remote(ep)
-            return
-        mv = self.mv
-        ready, busy = ep.ready, ep.busy
-        while ready:
-            f = ep.seq % L.FRAMES  # the ring's next frame, free once its last task is collected
-            if busy[f] is not None:
-                break
-            task = ready.popleft()
-            if task.run.error is not None:
-                self._finish(task, CANCELLED, None)
+    def _service(self) -> None:
+        """What the scheduler leaves to this side (its notice flags): a
+        child's buffers to map by a control request before its next task,
+        remote tasks to send."""
+        notice = self.notice
+        while notice.flags:
+            if notice.flags & _MAPS_NEEDED:
+                k, n = ctypes.c_uint32(), ctypes.c_uint32()
+                idx = (ctypes.c_uint32 * L.MAX_TENSORS)()
+                check(lib().simpler_l3_maps_needed(self.sched, ctypes.byref(k), idx, L.MAX_TENSORS, ctypes.byref(n)))
+                if n.value:
+                    ep = self._by_k[k.value]
+                    maps = list(idx[:n.value])
+                    try:
+                        ep.control(self.waiter, "map", [self._map_entry(i) for i in maps])
+                    except ChildDied:
+                        self.on_death(ep)  # its tasks fail, naming it
+                        continue
+                    check(lib().simpler_l3_mark_mapped(self.sched, k.value, idx, n.value))
                 continue
-            off = ep.frames[f]
-            shm = task.shm
-            maps = () if not shm or ep.mapped.issuperset(shm) else [i for i in shm if i not in ep.mapped]
-            if len(maps) > L.MAX_MAPS:
-                ep.control(self.waiter, "map", [self._map_entry(i) for i in maps])
-                ep.mapped.update(maps)
-                maps = ()
-            for j, idx in enumerate(maps):
-                b = self.buffers[idx]
-                L.MAP.pack_into(mv, off + L.F_MAPS + j * L.MAP_ENTRY, idx, 0, b.nbytes, b.ptr,
-                                b.shm.name.encode())
-                ep.mapped.add(idx)
-            nt, ns = task.nt, task.ns
-            if nt:
-                mv[off + L.F_TAGS:off + L.F_TAGS + 4 * nt] = task.tags
-                mv[off + L.F_DIRS:off + L.F_DIRS + nt] = task.dirs
-                mv[off + L.F_TENSORS:off + L.F_TENSORS + 96 * nt] = task.tensors
-            if ns:
-                mv[off + L.F_SCALARS:off + L.F_SCALARS + 8 * ns] = task.scalars
-            seq = ep.seq = (ep.seq + 1) & 0xFFFFFFFF
-            L.HDR.pack_into(mv, off + L.F_HDR, seq, task.id, task.kind, task.slot, task.cfg, nt, ns, len(maps))
-            mv[off] = L.POSTED  # the state's low byte (the others stay 0); the payload is in place before it
-            busy[f] = task
-            ep.posted += 1
-            task.state = RUNNING
-            self.inflight += 1
-            if self.defer and ep.posted < WAKE_BATCH:
-                # Wake later (coalescing): the child that finishes a task faster than the orchestration
-                # submits the next sleeps after each one, and every wake is a syscall plus, on a busy
-                # host, a lost time slice for this process; meanwhile more tasks fill the ring, and the
-                # child runs them all on one wakeup. flush_wakes() at the latest.
-                if ep not in self._to_wake:
-                    now = time.perf_counter()
-                    if not self._to_wake:
-                        self._wake_due = now + WAKE_DELAY_S
-                    self._to_wake[ep] = now
-            else:
-                self._to_wake.pop(ep, None)
-                ep.wake()
+            if notice.flags & _EXTERNAL_READY:
+                check(lib().simpler_l3_take_external(self.sched, self._ids, _TAKE, ctypes.byref(self._n)))
+                for tid in self._ids[:self._n.value]:
+                    task = self._remote_tasks[tid]
+                    try:
+                        task.ep.post(task)
+                    except RemoteDied as e:
+                        self._remote_tasks.pop(tid, None)
+                        self._complete(tid, _errors.DISPATCH, f"{e} before task {tid} ({task.label}) started")
 
-    def _wake_overdue(self) -> None:
-        """Wakes the children whose posts have waited longer than WAKE_DELAY_S."""
-        now = time.perf_counter()
-        for e, t in list(self._to_wake.items()):
-            if now - t > WAKE_DELAY_S:
-                del self._to_wake[e]
-                e.wake()
-        if self._to_wake:
-            self._wake_due = min(self._to_wake.values()) + WAKE_DELAY_S
+    def _complete(self, tid: int, status: int, message: str) -> None:
+        check(lib().simpler_l3_complete(self.sched, tid, status, message.encode()))
 
-    def _dispatch_remote(self, ep) -> None:
-        while ep.ready:
-            task = ep.ready.popleft()
-            if task.run.error is not None:
-                self._finish(task, CANCELLED, None)
-                continue
-            try:
-                ep.post(task)
-            except RemoteDied as e:
-                self._finish(task, FAILED, (_errors.DISPATCH, f"{e} before task {task.id} ({task.label}) started"))
-                continue
-            task.state = RUNNING
-            ep.running[task.id] = task
-
-    def _collect_remote(self, ep) -> bool:
+    def _collect_remotes(self) -> bool:
+        """Reports remote completions (queued by each endpoint's receiver
+        thread) and remote workers found dead; True if any."""
         got = False
-        while ep.completions:
-            tid, status, msg = ep.completions.popleft()
-            task = ep.running.pop(tid, None)
-            if task is None:
-                continue
-            got = True
-            if status:
-                self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
-            else:
-                self._finish(task, DONE, None)
-        if ep.dead and ep.running:
-            for task in list(ep.running.values()):
-                self._finish(task, FAILED, (_errors.DISPATCH, f"{ep.dead} while running task {task.id} "
-                                            f"({task.label})"))
-            ep.running.clear()
-            got = True
+        for ep in self.remotes:
+            q = ep.completions
+            while q:
+                tid, status, msg = q.popleft()
+                task = self._remote_tasks.pop(tid, None)
+                if task is None:
+                    continue
+                got = True
+                self._complete(tid, status, f"{ep.label}: task {tid} ({task.label}) failed: {msg}" if status else "")
+            if ep.dead and ep._k not in self._dead_known:
+                self._tell_dead(ep, ep.dead)
+                for tid in [t for t, task in self._remote_tasks.items() if task.ep is ep]:
+                    del self._remote_tasks[tid]
+                got = True
+        if self.notice.flags:
+            self._service()
         return got
 
-    def _remote_pending(self) -> bool:
-        return any(ep.running for ep in self.remotes)
+    def _tell_dead(self, ep, why: str) -> None:
+        self._dead_known.add(ep._k)
+        check(lib().simpler_l3_endpoint_dead(self.sched, ep._k, why.encode()))
+
+    @property
+    def defer(self) -> bool:
+        """Set while an orchestration function runs: wakes are coalesced
+        and finished frames collected every few submits."""
+        return self._defer
+
+    @defer.setter
+    def defer(self, on: bool) -> None:
+        self._defer = bool(on)
+        check(lib().simpler_l3_set_defer(self.sched, 1 if on else 0))
 
     def flush_wakes(self) -> None:
-        while self._to_wake:
-            self._to_wake.popitem()[0].wake()
+        check(lib().simpler_l3_flush_wakes(self.sched))
 
     def _map_entry(self, idx):
         b = self.buffers[idx]
@@ -519,81 +516,26 @@ class Engine:
     # ---- completion -----------------------------------------------------------
 
     def poll(self) -> bool:
-        """Collects finished frames (no blocking); True if any."""
-        got = False
-        if self.inflight:
-            mv = self.mv
-            for ep in self.local:
-                # A child finishes its tasks in seq order: collect from the oldest until one still runs.
-                # (A finish can post this child's next tasks: posted and seq are read afresh each time.)
-                if not ep.posted:
-                    continue
-                frames, busy = ep.frames, ep.busy
-                if mv[frames[(ep.seq - ep.posted) % L.FRAMES]] != L.DONE:  # the state's low byte (see _dispatch)
-                    continue
-                while ep.posted:
-                    f = (ep.seq - ep.posted) % L.FRAMES
-                    off = frames[f]
-                    if mv[off] != L.DONE:
-                        break
-                    task = busy[f]
-                    busy[f] = None
-                    ep.posted -= 1
-                    self.inflight -= 1
-                    status = L.I32.unpack_from(mv, off + L.F_STATUS)[0]
-                    if status:
-                        msg = ep.completion(f)[1]
-                        self._finish(task, FAILED, (status, f"{ep.label}: task {task.id} ({task.label}) failed: {msg}"))
-                    else:
-                        mv[off] = L.FREE
-                        self._finish(task, DONE, None)
-                if ep.ready:
-                    self._dispatch(ep)
-                got = True
-        for ep in self.remotes:
-            if ep.completions or (ep.dead and ep.running):
-                got = self._collect_remote(ep) or got
+        """Collects finished frames and remote completions (no blocking); True if any."""
+        got = bool(self._poll(self.sched)) if self.notice.inflight else False
+        if self.remotes:
+            got = self._collect_remotes() or got
+        elif self.notice.flags:
+            self._service()
         return got
-
-    def _finish(self, task, state, error) -> None:
-        if task.state >= DONE:
-            return
-        task.state = state
-        self.live.pop(task.id, None)
-        if task.in_map:
-            self._finished.append(task.id)
-        run = task.run
-        run.outstanding -= 1
-        consumers = task.consumers
-        if consumers is None:
-            if error is not None:
-                run.fail(*error)
-            return
-        task.consumers = None
-        if state == DONE:
-            for c in consumers:
-                c.pending -= 1
-                if c.pending == 0 and c.state == PENDING:
-                    self._ready(c)
-        else:
-            if error is not None:
-                run.fail(*error)
-            for c in consumers:
-                if c.state == PENDING:
-                    c.run.fail(_errors.DISPATCH, f"task {c.id} ({c.label}) not run: producer task {task.id} failed")
-                    self._finish(c, CANCELLED, None)
 
     def on_death(self, ep) -> None:
         msg = ep.mark_dead()
-        self.inflight -= ep.posted
-        ep.posted = 0
-        for f, task in enumerate(ep.busy):
-            if task is not None:
-                ep.busy[f] = None
-                self._finish(task, FAILED, (_errors.DISPATCH, f"{msg} while running task {task.id} ({task.label})"))
-        while ep.ready:
-            task = ep.ready.popleft()
-            self._finish(task, FAILED, (_errors.DISPATCH, f"{msg} before task {task.id} ({task.label}) started"))
+        if ep._k not in self._dead_known:
+            self._tell_dead(ep, msg)
+        self._death_seen = True  # ends the wait that saw it (_any_done)
+
+    def _tell_local_deaths(self) -> None:
+        """Children found dead by a path other than a wait (a control
+        request's reap): their tasks fail now."""
+        for ep in self.local:
+            if ep.dead and ep._k not in self._dead_known:
+                self._tell_dead(ep, ep.dead)
 
     # ---- waiting --------------------------------------------------------------
 
@@ -603,16 +545,18 @@ class Engine:
         return wait_until(pred, endpoints, self.mv, self.parent_efd, timeout, self.on_death, fds)
 
     def _any_done(self) -> bool:
+        if self._death_seen:
+            self._death_seen = False
+            return True
         if self.interrupt is not None and self.interrupt():
             return True
         for lane in self._lanes:  # remote sessions' frames, read by this (waiting) thread
             if lane.pump() and lane.dead is not None:
                 return True
-        for ep in self.local:
-            if ep.posted and ep.done(ep.oldest_frame()):
-                return True
+        if self._any_done_c(self.sched):
+            return True
         for ep in self.remotes:
-            if ep.completions or (ep.dead and ep.running):
+            if ep.completions or (ep.dead and ep._k not in self._dead_known):
                 return True
         return False
 
@@ -633,22 +577,23 @@ class Engine:
 
     def _wait(self, cond, timeout) -> bool:
         deadline = None if timeout is None else time.perf_counter() + timeout
+        notice = self.notice
         while True:
             self.poll()
             if cond():
                 return True
-            if not self.inflight and not self._remote_pending():
+            if not notice.inflight and not notice.external_running:
                 # Nothing running and cond() unmet: a child with queued work died or
                 # everything left waits on something that cannot finish.
-                for ep in self.eps:
-                    if ep.ready and not ep.dead:
-                        self._dispatch(ep)
-                if not self.inflight and not self._remote_pending():
+                self._tell_local_deaths()
+                check(lib().simpler_l3_dispatch_all(self.sched))
+                if notice.flags:
+                    self._service()
+                if not notice.inflight and not notice.external_running:
                     if cond():
                         return True
                     raise _errors.SimplerError(_errors.INTERNAL, "level-3 engine stalled: nothing is running")
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= 0:
                 return False
-            eps = [e for e in self.local if e.posted]
-            self.waiter(self._any_done, eps, left)
+            self.waiter(self._any_done, [e for e in self.local if not e.dead], left)

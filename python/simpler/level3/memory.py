@@ -76,7 +76,7 @@ class MemoryOps:
         with eng.lock:
             if ep.find_alloc(int(ptr)) is None:
                 raise ValueError(f"free: 0x{int(ptr):x} is not an allocation of {ep.label}")
-            if any(t.ep is ep and int(ptr) in t.dev for t in eng.live.values()):
+            if eng.uses_dev(ep, int(ptr)):
                 raise ValueError(f"free: 0x{int(ptr):x} on {ep.label} is named by a task that has not finished")
             self._control(ep, "free", int(ptr))
             ep.drop_alloc(int(ptr))
@@ -154,7 +154,7 @@ class MemoryOps:
                 idx = getattr(b, "_l3_idx", None)
                 # Tasks still naming the buffer finish first (a domain freed
                 # inside its orchestration, a buffer closed early).
-                eng.wait(lambda: not any(idx in t.shm for t in eng.live.values()), None)
+                eng.wait(lambda: not eng.uses_buffer(idx), None)
                 for ep in eng.drop_buffer(b):
                     if not ep.dead:
                         try:

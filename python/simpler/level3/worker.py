@@ -332,7 +332,7 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
             if self._engine is not None:
                 try:
                     with self._engine.lock:
-                        self._engine.wait(lambda: not self._engine.live, 30.0)
+                        self._engine.wait(self._engine.idle, 30.0)
                 except Exception:
                     pass
         finally:
@@ -548,7 +548,7 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
 
             if self._engine is not None and not quiet:
                 with self._engine.lock:  # tasks may still name the windows
-                    self._engine.wait(lambda: not self._engine.live, None)
+                    self._engine.wait(self._engine.idle, None)
 
             cuda_domain.free(self, d)
 

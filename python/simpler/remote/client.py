@@ -94,11 +94,8 @@ class RemoteEndpoint:
         self.timeout_s = timeout_s
         self.heap = heap_ring_size
         self.dead = None
-        self.ready = deque()
-        self.running = {}  # task id -> task (engine-owned, under its lock)
         self.completions = deque()  # (task id, status, message), from the receiver thread
         self.allocs, self.alloc_bases, self.aliases = {}, [], {}
-        self.mapped = set()
         # Callables and configs by index, with their encodings for TASK frames.
         self.names, self._name_idx, self._name_bytes = [], {}, []
         self.cfgs, self._cfg_idx, self._cfg_bytes = [{}], {}, [b"{}"]  # index 0: the default config

@@ -40,7 +40,7 @@ class RemoteOps:
                                         self.remote_heap_ring_size)
                 self._remote_eps.append(ep)
                 ep.open(self.startup_timeout_s, self._parent_efd)
-                self._engine.remotes.append(ep)
+                self._engine.add_remote(ep)
         except BaseException:
             self._shutdown(force=True)
             raise
@@ -114,7 +114,7 @@ class RemoteOps:
             ptr = int(ptr)
             if ep.allocs.get(ptr) is None:
                 raise ValueError(f"remote_free: 0x{ptr:x} is not an allocation of {ep.label}")
-            if any(t.ep is ep and ptr in t.dev for t in eng.live.values()):
+            if eng.uses_dev(ep, ptr):
                 raise ValueError(f"remote_free: 0x{ptr:x} on {ep.label} is named by a task that has not finished")
             if (worker_id, ptr) in self._shared()[1]:
                 raise ValueError(f"remote_free: 0x{ptr:x} on {ep.label} is an import; remote_release_import it")
@@ -261,14 +261,14 @@ class RemoteOps:
         if importer is None:
             b = rec[1]
             with eng.lock:
-                if any(b._l3_idx in t.shm for t in eng.live.values()):
+                if eng.uses_buffer(b._l3_idx):
                     raise ValueError(f"remote_release_import: 0x{ptr:x} is named by a task that has not finished")
                 del imports[(importer, ptr)]
                 b.close()
             return
         ep = self._remote_ep(importer)
         with eng.lock:
-            if any(t.ep is ep and ptr in t.dev for t in eng.live.values()):
+            if eng.uses_dev(ep, ptr):
                 raise ValueError(f"remote_release_import: 0x{ptr:x} on {ep.label} is named by a task that has not "
                                  f"finished")
             del imports[(importer, ptr)]

@@ -185,21 +185,22 @@ TC_API uint64_t simpler_depmap_size(simpler_depmap m);
  * records, dependencies, ready queues and the frames of the children's
  * shared-memory mailbox (python/simpler/level3/layout.py, whose values
  * `layout` must repeat), one call per task. Roles: 0 chip, 1 sub, 2 remote.
- * run_done: 1 done, 0 not yet, -1 unknown run. See docs/simpler.md. */
+ * A run (its id picked by the caller) is recorded with its first task;
+ * run_state: bit 0 done, bit 1 failed; -1 for a run without a record. See
+ * docs/simpler.md. */
 typedef struct simpler_l3_s* simpler_l3;
 TC_API tc_status simpler_l3_create(void* mailbox, uint64_t mailbox_bytes, const uint32_t* layout, uint32_t n,
                                    simpler_l3* out);
 TC_API tc_status simpler_l3_destroy(simpler_l3 s);
-TC_API tc_status simpler_l3_notice(simpler_l3 s, const void** out);
+TC_API tc_status simpler_l3_notice(simpler_l3 s, void** out);
 TC_API tc_status simpler_l3_add_endpoint(simpler_l3 s, int32_t role, int32_t block, int32_t efd, const char* label,
                                          uint32_t* out);
 TC_API tc_status simpler_l3_add_template(simpler_l3 s, uint32_t kind, uint32_t slot, const char* label,
                                          uint32_t* out);
 TC_API tc_status simpler_l3_endpoint_dead(simpler_l3 s, uint32_t ep, const char* why);
-TC_API tc_status simpler_l3_run_new(simpler_l3 s, uint32_t* out);
 TC_API tc_status simpler_l3_run_close(simpler_l3 s, uint32_t run);
-TC_API tc_status simpler_l3_run_release(simpler_l3 s, uint32_t run);
-TC_API int32_t simpler_l3_run_done(simpler_l3 s, uint32_t run);
+TC_API tc_status simpler_l3_run_release(simpler_l3 s, const uint32_t* runs, uint32_t n);
+TC_API int32_t simpler_l3_run_state(simpler_l3 s, uint32_t run);
 TC_API tc_status simpler_l3_run_error(simpler_l3 s, uint32_t run, int32_t* status, char* buf, uint64_t cap,
                                       uint64_t* len);
 TC_API tc_status simpler_l3_submit(simpler_l3 s, uint32_t run, int32_t ep, uint32_t tpl, uint64_t id);
@@ -211,7 +212,6 @@ TC_API tc_status simpler_l3_submit_args(simpler_l3 s, uint32_t run, int32_t ep, 
 TC_API int32_t simpler_l3_poll(simpler_l3 s);
 TC_API int32_t simpler_l3_any_done(simpler_l3 s);
 TC_API tc_status simpler_l3_dispatch_all(simpler_l3 s);
-TC_API tc_status simpler_l3_set_defer(simpler_l3 s, int32_t on);
 TC_API tc_status simpler_l3_flush_wakes(simpler_l3 s);
 TC_API tc_status simpler_l3_take_external(simpler_l3 s, uint64_t* ids, uint32_t cap, uint32_t* n);
 TC_API tc_status simpler_l3_complete(simpler_l3 s, uint64_t id, int32_t status, const char* message);

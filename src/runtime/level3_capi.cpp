@@ -64,7 +64,7 @@ tc_status simpler_l3_destroy(simpler_l3 s) {
   return ok();
 }
 
-tc_status simpler_l3_notice(simpler_l3 s, const void** out) {
+tc_status simpler_l3_notice(simpler_l3 s, void** out) {
   return guarded("simpler_l3_notice", s, [&]() -> Error {
     if (!out) return null_arg("simpler_l3_notice", "out");
     *out = s->sched.notice();
@@ -101,14 +101,6 @@ tc_status simpler_l3_endpoint_dead(simpler_l3 s, uint32_t ep, const char* why) {
   });
 }
 
-tc_status simpler_l3_run_new(simpler_l3 s, uint32_t* out) {
-  return guarded("simpler_l3_run_new", s, [&]() -> Error {
-    if (!out) return null_arg("simpler_l3_run_new", "out");
-    *out = s->sched.run_new();
-    return {};
-  });
-}
-
 tc_status simpler_l3_run_close(simpler_l3 s, uint32_t run) {
   return guarded("simpler_l3_run_close", s, [&]() -> Error {
     s->sched.run_close(run);
@@ -116,16 +108,18 @@ tc_status simpler_l3_run_close(simpler_l3 s, uint32_t run) {
   });
 }
 
-tc_status simpler_l3_run_release(simpler_l3 s, uint32_t run) {
+tc_status simpler_l3_run_release(simpler_l3 s, const uint32_t* runs, uint32_t n) {
   return guarded("simpler_l3_run_release", s, [&]() -> Error {
-    s->sched.run_release(run);
+    if (n && !runs) return null_arg("simpler_l3_run_release", "runs");
+    for (uint32_t i = 0; i < n; ++i) s->sched.run_release(runs[i]);
     return {};
   });
 }
 
-int32_t simpler_l3_run_done(simpler_l3 s, uint32_t run) {
+int32_t simpler_l3_run_state(simpler_l3 s, uint32_t run) {
   const level3::Run* r = s ? s->sched.run(run) : nullptr;
-  return r ? int32_t(r->closed && r->outstanding == 0) : -1;
+  if (!r) return -1;
+  return int32_t(r->closed && r->outstanding == 0) | (r->status != TC_OK ? 2 : 0);
 }
 
 tc_status simpler_l3_run_error(simpler_l3 s, uint32_t run, int32_t* status, char* buf, uint64_t cap,
@@ -165,14 +159,6 @@ int32_t simpler_l3_any_done(simpler_l3 s) { return s ? int32_t(s->sched.any_done
 tc_status simpler_l3_dispatch_all(simpler_l3 s) {
   return guarded("simpler_l3_dispatch_all", s, [&]() -> Error {
     s->sched.dispatch_all();
-    return {};
-  });
-}
-
-tc_status simpler_l3_set_defer(simpler_l3 s, int32_t on) {
-  return guarded("simpler_l3_set_defer", s, [&]() -> Error {
-    s->sched.set_defer(on != 0);
-    if (!on) s->sched.flush_wakes();
     return {};
   });
 }

@@ -65,14 +65,6 @@ uint32_t Scheduler::add_template(uint32_t kind, uint32_t slot, const char* label
   return uint32_t(templates_.size() - 1);
 }
 
-uint32_t Scheduler::run_new() {
-  const uint32_t rid = next_run_++;
-  auto r = std::make_unique<Run>();
-  r->id = rid;
-  runs_[rid] = std::move(r);
-  return rid;
-}
-
 void Scheduler::run_close(uint32_t rid) {
   auto it = runs_.find(rid);
   if (it != runs_.end()) it->second->closed = true;
@@ -118,8 +110,7 @@ std::string Scheduler::what(const Task* t) const {
 }
 
 Error Scheduler::submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, const TaskArgs& a) {
-  auto rit = runs_.find(rid);
-  if (rit == runs_.end()) return make_error(TC_ERR_INVALID_ARG, "run %u is not open", rid);
+  if (rid == 0) return make_error(TC_ERR_INVALID_ARG, "run 0: run ids start at 1");
   if (tpl >= templates_.size()) return make_error(TC_ERR_INVALID_ARG, "task template %u is not registered", tpl);
   const std::string& label = templates_[tpl].label;
   if (ep >= int32_t(eps_.size()) || (ep < 0 && subs_.empty()))
@@ -132,6 +123,11 @@ Error Scheduler::submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, con
                       a.ns, Layout::kMaxTensors, Layout::kMaxScalars);
   if ((a.nt && (!a.keys || !a.tags || !a.dirs)) || (a.ns && !a.scalars) || (a.nshm && !a.shm) || (a.ndev && !a.dev))
     return make_error(TC_ERR_INVALID_ARG, "%s: null argument array", label.c_str());
+  auto rit = runs_.find(rid);
+  if (rit == runs_.end()) {  // its first task: runs without tasks never get here
+    rit = runs_.emplace(rid, std::make_unique<Run>()).first;
+    rit->second->id = rid;
+  }
   Run* run = rit->second.get();
   last_id_ = id;
   if (run->status != TC_OK) return {};  // the run has failed: later submits are no-ops
@@ -177,9 +173,9 @@ Error Scheduler::submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, con
   if (!t->pending) ready(t);
   if (notice_.inflight) {
     ++submits_;
-    if (!defer_ || submits_ % kPollEvery == 0) poll();
+    if (!notice_.defer || submits_ % kPollEvery == 0) poll();
   }
-  if (to_wake_) {
+  if (notice_.deferred_wakes) {
     const double now = now_s();
     if (now > wake_due_) wake_overdue(now);
   }
@@ -271,19 +267,19 @@ void Scheduler::post(Endpoint& e, Task* t, const std::vector<uint32_t>& maps) {
   e.posted++;
   t->state = State::Running;
   notice_.inflight++;
-  if (defer_ && e.posted < kWakeBatch) {
+  if (notice_.defer && e.posted < kWakeBatch) {
     // Wake later (coalescing): a child that finishes a task faster than the
     // orchestration submits the next would sleep after each one; meanwhile
     // more tasks fill the ring and the child runs them on one wakeup.
     if (!e.wake_deferred) {
       const double now = now_s();
-      if (!to_wake_) wake_due_ = now + kWakeDelayS;
+      if (!notice_.deferred_wakes) wake_due_ = now + kWakeDelayS;
       e.wake_deferred = true;
       e.deferred_at = now;
-      to_wake_++;
+      notice_.deferred_wakes++;
     }
   } else {
-    if (e.wake_deferred) e.wake_deferred = false, to_wake_--;
+    if (e.wake_deferred) e.wake_deferred = false, notice_.deferred_wakes--;
     wake(e);
   }
 }
@@ -307,23 +303,23 @@ void Scheduler::wake_overdue(double now) {
     if (!e.wake_deferred) continue;
     if (now - e.deferred_at > kWakeDelayS) {
       e.wake_deferred = false;
-      to_wake_--;
+      notice_.deferred_wakes--;
       wake(e);
     } else if (!oldest || e.deferred_at < oldest) {
       oldest = e.deferred_at;
     }
   }
-  if (to_wake_) wake_due_ = oldest + kWakeDelayS;
+  if (notice_.deferred_wakes) wake_due_ = oldest + kWakeDelayS;
 }
 
 void Scheduler::flush_wakes() {
-  if (!to_wake_) return;
+  if (!notice_.deferred_wakes) return;
   for (Endpoint& e : eps_)
     if (e.wake_deferred) {
       e.wake_deferred = false;
       wake(e);
     }
-  to_wake_ = 0;
+  notice_.deferred_wakes = 0;
 }
 
 bool Scheduler::poll() {
@@ -405,7 +401,7 @@ void Scheduler::endpoint_dead(uint32_t k, const char* why) {
   Endpoint& e = eps_[k];
   e.dead = true;
   e.why_dead = why ? why : "";
-  if (e.wake_deferred) e.wake_deferred = false, to_wake_--;
+  if (e.wake_deferred) e.wake_deferred = false, notice_.deferred_wakes--;
   // What it held, oldest first (the first error of a run names its oldest task).
   std::vector<Task*> held;
   for (uint32_t i = 0; i < e.posted; ++i) {

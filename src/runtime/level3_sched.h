@@ -58,13 +58,15 @@ struct Layout {
 enum class Role : int32_t { Chip = 0, Sub = 1, Remote = 2 };
 enum class State : uint8_t { Pending, Ready, Running, Done, Failed, Cancelled };
 
-// What the Python side reads without a call (simpler_l3_notice).
+// What the Python side reads (and, for `defer`, writes) without a call
+// (simpler_l3_notice).
 struct Notice {
   uint32_t flags;              // kExternalReady | kMapsNeeded
-  uint32_t pad;
+  uint32_t defer;              // written by the engine: an orchestration is submitting (wakes coalesce)
   uint64_t live;               // tasks submitted and not finished
   uint64_t inflight;           // tasks in children's frames, not yet collected
   uint64_t external_running;   // tasks sent to remote workers, not yet completed
+  uint64_t deferred_wakes;     // children whose wake waits for flush_wakes() or its delay
 };
 constexpr uint32_t kExternalReady = 1;  // take_external() has tasks
 constexpr uint32_t kMapsNeeded = 2;     // maps_needed() names a child and buffers
@@ -132,24 +134,24 @@ class Scheduler {
   Scheduler(uint8_t* mailbox, uint64_t mailbox_bytes);
   ~Scheduler();
 
-  const Notice* notice() const { return &notice_; }
+  Notice* notice() { return &notice_; }
 
   Error add_endpoint(Role role, int32_t block, int efd, const char* label, uint32_t* out);
   uint32_t add_template(uint32_t kind, uint32_t slot, const char* label);
   void endpoint_dead(uint32_t ep, const char* why);
 
-  uint32_t run_new();
   void run_close(uint32_t rid);
   void run_release(uint32_t rid);
   const Run* run(uint32_t rid) const;
 
-  // ep < 0: a sub-task for the least loaded sub-worker.
+  // ep < 0: a sub-task for the least loaded sub-worker. A run (its id
+  // picked by the caller, never 0) is recorded with its first task; until
+  // then run() does not know it (a run without tasks is done once closed).
   Error submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, const TaskArgs& a);
 
   bool poll();
   bool any_done() const;
   void dispatch_all();
-  void set_defer(bool on) { defer_ = on; }
   void flush_wakes();
 
   uint32_t take_external(uint64_t* ids, uint32_t cap);
@@ -189,16 +191,13 @@ class Scheduler {
   std::vector<uint32_t> subs_;
   std::vector<Template> templates_;
   std::unordered_map<uint32_t, std::unique_ptr<Run>> runs_;
-  uint32_t next_run_ = 1;
   std::unordered_map<uint64_t, Task*> live_;
   std::vector<std::unique_ptr<Task>> pool_;
   std::vector<Task*> free_;
   std::unordered_map<uint32_t, SharedBuffer> buffers_;
   std::deque<uint64_t> outbox_;  // remote tasks ready to send
   uint64_t last_id_ = 0;
-  bool defer_ = false;
   uint32_t submits_ = 0;
-  uint32_t to_wake_ = 0;  // endpoints with a deferred wake
   double wake_due_ = 0;
   std::vector<uint32_t> scratch_maps_;
 };

@@ -21,6 +21,7 @@ import bisect
 import ctypes
 import threading
 import time
+import weakref
 
 from .. import _errors
 from .._lib import bare, check, lib
@@ -40,8 +41,9 @@ _TAKE = 64  # remote tasks taken from the scheduler per call
 
 class _Notice(ctypes.Structure):
     """What the scheduler publishes without a call (simpler_l3_notice)."""
-    _fields_ = [("flags", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("live", ctypes.c_uint64),
-                ("inflight", ctypes.c_uint64), ("external_running", ctypes.c_uint64)]
+    _fields_ = [("flags", ctypes.c_uint32), ("defer", ctypes.c_uint32), ("live", ctypes.c_uint64),
+                ("inflight", ctypes.c_uint64), ("external_running", ctypes.c_uint64),
+                ("deferred_wakes", ctypes.c_uint64)]
 
 
 def layout_values() -> list:
@@ -52,28 +54,40 @@ def layout_values() -> list:
 
 
 class Run:
-    """One run (one orchestration call), a record of the scheduler: `done`
-    once closed with no task outstanding, `error` the first (status,
-    message) or None."""
+    """One run (one orchestration call): `done` once closed with no task
+    outstanding, `error` the first (status, message) or None. The scheduler
+    keeps a record of it from its first task on (`known`); a run without
+    tasks never costs a call."""
 
-    __slots__ = ("id", "_eng", "_final", "_closed", "__weakref__")
+    __slots__ = ("id", "_eng", "_final", "_closed", "known", "__weakref__")
 
     def __init__(self, eng, rid: int):
         self.id = rid
         self._eng = eng
         self._final = None  # (done, error) once the scheduler is gone
         self._closed = False
+        self.known = False
 
     @property
     def done(self) -> bool:
+        if not self.known:
+            return self._closed
         if self._final is not None:
             return self._final[0]
-        return self._eng._run_done(self._eng.sched, self.id) == 1
+        state = self._eng._run_state(self._eng.sched, self.id)  # bit 0 done, bit 1 failed
+        if state < 0:  # no record: its tasks were all refused before the scheduler saw them
+            return self._closed
+        return state == 1 or state == 3
 
     @property
     def error(self):
+        if not self.known:
+            return None
         if self._final is not None:
             return self._final[1]
+        state = self._eng._run_state(self._eng.sched, self.id)
+        if state < 0 or not state & 2:
+            return None
         return self._eng._run_error(self.id)
 
     @property
@@ -85,15 +99,14 @@ class Run:
     def closed(self, value: bool) -> None:
         if value and not self._closed:
             self._closed = True
-            if self._final is None:
-                check(lib().simpler_l3_run_close(self._eng.sched, self.id))
+            if self.known and self._final is None:
+                self._eng._run_close(self._eng.sched, self.id)
 
     def __del__(self):
         # Any thread may collect a Run: the scheduler is only called under the
-        # engine's lock, so the release waits for the next run the engine opens.
-        eng = getattr(self, "_eng", None)
-        if eng is not None and self._final is None:
-            eng._released.append(self.id)
+        # engine's lock, so the release waits for a later run of the engine.
+        if getattr(self, "known", False) and self._final is None:
+            self._eng._released.append(self.id)  # (list.append is atomic)
 
 
 class _RemoteTask:
@@ -147,7 +160,8 @@ class Engine:
         self._dead_known = set()  # endpoints whose death the scheduler has been told
         self._death_seen = False
         self._released = []  # ids of runs nobody holds any more (Run.__del__)
-        self._runs = None  # weak references to open runs, for close()
+        self._runs = {}  # run id -> weak reference (runs the scheduler knows), for close()
+        self.next_run = 1
         self._tid = ctypes.c_uint64()
         self._ids = (ctypes.c_uint64 * _TAKE)()
         self._n = ctypes.c_uint32()
@@ -158,7 +172,9 @@ class Engine:
         self._submit_args = bare("simpler_l3_submit_args")
         self._poll = bare("simpler_l3_poll")
         self._any_done_c = bare("simpler_l3_any_done")
-        self._run_done = bare("simpler_l3_run_done")
+        self._run_state = bare("simpler_l3_run_state")
+        self._run_close = bare("simpler_l3_run_close")
+        self._flush = bare("simpler_l3_flush_wakes")
 
     def _add_endpoint(self, ep, block: int) -> None:
         k = ctypes.c_uint32()
@@ -174,8 +190,10 @@ class Engine:
 
     def close(self) -> None:
         if self.sched:
-            for run in list(self._runs or ()):
-                run._final = (run.done, run.error)
+            for ref in list(self._runs.values()):
+                run = ref()
+                if run is not None and run._final is None:
+                    run._final = (run.done, run.error)
             lib().simpler_l3_destroy(self.sched)
             self.sched = None
 
@@ -364,18 +382,19 @@ class Engine:
     # ---- submission -----------------------------------------------------------
 
     def new_run(self) -> Run:
-        if self._released:  # runs nobody holds any more (see Run.__del__)
-            while self._released:
-                check(lib().simpler_l3_run_release(self.sched, self._released.pop()))
-        rid = ctypes.c_uint32()
-        check(lib().simpler_l3_run_new(self.sched, ctypes.byref(rid)))
-        run = Run(self, rid.value)
-        if self._runs is None:
-            import weakref
+        rid = self.next_run
+        self.next_run = rid + 1
+        return Run(self, rid)
 
-            self._runs = weakref.WeakSet()
-        self._runs.add(run)
-        return run
+    def _know(self, run) -> None:
+        """The run's first task: the scheduler records the run with it."""
+        run.known = True
+        self._runs[run.id] = weakref.ref(run)
+        if len(self._released) >= 64:  # runs nobody holds any more (see Run.__del__), released together
+            ids = [self._released.pop() for _ in range(len(self._released))]
+            for rid in ids:
+                self._runs.pop(rid, None)
+            check(lib().simpler_l3_run_release(self.sched, (ctypes.c_uint32 * len(ids))(*ids), len(ids)))
 
     def _template(self, kind: int, slot: int, label: str) -> int:
         tpl = ctypes.c_uint32()
@@ -392,6 +411,8 @@ class Engine:
                 self.wait(lambda: notice.live < WINDOW, None)
             tid = self.next_id
             self.next_id = tid + 1
+            if not run.known:
+                self._know(run)
             tpl = self._templates.get((kind, slot, label))
             if tpl is None:
                 tpl = self._template(kind, slot, label)
@@ -504,10 +525,11 @@ class Engine:
     @defer.setter
     def defer(self, on: bool) -> None:
         self._defer = bool(on)
-        check(lib().simpler_l3_set_defer(self.sched, 1 if on else 0))
+        self.notice.defer = 1 if on else 0  # the scheduler reads it there
 
     def flush_wakes(self) -> None:
-        check(lib().simpler_l3_flush_wakes(self.sched))
+        if self.notice.deferred_wakes:
+            self._flush(self.sched)
 
     def _map_entry(self, idx):
         b = self.buffers[idx]

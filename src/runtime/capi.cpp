@@ -53,21 +53,6 @@ Error check_live(const char* fn, T*& h, const tc::HandleKind& kind) {
   return {};
 }
 
-template <class F>
-tc_status guarded(const char* fn, F&& body) noexcept {
-  try {
-    Error e = body();
-    if (e.ok()) return ok();
-    return fail_with(e);
-  } catch (const std::bad_alloc&) {
-    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn);
-  } catch (const std::exception& ex) {
-    return fail(TC_ERR_INTERNAL, "%s: %s", fn, ex.what());
-  } catch (...) {
-    return fail(TC_ERR_INTERNAL, "%s: unknown exception", fn);
-  }
-}
-
 Error check_worker(const char* fn, simpler_worker& w) { return check_live(fn, w, worker_kind()); }
 Error check_callable(const char* fn, simpler_callable& c) { return check_live(fn, c, callable_kind()); }
 Error check_run(const char* fn, simpler_run& r) { return check_live(fn, r, run_kind()); }

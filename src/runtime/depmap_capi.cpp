@@ -12,26 +12,10 @@ struct simpler_depmap_s {
 
 using namespace simpler;
 
-namespace {
-
-template <class F>
-tc_status depmap_guarded(const char* fn, F&& body) noexcept {
-  try {
-    Error e = body();
-    return e.ok() ? ok() : fail_with(e);
-  } catch (const std::bad_alloc&) {
-    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn);
-  } catch (const std::exception& ex) {
-    return fail(TC_ERR_INTERNAL, "%s: %s", fn, ex.what());
-  }
-}
-
-}  // namespace
-
 extern "C" {
 
 tc_status simpler_depmap_create(simpler_depmap* out) {
-  return depmap_guarded("simpler_depmap_create", [&]() -> Error {
+  return guarded("simpler_depmap_create", [&]() -> Error {
     if (!out) return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_create: output pointer is null");
     *out = new simpler_depmap_s();
     return {};
@@ -45,7 +29,7 @@ tc_status simpler_depmap_destroy(simpler_depmap m) {
 
 tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTensor* tensors, const uint8_t* access,
                                 uint32_t n, uint64_t* out_producers, uint32_t capacity, uint32_t* out_count) {
-  return depmap_guarded("simpler_depmap_submit", [&]() -> Error {
+  return guarded("simpler_depmap_submit", [&]() -> Error {
     if (!m || !out_count || (n && (!tensors || !access)) || (capacity && !out_producers))
       return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_submit: null argument");
     uint32_t count = 0;
@@ -64,7 +48,7 @@ tc_status simpler_depmap_submit(simpler_depmap m, uint64_t task_id, const ChipTe
 }
 
 tc_status simpler_depmap_finish(simpler_depmap m, const uint64_t* task_ids, uint32_t n) {
-  return depmap_guarded("simpler_depmap_finish", [&]() -> Error {
+  return guarded("simpler_depmap_finish", [&]() -> Error {
     if (!m || (n && !task_ids)) return make_error(TC_ERR_INVALID_ARG, "simpler_depmap_finish: null argument");
     Error e = m->map.finish(task_ids, n);
     if (!e.ok()) e.message = "simpler_depmap_finish: " + e.message;

@@ -3,6 +3,8 @@
 // (core/error.h, compiled into libsimpler); a run keeps its first one.
 #pragma once
 
+#include <exception>
+#include <new>
 #include <string>
 
 #include "core/error.h"
@@ -25,5 +27,21 @@ using tc::last_detail;
 using tc::last_status;
 using tc::ok;
 inline tc_status fail_with(const Error& e) { return tc::fail_with(e.status, e.message); }
+
+// The body of a C ABI entry point: its Error (or an exception, which never
+// crosses the ABI) becomes the status and the thread's detail message.
+template <class F>
+tc_status guarded(const char* fn, F&& body) noexcept {
+  try {
+    Error e = body();
+    return e.ok() ? ok() : fail_with(e);
+  } catch (const std::bad_alloc&) {
+    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn);
+  } catch (const std::exception& ex) {
+    return fail(TC_ERR_INTERNAL, "%s: %s", fn, ex.what());
+  } catch (...) {
+    return fail(TC_ERR_INTERNAL, "%s: unknown exception", fn);
+  }
+}
 
 }  // namespace simpler

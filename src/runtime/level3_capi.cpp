@@ -20,17 +20,13 @@ using level3::Layout;
 
 namespace {
 
+// Every entry point but create checks its scheduler first.
 template <class F>
 tc_status guarded(const char* fn, simpler_l3 s, F&& body) noexcept {
-  try {
-    if (!s) return fail(TC_ERR_INVALID_ARG, "%s: the scheduler is null", fn);
-    Error e = body();
-    return e.ok() ? ok() : fail_with(e);
-  } catch (const std::bad_alloc&) {
-    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn);
-  } catch (const std::exception& ex) {
-    return fail(TC_ERR_INTERNAL, "%s: %s", fn, ex.what());
-  }
+  return simpler::guarded(fn, [&]() -> Error {
+    if (!s) return make_error(TC_ERR_INVALID_ARG, "%s: the scheduler is null", fn);
+    return body();
+  });
 }
 
 Error null_arg(const char* fn, const char* name) {
@@ -44,19 +40,17 @@ extern "C" {
 tc_status simpler_l3_create(void* mailbox, uint64_t mailbox_bytes, const uint32_t* layout, uint32_t n,
                             simpler_l3* out) {
   const char* fn = "simpler_l3_create";
-  try {
-    if (!mailbox || !layout || !out) return fail(TC_ERR_INVALID_ARG, "%s: null argument", fn);
+  return simpler::guarded(fn, [&]() -> Error {
+    if (!mailbox || !layout || !out) return make_error(TC_ERR_INVALID_ARG, "%s: null argument", fn);
     constexpr uint32_t want = sizeof(Layout::kValues) / sizeof(Layout::kValues[0]);
-    if (n != want) return fail(TC_ERR_INVALID_ARG, "%s: %u layout values; this library has %u", fn, n, want);
+    if (n != want) return make_error(TC_ERR_INVALID_ARG, "%s: %u layout values; this library has %u", fn, n, want);
     for (uint32_t i = 0; i < n; ++i)
       if (layout[i] != Layout::kValues[i])
-        return fail(TC_ERR_INVALID_ARG, "%s: the mailbox layout's %s is %u here and %u in the library", fn,
-                    Layout::kNames[i], layout[i], Layout::kValues[i]);
+        return make_error(TC_ERR_INVALID_ARG, "%s: the mailbox layout's %s is %u here and %u in the library", fn,
+                          Layout::kNames[i], layout[i], Layout::kValues[i]);
     *out = new simpler_l3_s(static_cast<uint8_t*>(mailbox), mailbox_bytes);
-    return ok();
-  } catch (const std::bad_alloc&) {
-    return fail(TC_ERR_ALLOC, "%s: out of host memory", fn);
-  }
+    return {};
+  });
 }
 
 tc_status simpler_l3_destroy(simpler_l3 s) {

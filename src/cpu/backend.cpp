@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   // Every op of core/ops.def has a CPU kernel.
   bool supports_op(OpId) const override { return true; }
   // The 8-bit products (f16 / bf16 X) on AVX512-VNNI read Q4_0, Q4_1, Q5_0,
-  // Q8_0, Q4_K and Q6_K rows interleaved by eight.
+  // Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows interleaved by eight.
   bool reads_rows8(int32_t fmt, tc_dtype dtype) const override {
     const cpu::Features& f = cpu::features();
     return quant::has_rows8(fmt) && dtype != TC_DTYPE_F32 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.fma && f.f16c;

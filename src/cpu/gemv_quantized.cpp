@@ -16,9 +16,11 @@
 //    with M >= kAmxMinRows (a prompt) on AMX-INT8 processors the same
 //    8-bit products run as tile products (quant_gemm_amx.cpp), each
 //    weight block unpacked once per call and used by every 16 rows of X;
-//    otherwise, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K with the caller's copy of W
-//    interleaved by eight rows (w_rows8), the same 8-bit terms with one
-//    256-bit dot product for eight rows of W at a time (quant_rows8_vnni.cpp).
+//    otherwise, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K with
+//    the caller's copy of W interleaved by eight rows (w_rows8), the same
+//    8-bit terms with one 256-bit dot product for eight rows of W at a time
+//    (quant_rows8_vnni.cpp). Q5_K has no 8-bit row kernel: its products
+//    are 8-bit on the interleaved copy only, exact f32 on GGUF's rows.
 //
 // At batch 1 (decode) the product streams W once and does two flops per
 // weight: it is bound by memory bandwidth. Threads split the N rows; each row
@@ -225,10 +227,11 @@ tc_status run(const GemvQuantizedArgs& a) {
   // at most half a step of 1/127 of each block's largest |x| per element, is
   // below the f16/bf16 rounding of the output for typical activations; f32
   // activations always take the exact f32 path.
-  const QxDots qdots = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32 ? row_dots_vnni(a.fmt) : nullptr;
+  const bool q8 = isa == Isa::Vnni && a.dtype != TC_DTYPE_F32;
+  const QxDots qdots = q8 ? row_dots_vnni(a.fmt) : nullptr;
   const bool amx = qdots && M >= kAmxMinRows && quant_gemm_amx_supported(a.fmt);
   if (amx) return run_amx(a, xs, row_bytes);
-  if (qdots && a.w_rows8 && quant::has_rows8(a.fmt) && N % 8 == 0) return run_rows8(a, xs);
+  if (q8 && a.w_rows8 && quant::has_rows8(a.fmt) && N % 8 == 0) return run_rows8(a, xs);
   thread_local std::vector<int8_t> qx_q;
   thread_local std::vector<int32_t> qx_bias;
   thread_local std::vector<float> qx_dx, qx_sx;

@@ -1,7 +1,6 @@
 // The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0,
-// Q8_0, Q4_K or Q6_K W whose rows are interleaved by eight
-// (quant::repack_rows8), on
-// AVX512-VNNI processors with 256-bit vectors:
+// Q5_1, Q8_0, Q4_K, Q5_K or Q6_K W whose rows are interleaved by eight
+// (quant::repack_rows8), on AVX512-VNNI processors with 256-bit vectors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
 //
@@ -11,7 +10,9 @@
 //   Q4_0  u = q in 0..15,     c = -8 d
 //   Q4_1  u = q in 0..15,     c = m
 //   Q5_0  u = q in 0..31,     c = -16 d   (the fifth bits from their plane)
+//   Q5_1  u = q in 0..31,     c = m       (likewise)
 //   Q8_0  u = q + 128,        c = -128 d
+// (Q4_K, Q5_K and Q6_K: sub-block scales, below.)
 // One vpdpbusd multiplies four codes of each of the eight rows (the
 // layout's 32 bytes: row r in lanes 4r..4r+3) by the same four bytes of X
 // broadcast, so the eight int32 lanes are the eight rows' partial sums: a
@@ -35,21 +36,29 @@ namespace tc {
 namespace cpu {
 namespace {
 
+// A plane's fifth bits of chunk j (bit j of each byte, j < 8) moved to bit 4
+// of the byte, the rest cleared: 16-bit shifts, what crosses from the other
+// byte of a word masked off.
+TC_VNNI8 inline __m256i fifth_bits(__m256i plane, int j) {
+  const __m256i at = j < 4 ? _mm256_slli_epi16(plane, 4 - j) : _mm256_srli_epi16(plane, j - 4);
+  return _mm256_and_si256(at, _mm256_set1_epi8(0x10));
+}
+
 template <int32_t FMT, int MT>
 TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
   constexpr int64_t kBlock = quant::rows8_block_bytes(FMT);
-  constexpr int kCodes = quant::rows8_codes_at(FMT);
+  constexpr int kCodes = quant::rows8_codes_at(FMT), kPlane = quant::rows8_plane_at(FMT);
+  constexpr bool kFive = FMT == quant::Q5_0 || FMT == quant::Q5_1, kMin = FMT == quant::Q4_1 || FMT == quant::Q5_1;
   // c = kOffset * (d or m).
-  constexpr float kOffset =
-      FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q4_1 ? 1.0f : FMT == quant::Q5_0 ? -16.0f : -128.0f;
+  constexpr float kOffset = kMin ? 1.0f : FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q5_0 ? -16.0f : -128.0f;
   __m256 acc[MT], corr[MT];
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* o = grp + b * kBlock;
-    // Q5_0: the fifth bits, bit j (low nibbles of chunk j) and 4 + j (high) of each byte.
+    // Q5_0 / Q5_1: the fifth bits, bit j (low nibbles of chunk j) and 4 + j (high) of each byte.
     const __m256i plane =
-        FMT == quant::Q5_0 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 16)) : _mm256_setzero_si256();
+        kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kPlane)) : _mm256_setzero_si256();
     // u[j]: the codes of weights 4j..4j+3 of the eight rows (Q4: j < 4 the
     // low nibbles, weights 0-15; j >= 4 the high ones, weights 16-31).
     __m256i u[8];
@@ -60,14 +69,14 @@ TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, f
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
         u[j] = _mm256_and_si256(v, m4);
         u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (FMT == quant::Q5_0) {  // bit j (4 + j) of a plane byte to bit 4; shifts within 16 bits, masked per byte
-          u[j] = _mm256_or_si256(u[j], _mm256_and_si256(_mm256_slli_epi16(plane, 4 - j), bit4));
-          u[j + 4] = _mm256_or_si256(u[j + 4], _mm256_and_si256(_mm256_srli_epi16(plane, j), bit4));
+        if (kFive) {
+          u[j] = _mm256_or_si256(u[j], fifth_bits(plane, j));
+          u[j + 4] = _mm256_or_si256(u[j + 4], fifth_bits(plane, 4 + j));
         }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
-    const __m256 cw = FMT == quant::Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16))) : dw;
+    const __m256 cw = kMin ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16))) : dw;
     for (int m = 0; m < MT; ++m) {
       const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b);
       // Two chains of four, weights 0-15 and 16-31: half the dependent latency.
@@ -84,9 +93,11 @@ TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, f
   for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fmadd_ps(_mm256_set1_ps(kOffset), corr[m], acc[m]));
 }
 
-// Q4_K (quant::repack_q4_k_rows8): per superblock and pair p of sub-blocks
-// (2p: low nibbles, 2p + 1: high), each of the 8 chunks of 32 bytes holds
-// four codes of each row, and a row of X
+// Q4_K and Q5_K (quant::repack_q45_k_rows8): w = d sc u - dmin m per
+// sub-block of 32 (u in 0..15; Q5_K 0..31, the fifth bits from the
+// sub-block's plane). Per superblock and pair p of sub-blocks (2p: low
+// nibbles, 2p + 1: high), each of the 8 chunks of 32 bytes holds four codes
+// of each row, and a row of X
 //   acc += d sc_{2p} dx_{2p} dot_lo + d sc_{2p+1} dx_{2p+1} dot_hi
 //   corr += dmin m_{2p} sx_{2p} + dmin m_{2p+1} sx_{2p+1},   y = acc - corr
 // (the row kernels' terms), the sub-block scales as float lanes once a
@@ -96,24 +107,35 @@ TC_VNNI8 inline __m256 lanes(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-template <int MT>
-TC_VNNI8 void dots8_q4_k(const uint8_t* grp, int64_t ns, const QxNatural* const* x, float* out) {
+template <int32_t FMT, int MT>
+TC_VNNI8 void dots8_q45_k(const uint8_t* grp, int64_t ns, const QxNatural* const* x, float* out) {
+  constexpr int kCodes = quant::rows8_codes_at(FMT), kPlanes = quant::rows8_plane_at(FMT);
   __m256 acc[MT], corr[MT];
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* o = grp + s * quant::rows8_super_bytes(quant::Q4_K);
+    const uint8_t* o = grp + s * quant::rows8_super_bytes(FMT);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
     const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
     for (int p = 0; p < 4; ++p) {
       const __m256 sc0 = _mm256_mul_ps(dw, lanes(o + 32 + 16 * p)), sc1 = _mm256_mul_ps(dw, lanes(o + 40 + 16 * p));
       const __m256 mn0 = _mm256_mul_ps(mw, lanes(o + 96 + 16 * p)), mn1 = _mm256_mul_ps(mw, lanes(o + 104 + 16 * p));
+      // Q5_K: the planes of sub-blocks 2p and 2p + 1 (bit c: chunk c).
+      __m256i pl0 = _mm256_setzero_si256(), pl1 = _mm256_setzero_si256();
+      if constexpr (FMT == quant::Q5_K) {
+        pl0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kPlanes + 64 * p));
+        pl1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kPlanes + 64 * p + 32));
+      }
       const int64_t b0 = 8 * s + 2 * p;  // X's blocks b0 (low nibbles) and b0 + 1
       __m256i d0[MT], d1[MT];
       for (int m = 0; m < MT; ++m) d0[m] = d1[m] = _mm256_setzero_si256();
       for (int c = 0; c < 8; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 160 + 256 * p + 32 * c));
-        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 256 * p + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (FMT == quant::Q5_K) {
+          lo = _mm256_or_si256(lo, fifth_bits(pl0, c));
+          hi = _mm256_or_si256(hi, fifth_bits(pl1, c));
+        }
         for (int m = 0; m < MT; ++m) {
           const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b0);
           d0[m] = _mm256_dpbusd_epi32(d0[m], lo, _mm256_set1_epi32(xb[c]));
@@ -146,7 +168,7 @@ TC_VNNI8 void dots8_q6_k(const uint8_t* grp, int64_t ns, const QxNatural* const*
     const uint8_t* o = grp + s * quant::rows8_super_bytes(quant::Q6_K);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
     for (int b = 0; b < 8; ++b) {
-      const uint8_t* ob = o + 144 + 192 * b;
+      const uint8_t* ob = o + quant::rows8_codes_at(quant::Q6_K) + 192 * b;
       const __m256 sc0 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(o + 16 + 16 * b))))),
                    sc1 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
@@ -182,12 +204,12 @@ TC_VNNI8 void dots8_q6_k(const uint8_t* grp, int64_t ns, const QxNatural* const*
 
 template <int32_t FMT>
 TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const* x, int mt, float* out) {
-  if constexpr (FMT == quant::Q4_K) {
+  if constexpr (FMT == quant::Q4_K || FMT == quant::Q5_K) {
     switch (mt) {
-      case 1: return dots8_q4_k<1>(grp, nb / 8, x, out);
-      case 2: return dots8_q4_k<2>(grp, nb / 8, x, out);
-      case 3: return dots8_q4_k<3>(grp, nb / 8, x, out);
-      default: return dots8_q4_k<4>(grp, nb / 8, x, out);
+      case 1: return dots8_q45_k<FMT, 1>(grp, nb / 8, x, out);
+      case 2: return dots8_q45_k<FMT, 2>(grp, nb / 8, x, out);
+      case 3: return dots8_q45_k<FMT, 3>(grp, nb / 8, x, out);
+      default: return dots8_q45_k<FMT, 4>(grp, nb / 8, x, out);
     }
   } else if constexpr (FMT == quant::Q6_K) {
     switch (mt) {
@@ -240,7 +262,9 @@ TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const 
   if (fmt == quant::Q4_1) return dots8_tile<quant::Q4_1>(grp, nb, x, mt, out);
   if (fmt == quant::Q8_0) return dots8_tile<quant::Q8_0>(grp, nb, x, mt, out);
   if (fmt == quant::Q5_0) return dots8_tile<quant::Q5_0>(grp, nb, x, mt, out);
+  if (fmt == quant::Q5_1) return dots8_tile<quant::Q5_1>(grp, nb, x, mt, out);
   if (fmt == quant::Q4_K) return dots8_tile<quant::Q4_K>(grp, nb, x, mt, out);
+  if (fmt == quant::Q5_K) return dots8_tile<quant::Q5_K>(grp, nb, x, mt, out);
   if (fmt == quant::Q6_K) return dots8_tile<quant::Q6_K>(grp, nb, x, mt, out);
   return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define TC_QUANT_HD __host__ __device__
@@ -233,17 +234,19 @@ inline bool matrix_bytes(const FormatInfo& f, int64_t rows, int64_t k, uint64_t*
 // ggml's dequantize_row_* (never fused), so the results are bit-identical.
 void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 
-// A Q4_0, Q4_1, Q5_0 or Q8_0 matrix (N rows of K weights, N a multiple of
-// 8) with its rows interleaved by eight, for kernels whose vector lanes are
+// A Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 matrix (N rows of K weights, N a multiple
+// of 8) with its rows interleaved by eight, for kernels whose vector lanes are
 // eight rows. Per group of 8 rows and block b of 32 weights, the 8 blocks'
-// bytes moved (rows8_block_bytes: 144, 160, 176, 272):
-//   - the 8 rows' f16 scales d (16 bytes); Q4_1 then the 8 mins m (16 bytes);
-//     Q5_0 then its fifth bits (32 bytes): bit j of byte 4 r + t is the fifth
-//     bit of weight 4 j + t of row r, bit 4 + j that of weight 16 + 4 j + t;
-//   - Q4_0 / Q4_1 / Q5_0: 4 x 32 bytes where byte 32 j + 4 r + t holds the
-//     low four bits of weight 4 j + t of row r in its low nibble and those of
-//     weight 16 + 4 j + t in its high nibble (GGUF's qs[k] holds weight k low
-//     and 16 + k high, so the byte for (j, r, t) is qs[4 j + t] of row r);
+// bytes moved (rows8_block_bytes: 144, 160, 176, 192, 272):
+//   - the 8 rows' f16 scales d (16 bytes); Q4_1 / Q5_1 then the 8 mins m (16
+//     bytes); Q5_0 / Q5_1 then their fifth bits (32 bytes from
+//     rows8_plane_at: 16, 32): bit j of byte 4 r + t is the fifth bit of
+//     weight 4 j + t of row r, bit 4 + j that of weight 16 + 4 j + t;
+//   - from rows8_codes_at (16, 32, 48, 64, 16), Q4_0 / Q4_1 / Q5_0 / Q5_1:
+//     4 x 32 bytes where byte 32 j + 4 r + t holds the low four bits of
+//     weight 4 j + t of row r in its low nibble and those of weight
+//     16 + 4 j + t in its high nibble (GGUF's qs[k] holds weight k low and
+//     16 + k high, so the byte for (j, r, t) is qs[4 j + t] of row r);
 //   - Q8_0: 8 x 32 bytes where byte 32 j + 4 r + t is weight 4 j + t of row r
 //     plus 128 (its bits flipped to unsigned, the operand vpdpbusd wants).
 // Groups follow each other, blocks within.
@@ -252,30 +255,52 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 //   - the 8 rows' d, then their dmin (f16, 16 bytes each);
 //   - byte 32 + 8 j + r: sub-block j's 6-bit scale of row r; byte 96 + 8 j + r
 //     its min (scale_min_k4);
-//   - from 160, for each pair p of sub-blocks (2p, 2p + 1) 8 x 32 bytes: byte
-//     256 p + 32 c + 4 r + t is qs[32 p + 4 c + t] of row r (low nibble: weight
-//     4 c + t of sub-block 2p; high nibble: the same of sub-block 2p + 1).
+//   - from 160 (rows8_codes_at), for each pair p of sub-blocks (2p, 2p + 1)
+//     8 x 32 bytes: byte 256 p + 32 c + 4 r + t is qs[32 p + 4 c + t] of row
+//     r (low nibble: weight 4 c + t of sub-block 2p; high nibble: the same of
+//     sub-block 2p + 1).
+// Q5_K (K a multiple of 256) per group and superblock, 1440 bytes (180 per
+// 32 weights, against GGUF's 176): Q4_K's with a plane of fifth bits per
+// sub-block between the mins and the codes:
+//   - bytes 0-159 as Q4_K's (d, dmin, the 6-bit scales and mins);
+//   - from 160 (rows8_plane_at), 8 x 32 bytes: bit c of byte 32 j + 4 r + t
+//     is the fifth bit of weight 4 c + t of sub-block j of row r (GGUF's bit
+//     j of qh[4 c + t]);
+//   - from 416 (rows8_codes_at) the low four bits as Q4_K's from 160.
 // Q6_K (K a multiple of 256) per group and superblock, 1680 bytes (GGUF's):
 //   - the 8 rows' d (f16, 16 bytes); byte 16 + 8 g + r: scale g (int8, of
 //     weights 16 g .. 16 g + 15) of row r;
-//   - from 144, per block b of 32 weights 192 bytes: 128 as Q4_0's nibbles
-//     (the low four bits of the 6-bit codes: byte 32 j + 4 r + t holds weight
-//     32 b + 4 j + t low, 32 b + 16 + 4 j + t high), then 64 of top two bits:
-//     byte 32 (j / 2) + 4 r + t holds those of weight 32 b + 4 j + t at bit
-//     4 (j % 2) and of 32 b + 16 + 4 j + t at bit 4 (j % 2) + 2.
+//   - from 144 (rows8_codes_at), per block b of 32 weights 192 bytes: 128 as
+//     Q4_0's nibbles (the low four bits of the 6-bit codes: byte 32 j + 4 r +
+//     t holds weight 32 b + 4 j + t low, 32 b + 16 + 4 j + t high), then 64
+//     of top two bits: byte 32 (j / 2) + 4 r + t holds those of weight
+//     32 b + 4 j + t at bit 4 (j % 2) and of 32 b + 16 + 4 j + t at bit
+//     4 (j % 2) + 2.
 constexpr bool has_rows8(int32_t format) {
-  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q8_0 || format == Q4_K || format == Q6_K;
+  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q5_1 || format == Q8_0 || format == Q4_K ||
+         format == Q5_K || format == Q6_K;
 }
 // Bytes of a group of 8 rows per 32 weights.
 constexpr int64_t rows8_block_bytes(int32_t format) {
-  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q4_K ? 148
-         : format == Q6_K ? 210 : 272;
+  return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q5_1 ? 192
+         : format == Q4_K ? 148 : format == Q5_K ? 180 : format == Q6_K ? 210 : 272;
 }
-// Q4_K / Q6_K: bytes of a group of 8 rows per superblock of 256 weights.
+// Q4_K / Q5_K / Q6_K: bytes of a group of 8 rows per superblock of 256 weights.
 constexpr int64_t rows8_super_bytes(int32_t format) { return 8 * rows8_block_bytes(format); }
-// Q4_0 / Q4_1 / Q5_0 / Q8_0: where a block's codes start (after d, Q4_1's m, Q5_0's plane).
-constexpr int rows8_codes_at(int32_t format) { return format == Q4_1 ? 32 : format == Q5_0 ? 48 : 16; }
-// Bytes of an N x K matrix in the layout (Q4_K: 148 / 144 of GGUF's).
+// Where a block's (K-quants: a superblock's) fifth-bit plane starts: Q5_0,
+// Q5_1 after d and m, Q5_K after the mins (0 for the others: none).
+constexpr int rows8_plane_at(int32_t format) {
+  return format == Q5_0 ? 16 : format == Q5_1 ? 32 : format == Q5_K ? 160 : 0;
+}
+// Where a block's (K-quants: a superblock's) codes start: after d, Q4_1's and
+// Q5_1's m and the fifth bits; Q4_K / Q5_K after d, dmin, the unpacked
+// scales and mins (and Q5_K's planes); Q6_K after d and its scales.
+constexpr int rows8_codes_at(int32_t format) {
+  return format == Q4_1 ? 32 : format == Q5_0 ? 48 : format == Q5_1 ? 64 : format == Q4_K ? 160
+         : format == Q5_K ? rows8_plane_at(Q5_K) + 256 : format == Q6_K ? 144 : 16;
+}
+// Bytes of an N x K matrix in the layout (Q4_K: 148 / 144 of GGUF's; Q5_K:
+// 180 / 176).
 inline uint64_t rows8_bytes(int32_t format, int64_t N, int64_t K) {
   return uint64_t(N / 8) * uint64_t(K / 32) * uint64_t(rows8_block_bytes(format));
 }
@@ -287,19 +312,20 @@ inline int q6_k_code(const uint8_t* ql, const uint8_t* qh, int k) {
   return lo | ((qh[32 * h + l] >> (2 * g)) & 3) << 4;
 }
 inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+  constexpr int kCodes = rows8_codes_at(Q6_K);
   const int64_t ns = K / 256;
   const auto* w = static_cast<const BlockQ6_K*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < N / 8; ++g)
     for (int64_t s = 0; s < ns; ++s) {
       uint8_t* o = out + (g * ns + s) * rows8_super_bytes(Q6_K);
-      std::memset(o + 144, 0, 1536);
+      std::memset(o + kCodes, 0, size_t(rows8_super_bytes(Q6_K) - kCodes));
       for (int r = 0; r < 8; ++r) {
         const BlockQ6_K& blk = w[(g * 8 + r) * ns + s];
         std::memcpy(o + 2 * r, &blk.d, 2);
         for (int i = 0; i < 16; ++i) o[16 + 8 * i + r] = uint8_t(blk.scales[i]);
         for (int b = 0; b < 8; ++b) {
-          uint8_t* ob = o + 144 + 192 * b;
+          uint8_t* ob = o + kCodes + 192 * b;
           for (int j = 0; j < 4; ++j)
             for (int t = 0; t < 4; ++t) {
               const int qa = q6_k_code(blk.ql, blk.qh, 32 * b + 4 * j + t);
@@ -311,25 +337,35 @@ inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
       }
     }
 }
-inline void repack_q4_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+// Q4_K and Q5_K: the same bytes, Q5_K's fifth bits in planes per sub-block.
+template <int32_t FMT>
+inline void repack_q45_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
+  using Block = std::conditional_t<FMT == Q5_K, BlockQ5_K, BlockQ4_K>;
+  constexpr int kPlanes = rows8_plane_at(FMT), kCodes = rows8_codes_at(FMT);
   const int64_t ns = K / 256;
-  const auto* w = static_cast<const BlockQ4_K*>(src);
+  const auto* w = static_cast<const Block*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < N / 8; ++g)
     for (int64_t s = 0; s < ns; ++s) {
-      uint8_t* o = out + (g * ns + s) * rows8_super_bytes(Q4_K);
+      uint8_t* o = out + (g * ns + s) * rows8_super_bytes(FMT);
+      if constexpr (FMT == Q5_K) std::memset(o + kPlanes, 0, size_t(kCodes - kPlanes));
       for (int r = 0; r < 8; ++r) {
-        const BlockQ4_K& blk = w[(g * 8 + r) * ns + s];
+        const Block& blk = w[(g * 8 + r) * ns + s];
         std::memcpy(o + 2 * r, &blk.d, 2);
         std::memcpy(o + 16 + 2 * r, &blk.dmin, 2);
         for (int j = 0; j < 8; ++j) scale_min_k4(j, blk.scales, o + 32 + 8 * j + r, o + 96 + 8 * j + r);
         for (int p = 0; p < 4; ++p)
-          for (int c = 0; c < 8; ++c) std::memcpy(o + 160 + 256 * p + 32 * c + 4 * r, blk.qs + 32 * p + 4 * c, 4);
+          for (int c = 0; c < 8; ++c) std::memcpy(o + kCodes + 256 * p + 32 * c + 4 * r, blk.qs + 32 * p + 4 * c, 4);
+        if constexpr (FMT == Q5_K)
+          for (int l = 0; l < 32; ++l)  // weight l = 4 c + t of sub-block j: bit j of qh[l] to bit c
+            for (int j = 0; j < 8; ++j)
+              o[kPlanes + 32 * j + 4 * r + l % 4] |= uint8_t(((blk.qh[l] >> j) & 1) << (l / 4));
       }
     }
 }
 inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, void* dst) {
-  if (format == Q4_K) return repack_q4_k_rows8(src, N, K, dst);
+  if (format == Q4_K) return repack_q45_k_rows8<Q4_K>(src, N, K, dst);
+  if (format == Q5_K) return repack_q45_k_rows8<Q5_K>(src, N, K, dst);
   if (format == Q6_K) return repack_q6_k_rows8(src, N, K, dst);
   const int64_t nb = K / 32, in_bytes = rows8_block_bytes(format) / 8, gb = rows8_block_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
@@ -346,17 +382,20 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
           continue;
         }
         const int head = rows8_codes_at(format);
-        if (format == Q4_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
-        if (format == Q5_0) {
-          const uint32_t qh = q5_high_bits(blk + 2);
+        if (format == Q4_1 || format == Q5_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
+        if (format == Q5_0 || format == Q5_1) {
+          const uint32_t qh = q5_high_bits(blk + (format == Q5_1 ? offsetof(BlockQ5_1, qh) : offsetof(BlockQ5_0, qh)));
           for (int t = 0; t < 4; ++t) {
             uint8_t plane = 0;
             for (int j = 0; j < 4; ++j)
               plane = uint8_t(plane | ((qh >> (4 * j + t)) & 1u) << j | ((qh >> (16 + 4 * j + t)) & 1u) << (4 + j));
-            o[16 + 4 * r + t] = plane;
+            o[rows8_plane_at(format) + 4 * r + t] = plane;
           }
         }
-        const uint8_t* qs = blk + (format == Q4_1 ? 4 : format == Q5_0 ? 6 : 2);
+        const uint8_t* qs = blk + (format == Q4_1   ? offsetof(BlockQ4_1, qs)
+                                   : format == Q5_0 ? offsetof(BlockQ5_0, qs)
+                                   : format == Q5_1 ? offsetof(BlockQ5_1, qs)
+                                                    : offsetof(BlockQ4_0, qs));
         for (int j = 0; j < 4; ++j) std::memcpy(o + head + 32 * j + 4 * r, qs + 4 * j, 4);
       }
     }

@@ -818,6 +818,12 @@ WeightTerm weight_term(int32_t fmt, const uint8_t* row, int64_t k) {
       const int i = int(k % 32), q = i < 16 ? blk[4 + i] & 15 : blk[4 + i - 16] >> 4;
       return {h(blk) * q, h(blk + 2)};
     }
+    case Q5_1: {
+      const uint8_t* blk = row + (k / 32) * 24;
+      const int i = int(k % 32), nib = i < 16 ? blk[8 + i] & 15 : blk[8 + i - 16] >> 4;
+      const uint32_t qh = uint32_t(blk[4]) | uint32_t(blk[5]) << 8 | uint32_t(blk[6]) << 16 | uint32_t(blk[7]) << 24;
+      return {h(blk) * (nib | int((qh >> i) & 1u) << 4), h(blk + 2)};
+    }
     case Q8_0: {
       const uint8_t* blk = row + (k / 32) * 34;
       return {h(blk) * int8_t(blk[2 + k % 32]), 0.0};
@@ -1107,22 +1113,24 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
-// Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows interleaved by eight
-// (quant::repack_rows8): the layout byte for byte, then gemv_quantized reading it (a backend that says
-// it does) against the float64 formula on its own 8-bit X (dx = max|x| /
-// 127, xq = rne(x / dx), the min term m dx sum xq), and against the same
-// product on the GGUF rows: each row of X the same whatever the number of
-// rows (6 and 9 take tiles of 4).
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows interleaved by
+// eight (quant::repack_rows8): the layout byte for byte, then
+// gemv_quantized reading it (a backend that says it does) against the
+// float64 formula on its own 8-bit X (dx = max|x| / 127, xq = rne(x / dx),
+// the min term m dx sum xq), and against the same product on the GGUF rows
+// (Q5_K's: exact f32 X, so within the 8-bit bound sum |w| dx / 2 too): each
+// row of X the same whatever the number of rows (6 and 9 take tiles of 4).
 TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
-  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q8_0, tc::quant::Q4_K, tc::quant::Q6_K;
-  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K}) {
+  using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q5_1, tc::quant::Q8_0, tc::quant::Q4_K,
+      tc::quant::Q5_K, tc::quant::Q6_K;
+  for (const int32_t fmt : {Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K}) {
     SCOPED_TRACE(tc::quant::format_info(fmt)->name);
     if (!dev.be().reads_rows8(fmt, TC_DTYPE_F16)) GTEST_SKIP() << "this backend reads the GGUF layout only";
     const tc::quant::FormatInfo& fi = *tc::quant::format_info(fmt);
     const int64_t gb = tc::quant::rows8_block_bytes(fmt);  // per 32 weights of 8 rows
-    const bool kquant = fmt == Q4_K || fmt == Q6_K;
-    ASSERT_EQ(gb, fmt == Q4_K ? 148 : fmt == Q6_K ? 210 : 8 * fi.block_bytes);
+    const bool kquant = fmt == Q4_K || fmt == Q5_K || fmt == Q6_K;
+    ASSERT_EQ(gb, fmt == Q4_K ? 148 : fmt == Q5_K ? 180 : fmt == Q6_K ? 210 : 8 * fi.block_bytes);
     for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
       const int64_t K = kquant ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
       const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;
@@ -1131,13 +1139,16 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
       std::vector<uint8_t> w8(size_t(tc::quant::rows8_bytes(fmt, N, K)) + 1, 0xA5);
       tc::quant::repack_rows8(fmt, w.data(), N, K, w8.data());
       ASSERT_EQ(w8.back(), 0xA5) << "written past the interleaved copy";
-      if (fmt == Q4_K) {  // per group and superblock: d, dmin, sub-scales and mins unpacked, codes by pairs
+      if (fmt == Q4_K || fmt == Q5_K) {  // per group and superblock: d, dmin, sub-scales and mins unpacked,
+        // Q5_K's fifth bits by sub-block, codes by pairs
+        const bool five = fmt == Q5_K;
+        const int codes = five ? 416 : 160, qs = five ? 48 : 16;  // in the layout; in GGUF's block
         for (int64_t g = 0; g < N / 8; ++g)
           for (int64_t s = 0; s < K / 256; ++s)
             for (int r = 0; r < 8; ++r) {
               SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " superblock " + std::to_string(s));
-              const uint8_t* blk = w.data() + (g * 8 + r) * row_bytes + s * 144;
-              const uint8_t* o = w8.data() + (g * (K / 256) + s) * 1184;
+              const uint8_t* blk = w.data() + (g * 8 + r) * row_bytes + s * bb;
+              const uint8_t* o = w8.data() + (g * (K / 256) + s) * (five ? 1440 : 1184);
               ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "d";
               ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "dmin";
               for (int j = 0; j < 8; ++j) {
@@ -1149,7 +1160,11 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
               for (int p = 0; p < 4; ++p)
                 for (int c = 0; c < 8; ++c)
                   for (int t = 0; t < 4; ++t)
-                    ASSERT_EQ(o[160 + 256 * p + 32 * c + 4 * r + t], blk[16 + 32 * p + 4 * c + t]);
+                    ASSERT_EQ(o[codes + 256 * p + 32 * c + 4 * r + t], blk[qs + 32 * p + 4 * c + t]);
+              for (int j = 0; j < 8 && five; ++j)
+                for (int l = 0; l < 32; ++l)  // weight l = 4c + t of sub-block j: GGUF's bit j of qh[l]
+                  ASSERT_EQ((o[160 + 32 * j + 4 * r + l % 4] >> (l / 4)) & 1, (blk[16 + l] >> j) & 1)
+                      << "fifth bit of weight " << l << " of sub-block " << j;
             }
       }
       if (fmt == Q6_K) {  // per group and superblock: d, the int8 scales, per block nibbles and top bits
@@ -1180,23 +1195,25 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
             const uint8_t* blk = w.data() + ((g * 8 + r) * nb + b) * bb;
             const uint8_t* o = w8.data() + (g * nb + b) * gb;
             ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "scale";
-            if (fmt == Q4_1) ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "min";
+            if (fmt == Q4_1 || fmt == Q5_1) ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "min";
             if (fmt == Q8_0) {
               for (int j = 0; j < 8; ++j)
                 for (int t = 0; t < 4; ++t)  // weight 4j + t, plus 128
                   ASSERT_EQ(o[16 + 32 * j + 4 * r + t], uint8_t(blk[2 + 4 * j + t] + 128));
               continue;
             }
-            if (fmt == Q5_0) {
-              const uint32_t qh =
-                  uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 | uint32_t(blk[5]) << 24;
+            if (fmt == Q5_0 || fmt == Q5_1) {  // GGUF's qh after d (and m); the plane after the scales (and mins)
+              const uint8_t* h = blk + (fmt == Q5_1 ? 4 : 2);
+              const int plane = fmt == Q5_1 ? 32 : 16;
+              const uint32_t qh = uint32_t(h[0]) | uint32_t(h[1]) << 8 | uint32_t(h[2]) << 16 | uint32_t(h[3]) << 24;
               for (int t = 0; t < 4; ++t)
                 for (int j = 0; j < 4; ++j) {  // fifth bits: weight 4j + t at bit j, 16 + 4j + t at bit 4 + j
-                  ASSERT_EQ((o[16 + 4 * r + t] >> j) & 1, int((qh >> (4 * j + t)) & 1u));
-                  ASSERT_EQ((o[16 + 4 * r + t] >> (4 + j)) & 1, int((qh >> (16 + 4 * j + t)) & 1u));
+                  ASSERT_EQ((o[plane + 4 * r + t] >> j) & 1, int((qh >> (4 * j + t)) & 1u));
+                  ASSERT_EQ((o[plane + 4 * r + t] >> (4 + j)) & 1, int((qh >> (16 + 4 * j + t)) & 1u));
                 }
             }
-            const int head = fmt == Q4_1 ? 32 : fmt == Q5_0 ? 48 : 16, qs = fmt == Q4_1 ? 4 : fmt == Q5_0 ? 6 : 2;
+            const int head = fmt == Q4_1 ? 32 : fmt == Q5_0 ? 48 : fmt == Q5_1 ? 64 : 16;
+            const int qs = fmt == Q4_1 ? 4 : fmt == Q5_0 ? 6 : fmt == Q5_1 ? 8 : 2;
             for (int j = 0; j < 4; ++j)
               for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
                 ASSERT_EQ(o[head + 32 * j + 4 * r + t], blk[qs + 4 * j + t]);
@@ -1234,16 +1251,19 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
                   -128.0f, std::min(127.0f, std::nearbyint(tc::f16_to_f32(xh[size_t(m * K + b * 32 + i)]) * id)));
           }
           for (int64_t n = 0; n < N; ++n) {
-            double ref = 0, mag = 0;
+            double ref = 0, mag = 0, x8 = 0;
             for (int64_t k = 0; k < K; ++k) {
               const WeightTerm t = weight_term(fmt, w.data() + n * row_bytes, k);
               const double term = (t.aq + t.b) * dx[size_t(k / 32)] * xq[size_t(k)];
               ref += term, mag += std::fabs(term);
+              x8 += std::fabs(t.aq + t.b) * dx[size_t(k / 32)] * 0.5;
             }
             const double y = tc::f16_to_f32(got[size_t(m * N + n)]);
             // f16 output: half an ulp of |ref| (2^-11 relative), plus f32 sums of magnitude mag.
             ASSERT_NEAR(y, ref, std::fabs(ref) * 4.9e-4 + 1e-5 * mag + 1e-7) << "row " << m << ", output " << n;
-            ASSERT_NEAR(y, tc::f16_to_f32(base[size_t(m * N + n)]), std::fabs(y) * 9.8e-4 + 1e-5 * mag + 1e-7)
+            // Q5_K's GGUF rows have no 8-bit kernel: their product is on X itself, off by at most x8.
+            ASSERT_NEAR(y, tc::f16_to_f32(base[size_t(m * N + n)]),
+                        std::fabs(y) * 9.8e-4 + 1e-5 * mag + (fmt == Q5_K ? x8 * (1 + 1e-6) : 0.0) + 1e-7)
                 << "against the GGUF rows, row " << m << ", output " << n;
           }
         }

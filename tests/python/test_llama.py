@@ -127,7 +127,7 @@ def write_model(path, weights, fmt="f32", rope_base=10000.0, rope_scale=None, sk
             wr.add_tensor(name, a)
             held[name] = a.astype(np.float64)
         else:
-            qt = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "bf16": Q.BF16}[fmt]
+            qt = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q5_0": Q.Q5_0, "q5_1": Q.Q5_1, "bf16": Q.BF16}[fmt]
             raw = gguf.quants.quantize(w.astype(np.float32), qt)
             wr.add_tensor(name, raw, raw_dtype=qt)
             if fmt in ("q8_0", "q4_0"):  # our own dequantiser: an independent reading of the blocks
@@ -290,10 +290,10 @@ ROWS8_SCRIPT = SPLIT_SCRIPT + "print(tc.cpu_last_kernel_name())\n"
 
 
 @NEEDS_ROWS8
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
 def test_f16_host_rows_interleaved_or_not(tmp_path, monkeypatch, fmt):
     """A host model with f16 activations on an AVX512-VNNI processor reads a
-    second copy of its Q4_0 / Q4_1 / Q5_0 / Q8_0 matrices with the rows
+    second copy of its Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices with the rows
     interleaved by eight (TC_LLAMA_ROWS8, on by default); off, the file's
     rows. Both are the same 8-bit terms summed in other orders: each run
     within the f16 tolerance of the reference, and the products that ran

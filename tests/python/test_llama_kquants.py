@@ -8,6 +8,8 @@ where their formats differ); the tests check the logits against the
 reference and that the 8-bit path was the one taken; files of Q4_0 or Q8_0
 alone at the same width check the streaming products (K a multiple of 256)."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -52,8 +54,8 @@ def random_blocks(rng, fmt, n, k):
 def mix_type(mix, name, layer):
     """llama-quantize's _M mix on two layers: both keep attn_v and
     ffn_down at Q6_K (its use_more_bits rule), the output too; "q4_0" /
-    "q8_0": every matrix in that type."""
-    if mix in ("q4_0", "q8_0"):
+    "q8_0" / "q5_k": every matrix in that type."""
+    if mix in ("q4_0", "q8_0", "q5_k"):
         return mix
     if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")):
         return "q6_k"
@@ -124,14 +126,16 @@ with tc.Context(%(device)r) as ctx, Llama(%(path)r, ctx=ctx, n_ctx=64, activatio
                                        kv_type=%(kv)r) as m:
     out = [m.eval(tokens[:6])] + [m.eval(tokens[i:i + 1]) for i in range(6, len(tokens))]
 np.save(%(out)r, np.concatenate(out))
+print(tc.cpu_last_kernel_name())
 """
 
 WHERE = ["cpu-device-path",
          pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device"))]
 
 
-def run_steps(tmp_path, where, path, tokens, act, env, tag, kv="f16"):
-    """where: "cpu" (the host path), "cpu-device-path" or "cuda"."""
+def run_steps(tmp_path, where, path, tokens, act, env, tag, kv="f16", kernel=False):
+    """where: "cpu" (the host path), "cpu-device-path" or "cuda". kernel:
+    return the CPU kernel of the last product (the output matrix's) too."""
     out = str(tmp_path / ("logits-%s.npy" % tag))
     device = "cuda" if where == "cuda" else "cpu"
     env = dict(env, **({"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}))
@@ -139,7 +143,7 @@ def run_steps(tmp_path, where, path, tokens, act, env, tag, kv="f16"):
                                    "out": out},
                    env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    return np.load(out)
+    return (np.load(out), r.stdout.split()[-1]) if kernel else np.load(out)
 
 
 def rel_err(out, ref):
@@ -176,23 +180,30 @@ def test_k_quant_mix(tmp_path, mix, where):
 
 
 @NEEDS_ROWS8
-@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
-def test_k_quant_mix_on_the_host_rows_interleaved_or_not(tmp_path, mix):
-    """The host path with f16 activations: Q4_K and Q6_K products read the
-    model's copy with rows interleaved by eight (TC_LLAMA_ROWS8, on), Q5_K
-    the file's rows; off, all of them the file's rows. Both within the
-    contract's few 1e-2 of the reference, and not the same numbers (the
-    interleaved products ran)."""
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m", "q5_k"])
+def test_k_quant_mix_on_the_host_rows_interleaved_or_not(tmp_path, monkeypatch, mix):
+    """The host path with f16 activations: Q4_K, Q5_K and Q6_K products read
+    the model's copy with rows interleaved by eight (TC_LLAMA_ROWS8, on);
+    off, the file's rows (Q5_K's on X in f32: it has no 8-bit row kernel).
+    Both within the contract's few 1e-2 of the reference, and not the same
+    numbers (the interleaved products ran). The _M mixes' Q6_K output (300
+    rows: not whole groups of eight) takes the file's rows either way; a
+    model of Q5_K alone with a vocabulary of 296 ends each step on its
+    interleaved Q5_K output, the kernel that ran last."""
+    if mix == "q5_k":
+        monkeypatch.setattr(sys.modules[__name__], "V", 296)
     path = tmp_path / "m.gguf"
-    w = write_mix(path, mix, seed={"q4_k_m": 73, "q5_k_m": 74}[mix])
+    w = write_mix(path, mix, seed={"q4_k_m": 73, "q5_k_m": 74, "q5_k": 75}[mix])
     rng = np.random.default_rng(8)
     tokens = [int(t) for t in rng.integers(0, V, 14)]
     ref = reference(w, tokens, kv_f16=True)
-    rows8 = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "1"}, "rows8")
-    plain = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "0"}, "plain")
+    rows8, k8 = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "1"}, "rows8", kernel=True)
+    plain, k0 = run_steps(tmp_path, "cpu", path, tokens, "f16", {"TC_LLAMA_ROWS8": "0"}, "plain", kernel=True)
     assert rel_err(rows8, ref) < 5e-2
     assert rel_err(plain, ref) < 5e-2
     assert np.abs(rows8 - plain).max() > 0, "the interleaved products did not run"
+    assert (k8 == "gemv_quantized/avx512_vnni_rows8") == (V % 8 == 0), k8
+    assert k0 != "gemv_quantized/avx512_vnni_rows8", k0
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")

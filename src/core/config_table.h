@@ -65,8 +65,8 @@ TC_CONFIG(kLlamaSplit, "TC_LLAMA_SPLIT", Bool, "on", "", Once,
           "with Q6_K matrices takes the f16 products)")
 TC_CONFIG(kLlamaRows8, "TC_LLAMA_ROWS8", Bool, "on", "", Once,
           "a CPU LLaMA model with f16 / bf16 activations on an AVX512-VNNI processor keeps a second copy of its "
-          "Q4_0 / Q4_1 / Q5_0 / Q8_0 matrices with their rows interleaved by eight for the products (off saves their "
-          "size; prompt and decode slower wherever no AMX tile product takes them)")
+          "Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K matrices with their rows interleaved by eight for "
+          "the products (off saves their size; prompt and decode slower wherever no AMX tile product takes them)")
 TC_CONFIG(kLlamaQ8, "TC_LLAMA_Q8", Bool, "on", "", Once,
           "a GPU LLaMA decode step with f16 activations runs 8-bit products with fused epilogues; off: the "
           "older f16 products and separate norm, add and SwiGLU kernels")

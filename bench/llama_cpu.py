@@ -52,17 +52,24 @@ def q4_0_random(rng, n, k):
     return raw.reshape(-1)
 
 
-def q4_k_random(rng, n, k):
+def q4_k_random(rng, n, k, size=144, qmid=7.5):
     """n x k random Q4_K weights (144-byte blocks of 256: d, dmin, twelve
     bytes of 6-bit scales and mins, 128 bytes of nibbles): w = d sc q - dmin m
-    with dmin ~ 7.5 d, so the weights centre on 0 at ~1/sqrt(k)."""
+    with dmin ~ 7.5 d, so the weights centre on 0 at ~1/sqrt(k). Q5_K:
+    size=176 (32 bytes of fifth bits before the nibbles), qmid=15.5."""
     blocks = n * k // 256
-    raw = np.empty((blocks, 144), np.uint8)
-    d = rng.uniform(0.5, 1.5, blocks) / (32 * 7.5 * np.sqrt(k))
+    raw = np.empty((blocks, size), np.uint8)
+    d = rng.uniform(0.5, 1.5, blocks) / (32 * qmid * np.sqrt(k))
     raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
-    raw[:, 2:4] = (7.5 * d).astype(np.float16).view(np.uint8).reshape(-1, 2)
-    raw[:, 4:] = rng.integers(0, 256, (blocks, 140), dtype=np.uint8)
+    raw[:, 2:4] = (qmid * d).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw[:, 4:] = rng.integers(0, 256, (blocks, size - 4), dtype=np.uint8)
     return raw.reshape(-1)
+
+
+def q5_k_random(rng, n, k):
+    """n x k random Q5_K weights (176-byte blocks of 256), as q4_k_random's
+    with codes 0..31."""
+    return q4_k_random(rng, n, k, size=176, qmid=15.5)
 
 
 def q6_k_random(rng, n, k):
@@ -77,7 +84,9 @@ def q6_k_random(rng, n, k):
     return raw.reshape(-1)
 
 
-RANDOM_BLOCKS = {"q4_0": q4_0_random, "q4_k": q4_k_random, "q6_k": q6_k_random}
+RANDOM_BLOCKS = {"q4_0": q4_0_random, "q4_k": q4_k_random, "q5_k": q5_k_random, "q6_k": q6_k_random}
+# The random models: the default Q4_0 one and llama-quantize's K-quant mixes (mix_type).
+MIXES = ["q4_0", "q4_k_m", "q5_k_m"]
 
 
 def use_more_bits(i, n):
@@ -88,21 +97,22 @@ def use_more_bits(i, n):
 
 def mix_type(mix, name, layer, n_layer):
     """The ggml type of a matrix in a file quantised as `mix`: q4_0 (every
-    matrix), or q4_k_m as llama-quantize writes it (Q4_K, with Q6_K for the
-    output matrix and, on use_more_bits layers, attn_v and ffn_down)."""
+    matrix), or q4_k_m / q5_k_m as llama-quantize writes them (Q4_K / Q5_K,
+    token_embd too, with Q6_K for the output matrix and, on use_more_bits
+    layers, attn_v and ffn_down)."""
     if mix == "q4_0":
         return "q4_0"
     if name == "output.weight":
         return "q6_k"
     if name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(layer, n_layer):
         return "q6_k"
-    return "q4_k"
+    return {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}[mix]
 
 
 def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100, mix="q4_0"):
     """Writes a random LLaMA-shaped model of the given shape (default: this
     bench's 1.1B) through tensorcore's own GGUF writer, every matrix Q4_0
-    or (mix="q4_k_m") the Q4_K_M mix (mix_type)."""
+    or (mix="q4_k_m", "q5_k_m") the Q4_K_M / Q5_K_M mix (mix_type)."""
     import tensorcore as tc
     from tensorcore.llama._default import vocabulary
     D = E // H
@@ -271,7 +281,8 @@ def main():
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--model", action="append",
                     help="GGUF file to measure (repeatable); random-1.1b (the default) is the random 1.1B Q4_0 "
-                    "model, random-1.1b-q4_k_m the same shape as llama-quantize's Q4_K_M mix")
+                    "model, random-1.1b-q4_k_m / random-1.1b-q5_k_m the same shape as llama-quantize's Q4_K_M / "
+                    "Q5_K_M mix")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
                     help="activations of the weight products (both: measure each)")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
@@ -282,10 +293,10 @@ def main():
 
     paths = []
     for name in args.model or ["random-1.1b"]:
-        if name not in ("random-1.1b", "random-1.1b-q4_k_m"):
+        if name not in ["random-1.1b"] + ["random-1.1b-" + m for m in MIXES[1:]]:
             paths.append(name)
             continue
-        mix = "q4_k_m" if name.endswith("q4_k_m") else "q4_0"
+        mix = name[len("random-1.1b-"):] if name != "random-1.1b" else "q4_0"
         path = os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
                             "tensorcore-random-1.1b-%s-v2.gguf" % mix)
         if not os.path.exists(path):

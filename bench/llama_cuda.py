@@ -2,7 +2,7 @@
 
 Shape (LLaMA-7B's): n_embd 4096, 32 layers, 32 heads, 32 kv heads, n_ff
 11008, vocabulary 32000, every matrix Q4_0 (token_embd and output too; --mix
-q4_k_m: llama-quantize's Q4_K_M mix of Q4_K and Q6_K instead), norms
+q4_k_m / q5_k_m: llama-quantize's mix of Q4_K / Q5_K and Q6_K instead), norms
 F32. The file (~3.8 GB) is written once through tensorcore's own GGUF writer
 (bench/llama_cpu.py's writer: random nibbles, f16 scales of an initialised
 model) to $TC_BENCH_DIR or the system's temporary directory and reused.
@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import numpy as np  # noqa: E402
 
 import tensorcore as tc  # noqa: E402
-from llama_cpu import describe, time_prefill_decode, write_model  # noqa: E402
+from llama_cpu import MIXES, describe, time_prefill_decode, write_model  # noqa: E402
 
 E, L, H, HKV, F, V = 4096, 32, 32, 32, 11008, 32000
 D = E // H
@@ -163,8 +163,8 @@ def main():
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
     ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
                     help="KV cache type, ours and llama.cpp's (-ctk / -ctv)")
-    ap.add_argument("--mix", choices=["q4_0", "q4_k_m"], default="q4_0",
-                    help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M mix")
+    ap.add_argument("--mix", choices=MIXES, default="q4_0",
+                    help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M / Q5_K_M mix")
     ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
                     help="llama.cpp's llama-bench (a CUDA build), run on the same file after ours")
     ap.add_argument("--write", action="store_true", help="write bench/results/llama-cuda.md")

@@ -129,6 +129,9 @@ TC_VNNI8 void dots8_q45_k(const uint8_t* grp, int64_t ns, const QxNatural* const
       const int64_t b0 = 8 * s + 2 * p;  // X's blocks b0 (low nibbles) and b0 + 1
       __m256i d0[MT], d1[MT];
       for (int m = 0; m < MT; ++m) d0[m] = d1[m] = _mm256_setzero_si256();
+      // Unrolled, so that Q5_K's shifts are immediates (GCC leaves Q5_K's
+      // four rows of X rolled otherwise: a branch and two shifts by a register a chunk).
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 256 * p + 32 * c));
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);

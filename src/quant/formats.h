@@ -337,6 +337,16 @@ inline void repack_q6_k_rows8(const void* src, int64_t N, int64_t K, void* dst) 
       }
     }
 }
+// An 8 x 8 bit matrix transposed: bit 8 i + j of x to bit 8 j + i (three
+// exchanges of off-diagonal blocks, 1 x 1 bits, then 2 x 2, then 4 x 4).
+inline uint64_t transpose_bits8(uint64_t x) {
+  uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+  x ^= t ^ (t << 7);
+  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+  x ^= t ^ (t << 14);
+  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+  return x ^ t ^ (t << 28);
+}
 // Q4_K and Q5_K: the same bytes, Q5_K's fifth bits in planes per sub-block.
 template <int32_t FMT>
 inline void repack_q45_k_rows8(const void* src, int64_t N, int64_t K, void* dst) {
@@ -348,7 +358,6 @@ inline void repack_q45_k_rows8(const void* src, int64_t N, int64_t K, void* dst)
   for (int64_t g = 0; g < N / 8; ++g)
     for (int64_t s = 0; s < ns; ++s) {
       uint8_t* o = out + (g * ns + s) * rows8_super_bytes(FMT);
-      if constexpr (FMT == Q5_K) std::memset(o + kPlanes, 0, size_t(kCodes - kPlanes));
       for (int r = 0; r < 8; ++r) {
         const Block& blk = w[(g * 8 + r) * ns + s];
         std::memcpy(o + 2 * r, &blk.d, 2);
@@ -357,9 +366,12 @@ inline void repack_q45_k_rows8(const void* src, int64_t N, int64_t K, void* dst)
         for (int p = 0; p < 4; ++p)
           for (int c = 0; c < 8; ++c) std::memcpy(o + kCodes + 256 * p + 32 * c + 4 * r, blk.qs + 32 * p + 4 * c, 4);
         if constexpr (FMT == Q5_K)
-          for (int l = 0; l < 32; ++l)  // weight l = 4 c + t of sub-block j: bit j of qh[l] to bit c
-            for (int j = 0; j < 8; ++j)
-              o[kPlanes + 32 * j + 4 * r + l % 4] |= uint8_t(((blk.qh[l] >> j) & 1) << (l / 4));
+          for (int t = 0; t < 4; ++t) {  // weight 4 c + t of sub-block j: bit j of qh[4 c + t] to bit c
+            uint64_t bits = 0;  // byte c: qh[4 c + t]
+            for (int c = 0; c < 8; ++c) bits |= uint64_t(blk.qh[4 * c + t]) << (8 * c);
+            bits = transpose_bits8(bits);  // byte j, bit c
+            for (int j = 0; j < 8; ++j) o[kPlanes + 32 * j + 4 * r + t] = uint8_t(bits >> (8 * j));
+          }
       }
     }
 }

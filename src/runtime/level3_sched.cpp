@@ -372,6 +372,18 @@ void Scheduler::dispatch_all() {
 }
 
 void Scheduler::finish(Task* t, State state, tc_status status, std::string message) {
+  // A failure cancels every task waiting on it, and theirs in turn: a
+  // worklist rather than recursion, since a chain can be the whole window.
+  std::vector<Task*> cancel;
+  finish_one(t, state, status, std::move(message), &cancel);
+  while (!cancel.empty()) {
+    Task* c = cancel.back();
+    cancel.pop_back();
+    finish_one(c, State::Cancelled, TC_OK, {}, &cancel);
+  }
+}
+
+void Scheduler::finish_one(Task* t, State state, tc_status status, std::string message, std::vector<Task*>* cancel) {
   if (t->state >= State::Done) return;
   t->state = state;
   live_.erase(t->id);
@@ -390,7 +402,7 @@ void Scheduler::finish(Task* t, State state, tc_status status, std::string messa
       if (--c->pending == 0 && c->state == State::Pending) ready(c);
     } else if (c->state == State::Pending) {
       c->run->fail(TC_ERR_DISPATCH, what(c) + " not run: producer task " + std::to_string(t->id) + " failed");
-      finish(c, State::Cancelled);
+      cancel->push_back(c);
     }
   }
   forget(t);

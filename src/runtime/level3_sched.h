@@ -177,6 +177,7 @@ class Scheduler {
   void wake(Endpoint& e);
   void wake_overdue(double now);
   void finish(Task* t, State state, tc_status status = TC_OK, std::string message = {});
+  void finish_one(Task* t, State state, tc_status status, std::string message, std::vector<Task*>* cancel);
   void forget(Task* t);
   std::string what(const Task* t) const;  // "task 7 (sub-task f)"
   uint8_t* frame(const Endpoint& e, uint32_t f) const {

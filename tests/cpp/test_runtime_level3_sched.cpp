@@ -168,6 +168,18 @@ TEST_F(Level3Sched, AFailedTaskCancelsItsReadersAndTheRunKeepsTheFirstError) {
   EXPECT_FALSE(posted(1, 2));
 }
 
+TEST_F(Level3Sched, AFailureCancelsALongChainWithoutRecursingPerTask) {
+  const uint64_t n = 200000;  // far deeper than a thread's stack allows one frame a task
+  for (uint64_t i = 1; i <= n; ++i) ASSERT_TRUE(submit1(i, view(16, 0), SIMPLER_ARG_INOUT).ok());
+  s_->run_close(run_);
+  EXPECT_EQ(s_->notice()->live, n);
+  answer(1, 1, TC_ERR_INVALID_ARG, "first");
+  s_->poll();
+  EXPECT_TRUE(done());
+  EXPECT_EQ(s_->notice()->live, 0u);
+  EXPECT_EQ(error(), "sub-worker 0: task 1 (sub-task f) failed: first");
+}
+
 TEST_F(Level3Sched, ADeadChildFailsWhatItRanAndWhatWaitedForIt) {
   s_->notice()->defer = 1;
   const uint32_t n = Layout::kFrames + 3;

@@ -379,7 +379,7 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
   if (format == Q4_K) return repack_q45_k_rows8<Q4_K>(src, N, K, dst);
   if (format == Q5_K) return repack_q45_k_rows8<Q5_K>(src, N, K, dst);
   if (format == Q6_K) return repack_q6_k_rows8(src, N, K, dst);
-  const int64_t nb = K / 32, in_bytes = rows8_block_bytes(format) / 8, gb = rows8_block_bytes(format);
+  const int64_t nb = K / 32, in_bytes = format_info(format)->block_bytes, gb = rows8_block_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < N / 8; ++g)

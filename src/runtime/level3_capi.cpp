@@ -90,7 +90,7 @@ tc_status simpler_l3_add_template(simpler_l3 s, uint32_t kind, uint32_t slot, co
 
 tc_status simpler_l3_endpoint_dead(simpler_l3 s, uint32_t ep, const char* why) {
   return guarded("simpler_l3_endpoint_dead", s, [&]() -> Error {
-    s->sched.endpoint_dead(ep, why ? why : "the worker died");
+    s->sched.endpoint_dead(ep, why);
     return {};
   });
 }

@@ -106,7 +106,7 @@ void Scheduler::forget(Task* t) {
 }
 
 std::string Scheduler::what(const Task* t) const {
-  return "task " + std::to_string(t->id) + " (" + templates_[t->label].label + ")";
+  return "task " + std::to_string(t->id) + " (" + templates_[t->tpl].label + ")";
 }
 
 Error Scheduler::submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, const TaskArgs& a) {
@@ -134,9 +134,7 @@ Error Scheduler::submit(uint32_t rid, int32_t ep, uint32_t tpl, uint64_t id, con
   Task* t = new_task();
   t->id = id;
   t->run = run;
-  t->kind = templates_[tpl].kind;
-  t->slot = templates_[tpl].slot;
-  t->label = tpl;
+  t->tpl = tpl;
   t->cfg = a.cfg;
   t->ep = ep;
   t->nt = a.nt;
@@ -189,7 +187,7 @@ void Scheduler::ready(Task* t) {
     for (int pass = 0; pass < 2 && best < 0; ++pass)
       for (uint32_t k : subs_) {
         const Endpoint& e = eps_[k];
-        if (pass == 0 && e.dead) continue;
+        if (pass == 0 && !e.why_dead.empty()) continue;
         const size_t l = e.ready.size() + e.posted;
         if (best < 0 || l < load) best = int32_t(k), load = l;
       }
@@ -197,7 +195,7 @@ void Scheduler::ready(Task* t) {
   }
   t->state = State::Ready;
   Endpoint& e = eps_[t->ep];
-  if (e.dead) {
+  if (!e.why_dead.empty()) {
     finish(t, State::Failed, TC_ERR_DISPATCH, e.why_dead);
     return;
   }
@@ -258,7 +256,8 @@ void Scheduler::post(Endpoint& e, Task* t, const std::vector<uint32_t>& maps) {
   if (t->ns) std::memcpy(fr + Layout::kScalars, p + (5 + sizeof(ChipTensor)) * t->nt, 8 * t->ns);
   const uint32_t seq = e.seq + 1;
   e.seq = seq;
-  const uint32_t hdr[8] = {seq, uint32_t(t->id), uint32_t(t->id >> 32), t->kind, t->slot, t->cfg, t->nt, t->ns};
+  const Template& tpl = templates_[t->tpl];
+  const uint32_t hdr[8] = {seq, uint32_t(t->id), uint32_t(t->id >> 32), tpl.kind, tpl.slot, t->cfg, t->nt, t->ns};
   std::memcpy(fr + Layout::kHdr, hdr, sizeof hdr);
   store<uint32_t>(fr + Layout::kHdr + sizeof hdr, nmaps);
   // The payload is in place before the state says so (the child reads the state first).
@@ -368,7 +367,7 @@ bool Scheduler::any_done() const {
 
 void Scheduler::dispatch_all() {
   for (Endpoint& e : eps_)
-    if (!e.ready.empty() && !e.dead) dispatch(e);
+    if (!e.ready.empty() && e.why_dead.empty()) dispatch(e);
 }
 
 void Scheduler::finish(Task* t, State state, tc_status status, std::string message) {
@@ -392,9 +391,9 @@ void Scheduler::finish_one(Task* t, State state, tc_status status, std::string m
   Run* run = t->run;
   run->outstanding--;
   if (status != TC_OK) run->fail(status, std::move(message));
-  std::vector<uint64_t> consumers;
-  consumers.swap(t->consumers);
-  for (uint64_t cid : consumers) {
+  // Nothing below adds to t's list (cancellations wait in the worklist), and
+  // iterating it in place keeps its capacity for the slot's next task.
+  for (uint64_t cid : t->consumers) {
     auto it = live_.find(cid);  // a consumer cancelled meanwhile has left
     if (it == live_.end()) continue;
     Task* c = it->second;
@@ -411,8 +410,7 @@ void Scheduler::finish_one(Task* t, State state, tc_status status, std::string m
 void Scheduler::endpoint_dead(uint32_t k, const char* why) {
   if (k >= eps_.size()) return;
   Endpoint& e = eps_[k];
-  e.dead = true;
-  e.why_dead = why ? why : "";
+  e.why_dead = why && *why ? why : "the worker died";
   if (e.wake_deferred) e.wake_deferred = false, notice_.deferred_wakes--;
   // What it held, oldest first (the first error of a run names its oldest task).
   std::vector<Task*> held;

@@ -85,7 +85,7 @@ struct Run {
 struct Task {
   uint64_t id = 0;
   Run* run = nullptr;
-  uint32_t kind = 0, slot = 0, cfg = 0, label = 0;
+  uint32_t tpl = 0, cfg = 0;  // its template (kind, callable slot, label) and config
   int32_t ep = -1;  // the endpoint; -1: a sub-task not yet placed
   uint32_t nt = 0, ns = 0, pending = 0;
   State state = State::Pending;
@@ -101,8 +101,7 @@ struct Endpoint {
   std::string label;
   uint8_t* block = nullptr;  // its mailbox block (local children)
   int efd = -1;
-  bool dead = false;
-  std::string why_dead;
+  std::string why_dead;  // empty while it lives
   std::deque<Task*> ready;
   std::array<Task*, Layout::kFrames> busy{};
   uint32_t seq = 0, posted = 0;  // seq of the last task posted; posted and not yet collected

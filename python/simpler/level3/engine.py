@@ -142,7 +142,6 @@ class Engine:
             self._add_endpoint(ep, ep.slot)
         self.next_id = 1
         self.lock = threading.RLock()
-        self._defer = False
         self.buffers = {}  # idx -> Buffer
         self.buf_bases = []  # sorted parent base addresses
         self.buf_by_base = {}  # base -> idx
@@ -520,11 +519,10 @@ class Engine:
     def defer(self) -> bool:
         """Set while an orchestration function runs: wakes are coalesced
         and finished frames collected every few submits."""
-        return self._defer
+        return bool(self.notice.defer)
 
     @defer.setter
     def defer(self, on: bool) -> None:
-        self._defer = bool(on)
         self.notice.defer = 1 if on else 0  # the scheduler reads it there
 
     def flush_wakes(self) -> None:

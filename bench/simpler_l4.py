@@ -14,7 +14,13 @@ Copies: remote_copy_to / remote_copy_from of --sizes bytes next to a raw
 TCP stream of the same bytes to / from a forked peer that writes them into
 (reads them from) memory. Target: >= 0.8x raw.
 
-    PYTHONPATH=python python bench/simpler_l4.py [--quick] [--no-write]
+    PYTHONPATH=python python bench/simpler_l4.py [--quick] [--no-write] [--pin]
+
+--pin splits this process's CPUs in two halves: this process (the parent,
+and our end of raw TCP) on the first, the daemon, its session and the raw
+TCP peer on the second. Unpinned, the kernel may put both ends on one CPU
+for some repetitions (on a small VM, raw loopback TCP then runs at about
+twice its cross-CPU speed), and the best of the repetitions picks those.
 
 Starts its own daemon (python -m simpler.remote_worker on 127.0.0.1, a
 temporary key) and stops it at the end. Appends a dated section to
@@ -59,6 +65,20 @@ def _recv_exact(s, view):
         got += k
 
 
+# The peers' CPUs under --pin (None: unpinned).
+PEER_CPUS = None
+
+
+def pin_halves() -> tuple:
+    """(ours, the peers') halves of this process's CPUs; pins this process."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    ours, theirs = set(cpus[:len(cpus) // 2]), set(cpus[len(cpus) // 2:])
+    os.sched_setaffinity(0, ours)
+    return ours, theirs
+
+
 def _fork_peer(serve):
     """A forked process running serve(conn) on one accepted loopback
     connection; returns (our socket, pid)."""
@@ -67,6 +87,8 @@ def _fork_peer(serve):
     pid = os.fork()
     if pid == 0:
         try:
+            if PEER_CPUS:
+                os.sched_setaffinity(0, PEER_CPUS)
             conn, _ = lst.accept()
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             serve(conn)
@@ -160,6 +182,8 @@ class Daemon:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen([sys.executable, "-m", "simpler.remote_worker", "--listen", "127.0.0.1:0",
                                       "--key-file", kf], stdout=subprocess.PIPE, env=env, text=True)
+        if PEER_CPUS:
+            os.sched_setaffinity(self.proc.pid, PEER_CPUS)  # before it forks its session
         self.address = self.proc.stdout.readline().split()[-1]
 
     def stop(self):
@@ -219,7 +243,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="65536,1048576,16777216,67108864")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--note", default="", help="a line added under the tables (what changed)")
+    ap.add_argument("--pin", action="store_true", help="this process and its peers on two halves of the CPUs")
     a = ap.parse_args(argv)
+    global PEER_CPUS
+    pinned = ""
+    if a.pin:
+        ours, PEER_CPUS = pin_halves()
+        pinned = f" Pinned: this process on CPUs {sorted(ours)}, the daemon, session and raw peer on {sorted(PEER_CPUS)}."
     chain = 30 if a.quick else a.chain
     sizes = [int(x) for x in a.sizes.split(",")]
     if a.quick:
@@ -265,7 +295,7 @@ def main(argv=None) -> int:
            f"builds and tests: load average {load0:.1f} at the start, {load1:.1f} at the end. One daemon, one "
            f"session (Worker(3) with no chips and no sub-workers), the parent a Worker(4); raw TCP is Python "
            f"sockets between this process and a forked peer, TCP_NODELAY, in the same run. "
-           f"`bench/simpler_l4.py`{' --quick' if a.quick else ''}.\n",
+           f"`bench/simpler_l4.py`{' --quick' if a.quick else ''}{' --pin' if a.pin else ''}.{pinned}\n",
            "| round trip | TASK / COMPLETION bytes | remote task us | raw TCP ping-pong us | ratio | target <= 3x |",
            "|---|---|---|---|---|---|"]
     for nt, req, resp, ours, raw in rows_rt:

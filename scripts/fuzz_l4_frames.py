@@ -30,13 +30,25 @@ import time
 
 from simpler.remote import protocol as P
 
-_PARSERS = {P.TASK: P.parse_task, P.COMPLETION: P.parse_completion, P.CONTROL: P.parse_control,
+_PARSERS = {P.TASK: P.parse_task, P.COMPLETION: P.parse_completion, P.CONTROL: lambda body: _parse_control(body),
             P.CONTROL_REPLY: P.parse_reply, P.HEARTBEAT: P.parse_heartbeat, P.SHUTDOWN: lambda body: None}
 ALL_TYPES = set(_PARSERS)
 
 
-def seeds() -> list:
-    """Valid frames of every type (the fuzzer's starting points)."""
+def _parse_control(body):
+    """A CONTROL body, and a streamed copy's address and length as the
+    session checks them before it reads the copy's data frames."""
+    rid, req, data = P.parse_control(body)
+    if req["op"] in ("stream_to", "stream_from"):
+        P.stream_request(req)
+    return rid, req, data
+
+
+def seeds(live: bool = False) -> list:
+    """Valid frames of every type (the fuzzer's starting points). A live
+    session gets no streamed copies: one announcing more bytes than follow
+    waits, as it must, for the rest until the session's timeout (the
+    level-4 tests cover those requests against a live session)."""
     t96 = bytes(range(96))
     out = [
         P.encode(P.TASK, P.task_body(1, "simpler_remote_orchs:pid", {}, b"", b"", [])),
@@ -53,6 +65,9 @@ def seeds() -> list:
         P.encode(P.HEARTBEAT, P.heartbeat_body(3)),
         P.encode(P.SHUTDOWN),
     ]
+    if not live:
+        out += [P.encode(P.CONTROL, P.control_body(10, {"op": "stream_to", "addr": 4096, "nbytes": 8})),
+                P.encode(P.CONTROL, P.control_body(11, {"op": "stream_from", "addr": 4096, "nbytes": 1 << 20}))]
     return out
 
 
@@ -217,7 +232,7 @@ class LiveSession:
 
 def fuzz_live(seconds: float, seed: int, deadline_s: float = 10.0, max_execs: int = 0) -> dict:
     rng = random.Random(seed)
-    pool = seeds()
+    pool = seeds(live=True)
     key = os.urandom(32)
     stats = {"execs": 0, "alive": 0, "ended": 0, "sessions": 0, "failures": []}
     end = time.monotonic() + seconds

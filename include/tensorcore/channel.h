@@ -58,6 +58,15 @@ TC_API tc_status tc_channel_sendv(tc_channel ch, const tc_channel_part* parts, s
  * channel is out of step and later calls fail at once. */
 TC_API tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, const void** data,
                                  size_t* nbytes);
+/* Receives one frame straight into the caller's memory: its payload (at
+ * most `capacity` bytes) is written to dst as it arrives and its MAC
+ * checked over those bytes; *nbytes is the payload's length. Failures as
+ * tc_channel_recv's (a frame longer than capacity is TC_ERR_CORRUPT at its
+ * length, before any byte is written). On TC_ERR_AUTH, or a frame cut
+ * short, dst holds bytes that were not verified: the caller treats its
+ * destination as lost, and the channel is out of step. */
+TC_API tc_status tc_channel_recv_into(tc_channel ch, void* dst, size_t capacity, int64_t timeout_ms,
+                                      size_t* nbytes);
 /* The identity the peer proved; lives until the channel is closed. */
 TC_API tc_status tc_channel_peer_identity(tc_channel ch, const char** out);
 /* Shuts the connection down (both directions), waking blocked calls. */

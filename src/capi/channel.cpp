@@ -138,40 +138,70 @@ tc_status tc_channel_sendv(tc_channel ch, const tc_channel_part* parts, size_t c
   return guarded(fn, [&] { return send_parts(fn, ch, parts, count, timeout_ms); });
 }
 
+namespace {
+
+// Reads the next frame into dst, or (dst null) into the channel's own
+// buffer, grown as needed; the arguments were checked by the caller.
+tc_status receive(const char* fn, tc_channel ch, void* dst, size_t max_bytes, int64_t timeout_ms,
+                  uint64_t* announced) {
+  if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
+  std::lock_guard<std::mutex> lock(ch->recv_mu);
+  const Deadline deadline = deadline_after_ms(timeout_ms);
+  // Waiting for a frame to begin: a timeout here leaves the channel in step.
+  tc_status st = wait_readable(ch->sock, deadline);
+  if (st == TC_ERR_TIMEOUT) return fail(st, "%s: no frame arrived within %lld ms", fn, (long long)timeout_ms);
+  if (st == TC_OK) st = recv_frame_length(ch->sock, ch->session, announced, deadline);
+  if (st == TC_OK && *announced > max_bytes) st = TC_ERR_CORRUPT;
+  if (st == TC_OK && !dst && *announced > ch->received_cap) {
+    const size_t cap = std::max<size_t>(size_t(*announced), std::min<size_t>(2 * ch->received_cap, max_bytes));
+    ch->received.reset(new char[cap]);
+    ch->received_cap = cap;
+  }
+  if (st == TC_OK)
+    st = recv_frame_payload_into(ch->sock, ch->session, *announced, dst ? dst : ch->received.get(), deadline);
+  if (st) {
+    ch->broken = true;
+    if (st == TC_ERR_CORRUPT)
+      return fail(st, "%s: the peer announced a %llu-byte frame; at most %zu allowed", fn,
+                  (unsigned long long)*announced, max_bytes);
+    return fail(st, "%s: %s", fn, io_what(st));
+  }
+  return TC_OK;
+}
+
+tc_status check_receive(const char* fn, tc_channel& ch, size_t max_bytes, int64_t timeout_ms, size_t* nbytes) {
+  if (tc_status st = check_channel(fn, ch)) return st;
+  if (tc_status st = check_out_ptr(fn, "nbytes", nbytes)) return st;
+  if (tc_status st = check_timeout(fn, timeout_ms)) return st;
+  if (max_bytes > TC_CHANNEL_MAX_FRAME_BYTES)
+    return fail(TC_ERR_INVALID_ARG, "%s: %zu bytes exceed the frame limit %d", fn, max_bytes,
+                TC_CHANNEL_MAX_FRAME_BYTES);
+  return TC_OK;
+}
+
+}  // namespace
+
 tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeout_ms, const void** data, size_t* nbytes) {
   const char* fn = "tc_channel_recv";
   return guarded(fn, [&] {
-    if (tc_status st = check_channel(fn, ch)) return st;
     if (tc_status st = check_out_ptr(fn, "data", data)) return st;
-    if (tc_status st = check_out_ptr(fn, "nbytes", nbytes)) return st;
-    if (tc_status st = check_timeout(fn, timeout_ms)) return st;
-    if (max_bytes > TC_CHANNEL_MAX_FRAME_BYTES)
-      return fail(TC_ERR_INVALID_ARG, "%s: max_bytes %zu exceeds the frame limit %d", fn, max_bytes,
-                  TC_CHANNEL_MAX_FRAME_BYTES);
-    if (ch->broken) return fail(TC_ERR_IO, "%s: the channel failed earlier and must be closed", fn);
-    std::lock_guard<std::mutex> lock(ch->recv_mu);
-    const Deadline deadline = deadline_after_ms(timeout_ms);
-    // Waiting for a frame to begin: a timeout here leaves the channel in step.
-    tc_status st = wait_readable(ch->sock, deadline);
-    if (st == TC_ERR_TIMEOUT) return fail(st, "%s: no frame arrived within %lld ms", fn, (long long)timeout_ms);
+    if (tc_status st = check_receive(fn, ch, max_bytes, timeout_ms, nbytes)) return st;
     uint64_t announced = 0;
-    if (st == TC_OK) st = recv_frame_length(ch->sock, ch->session, &announced, deadline);
-    if (st == TC_OK && announced > max_bytes) st = TC_ERR_CORRUPT;
-    if (st == TC_OK && announced > ch->received_cap) {
-      const size_t cap = std::max<size_t>(size_t(announced), std::min<size_t>(2 * ch->received_cap, max_bytes));
-      ch->received.reset(new char[cap]);
-      ch->received_cap = cap;
-    }
-    if (st == TC_OK) st = recv_frame_payload_into(ch->sock, ch->session, announced, ch->received.get(), deadline);
-    if (st) {
-      ch->broken = true;
-      if (st == TC_ERR_CORRUPT)
-        return fail(st, "%s: the peer announced a %llu-byte frame; at most %zu allowed", fn,
-                    (unsigned long long)announced, max_bytes);
-      return fail(st, "%s: %s", fn, io_what(st));
-    }
+    if (tc_status st = receive(fn, ch, nullptr, max_bytes, timeout_ms, &announced)) return st;
     static const char empty = 0;
     *data = announced ? ch->received.get() : &empty;
+    *nbytes = size_t(announced);
+    return TC_OK;
+  });
+}
+
+tc_status tc_channel_recv_into(tc_channel ch, void* dst, size_t capacity, int64_t timeout_ms, size_t* nbytes) {
+  const char* fn = "tc_channel_recv_into";
+  return guarded(fn, [&] {
+    if (tc_status st = check_receive(fn, ch, capacity, timeout_ms, nbytes)) return st;
+    if (!dst) return fail(TC_ERR_INVALID_ARG, "%s: dst is null", fn);
+    uint64_t announced = 0;
+    if (tc_status st = receive(fn, ch, dst, capacity, timeout_ms, &announced)) return st;
     *nbytes = size_t(announced);
     return TC_OK;
   });

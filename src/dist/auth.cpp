@@ -367,20 +367,39 @@ tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts,
   if (total > kMaxFramePayload - trailer) return TC_ERR_INVALID_ARG;
   unsigned char len[4];
   frame_length(total + trailer, len);
-  uint8_t tag[kFrameTagBytes];
-  ConstBytes wire[kMaxPieces];
-  size_t k = 0;
-  wire[k++] = ConstBytes{len, 4};
-  for (size_t i = 0; i < count; ++i) wire[k++] = parts[i];
-  if (auth) {
-    uint8_t nonce[Gmac::kNonceBytes];
-    frame_nonce(session.client, session.sent++, nonce);
-    session.tx->begin(nonce);
-    session.tx->update(len, 4);
-    for (size_t i = 0; i < count; ++i) session.tx->update(parts[i].data, parts[i].n);
-    session.tx->tag(tag);
-    wire[k++] = ConstBytes{tag, kFrameTagBytes};
+  if (!auth) {
+    ConstBytes wire[kMaxPieces];
+    wire[0] = ConstBytes{len, 4};
+    std::copy(parts, parts + count, wire + 1);
+    return send_parts(s, wire, count + 1, deadline);
   }
+  uint8_t nonce[Gmac::kNonceBytes];
+  frame_nonce(session.client, session.sent++, nonce);
+  session.tx->begin(nonce);
+  session.tx->update(len, 4);
+  // The payload goes out a slice at a time, each sealed just before it is
+  // sent: the peer receives (and checks) one slice while this side seals
+  // the next, and each slice is hashed while it is still in cache. The tag
+  // follows the last slice (with it, for a frame of one slice).
+  ConstBytes wire[kMaxPieces];
+  size_t k = 0, in_slice = 0;
+  wire[k++] = ConstBytes{len, 4};
+  for (size_t i = 0; i < count; ++i) {
+    const char* p = static_cast<const char*>(parts[i].data);
+    for (size_t left = parts[i].n; left;) {
+      const size_t n = std::min(left, kSealSliceBytes - in_slice);
+      session.tx->update(p, n);
+      wire[k++] = ConstBytes{p, n};
+      p += n, left -= n, in_slice += n;
+      if (in_slice == kSealSliceBytes || k + 1 == kMaxPieces) {
+        if (tc_status st = send_parts(s, wire, k, deadline)) return st;
+        k = 0, in_slice = 0;
+      }
+    }
+  }
+  uint8_t tag[kFrameTagBytes];
+  session.tx->tag(tag);
+  wire[k++] = ConstBytes{tag, kFrameTagBytes};
   return send_parts(s, wire, k, deadline);
 }
 
@@ -405,11 +424,19 @@ tc_status recv_frame_length(const Socket& s, Session& session, uint64_t* payload
 tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t payload_bytes, void* dst,
                                   Deadline deadline) {
   if (session.key.empty()) return recv_all(s, dst, size_t(payload_bytes), deadline);
-  uint8_t got[kFrameTagBytes];
-  const MutBytes parts[2] = {{dst, size_t(payload_bytes)}, {got, kFrameTagBytes}};  // one read for both
-  if (tc_status st = recv_parts(s, parts, 2, deadline)) return st;
   begin_check(session, payload_bytes);
-  session.rx->update(dst, size_t(payload_bytes));
+  // All slices but the last are checked as they arrive (while the sender
+  // seals the next, and while they are in cache); the last comes with the tag.
+  char* p = static_cast<char*>(dst);
+  uint64_t left = payload_bytes;
+  for (; left > kSealSliceBytes; p += kSealSliceBytes, left -= kSealSliceBytes) {
+    if (tc_status st = recv_all(s, p, kSealSliceBytes, deadline)) return st;
+    session.rx->update(p, kSealSliceBytes);
+  }
+  uint8_t got[kFrameTagBytes];
+  const MutBytes last[2] = {{p, size_t(left)}, {got, kFrameTagBytes}};  // one read for both
+  if (tc_status st = recv_parts(s, last, 2, deadline)) return st;
+  session.rx->update(p, size_t(left));
   return end_check(session, got);
 }
 

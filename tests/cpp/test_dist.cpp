@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -229,7 +230,7 @@ bool recv_frame_raw(int fd, std::string* out) {
   unsigned char len[4];
   if (!read_exact(fd, len, 4)) return false;
   uint32_t n = uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 | uint32_t(len[3]) << 24;
-  if (n > (1u << 20)) return false;
+  if (n > (1u << 24)) return false;
   out->assign(n, '\0');
   return n == 0 || read_exact(fd, &(*out)[0], n);
 }
@@ -670,6 +671,61 @@ TEST(Channel, AFrameReflectedToItsSenderIsRefused) {
   const void* data = nullptr;
   size_t n = 0;
   EXPECT_EQ(tc_channel_recv(r.client, 1 << 20, 2000, &data, &n), TC_ERR_AUTH);
+}
+
+TEST(Channel, LargeFramesAreCheckedSliceBySliceStraightIntoTheCallersMemory) {
+  // 2.3 MiB in parts of uneven sizes, so slices (512 KiB) begin and end
+  // inside parts; a frame this long passes the relay while it is written.
+  std::vector<std::string> pieces;
+  std::mt19937 rng(7);
+  size_t total = 0;
+  for (size_t n : {size_t(5), size_t(700000), size_t(1), size_t(300000), size_t(1300001), size_t(12)}) {
+    std::string p(n, '\0');
+    for (char& c : p) c = char(rng());
+    pieces.push_back(p);
+    total += n;
+  }
+  std::vector<tc_channel_part> parts;
+  for (const std::string& p : pieces) parts.push_back({p.data(), p.size()});
+  std::string whole;
+  for (const std::string& p : pieces) whole += p;
+  for (size_t flip : {size_t(0), size_t(3), size_t(1200000), total + 15}) {  // 0: none; a byte of slice 1, 3, the tag
+    Relayed r;
+    std::thread send([&] { EXPECT_EQ(tc_channel_sendv(r.client, parts.data(), parts.size(), 5000), TC_OK); });
+    std::string f = r.take_from_client();
+    send.join();
+    ASSERT_EQ(f.size(), total + 16);
+    if (flip) f[flip] ^= 0x01;
+    std::thread deliver([&] { r.deliver_to_server(f); });
+    std::vector<char> dst(total + 100, '\x5a');
+    size_t n = 0;
+    const tc_status st = tc_channel_recv_into(r.server, dst.data(), dst.size(), 5000, &n);
+    deliver.join();
+    if (!flip) {
+      ASSERT_EQ(st, TC_OK) << tc_last_error_detail();
+      EXPECT_EQ(n, total);
+      EXPECT_EQ(std::string(dst.data(), total), whole);
+      EXPECT_EQ(dst[total], '\x5a');  // nothing past the frame
+    } else {
+      EXPECT_EQ(st, TC_ERR_AUTH) << "byte " << flip;
+      EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 500, &n), TC_ERR_IO);
+    }
+  }
+}
+
+TEST(Channel, ReceivingIntoMemoryTooShortForTheFrameWritesNothing) {
+  Relayed r;
+  const std::string payload(4096, 'p');
+  ASSERT_EQ(tc_channel_send(r.client, payload.data(), payload.size(), 2000), TC_OK);
+  r.deliver_to_server(r.take_from_client());
+  std::vector<char> dst(4095, '\x5a');
+  size_t n = 0;
+  EXPECT_EQ(tc_channel_recv_into(r.server, nullptr, dst.size(), 2000, &n), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 2000, nullptr), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 0, &n), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 2000, &n), TC_ERR_CORRUPT);
+  EXPECT_NE(std::string(tc_last_error_detail()).find("4096-byte frame"), std::string::npos) << tc_last_error_detail();
+  EXPECT_EQ(std::count(dst.begin(), dst.end(), '\x5a'), ptrdiff_t(dst.size()));
 }
 
 TEST(Channel, AnIdleTimeoutLeavesTheChannelUsable) {

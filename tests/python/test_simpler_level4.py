@@ -214,6 +214,59 @@ def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
             w4.remote_free(p, r)
 
 
+def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane_in_step(daemons, monkeypatch):
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec())
+        w4.init()
+        ep = w4._remote_ep(r)
+        p = w4.remote_malloc(3 << 20, r)
+        # Bigger than a MAC slice on both sides, in data frames of 1 MiB + 1 from
+        # this side (the session takes whatever frame size arrives) and of its
+        # own size back.
+        monkeypatch.setattr(P, "CHUNK_BYTES", (1 << 20) + 1)
+        data = np.random.default_rng(3).integers(0, 255, 3 << 20, dtype=np.uint8)
+        w4.remote_copy_to(p, data, r)
+        out = np.full(3 << 20, 7, np.uint8)
+        w4.remote_copy_from(out, p, r)
+        np.testing.assert_array_equal(out, data)
+        # Ranges the session refuses (the parent's own check bypassed): its data
+        # frames are read and dropped, the error names the call, and the lane
+        # stays in step for what follows.
+        with pytest.raises(SimplerError, match="remote_copy_to: .*not inside one remote allocation"):
+            ep.copy_to(p + (3 << 20) - 5, memoryview(bytes(3 << 20)))
+        sink = memoryview(bytearray(100))
+        with pytest.raises(SimplerError, match="remote_copy_from: .*not inside one remote allocation"):
+            ep.copy_from(sink, p + (3 << 20) - 5)
+        assert bytes(sink) == bytes(100)
+        w4.remote_copy_to(p + 5, b"\x01\x02", r)
+        small = np.zeros(8, np.uint8)
+        w4.remote_copy_from(small, p, r)
+        np.testing.assert_array_equal(small, np.concatenate([data[:5], [1, 2], data[7:8]]))
+        # Empty copies are requests without data frames.
+        w4.remote_copy_to(p, b"", r)
+        w4.remote_copy_from(bytearray(), p, r)
+
+
+def test_the_channel_receives_into_a_writable_buffer_only():
+    from tensorcore import TensorcoreError
+
+    client, server, c_relay, s_relay, keep = _relayed_channels(os.urandom(32))
+    client.send(b"0123456789", 10)
+    s_relay.sendall(_raw_frame(c_relay))
+    with pytest.raises(ValueError, match="read-only"):
+        server.recv_into(b"x" * 10, 10)
+    dst = np.zeros(16, np.uint8)
+    assert server.recv_into(dst, 10) == 10
+    assert bytes(dst[:10]) == b"0123456789" and not dst[10:].any()
+    client.send(b"0123456789", 10)
+    s_relay.sendall(_raw_frame(c_relay))
+    with pytest.raises(TensorcoreError, match="10-byte frame"):
+        server.recv_into(np.zeros(9, np.uint8), 10)
+    for ch in (client, server):
+        ch.close()
+
+
 def test_a_failing_remote_orchestration_fails_the_run_naming_the_worker(daemons):
     d = daemons()
     with Worker(4, platform="cpu") as w4:
@@ -394,8 +447,11 @@ def test_malformed_and_truncated_frames_end_the_connection(daemons):
         assert _session_closes(s)
     # After a valid handshake: a frame that is not a level-4 frame, and a
     # CONTROL frame cut short.
+    # A streamed copy that does not say how many bytes follow cannot be kept in step either.
     for payload in (b"garbage that is no frame", P.encode(P.CONTROL, P.control_body(0, {"op": "open"}))[:-3],
-                    P.encode(P.TASK, P.task_body(1, "m:f", {}, b"", b"", []))):
+                    P.encode(P.TASK, P.task_body(1, "m:f", {}, b"", b"", [])),
+                    P.encode(P.CONTROL, P.control_body(1, {"op": "stream_to", "addr": 4096})),
+                    P.encode(P.CONTROL, P.control_body(1, {"op": "stream_from", "addr": 4096, "nbytes": -1}))):
         with socket.create_connection((d.host, d.port)) as s:
             ch = Channel.open(s, server=False, keys=P.keyring(d.key), timeout=10)
             ch.send(payload, 10)

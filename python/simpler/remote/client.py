@@ -25,6 +25,10 @@ from ..level3.endpoint import Endpoint
 from . import protocol as P
 
 
+# The API call behind a request, where the wire name differs (errors name the call).
+_API_NAMES = {"stream_to": "copy_to", "stream_from": "copy_from"}
+
+
 class RemoteWorkerSpec:
     """Where a remote level-3 Worker runs and what it is made of."""
 
@@ -106,7 +110,7 @@ class RemoteEndpoint:
         self._send_lock = threading.Lock()
         self._cv = threading.Condition()
         self._replies = {}
-        self._sinks = {}  # request id -> where its reply's data goes (a copy_from piece)
+        self._sinks = {}  # request id -> where its reply's data goes (a copy's destination)
         self._reader = threading.Lock()  # held by the thread reading the command lane
         self._lane = self._lane_rx = None  # select.poll objects of the command lane's socket (engine, receiver)
         self._attached = False  # a waiting thread (the engine's, or one awaiting replies) reads the lane
@@ -273,8 +277,11 @@ class RemoteEndpoint:
         elif ftype == P.CONTROL_REPLY:
             rid, status, value, data = P.parse_reply(body, copy=False)
             sink = self._sinks.pop(rid, None)
-            if sink is not None and not status and len(data) == len(sink):
-                sink[:] = data  # a copy_from piece, straight into the caller's buffer
+            if not status and isinstance(value, dict) and "stream" in value:
+                status, value = self._read_stream(sink, value["stream"])
+                data = None
+            elif sink is not None and not status and len(data) == len(sink):
+                sink[:] = data  # an MPI rank's copy_from piece, straight into the caller's buffer
                 data = None
             else:
                 data = bytes(data)
@@ -287,6 +294,18 @@ class RemoteEndpoint:
                 self._cv.notify_all()
             return False
         return True
+
+    def _read_stream(self, sink, n) -> tuple:
+        """Reads the data frames that follow a stream_from reply straight
+        into `sink`: (status, value) of the request. Frames that cannot go
+        there are read and dropped, so the lane stays in step."""
+        if type(n) is not int or n < 0:
+            raise P.ProtocolError(f"a stream_from reply announces {n!r} bytes")
+        fits = sink is not None and len(sink) == n
+        P.read_stream(self._cmd, sink if fits else None, n, self.timeout_s)
+        if fits:
+            return 0, None
+        return _errors.INTERNAL, f"{n} bytes came for a destination of {None if sink is None else len(sink)}"
 
     def _lane_failed(self, e) -> None:
         if isinstance(e, P.ProtocolError):
@@ -334,13 +353,16 @@ class RemoteEndpoint:
 
     # ---- commands -------------------------------------------------------------------
 
-    def _send(self, frame) -> None:
-        """Sends one frame (bytes, or a list of parts: see control_frame)."""
+    def _send(self, frame, *more) -> None:
+        """Sends one frame (bytes, or a list of parts: see control_frame),
+        and the frames in `more` right after it, nothing in between."""
         if self.dead:
             raise RemoteDied(self.dead)
         try:
             with self._send_lock:
                 self._cmd.send(frame, self.timeout_s)
+                for f in more:
+                    self._cmd.send(f, self.timeout_s)
         except Exception as e:  # noqa: BLE001
             self._die(f"lost its session while sending ({e})")
             raise RemoteDied(self.dead) from None
@@ -374,15 +396,35 @@ class RemoteEndpoint:
                            task.tensors, task.scalars)
         self._send(P.encode(P.TASK, body))
 
-    def control(self, request: dict, data: bytes = b""):
+    def control(self, request: dict, data: bytes = b"", sink=None):
         """One request; waits for its reply while the session lives (the
         waiting thread reads the reply itself)."""
         lane = self.lane
         lane.attach()
         try:
-            return self._await(self._request(request, data), request)
+            return self._await(self._request(request, data, sink), request)
         finally:
             lane.detach()
+
+    def copy_to(self, addr: int, view) -> None:
+        """Writes `view` (a byte view) at remote address addr: the request,
+        then the bytes from view itself as data frames."""
+        n = view.nbytes
+        request = {"op": "stream_to", "addr": addr, "nbytes": n}
+        lane = self.lane
+        lane.attach()
+        try:
+            rid = self._new_rid()
+            self._send(P.control_frame(rid, request), *(view[at:at + k] for at, k in P.data_pieces(n)))
+            self._await(rid, request)
+        finally:
+            lane.detach()
+
+    def copy_from(self, view, addr: int) -> None:
+        """Reads len(view) bytes at remote address addr into `view` (a
+        writable byte view): the answer's data frames land there as they
+        arrive."""
+        self.control({"op": "stream_from", "addr": addr, "nbytes": view.nbytes}, sink=view)
 
     def control_many(self, requests, window: int):
         """(value, data) of each (request, data[, sink]) of `requests`, in
@@ -408,10 +450,14 @@ class RemoteEndpoint:
                     pass
             lane.detach()
 
-    def _request(self, request: dict, data, sink=None) -> int:
+    def _new_rid(self) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
+        return rid
+
+    def _request(self, request: dict, data, sink=None) -> int:
+        rid = self._new_rid()
         if sink is not None:
             self._sinks[rid] = sink
         self._send(P.control_frame(rid, request, data))
@@ -429,7 +475,8 @@ class RemoteEndpoint:
                     raise RemoteDied(self.dead)
             lane.pump_wait(0.5)
         if status and request is not None:
-            raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
+            op = _API_NAMES.get(request["op"], request["op"])
+            raise _errors.error_for(status, f"{self.label}: remote_{op}: {value}")
         return value, out
 
     # ---- shutdown -------------------------------------------------------------------

@@ -69,12 +69,6 @@ class RemoteOps:
         except RemoteDied as e:
             raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
-    def _remote_calls(self, ep, requests):
-        try:
-            yield from ep.control_many(requests, P.COPY_WINDOW)
-        except RemoteDied as e:
-            raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
-
     # ---- tasks ------------------------------------------------------------------
 
     def _submit_remote(self, run, worker: int, handle, args, config) -> int:
@@ -132,13 +126,12 @@ class RemoteOps:
         address `dst`. Not ordered with tasks in flight: wait for the run."""
         ep = self._remote_ep(worker_id)
         view = memoryview(src).cast("B")
-        n = view.nbytes
-        self._remote_range(ep, "remote_copy_to", int(dst), n)
-        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
+        self._remote_range(ep, "remote_copy_to", int(dst), view.nbytes)
         with self._engine.lock:
-            pieces = (({"op": "copy_to", "addr": int(dst) + at}, view[at:at + piece]) for at in range(0, n, piece))
-            for _ in self._remote_calls(ep, pieces):
-                pass
+            try:
+                ep.copy_to(int(dst), view)
+            except RemoteDied as e:
+                raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
     def remote_copy_from(self, dst, src: int, worker_id: int) -> None:
         """Copies len(dst) bytes from remote address `src` into `dst` (a
@@ -147,22 +140,12 @@ class RemoteOps:
         view = memoryview(dst).cast("B")
         if view.readonly:
             raise ValueError("remote_copy_from: dst is read-only")
-        n = view.nbytes
-        self._remote_range(ep, "remote_copy_from", int(src), n)
-        piece = min(P.COPY_PIECE_BYTES, P.CHUNK_BYTES)
+        self._remote_range(ep, "remote_copy_from", int(src), view.nbytes)
         with self._engine.lock:
-            starts = range(0, n, piece)
-            # Each piece's reply lands in its slice of dst (the receiving thread writes it).
-            pieces = (({"op": "copy_from", "addr": int(src) + at, "nbytes": min(piece, n - at)}, b"",
-                       view[at:at + min(piece, n - at)]) for at in starts)
-            for at, (_, data) in zip(starts, self._remote_calls(ep, pieces)):
-                k = min(piece, n - at)
-                if data is None:
-                    continue
-                if len(data) != k:
-                    raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {ep.label} sent {len(data)} "
-                                               f"bytes, not {k}")
-                view[at:at + k] = data
+            try:
+                ep.copy_from(view, int(src))
+            except RemoteDied as e:
+                raise _errors.SimplerError(_errors.DISPATCH, str(e)) from None
 
     # ---- sharing remote memory ----------------------------------------------------
 

@@ -13,6 +13,14 @@ version skew must fail with a message, never with a wrong read.
 Two connections per session: the command lane (CONTROL / CONTROL_REPLY,
 TASK / COMPLETION, SHUTDOWN, in order) and the health lane (HEARTBEAT both
 ways), so a long task never delays the liveness check.
+
+A session's copies stream: the request (CONTROL stream_to) or its answer
+(CONTROL_REPLY to stream_from) is followed at once on the command lane by
+the bytes themselves, in data frames of at most CHUNK_BYTES with no header
+(the channel's MAC covers each frame and its place in the lane), which the
+receiver reads straight into the destination. An MPI group's ranks copy in
+pieces inside CONTROL frames instead (copy_to / copy_from), since rank 0
+passes them on as MPI messages.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import stat
 import struct
 
 MAGIC = b"SL4F"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<4sHHI")
 
 TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN, HEARTBEAT = 1, 2, 3, 4, 5, 6
@@ -36,13 +44,13 @@ NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REP
 COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
 HEALTH_TYPES = {HEARTBEAT}
 
-# Copies travel in pieces of at most this size, so a frame (and the
-# receiver's buffer for it) stays bounded whatever the transfer.
+# Copies travel in frames of at most this size, so a frame (and, for the
+# pieces of an MPI rank's copy, the receiver's buffer for it) stays bounded
+# whatever the transfer.
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
-# The pieces a copy actually sends, and how many go unanswered at once:
-# every frame's MAC is a GMAC pass over it on each side, so pieces in
-# flight let the sender seal one while the receiver verifies another.
+# An MPI rank's copy: its pieces, and how many go unanswered at once (each
+# piece is a pickled MPI message between rank 0 and the rank).
 COPY_PIECE_BYTES = 1 << 20
 COPY_WINDOW = 4
 MAX_TENSORS = 256
@@ -255,6 +263,39 @@ def parse_reply(body, copy: bool = True) -> tuple:
     value = _json(body[_REPLY.size:_REPLY.size + n], "CONTROL_REPLY value")
     data = memoryview(body)[_REPLY.size + n:]
     return rid, status, value, bytes(data) if copy else data
+
+
+def data_pieces(nbytes: int):
+    """(offset, length) of each data frame of a streamed copy of nbytes."""
+    return [(at, min(CHUNK_BYTES, nbytes - at)) for at in range(0, nbytes, CHUNK_BYTES)]
+
+
+def read_stream(channel, view, nbytes: int, timeout_s: float) -> None:
+    """Reads a streamed copy's data frames, nbytes in all, straight into
+    `view` (or, with view None, reads and drops them: the lane stays in
+    step). The receiver does not assume the sender's frame size; a frame
+    past the end, or an empty one, is a ProtocolError."""
+    at = 0
+    while at < nbytes:
+        if view is not None:
+            got = channel.recv_into(view[at:], timeout_s)  # a longer frame is refused by the channel
+        else:
+            got = len(channel.recv(MAX_FRAME_BYTES, timeout_s, copy=False))
+            if got > nbytes - at:
+                raise ProtocolError(f"a data frame of {got} bytes where {nbytes - at} were left")
+        if not got:
+            raise ProtocolError("an empty data frame inside a copy")
+        at += got
+
+
+def stream_request(req: dict) -> tuple:
+    """(address, nbytes) of a stream_to / stream_from request; a request
+    without them is a ProtocolError (its data frames could not be told
+    apart from the frames after them)."""
+    addr, n = req.get("addr"), req.get("nbytes")
+    if type(addr) is not int or type(n) is not int or addr < 0 or n < 0:
+        raise ProtocolError(f"{req['op']} request without a valid addr and nbytes: {req!r}"[:300])
+    return addr, n
 
 
 # ---- ROUTED ----------------------------------------------------------------------

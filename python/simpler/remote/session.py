@@ -17,8 +17,8 @@ The parent sends a task only once its inputs are complete, so starting
 tasks as they arrive keeps the parent's dependencies; completions go back
 as each task ends, and the parent matches them by task id. Control
 requests are taken as they arrive, also while tasks run (memory calls are
-not ordered with tasks in flight, as at level 3); a copy moves straight
-between the channel's buffer and the remote memory. While an
+not ordered with tasks in flight, as at level 3); a copy's bytes move
+straight between the socket and the remote memory. While an
 orchestration function itself runs, frames wait in the socket.
 """
 
@@ -178,38 +178,43 @@ class Session:
 
     def _take(self, frame, backlog) -> bool:
         """Acts on one frame of the command lane; True on SHUTDOWN. A control
-        request is served at once (a copy straight between the channel's
-        buffer and the remote memory), a task joins the backlog."""
+        request is served at once (a copy's data frames, which follow its
+        request, go straight between the lane and the remote memory), a
+        task joins the backlog."""
         ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
         if ftype == P.SHUTDOWN:
             return True
         if ftype == P.CONTROL:
-            rid, req, data = P.parse_control(body, copy=False)
-            if req["op"] in ("copy_to", "copy_from"):
-                self._serve_copy(rid, req, data)
+            rid, req, data = P.parse_control(body)
+            if req["op"] in ("stream_to", "stream_from"):
+                self._serve_stream(rid, req)
             else:
-                self._serve_control(rid, req, bytes(data))
+                self._serve_control(rid, req, data)
         else:
             backlog.append(P.parse_task(body))
         return False
 
-    def _serve_copy(self, rid: int, req: dict, data) -> None:
-        """A copy's piece: copy_to writes from the channel's buffer (`data`,
-        valid until the next receive) into the remote memory, copy_from
-        replies from a view of it."""
+    def _serve_stream(self, rid: int, req: dict) -> None:
+        """A streamed copy: stream_to's data frames are read into the remote
+        memory (or, when the range is refused, read and dropped: the lane
+        stays in step); stream_from's reply is followed by data frames sent
+        from the remote memory itself."""
+        addr, n = P.stream_request(req)
         try:
-            if req["op"] == "copy_to":
-                addr, n = int(req["addr"]), len(data)
-                b = self._buffer_at(addr, n)
-                at = addr - b.ptr
-                b.shm.buf[at:at + n] = data
-                value, out = None, b""
-            else:
-                value, out = self._control(req, b"")
+            b = self._buffer_at(addr, n)
+            view = b.shm.buf[addr - b.ptr:addr - b.ptr + n]
         except Exception as e:  # noqa: BLE001
-            self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
-            return
-        self._reply(rid, 0, value, out)
+            view, status, why = None, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}"
+        if req["op"] == "stream_to":
+            P.read_stream(self.cmd, view, n, self.timeout_s)
+            if view is not None:
+                self._reply(rid, 0, None)
+        elif view is not None:
+            self._reply(rid, 0, {"stream": n})
+            for at, k in P.data_pieces(n):
+                self.cmd.send(view[at:at + k], self.timeout_s)
+        if view is None:
+            self._reply(rid, status, why)
 
     def _serve(self) -> None:
         """The driver, the command lane's only reader: it takes frames when

@@ -7,6 +7,7 @@ and direction, with the frame's sequence number as nonce.
     ch.send(b"...", timeout=5)                  # or a list of buffers: one frame, not joined
     payload = ch.recv(max_bytes=1 << 20, timeout=5)
     view = ch.recv(1 << 20, 5, copy=False)      # the channel's buffer, until the next recv
+    n = ch.recv_into(dst, timeout=5)            # straight into a writable buffer
 
 Keys are (identity, key_id, secret) tuples or mappings as in the dist
 module; secrets have at least 32 bytes.
@@ -39,6 +40,8 @@ _tc_channel_send = declare("tc_channel_send", tc_status, handle, c_void_p, c_siz
 _tc_channel_sendv = declare("tc_channel_sendv", tc_status, handle, POINTER(TCChannelPart), c_size_t, c_int64)
 _tc_channel_recv = declare("tc_channel_recv", tc_status, handle, c_size_t, c_int64, POINTER(c_void_p),
                            POINTER(c_size_t))
+_tc_channel_recv_into = declare("tc_channel_recv_into", tc_status, handle, c_void_p, c_size_t, c_int64,
+                                POINTER(c_size_t))
 _tc_channel_peer_identity = declare("tc_channel_peer_identity", tc_status, handle, POINTER(c_char_p))
 _tc_channel_shutdown = declare("tc_channel_shutdown", tc_status, handle)
 _tc_channel_close = declare("tc_channel_close", tc_status, handle)
@@ -100,6 +103,19 @@ class Channel:
         if not copy:
             return memoryview((c_ubyte * n.value).from_address(p.value)).cast("B") if n.value else memoryview(b"")
         return string_at(p.value, n.value) if n.value else b""
+
+    def recv_into(self, dst, timeout):
+        """Receives the next frame straight into `dst` (a writable buffer
+        at least as long as the frame) and returns its length. The bytes
+        are checked as they arrive; after a failure dst's contents are
+        unverified and the channel is out of step (see tc_channel_recv_into)."""
+        view = memoryview(dst)
+        if view.readonly:
+            raise ValueError("Channel.recv_into: dst is read-only")
+        a = np.frombuffer(view, dtype=np.uint8)
+        n = c_size_t()
+        check(_tc_channel_recv_into(self._h, a.ctypes.data, a.nbytes, _ms(timeout), byref(n)))
+        return n.value
 
     @property
     def peer_identity(self):

@@ -259,6 +259,7 @@ def main(argv=None) -> int:
 
     load0 = os.getloadavg()[0]
     rows_rt, rows_cp = [], []
+    spin_us = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         d = Daemon(tmp)
         try:
@@ -266,6 +267,9 @@ def main(argv=None) -> int:
                 r = w4.add_remote_worker(RemoteWorkerSpec(address=d.address, key=d.key, platform="cpu",
                                                           device_ids=[], num_sub_workers=0))
                 w4.init()
+                from simpler.level3 import endpoint as _endpoint
+
+                spin_us = _endpoint.SPIN_S * 1e6  # the level-3 policy picked it at init (cores and load)
                 bufs = [w4.remote_malloc(64, r) for _ in range(64)]
                 for nt in (1, 8, 64):
                     req, resp = frame_sizes(nt)
@@ -295,7 +299,8 @@ def main(argv=None) -> int:
            f"builds and tests: load average {load0:.1f} at the start, {load1:.1f} at the end. One daemon, one "
            f"session (Worker(3) with no chips and no sub-workers), the parent a Worker(4); raw TCP is Python "
            f"sockets between this process and a forked peer, TCP_NODELAY, in the same run. "
-           f"`bench/simpler_l4.py`{' --quick' if a.quick else ''}{' --pin' if a.pin else ''}.{pinned}\n",
+           f"`bench/simpler_l4.py`{' --quick' if a.quick else ''}{' --pin' if a.pin else ''}.{pinned} Spin before "
+           f"blocking on a lane: {spin_us:.0f} us (the level-3 policy; SIMPLER_L3_SPIN_US sets it).\n",
            "| round trip | TASK / COMPLETION bytes | remote task us | raw TCP ping-pong us | ratio | target <= 3x |",
            "|---|---|---|---|---|---|"]
     for nt, req, resp, ours, raw in rows_rt:

@@ -67,6 +67,11 @@ TC_API tc_status tc_channel_recv(tc_channel ch, size_t max_bytes, int64_t timeou
  * destination as lost, and the channel is out of step. */
 TC_API tc_status tc_channel_recv_into(tc_channel ch, void* dst, size_t capacity, int64_t timeout_ms,
                                       size_t* nbytes);
+/* Before a send or receive blocks, watch the connection for up to spin_us
+ * microseconds (0..1000000; 0, the default, blocks at once). A peer that
+ * answers within it costs no wake-up (tens of microseconds); a process
+ * should spin only where it has a core to itself. */
+TC_API tc_status tc_channel_set_spin(tc_channel ch, int64_t spin_us);
 /* The identity the peer proved; lives until the channel is closed. */
 TC_API tc_status tc_channel_peer_identity(tc_channel ch, const char** out);
 /* Shuts the connection down (both directions), waking blocked calls. */

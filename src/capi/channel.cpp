@@ -207,6 +207,17 @@ tc_status tc_channel_recv_into(tc_channel ch, void* dst, size_t capacity, int64_
   });
 }
 
+tc_status tc_channel_set_spin(tc_channel ch, int64_t spin_us) {
+  const char* fn = "tc_channel_set_spin";
+  return guarded(fn, [&] {
+    if (tc_status st = check_channel(fn, ch)) return st;
+    if (spin_us < 0 || spin_us > 1000000)
+      return fail(TC_ERR_INVALID_ARG, "%s: spin_us %lld is outside 0..1000000", fn, (long long)spin_us);
+    ch->sock.set_spin_us(spin_us);  // a transfer in progress sees it at its next wait
+    return TC_OK;
+  });
+}
+
 tc_status tc_channel_peer_identity(tc_channel ch, const char** out) {
   const char* fn = "tc_channel_peer_identity";
   return guarded(fn, [&] {

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+
+#include <algorithm>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -105,6 +107,7 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     close();
     fd_ = o.fd_;
     o.fd_ = -1;
+    set_spin_us(o.spin_us());
   }
   return *this;
 }
@@ -171,8 +174,17 @@ bool resolve(const std::string& host, int port, bool passive, Deadline deadline,
   return true;
 }
 
-// poll() for `events` until the deadline; 1 ready, 0 timed out, -1 error.
-int wait_fd(int fd, short events, Deadline deadline) {
+// poll() for `events` until the deadline, watching the descriptor for
+// spin_us first; 1 ready, 0 timed out, -1 error.
+int wait_fd(int fd, short events, Deadline deadline, int64_t spin_us = 0) {
+  if (spin_us > 0) {
+    const auto end = std::min(deadline, Clock::now() + std::chrono::microseconds(spin_us));
+    pollfd p{fd, events, 0};
+    do {
+      p.revents = 0;
+      if (::poll(&p, 1, 0) > 0) return 1;
+    } while (Clock::now() < end);
+  }
   for (;;) {
     int64_t left = ms_left(deadline);
     pollfd p{fd, events, 0};
@@ -289,7 +301,7 @@ tc_status accept_tcp(const Socket& listener, int wait_ms, Socket* out) {
 }
 
 tc_status wait_readable(const Socket& s, Deadline deadline) {
-  int w = wait_fd(s.fd(), POLLIN, deadline);
+  int w = wait_fd(s.fd(), POLLIN, deadline, s.spin_us());
   return w == 1 ? TC_OK : w == 0 ? TC_ERR_TIMEOUT : TC_ERR_IO;
 }
 
@@ -334,7 +346,7 @@ tc_status transfer(const Socket& s, iovec* iov, size_t count, bool sending, Dead
     if (k == 0 && !sending) return TC_ERR_IO;  // closed by the peer
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return TC_ERR_IO;
-    int w = wait_fd(s.fd(), sending ? POLLOUT : POLLIN, deadline);
+    int w = wait_fd(s.fd(), sending ? POLLOUT : POLLIN, deadline, s.spin_us());
     if (w == 0) return TC_ERR_TIMEOUT;
     if (w < 0) return TC_ERR_IO;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,16 +48,23 @@ class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket(Socket&& o) noexcept : fd_(o.fd_), spin_us_(o.spin_us()) { o.fd_ = -1; }
   Socket& operator=(Socket&& o) noexcept;
   ~Socket() { close(); }
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void close();
   void shutdown_both() const;  // wakes a thread blocked on it (a listener's too)
+  // How long a transfer on this socket watches it before blocking when it
+  // would block (0, the default: block at once). Spinning saves the
+  // wake-up when the peer answers within it, and costs that much CPU
+  // otherwise: for a process with a core of its own.
+  void set_spin_us(int64_t us) { spin_us_.store(us, std::memory_order_relaxed); }
+  int64_t spin_us() const { return spin_us_.load(std::memory_order_relaxed); }
 
  private:
   int fd_ = -1;
+  std::atomic<int64_t> spin_us_{0};  // set while another thread may be waiting
 };
 
 // TCP_NODELAY: a frame's last segment leaves at once instead of waiting

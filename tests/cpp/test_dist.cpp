@@ -740,6 +740,26 @@ TEST(Channel, AnIdleTimeoutLeavesTheChannelUsable) {
   EXPECT_EQ(got, "late");
 }
 
+TEST(Channel, ASpinningChannelStillTimesOutAndReceives) {
+  Relayed r;
+  EXPECT_EQ(tc_channel_set_spin(r.server, -1), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_set_spin(r.server, 1000001), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(tc_channel_set_spin(nullptr, 10), TC_ERR_INVALID_ARG);
+  ASSERT_EQ(tc_channel_set_spin(r.server, 1000000), TC_OK);  // longer than the deadline below
+  const void* data = nullptr;
+  size_t n = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tc_channel_recv(r.server, 1 << 20, 30, &data, &n), TC_ERR_TIMEOUT);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.025);
+  EXPECT_LT(waited, 0.5);  // the deadline bounds the spin
+  ASSERT_EQ(tc_channel_send(r.client, "spun", 4, 2000), TC_OK);
+  r.deliver_to_server(r.take_from_client());
+  std::string got;
+  ASSERT_EQ(r.server_recv(&got), TC_OK) << tc_last_error_detail();
+  EXPECT_EQ(got, "spun");
+}
+
 TEST(Channel, APeerOfTheOldHandshakeVersionIsRefusedByName) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

@@ -135,6 +135,7 @@ class RemoteEndpoint:
             self._socks.append(s)
             self._cmd = Channel.open(s, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
                                      expected_peer_identity=P.IDENTITY)
+            self._cmd.set_spin(round(_endpoint.SPIN_S * 1e6))  # the level-3 spin policy, as pump_wait's
         except (OSError, TensorcoreError) as e:
             raise self._open_error(e) from None
         manifest = {"op": "open", "platform": spec.platform, "runtime": spec.runtime, "device_ids": spec.device_ids,

@@ -134,6 +134,9 @@ class Session:
             self._reply(rid, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}")
             raise
         self.capacity = max(1, self.worker.num_sub_workers)
+        # The level-3 spin policy (set by the Worker's init) for the lane's
+        # own waits too: a copy's data frames, sends into a full socket.
+        self.cmd.set_spin(round(_endpoint.SPIN_S * 1e6))
         host = self.conn.getsockname()[0]
         lst = socket.create_server((host, 0))
         self._reply(rid, 0, dict(extra, pid=os.getpid(), health_port=lst.getsockname()[1]))

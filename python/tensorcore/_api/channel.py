@@ -42,6 +42,7 @@ _tc_channel_recv = declare("tc_channel_recv", tc_status, handle, c_size_t, c_int
                            POINTER(c_size_t))
 _tc_channel_recv_into = declare("tc_channel_recv_into", tc_status, handle, c_void_p, c_size_t, c_int64,
                                 POINTER(c_size_t))
+_tc_channel_set_spin = declare("tc_channel_set_spin", tc_status, handle, c_int64)
 _tc_channel_peer_identity = declare("tc_channel_peer_identity", tc_status, handle, POINTER(c_char_p))
 _tc_channel_shutdown = declare("tc_channel_shutdown", tc_status, handle)
 _tc_channel_close = declare("tc_channel_close", tc_status, handle)
@@ -116,6 +117,11 @@ class Channel:
         n = c_size_t()
         check(_tc_channel_recv_into(self._h, a.ctypes.data, a.nbytes, _ms(timeout), byref(n)))
         return n.value
+
+    def set_spin(self, spin_us):
+        """Watch the connection up to spin_us microseconds before a send or
+        receive blocks (0: block at once); see tc_channel_set_spin."""
+        check(_tc_channel_set_spin(self._h, int(spin_us)))
 
     @property
     def peer_identity(self):

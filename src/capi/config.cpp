@@ -28,7 +28,7 @@ tc_status tc_config_get(const char* name, int64_t* number, const char** text, in
     if (tc_status st = check_out_ptr("tc_config_get", "name", name)) return st;
     const config::Switch* s = config::find(name);
     if (!s) return fail(TC_ERR_INVALID_ARG, "tc_config_get: '%s' is not a switch (docs/configuration.md)", name);
-    const config::Value v = config::get(config::Key(s - &config::at(0)));
+    const config::Value& v = config::get(config::Key(s - &config::at(0)));
     thread_local std::string held;
     held = v.text;
     if (number) *number = v.number;

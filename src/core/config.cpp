@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 extern char** environ;
@@ -200,9 +202,15 @@ const Switch& at(int index) { return kTable[index]; }
 const Switch& info(Key key) { return kTable[int(key)]; }
 
 const Switch* find(const char* name) {
-  for (const Switch& s : kTable)
-    if (!std::strcmp(s.name, name)) return &s;
-  return nullptr;
+  // Per-call switches are looked up by name on hot paths (simpler reads
+  // three for every run): one hash lookup instead of a scan of the table.
+  static const std::unordered_map<std::string_view, const Switch*> by_name = [] {
+    std::unordered_map<std::string_view, const Switch*> m;
+    for (const Switch& s : kTable) m.emplace(s.name, &s);
+    return m;
+  }();
+  const auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
 }
 
 const char* type_name(Type t) {

@@ -18,8 +18,8 @@ file right after ours (-npp, -ntg, -npl the same, -c large enough for every
 sequence, the same threads; on CUDA -ngl 99; --fa off|on|auto|both, both
 keeping the faster of each row) and prints the ratios per batch size. A
 build whose repacked CPU kernels fail is run again with --no-repack.
---write records bench/results/llama-batched.md with the date, the machine
-and its load.
+--write appends a section to bench/results/llama-batched.md with the date,
+the machine and its load.
 """
 
 import argparse
@@ -213,9 +213,9 @@ def main():
         cmdline = "python bench/llama_batched.py --write" + "".join(
             " %s" % a for a in sys.argv[1:] if a != "--write")
         lines = [
-            "# LLaMA continuous batching: aggregate tok/s of several sequences",
+            "## %s, %s (%s)" % (datetime.date.today().isoformat(), info.name, args.device),
             "",
-            "`%s`, %s." % (cmdline.replace(str(Path.home()), "~"), datetime.date.today().isoformat()),
+            "`%s`." % cmdline.replace(str(Path.home()), "~"),
             "",
             "- Device: %s (%s), %s" % (info.name, platform.machine(), "%d threads (TC_NUM_THREADS), features %s" % (
                 args.threads, info.features) if args.device == "cpu" else info.features),
@@ -236,8 +236,11 @@ def main():
                              "`, `".join(notes), args.npp))
         lines += ["", *table, ""]
         out = REPO / "bench" / "results" / "llama-batched.md"
-        out.write_text("\n".join(lines))
-        print("wrote", out)
+        # A dated section after the earlier ones: the file keeps its history.
+        head = "" if out.exists() else "# LLaMA continuous batching: aggregate tok/s of several sequences\n"
+        with open(out, "a") as f:
+            f.write(head + "\n" + "\n".join(lines))
+        print("appended to", out)
 
 
 if __name__ == "__main__":

@@ -366,6 +366,35 @@ def test_a_silent_session_is_declared_dead_after_the_timeout(daemons):
     assert not alive(session)
 
 
+def test_a_session_silent_in_the_middle_of_copies_fails_them_in_time(daemons):
+    """A copy to a stopped session blocks once the sockets' buffers are full;
+    one from it waits for a reply: both end with the session's timeout."""
+    d = daemons()
+    w4 = Worker(4, platform="cpu", remote_session_timeout_s=1.0)
+    r = w4.add_remote_worker(d.spec())
+    try:
+        w4.init()
+        p = w4.remote_malloc(64 << 20, r)
+        session = w4._remote_eps[0].pid
+        os.kill(session, signal.SIGSTOP)
+        t0 = time.time()
+        with pytest.raises(SimplerError, match="remote_session_timeout_s=1 s"):
+            w4.remote_copy_to(p, np.zeros(64 << 20, np.uint8), r)
+        assert time.time() - t0 < 1.0 + 2.5
+        with pytest.raises(SimplerError, match="remote_session_timeout_s=1 s"):
+            w4.remote_copy_from(np.zeros(1 << 20, np.uint8), p, r)
+    finally:
+        t0 = time.time()
+        w4.close()
+        assert time.time() - t0 < 5
+        d.proc.kill()
+    d.proc.wait()
+    deadline = time.time() + 10
+    while alive(session) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(session)
+
+
 # ---- frames --------------------------------------------------------------------
 
 def test_the_decoder_refuses_malformed_frames():

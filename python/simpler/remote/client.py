@@ -373,7 +373,10 @@ class RemoteEndpoint:
                 for f in more:
                     self._cmd.send(f, self.timeout_s)
         except Exception as e:  # noqa: BLE001
-            self._die(f"lost its session while sending ({e})")
+            if getattr(e, "status", None) == _errors.TIMEOUT:  # it stopped reading (a copy fills the sockets)
+                self._die(f"took no bytes within remote_session_timeout_s={self.timeout_s:g} s; declared dead")
+            else:
+                self._die(f"lost its session while sending ({e})")
             raise RemoteDied(self.dead) from None
 
     def callable_index(self, name: str) -> int:

@@ -675,6 +675,9 @@ class Backend {
   // by eight (GemvQuantizedArgs::w_rows8) for rows of X in this dtype: a model
   // makes that copy at load only then.
   virtual bool reads_rows8(int32_t /*fmt*/, tc_dtype) const { return false; }
+  // Makes that copy of a GGUF matrix (N rows of K, N a multiple of 8) at dst
+  // (quant::rows8_bytes long); a backend that reads it overrides this.
+  virtual void make_rows8(int32_t /*fmt*/, const void* /*src*/, int64_t /*N*/, int64_t /*K*/, void* /*dst*/) {}
   // Bits beyond the ops' (streams, TF32 GEMM, GGUF loading).
   virtual uint64_t extra_capabilities() const { return 0; }
 

@@ -508,7 +508,7 @@ tc_status Llama::rows8_weights() {
                              std::to_string(total >> 20) + " MiB; TC_LLAMA_ROWS8=0 does without): " + last_detail());
   uint8_t* at = static_cast<uint8_t*>(base_v);
   for (Matrix* m : mats) {
-    quant::repack_rows8(m->fmt, m->data, m->N, m->K, at);
+    be_->make_rows8(m->fmt, m->data, m->N, m->K, at);
     m->rows8 = at;
     at += aligned(size_t(quant::rows8_bytes(m->fmt, m->N, m->K)));
   }

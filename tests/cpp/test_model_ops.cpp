@@ -1131,6 +1131,15 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
     const int64_t gb = tc::quant::rows8_block_bytes(fmt);  // per 32 weights of 8 rows
     const bool kquant = fmt == Q4_K || fmt == Q5_K || fmt == Q6_K;
     ASSERT_EQ(gb, fmt == Q4_K ? 148 : fmt == Q5_K ? 180 : fmt == Q6_K ? 210 : 8 * fi.block_bytes);
+    {  // The backend's copy (its threads take ranges of row groups, 1 MiB or more each) is the same bytes.
+      const int64_t N = 8 * 2048, K = 256;
+      const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
+      std::vector<uint8_t> serial(size_t(tc::quant::rows8_bytes(fmt, N, K))), made(serial.size() + 1, 0xA5);
+      tc::quant::repack_rows8(fmt, w.data(), N, K, serial.data());
+      dev.be().make_rows8(fmt, w.data(), N, K, made.data());
+      ASSERT_EQ(made.back(), 0xA5) << "written past the copy";
+      ASSERT_EQ(std::memcmp(made.data(), serial.data(), serial.size()), 0);
+    }
     for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
       const int64_t K = kquant ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
       const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;

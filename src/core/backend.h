@@ -676,8 +676,9 @@ class Backend {
   // makes that copy at load only then.
   virtual bool reads_rows8(int32_t /*fmt*/, tc_dtype) const { return false; }
   // Makes that copy of a GGUF matrix (N rows of K, N a multiple of 8) at dst
-  // (quant::rows8_bytes long); a backend that reads it overrides this.
-  virtual void make_rows8(int32_t /*fmt*/, const void* /*src*/, int64_t /*N*/, int64_t /*K*/, void* /*dst*/) {}
+  // (quant::rows8_bytes long): quant::repack_rows8 on the calling thread,
+  // unless a backend spreads it over threads of its own.
+  virtual void make_rows8(int32_t fmt, const void* src, int64_t N, int64_t K, void* dst);
   // Bits beyond the ops' (streams, TF32 GEMM, GGUF loading).
   virtual uint64_t extra_capabilities() const { return 0; }
 

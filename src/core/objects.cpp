@@ -2,6 +2,7 @@
 
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "quant/formats.h"
 #include "tensorcore/diagnostics.h"
 
 #include <unistd.h>
@@ -53,6 +54,10 @@ tc_status delete_buffer(tc_buffer_s* buf) {
 tc_status Backend::no_kernel(const OpInfo& info) const {
   const char* backend = kind() == TC_BACKEND_CUDA ? "CUDA" : tc_backend_name(kind());
   return fail(TC_ERR_UNSUPPORTED, "%s has no %s kernel in this build", info.name, backend);
+}
+
+void Backend::make_rows8(int32_t fmt, const void* src, int64_t N, int64_t K, void* dst) {
+  quant::repack_rows8(fmt, src, N, K, dst);
 }
 
 // Graphs (Backend::begin_capture): none unless a backend has them.

@@ -308,8 +308,6 @@ class RemoteEndpoint:
         """Reads the data frames that follow a stream_from reply straight
         into `sink`: (status, value) of the request. Frames that cannot go
         there are read and dropped, so the lane stays in step."""
-        if type(n) is not int or n < 0:
-            raise P.ProtocolError(f"a stream_from reply announces {n!r} bytes")
         fits = sink is not None and len(sink) == n
         P.read_stream(self._cmd, sink if fits else None, n, self.timeout_s)
         if fits:
@@ -408,13 +406,14 @@ class RemoteEndpoint:
                            task.tensors, task.scalars)
         self._send(P.encode(P.TASK, body))
 
-    def control(self, request: dict, data: bytes = b"", sink=None):
-        """One request; waits for its reply while the session lives (the
-        waiting thread reads the reply itself)."""
+    def control(self, request: dict, data: bytes = b"", sink=None, more=()):
+        """One request (followed at once by the frames in `more`); waits for
+        its reply while the session lives (the waiting thread reads the
+        reply itself)."""
         lane = self.lane
         lane.attach()
         try:
-            return self._await(self._request(request, data, sink), request)
+            return self._await(self._request(request, data, sink, more), request)
         finally:
             lane.detach()
 
@@ -422,15 +421,8 @@ class RemoteEndpoint:
         """Writes `view` (a byte view) at remote address addr: the request,
         then the bytes from view itself as data frames."""
         n = view.nbytes
-        request = {"op": "stream_to", "addr": addr, "nbytes": n}
-        lane = self.lane
-        lane.attach()
-        try:
-            rid = self._new_rid()
-            self._send(P.control_frame(rid, request), *(view[at:at + k] for at, k in P.data_pieces(n)))
-            self._await(rid, request)
-        finally:
-            lane.detach()
+        self.control({"op": "stream_to", "addr": addr, "nbytes": n},
+                     more=[view[at:at + k] for at, k in P.data_pieces(n)])
 
     def copy_from(self, view, addr: int) -> None:
         """Reads len(view) bytes at remote address addr into `view` (a
@@ -462,17 +454,13 @@ class RemoteEndpoint:
                     pass
             lane.detach()
 
-    def _new_rid(self) -> int:
+    def _request(self, request: dict, data, sink=None, more=()) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
-        return rid
-
-    def _request(self, request: dict, data, sink=None) -> int:
-        rid = self._new_rid()
         if sink is not None:
             self._sinks[rid] = sink
-        self._send(P.control_frame(rid, request, data))
+        self._send(P.control_frame(rid, request, data), *more)
         return rid
 
     def _await(self, rid: int, request):

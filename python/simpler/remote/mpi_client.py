@@ -351,25 +351,22 @@ class MpiRankEndpoint(RemoteEndpoint):
     def copy_to(self, addr: int, view) -> None:
         """A copy to a rank travels in pieces inside CONTROL frames (rank 0
         passes each on as an MPI message), a few unanswered at once."""
-        pieces = (({"op": "copy_to", "addr": addr + at}, view[at:at + k]) for at, k in self._pieces(view.nbytes))
+        pieces = (({"op": "copy_to", "addr": addr + at}, view[at:at + k])
+                  for at, k in P.data_pieces(view.nbytes, P.COPY_PIECE_BYTES))
         for _ in self.control_many(pieces, P.COPY_WINDOW):
             pass
 
     def copy_from(self, view, addr: int) -> None:
         """Each piece's reply lands in its slice of view (the receiving thread writes it)."""
-        pieces = (({"op": "copy_from", "addr": addr + at, "nbytes": k}, b"", view[at:at + k])
-                  for at, k in self._pieces(view.nbytes))
-        for (at, k), (_, data) in zip(self._pieces(view.nbytes), self.control_many(pieces, P.COPY_WINDOW)):
+        spans = P.data_pieces(view.nbytes, P.COPY_PIECE_BYTES)
+        pieces = (({"op": "copy_from", "addr": addr + at, "nbytes": k}, b"", view[at:at + k]) for at, k in spans)
+        for (at, k), (_, data) in zip(spans, self.control_many(pieces, P.COPY_WINDOW)):
             if data is None:
                 continue
             if len(data) != k:
                 raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {self.label} sent {len(data)} "
                                            f"bytes, not {k}")
             view[at:at + k] = data
-
-    @staticmethod
-    def _pieces(n: int) -> list:
-        return [(at, min(P.COPY_PIECE_BYTES, n - at)) for at in range(0, n, P.COPY_PIECE_BYTES)]
 
     def close(self) -> None:
         self.group.close()

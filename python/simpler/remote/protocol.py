@@ -265,16 +265,21 @@ def parse_reply(body, copy: bool = True) -> tuple:
     return rid, status, value, bytes(data) if copy else data
 
 
-def data_pieces(nbytes: int):
-    """(offset, length) of each data frame of a streamed copy of nbytes."""
-    return [(at, min(CHUNK_BYTES, nbytes - at)) for at in range(0, nbytes, CHUNK_BYTES)]
+def data_pieces(nbytes: int, piece: int = None):
+    """(offset, length) of each data frame of a streamed copy of nbytes (of
+    each piece of `piece` bytes, an MPI rank's copy)."""
+    piece = piece or CHUNK_BYTES
+    return [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
 
 
 def read_stream(channel, view, nbytes: int, timeout_s: float) -> None:
     """Reads a streamed copy's data frames, nbytes in all, straight into
     `view` (or, with view None, reads and drops them: the lane stays in
-    step). The receiver does not assume the sender's frame size; a frame
-    past the end, or an empty one, is a ProtocolError."""
+    step). The receiver does not assume the sender's frame size; a length
+    that is not a count, a frame past the end, or an empty one, is a
+    ProtocolError."""
+    if type(nbytes) is not int or nbytes < 0:
+        raise ProtocolError(f"a copy announces {nbytes!r} bytes")
     at = 0
     while at < nbytes:
         if view is not None:

@@ -32,7 +32,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import traceback
 from collections import deque
 
@@ -236,9 +235,7 @@ class Session:
         running = []  # (task id, RunHandle, args kept alive)
         ending = False
         while True:
-            block = not running and not backlog
-            if block and not ending:
-                self._spin_for_frame()
+            block = not running and not backlog  # idle: the lane's channel spins before it blocks (set_spin)
             while not ending and (block or self._readable()):
                 try:
                     # The channel's own buffer: _take acts on it before the next receive.
@@ -276,18 +273,6 @@ class Session:
                 with eng.lock:
                     eng.wait(lambda: (not ending and self._readable()) or any(r[1]._run.done for r in running),
                              None)
-
-    def _spin_for_frame(self) -> None:
-        """Idle: watches the lane for the next frame a short while before
-        blocking on it, as a level-3 wait spins before it sleeps (a blocked
-        process takes longer to wake than the peer takes to answer; the
-        same policy: SPIN_S from the host's cores and load)."""
-        spin = _endpoint.SPIN_S
-        if spin:
-            poll, clock = self._lane.poll, time.perf_counter
-            end = clock() + spin
-            while not poll(0) and clock() < end:
-                pass
 
     def _complete_run(self, tid: int, run) -> None:
         err = run.error

@@ -183,6 +183,7 @@ def test_one_local_and_two_remote_level3_workers_match_level3(daemons):
 def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
     d = daemons()
     monkeypatch.setattr(P, "CHUNK_BYTES", 1000)  # several pieces per copy on our side
+    monkeypatch.setattr(P, "INLINE_COPY_BYTES", 0)  # every copy streamed
     with Worker(4, platform="cpu") as w4:
         r = w4.add_remote_worker(d.spec())
         w4.init()
@@ -246,6 +247,43 @@ def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane
         # Empty copies are requests without data frames.
         w4.remote_copy_to(p, b"", r)
         w4.remote_copy_from(bytearray(), p, r)
+
+
+def test_small_copies_travel_inside_their_request_and_reply(daemons, monkeypatch):
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec())
+        w4.init()
+        ep = w4._remote_ep(r)
+        sent = []
+        real_send = ep._cmd.send
+        monkeypatch.setattr(ep._cmd, "send", lambda frame, timeout: (sent.append(frame), real_send(frame, timeout)))
+        n = P.INLINE_COPY_BYTES
+        p = w4.remote_malloc(2 * n + 2, r)
+        rng = np.random.default_rng(4)
+        for size in (1, n, n + 1):  # inline up to the limit, streamed past it
+            data = rng.integers(0, 255, size, dtype=np.uint8)
+            del sent[:]
+            w4.remote_copy_to(p + 1, data, r)
+            assert len(sent) == (1 if size <= n else 2)
+            out = np.full(size, 7, np.uint8)
+            w4.remote_copy_from(out, p + 1, r)
+            np.testing.assert_array_equal(out, data)
+        # A range the session refuses (the parent's own check bypassed): the error
+        # names the call, the destination stays as it was, the lane stays in step.
+        with pytest.raises(SimplerError, match="remote_copy_to: .*not inside one remote allocation"):
+            ep.copy_to(p + 2 * n, memoryview(bytes(5)))
+        sink = memoryview(bytearray(b"\x05" * 100))
+        with pytest.raises(SimplerError, match="remote_copy_from: .*not inside one remote allocation"):
+            ep.copy_from(sink, p + 2 * n)
+        assert bytes(sink) == b"\x05" * 100
+        tail = np.zeros(2, np.uint8)
+        w4.remote_copy_from(tail, p + n, r)
+        np.testing.assert_array_equal(tail, data[-2:])
+        w4.remote_copy_to(p, b"\x09", r)
+        one = np.zeros(1, np.uint8)
+        w4.remote_copy_from(one, p, r)
+        assert one[0] == 9
 
 
 def test_the_channel_receives_into_a_writable_buffer_only():

@@ -28,6 +28,9 @@ from . import protocol as P
 
 # The API call behind a request, where the wire name differs (errors name the call).
 _API_NAMES = {"stream_to": "copy_to", "stream_from": "copy_from"}
+# After the last reading thread detaches, the receiver thread waits this long
+# before it watches the lane again (see _receive_loop).
+_QUIET_S = 0.02
 
 
 class RemoteWorkerSpec:
@@ -117,8 +120,8 @@ class RemoteEndpoint:
         self._attached = False  # a waiting thread (the engine's, or one awaiting replies) reads the lane
         self._attach_n = 0
         self._attach_lock = threading.Lock()
-        self._detached = threading.Event()
-        self._detached.set()
+        self._detached_at = 0.0  # when the last reading thread detached (time.monotonic)
+        self._closing = threading.Event()  # ends the receiver thread's quiet waits
         self._next_rid = 1
         self._threads = []
         self._stopping = False
@@ -219,14 +222,13 @@ class RemoteEndpoint:
         with self._attach_lock:
             self._attach_n += 1
             self._attached = True
-            self._detached.clear()
 
     def detach(self) -> None:
         with self._attach_lock:
             self._attach_n -= 1
             if not self._attach_n:
                 self._attached = False
-                self._detached.set()
+                self._detached_at = time.monotonic()
 
     def pump_wait(self, timeout: float) -> None:
         """Waits up to `timeout` s for the lane, then reads what arrived (a
@@ -324,8 +326,11 @@ class RemoteEndpoint:
     def _receive_loop(self) -> None:
         try:
             while not self._stopping and self.dead is None:
-                if self._attached:
-                    self._detached.wait(0.5)  # the engine reads the lane meanwhile
+                if self._attached or time.monotonic() - self._detached_at < _QUIET_S:
+                    # A thread reads the lane itself, or did a moment ago and likely will again
+                    # (a loop of memory calls or runs): this thread stays off the lane meanwhile, so
+                    # no call wakes it (a thread switch each) and it never wakes for their replies.
+                    self._closing.wait(_QUIET_S)
                     continue
                 if not self._lane_rx.poll(500) or self._attached:
                     continue
@@ -419,15 +424,25 @@ class RemoteEndpoint:
 
     def copy_to(self, addr: int, view) -> None:
         """Writes `view` (a byte view) at remote address addr: the request,
-        then the bytes from view itself as data frames."""
+        then the bytes from view itself as data frames (a small copy: inside
+        the request)."""
         n = view.nbytes
+        if n <= P.INLINE_COPY_BYTES:
+            self.control({"op": "copy_to", "addr": addr}, view)
+            return
         self.control({"op": "stream_to", "addr": addr, "nbytes": n},
                      more=[view[at:at + k] for at, k in P.data_pieces(n)])
 
     def copy_from(self, view, addr: int) -> None:
         """Reads len(view) bytes at remote address addr into `view` (a
         writable byte view): the answer's data frames land there as they
-        arrive."""
+        arrive (a small copy: inside the reply)."""
+        if view.nbytes <= P.INLINE_COPY_BYTES:
+            _, out = self.control({"op": "copy_from", "addr": addr, "nbytes": view.nbytes}, sink=view)
+            if out is not None:  # the reader puts the reply's bytes into `view` only when they fit it exactly
+                raise _errors.SimplerError(_errors.INTERNAL, f"{self.label}: remote_copy_from: {len(out)} bytes "
+                                           f"came for a destination of {view.nbytes}")
+            return
         self.control({"op": "stream_from", "addr": addr, "nbytes": view.nbytes}, sink=view)
 
     def control_many(self, requests, window: int):
@@ -496,7 +511,7 @@ class RemoteEndpoint:
             except RemoteDied:
                 pass
         self._stopping = True
-        self._detached.set()
+        self._closing.set()
         for ch in (self._cmd, self._health):
             if ch is not None:
                 ch.shutdown()

@@ -18,9 +18,11 @@ A session's copies stream: the request (CONTROL stream_to) or its answer
 (CONTROL_REPLY to stream_from) is followed at once on the command lane by
 the bytes themselves, in data frames of at most CHUNK_BYTES with no header
 (the channel's MAC covers each frame and its place in the lane), which the
-receiver reads straight into the destination. An MPI group's ranks copy in
-pieces inside CONTROL frames instead (copy_to / copy_from), since rank 0
-passes them on as MPI messages.
+receiver reads straight into the destination. A copy of at most
+INLINE_COPY_BYTES travels inside its request or reply instead (copy_to /
+copy_from): one frame less each way, at the price of one copy through the
+channel's buffer. An MPI group's ranks copy in pieces inside CONTROL frames
+too, since rank 0 passes them on as MPI messages.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ HEALTH_TYPES = {HEARTBEAT}
 # whatever the transfer.
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
+# Copies up to this size travel inside their CONTROL / CONTROL_REPLY frame:
+# below it a second frame (a send and a receive on each side) costs more
+# than the pass through the channel's buffer that streaming saves.
+INLINE_COPY_BYTES = 64 << 10
 # An MPI rank's copy: its pieces, and how many go unanswered at once (each
 # piece is a pickled MPI message between rank 0 and the rank).
 COPY_PIECE_BYTES = 1 << 20

@@ -187,7 +187,7 @@ class Session:
         if ftype == P.SHUTDOWN:
             return True
         if ftype == P.CONTROL:
-            rid, req, data = P.parse_control(body)
+            rid, req, data = P.parse_control(body, copy=False)  # a copy_to's bytes: a view of the frame
             if req["op"] in ("stream_to", "stream_from"):
                 self._serve_stream(rid, req)
             else:
@@ -351,9 +351,9 @@ class Session:
             b.close()
             return None, b""
         if op == "copy_to":
-            addr = int(req["addr"])
-            self._buffer_at(addr, len(data))
-            ctypes.memmove(addr, data, len(data))
+            addr, n = int(req["addr"]), len(data)
+            b = self._buffer_at(addr, n)
+            b.shm.buf[addr - b.ptr:addr - b.ptr + n] = data
             return None, b""
         if op == "copy_from":
             addr, n = int(req["addr"]), int(req["nbytes"])

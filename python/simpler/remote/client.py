@@ -138,7 +138,7 @@ class RemoteEndpoint:
             self._socks.append(s)
             self._cmd = Channel.open(s, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
                                      expected_peer_identity=P.IDENTITY)
-            self._cmd.set_spin(round(_endpoint.SPIN_S * 1e6))  # the level-3 spin policy, as pump_wait's
+            self._cmd.set_spin(round(_endpoint.SPIN_S * 1e6))  # the level-3 spin policy: a reply's wait
         except (OSError, TensorcoreError) as e:
             raise self._open_error(e) from None
         manifest = {"op": "open", "platform": spec.platform, "runtime": spec.runtime, "device_ids": spec.device_ids,
@@ -230,30 +230,27 @@ class RemoteEndpoint:
                 self._attached = False
                 self._detached_at = time.monotonic()
 
-    def pump_wait(self, timeout: float) -> None:
-        """Waits up to `timeout` s for the lane, then reads what arrived (a
-        thread awaiting a reply, attached, reads it itself)."""
+    def read_until(self, done) -> None:
+        """Reads one frame of the lane unless done() holds (a thread
+        awaiting a reply reads it itself). The channel's receive watches the
+        lane for the spin time before it blocks, so no Python polling loop
+        and no other thread's wake-up stand between a reply and its caller.
+        While another thread reads the lane, waits for it (up to 0.5 s)."""
         if self.dead is not None or self._stopping:
-            time.sleep(min(timeout, 0.05))  # nothing more to read: the caller's loop sees why
+            time.sleep(0.05)  # nothing more to read: the caller's loop sees why
             return
-        p = select.poll()  # this thread's own: a poll object is not shared
-        p.register(self._socks[0].fileno(), select.POLLIN)
+        if not self._reader.acquire(timeout=0.5):
+            return
         try:
-            # Watch the lane a short while before blocking on it, as a level-3
-            # wait does: a reply due soon then costs no wake-up.
-            spin, clock = _endpoint.SPIN_S, time.perf_counter
-            if spin and not p.poll(0):
-                end = clock() + spin
-                while not p.poll(0) and clock() < end:
-                    pass
-            if not p.poll(int(timeout * 1000)):
-                return
-            with self._reader:
-                while not self._stopping and p.poll(0):
-                    if not self._read_one():
-                        break
+            if not done() and not self._stopping:
+                self._read_one()
         except Exception as e:  # noqa: BLE001
-            self._lane_failed(e)
+            # No frame began within the session timeout: the lane is still in step (a frame cut
+            # short breaks the channel, and its next receive says so).
+            if getattr(e, "status", None) != _errors.TIMEOUT:
+                self._lane_failed(e)
+        finally:
+            self._reader.release()
 
     def pump(self) -> bool:
         """Reads the frames already on the lane, without waiting for one
@@ -488,7 +485,7 @@ class RemoteEndpoint:
                     break
                 if self.dead:
                     raise RemoteDied(self.dead)
-            lane.pump_wait(0.5)
+            lane.read_until(lambda: rid in self._replies)
         if status and request is not None:
             op = _API_NAMES.get(request["op"], request["op"])
             raise _errors.error_for(status, f"{self.label}: remote_{op}: {value}")

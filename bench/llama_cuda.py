@@ -24,7 +24,7 @@ ours (all layers on the GPU, f16 cache, flash attention off and on, the
 faster of the two; decode at the same depth with -d) and prints the ratios.
 Targets: decode >= 720 tok/s, prefill >= 11400 tok/s; printed as ratios, and
 the last line gives each phase's faster mode.
---write records bench/results/llama-cuda.md with the date and the GPU.
+--write appends a dated section to bench/results/llama-cuda.md (the date, the GPU, the mix).
 --profile prints instead where each phase's device time goes, kernel by
 kernel (CUPTI through torch.profiler).
 """
@@ -167,7 +167,7 @@ def main():
                     help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M / Q5_K_M mix")
     ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
                     help="llama.cpp's llama-bench (a CUDA build), run on the same file after ours")
-    ap.add_argument("--write", action="store_true", help="write bench/results/llama-cuda.md")
+    ap.add_argument("--write", action="store_true", help="append a dated section to bench/results/llama-cuda.md")
     ap.add_argument("--profile", action="store_true",
                     help="print the device time per kernel of a prefill and of --decode steps (needs PyTorch)")
     args = ap.parse_args()
@@ -205,10 +205,11 @@ def main():
     if "pp" in peer and "tg" in peer:
         print("ours / llama.cpp: prefill x%.2f, decode x%.2f" % (best_p[1] / peer["pp"][0], best_d[2] / peer["tg"][0]))
     if args.write:
+        cmdline = "python bench/llama_cuda.py --write" + "".join(" %s" % a for a in sys.argv[1:] if a != "--write")
         lines = [
-            "# LLaMA prefill and decode on the GPU",
+            "## %s, %s, %s mix" % (datetime.date.today().isoformat(), info.name, args.mix),
             "",
-            "`python bench/llama_cuda.py --write`, %s." % datetime.date.today().isoformat(),
+            "`%s`." % cmdline,
             "",
             "- Device: %s (%s, %d SMs)" % (info.name, info.features, info.compute_units),
             "- Model: %s." % describe(tc, path)[0],
@@ -234,8 +235,11 @@ def main():
                                                                    best_d[2] / peer["tg"][0])]
         lines.append("")
         out = REPO / "bench" / "results" / "llama-cuda.md"
-        out.write_text("\n".join(lines))
-        print("wrote", out)
+        # A dated section after the earlier ones: the file keeps its history.
+        head = "" if out.exists() else "# LLaMA prefill and decode on the GPU\n"
+        with open(out, "a") as f:
+            f.write(head + "\n" + "\n".join(lines))
+        print("appended to", out)
 
 
 if __name__ == "__main__":

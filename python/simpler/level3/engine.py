@@ -278,6 +278,11 @@ class Engine:
         The whole result is kept on args too (args._l3: endpoint, memory
         generation, result), for an argument list submitted again unchanged
         (add_tensor clears it) while no memory was registered or dropped."""
+        tensors = args._tensors
+        if len(tensors) == 1:  # the common case: one tensor of a shared buffer, resolved before
+            cached = tensors[0]._l3
+            if cached is not None and self.buffers.get(cached[0]) is cached[1]:
+                return cached[2], cached[3], cached[4], 1, None, 0, None
         cached = getattr(args, "_l3", None)
         if cached is not None and cached[0] is ep and cached[1] == E.memory_generation:
             return cached[2]
@@ -292,10 +297,6 @@ class Engine:
         if n > L.MAX_TENSORS:
             raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
         buffers = self.buffers
-        if n == 1:  # the common case, without the lists
-            cached = tensors[0]._l3
-            if cached is not None and buffers.get(cached[0]) is cached[1]:
-                return cached[2], cached[3], cached[4], 1, None, 0, None
         recs = []
         tags = []
         used = set()

@@ -85,7 +85,8 @@ class Orchestrator:
                              f"(the sub-workers then inherit it) or install cloudpickle")
         access = None
         if args is not None and args._tensors:
-            access = directions(args)
+            dirs = args._directions
+            access = bytes(dirs) if None not in dirs else directions(args)
         label = e.label
         if label is None:
             label = e.label = f"sub-task {getattr(e.target, '__qualname__', 'callable')}"

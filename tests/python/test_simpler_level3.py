@@ -65,6 +65,10 @@ def add_into(args):
     args.array(2)[:] = args.array(0) + args.array(1)
 
 
+def fill_nines(args):
+    args.array(0)[:] = 9.0
+
+
 def boom(args):
     raise RuntimeError("boom from a sub-task")
 
@@ -833,7 +837,7 @@ def test_a_cached_tensor_of_a_closed_buffer_is_resolved_again(clean):
     resolution dies with its buffer: a new buffer at the same address is
     found by address (as an uncached tensor would be), never the old one."""
     with Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1) as w:
-        hf = w.register(fill)
+        hf, h9 = w.register(fill), w.register(fill_nines)
         w.init()
         old = w.create_buffer(4 * 16)
         t = old.tensor((16,), DataType.FLOAT32)
@@ -849,6 +853,10 @@ def test_a_cached_tensor_of_a_closed_buffer_is_resolved_again(clean):
         stale._l3 = cached
         w.run(lambda o, a, c: o.submit_sub(hf, args_of((stale, D.OUT), 6)))
         assert np.all(new.numpy(dtype="float32") == 6.0)
+        # The same with the tensor alone (no scalar: the engine's shortest path).
+        stale._l3 = cached
+        w.run(lambda o, a, c: o.submit_sub(h9, args_of((stale, D.OUT))))
+        assert np.all(new.numpy(dtype="float32") == 9.0)
         if new.ptr == addr:  # the natural case, when the mapping landed where the old one was
             w.run(lambda o, a, c: o.submit_sub(hf, args_of((t, D.OUT), 7)))
             assert np.all(new.numpy(dtype="float32") == 7.0)

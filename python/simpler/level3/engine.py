@@ -420,7 +420,15 @@ class Engine:
             self._tid.value = tid
             remote = ep is not None and ep.role == "remote"
             if args is not None and (args._tensors or args._scalars):
-                st = self._submit_with_args(run, ep, k, tpl, tid, slot, label, args, access, cfg, remote)
+                tensors = args._tensors
+                one = tensors[0]._l3 if len(tensors) == 1 and not args._scalars and not remote else None
+                if one is not None and self.buffers.get(one[0]) is one[1]:
+                    # resolve()'s first case inline (one tensor of a shared buffer, resolved
+                    # before): the usual sub-task or chip task with one tensor, two calls fewer.
+                    st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, 1, one[2], None, one[3], access,
+                                           0, None, 1, one[4], 0, None)
+                else:
+                    st = self._submit_with_args(run, ep, k, tpl, tid, slot, label, args, access, cfg, remote)
             elif cfg or remote:
                 st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, 0, None, None, None, None, 0, None,
                                        0, None, 0, None)

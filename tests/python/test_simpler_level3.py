@@ -227,6 +227,15 @@ def test_post_init_registration_and_digest_identity(clean):
         except ImportError:  # no pickle for a lambda: parent-only, refused as a sub-task
             with pytest.raises(ValueError, match="registered after init"):
                 w.run(lambda o, a, c: o.submit_sub(h2))
+        # A handle that names no Python callable is refused, whatever it names.
+        hc = w.register(ChipCallable.from_tasks([], [], []))
+        with pytest.raises(TypeError, match="is not a Python callable"):
+            w.run(lambda o, a, c: o.submit_sub(hc))
+        with pytest.raises(ValueError, match="is not registered"):
+            w.run(lambda o, a, c: o.submit_sub(63))
+        w.unregister(h)
+        with pytest.raises(ValueError, match="is not registered"):
+            w.run(lambda o, a, c: o.submit_sub(h))
 
 
 def test_failed_sub_task_poisons_dependents_and_names_the_worker(clean):

@@ -78,7 +78,9 @@ class Orchestrator:
         w = self._w
         if not w._sub_eps:
             raise ValueError("submit_sub: this Worker has no sub-workers (num_sub_workers=0)")
-        e = w._registry.get(callable_handle, "py")
+        e = w._registry.entries.get(callable_handle)
+        if e is None or e.kind != "py":
+            e = w._registry.get(callable_handle, "py")  # raises what is wrong with the handle
         if e.payload is False:
             raise ValueError(f"submit_sub: callable {e.slot} ({getattr(e.target, '__qualname__', e.target)}) was "
                              f"registered after init() and cannot be pickled; register it before init() "

@@ -6,6 +6,7 @@ session) that must end in a clear error and leave no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -215,12 +216,18 @@ def test_remote_buffers_round_trip_and_are_checked(daemons, monkeypatch):
             w4.remote_free(p, r)
 
 
-def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane_in_step(daemons, monkeypatch):
+@contextlib.contextmanager
+def _one_remote(daemons):
+    """A Worker(4) with one remote worker: (the Worker, its id, its endpoint)."""
     d = daemons()
     with Worker(4, platform="cpu") as w4:
         r = w4.add_remote_worker(d.spec())
         w4.init()
-        ep = w4._remote_ep(r)
+        yield w4, r, w4._remote_ep(r)
+
+
+def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane_in_step(daemons, monkeypatch):
+    with _one_remote(daemons) as (w4, r, ep):
         p = w4.remote_malloc(3 << 20, r)
         # Bigger than a MAC slice on both sides, in data frames of 1 MiB + 1 from
         # this side (the session takes whatever frame size arrives) and of its
@@ -250,11 +257,7 @@ def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane
 
 
 def test_small_copies_travel_inside_their_request_and_reply(daemons, monkeypatch):
-    d = daemons()
-    with Worker(4, platform="cpu") as w4:
-        r = w4.add_remote_worker(d.spec())
-        w4.init()
-        ep = w4._remote_ep(r)
+    with _one_remote(daemons) as (w4, r, ep):
         sent = []
         real_send = ep._cmd.send
         monkeypatch.setattr(ep._cmd, "send", lambda frame, timeout: (sent.append(frame), real_send(frame, timeout)))

@@ -92,7 +92,9 @@ class Registry:
         return e, True
 
     def get(self, handle, kind: str | None = None) -> Entry:
-        e = self.entries.get(int(handle))
+        e = self.entries.get(handle)  # an int handle as it is (per task: no int() call)
+        if e is None:
+            e = self.entries.get(int(handle))
         if e is None:
             raise ValueError(f"callable handle {int(handle)} is not registered")
         if kind is not None and e.kind != kind:

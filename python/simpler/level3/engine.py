@@ -109,6 +109,17 @@ class Run:
             self._eng._released.append(self.id)  # (list.append is atomic)
 
 
+def _kept(buffers, tensors):
+    """The resolution kept on a lone tensor of a shared buffer (t._l3, see
+    Engine.resolve) while that buffer is still registered under its index;
+    else None."""
+    if len(tensors) == 1:
+        kept = tensors[0]._l3
+        if kept is not None and buffers.get(kept[0]) is kept[1]:
+            return kept
+    return None
+
+
 class _RemoteTask:
     """What a remote worker's task needs to be sent (RemoteEndpoint.post)
     and named in its messages."""
@@ -278,11 +289,9 @@ class Engine:
         The whole result is kept on args too (args._l3: endpoint, memory
         generation, result), for an argument list submitted again unchanged
         (add_tensor clears it) while no memory was registered or dropped."""
-        tensors = args._tensors
-        if len(tensors) == 1:  # the common case: one tensor of a shared buffer, resolved before
-            cached = tensors[0]._l3
-            if cached is not None and self.buffers.get(cached[0]) is cached[1]:
-                return cached[2], cached[3], cached[4], 1, None, 0, None
+        one = _kept(self.buffers, args._tensors)
+        if one is not None:
+            return one[2], one[3], one[4], 1, None, 0, None
         cached = getattr(args, "_l3", None)
         if cached is not None and cached[0] is ep and cached[1] == E.memory_generation:
             return cached[2]
@@ -420,11 +429,10 @@ class Engine:
             self._tid.value = tid
             remote = ep is not None and ep.role == "remote"
             if args is not None and (args._tensors or args._scalars):
-                tensors = args._tensors
-                one = tensors[0]._l3 if len(tensors) == 1 and not args._scalars and not remote else None
-                if one is not None and self.buffers.get(one[0]) is one[1]:
-                    # resolve()'s first case inline (one tensor of a shared buffer, resolved
-                    # before): the usual sub-task or chip task with one tensor, two calls fewer.
+                one = None if args._scalars or remote else _kept(self.buffers, args._tensors)
+                if one is not None:
+                    # resolve()'s first case without resolve (the usual sub-task or chip task
+                    # with one tensor): two calls fewer.
                     st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, 1, one[2], None, one[3], access,
                                            0, None, 1, one[4], 0, None)
                 else:

@@ -78,17 +78,14 @@ class Orchestrator:
         w = self._w
         if not w._sub_eps:
             raise ValueError("submit_sub: this Worker has no sub-workers (num_sub_workers=0)")
-        e = w._registry.entries.get(callable_handle)
-        if e is None or e.kind != "py":
-            e = w._registry.get(callable_handle, "py")  # raises what is wrong with the handle
+        e = w._registry.get(callable_handle, "py")
         if e.payload is False:
             raise ValueError(f"submit_sub: callable {e.slot} ({getattr(e.target, '__qualname__', e.target)}) was "
                              f"registered after init() and cannot be pickled; register it before init() "
                              f"(the sub-workers then inherit it) or install cloudpickle")
         access = None
         if args is not None and args._tensors:
-            dirs = args._directions
-            access = bytes(dirs) if None not in dirs else directions(args)
+            access = directions(args)
         label = e.label
         if label is None:
             label = e.label = f"sub-task {getattr(e.target, '__qualname__', 'callable')}"

@@ -28,6 +28,11 @@ from . import protocol as P
 
 # The API call behind a request, where the wire name differs (errors name the call).
 _API_NAMES = {"stream_to": "copy_to", "stream_from": "copy_from"}
+def _misfit(n: int, sink) -> str:
+    """Why a copy's reply cannot go to its destination."""
+    return f"{n} bytes came for a destination of {None if sink is None else len(sink)}"
+
+
 # After the last reading thread detaches, the receiver thread waits this long
 # before it watches the lane again (see _receive_loop).
 _QUIET_S = 0.02
@@ -288,9 +293,12 @@ class RemoteEndpoint:
             if not status and isinstance(value, dict) and "stream" in value:
                 status, value = self._read_stream(sink, value["stream"])
                 data = None
-            elif sink is not None and not status and len(data) == len(sink):
-                sink[:] = data  # an MPI rank's copy_from piece, straight into the caller's buffer
-                data = None
+            elif sink is not None and not status:
+                if len(data) == len(sink):
+                    sink[:] = data  # a copy_from's bytes, straight into the caller's buffer
+                    status, data = 0, None
+                else:
+                    status, value, data = _errors.INTERNAL, _misfit(len(data), sink), None
             else:
                 data = bytes(data)
             with self._cv:
@@ -309,9 +317,7 @@ class RemoteEndpoint:
         there are read and dropped, so the lane stays in step."""
         fits = sink is not None and len(sink) == n
         P.read_stream(self._cmd, sink if fits else None, n, self.timeout_s)
-        if fits:
-            return 0, None
-        return _errors.INTERNAL, f"{n} bytes came for a destination of {None if sink is None else len(sink)}"
+        return (0, None) if fits else (_errors.INTERNAL, _misfit(n, sink))
 
     def _lane_failed(self, e) -> None:
         if isinstance(e, P.ProtocolError):
@@ -434,13 +440,8 @@ class RemoteEndpoint:
         """Reads len(view) bytes at remote address addr into `view` (a
         writable byte view): the answer's data frames land there as they
         arrive (a small copy: inside the reply)."""
-        if view.nbytes <= P.INLINE_COPY_BYTES:
-            _, out = self.control({"op": "copy_from", "addr": addr, "nbytes": view.nbytes}, sink=view)
-            if out is not None:  # the reader puts the reply's bytes into `view` only when they fit it exactly
-                raise _errors.SimplerError(_errors.INTERNAL, f"{self.label}: remote_copy_from: {len(out)} bytes "
-                                           f"came for a destination of {view.nbytes}")
-            return
-        self.control({"op": "stream_from", "addr": addr, "nbytes": view.nbytes}, sink=view)
+        op = "copy_from" if view.nbytes <= P.INLINE_COPY_BYTES else "stream_from"
+        self.control({"op": op, "addr": addr, "nbytes": view.nbytes}, sink=view)
 
     def control_many(self, requests, window: int):
         """(value, data) of each (request, data[, sink]) of `requests`, in

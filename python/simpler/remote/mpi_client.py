@@ -357,16 +357,12 @@ class MpiRankEndpoint(RemoteEndpoint):
             pass
 
     def copy_from(self, view, addr: int) -> None:
-        """Each piece's reply lands in its slice of view (the receiving thread writes it)."""
-        spans = P.data_pieces(view.nbytes, P.COPY_PIECE_BYTES)
-        pieces = (({"op": "copy_from", "addr": addr + at, "nbytes": k}, b"", view[at:at + k]) for at, k in spans)
-        for (at, k), (_, data) in zip(spans, self.control_many(pieces, P.COPY_WINDOW)):
-            if data is None:
-                continue
-            if len(data) != k:
-                raise _errors.SimplerError(_errors.INTERNAL, f"remote_copy_from: {self.label} sent {len(data)} "
-                                           f"bytes, not {k}")
-            view[at:at + k] = data
+        """Each piece's reply lands in its slice of view (the receiving thread
+        writes it; a reply that does not fit its slice fails the copy)."""
+        pieces = (({"op": "copy_from", "addr": addr + at, "nbytes": k}, b"", view[at:at + k])
+                  for at, k in P.data_pieces(view.nbytes, P.COPY_PIECE_BYTES))
+        for _ in self.control_many(pieces, P.COPY_WINDOW):
+            pass
 
     def close(self) -> None:
         self.group.close()

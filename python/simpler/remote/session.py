@@ -203,8 +203,7 @@ class Session:
         from the remote memory itself."""
         addr, n = P.stream_request(req)
         try:
-            b = self._buffer_at(addr, n)
-            view = b.shm.buf[addr - b.ptr:addr - b.ptr + n]
+            view = self._view_at(addr, n)
         except Exception as e:  # noqa: BLE001
             view, status, why = None, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}"
         if req["op"] == "stream_to":
@@ -336,6 +335,12 @@ class Session:
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"[0x{addr:x}, +{n}) is not inside one remote "
                                            f"allocation of this session")
 
+    def _view_at(self, addr: int, n: int) -> memoryview:
+        """The bytes [addr, addr + n) of the one allocation (or import) that
+        holds them, as a view of its shared memory."""
+        b = self._buffer_at(addr, n)
+        return b.shm.buf[addr - b.ptr:addr - b.ptr + n]
+
     def _control(self, req: dict, data: bytes):
         op = req["op"]
         if op == "malloc":
@@ -351,17 +356,13 @@ class Session:
             b.close()
             return None, b""
         if op == "copy_to":
-            addr, n = int(req["addr"]), len(data)
-            b = self._buffer_at(addr, n)
-            b.shm.buf[addr - b.ptr:addr - b.ptr + n] = data
+            self._view_at(int(req["addr"]), len(data))[:] = data
             return None, b""
         if op == "copy_from":
             addr, n = int(req["addr"]), int(req["nbytes"])
             if not 0 <= n <= P.CHUNK_BYTES:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"copy_from of {n} bytes in one request")
-            b = self._buffer_at(addr, n)
-            at = addr - b.ptr
-            return None, b.shm.buf[at:at + n]  # a view: the reply frame is the only copy
+            return None, self._view_at(addr, n)  # a view: the reply frame is the only copy
         if op == "export":
             b = self._allocation(int(req["ptr"]))
             return {"name": b.shm.name, "nbytes": b.nbytes, "host": P.host_id()}, b""

@@ -100,6 +100,34 @@ def args3(a, b, c, shapes):
     return t
 
 
+def _reads_nothing(args):
+    pass
+
+
+def test_a_local_buffer_resolved_for_a_local_task_is_still_refused_to_a_remote_one(daemons):
+    d = daemons()
+    local = Worker(3, platform="cpu", device_ids=[0], num_sub_workers=1)
+    hs = local.register(_reads_nothing)
+    try:
+        with Worker(4, platform="cpu") as w4:
+            w4.add_worker(local)
+            r = w4.add_remote_worker(d.spec())
+            w4.init()
+            t = w4.create_buffer(64).tensor((16,), "float32")
+            a = ChipStorageTaskArgs()
+            a.add_tensor(t, D.IN)
+            w4.run(lambda o, x, c: o.submit_next_level(lambda o3, x3, c3: o3.submit_sub(hs, a), None, worker=0))
+            assert t._l3 is not None  # its resolution is kept on it now
+            for ts in ((t,), (t, t)):
+                args = ChipStorageTaskArgs()
+                for x in ts:
+                    args.add_tensor(x, D.IN)
+                with pytest.raises(ValueError, match="is not memory of"):
+                    w4.run(lambda o, x, c: o.submit_next_level("simpler_remote_orchs:nap", args, worker=r))
+    finally:
+        local.close()
+
+
 def test_one_local_and_two_remote_level3_workers_match_level3(daemons):
     rng = np.random.default_rng(1)
     m, k, n = 8, 16, 4

@@ -289,7 +289,9 @@ class Engine:
         The whole result is kept on args too (args._l3: endpoint, memory
         generation, result), for an argument list submitted again unchanged
         (add_tensor clears it) while no memory was registered or dropped."""
-        one = _kept(self.buffers, args._tensors)
+        # A kept resolution names this process's shared memory: never a remote task's tensor.
+        remote = ep is not None and ep.role == "remote"
+        one = None if remote else _kept(self.buffers, args._tensors)
         if one is not None:
             return one[2], one[3], one[4], 1, None, 0, None
         cached = getattr(args, "_l3", None)
@@ -306,13 +308,14 @@ class Engine:
         if n > L.MAX_TENSORS:
             raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
         buffers = self.buffers
+        remote = ep is not None and ep.role == "remote"  # its tensors are all resolved as remote memory
         recs = []
         tags = []
         used = set()
         dev = []
         child = None  # the tensors as the child sees them, where they differ from the keys
         for i, t in enumerate(tensors):
-            cached = t._l3
+            cached = None if remote else t._l3
             if cached is not None and buffers.get(cached[0]) is cached[1]:
                 idx, _, rec, tag, _ = cached
                 recs.append(rec)

@@ -1,6 +1,7 @@
 """A deterministic mutation fuzzer for the level-4 frame decoder
-(python/simpler/remote/protocol.py), and for a live session process fed
-the same mutations through an authenticated channel.
+(python/simpler/remote/protocol.py), for the library's copy server
+(simpler_l4_serve), and for a live session process fed the same mutations
+through an authenticated channel.
 
     PYTHONPATH=python:tests/python python3 scripts/fuzz_l4_frames.py --seconds 180 --seed 1 [--no-live]
 
@@ -9,7 +10,11 @@ truncations, extensions, length fields that lie (the header's and the
 bodies' inner counts), spliced frames and foreign types or versions. The
 decoder target feeds each one to decode() and the parser of its type; the
 only exception allowed out is ProtocolError (what the receivers drop a
-connection on). The live target forks a session (as the daemon does, on a
+connection on). The copy-server target feeds mutated copy requests to a
+CopyServer serving one page with poisoned pages on either side, each
+followed by a probe: the server must answer the probe or fail with a
+status (never crash or hang), and the pages around stay untouched. The
+live target forks a session (as the daemon does, on a
 loopback TCP pair), opens it, then sends mutated frames MAC'd by a real
 channel (so they reach the decoder) and after each one a probe request: the
 session must either answer the probe or end the connection, within a
@@ -30,25 +35,31 @@ import time
 
 from simpler.remote import protocol as P
 
-_PARSERS = {P.TASK: P.parse_task, P.COMPLETION: P.parse_completion, P.CONTROL: lambda body: _parse_control(body),
+_PARSERS = {P.TASK: P.parse_task, P.COMPLETION: P.parse_completion, P.CONTROL: P.parse_control,
             P.CONTROL_REPLY: P.parse_reply, P.HEARTBEAT: P.parse_heartbeat, P.SHUTDOWN: lambda body: None}
 ALL_TYPES = set(_PARSERS)
+_COPY_REQ = struct.Struct("<QQQI")  # request id, address, nbytes, flags (src/runtime/level4_copy.cpp)
 
 
-def _parse_control(body):
-    """A CONTROL body, and a streamed copy's address and length as the
-    session checks them before it reads the copy's data frames."""
-    rid, req, data = P.parse_control(body)
-    if req["op"] in ("stream_to", "stream_from"):
-        P.stream_request(req)
-    return rid, req, data
+def copy_seeds(base: int, live: bool = False) -> list:
+    """Copy requests into and out of a page at `base`, inline and streamed
+    (with their data frames' bytes appended to the request for the
+    in-process target, which sends what is past the request as one data
+    frame). A live session gets no streamed copy_to: one announcing more
+    bytes than follow waits, as it must, for the rest."""
+    out = [P.encode(P.COPY_TO, _COPY_REQ.pack(20, base + 8, 8, 0) + bytes(range(8))),
+           P.encode(P.COPY_TO, _COPY_REQ.pack(21, base, 0, 0)),
+           P.encode(P.COPY_FROM, _COPY_REQ.pack(22, base + 100, 64, 0)),
+           P.encode(P.COPY_FROM, _COPY_REQ.pack(23, base, 4096, 1))]
+    if not live:
+        out.append(P.encode(P.COPY_TO, _COPY_REQ.pack(24, base + 4000, 96, 1)) + bytes(range(96)))
+    return out
 
 
 def seeds(live: bool = False) -> list:
-    """Valid frames of every type (the fuzzer's starting points). A live
-    session gets no streamed copies: one announcing more bytes than follow
-    waits, as it must, for the rest until the session's timeout (the
-    level-4 tests cover those requests against a live session)."""
+    """Valid frames of every type the decoder parses (the fuzzer's starting
+    points); a live session also gets copy requests (into memory it does
+    not have: refused, or malformed: the connection ends)."""
     t96 = bytes(range(96))
     out = [
         P.encode(P.TASK, P.task_body(1, "simpler_remote_orchs:pid", {}, b"", b"", [])),
@@ -65,10 +76,7 @@ def seeds(live: bool = False) -> list:
         P.encode(P.HEARTBEAT, P.heartbeat_body(3)),
         P.encode(P.SHUTDOWN),
     ]
-    if not live:
-        out += [P.encode(P.CONTROL, P.control_body(10, {"op": "stream_to", "addr": 4096, "nbytes": 8})),
-                P.encode(P.CONTROL, P.control_body(11, {"op": "stream_from", "addr": 4096, "nbytes": 1 << 20}))]
-    return out
+    return out + (copy_seeds(4096, live=True) if live else [])
 
 
 # Offsets of length fields worth lying in, per frame: the header's body
@@ -102,7 +110,7 @@ def mutate(rng: random.Random, frame: bytes, pool: list, max_ops: int = 4) -> by
             cut = rng.randint(0, len(b))
             b = b[:cut] + other[rng.randint(0, len(other)):]
         elif op == 6 and len(b) >= 8:  # another type or version
-            struct.pack_into("<H", b, 4 + 2 * rng.randrange(2), rng.choice((0, 1, 2, 3, 4, 5, 6, 7, 0xFFFF)))
+            struct.pack_into("<H", b, 4 + 2 * rng.randrange(2), rng.choice((0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xFFFF)))
         elif op == 7:  # the header fixed up to the (mutated) body, so the body parsers get to see it
             if len(b) >= P.HEADER.size:
                 struct.pack_into("<I", b, 8, len(b) - P.HEADER.size)
@@ -140,6 +148,112 @@ def fuzz_decoder(seconds: float, seed: int, max_execs: int = 0) -> dict:
         if stats["execs"] % 64 == 0 and len(pool) < 256 and rng.random() < 0.1:
             pool.append(frame)  # some mutants become seeds (deeper mutations)
     return stats
+
+
+# ---- the library's copy server -----------------------------------------------------------
+
+
+def _channel_pair(key: bytes):
+    import threading
+
+    from tensorcore import Channel
+
+    a, b = socket.socketpair()
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("s", Channel.open(b, server=True, keys=P.keyring(key),
+                                                                         timeout=10)))
+    t.start()
+    c = Channel.open(a, server=False, keys=P.keyring(key), timeout=10)
+    t.join()
+    return c, got["s"], (a, b)
+
+
+def fuzz_copy_server(seconds: float, seed: int, max_execs: int = 0) -> dict:
+    import numpy as np
+
+    from simpler import SimplerError
+    from simpler.remote.copies import CopyServer
+
+    rng = random.Random(seed)
+    key = os.urandom(32)
+    mem = np.full(3 * 4096, 0x5A, np.uint8)  # the served page in the middle, poisoned pages around it
+    page = mem[4096:8192]
+    base = page.ctypes.data
+    pool = copy_seeds(base)
+    stats = {"execs": 0, "answered": 0, "refused": 0, "lanes": 0, "failures": []}
+    lane = None
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end and (not max_execs or stats["execs"] < max_execs):
+            if lane is None:
+                parent, session, socks = _channel_pair(key)
+                server = CopyServer(session, 0.2)  # a streamed copy's missing data frames: a short wait
+                server.add(base, 4096)
+                lane = (parent, session, socks, server)
+                stats["lanes"] += 1
+            parent, session, socks, server = lane
+            frame = mutate(rng, rng.choice(pool), pool, max_ops=2)
+            if rng.random() < 0.5 and len(frame) >= P.HEADER.size:
+                frame = frame[:8] + struct.pack("<I", len(frame) - P.HEADER.size) + frame[12:]
+            stats["execs"] += 1
+            n_head = P.HEADER.size + struct.unpack_from("<I", frame, 8)[0] if len(frame) >= P.HEADER.size else 0
+            before = mem.copy()
+            try:
+                split = 0 < n_head < len(frame)
+                parent.send(frame[:n_head] if split else frame, 10)
+                if split:
+                    parent.send(frame[n_head:], 10)  # what is past the request: one data frame
+                parent.send(P.encode(P.COPY_FROM, _COPY_REQ.pack(_PROBE, base, 0, 0)), 10)
+                answered = False
+                for _ in range(3):  # the mutant, the data frame sent after it, the probe
+                    if server.next_frame() is None and _probe_answered(parent):
+                        answered = True
+                        break
+                stats["answered" if answered else "refused"] += 1
+                if not answered:
+                    lane = _close_lane(lane)
+            except SimplerError:
+                stats["refused"] += 1  # a lane the server gave up on: a fresh one
+                lane = _close_lane(lane)
+            except Exception as e:  # noqa: BLE001 - the finding
+                stats["failures"].append((frame.hex(), f"{type(e).__name__}: {e}"))
+                lane = _close_lane(lane)
+            if not ((mem[:4096] == before[:4096]).all() and (mem[8192:] == before[8192:]).all()):
+                stats["failures"].append((frame.hex(), "bytes outside the served page changed"))
+                mem[:] = 0x5A
+    finally:
+        _close_lane(lane)
+    return stats
+
+
+_PROBE = 1 << 40
+
+
+def _probe_answered(parent) -> bool:
+    """Reads what the server has sent so far (replies, a copy_from's data
+    frames): True once the probe's reply is among it."""
+    from tensorcore import TensorcoreError
+
+    while True:
+        try:
+            got = parent.recv(P.MAX_FRAME_BYTES, 0.001)
+        except TensorcoreError:
+            return False
+        if len(got) >= P.HEADER.size + 8 and got[6] == P.COPY_REPLY and \
+                struct.unpack_from("<Q", got, P.HEADER.size)[0] == _PROBE:
+            return True
+
+
+def _close_lane(lane):
+    if lane is not None:
+        parent, session, socks, server = lane
+        server.close()
+        for ch in (parent, session):
+            ch.shutdown()
+            ch.close()
+        for s in socks:
+            s.close()
+    return None
 
 
 # ---- the live session -------------------------------------------------------------
@@ -206,7 +320,7 @@ class LiveSession:
                 if e.status == -14:  # TIMEOUT
                     raise TimeoutError("the session neither answered the probe nor closed") from None
                 return "ended"
-            ftype, body = P.decode(got, P.COMMAND_TYPES)
+            ftype, body = P.decode(got, P.COMMAND_TYPES | {P.COPY_REPLY})  # a copy mutant's reply, then the probe's
             if ftype == P.CONTROL_REPLY and P.parse_reply(body)[0] == rid:
                 return "alive"
             if ftype == P.SHUTDOWN:  # the mutant was a SHUTDOWN: the session acknowledged and ends
@@ -284,6 +398,11 @@ def main(argv=None) -> int:
     print(f"decoder: {d['execs']} execs in {time.monotonic() - t0:.0f} s ({d['ok']} parsed, {d['refused']} refused), "
           f"{len(d['failures'])} failures", flush=True)
     failures += d["failures"]
+    t0 = time.monotonic()
+    c = fuzz_copy_server(a.seconds, a.seed)
+    print(f"copy server: {c['execs']} execs in {time.monotonic() - t0:.0f} s over {c['lanes']} lanes "
+          f"({c['answered']} answered, {c['refused']} refused), {len(c['failures'])} failures", flush=True)
+    failures += c["failures"]
     if not a.no_live:
         t0 = time.monotonic()
         s = fuzz_live(a.seconds, a.seed)

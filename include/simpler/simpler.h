@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "simpler/tensor.h"
+#include "tensorcore/channel.h"
 #include "tensorcore/types.h"
 
 #ifdef __cplusplus
@@ -222,6 +223,47 @@ TC_API tc_status simpler_l3_buffer_add(simpler_l3 s, uint32_t idx, uint64_t base
 TC_API tc_status simpler_l3_buffer_drop(simpler_l3 s, uint32_t idx, uint32_t* holders, uint32_t cap, uint32_t* n);
 TC_API int32_t simpler_l3_uses_buffer(simpler_l3 s, uint32_t idx);
 TC_API int32_t simpler_l3_uses_dev(simpler_l3 s, uint32_t ep, uint64_t base);
+
+/* ---- level-4 copies (a remote session and its parent) ---------------------
+ * Internal to python/simpler/remote: a remote copy's request, bytes and
+ * reply handled on the command lane's channel without the interpreter on
+ * either side. The frames (COPY_TO, COPY_FROM, COPY_REPLY) are laid out in
+ * python/simpler/remote/protocol.py and src/runtime/level4_copy.cpp.
+ *
+ * The session's side: a server knows the ranges it may copy into and out of
+ * (its allocations and imports, host addresses of this process) and reads
+ * the lane. simpler_l4_serve receives one frame: a copy request is served
+ * (a range outside every allocation is refused in the reply, its data
+ * frames read and dropped) and *served is 1; any other frame is left in the
+ * channel's buffer, *frame / *frame_bytes, as tc_channel_recv leaves it.
+ * TC_ERR_TIMEOUT: no frame began (the lane is still in step). */
+typedef struct simpler_l4_server_s* simpler_l4_server;
+TC_API tc_status simpler_l4_server_create(tc_channel ch, uint64_t max_frame_bytes, int64_t timeout_ms,
+                                          simpler_l4_server* out);
+TC_API tc_status simpler_l4_server_destroy(simpler_l4_server s);
+TC_API tc_status simpler_l4_server_add(simpler_l4_server s, uint64_t addr, uint64_t nbytes);
+TC_API tc_status simpler_l4_server_drop(simpler_l4_server s, uint64_t addr);
+TC_API tc_status simpler_l4_serve(simpler_l4_server s, int32_t* served, const void** frame, uint64_t* frame_bytes);
+
+/* The parent's side: a copier sends copies of at most inline_max bytes
+ * inside their request or reply and longer ones as data frames of at most
+ * chunk_bytes. copy_send sends the request (op 0: nbytes from buf to the
+ * session's addr; op 1: from addr into buf) and, for op 0, its bytes; the
+ * caller keeps other senders off the lane meanwhile. copy_await reads one
+ * frame: the reply to `rid` sets *state to 0 (done: for op 1 the bytes are
+ * in buf) or 2 (refused: simpler_l4_copier_refusal); any other frame sets
+ * it to 1 and stays in the channel's buffer (simpler_l4_copier_frame). A
+ * reply that does not match its request is TC_ERR_CORRUPT (the lane is out
+ * of step); TC_ERR_TIMEOUT: no frame began (call again). */
+typedef struct simpler_l4_copier_s* simpler_l4_copier;
+TC_API tc_status simpler_l4_copier_create(tc_channel ch, uint64_t max_frame_bytes, uint64_t inline_max,
+                                          uint64_t chunk_bytes, int64_t timeout_ms, simpler_l4_copier* out);
+TC_API tc_status simpler_l4_copier_destroy(simpler_l4_copier c);
+TC_API tc_status simpler_l4_copy_send(simpler_l4_copier c, int32_t op, uint64_t rid, uint64_t addr, void* buf,
+                                      uint64_t nbytes);
+TC_API tc_status simpler_l4_copy_await(simpler_l4_copier c, int32_t* state);
+TC_API tc_status simpler_l4_copier_frame(simpler_l4_copier c, const void** frame, uint64_t* frame_bytes);
+TC_API tc_status simpler_l4_copier_refusal(simpler_l4_copier c, int32_t* status, const char** message);
 
 #ifdef __cplusplus
 }

@@ -255,12 +255,12 @@ def _one_remote(daemons):
 
 
 def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane_in_step(daemons, monkeypatch):
+    # Bigger than a MAC slice on both sides, in data frames of 1 MiB + 1 from
+    # this side (the session takes whatever frame size arrives) and of its
+    # own size back.
+    monkeypatch.setattr(P, "CHUNK_BYTES", (1 << 20) + 1)
     with _one_remote(daemons) as (w4, r, ep):
         p = w4.remote_malloc(3 << 20, r)
-        # Bigger than a MAC slice on both sides, in data frames of 1 MiB + 1 from
-        # this side (the session takes whatever frame size arrives) and of its
-        # own size back.
-        monkeypatch.setattr(P, "CHUNK_BYTES", (1 << 20) + 1)
         data = np.random.default_rng(3).integers(0, 255, 3 << 20, dtype=np.uint8)
         w4.remote_copy_to(p, data, r)
         out = np.full(3 << 20, 7, np.uint8)
@@ -284,19 +284,15 @@ def test_streamed_copies_go_straight_into_place_and_a_refused_one_keeps_the_lane
         w4.remote_copy_from(bytearray(), p, r)
 
 
-def test_small_copies_travel_inside_their_request_and_reply(daemons, monkeypatch):
+def test_copies_at_the_inline_limit_and_past_it(daemons):
+    # (Which frames each size travels in: test_simpler_l4_copies.py.)
     with _one_remote(daemons) as (w4, r, ep):
-        sent = []
-        real_send = ep._cmd.send
-        monkeypatch.setattr(ep._cmd, "send", lambda frame, timeout: (sent.append(frame), real_send(frame, timeout)))
         n = P.INLINE_COPY_BYTES
         p = w4.remote_malloc(2 * n + 2, r)
         rng = np.random.default_rng(4)
         for size in (1, n, n + 1):  # inline up to the limit, streamed past it
             data = rng.integers(0, 255, size, dtype=np.uint8)
-            del sent[:]
             w4.remote_copy_to(p + 1, data, r)
-            assert len(sent) == (1 if size <= n else 2)
             out = np.full(size, 7, np.uint8)
             w4.remote_copy_from(out, p + 1, r)
             np.testing.assert_array_equal(out, data)
@@ -545,11 +541,9 @@ def test_malformed_and_truncated_frames_end_the_connection(daemons):
         assert _session_closes(s)
     # After a valid handshake: a frame that is not a level-4 frame, and a
     # CONTROL frame cut short.
-    # A streamed copy that does not say how many bytes follow cannot be kept in step either.
+    # (Copy requests that do not add up: test_simpler_l4_copies.py.)
     for payload in (b"garbage that is no frame", P.encode(P.CONTROL, P.control_body(0, {"op": "open"}))[:-3],
-                    P.encode(P.TASK, P.task_body(1, "m:f", {}, b"", b"", [])),
-                    P.encode(P.CONTROL, P.control_body(1, {"op": "stream_to", "addr": 4096})),
-                    P.encode(P.CONTROL, P.control_body(1, {"op": "stream_from", "addr": 4096, "nbytes": -1}))):
+                    P.encode(P.TASK, P.task_body(1, "m:f", {}, b"", b"", []))):
         with socket.create_connection((d.host, d.port)) as s:
             ch = Channel.open(s, server=False, keys=P.keyring(d.key), timeout=10)
             ch.send(payload, 10)
@@ -932,11 +926,13 @@ def test_the_daemon_is_installed_as_a_console_script():
     assert main(["--listen", "nowhere", "--key-file", "/nonexistent"]) == 2
 
 
-def test_a_short_fuzz_of_the_frame_decoder_and_a_live_session():
+def test_a_short_fuzz_of_the_frame_decoder_the_copy_server_and_a_live_session():
     """A bounded run of scripts/fuzz_l4_frames.py (the long run's figures
     are in bench/results/fuzzing.md): only ProtocolError comes out of the
-    decoder, and a session fed mutated frames answers or ends the
-    connection, never hangs or dies with a traceback."""
+    decoder, the library's copy server answers or refuses mutated copies
+    without touching memory outside its range, and a session fed mutated
+    frames answers or ends the connection, never hangs or dies with a
+    traceback."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fuzz_l4_frames", REPO / "scripts" / "fuzz_l4_frames.py")
@@ -945,6 +941,9 @@ def test_a_short_fuzz_of_the_frame_decoder_and_a_live_session():
     d = fz.fuzz_decoder(30.0, seed=11, max_execs=20000)
     assert d["execs"] == 20000 and d["failures"] == [], d["failures"][:3]
     assert d["ok"] > 0 and d["refused"] > 0  # both paths were exercised
+    c = fz.fuzz_copy_server(60.0, seed=13, max_execs=1500)
+    assert c["execs"] == 1500 and c["failures"] == [], c["failures"][:3]
+    assert c["answered"] > 0 and c["refused"] > 0
     s = fz.fuzz_live(60.0, seed=12, max_execs=40)
     assert s["execs"] == 40 and s["failures"] == [], s["failures"][:3]
     assert s["alive"] > 0 and s["ended"] > 0

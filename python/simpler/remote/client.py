@@ -23,11 +23,10 @@ from collections import deque
 from .. import _errors
 from ..level3 import endpoint as _endpoint
 from ..level3.endpoint import Endpoint
+from . import copies
 from . import protocol as P
 
 
-# The API call behind a request, where the wire name differs (errors name the call).
-_API_NAMES = {"stream_to": "copy_to", "stream_from": "copy_from"}
 def _misfit(n: int, sink) -> str:
     """Why a copy's reply cannot go to its destination."""
     return f"{n} bytes came for a destination of {None if sink is None else len(sink)}"
@@ -114,7 +113,7 @@ class RemoteEndpoint:
         self.cfgs, self._cfg_idx, self._cfg_bytes = [{}], {}, [b"{}"]  # index 0: the default config
         self.pid = 0  # the session process, on the remote host
         self.wake_fd = -1
-        self._cmd = self._health = None
+        self._cmd = self._health = self._copier = None
         self._socks = []
         self._send_lock = threading.Lock()
         self._cv = threading.Condition()
@@ -144,6 +143,7 @@ class RemoteEndpoint:
             self._cmd = Channel.open(s, server=False, keys=P.keyring(spec.key), timeout=startup_timeout_s,
                                      expected_peer_identity=P.IDENTITY)
             self._cmd.set_spin(round(_endpoint.SPIN_S * 1e6))  # the level-3 spin policy: a reply's wait
+            self._copier = copies.Copier(self._cmd, self.timeout_s)
         except (OSError, TensorcoreError) as e:
             raise self._open_error(e) from None
         manifest = {"op": "open", "platform": spec.platform, "runtime": spec.runtime, "device_ids": spec.device_ids,
@@ -281,7 +281,11 @@ class RemoteEndpoint:
     def _read_one(self, engine: bool = False) -> bool:
         """Takes one frame (its first bytes have arrived); False on SHUTDOWN."""
         # The channel's own buffer: a copy's reply goes from it into its destination.
-        frame = self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
+        return self._take(self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False), engine)
+
+    def _take(self, frame, engine: bool = False) -> bool:
+        """Acts on one frame of the lane; False on SHUTDOWN. (A COPY_REPLY
+        reaches only the copy that awaits it: here it is a ProtocolError.)"""
         ftype, body = P.decode(frame, {P.COMPLETION, P.CONTROL_REPLY, P.SHUTDOWN})
         if ftype == P.COMPLETION:
             self.completions.append(P.parse_completion(body))
@@ -290,12 +294,9 @@ class RemoteEndpoint:
         elif ftype == P.CONTROL_REPLY:
             rid, status, value, data = P.parse_reply(body, copy=False)
             sink = self._sinks.pop(rid, None)
-            if not status and isinstance(value, dict) and "stream" in value:
-                status, value = self._read_stream(sink, value["stream"])
-                data = None
-            elif sink is not None and not status:
+            if sink is not None and not status:
                 if len(data) == len(sink):
-                    sink[:] = data  # a copy_from's bytes, straight into the caller's buffer
+                    sink[:] = data  # a copy piece's bytes, straight into the caller's buffer
                     status, data = 0, None
                 else:
                     status, value, data = _errors.INTERNAL, _misfit(len(data), sink), None
@@ -310,14 +311,6 @@ class RemoteEndpoint:
                 self._cv.notify_all()
             return False
         return True
-
-    def _read_stream(self, sink, n) -> tuple:
-        """Reads the data frames that follow a stream_from reply straight
-        into `sink`: (status, value) of the request. Frames that cannot go
-        there are read and dropped, so the lane stays in step."""
-        fits = sink is not None and len(sink) == n
-        P.read_stream(self._cmd, sink if fits else None, n, self.timeout_s)
-        return (0, None) if fits else (_errors.INTERNAL, _misfit(n, sink))
 
     def _lane_failed(self, e) -> None:
         if isinstance(e, P.ProtocolError):
@@ -426,22 +419,54 @@ class RemoteEndpoint:
             lane.detach()
 
     def copy_to(self, addr: int, view) -> None:
-        """Writes `view` (a byte view) at remote address addr: the request,
-        then the bytes from view itself as data frames (a small copy: inside
-        the request)."""
-        n = view.nbytes
-        if n <= P.INLINE_COPY_BYTES:
-            self.control({"op": "copy_to", "addr": addr}, view)
-            return
-        self.control({"op": "stream_to", "addr": addr, "nbytes": n},
-                     more=[view[at:at + k] for at, k in P.data_pieces(n)])
+        """Writes `view` (a byte view) at remote address addr."""
+        self._copy(copies.COPY_TO, "remote_copy_to", addr, view)
 
     def copy_from(self, view, addr: int) -> None:
         """Reads len(view) bytes at remote address addr into `view` (a
-        writable byte view): the answer's data frames land there as they
-        arrive (a small copy: inside the reply)."""
-        op = "copy_from" if view.nbytes <= P.INLINE_COPY_BYTES else "stream_from"
-        self.control({"op": op, "addr": addr, "nbytes": view.nbytes}, sink=view)
+        writable byte view); a refused range leaves it as it was."""
+        self._copy(copies.COPY_FROM, "remote_copy_from", addr, view)
+
+    def _copy(self, op: int, api: str, addr: int, view) -> None:
+        """One copy through the library: the request (with a small copy's
+        bytes, or followed by its data frames) and its reply, read by this
+        thread; frames that arrive before the reply are taken as usual."""
+        n = view.nbytes
+        ptr = copies.buffer_address(view) if n else None
+        self.attach()  # the receiver thread stays off the lane
+        try:
+            if not self._reader.acquire(timeout=self.timeout_s):
+                raise RemoteDied(f"{self.label}: the command lane stayed busy for {self.timeout_s:g} s")
+            try:
+                with self._cv:
+                    rid = self._next_rid
+                    self._next_rid += 1
+                if self.dead:
+                    raise RemoteDied(self.dead)
+                try:
+                    with self._send_lock:
+                        self._copier.send(op, rid, addr, ptr, n)
+                except _errors.SimplerError as e:
+                    self._die(f"lost its session while sending ({e})")
+                    raise RemoteDied(self.dead) from None
+                while True:
+                    try:
+                        state, got = self._copier.await_reply()
+                    except _errors.SimplerError as e:
+                        if e.status == _errors.TIMEOUT and self.dead is None:
+                            continue  # no frame yet; the health lane decides whether the session lives
+                        self._lane_failed(P.ProtocolError(str(e)) if e.status == _errors.CORRUPT else e)
+                        raise RemoteDied(self.dead) from None
+                    if state == "done":
+                        return
+                    if state == "refused":
+                        raise _errors.error_for(got[0], f"{self.label}: {api}: {got[1]}")
+                    if not self._take(got):
+                        raise RemoteDied(f"{self.label}: the session ended during a copy")
+            finally:
+                self._reader.release()
+        finally:
+            self.detach()
 
     def control_many(self, requests, window: int):
         """(value, data) of each (request, data[, sink]) of `requests`, in
@@ -488,8 +513,7 @@ class RemoteEndpoint:
                     raise RemoteDied(self.dead)
             lane.read_until(lambda: rid in self._replies)
         if status and request is not None:
-            op = _API_NAMES.get(request["op"], request["op"])
-            raise _errors.error_for(status, f"{self.label}: remote_{op}: {value}")
+            raise _errors.error_for(status, f"{self.label}: remote_{request['op']}: {value}")
         return value, out
 
     # ---- shutdown -------------------------------------------------------------------
@@ -515,10 +539,12 @@ class RemoteEndpoint:
                 ch.shutdown()
         for t in self._threads:
             t.join(5.0)
+        if self._copier is not None:
+            self._copier.close()
         for ch in (self._cmd, self._health):
             if ch is not None:
                 ch.close()
-        self._cmd = self._health = None
+        self._cmd = self._health = self._copier = None
         for s in self._socks:
             s.close()
         self._socks = []

@@ -14,15 +14,15 @@ Two connections per session: the command lane (CONTROL / CONTROL_REPLY,
 TASK / COMPLETION, SHUTDOWN, in order) and the health lane (HEARTBEAT both
 ways), so a long task never delays the liveness check.
 
-A session's copies stream: the request (CONTROL stream_to) or its answer
-(CONTROL_REPLY to stream_from) is followed at once on the command lane by
-the bytes themselves, in data frames of at most CHUNK_BYTES with no header
-(the channel's MAC covers each frame and its place in the lane), which the
-receiver reads straight into the destination. A copy of at most
-INLINE_COPY_BYTES travels inside its request or reply instead (copy_to /
-copy_from): one frame less each way, at the price of one copy through the
-channel's buffer. An MPI group's ranks copy in pieces inside CONTROL frames
-too, since rank 0 passes them on as MPI messages.
+A copy is a COPY_TO or COPY_FROM request and a COPY_REPLY, served by the
+session and awaited by the parent in the library (simpler_l4_*,
+src/runtime/level4_copy.cpp, which lays the three out), not in Python. A
+copy of at most INLINE_COPY_BYTES travels inside its request (to) or reply
+(from); a longer one follows it as data frames of at most CHUNK_BYTES with
+no header (the channel's MAC covers each frame and its place in the lane),
+which the receiver reads straight into the destination. An MPI group's
+ranks copy in pieces inside CONTROL frames instead, since rank 0 passes
+them on as MPI messages.
 """
 
 from __future__ import annotations
@@ -34,15 +34,18 @@ import stat
 import struct
 
 MAGIC = b"SL4F"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("<4sHHI")
 
 TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN, HEARTBEAT = 1, 2, 3, 4, 5, 6
 # A TASK or CONTROL frame for one rank of an MPI group (simpler.remote_mpi);
 # ordinary sessions refuse it.
 ROUTED = 7
+# Copies, in the library's layout (src/runtime/level4_copy.cpp).
+COPY_TO, COPY_FROM, COPY_REPLY = 8, 9, 10
 NAMES = {TASK: "TASK", COMPLETION: "COMPLETION", CONTROL: "CONTROL", CONTROL_REPLY: "CONTROL_REPLY",
-         SHUTDOWN: "SHUTDOWN", HEARTBEAT: "HEARTBEAT", ROUTED: "ROUTED"}
+         SHUTDOWN: "SHUTDOWN", HEARTBEAT: "HEARTBEAT", ROUTED: "ROUTED", COPY_TO: "COPY_TO",
+         COPY_FROM: "COPY_FROM", COPY_REPLY: "COPY_REPLY"}
 COMMAND_TYPES = {TASK, COMPLETION, CONTROL, CONTROL_REPLY, SHUTDOWN}
 HEALTH_TYPES = {HEARTBEAT}
 
@@ -51,7 +54,7 @@ HEALTH_TYPES = {HEARTBEAT}
 # whatever the transfer.
 CHUNK_BYTES = 16 << 20
 MAX_FRAME_BYTES = CHUNK_BYTES + (1 << 20)
-# Copies up to this size travel inside their CONTROL / CONTROL_REPLY frame:
+# Copies up to this size travel inside their COPY_TO / COPY_REPLY frame:
 # below it a second frame (a send and a receive on each side) costs more
 # than the pass through the channel's buffer that streaming saves.
 INLINE_COPY_BYTES = 64 << 10
@@ -271,42 +274,10 @@ def parse_reply(body, copy: bool = True) -> tuple:
     return rid, status, value, bytes(data) if copy else data
 
 
-def data_pieces(nbytes: int, piece: int = None):
-    """(offset, length) of each data frame of a streamed copy of nbytes (of
-    each piece of `piece` bytes, an MPI rank's copy)."""
-    piece = piece or CHUNK_BYTES
+def data_pieces(nbytes: int, piece: int):
+    """(offset, length) of each piece of `piece` bytes of a copy of nbytes
+    (an MPI rank's copy)."""
     return [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
-
-
-def read_stream(channel, view, nbytes: int, timeout_s: float) -> None:
-    """Reads a streamed copy's data frames, nbytes in all, straight into
-    `view` (or, with view None, reads and drops them: the lane stays in
-    step). The receiver does not assume the sender's frame size; a length
-    that is not a count, a frame past the end, or an empty one, is a
-    ProtocolError."""
-    if type(nbytes) is not int or nbytes < 0:
-        raise ProtocolError(f"a copy announces {nbytes!r} bytes")
-    at = 0
-    while at < nbytes:
-        if view is not None:
-            got = channel.recv_into(view[at:], timeout_s)  # a longer frame is refused by the channel
-        else:
-            got = len(channel.recv(MAX_FRAME_BYTES, timeout_s, copy=False))
-            if got > nbytes - at:
-                raise ProtocolError(f"a data frame of {got} bytes where {nbytes - at} were left")
-        if not got:
-            raise ProtocolError("an empty data frame inside a copy")
-        at += got
-
-
-def stream_request(req: dict) -> tuple:
-    """(address, nbytes) of a stream_to / stream_from request; a request
-    without them is a ProtocolError (its data frames could not be told
-    apart from the frames after them)."""
-    addr, n = req.get("addr"), req.get("nbytes")
-    if type(addr) is not int or type(n) is not int or addr < 0 or n < 0:
-        raise ProtocolError(f"{req['op']} request without a valid addr and nbytes: {req!r}"[:300])
-    return addr, n
 
 
 # ---- ROUTED ----------------------------------------------------------------------

@@ -40,6 +40,7 @@ from .._lib import CChipTensor
 from ..level3 import endpoint as _endpoint
 from ..task_interface import CallConfig, ChipStorageTaskArgs
 from . import protocol as P
+from .copies import CopyServer
 
 HANDSHAKE_S = 10.0
 
@@ -93,6 +94,7 @@ class Session:
         self.cmd = self.health = None
         self.capacity = 1  # tasks run at once: the level-3 Worker's sub-workers, at least one
         self._lane = None  # poll object of the command lane's socket (the driver's)
+        self.copies = None  # CopyServer: the lane's reader, serving copies into the ranges below
 
     def log(self, msg: str) -> None:
         print(f"simpler.remote_worker session {os.getpid()}: {msg}", file=sys.stderr, flush=True)
@@ -136,6 +138,7 @@ class Session:
         # The level-3 spin policy (set by the Worker's init) for the lane's
         # own waits too: a copy's data frames, sends into a full socket.
         self.cmd.set_spin(round(_endpoint.SPIN_S * 1e6))
+        self.copies = CopyServer(self.cmd, self.timeout_s)
         host = self.conn.getsockname()[0]
         lst = socket.create_server((host, 0))
         self._reply(rid, 0, dict(extra, pid=os.getpid(), health_port=lst.getsockname()[1]))
@@ -179,43 +182,18 @@ class Session:
         return bool(self._lane.poll(0))
 
     def _take(self, frame, backlog) -> bool:
-        """Acts on one frame of the command lane; True on SHUTDOWN. A control
-        request is served at once (a copy's data frames, which follow its
-        request, go straight between the lane and the remote memory), a
-        task joins the backlog."""
+        """Acts on one frame of the command lane (copies were served by the
+        library before it); True on SHUTDOWN. A control request is served at
+        once, a task joins the backlog."""
         ftype, body = P.decode(frame, {P.TASK, P.CONTROL, P.SHUTDOWN})
         if ftype == P.SHUTDOWN:
             return True
         if ftype == P.CONTROL:
-            rid, req, data = P.parse_control(body, copy=False)  # a copy_to's bytes: a view of the frame
-            if req["op"] in ("stream_to", "stream_from"):
-                self._serve_stream(rid, req)
-            else:
-                self._serve_control(rid, req, data)
+            rid, req, data = P.parse_control(body, copy=False)  # an MPI rank's copy piece: a view of the frame
+            self._serve_control(rid, req, data)
         else:
             backlog.append(P.parse_task(body))
         return False
-
-    def _serve_stream(self, rid: int, req: dict) -> None:
-        """A streamed copy: stream_to's data frames are read into the remote
-        memory (or, when the range is refused, read and dropped: the lane
-        stays in step); stream_from's reply is followed by data frames sent
-        from the remote memory itself."""
-        addr, n = P.stream_request(req)
-        try:
-            view = self._view_at(addr, n)
-        except Exception as e:  # noqa: BLE001
-            view, status, why = None, getattr(e, "status", _errors.INVALID_ARG), f"{type(e).__name__}: {e}"
-        if req["op"] == "stream_to":
-            P.read_stream(self.cmd, view, n, self.timeout_s)
-            if view is not None:
-                self._reply(rid, 0, None)
-        elif view is not None:
-            self._reply(rid, 0, {"stream": n})
-            for at, k in P.data_pieces(n):
-                self.cmd.send(view[at:at + k], self.timeout_s)
-        if view is None:
-            self._reply(rid, status, why)
 
     def _serve(self) -> None:
         """The driver, the command lane's only reader: it takes frames when
@@ -223,8 +201,6 @@ class Session:
         waits on the engine and on the lane at once (the engine's poll
         watches the lane's socket), so a frame is read by the thread that
         acts on it, without a hand-over."""
-        from tensorcore import TensorcoreError
-
         eng = self.worker._engine
         self._lane = select.poll()
         self._lane.register(self.conn.fileno(), select.POLLIN)
@@ -237,14 +213,16 @@ class Session:
             block = not running and not backlog  # idle: the lane's channel spins before it blocks (set_spin)
             while not ending and (block or self._readable()):
                 try:
-                    # The channel's own buffer: _take acts on it before the next receive.
-                    frame = self.cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False)
-                except TensorcoreError as e:
+                    # A copy is served in the library; another frame is in the channel's
+                    # own buffer, which _take acts on before the next receive.
+                    frame = self.copies.next_frame()
+                except _errors.SimplerError as e:
                     if e.status == _errors.TIMEOUT and not self.stop.is_set():
                         continue  # no frame began: the lane is idle, and still in step
                     raise ConnectionError(f"the command lane closed or failed ({e})") from None
                 block = False
-                ending = self._take(frame, backlog)
+                if frame is not None:
+                    ending = self._take(frame, backlog)
             still = []
             for tid, h, keep in running:
                 if h._run.done:
@@ -341,6 +319,15 @@ class Session:
         b = self._buffer_at(addr, n)
         return b.shm.buf[addr - b.ptr:addr - b.ptr + n]
 
+    def _serve_copies(self, b, on: bool) -> None:
+        """Lets the lane's copies reach buffer b, or no longer (an MPI rank
+        other than 0 has no lane: its copies come as CONTROL pieces)."""
+        if self.copies is not None:
+            if on:
+                self.copies.add(b.ptr, b.nbytes)
+            else:
+                self.copies.drop(b.ptr)
+
     def _control(self, req: dict, data: bytes):
         op = req["op"]
         if op == "malloc":
@@ -348,10 +335,12 @@ class Session:
             if size <= 0:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"malloc of {size} bytes")
             b = self.worker.create_buffer(size)
+            self._serve_copies(b, True)
             self.buffers[b.ptr] = b
             return b.ptr, b""
         if op == "free":
             b = self._allocation(int(req["ptr"]))
+            self._serve_copies(b, False)
             del self.buffers[b.ptr]
             b.close()
             return None, b""
@@ -373,6 +362,7 @@ class Session:
             if b is None:
                 raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"0x{int(req['ptr']):x} is not an import "
                                                    f"of this session")
+            self._serve_copies(b, False)
             b.close()
             return None, b""
         raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"unknown control request {op!r}")
@@ -395,11 +385,14 @@ class Session:
             raise _errors.SimplerArgumentError(_errors.INVALID_ARG, f"cannot map the export {name}: {e}") from None
         self.worker._buffers.append(b)
         self.worker._engine.add_buffer(b)
+        self._serve_copies(b, True)
         self.imports[b.ptr] = b
         return b.ptr
 
     def _close(self) -> None:
         self.stop.set()
+        if self.copies is not None:  # before the memory it serves goes
+            self.copies.close()
         if self.worker is not None:
             try:
                 self.worker.close()

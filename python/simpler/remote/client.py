@@ -372,11 +372,14 @@ class RemoteEndpoint:
                 for f in more:
                     self._cmd.send(f, self.timeout_s)
         except Exception as e:  # noqa: BLE001
-            if getattr(e, "status", None) == _errors.TIMEOUT:  # it stopped reading (a copy fills the sockets)
-                self._die(f"took no bytes within remote_session_timeout_s={self.timeout_s:g} s; declared dead")
-            else:
-                self._die(f"lost its session while sending ({e})")
-            raise RemoteDied(self.dead) from None
+            self._send_failed(e)
+
+    def _send_failed(self, e):
+        if getattr(e, "status", None) == _errors.TIMEOUT:  # it stopped reading (a copy fills the sockets)
+            self._die(f"took no bytes within remote_session_timeout_s={self.timeout_s:g} s; declared dead")
+        else:
+            self._die(f"lost its session while sending ({e})")
+        raise RemoteDied(self.dead) from None
 
     def callable_index(self, name: str) -> int:
         i = self._name_idx.get(name)
@@ -447,8 +450,7 @@ class RemoteEndpoint:
                     with self._send_lock:
                         self._copier.send(op, rid, addr, ptr, n)
                 except _errors.SimplerError as e:
-                    self._die(f"lost its session while sending ({e})")
-                    raise RemoteDied(self.dead) from None
+                    self._send_failed(e)
                 while True:
                     try:
                         state, got = self._copier.await_reply()

@@ -42,4 +42,4 @@ LD_PRELOAD="$preload" ASAN_OPTIONS="detect_leaks=0" UBSAN_OPTIONS="print_stacktr
   TENSORCORE_LIB="$build/libtensorcore.so" "$TC_PY" -m pytest -q -p no:cacheprovider \
   tests/python/test_dist.py tests/python/test_gguf.py tests/python/test_tokenizer.py \
   tests/python/test_simpler_api.py tests/python/test_simpler_depmap.py tests/python/test_simpler_failures.py \
-  tests/python/test_simpler_level3.py tests/python/test_simpler_level4.py
+  tests/python/test_simpler_level3.py tests/python/test_simpler_level4.py tests/python/test_simpler_l4_copies.py

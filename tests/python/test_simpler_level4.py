@@ -732,6 +732,39 @@ def test_two_long_tasks_on_one_remote_worker_overlap(daemons):
         assert out[1] > out[0] > 0
 
 
+def test_completions_that_arrive_during_copies_reach_their_run(daemons, monkeypatch):
+    """A copy reads the lane itself until its reply: a task's COMPLETION
+    that comes first is taken on the way, and the run still ends."""
+    d = daemons()
+    with Worker(4, platform="cpu") as w4:
+        r = w4.add_remote_worker(d.spec(num_sub_workers=1))
+        w4.init()
+        ep = w4._remote_ep(r)
+        stamp, scratch = w4.remote_malloc(16, r), w4.remote_malloc(4096, r)
+        seen = []
+        real_take = ep._take
+        monkeypatch.setattr(ep, "_take", lambda frame, engine=False: (seen.append(bytes(frame[6:8])),
+                                                                      real_take(frame, engine))[1])
+
+        def orch(o, args, cfg):
+            o.submit_next_level("simpler_remote_orchs:slow_stamp", _stamp_args(stamp, 50), worker=r)
+
+        h = w4.submit(orch)
+        rng = np.random.default_rng(21)
+        t0 = time.time()
+        while time.time() - t0 < 0.5:
+            data = rng.integers(0, 255, 4096, dtype=np.uint8)
+            w4.remote_copy_to(scratch, data, r)
+            out = np.zeros(4096, np.uint8)
+            w4.remote_copy_from(out, scratch, r)
+            np.testing.assert_array_equal(out, data)
+        assert struct.pack("<H", P.COMPLETION) in seen  # taken by a copy's wait
+        h.wait(10)
+        out = np.zeros(2)
+        w4.remote_copy_from(out, stamp, r)
+        assert out[1] - out[0] >= 0.05
+
+
 def test_a_session_without_sub_workers_runs_one_task_at_a_time(daemons):
     d = daemons()
     with Worker(4, platform="cpu") as w4:

@@ -444,31 +444,35 @@ class RemoteEndpoint:
                 with self._cv:
                     rid = self._next_rid
                     self._next_rid += 1
-                if self.dead:
-                    raise RemoteDied(self.dead)
+                if self.dead or self._copier is None:
+                    raise RemoteDied(self.dead or f"{self.label}: the session is closed")
                 try:
                     with self._send_lock:
                         self._copier.send(op, rid, addr, ptr, n)
                 except _errors.SimplerError as e:
                     self._send_failed(e)
-                while True:
-                    try:
-                        state, got = self._copier.await_reply()
-                    except _errors.SimplerError as e:
-                        if e.status == _errors.TIMEOUT and self.dead is None:
-                            continue  # no frame yet; the health lane decides whether the session lives
-                        self._lane_failed(P.ProtocolError(str(e)) if e.status == _errors.CORRUPT else e)
-                        raise RemoteDied(self.dead) from None
-                    if state == "done":
-                        return
-                    if state == "refused":
-                        raise _errors.error_for(got[0], f"{self.label}: {api}: {got[1]}")
-                    if not self._take(got):
-                        raise RemoteDied(f"{self.label}: the session ended during a copy")
+                self._await_copy(api)
             finally:
                 self._reader.release()
         finally:
             self.detach()
+
+    def _await_copy(self, api: str) -> None:
+        """Reads the lane (the reader lock held) until the copy's reply."""
+        while True:
+            try:
+                state, got = self._copier.await_reply()
+            except _errors.SimplerError as e:
+                if e.status == _errors.TIMEOUT and self.dead is None:
+                    continue  # no frame yet; the health lane decides whether the session lives
+                self._lane_failed(P.ProtocolError(str(e)) if e.status == _errors.CORRUPT else e)
+                raise RemoteDied(self.dead or f"{self.label}: the session was closed during a copy") from None
+            if state == "done":
+                return
+            if state == "refused":
+                raise _errors.error_for(got[0], f"{self.label}: {api}: {got[1]}")
+            if not self._take(got):
+                raise RemoteDied(f"{self.label}: the session ended during a copy")
 
     def control_many(self, requests, window: int):
         """(value, data) of each (request, data[, sink]) of `requests`, in
@@ -541,12 +545,19 @@ class RemoteEndpoint:
                 ch.shutdown()
         for t in self._threads:
             t.join(5.0)
-        if self._copier is not None:
-            self._copier.close()
-        for ch in (self._cmd, self._health):
-            if ch is not None:
-                ch.close()
-        self._cmd = self._health = self._copier = None
+        # A copy in another thread holds the reader lock while it is in the library: the
+        # shutdown above ended its wait, and the copier and channels go only once it is out.
+        reading = self._reader.acquire(timeout=5.0)
+        try:
+            if self._copier is not None:
+                self._copier.close()
+            for ch in (self._cmd, self._health):
+                if ch is not None:
+                    ch.close()
+            self._cmd = self._health = self._copier = None
+        finally:
+            if reading:
+                self._reader.release()
         for s in self._socks:
             s.close()
         self._socks = []

@@ -14,8 +14,9 @@ Measures, on TC_NUM_THREADS threads (default 2): prefill of 64 tokens
 weight once per token: bytes/token = all matrices except token_embd (one
 row is read; all of it when it is also the output matrix) plus the f32 KV
 cache read; GB/s = bytes/token * tok/s, compared with a NumPy copy's read
-bandwidth in the same run (1 and 2 threads over 1 GiB). --write records
-bench/results/llama-cpu.md with the date, the machine and its load.
+bandwidth in the same run (1 and 2 threads over 1 GiB). --write appends a
+dated section to bench/results/llama-cpu.md (the date, the processor, the
+models, the load), after the earlier ones.
 
 The random file carries a SentencePiece vocabulary (the default model's,
 padded to 32000 pieces), so llama.cpp loads it too: --llama-bench PATH runs
@@ -285,7 +286,7 @@ def main():
                     "Q5_K_M mix")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both",
                     help="activations of the weight products (both: measure each)")
-    ap.add_argument("--write", action="store_true", help="write bench/results/llama-cpu.md")
+    ap.add_argument("--write", action="store_true", help="append a dated section to bench/results/llama-cpu.md")
     ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench, run on each file after ours")
     args = ap.parse_args()
     os.environ["TC_NUM_THREADS"] = str(args.threads)
@@ -332,11 +333,12 @@ def main():
     if args.write:
         loaded = max(load_before[0], load_after[0]) > args.threads * 0.75
         lines = [
-            "# LLaMA prefill and decode on the CPU",
+            "## %s, %s, %d threads, %s" % (datetime.date.today().isoformat(), info.name, args.threads,
+                                          ", ".join(desc.split(":")[0] for desc, _, _, _ in sections)),
             "",
-            "`python bench/llama_cpu.py --write%s%s`, %s." % (
+            "`python bench/llama_cpu.py --write%s%s`." % (
                 "".join(" --model %s" % os.path.basename(name) for name in args.model or []),
-                " --threads %d" % args.threads if args.threads != 2 else "", datetime.date.today().isoformat()),
+                " --threads %d" % args.threads if args.threads != 2 else ""),
             "",
             "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
                 info.name, platform.machine(), args.threads, info.features),
@@ -360,7 +362,7 @@ def main():
                                           "its default settings but --repack 0 (the default run crashed)"
                                           if "--repack" in peer["binary"] else "its default settings"))
         for desc, bpt, rows, peer in sections:
-            lines += ["", "## " + desc, "", "Bytes per decoded token: %.1f MB." % (bpt / 1e6), "",
+            lines += ["", "### " + desc, "", "Bytes per decoded token: %.1f MB." % (bpt / 1e6), "",
                       "| | prefill tok/s | decode tok/s | best decode tok/s | decode GB/s | / 2T copy |"
                       + (" prefill / llama.cpp | decode / llama.cpp |" if peer else ""),
                       "|---|---|---|---|---|---|" + ("---|---|" if peer else "")]
@@ -375,11 +377,11 @@ def main():
                     peer["pp"], peer["tg"], bpt * peer["tg"] / 1e9, bpt * peer["tg"] / 1e9 / c2, " | |"))
         lines.append("")
         out = REPO / "bench" / "results" / "llama-cpu.md"
-        note = REPO / "bench" / "results" / "llama-cpu.notes.md"
-        if note.exists():
-            lines += [note.read_text()]
-        out.write_text("\n".join(lines))
-        print("wrote", out)
+        # A dated section after the earlier ones: the file keeps its history.
+        head = "" if out.exists() else "# LLaMA prefill and decode on the CPU\n"
+        with open(out, "a") as f:
+            f.write(head + "\n" + "\n".join(lines))
+        print("appended to", out)
 
 
 if __name__ == "__main__":

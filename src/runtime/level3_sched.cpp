@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/wire.h"
 #include "simpler/simpler.h"
 
 namespace simpler::level3 {
@@ -25,17 +26,8 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <class T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using wire::load;
+using wire::store;
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/wire.h"
 #include "simpler/simpler.h"
 #include "tensorcore/diagnostics.h"
 
@@ -42,18 +43,8 @@ struct Header {
   uint32_t body = 0;
 };
 
-template <class T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class T>
-uint8_t* store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-  return p + sizeof v;
-}
+using simpler::wire::load;
+using simpler::wire::store;
 
 // The header of a frame of ours whose length adds up, or type 0 (a frame
 // for the caller to decode, and to refuse with its own message).

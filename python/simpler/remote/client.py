@@ -5,8 +5,10 @@ The engine sees the same surface as a local endpoint (ready queue,
 allocations for dependency keys, `dead`) plus post(task) and a queue of
 completions; the transport behind it is two authenticated channels to the
 session process: the command lane (a receiver thread collects COMPLETION
-and CONTROL_REPLY frames) and the health lane (a thread exchanges
-heartbeats; a session silent for remote_session_timeout_s is declared dead).
+and CONTROL_REPLY frames; a copy's request and reply go through the
+library, copies.Copier, read by the thread that copies) and the health
+lane (a thread exchanges heartbeats; a session silent for
+remote_session_timeout_s is declared dead).
 Any failure of either lane kills the endpoint: its running tasks fail with
 the reason, later tasks fail at once, like a local child that died.
 """
@@ -280,7 +282,7 @@ class RemoteEndpoint:
 
     def _read_one(self, engine: bool = False) -> bool:
         """Takes one frame (its first bytes have arrived); False on SHUTDOWN."""
-        # The channel's own buffer: a copy's reply goes from it into its destination.
+        # The channel's own buffer: an MPI rank's copy piece goes from it into its destination.
         return self._take(self._cmd.recv(P.MAX_FRAME_BYTES, self.timeout_s, copy=False), engine)
 
     def _take(self, frame, engine: bool = False) -> bool:

@@ -666,8 +666,12 @@ def test_level4_argument_checks(daemons):
         RemoteWorkerSpec(address="nowhere", key=os.urandom(32))
     with pytest.raises(ValueError, match="module:qualname"):
         RemoteCallable("no_colon")
-    with pytest.raises(ValueError, match="remote_session_timeout_s"):
-        Worker(4, platform="cpu", remote_session_timeout_s=0)
+    # Timeouts that the channel's milliseconds cannot hold (or no number at all) are refused up front.
+    for key in ("remote_session_timeout_s", "startup_timeout_s", "control_timeout_s"):
+        for bad in (0, -1, float("nan"), float("inf"), 2e9, True, "5"):
+            with pytest.raises(ValueError, match=key):
+                Worker(4, platform="cpu", **{key: bad})
+    Worker(4, platform="cpu", remote_session_timeout_s=1e9, startup_timeout_s=0.5, control_timeout_s=3).close()
 
 
 def test_the_daemon_refuses_a_key_file_others_can_read(tmp_path):

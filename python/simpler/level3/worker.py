@@ -27,6 +27,20 @@ REMOTE_KEYS = {"remote_heap_ring_size", "remote_session_timeout_s"}
 PLATFORMS = ("cpu", "cuda")
 RUNTIMES = ("tensormap_and_ringbuffer", "host_build_graph")
 
+# Timeouts end up as milliseconds in the channel and the mailbox waits,
+# which take up to 2^40 of them: a number of seconds beyond this (or not a
+# number at all) is refused where the Worker is made, not at first use.
+_MAX_TIMEOUT_S = 1e9
+
+
+def _seconds(config: dict, name: str, default):
+    v = config.get(name, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= _MAX_TIMEOUT_S:
+        raise ValueError(f"Worker: {name} must be a positive number of seconds up to {_MAX_TIMEOUT_S:g}, got {v!r}")
+    return v
+
 
 class RunHandle3(RunHandle):
     """A submitted level-3 run: done(), wait(timeout), result(timeout) (a
@@ -99,15 +113,9 @@ class HierWorker(RemoteOps, MemoryOps, Worker):
                         ("num_cores", config.get("num_cores") or 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"Worker: {name} must be a non-negative int, got {v!r}")
-        t = config.get("startup_timeout_s", 60.0)
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
-            raise ValueError(f"Worker: startup_timeout_s must be a positive number, got {t!r}")
-        c = config.get("control_timeout_s")
-        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c <= 0):
-            raise ValueError(f"Worker: control_timeout_s must be a positive number, got {c!r}")
-        rt = config.get("remote_session_timeout_s", 30.0)
-        if isinstance(rt, bool) or not isinstance(rt, (int, float)) or rt <= 0:
-            raise ValueError(f"Worker: remote_session_timeout_s must be a positive number, got {rt!r}")
+        t = _seconds(config, "startup_timeout_s", 60.0)
+        c = _seconds(config, "control_timeout_s", None)
+        rt = _seconds(config, "remote_session_timeout_s", 30.0)
         rh = config.get("remote_heap_ring_size") or 0
         if isinstance(rh, bool) or not isinstance(rh, int) or rh < 0:
             raise ValueError(f"Worker: remote_heap_ring_size must be a non-negative int, got {rh!r}")

@@ -286,3 +286,40 @@ def test_a_server_checks_its_ranges(lane):
     with pytest.raises(SimplerError, match="not a range served"):
         srv.drop(0x10001)
     srv.close()
+
+
+def test_the_copy_entry_points_refuse_bad_arguments(lane):
+    import ctypes
+
+    from simpler._lib import lib
+
+    parent, session = lane
+    L = lib()
+    h, st, p, n = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_void_p(), ctypes.c_uint64()
+
+    def refused(status, *words):
+        detail = L.simpler_last_error_detail().decode()
+        assert status == _INVALID and all(w in detail for w in words), (status, detail)
+
+    refused(L.simpler_l4_server_create(None, P.MAX_FRAME_BYTES, 1000, ctypes.byref(h)), "channel is null")
+    refused(L.simpler_l4_server_create(session._h, 16, 1000, ctypes.byref(h)), "max_frame_bytes")
+    refused(L.simpler_l4_server_create(session._h, 1 << 31, 1000, ctypes.byref(h)), "max_frame_bytes")
+    refused(L.simpler_l4_server_create(session._h, P.MAX_FRAME_BYTES, 0, ctypes.byref(h)), "timeout_ms")
+    refused(L.simpler_l4_server_create(session._h, P.MAX_FRAME_BYTES, 1000, None), "out is null")
+    refused(L.simpler_l4_copier_create(parent._h, P.MAX_FRAME_BYTES, 64, 0, 1000, ctypes.byref(h)), "chunk_bytes")
+    refused(L.simpler_l4_copier_create(parent._h, 4096, 64, 8192, 1000, ctypes.byref(h)), "chunk_bytes")
+    for call in (lambda: L.simpler_l4_serve(None, ctypes.byref(st), ctypes.byref(p), ctypes.byref(n)),
+                 lambda: L.simpler_l4_server_add(None, 0x1000, 16), lambda: L.simpler_l4_server_drop(None, 0x1000),
+                 lambda: L.simpler_l4_copy_send(None, 0, 1, 0x1000, None, 0),
+                 lambda: L.simpler_l4_copy_await(None, ctypes.byref(st)),
+                 lambda: L.simpler_l4_copier_frame(None, ctypes.byref(p), ctypes.byref(n))):
+        refused(call(), "null handle")
+    srv = C.CopyServer(session, 10)
+    refused(L.simpler_l4_serve(srv._h, None, ctypes.byref(p), ctypes.byref(n)), "output is null")
+    srv.close()
+    cp = C.Copier(parent, 10)
+    refused(L.simpler_l4_copy_await(cp._h, None), "state is null")
+    refused(L.simpler_l4_copier_refusal(cp._h, None, None), "output is null")
+    cp.close()
+    # Destroying nothing is harmless.
+    assert L.simpler_l4_server_destroy(None) == 0 and L.simpler_l4_copier_destroy(None) == 0

@@ -849,6 +849,9 @@ def test_exported_memory_is_shared_by_another_session_and_the_parent_in_task_ord
         w4.remote_release_import(q, peer)
         with pytest.raises(ValueError, match="not an import"):
             w4.remote_release_import(q, peer)
+        # The session stopped serving copies there too (the parent's own check bypassed).
+        with pytest.raises(SimplerError, match="remote_copy_from: .*not inside one remote allocation"):
+            w4._remote_ep(peer).copy_from(memoryview(bytearray(x.nbytes)), q)
         with pytest.raises(ValueError, match="not inside one allocation"):
             w4.remote_copy_from(got, q, peer)
         del view
@@ -856,6 +859,8 @@ def test_exported_memory_is_shared_by_another_session_and_the_parent_in_task_ord
         with pytest.raises(ValueError, match="not an import"):
             w4.remote_release_import(mine, 0)
         w4.remote_free(p, owner)
+        with pytest.raises(SimplerError, match="remote_copy_to: .*not inside one remote allocation"):
+            w4._remote_ep(owner).copy_to(p, memoryview(x.tobytes()))  # freed: no longer served either
         with pytest.raises(ValueError, match="not a live export"):
             w4.remote_import(exp, peer)
 

@@ -377,26 +377,38 @@ tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts,
   frame_nonce(session.client, session.sent++, nonce);
   session.tx->begin(nonce);
   session.tx->update(len, 4);
-  // The payload goes out a slice at a time, each sealed just before it is
-  // sent: the peer receives (and checks) one slice while this side seals
-  // the next, and each slice is hashed while it is still in cache. The tag
-  // follows the last slice (with it, for a frame of one slice).
+  // The payload goes out a slice at a time. A frame of one slice is sealed,
+  // then sent with its tag (one system call). A longer one sends each slice
+  // first and hashes it after (still in cache), so the peer receives and
+  // checks slice k while this side hashes it; the tag follows the last
+  // slice's hash alone, and the peer checks that slice meanwhile. Sealing
+  // before sending instead left a slice's hash on each end of the frame's
+  // path (about a tenth of a 1 MiB frame's time on loopback).
+  const bool streamed = total > kSealSliceBytes;
   ConstBytes wire[kMaxPieces];
   size_t k = 0, in_slice = 0;
   wire[k++] = ConstBytes{len, 4};
+  auto flush = [&]() -> tc_status {
+    if (tc_status st = send_parts(s, wire, k, deadline)) return st;
+    if (streamed)
+      for (size_t i = 0; i < k; ++i)
+        if (wire[i].data != len) session.tx->update(wire[i].data, wire[i].n);
+    k = 0, in_slice = 0;
+    return TC_OK;
+  };
   for (size_t i = 0; i < count; ++i) {
     const char* p = static_cast<const char*>(parts[i].data);
     for (size_t left = parts[i].n; left;) {
       const size_t n = std::min(left, kSealSliceBytes - in_slice);
-      session.tx->update(p, n);
+      if (!streamed) session.tx->update(p, n);
       wire[k++] = ConstBytes{p, n};
       p += n, left -= n, in_slice += n;
-      if (in_slice == kSealSliceBytes || k + 1 == kMaxPieces) {
-        if (tc_status st = send_parts(s, wire, k, deadline)) return st;
-        k = 0, in_slice = 0;
-      }
+      if (in_slice == kSealSliceBytes || k + 1 == kMaxPieces)
+        if (tc_status st = flush()) return st;
     }
   }
+  if (streamed && k)
+    if (tc_status st = flush()) return st;
   uint8_t tag[kFrameTagBytes];
   session.tx->tag(tag);
   wire[k++] = ConstBytes{tag, kFrameTagBytes};
@@ -429,11 +441,20 @@ tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t pa
   // seals the next, and while they are in cache); the last comes with the tag.
   char* p = static_cast<char*>(dst);
   uint64_t left = payload_bytes;
-  for (; left > kSealSliceBytes; p += kSealSliceBytes, left -= kSealSliceBytes) {
-    if (tc_status st = recv_all(s, p, kSealSliceBytes, deadline)) return st;
-    session.rx->update(p, kSealSliceBytes);
+  const uint64_t slice = kSealSliceBytes;
+  for (; left > slice; p += slice, left -= slice) {
+    if (tc_status st = recv_all(s, p, size_t(slice), deadline)) return st;
+    session.rx->update(p, size_t(slice));
   }
   uint8_t got[kFrameTagBytes];
+  if (payload_bytes > slice) {
+    // A longer frame's sender hashes its last slice after sending it: check
+    // that slice here meanwhile, then take the tag.
+    if (tc_status st = recv_all(s, p, size_t(left), deadline)) return st;
+    session.rx->update(p, size_t(left));
+    if (tc_status st = recv_all(s, got, kFrameTagBytes, deadline)) return st;
+    return end_check(session, got);
+  }
   const MutBytes last[2] = {{p, size_t(left)}, {got, kFrameTagBytes}};  // one read for both
   if (tc_status st = recv_parts(s, last, 2, deadline)) return st;
   session.rx->update(p, size_t(left));

@@ -22,6 +22,11 @@ and our end of raw TCP) on the first, the daemon, its session and the raw
 TCP peer on the second. Unpinned, the kernel may put both ends on one CPU
 for some repetitions (on a small VM, raw loopback TCP then runs at about
 twice its cross-CPU speed), and the best of the repetitions picks those.
+Pinned, each side has CPUs of its own, so the lanes spin before they block
+(SIMPLER_L3_SPIN_US=50 unless set): the level-3 policy would otherwise turn
+spinning off whenever the load average left by earlier runs (this
+benchmark's own included) plus the processes exceeds the CPUs, and round
+trips would pay a wake-up on each side.
 
 Starts its own daemon (python -m simpler.remote_worker on 127.0.0.1, a
 temporary key) and stops it at the end. Appends a dated section to
@@ -250,6 +255,7 @@ def main(argv=None) -> int:
     pinned = ""
     if a.pin:
         ours, PEER_CPUS = pin_halves()
+        os.environ.setdefault("SIMPLER_L3_SPIN_US", "50")  # before any Worker or daemon starts
         pinned = f" Pinned: this process on CPUs {sorted(ours)}, the daemon, session and raw peer on {sorted(PEER_CPUS)}."
     chain = 30 if a.quick else a.chain
     sizes = [int(x) for x in a.sizes.split(",")]

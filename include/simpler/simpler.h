@@ -210,6 +210,11 @@ TC_API tc_status simpler_l3_submit_args(simpler_l3 s, uint32_t run, int32_t ep, 
                                         const uint32_t* tags, const uint8_t* dirs, uint32_t ns,
                                         const uint64_t* scalars, uint32_t nshm, const uint32_t* shm, uint32_t ndev,
                                         const uint64_t* dev);
+/* submit_args for the usual task of one tensor of a shared buffer and no
+ * scalars (nt = nshm = 1): fewer arguments for the per-task call. */
+TC_API tc_status simpler_l3_submit_one(simpler_l3 s, uint32_t run, int32_t ep, uint32_t tpl, uint64_t id, uint32_t cfg,
+                                       const ChipTensor* key, const uint32_t* tag, const uint8_t* dir,
+                                       const uint32_t* shm);
 TC_API int32_t simpler_l3_poll(simpler_l3 s);
 TC_API int32_t simpler_l3_any_done(simpler_l3 s);
 TC_API tc_status simpler_l3_dispatch_all(simpler_l3 s);

@@ -190,6 +190,7 @@ _SIGNATURES = {
     "simpler_l3_submit": (_S, [_P, _U32, _I32, _U32, _U64]),
     "simpler_l3_submit_args": (_S, [_P, _U32, _I32, _U32, _U64, _U32, _U32, _P, _P, _P, _P, _U32, _P, _U32, _P, _U32,
                                     _P]),
+    "simpler_l3_submit_one": (_S, [_P, _U32, _I32, _U32, _U64, _U32, _P, _P, _P, _P]),
     "simpler_l3_poll": (_I32, [_P]),
     "simpler_l3_any_done": (_I32, [_P]),
     "simpler_l3_dispatch_all": (_S, [_P]),

@@ -146,6 +146,16 @@ tc_status simpler_l3_submit_args(simpler_l3 s, uint32_t run, int32_t ep, uint32_
   });
 }
 
+tc_status simpler_l3_submit_one(simpler_l3 s, uint32_t run, int32_t ep, uint32_t tpl, uint64_t id, uint32_t cfg,
+                                const ChipTensor* key, const uint32_t* tag, const uint8_t* dir, const uint32_t* shm) {
+  return guarded("simpler_l3_submit_one", s, [&]() -> Error {
+    level3::TaskArgs a;
+    a.cfg = cfg, a.nt = 1, a.nshm = 1;
+    a.keys = key, a.tags = tag, a.dirs = dir, a.shm = shm;
+    return s->sched.submit(run, ep, tpl, id, a);
+  });
+}
+
 int32_t simpler_l3_poll(simpler_l3 s) { return s ? int32_t(s->sched.poll()) : 0; }
 
 int32_t simpler_l3_any_done(simpler_l3 s) { return s ? int32_t(s->sched.any_done()) : 0; }

@@ -938,3 +938,28 @@ def test_init_prewarms_a_level2_worker_with_the_config():
     with Worker(2, platform="cpu") as w:
         w.init()
         assert w.info["runs"] == 0
+
+
+def test_the_scheduler_refuses_a_task_whose_tensor_arrays_are_missing(clean):
+    """The per-task entry points of the level-3 scheduler, called with the
+    arrays of a tensor missing, refuse the task (no read through a null)."""
+    import ctypes
+
+    from simpler._lib import lib
+
+    with Worker(3, platform="cpu", device_ids=[], num_sub_workers=1) as w:
+        h = w.register(lambda args: None)
+        w.init()
+        from simpler.level3 import layout as L
+
+        s = w._engine.sched
+        tpl = w._engine._template(L.KIND_SUB, w._registry.get(h, "py").slot, "a sub-task")
+        key = (ctypes.c_uint8 * 96)()
+        tag, shm = (ctypes.c_uint32 * 1)(), (ctypes.c_uint32 * 1)()
+        for args in ((None, tag, b"\x02", shm), (key, None, b"\x02", shm), (key, tag, None, shm),
+                     (key, tag, b"\x02", None)):
+            assert lib().simpler_l3_submit_one(s, 1, -1, tpl, 1 << 40, 0, *args) == -7  # INVALID_ARG
+            assert "null argument array" in lib().simpler_last_error_detail().decode()
+        assert lib().simpler_l3_submit_args(s, 1, -1, tpl, 1 << 40, 0, 1, None, None, tag, b"\x02", 0, None, 1, shm,
+                                            0, None) == -7
+        assert "null argument array" in lib().simpler_last_error_detail().decode()

@@ -180,6 +180,7 @@ class Engine:
         # c_uint64 id, bytes or None, plain ints for the 32-bit ones).
         self._submit = bare("simpler_l3_submit")
         self._submit_args = bare("simpler_l3_submit_args")
+        self._submit_one = bare("simpler_l3_submit_one")
         self._poll = bare("simpler_l3_poll")
         self._any_done_c = bare("simpler_l3_any_done")
         self._run_state = bare("simpler_l3_run_state")
@@ -436,8 +437,7 @@ class Engine:
                 if one is not None:
                     # resolve()'s first case without resolve (the usual sub-task or chip task
                     # with one tensor): two calls fewer.
-                    st = self._submit_args(self.sched, run.id, k, tpl, self._tid, cfg, 1, one[2], None, one[3], access,
-                                           0, None, 1, one[4], 0, None)
+                    st = self._submit_one(self.sched, run.id, k, tpl, self._tid, cfg, one[2], one[3], access, one[4])
                 else:
                     st = self._submit_with_args(run, ep, k, tpl, tid, slot, label, args, access, cfg, remote)
             elif cfg or remote:

@@ -237,14 +237,17 @@ TC_API int32_t simpler_l3_uses_dev(simpler_l3 s, uint32_t ep, uint64_t base);
  *
  * The session's side: a server knows the ranges it may copy into and out of
  * (its allocations and imports, host addresses of this process) and reads
- * the lane. simpler_l4_serve receives one frame: a copy request is served
- * (a range outside every allocation is refused in the reply, its data
+ * the lane; a copy_from is answered inside its reply or, when the parent asks
+ * for data frames, in frames of at most chunk_bytes (<= max_frame_bytes, and
+ * no reply inside one frame is longer). simpler_l4_serve receives one
+ * frame: a copy request is served (a range outside every allocation is
+ * refused in the reply, its data
  * frames read and dropped) and *served is 1; any other frame is left in the
  * channel's buffer, *frame / *frame_bytes, as tc_channel_recv leaves it.
  * TC_ERR_TIMEOUT: no frame began (the lane is still in step). */
 typedef struct simpler_l4_server_s* simpler_l4_server;
-TC_API tc_status simpler_l4_server_create(tc_channel ch, uint64_t max_frame_bytes, int64_t timeout_ms,
-                                          simpler_l4_server* out);
+TC_API tc_status simpler_l4_server_create(tc_channel ch, uint64_t max_frame_bytes, uint64_t chunk_bytes,
+                                          int64_t timeout_ms, simpler_l4_server* out);
 TC_API tc_status simpler_l4_server_destroy(simpler_l4_server s);
 TC_API tc_status simpler_l4_server_add(simpler_l4_server s, uint64_t addr, uint64_t nbytes);
 TC_API tc_status simpler_l4_server_drop(simpler_l4_server s, uint64_t addr);

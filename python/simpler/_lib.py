@@ -203,7 +203,7 @@ _SIGNATURES = {
     "simpler_l3_buffer_drop": (_S, [_P, _U32, ctypes.POINTER(_U32), _U32, ctypes.POINTER(_U32)]),
     "simpler_l3_uses_buffer": (_I32, [_P, _U32]),
     "simpler_l3_uses_dev": (_I32, [_P, _U32, _U64]),
-    "simpler_l4_server_create": (_S, [_P, _U64, ctypes.c_int64, ctypes.POINTER(_P)]),
+    "simpler_l4_server_create": (_S, [_P, _U64, _U64, ctypes.c_int64, ctypes.POINTER(_P)]),
     "simpler_l4_server_destroy": (_S, [_P]),
     "simpler_l4_server_add": (_S, [_P, _U64, _U64]),
     "simpler_l4_server_drop": (_S, [_P, _U64]),

@@ -35,7 +35,6 @@ constexpr uint16_t kVersion = 3;
 constexpr uint16_t kCopyTo = 8, kCopyFrom = 9, kCopyReply = 10;
 constexpr size_t kHeader = 12, kRequest = 28, kReply = 16;
 constexpr uint32_t kStreamed = 1;
-constexpr size_t kServerChunk = size_t(16) << 20;  // the session's data frames (protocol.CHUNK_BYTES)
 constexpr size_t kMessageMax = 8192;
 
 struct Header {
@@ -114,7 +113,7 @@ Error send_data(tc_channel ch, const uint8_t* src, uint64_t nbytes, uint64_t chu
 
 struct simpler_l4_server_s {
   tc_channel ch;
-  uint64_t max_frame;
+  uint64_t max_frame, chunk;  // chunk: a copy_from's data frames, and the longest one inside its reply
   int64_t timeout_ms;
   std::map<uint64_t, uint64_t> ranges;  // base -> length
 
@@ -151,7 +150,7 @@ struct simpler_l4_server_s {
     if (!holds(addr, n)) {
       refusal = simpler::format("[0x%llx, +%llu) is not inside one remote allocation of this session",
                                 (unsigned long long)addr, (unsigned long long)n);
-    } else if (type == kCopyFrom && !streamed && n > kServerChunk) {
+    } else if (type == kCopyFrom && !streamed && n > chunk) {
       refusal = simpler::format("copy_from of %llu bytes inside one reply", (unsigned long long)n);
     }
     uint8_t* at = refusal.empty() ? reinterpret_cast<uint8_t*>(uintptr_t(addr)) : nullptr;
@@ -164,7 +163,7 @@ struct simpler_l4_server_s {
     } else if (at) {
       if (!streamed) return reply(rid, 0, 0, at, n);
       if (Error e = reply(rid, 0, kStreamed, nullptr, 0); !e.ok()) return e;
-      return send_data(ch, at, n, kServerChunk, timeout_ms);
+      return send_data(ch, at, n, chunk, timeout_ms);
     }
     if (!at) return reply(rid, TC_ERR_INVALID_ARG, 0, refusal.data(), std::min(refusal.size(), kMessageMax));
     return reply(rid, 0, 0, nullptr, 0);
@@ -279,13 +278,16 @@ tc_status guarded(const char* fn, T* obj, F&& body) noexcept {
 
 extern "C" {
 
-tc_status simpler_l4_server_create(tc_channel ch, uint64_t max_frame_bytes, int64_t timeout_ms,
-                                   simpler_l4_server* out) {
+tc_status simpler_l4_server_create(tc_channel ch, uint64_t max_frame_bytes, uint64_t chunk_bytes,
+                                   int64_t timeout_ms, simpler_l4_server* out) {
   const char* fn = "simpler_l4_server_create";
   return simpler::guarded(fn, [&]() -> Error {
     if (!out) return make_error(TC_ERR_INVALID_ARG, "%s: out is null", fn);
     if (Error e = check_lane(fn, ch, max_frame_bytes, timeout_ms); !e.ok()) return e;
-    *out = new simpler_l4_server_s{ch, max_frame_bytes, timeout_ms, {}};
+    if (!chunk_bytes || chunk_bytes > max_frame_bytes - kHeader - kReply)
+      return make_error(TC_ERR_INVALID_ARG, "%s: chunk_bytes %llu does not fit frames of %llu", fn,
+                        (unsigned long long)chunk_bytes, (unsigned long long)max_frame_bytes);
+    *out = new simpler_l4_server_s{ch, max_frame_bytes, chunk_bytes, timeout_ms, {}};
     return {};
   });
 }

@@ -301,11 +301,14 @@ def test_the_copy_entry_points_refuse_bad_arguments(lane):
         detail = L.simpler_last_error_detail().decode()
         assert status == _INVALID and all(w in detail for w in words), (status, detail)
 
-    refused(L.simpler_l4_server_create(None, P.MAX_FRAME_BYTES, 1000, ctypes.byref(h)), "channel is null")
-    refused(L.simpler_l4_server_create(session._h, 16, 1000, ctypes.byref(h)), "max_frame_bytes")
-    refused(L.simpler_l4_server_create(session._h, 1 << 31, 1000, ctypes.byref(h)), "max_frame_bytes")
-    refused(L.simpler_l4_server_create(session._h, P.MAX_FRAME_BYTES, 0, ctypes.byref(h)), "timeout_ms")
-    refused(L.simpler_l4_server_create(session._h, P.MAX_FRAME_BYTES, 1000, None), "out is null")
+    F, K = P.MAX_FRAME_BYTES, P.CHUNK_BYTES
+    refused(L.simpler_l4_server_create(None, F, K, 1000, ctypes.byref(h)), "channel is null")
+    refused(L.simpler_l4_server_create(session._h, 16, 8, 1000, ctypes.byref(h)), "max_frame_bytes")
+    refused(L.simpler_l4_server_create(session._h, 1 << 31, K, 1000, ctypes.byref(h)), "max_frame_bytes")
+    refused(L.simpler_l4_server_create(session._h, F, K, 0, ctypes.byref(h)), "timeout_ms")
+    refused(L.simpler_l4_server_create(session._h, F, K, 1000, None), "out is null")
+    refused(L.simpler_l4_server_create(session._h, F, 0, 1000, ctypes.byref(h)), "chunk_bytes")
+    refused(L.simpler_l4_server_create(session._h, 4096, 4096, 1000, ctypes.byref(h)), "chunk_bytes")
     refused(L.simpler_l4_copier_create(parent._h, P.MAX_FRAME_BYTES, 64, 0, 1000, ctypes.byref(h)), "chunk_bytes")
     refused(L.simpler_l4_copier_create(parent._h, 4096, 64, 8192, 1000, ctypes.byref(h)), "chunk_bytes")
     for call in (lambda: L.simpler_l4_serve(None, ctypes.byref(st), ctypes.byref(p), ctypes.byref(n)),

@@ -299,17 +299,18 @@ class Engine:
         if cached is not None and cached[0] is ep and cached[1] == E.memory_generation:
             return cached[2]
         gen = E.memory_generation
-        out = self._resolve(ep, args, tid, label)
+        out = self._resolve(ep, args, tid, label, remote)
         args._l3 = (ep, gen, out)
         return out
 
-    def _resolve(self, ep, args, tid: int, label: str):
+    def _resolve(self, ep, args, tid: int, label: str, remote: bool):
+        """resolve()'s full pass; a remote endpoint's tensors are all resolved
+        as remote memory (none uses a kept resolution)."""
         tensors = args._tensors
         n = len(tensors)
         if n > L.MAX_TENSORS:
             raise ValueError(f"task {tid} ({label}): {n} tensors (at most {L.MAX_TENSORS})")
         buffers = self.buffers
-        remote = ep is not None and ep.role == "remote"  # its tensors are all resolved as remote memory
         recs = []
         tags = []
         used = set()

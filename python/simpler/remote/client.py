@@ -25,13 +25,9 @@ from collections import deque
 from .. import _errors
 from ..level3 import endpoint as _endpoint
 from ..level3.endpoint import Endpoint
+from ..worker import _host_view
 from . import copies
 from . import protocol as P
-
-
-def _misfit(n: int, sink) -> str:
-    """Why a copy's reply cannot go to its destination."""
-    return f"{n} bytes came for a destination of {None if sink is None else len(sink)}"
 
 
 # After the last reading thread detaches, the receiver thread waits this long
@@ -301,7 +297,8 @@ class RemoteEndpoint:
                     sink[:] = data  # a copy piece's bytes, straight into the caller's buffer
                     status, data = 0, None
                 else:
-                    status, value, data = _errors.INTERNAL, _misfit(len(data), sink), None
+                    why = f"{len(data)} bytes came for a destination of {len(sink)}"
+                    status, value, data = _errors.INTERNAL, why, None
             else:
                 data = bytes(data)
             with self._cv:
@@ -363,16 +360,13 @@ class RemoteEndpoint:
 
     # ---- commands -------------------------------------------------------------------
 
-    def _send(self, frame, *more) -> None:
-        """Sends one frame (bytes, or a list of parts: see control_frame),
-        and the frames in `more` right after it, nothing in between."""
+    def _send(self, frame) -> None:
+        """Sends one frame (bytes, or a list of parts: see control_frame)."""
         if self.dead:
             raise RemoteDied(self.dead)
         try:
             with self._send_lock:
                 self._cmd.send(frame, self.timeout_s)
-                for f in more:
-                    self._cmd.send(f, self.timeout_s)
         except Exception as e:  # noqa: BLE001
             self._send_failed(e)
 
@@ -412,14 +406,13 @@ class RemoteEndpoint:
                            task.tensors, task.scalars)
         self._send(P.encode(P.TASK, body))
 
-    def control(self, request: dict, data: bytes = b"", sink=None, more=()):
-        """One request (followed at once by the frames in `more`); waits for
-        its reply while the session lives (the waiting thread reads the
-        reply itself)."""
+    def control(self, request: dict, data: bytes = b""):
+        """One request; waits for its reply while the session lives (the
+        waiting thread reads the reply itself)."""
         lane = self.lane
         lane.attach()
         try:
-            return self._await(self._request(request, data, sink, more), request)
+            return self._await(self._request(request, data), request)
         finally:
             lane.detach()
 
@@ -436,8 +429,7 @@ class RemoteEndpoint:
         """One copy through the library: the request (with a small copy's
         bytes, or followed by its data frames) and its reply, read by this
         thread; frames that arrive before the reply are taken as usual."""
-        n = view.nbytes
-        ptr = copies.buffer_address(view) if n else None
+        ptr, n, keep = _host_view(view, op == copies.COPY_FROM)  # keep: alive until the copy is done
         self.attach()  # the receiver thread stays off the lane
         try:
             if not self._reader.acquire(timeout=self.timeout_s):
@@ -500,13 +492,13 @@ class RemoteEndpoint:
                     pass
             lane.detach()
 
-    def _request(self, request: dict, data, sink=None, more=()) -> int:
+    def _request(self, request: dict, data, sink=None) -> int:
         with self._cv:
             rid = self._next_rid
             self._next_rid += 1
         if sink is not None:
             self._sinks[rid] = sink
-        self._send(P.control_frame(rid, request, data), *more)
+        self._send(P.control_frame(rid, request, data))
         return rid
 
     def _await(self, rid: int, request):

@@ -13,7 +13,7 @@ from . import protocol as P
 
 _I32, _U64, _P = ctypes.c_int32, ctypes.c_uint64, ctypes.c_void_p
 COPY_TO, COPY_FROM = 0, 1
-_DONE, _OTHER_FRAME, _REFUSED = 0, 1, 2
+_DONE, _OTHER_FRAME = 0, 1  # copy_await's states; 2: refused
 
 
 def _frame(p: _P, n: _U64) -> memoryview:
@@ -27,16 +27,6 @@ def _ms(timeout_s: float) -> int:
     return max(1, int(timeout_s * 1000))
 
 
-def buffer_address(view: memoryview) -> int:
-    """The address of a contiguous byte view (read-only ones too), without
-    copying; the caller keeps `view` alive while the address is used."""
-    if view.readonly:
-        import numpy as np
-
-        return np.frombuffer(view, np.uint8).ctypes.data
-    return ctypes.addressof(ctypes.c_char.from_buffer(view))
-
-
 class CopyServer:
     """The session's side: reads the command lane, serving copies into and
     out of the ranges added (its allocations and imports)."""
@@ -44,7 +34,7 @@ class CopyServer:
     def __init__(self, channel, timeout_s: float):
         self._lib = lib()
         self._h = _P()
-        check(self._lib.simpler_l4_server_create(channel._h, P.MAX_FRAME_BYTES, _ms(timeout_s),
+        check(self._lib.simpler_l4_server_create(channel._h, P.MAX_FRAME_BYTES, P.CHUNK_BYTES, _ms(timeout_s),
                                                        ctypes.byref(self._h)))
         self._served, self._p, self._n = _I32(), _P(), _U64()
         self._args = (self._h, ctypes.byref(self._served), ctypes.byref(self._p), ctypes.byref(self._n))

@@ -438,7 +438,9 @@ tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t pa
   if (session.key.empty()) return recv_all(s, dst, size_t(payload_bytes), deadline);
   begin_check(session, payload_bytes);
   // All slices but the last are checked as they arrive (while the sender
-  // seals the next, and while they are in cache); the last comes with the tag.
+  // hashes the one it just sent, and while they are in cache). The last
+  // comes with the tag in a one-slice frame; in a longer one it is checked
+  // while the sender hashes it, then the tag is read.
   char* p = static_cast<char*>(dst);
   uint64_t left = payload_bytes;
   const uint64_t slice = kSealSliceBytes;

@@ -57,6 +57,9 @@ struct GemmArgs {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  // Not in the public descriptor: f16 / bf16 A and B with an f32 C (the
+  // LLaMA prefill's products, whose Y the model keeps in f32).
+  bool c_f32 = false;
 };
 
 // ---- Training kernels (tensorcore/training.h) ------------------------------

@@ -72,7 +72,7 @@ void gemm_f32(const tc_gemm_desc& d, const float* a, const float* b, float* c) {
 // against the O(MNK) product; the f32 copies live in the thread's kept
 // scratch (no page faults after the first call) and are not initialised
 // (every element is written before it is read).
-void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, void* c, bool c_f32) {
   const bool bf = d.dtype == TC_DTYPE_BF16;
   const int64_t a_rows = d.transpose_a ? d.K : d.M, a_cols = d.transpose_a ? d.M : d.K;
   const int64_t b_rows = d.transpose_b ? d.N : d.K, b_cols = d.transpose_b ? d.K : d.N;
@@ -83,9 +83,15 @@ void gemm_half_widen(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b
   float* fc = fb + nb;
   widen_matrix(bf, a, a_rows, a_cols, d.lda, fa);
   widen_matrix(bf, b, b_rows, b_cols, d.ldb, fb);
-  if (d.beta != 0.0) widen_matrix(bf, c, d.M, d.N, d.ldc, fc);
+  if (c_f32) {
+    sgemm(d.transpose_a, d.transpose_b, d.M, d.N, d.K, float(d.alpha), fa, a_cols, fb, b_cols, float(d.beta),
+          static_cast<float*>(c), d.ldc);
+    return;
+  }
+  uint16_t* ch = static_cast<uint16_t*>(c);
+  if (d.beta != 0.0) widen_matrix(bf, ch, d.M, d.N, d.ldc, fc);
   sgemm(d.transpose_a, d.transpose_b, d.M, d.N, d.K, float(d.alpha), fa, a_cols, fb, b_cols, float(d.beta), fc, d.N);
-  narrow_matrix(bf, fc, d.M, d.N, c, d.ldc);
+  narrow_matrix(bf, fc, d.M, d.N, ch, d.ldc);
 }
 
 // The f16 split (gemm_amx.cpp) turns inf * b into inf * bh + inf * bl, NaN
@@ -95,13 +101,14 @@ bool f16_inputs_finite(const tc_gemm_desc& d, const uint16_t* a, const uint16_t*
          f16_matrix_finite(b, d.transpose_b ? d.N : d.K, d.transpose_b ? d.K : d.N, d.ldb);
 }
 
-void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+// c_f32: C is f32 (GemmArgs::c_f32), else of the inputs' dtype.
+void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, void* c, bool c_f32) {
   if (features().amx_bf16 && amx_ready() && (d.dtype == TC_DTYPE_BF16 || f16_inputs_finite(d, a, b))) {
     const KernelSet& ks = d.dtype == TC_DTYPE_BF16 ? bf16_amx_kernels() : f16_amx_kernels();
     note_kernel("gemm_half/amx");
-    run_packed_gemm(ks, make_operands(d, a, b), d.dtype, c, d.ldc, d.alpha, d.beta);
+    run_packed_gemm(ks, make_operands(d, a, b), c_f32 ? TC_DTYPE_F32 : d.dtype, c, d.ldc, d.alpha, d.beta);
   } else {
-    gemm_half_widen(d, a, b, c);
+    gemm_half_widen(d, a, b, c, c_f32);
   }
 }
 
@@ -109,14 +116,18 @@ void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, uint
 
 tc_status gemm(const GemmArgs& args) {
   const tc_gemm_desc& d = args.d;
+  if (args.c_f32 && d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16)
+    return fail(TC_ERR_INTERNAL, "gemm: an f32 C needs f16 or bf16 A and B, not dtype %d", int(d.dtype));
   const size_t es = dtype_size(d.dtype);
-  const size_t cs = d.dtype == TC_DTYPE_I8 ? 4 : es;
+  const size_t cs = d.dtype == TC_DTYPE_I8 || args.c_f32 ? 4 : es;
   for (int64_t bi = 0; bi < d.batch; ++bi) {
     const char* a = static_cast<const char*>(args.a) + size_t(bi * d.stride_a) * es;
     const char* b = static_cast<const char*>(args.b) + size_t(bi * d.stride_b) * es;
     char* c = static_cast<char*>(args.c) + size_t(bi * d.stride_c) * cs;
     if (d.K == 0) {
-      scale_c_any(d, c);
+      tc_gemm_desc f = d;
+      if (args.c_f32) f.dtype = TC_DTYPE_F32;  // scale_c_any reads C's type from dtype
+      scale_c_any(f, c);
       continue;
     }
     switch (d.dtype) {
@@ -125,8 +136,7 @@ tc_status gemm(const GemmArgs& args) {
         break;
       case TC_DTYPE_F16:
       case TC_DTYPE_BF16:
-        gemm_half(d, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b),
-                  reinterpret_cast<uint16_t*>(c));
+        gemm_half(d, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), c, args.c_f32);
         break;
       case TC_DTYPE_I8:
         gemm_i8(d, reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int8_t*>(b), reinterpret_cast<int32_t*>(c));

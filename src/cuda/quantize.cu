@@ -21,10 +21,10 @@
 // dequantize_weights: weight_at of quant_formats.cuh (ggml's operation
 // order), narrowed to f16 / bf16 with the CPU's rounding. It turns a whole
 // weight matrix into the operand of a GEMM (the LLaMA prefill: 6.5 G weights
-// per 7B forward), so it must run at memory speed: one thread per 32
-// weights of a quant block, the format a template parameter (weight_at's switch folds away),
-// each 16 bytes of output one vector store (dequantize_blocks). Outputs not
-// 16-byte aligned row by row, and the plain formats, take one thread per
+// per 7B forward), so it must run at memory speed: one thread per part of a
+// block through the GEMV's decoders (dequantize_parts), each 16 bytes of
+// output one vector store. Outputs not 16-byte aligned row by row, sources
+// below their format's alignment and the plain formats take one thread per
 // element (dequantize_elems).
 #include <algorithm>
 #include <cstdint>
@@ -219,57 +219,78 @@ __global__ void dequantize_elems(const uint8_t* __restrict__ src, uint8_t* __res
   }
 }
 
-// Rows of K weights in block format F, thread per block: block b of row r
-// (i = r nb + b) becomes qk consecutive outputs, stored 16 bytes at a time.
-// The caller checked that dst and every row and block start in it are
-// 16-byte aligned.
-// A thread takes 32 weights of a block (a K-quant superblock's 256 weights
-// are 8 threads': one thread each left too few threads in flight to reach
-// memory speed, 7x short of it for Q4_K in the prefill's profile).
-template <int32_t F, class Out>
-__global__ void dequantize_blocks(const uint8_t* __restrict__ src, Out* __restrict__ dst, int64_t nblocks, int64_t nb,
-                                  int qk, int block_bytes) {
-  constexpr int kPer = 16 / sizeof(Out);  // outputs per vector store
-  const int parts = qk / 32;
-  const int64_t units = nblocks * parts;
+// Rows of K weights in block format F (a qdev decoder), one thread per part
+// of a block: the decoder reads the part's bytes with loads of alignment A
+// and gives runs of four weights w = a q + b, so each part's scales are
+// decoded once rather than once per weight (a thread calling weight_at for
+// each of 32 weights was bound by instructions at a third of memory speed
+// in the prefill's profile). w = a q (+ b) rounds as weight_at does: a is
+// the product weight_at forms first (d, or d sc), q an exact integer (or 16
+// times one, a divided by 16: the same rounding), b = m or -(dmin m); the
+// formats without a minimum skip + 0, which would turn -0 into +0. Runs g
+// and g + 1 of a part are consecutive weights in every format, so each pair
+// is 8 outputs: one 16-byte store in f16 / bf16, two in f32. Rows hold whole
+// blocks, so block i's outputs start at i * QK; the caller checked that dst
+// is 16-byte aligned (then so is every pair) and src A-aligned.
+template <class F, int A, class Out>
+__global__ void dequantize_parts(const uint8_t* __restrict__ src, Out* __restrict__ dst, int64_t nblocks) {
+  const int64_t units = nblocks * F::kParts;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < units; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = t / parts;
-    const int part = int(t - i * parts);
-    const int64_t r = i / nb, b = i - r * nb;
-    const uint8_t* blk = src + i * block_bytes;  // rows are contiguous: block b of row r is block i
-    Out* out = dst + (r * nb + b) * qk;
-    for (int j0 = 32 * part; j0 < 32 * part + 32; j0 += kPer) {
-      uint4 v;
-      uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-      if constexpr (sizeof(Out) == 4) {
+    const int64_t i = t / F::kParts;
+    qdev::Part<F::kGroups> pt;
+    F::template decode<A>(src + i * F::kBytes, int(t - i * F::kParts), pt);
+    Out* out = dst + i * F::kQK;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) w[e] = __float_as_uint(qdev::weight_at(F, blk, j0 + e));
-      } else {
+    for (int g = 0; g < F::kGroups; g += 2) {
+      float w[8];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float lo = qdev::weight_at(F, blk, j0 + 2 * e), hi = qdev::weight_at(F, blk, j0 + 2 * e + 1);
-          constexpr bool h = std::is_same_v<Out, __half>;
-          w[e] = uint32_t(h ? f32_to_f16(lo) : f32_to_bf16(lo)) | uint32_t(h ? f32_to_f16(hi) : f32_to_bf16(hi)) << 16;
-        }
+      for (int e = 0; e < 8; ++e) {
+        const int r = g + e / 4;
+        const float v = __fmul_rn(pt.a[r], pt.q[4 * r + e % 4]);
+        w[e] = F::kMin ? __fadd_rn(v, pt.b[r]) : v;
       }
-      *reinterpret_cast<uint4*>(out + j0) = v;
+      Out* o = out + pt.pos[g];
+      if constexpr (sizeof(Out) == 4) {
+        reinterpret_cast<float4*>(o)[0] = make_float4(w[0], w[1], w[2], w[3]);
+        reinterpret_cast<float4*>(o)[1] = make_float4(w[4], w[5], w[6], w[7]);
+      } else {
+        constexpr bool h = std::is_same_v<Out, __half>;
+        uint32_t v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = uint32_t(h ? f32_to_f16(w[2 * e]) : f32_to_bf16(w[2 * e])) |
+                 uint32_t(h ? f32_to_f16(w[2 * e + 1]) : f32_to_bf16(w[2 * e + 1])) << 16;
+        *reinterpret_cast<uint4*>(o) = make_uint4(v[0], v[1], v[2], v[3]);
+      }
     }
   }
 }
 
-template <int32_t F>
-void launch_dequantize_blocks(const DequantizeWeightsArgs& a, int qk, int block_bytes, cudaStream_t stream) {
-  const int64_t nb = a.K / qk, nblocks = a.N * nb;
-  const unsigned grid = unsigned(std::min<int64_t>((nblocks * (qk / 32) + 255) / 256, int64_t(1) << 20));
+template <class F, int A>
+void launch_dequantize_parts(const DequantizeWeightsArgs& a, cudaStream_t stream) {
+  const int64_t nblocks = a.N * (a.K / F::kQK);
+  const unsigned grid = unsigned(std::min<int64_t>((nblocks * F::kParts + 255) / 256, int64_t(1) << 20));
   const uint8_t* src = static_cast<const uint8_t*>(a.src);
   if (a.dtype == TC_DTYPE_F32)
-    dequantize_blocks<F, float><<<grid, 256, 0, stream>>>(src, static_cast<float*>(a.dst), nblocks, nb, qk, block_bytes);
+    dequantize_parts<F, A, float><<<grid, 256, 0, stream>>>(src, static_cast<float*>(a.dst), nblocks);
   else if (a.dtype == TC_DTYPE_F16)
-    dequantize_blocks<F, __half><<<grid, 256, 0, stream>>>(src, static_cast<__half*>(a.dst), nblocks, nb, qk,
-                                                            block_bytes);
+    dequantize_parts<F, A, __half><<<grid, 256, 0, stream>>>(src, static_cast<__half*>(a.dst), nblocks);
   else
-    dequantize_blocks<F, __nv_bfloat16><<<grid, 256, 0, stream>>>(src, static_cast<__nv_bfloat16*>(a.dst), nblocks,
-                                                                   nb, qk, block_bytes);
+    dequantize_parts<F, A, __nv_bfloat16><<<grid, 256, 0, stream>>>(src, static_cast<__nv_bfloat16*>(a.dst), nblocks);
+}
+
+// The decoder's own alignment for a source at `src`, or 16 where whole
+// blocks are 16-byte multiples and src is 16-aligned (one load for a
+// K-quant's header). False where src is not even F::kAlign-aligned.
+template <class F>
+bool launch_dequantize(const DequantizeWeightsArgs& a, cudaStream_t stream) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(a.src);
+  if constexpr (F::kBytes % 16 == 0 && F::kAlign == 4) {
+    if (at % 16 == 0) return launch_dequantize_parts<F, 16>(a, stream), true;
+  }
+  if (at % F::kAlign != 0) return false;
+  launch_dequantize_parts<F, F::kAlign>(a, stream);
+  return true;
 }
 
 unsigned grid_for(int64_t n, int threads) {
@@ -302,26 +323,28 @@ tc_status dequantize_weights(Device&, StreamState* s, const DequantizeWeightsArg
   const int esize = a.dtype == TC_DTYPE_F32 ? 4 : 2;
   const bool vectors = f.block_elems > 1 && reinterpret_cast<uintptr_t>(a.dst) % 16 == 0 &&
                        (int64_t(f.block_elems) * esize) % 16 == 0;  // rows hold whole blocks: aligned too
+  bool launched = false;
   if (vectors) {
-    s->last_kernel = "dequantize_blocks";
+    s->last_kernel = "dequantize_parts";
     switch (a.fmt) {
-      case quant::Q4_0: launch_dequantize_blocks<quant::Q4_0>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q4_1: launch_dequantize_blocks<quant::Q4_1>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q8_0: launch_dequantize_blocks<quant::Q8_0>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q5_0: launch_dequantize_blocks<quant::Q5_0>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q5_1: launch_dequantize_blocks<quant::Q5_1>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q4_K: launch_dequantize_blocks<quant::Q4_K>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q5_K: launch_dequantize_blocks<quant::Q5_K>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q6_K: launch_dequantize_blocks<quant::Q6_K>(a, f.block_elems, f.block_bytes, s->stream); break;
-      case quant::Q8_K: launch_dequantize_blocks<quant::Q8_K>(a, f.block_elems, f.block_bytes, s->stream); break;
+      case quant::Q4_0: launched = launch_dequantize<qdev::Q4_0>(a, s->stream); break;
+      case quant::Q4_1: launched = launch_dequantize<qdev::Q4_1>(a, s->stream); break;
+      case quant::Q8_0: launched = launch_dequantize<qdev::Q8_0>(a, s->stream); break;
+      case quant::Q5_0: launched = launch_dequantize<qdev::Q5_0>(a, s->stream); break;
+      case quant::Q5_1: launched = launch_dequantize<qdev::Q5_1>(a, s->stream); break;
+      case quant::Q4_K: launched = launch_dequantize<qdev::Q4_K>(a, s->stream); break;
+      case quant::Q5_K: launched = launch_dequantize<qdev::Q5_K>(a, s->stream); break;
+      case quant::Q6_K: launched = launch_dequantize<qdev::Q6_K>(a, s->stream); break;
+      case quant::Q8_K: launched = launch_dequantize<qdev::Q8_K>(a, s->stream); break;
       default: return fail(TC_ERR_INTERNAL, "dequantize_weights: format %d has no block kernel", int(a.fmt));
     }
-    return check(cudaGetLastError(), "dequantize_weights: launch");
   }
-  s->last_kernel = "dequantize_elems";
-  dequantize_elems<<<grid_for(a.N * a.K, 256), 256, 0, s->stream>>>(static_cast<const uint8_t*>(a.src),
-                                                                    static_cast<uint8_t*>(a.dst), a.fmt, a.dtype, a.N,
-                                                                    a.K, f.block_elems, f.block_bytes);
+  if (!launched) {  // plain formats, an unaligned output or source: a thread per weight
+    s->last_kernel = "dequantize_elems";
+    dequantize_elems<<<grid_for(a.N * a.K, 256), 256, 0, s->stream>>>(static_cast<const uint8_t*>(a.src),
+                                                                      static_cast<uint8_t*>(a.dst), a.fmt, a.dtype,
+                                                                      a.N, a.K, f.block_elems, f.block_bytes);
+  }
   return check(cudaGetLastError(), "dequantize_weights: launch");
 }
 

@@ -117,36 +117,42 @@ tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to,
   return be_->convert(c, queue_.get());
 }
 
-// With f16 activations (set_activations) X is rounded to f16 and the GEMV
-// may take its integer path (X quantised to 8 bits per block of 32 on VNNI
-// processors, as llama.cpp computes); Y comes back through f16. Everything
-// outside the products stays f32.
-tc_status Llama::product(const Matrix& w, const float* x, float* y, int64_t M) {
-  if (!host_ && M >= kGemmMinRows) return product_gemm(w, x, y, M);
-  GemvQuantizedArgs a;
-  a.info.name = "llama.gemv";
-  a.fmt = w.fmt;
-  a.M = M, a.N = w.N, a.K = w.K;
-  a.w = w.data;
-  a.w_rows8 = w.rows8;
-  if (act_ == TC_DTYPE_F16) {
-    TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * w.K));
-    a.dtype = TC_DTYPE_F16;
-    a.x = xh_, a.y = yh_;
+// With f16 activations (set_activations) X is rounded to f16 once for all
+// the products that read it, and the GEMV may take its integer path (X
+// quantised to 8 bits per block of 32 on VNNI processors, as llama.cpp
+// computes); a GEMV's Y comes back through f16, a GEMM's is written in f32.
+// Everything outside the products stays f32.
+tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Product> outs) {
+  const bool f16 = act_ == TC_DTYPE_F16;
+  if (f16) TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * outs.begin()->w->K));
+  for (const Product& p : outs) {
+    const Matrix& w = *p.w;
+    if (!host_ && M >= kGemmMinRows) {
+      TC_TRY(product_gemm(w, f16 ? static_cast<const void*>(xh_) : x, p.y, M));
+      continue;
+    }
+    GemvQuantizedArgs a;
+    a.info.name = "llama.gemv";
+    a.fmt = w.fmt;
+    a.M = M, a.N = w.N, a.K = w.K;
+    a.w = w.data;
+    a.w_rows8 = w.rows8;
+    a.dtype = act_;
+    a.x = f16 ? static_cast<const void*>(xh_) : x;
+    a.y = f16 ? static_cast<void*>(yh_) : p.y;
     TC_TRY(be_->gemv_quantized(a, queue_.get()));
-    return convert(yh_, TC_DTYPE_F16, y, TC_DTYPE_F32, M * w.N);
+    if (f16) TC_TRY(convert(yh_, TC_DTYPE_F16, p.y, TC_DTYPE_F32, M * w.N));
   }
-  a.dtype = TC_DTYPE_F32;
-  a.x = x, a.y = y;
-  return be_->gemv_quantized(a, queue_.get());
+  return TC_OK;
 }
 
 // Y = X W^T as W dequantised (to f16 with f16 activations, else f32) and a
-// GEMM: f16 x f16 with f32 accumulation, or exact f32 (no TF32), so the
-// numerics are those of the GEMV path. The dequantised copy is one matrix
-// at a time in a scratch buffer grown on demand (a chunk's products are
-// never recorded in a graph, so growing it here is safe).
-tc_status Llama::product_gemm(const Matrix& w, const float* x, float* y, int64_t M) {
+// GEMM: f16 x f16 with f32 accumulation and an f32 Y, or exact f32 (no
+// TF32), so the numerics are those of the GEMV path (less Y's rounding to
+// f16). x is f16 (xh_) or f32 as the activations are. The dequantised copy
+// is one matrix at a time in a scratch buffer grown on demand (a chunk's
+// products are never recorded in a graph, so growing it here is safe).
+tc_status Llama::product_gemm(const Matrix& w, const void* x, float* y, int64_t M) {
   const bool f16 = act_ == TC_DTYPE_F16;
   const size_t need = size_t(w.N) * size_t(w.K) * (f16 ? 2 : 4);
   if (need > wdq_bytes_) {
@@ -190,14 +196,8 @@ tc_status Llama::product_gemm(const Matrix& w, const float* x, float* y, int64_t
   d.batch = 1;
   d.stride_a = M * w.K, d.stride_b = w.N * w.K, d.stride_c = M * w.N;
   d.allow_tf32 = 0;
-  g.b = wdq_;
-  if (f16) {
-    TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * w.K));
-    g.a = xh_, g.c = yh_;
-    TC_TRY(be_->gemm(g, queue_.get()));
-    return convert(yh_, TC_DTYPE_F16, y, TC_DTYPE_F32, M * w.N);
-  }
-  g.a = x, g.c = y;
+  g.a = x, g.b = wdq_, g.c = y;
+  g.c_f32 = f16;
   return be_->gemm(g, queue_.get());
 }
 
@@ -246,7 +246,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
     fused_norm_ = false;  // no kernel for it here: nothing was enqueued
   }
   TC_TRY(rmsnorm(x_, gamma, h_, 1));
-  return product(w, h_, y, 1);
+  return products(h_, 1, {{&w, y}});
 }
 
 // With f16 activations on a device, a one-token step quantises X to 8 bits
@@ -375,9 +375,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else {
       TC_TRY(rmsnorm(x_, vec(L.attn_norm), h_, n));
-      TC_TRY(product(L.wq, h_, q_, n));
-      TC_TRY(product(L.wk, h_, k_, n));
-      TC_TRY(product(L.wv, h_, v_, n));
+      TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}));
       qp = q_, kp = k_, vp = v_;
     }
     if (qp == qkv_ && L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv) {
@@ -527,7 +525,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
       continue;
     }
-    TC_TRY(product(L.wo, o_, tmp_, n));
+    TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
     if (L.post_attn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
     TC_TRY(add_rows(x_, tmp_, n * E, 0));
 
@@ -541,12 +539,11 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       s.gate = gu_, s.up = gu_ + g.n_ff, s.out = gu_;
     } else {
       TC_TRY(rmsnorm(x_, vec(L.ffn_norm), h_, n));
-      TC_TRY(product(L.w_gate, h_, gate_, n));
-      TC_TRY(product(L.w_up, h_, up_, n));
+      TC_TRY(products(h_, n, {{&L.w_gate, gate_}, {&L.w_up, up_}}));
       s.gate = gate_, s.up = up_, s.out = gate_;
     }
     TC_TRY(A.gelu ? be_->geglu_forward(s, q) : be_->swiglu_forward(s, q));
-    TC_TRY(product(L.w_down, static_cast<const float*>(s.out), tmp_, n));
+    TC_TRY(products(static_cast<const float*>(s.out), n, {{&L.w_down, tmp_}}));
     if (L.post_ffn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
     TC_TRY(add_rows(x_, tmp_, n * E, 0));
   }
@@ -557,7 +554,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
     TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));
-    TC_TRY(product(output_, h_, lg, rows));
+    TC_TRY(products(h_, rows, {{&output_, lg}}));
   }
   return TC_OK;
 }

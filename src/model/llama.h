@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -189,8 +190,14 @@ class Llama {
   tc_status step_batch(int64_t n, float* logits);
   tc_status finish(tc_status st);
 
-  tc_status product(const Matrix& w, const float* x, float* y, int64_t M);
-  tc_status product_gemm(const Matrix& w, const float* x, float* y, int64_t M);
+  // y = x W^T for each {W, y} of `outs`, all reading the same M rows of x
+  // (one K): x is rounded to f16 once for all of them.
+  struct Product {
+    const Matrix* w;
+    float* y;
+  };
+  tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs);
+  tc_status product_gemm(const Matrix& w, const void* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
   tc_status add_rows(float* x, const float* y, int64_t n, int64_t period);
   void softcap_logits(float* logits, int64_t n) const;

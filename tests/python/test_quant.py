@@ -290,6 +290,21 @@ def test_dequantize_matches_gguf_bit_for_bit(ctx, rng, fmt):
         with np.errstate(over="ignore"):  # the largest edge scales overflow f16, as ours must
             want = ref.astype(np_dtype(dtype))
         assert np.array_equal(Yh.to_numpy((N, K), np_dtype(dtype)).view(np.uint16), want.view(np.uint16)), dtype
+    # Sources at 4 and 8 bytes past an aligned start: a GPU's decoders load
+    # them with narrower words than a 16-byte aligned K-quant block (offsets
+    # below a format's own alignment: test_gemv_misaligned_buffers).
+    for offset in (4, 8):
+        base, view = view_at(cpu_ctx, w, offset)
+        for dtype in ("f32", "f16"):
+            Yo = cpu_ctx.buffer_from_array(poison(N * K * (4 if dtype == "f32" else 2)))
+            cpu_ctx.dequantize_weights(view, Yo, fmt, N, K, dtype=dtype)
+            with np.errstate(over="ignore"):
+                want = ref.astype(np_dtype(dtype))
+            got = Yo.to_numpy((N, K), np_dtype(dtype))
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), "%s at offset %d" % (dtype, offset)
+            Yo.close()
+        view.close()
+        base.close()
     # One row from an offset (an embedding lookup), in f16 and bf16.
     for dtype in ("f16", "bf16"):
         Y2 = cpu_ctx.buffer_from_array(poison(K * 2))

@@ -19,7 +19,9 @@
 //
 // Work split (gemv_q8_rows): one warp per row of W (per pair of rows gate n,
 // up n + N/2 for SwiGLU), 8 warps a CTA; for one row of X with W split or
-// in superblocks, gemv_q8_row1 issues the loads of a warp's rows together.
+// in superblocks, gemv_q8_row1 issues the loads of a warp's rows together
+// (split Q4_0 / Q8_0 rows take gemv_q8_stream.cu's kernel, or for K > 4096
+// with X given in 8 bits gemv_q8_xreg.cu's, when the call fits them).
 // GGUF blocks are 18 (Q4_0) or 34 (Q8_0) bytes, only 2-byte aligned, so a
 // warp copies a segment of its row
 // (128 or 64 blocks, ~2.2 KB) from global memory with 16-byte loads (all
@@ -59,6 +61,7 @@
 #include "cuda/device.h"
 #include "cuda/gemv_q8_mma.h"
 #include "cuda/gemv_q8_stream.h"
+#include "cuda/gemv_q8_xreg.h"
 #include "cuda/q8_block.cuh"
 #include "cuda/pdl.cuh"
 #include "quant/formats.h"
@@ -732,6 +735,10 @@ tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
 
 tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (gemv_q8_xreg_fits(a)) {  // one row of 8-bit X on split Q4_0 / Q8_0 rows longer than 4096
+    s->last_kernel = "gemv_q8_xreg";
+    return check(launch_gemv_q8_xreg(a, s->stream), "gemv_q8: launch");
+  }
   if (gemv_q8_stream_fits(a)) {  // one row on split Q4_0 / Q8_0, X quantised inside when given in f32
     s->last_kernel = a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
     return check(launch_gemv_q8_stream(a, s->stream), "gemv_q8: launch");

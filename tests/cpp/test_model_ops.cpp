@@ -867,13 +867,19 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   // superblock (fewer than the lanes of a warp), 11008 (43: the lanes'
   // last round partial), 14336 (56). N = 24000 with one row of X: many
   // rows a CTA (on a GPU the streaming kernel's Q4_0 CTAs take 5-6 tiles of
-  // 16 rows each, around their ring of 4 stages more than once).
+  // 16 rows each, around their ring of 4 stages more than once). K > 4096
+  // with one row of X on a GPU: gemv_q8_xreg, a row over 2-4 warps (8192,
+  // 11008, 14336: the last slice partly empty), and for K 2049..4096 with
+  // X quantised by the product (4096, 3072); N = 3000 / 2500 give its
+  // groups of warps a second, partial round of rows.
   for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
                         Case{Q6_K, 40, 4096}, Case{Q6_K, 6, 14336}, Case{Q4_0, 4224, 512},
                         Case{Q5_K, 4224, 256}, Case{Q6_K, 4224, 256}, Case{Q4_0, 24000, 512, 1},
-                        Case{Q4_K, 24000, 256, 1}, Case{Q6_K, 24000, 256, 1}}) {
+                        Case{Q4_K, 24000, 256, 1}, Case{Q6_K, 24000, 256, 1}, Case{Q8_0, 12, 11008, 11},
+                        Case{Q4_0, 9, 14336, 1}, Case{Q4_0, 3000, 8192, 1}, Case{Q4_0, 40, 4096, 1},
+                        Case{Q4_0, 2500, 3072, 1}}) {
     // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
     // over), 8 (a full pass), 11 (a second pass over W); on a GPU from 8
     // rows the tensor-core kernels: 33 (a tile of 64, partly filled), 70

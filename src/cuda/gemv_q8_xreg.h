@@ -10,7 +10,7 @@
 namespace tc {
 namespace cuda {
 
-// Whether this kernel takes the call: M = 1, Q4_0 or Q8_0 in the split
+// Whether this kernel takes the call (TC_CUDA_Q8_STREAM on): M = 1, Q4_0 or Q8_0 in the split
 // layout (qs 16-byte, wd 2-byte aligned) with a row over 2 to 16 warps, and
 // either X given in 8 bits (xq 16-byte, xd 8-byte aligned) with K > 4096,
 // or Q4_0 with X in f32 (x, gamma 16-byte aligned; Y apart from X:

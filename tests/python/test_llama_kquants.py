@@ -62,8 +62,15 @@ def mix_type(mix, name, layer):
     return "q4_k" if mix == "q4_k_m" else "q5_k"
 
 
-def write_mix(path, mix, seed):
+def module_shape():
+    """The model's dimensions: the module's (some tests set them), unless given."""
+    return dict(E=E, L=L, H=H, HKV=HKV, F=F, V=V)
+
+
+def write_mix(path, mix, seed, shape=None):
     """Writes the model; returns the float64 weights the file holds."""
+    E, L, H, HKV, F, V = ((shape or module_shape())[k] for k in ("E", "L", "H", "HKV", "F", "V"))
+    D = E // H
     if gguf is None:
         pytest.skip("the gguf package is not installed")
     rng = np.random.default_rng(seed)
@@ -113,8 +120,11 @@ def write_mix(path, mix, seed):
     return held
 
 
-def reference(w, tokens, kv_f16):
-    cfg = dict(E=E, H=H, HKV=HKV, D=D, layers=L, eps=1e-5, base=10000.0, rope_scale=1.0, kv_f16=kv_f16)
+def reference(w, tokens, kv_f16, shape=None):
+    shape = shape or module_shape()
+    E, H = shape["E"], shape["H"]
+    cfg = dict(E=E, H=H, HKV=shape["HKV"], D=E // H, layers=shape["L"], eps=1e-5, base=10000.0, rope_scale=1.0,
+               kv_f16=kv_f16)
     return llama_reference.forward(cfg, w, tokens)
 
 
@@ -226,6 +236,28 @@ def test_streamed_products_quantising_their_own_x(tmp_path, mix):
     assert rel_err(on, ref) < 5e-2
     assert rel_err(off, ref) < 5e-2
     assert np.abs(on - off).max() <= 1e-3 * np.abs(ref).max()
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
+def test_products_holding_x_in_registers(tmp_path):
+    """A Q4_0 model 2304 wide with n_ff 4352: a GPU's one-token steps take
+    gemv_q8_xreg for [q; k; v] and [gate; up] (K 2304: two slices a row,
+    X quantised by the product right after the kernel that wrote it) and
+    for down (K 4352, 8-bit X from quantize_q8). The logits against the
+    same steps with TC_CUDA_Q8_STREAM=0 (quantize_q8 and the warp-per-row
+    products), up to the RMS sum's order, and the reference's 8-bit bound."""
+    shape = dict(E=2304, L=1, H=18, HKV=6, F=4352, V=V)
+    path = tmp_path / "m.gguf"
+    w = write_mix(path, "q4_0", seed=76, shape=shape)
+    rng = np.random.default_rng(10)
+    tokens = [int(t) for t in rng.integers(0, V, 10)]
+    on = run_steps(tmp_path, "cuda", path, tokens, "f16", {"TC_CUDA_Q8_STREAM": "1"}, "on")
+    off = run_steps(tmp_path, "cuda", path, tokens, "f16", {"TC_CUDA_Q8_STREAM": "0"}, "off")
+    ref = reference(w, tokens, kv_f16=True, shape=shape)
+    assert rel_err(on, ref) < 5e-2
+    assert rel_err(off, ref) < 5e-2
+    assert np.abs(on - off).max() <= 1e-3 * np.abs(ref).max()
+    assert np.abs(on - off).max() > 0, "the products holding X in registers did not run"
 
 
 @pytest.mark.parametrize("where", WHERE)

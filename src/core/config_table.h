@@ -45,8 +45,8 @@ TC_CONFIG(kCudaQ8MmaRows, "TC_CUDA_Q8_MMA_ROWS", Int, "8", "0..1048576", PerCall
           "the 8-bit products (gemv_q8, and gemv_quantized's few-row path) of at least this many rows of X run "
           "on the int8 tensor cores; fewer rows, or 0, take the one-row kernels (a recorded graph keeps what it was captured with)")
 TC_CONFIG(kCudaQ8Stream, "TC_CUDA_Q8_STREAM", Bool, "on", "", PerCall,
-          "one-row 8-bit products on split Q4_0 / Q8_0 weights hold X in registers (K > 4096, or Q4_0 quantising "
-          "its own X at 2048 < K <= 4096) or stream W by bulk copies, and quantise their own X where the call brings "
+          "one-row 8-bit products on split Q4_0 / Q8_0 weights hold X in registers (K > 4096, X given "
+          "in 8 bits) or stream W by bulk copies, and quantise their own X where the call brings "
           "it in f32; off: quantize_q8, then the warp-per-row kernel (a recorded graph keeps what it was captured "
           "with)")
 TC_CONFIG(kCudaAttentionCudnn, "TC_CUDA_ATTENTION_CUDNN", Bool, "on", "", PerCall,

@@ -11,10 +11,8 @@ namespace tc {
 namespace cuda {
 
 // Whether this kernel takes the call (TC_CUDA_Q8_STREAM on): M = 1, Q4_0 or Q8_0 in the split
-// layout (qs 16-byte, wd 2-byte aligned) with a row over 2 to 16 warps, and
-// either X given in 8 bits (xq 16-byte, xd 8-byte aligned) with K > 4096,
-// or Q4_0 with X in f32 (x, gamma 16-byte aligned; Y apart from X:
-// check_gemv_q8) quantised here, 2048 < K <= 4096.
+// layout (qs 16-byte, wd 2-byte aligned) with a row over 2 to 16 warps, X
+// given in 8 bits (xq 16-byte, xd 8-byte aligned), K > 4096.
 bool gemv_q8_xreg_fits(const GemvQ8Args& a);
 cudaError_t launch_gemv_q8_xreg(const GemvQ8Args& a, cudaStream_t st);
 

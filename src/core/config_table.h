@@ -49,6 +49,10 @@ TC_CONFIG(kCudaQ8Stream, "TC_CUDA_Q8_STREAM", Bool, "on", "", PerCall,
           "in 8 bits) or stream W by bulk copies, and quantise their own X where the call brings "
           "it in f32; off: quantize_q8, then the warp-per-row kernel (a recorded graph keeps what it was captured "
           "with)")
+TC_CONFIG(kCudaQ8Xreg, "TC_CUDA_Q8_XREG", Bool, "on", "", PerCall,
+          "with TC_CUDA_Q8_STREAM on, one-row 8-bit products on split Q4_0 / Q8_0 weights with K > 4096 and X "
+          "given in 8 bits hold X in registers; off: they stream W as at K <= 4096 (a recorded graph keeps what "
+          "it was captured with)")
 TC_CONFIG(kCudaAttentionCudnn, "TC_CUDA_ATTENTION_CUDNN", Bool, "on", "", PerCall,
           "attention through cuDNN's fused flash attention where the build has cuDNN 9 and the case allows")
 TC_CONFIG(kCudnnAutotune, "TC_CUDNN_AUTOTUNE", Bool, "on", "", PerCall,

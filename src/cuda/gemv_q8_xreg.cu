@@ -209,7 +209,7 @@ bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p)
 
 bool gemv_q8_xreg_fits(const GemvQ8Args& a) {
   using namespace q8xreg;
-  if (!config::on(config::Key::kCudaQ8Stream)) return false;
+  if (!config::on(config::Key::kCudaQ8Stream) || !config::on(config::Key::kCudaQ8Xreg)) return false;
   if (a.M != 1 || !a.wd || a.xh || (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0) || a.K % 32 != 0 || a.K <= 0)
     return false;
   if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;

@@ -10,7 +10,7 @@
 namespace tc {
 namespace cuda {
 
-// Whether this kernel takes the call (TC_CUDA_Q8_STREAM on): M = 1, Q4_0 or Q8_0 in the split
+// Whether this kernel takes the call (TC_CUDA_Q8_STREAM and TC_CUDA_Q8_XREG on): M = 1, Q4_0 or Q8_0 in the split
 // layout (qs 16-byte, wd 2-byte aligned) with a row over 2 to 16 warps, X
 // given in 8 bits (xq 16-byte, xd 8-byte aligned), K > 4096.
 bool gemv_q8_xreg_fits(const GemvQ8Args& a);

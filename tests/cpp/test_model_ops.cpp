@@ -17,6 +17,7 @@
 //                    attention against the dequantised values (tight) and the
 //                    unquantised ones (within the bound the quantisation allows)
 //   add, convert, heads_to_tokens, copy_2d
+//   gemm with an f32 C from f16 / bf16 X and W (the prefill's products)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -748,6 +749,62 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
   for (int64_t i = 0; i < T; ++i)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[(i * H + h) * D + d], src[(h * T + i) * D + d]);
+}
+
+// The LLaMA prefill's products: Y[M, N] = alpha X W^T + beta Y with f16 /
+// bf16 X and W and an f32 Y (GemmArgs::c_f32), against a float64 reference
+// of the rounded inputs; shapes off every tile size, Y poisoned when beta
+// is 0 and read when not; K = 0 scales Y alone.
+TEST_P(ModelOps, GemmWritesAnF32Output) {
+  Dev dev(GetParam());
+  const int64_t M = 37, N = 50, K = 96;
+  for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16})
+    for (double beta : {0.0, 0.5})
+      for (int64_t k : {K, int64_t(0)}) {
+        SCOPED_TRACE(std::string(t == TC_DTYPE_F16 ? "f16" : "bf16") + " beta " + std::to_string(beta) + " K " +
+                     std::to_string(k));
+        auto narrow = [&](const std::vector<float>& v, std::vector<double>* wide) {
+          std::vector<uint16_t> h(v.size());
+          wide->resize(v.size());
+          for (size_t i = 0; i < v.size(); ++i) {
+            h[i] = t == TC_DTYPE_F16 ? tc::f32_to_f16(v[i]) : tc::f32_to_bf16(v[i]);
+            (*wide)[i] = t == TC_DTYPE_F16 ? tc::f16_to_f32(h[i]) : tc::bf16_to_f32(h[i]);
+          }
+          return h;
+        };
+        std::vector<double> x, w;
+        const std::vector<uint16_t> xh = narrow(randn(size_t(M * K)), &x), wh = narrow(randn(size_t(N * K)), &w);
+        const std::vector<float> c0 = beta == 0.0 ? std::vector<float>(size_t(M * N), NAN) : randn(size_t(M * N));
+        tc::GemmArgs g;
+        g.info.name = "test.gemm_f32_out";
+        tc_gemm_desc& d = g.d;
+        std::memset(&d, 0, sizeof d);
+        d.M = M, d.N = N, d.K = k;
+        d.dtype = t, d.accum = TC_DTYPE_F32;
+        d.alpha = 1.5, d.beta = beta;
+        d.transpose_b = 1;
+        d.lda = K, d.ldb = K, d.ldc = N;
+        d.batch = 1;
+        d.stride_a = M * K, d.stride_b = N * K, d.stride_c = M * N;
+        g.a = dev.put(xh), g.b = dev.put(wh);
+        float* c = dev.put(c0);
+        g.c = c;
+        g.c_f32 = true;
+        ASSERT_EQ(dev.be().gemm(g, nullptr), TC_OK) << tc_last_error_detail();
+        const auto got = dev.get(c, size_t(M * N));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              ref += x[size_t(m * K + i)] * w[size_t(n * K + i)];
+              mag += std::fabs(x[size_t(m * K + i)] * w[size_t(n * K + i)]);
+            }
+            const double old = beta == 0.0 ? 0.0 : beta * c0[size_t(m * N + n)];
+            ref = 1.5 * ref + old;
+            ASSERT_NEAR(got[size_t(m * N + n)], ref, 1e-5 * (1.5 * mag + std::fabs(old)) + 1e-6)
+                << "row " << m << ", output " << n;
+          }
+      }
 }
 
 TEST_P(ModelOps, Copy2dPacksCachePrefixes) {

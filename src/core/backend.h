@@ -57,9 +57,15 @@ struct GemmArgs {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
-  // Not in the public descriptor: f16 / bf16 A and B with an f32 C (the
+  // Not in the public descriptor: an f32 C for f16 / bf16 A and B (the
   // LLaMA prefill's products, whose Y the model keeps in f32).
   bool c_f32 = false;
+  // C's element type: i32 for i8 inputs, f32 for half inputs with c_f32,
+  // else the inputs' type.
+  tc_dtype c_dtype() const {
+    if (d.dtype == TC_DTYPE_I8) return TC_DTYPE_I32;
+    return c_f32 && (d.dtype == TC_DTYPE_F16 || d.dtype == TC_DTYPE_BF16) ? TC_DTYPE_F32 : d.dtype;
+  }
 };
 
 // ---- Training kernels (tensorcore/training.h) ------------------------------

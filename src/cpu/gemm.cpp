@@ -38,8 +38,9 @@ void scale_c(T* c, int64_t M, int64_t N, int64_t ldc, double beta, ToF to_f, Fro
   }
 }
 
-void scale_c_any(const tc_gemm_desc& d, void* c) {
-  switch (d.dtype) {
+// c_type: C's element type (GemmArgs::c_dtype).
+void scale_c_any(const tc_gemm_desc& d, tc_dtype c_type, void* c) {
+  switch (c_type) {
     case TC_DTYPE_F32:
       scale_c(static_cast<float*>(c), d.M, d.N, d.ldc, d.beta, [](float v) { return double(v); },
               [](double v) { return float(v); });
@@ -52,7 +53,7 @@ void scale_c_any(const tc_gemm_desc& d, void* c) {
       scale_c(static_cast<uint16_t*>(c), d.M, d.N, d.ldc, d.beta,
               [](uint16_t v) { return double(bf16_to_f32(v)); }, [](double v) { return f32_to_bf16(float(v)); });
       break;
-    case TC_DTYPE_I8: {  // C is i32; int32 arithmetic wraps as in gemm_i8 (a double product would round)
+    case TC_DTYPE_I32: {  // i8 inputs; int32 arithmetic wraps as in gemm_i8 (a double product would round)
       const uint32_t beta = uint32_t(int32_t(int64_t(d.beta)));
       for (int64_t i = 0; i < d.M; ++i) {
         int32_t* row = static_cast<int32_t*>(c) + i * d.ldc;
@@ -116,18 +117,14 @@ void gemm_half(const tc_gemm_desc& d, const uint16_t* a, const uint16_t* b, void
 
 tc_status gemm(const GemmArgs& args) {
   const tc_gemm_desc& d = args.d;
-  if (args.c_f32 && d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16)
-    return fail(TC_ERR_INTERNAL, "gemm: an f32 C needs f16 or bf16 A and B, not dtype %d", int(d.dtype));
-  const size_t es = dtype_size(d.dtype);
-  const size_t cs = d.dtype == TC_DTYPE_I8 || args.c_f32 ? 4 : es;
+  const tc_dtype ct = args.c_dtype();
+  const size_t es = dtype_size(d.dtype), cs = dtype_size(ct);
   for (int64_t bi = 0; bi < d.batch; ++bi) {
     const char* a = static_cast<const char*>(args.a) + size_t(bi * d.stride_a) * es;
     const char* b = static_cast<const char*>(args.b) + size_t(bi * d.stride_b) * es;
     char* c = static_cast<char*>(args.c) + size_t(bi * d.stride_c) * cs;
     if (d.K == 0) {
-      tc_gemm_desc f = d;
-      if (args.c_f32) f.dtype = TC_DTYPE_F32;  // scale_c_any reads C's type from dtype
-      scale_c_any(f, c);
+      scale_c_any(d, ct, c);
       continue;
     }
     switch (d.dtype) {
@@ -136,7 +133,8 @@ tc_status gemm(const GemmArgs& args) {
         break;
       case TC_DTYPE_F16:
       case TC_DTYPE_BF16:
-        gemm_half(d, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), c, args.c_f32);
+        gemm_half(d, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), c,
+                  ct == TC_DTYPE_F32);
         break;
       case TC_DTYPE_I8:
         gemm_i8(d, reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int8_t*>(b), reinterpret_cast<int32_t*>(c));

@@ -223,29 +223,17 @@ tc_status gemm_lt(Device& dev, StreamState* s, const tc_gemm_desc& d, tc_dtype c
 
 tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args) {
   const tc_gemm_desc& d = args.d;
-  if (args.c_f32) {
-    if (d.dtype != TC_DTYPE_F16 && d.dtype != TC_DTYPE_BF16)
-      return fail(TC_ERR_INTERNAL, "gemm: an f32 C needs f16 or bf16 A and B, not dtype %d", int(d.dtype));
-    if (d.K == 0) {
-      const int64_t total = d.batch * d.M * d.N;
-      const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
-      scale_kernel<float><<<blocks, 256, 0, s->stream>>>(static_cast<float*>(args.c), d.batch, d.M, d.N, d.ldc,
-                                                         d.stride_c, float(d.beta));
-      s->last_kernel = "gemm_scale_c";
-      return check(cudaGetLastError(), "gemm: scale kernel launch");
-    }
-    return gemm_lt(dev, s, d, TC_DTYPE_F32, args.a, args.b, args.c);
-  }
+  const tc_dtype ct = args.c_dtype();
   if (d.K == 0) {
     const int64_t total = d.batch * d.M * d.N;
     const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
-    if (d.dtype == TC_DTYPE_I8) {
+    if (ct == TC_DTYPE_I32) {
       scale_kernel_i32<<<blocks, 256, 0, s->stream>>>(static_cast<int32_t*>(args.c), d.batch, d.M, d.N, d.ldc,
                                                       d.stride_c, int32_t(int64_t(d.beta)));
-    } else if (d.dtype == TC_DTYPE_F32) {
+    } else if (ct == TC_DTYPE_F32) {
       scale_kernel<float><<<blocks, 256, 0, s->stream>>>(static_cast<float*>(args.c), d.batch, d.M, d.N, d.ldc,
                                                          d.stride_c, float(d.beta));
-    } else if (d.dtype == TC_DTYPE_F16) {
+    } else if (ct == TC_DTYPE_F16) {
       scale_kernel<__half><<<blocks, 256, 0, s->stream>>>(static_cast<__half*>(args.c), d.batch, d.M, d.N, d.ldc,
                                                           d.stride_c, float(d.beta));
     } else {
@@ -272,7 +260,7 @@ tc_status gemm(Device& dev, StreamState* s, const GemmArgs& args) {
     s->last_kernel = "gemm_i8_tiled";
     return check(cudaGetLastError(), "gemm: i8 kernel launch");
   }
-  return gemm_lt(dev, s, d, d.dtype == TC_DTYPE_I8 ? TC_DTYPE_I32 : d.dtype, args.a, args.b, args.c);
+  return gemm_lt(dev, s, d, ct, args.a, args.b, args.c);
 }
 
 }  // namespace cuda

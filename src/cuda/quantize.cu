@@ -285,7 +285,7 @@ void launch_dequantize_parts(const DequantizeWeightsArgs& a, cudaStream_t stream
 template <class F>
 bool launch_dequantize(const DequantizeWeightsArgs& a, cudaStream_t stream) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(a.src);
-  if constexpr (F::kBytes % 16 == 0 && F::kAlign == 4) {
+  if constexpr (F::kBytes % 16 == 0) {
     if (at % 16 == 0) return launch_dequantize_parts<F, 16>(a, stream), true;
   }
   if (at % F::kAlign != 0) return false;

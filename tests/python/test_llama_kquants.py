@@ -241,11 +241,11 @@ def test_streamed_products_quantising_their_own_x(tmp_path, mix):
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
 def test_products_holding_x_in_registers(tmp_path):
     """A Q4_0 model 2304 wide with n_ff 4352: a GPU's one-token steps take
-    gemv_q8_xreg for [q; k; v] and [gate; up] (K 2304: two slices a row,
-    X quantised by the product right after the kernel that wrote it) and
-    for down (K 4352, 8-bit X from quantize_q8). The logits against the
-    same steps with TC_CUDA_Q8_STREAM=0 (quantize_q8 and the warp-per-row
-    products), up to the RMS sum's order, and the reference's 8-bit bound."""
+    gemv_q8_xreg for down (K 4352 > 4096, 8-bit X from quantize_q8; two
+    slices a row) and the streaming kernel for the rest. The logits against
+    the same steps with TC_CUDA_Q8_STREAM=0 (quantize_q8 and the
+    warp-per-row products), up to the RMS sum's order, and the reference's
+    8-bit bound."""
     shape = dict(E=2304, L=1, H=18, HKV=6, F=4352, V=V)
     path = tmp_path / "m.gguf"
     w = write_mix(path, "q4_0", seed=76, shape=shape)

@@ -82,6 +82,10 @@ TC_CONFIG(kDistTimeoutMs, "TC_DIST_TIMEOUT_MS", Int, "120000", "1..9223372036854
 TC_CONFIG(kDistDevicePath, "TC_DIST_DEVICE_PATH", Bool, "off", "", PerCall,
           "collectives and DiLoCo handle a host backend's buffers as device memory (staged through page-locked "
           "host memory, the exchange through device scratch): tests the GPU path on the CPU")
+TC_CONFIG(kChannelHashThread, "TC_CHANNEL_HASH_THREAD", Bool, "auto", "", PerCall,
+          "authenticated frames longer than 128 KiB hashed by a helper thread while they move through the "
+          "socket (a channel's sends and receives each); auto: on where the process may run on at least 4 CPUs "
+          "(its affinity mask)")
 TC_CONFIG(kNcclNonblocking, "TC_NCCL_NONBLOCKING", Bool, "off", "", PerCall,
           "NCCL collectives on the non-blocking communicator itself (every enqueue polled; slower) instead of "
           "the blocking one split from it")

@@ -182,7 +182,7 @@ tc_status make_keyring(const char* fn, const struct tc_auth_config* cfg, Keyring
 tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose, int32_t claimed_rank,
                            const std::string& expected_identity, Deadline deadline, PeerInfo* server,
                            std::string* why, Session* session) {
-  if (session) *session = Session{std::string(), true, 0, 0};
+  if (session) *session = Session{std::string(), true, 0, 0, nullptr, nullptr, {}, {}};
   std::string nc = ring ? fresh_nonce() : std::string(kNonce, '\0');
   std::string hello(kMagic, 8);
   hello.push_back(char(ring ? kModeAuth : kModePlain));
@@ -248,7 +248,7 @@ tc_status client_handshake(const Socket& s, const Keyring* ring, Purpose purpose
 
 tc_status server_handshake(const Socket& s, const Keyring* ring, Purpose purpose, const AdmitFn& admit,
                            Deadline deadline, PeerInfo* client, std::string* why, Session* session) {
-  if (session) *session = Session{std::string(), false, 0, 0};
+  if (session) *session = Session{std::string(), false, 0, 0, nullptr, nullptr, {}, {}};
   std::string f;
   if (tc_status st = recv_frame(s, &f, kMaxFrame, deadline)) return io_fail(st, "waiting for hello", why);
   const std::string refuse(1, char(kRefuse));
@@ -350,6 +350,17 @@ void begin_check(Session& session, uint64_t payload_bytes) {
   session.rx->update(len, 4);
 }
 
+// The direction's helper for a frame of `bytes`, or null (hash inline):
+// only frames longer than one of its slices use it.
+SliceHasher* frame_helper(Session::Helper& h, uint64_t bytes) {
+  if (bytes <= SliceHasher::kSliceBytes) return nullptr;
+  if (!h.decided) {
+    h.hasher = SliceHasher::make_if_useful();
+    h.decided = true;
+  }
+  return SliceHasher::usable(h.hasher) ? h.hasher.get() : nullptr;
+}
+
 tc_status end_check(Session& session, const uint8_t got[kFrameTagBytes]) {
   uint8_t expect[kFrameTagBytes];
   session.rx->tag(expect);
@@ -384,31 +395,43 @@ tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts,
   // slice's hash alone, and the peer checks that slice meanwhile. Sealing
   // before sending instead left a slice's hash on each end of the frame's
   // path (about a tenth of a 1 MiB frame's time on loopback).
-  const bool streamed = total > kSealSliceBytes;
+  // With a helper thread (slice_hasher.h) the slices hash on it, after
+  // they are sent, while this thread sends the next.
+  SliceHasher* helper = frame_helper(session.tx_helper, total);
+  const size_t slice = helper ? SliceHasher::kSliceBytes : kSealSliceBytes;
+  DrainOnExit drained(helper);
+  const bool streamed = total > slice;
   ConstBytes wire[kMaxPieces];
   size_t k = 0, in_slice = 0;
   wire[k++] = ConstBytes{len, 4};
   auto flush = [&]() -> tc_status {
     if (tc_status st = send_parts(s, wire, k, deadline)) return st;
     if (streamed)
-      for (size_t i = 0; i < k; ++i)
-        if (wire[i].data != len) session.tx->update(wire[i].data, wire[i].n);
+      for (size_t i = 0; i < k; ++i) {
+        if (wire[i].data == len) continue;
+        if (helper) {
+          helper->post(session.tx.get(), wire[i].data, wire[i].n);
+        } else {
+          session.tx->update(wire[i].data, wire[i].n);
+        }
+      }
     k = 0, in_slice = 0;
     return TC_OK;
   };
   for (size_t i = 0; i < count; ++i) {
     const char* p = static_cast<const char*>(parts[i].data);
     for (size_t left = parts[i].n; left;) {
-      const size_t n = std::min(left, kSealSliceBytes - in_slice);
+      const size_t n = std::min(left, slice - in_slice);
       if (!streamed) session.tx->update(p, n);
       wire[k++] = ConstBytes{p, n};
       p += n, left -= n, in_slice += n;
-      if (in_slice == kSealSliceBytes || k + 1 == kMaxPieces)
+      if (in_slice == slice || k + 1 == kMaxPieces)
         if (tc_status st = flush()) return st;
     }
   }
   if (streamed && k)
     if (tc_status st = flush()) return st;
+  if (helper) helper->drain();
   uint8_t tag[kFrameTagBytes];
   session.tx->tag(tag);
   wire[k++] = ConstBytes{tag, kFrameTagBytes};
@@ -443,18 +466,28 @@ tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t pa
   // while the sender hashes it, then the tag is read.
   char* p = static_cast<char*>(dst);
   uint64_t left = payload_bytes;
-  const uint64_t slice = kSealSliceBytes;
+  SliceHasher* helper = frame_helper(session.rx_helper, payload_bytes);  // it hashes, this thread reads on
+  const uint64_t slice = helper ? SliceHasher::kSliceBytes : kSealSliceBytes;
+  DrainOnExit drained(helper);
+  auto check = [&](const char* q, size_t n) {
+    if (helper) {
+      helper->post(session.rx.get(), q, n);
+    } else {
+      session.rx->update(q, n);
+    }
+  };
   for (; left > slice; p += slice, left -= slice) {
     if (tc_status st = recv_all(s, p, size_t(slice), deadline)) return st;
-    session.rx->update(p, size_t(slice));
+    check(p, size_t(slice));
   }
   uint8_t got[kFrameTagBytes];
   if (payload_bytes > slice) {
     // A longer frame's sender hashes its last slice after sending it: check
     // that slice here meanwhile, then take the tag.
     if (tc_status st = recv_all(s, p, size_t(left), deadline)) return st;
-    session.rx->update(p, size_t(left));
+    check(p, size_t(left));
     if (tc_status st = recv_all(s, got, kFrameTagBytes, deadline)) return st;
+    if (helper) helper->drain();
     return end_check(session, got);
   }
   const MutBytes last[2] = {{p, size_t(left)}, {got, kFrameTagBytes}};  // one read for both

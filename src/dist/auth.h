@@ -35,6 +35,7 @@
 
 #include "core/crypto.h"
 #include "dist/net.h"
+#include "dist/slice_hasher.h"
 #include "tensorcore/dist.h"
 
 namespace tc {
@@ -78,13 +79,22 @@ struct Session {
   bool client = false;
   uint64_t sent = 0, received = 0;  // frames, per direction
   std::shared_ptr<Gmac> tx, rx;     // the direction keys' MACs (set with key)
+  // Each direction's helper for long frames (slice_hasher.h), made at the
+  // first frame that could use it; null where frames hash inline.
+  struct Helper {
+    std::shared_ptr<SliceHasher> hasher;
+    bool decided = false;
+  };
+  Helper tx_helper, rx_helper;
 };
 constexpr size_t kFrameTagBytes = Gmac::kTagBytes;
 // A frame's payload is sealed and checked in slices of this size as it
 // travels, so each side hashes one slice while the other moves the next
 // (16 MiB frames on loopback: 512 KiB slices moved them 1.2-1.4x faster than
 // one pass, 256 KiB and 1 MiB slices less; one system call per slice; 1 MiB
-// frames with 64-128 KiB slices: 1.35x slower than with 512 KiB).
+// frames with 64-128 KiB slices: 1.35x slower than with 512 KiB), when one
+// thread both moves and hashes them; with a helper thread hashing
+// (slice_hasher.h) the slices are SliceHasher::kSliceBytes.
 constexpr size_t kSealSliceBytes = 512 << 10;
 // Keys `session` (its `client` side already set) with the session key S:
 // derives the two direction keys and restarts both sequence numbers.

@@ -689,11 +689,18 @@ TEST(Channel, LargeFramesAreCheckedSliceBySliceStraightIntoTheCallersMemory) {
   for (const std::string& p : pieces) parts.push_back({p.data(), p.size()});
   std::string whole;
   for (const std::string& p : pieces) whole += p;
-  for (size_t flip : {size_t(0), size_t(3), size_t(1200000), total + 15}) {  // 0: none; a byte of slice 1, 3, the tag
+  // Each side hashing inline or on its helper thread (TC_CHANNEL_HASH_THREAD,
+  // decided at a session's first long frame): the same bytes on the wire.
+  const char* modes[][2] = {{"0", "0"}, {"1", "1"}, {"1", "0"}, {"0", "1"}};
+  for (size_t flip : {size_t(0), size_t(3), size_t(1200000), total + 15})  // 0: none; a byte of slice 1, 3, the tag
+  for (const auto& mode : modes) {
+    SCOPED_TRACE(std::string("hash thread: sender ") + mode[0] + ", receiver " + mode[1]);
     Relayed r;
+    setenv("TC_CHANNEL_HASH_THREAD", mode[0], 1);
     std::thread send([&] { EXPECT_EQ(tc_channel_sendv(r.client, parts.data(), parts.size(), 5000), TC_OK); });
     std::string f = r.take_from_client();
     send.join();
+    setenv("TC_CHANNEL_HASH_THREAD", mode[1], 1);
     ASSERT_EQ(f.size(), total + 16);
     if (flip) f[flip] ^= 0x01;
     std::thread deliver([&] { r.deliver_to_server(f); });
@@ -711,6 +718,33 @@ TEST(Channel, LargeFramesAreCheckedSliceBySliceStraightIntoTheCallersMemory) {
       EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 500, &n), TC_ERR_IO);
     }
   }
+  unsetenv("TC_CHANNEL_HASH_THREAD");
+}
+
+TEST(Channel, LongFramesBackToBackWithTheHashThreadKeepTheirBytesAndOrder) {
+  // Lengths about a helper's 128 KiB slice and the 512 KiB one, one session
+  // (its helpers sleep and wake between frames), both ends on the helper.
+  setenv("TC_CHANNEL_HASH_THREAD", "1", 1);
+  Relayed r;
+  std::mt19937 rng(11);
+  for (size_t n : {size_t(131072), size_t(131073), size_t(262149), size_t(524288), size_t(524289), size_t(1048576 + 7),
+                   size_t(200000)}) {
+    std::string payload(n, '\0');
+    for (char& c : payload) c = char(rng());
+    std::thread send([&] { EXPECT_EQ(tc_channel_send(r.client, payload.data(), payload.size(), 5000), TC_OK); });
+    std::string f = r.take_from_client();
+    send.join();
+    ASSERT_EQ(f.size(), n + 16);
+    std::thread deliver([&] { r.deliver_to_server(f); });
+    std::vector<char> dst(n);
+    size_t got = 0;
+    EXPECT_EQ(tc_channel_recv_into(r.server, dst.data(), dst.size(), 5000, &got), TC_OK) << n << ": "
+                                                                                        << tc_last_error_detail();
+    deliver.join();
+    EXPECT_EQ(got, n);
+    EXPECT_TRUE(std::memcmp(dst.data(), payload.data(), n) == 0) << n;
+  }
+  unsetenv("TC_CHANNEL_HASH_THREAD");
 }
 
 TEST(Channel, ReceivingIntoMemoryTooShortForTheFrameWritesNothing) {

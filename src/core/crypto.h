@@ -51,13 +51,15 @@ std::string sha256_hex(const void* data, size_t n);
 // additional data, nothing is encrypted. A key must never see one nonce
 // twice (callers use direction | sequence number). Several GB/s with
 // AES-NI and carry-less multiply, against about 1 GB/s for HMAC-SHA256.
-// On processors with 512-bit carry-less multiply the hash over the data is
-// core/ghash.h's (the AES stays libcrypto's); elsewhere, or with
-// Impl::kLibcrypto, libcrypto's AES-GCM does it all. Both give the same tags.
+// On processors with 512-bit carry-less multiply the hash over the data may
+// be core/ghash.h's (the AES stays libcrypto's): Impl::kBest takes it where
+// it is the faster of the two on this processor (timed once per process),
+// Impl::kOwn wherever it can run; otherwise, or with Impl::kLibcrypto,
+// libcrypto's AES-GCM does it all. All give the same tags.
 class Gmac {
  public:
   static constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
-  enum class Impl { kBest, kLibcrypto };
+  enum class Impl { kBest, kOwn, kLibcrypto };
   explicit Gmac(const uint8_t key[kKeyBytes], Impl impl = Impl::kBest);
   ~Gmac();
   Gmac(const Gmac&) = delete;

@@ -175,6 +175,89 @@ def raw_stream_gbs(nbytes: int, to_peer: bool, reps: int) -> float:
         os.waitpid(pid, 0)
 
 
+# ---- what a round trip is made of (--breakdown) -------------------------------------
+
+def channel_pingpong_us(req: int, resp: int, n: int, spin_us: float) -> float:
+    """The authenticated channel alone (tensorcore.Channel, both ends in the
+    library, spinning as the lanes do): request and reply of the TASK and
+    COMPLETION frames' sizes between this process and a forked peer."""
+    from tensorcore import Channel
+
+    keys = [("bench", 1, b"k" * 32)]
+
+    def serve(conn):
+        ch = Channel.open(conn, server=True, keys=keys, timeout=10)
+        ch.set_spin(round(spin_us))
+        out = bytes(resp)
+        while True:
+            try:
+                ch.recv(req, 10, copy=False)
+            except Exception:  # noqa: BLE001 - the benchmark closed its end
+                return
+            ch.send(out, 10)
+
+    s, pid = _fork_peer(serve)
+    try:
+        ch = Channel.open(s, server=False, keys=keys, timeout=10)
+        ch.set_spin(round(spin_us))
+        msg = bytes(req)
+        for _ in range(50):
+            ch.send(msg, 10)
+            ch.recv(resp, 10, copy=False)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                ch.send(msg, 10)
+                ch.recv(resp, 10, copy=False)
+            best = min(best, (time.perf_counter() - t0) / n)
+        ch.close()
+        return best * 1e6
+    finally:
+        s.close()
+        os.waitpid(pid, 0)
+
+
+def session_task_us(n: int) -> float:
+    """What a session does for one task besides its frames: the TASK body
+    parsed, the orchestration started on a level-3 Worker like the
+    session's (no chips, no sub-workers) and its end awaited, the
+    COMPLETION encoded; in a forked process on the peers' CPUs."""
+    r, w = os.pipe()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            if PEER_CPUS:
+                os.sched_setaffinity(0, PEER_CPUS)
+            from simpler.remote import protocol as P
+            from simpler.remote.session import make_worker
+            from simpler.task_interface import ChipStorageTaskArgs
+
+            w3 = make_worker({"platform": "cpu", "device_ids": [], "num_sub_workers": 0})
+            frame = P.encode(P.TASK, P.task_body(1, "simpler_l4:empty", {}, bytes(1), bytes(96), []))
+            best = float("inf")
+            for rep in range(4):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    tid, name, config, dirs, tensors, scalars = P.parse_task(P.decode(frame, {P.TASK})[1])
+                    h = w3.submit(empty, ChipStorageTaskArgs())
+                    h.wait()
+                    P.encode(P.COMPLETION, P.completion_body(tid, 0, ""))
+                if rep:
+                    best = min(best, (time.perf_counter() - t0) / n)
+            w3.close()
+            os.write(w, repr(best * 1e6).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    return float(got)
+
+
 # ---- level 4 ------------------------------------------------------------------------
 
 class Daemon:
@@ -250,6 +333,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--note", default="", help="a line added under the tables (what changed)")
     ap.add_argument("--pin", action="store_true", help="this process and its peers on two halves of the CPUs")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the channel alone and the session's per-task work alone (one tensor)")
     a = ap.parse_args(argv)
     global PEER_CPUS
     pinned = ""
@@ -266,6 +351,7 @@ def main(argv=None) -> int:
 
     load0 = os.getloadavg()[0]
     rows_rt, rows_cp = [], []
+    breakdown = None
     spin_us = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         d = Daemon(tmp)
@@ -285,6 +371,13 @@ def main(argv=None) -> int:
                     rows_rt.append((nt, req, resp, ours, raw))
                     print(f"round trip, {nt} tensors ({req} B / {resp} B): {ours:.1f} us, raw TCP {raw:.1f} us, "
                           f"{ours / raw:.2f}x", flush=True)
+                    if a.breakdown and nt == 1:
+                        chan = channel_pingpong_us(req, resp, max(200, chain), spin_us)
+                        sess = session_task_us(max(200, chain))
+                        breakdown = (ours, raw, chan, sess)
+                        print(f"  of which: the channel's ping-pong {chan:.1f} us, the session's level-3 work "
+                              f"{sess:.1f} us, the rest (the parent's level 4, hand-overs) "
+                              f"{ours - chan - sess:.1f} us", flush=True)
                 big = w4.remote_malloc(max(sizes), r)
                 for n in sizes:
                     # Small copies take microseconds: more timings of each (both sides alike),
@@ -321,6 +414,12 @@ def main(argv=None) -> int:
     for n, to_remote, ours, raw in rows_cp:
         out.append(f"| {'remote_copy_to' if to_remote else 'remote_copy_from'} | {n} | {ours:.3f} | {raw:.3f} | "
                    f"{ours / raw:.2f}x | {'met' if ours / raw >= 0.8 else 'missed'} |")
+    if breakdown:
+        ours, raw, chan, sess = breakdown
+        out += ["", f"A one-tensor round trip of {ours:.1f} us (raw TCP {raw:.1f}): the authenticated channel's "
+                f"ping-pong of the same frames {chan:.1f} us, the session's level-3 work per task (parse, start the "
+                f"orchestration, await its end, encode the completion) {sess:.1f} us, the rest (the parent's level "
+                f"4, thread hand-overs) {ours - chan - sess:.1f} us (`--breakdown`)."]
     if a.note:
         out += ["", a.note]
     with open(RESULTS, "a") as f:

@@ -1,7 +1,8 @@
 """LLaMA prefill and decode on the GPU: a 7B LLaMA-shaped model with random Q4_0 weights.
 
 Shape (LLaMA-7B's): n_embd 4096, 32 layers, 32 heads, 32 kv heads, n_ff
-11008, vocabulary 32000, every matrix Q4_0 (token_embd and output too; --mix
+11008, vocabulary 32000 (--shape 8b: Llama-3-8B's, 8 kv heads, n_ff 14336,
+vocabulary 128256), every matrix Q4_0 (token_embd and output too; --mix
 q4_k_m / q5_k_m: llama-quantize's mix of Q4_K / Q5_K and Q6_K instead), norms
 F32. The file (~3.8 GB) is written once through tensorcore's own GGUF writer
 (bench/llama_cpu.py's writer: random nibbles, f16 scales of an initialised
@@ -46,8 +47,8 @@ import numpy as np  # noqa: E402
 import tensorcore as tc  # noqa: E402
 from llama_cpu import MIXES, describe, time_prefill_decode, write_model  # noqa: E402
 
-E, L, H, HKV, F, V = 4096, 32, 32, 32, 11008, 32000
-D = E // H
+# n_embd, layers, heads, kv heads, n_ff, vocabulary of each --shape.
+SHAPES = {"7b": (4096, 32, 32, 32, 11008, 32000), "8b": (4096, 32, 32, 8, 14336, 128256)}
 TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 
 
@@ -159,12 +160,14 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--decode", type=int, default=128)
-    ap.add_argument("--model", help="GGUF file to use instead of the random 7B model")
+    ap.add_argument("--model", help="GGUF file to use instead of the random model")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="7b",
+                    help="the random model's shape: LLaMA-7B's, or Llama-3-8B's (GQA: 8 kv heads)")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
     ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
                     help="KV cache type, ours and llama.cpp's (-ctk / -ctv)")
     ap.add_argument("--mix", choices=MIXES, default="q4_0",
-                    help="the random 7B's types: every matrix Q4_0, or llama-quantize's Q4_K_M / Q5_K_M mix")
+                    help="the random model's types: every matrix Q4_0, or llama-quantize's Q4_K_M / Q5_K_M mix")
     ap.add_argument("--llama-bench", dest="llama_bench", metavar="PATH",
                     help="llama.cpp's llama-bench (a CUDA build), run on the same file after ours")
     ap.add_argument("--write", action="store_true", help="append a dated section to bench/results/llama-cuda.md")
@@ -174,10 +177,11 @@ def main():
 
     suffix = "" if args.mix == "q4_0" else "-" + args.mix
     path = args.model or os.path.join(os.environ.get("TC_BENCH_DIR", tempfile.gettempdir()),
-                                      "tensorcore-random-7b-q4_0%s.gguf" % suffix)
+                                      "tensorcore-random-%s-q4_0%s.gguf" % (args.shape, suffix))
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        write_model(path, E, L, H, HKV, F, V, name="random-7b-" + args.mix, seed=7000, mix=args.mix)
+        E, L, H, HKV, F, V = SHAPES[args.shape]
+        write_model(path, E, L, H, HKV, F, V, name="random-%s-%s" % (args.shape, args.mix), seed=7000, mix=args.mix)
         print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
     modes = ["f16", "f32"] if args.activations == "both" else [args.activations]
     if args.profile:

@@ -431,7 +431,7 @@ tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts,
   }
   if (streamed && k)
     if (tc_status st = flush()) return st;
-  if (helper) helper->drain();
+  if (helper && !helper->drain()) return TC_ERR_INTERNAL;
   uint8_t tag[kFrameTagBytes];
   session.tx->tag(tag);
   wire[k++] = ConstBytes{tag, kFrameTagBytes};
@@ -487,7 +487,7 @@ tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t pa
     if (tc_status st = recv_all(s, p, size_t(left), deadline)) return st;
     check(p, size_t(left));
     if (tc_status st = recv_all(s, got, kFrameTagBytes, deadline)) return st;
-    if (helper) helper->drain();
+    if (helper && !helper->drain()) return TC_ERR_INTERNAL;
     return end_check(session, got);
   }
   const MutBytes last[2] = {{p, size_t(left)}, {got, kFrameTagBytes}};  // one read for both

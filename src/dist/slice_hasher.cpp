@@ -66,7 +66,7 @@ void SliceHasher::post(Gmac* mac, const void* data, size_t n) {
   }
 }
 
-void SliceHasher::drain() {
+bool SliceHasher::drain() {
   const uint64_t want = posted_.load(std::memory_order_relaxed);
   for (unsigned i = 0; done_.load(std::memory_order_acquire) != want; ++i) {
     if (i < 4096) {
@@ -75,6 +75,7 @@ void SliceHasher::drain() {
       std::this_thread::yield();
     }
   }
+  return !failed_.exchange(false, std::memory_order_relaxed);
 }
 
 void SliceHasher::loop() {
@@ -96,7 +97,11 @@ void SliceHasher::loop() {
       }
     }
     const Job job = ring_[next % kRing];
-    job.mac->update(job.data, job.n);
+    try {
+      job.mac->update(job.data, job.n);
+    } catch (...) {  // libcrypto's update failed: the frame's MAC is lost, drain() says so
+      failed_.store(true, std::memory_order_relaxed);
+    }
     done_.store(++next, std::memory_order_release);
   }
 }

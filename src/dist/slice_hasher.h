@@ -54,8 +54,9 @@ class SliceHasher {
 
   // mac->update(data, n) on the helper, after every slice posted before.
   void post(Gmac* mac, const void* data, size_t n);
-  // Returns once every posted slice is hashed.
-  void drain();
+  // Returns once every posted slice is hashed: false if an update failed
+  // (libcrypto's; the frame's MAC is then unusable).
+  bool drain();
 
  private:
   struct Job {
@@ -68,7 +69,7 @@ class SliceHasher {
 
   Job ring_[kRing];
   std::atomic<uint64_t> posted_{0}, done_{0};
-  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> sleeping_{false}, failed_{false};
   bool stop_ = false;
   std::mutex mu_;
   std::condition_variable cv_;

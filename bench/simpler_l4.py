@@ -28,6 +28,12 @@ spinning off whenever the load average left by earlier runs (this
 benchmark's own included) plus the processes exceeds the CPUs, and round
 trips would pay a wake-up on each side.
 
+--breakdown also times, for the one-tensor round trip, the authenticated
+channel alone (tensorcore.Channel ping-pong of the same frames, both ends
+spinning as the lanes do) and the session's per-task work alone (parse,
+start the orchestration, await it, encode the completion; in a forked
+process on the peers' CPUs): the rest of the round trip is the parent's.
+
 Starts its own daemon (python -m simpler.remote_worker on 127.0.0.1, a
 temporary key) and stops it at the end. Appends a dated section to
 bench/results/simpler.md.

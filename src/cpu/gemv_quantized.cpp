@@ -33,6 +33,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "cpu/convert.h"
@@ -106,6 +107,8 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
 // in its natural order, threads over groups of eight rows of W, each group
 // against the rows of X kMaxTile at a time while it is in cache. A row of
 // X's arithmetic does not depend on the others (the same for any M).
+bool rows8_pairs_enabled() { return config::on(config::Key::kCpuRows8Pairs); }
+
 tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   note_kernel("gemv_quantized/avx512_vnni_rows8");
   const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32;
@@ -131,23 +134,30 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const int64_t grain =
       work < (128u << 10) ? groups : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) + 1);
   constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs
+  const bool pairs = rows8_pairs_vnni(a.fmt) && rows8_pairs_enabled();
   parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
     thread_local std::vector<float> yt;
     if (yt.size() < size_t(M * 8 * kSubGroups)) yt.resize(size_t(M * 8 * kSubGroups));
     for (int64_t s0 = g0; s0 < g1; s0 += kSubGroups) {
       const int64_t s1 = std::min(g1, s0 + kSubGroups), rows = 8 * (s1 - s0);
-      for (int64_t g = s0; g < s1; ++g) {
+      for (int64_t g = s0; g < s1;) {
         const uint8_t* grp = w8 + uint64_t(g) * group_bytes;
+        const int span = pairs && g + 1 < s1 ? 2 : 1;  // groups of eight rows this pass
         for (int64_t m0 = 0; m0 < M; m0 += kMaxTile) {
           const int mt = int(std::min<int64_t>(kMaxTile, M - m0));
           const QxNatural* rp[kMaxTile];
           for (int j = 0; j < mt; ++j) rp[j] = rows_p + m0 + j;
-          float out[8 * kMaxTile];
-          rows8_dots_vnni(a.fmt, grp, K, rp, mt, out);
+          float out[16 * kMaxTile];
+          if (span == 2) {
+            rows8_dots2_vnni(a.fmt, grp, grp + group_bytes, K, rp, mt, out);
+          } else {
+            rows8_dots_vnni(a.fmt, grp, K, rp, mt, out);
+          }
           for (int j = 0; j < mt; ++j)
-            for (int r = 0; r < 8; ++r) yt[size_t((m0 + j) * rows + 8 * (g - s0) + r)] = out[8 * j + r];
+            for (int r = 0; r < 8 * span; ++r) yt[size_t((m0 + j) * rows + 8 * (g - s0) + r)] = out[8 * span * j + r];
         }
+        g += span;
       }
       for (int64_t m = 0; m < M; ++m) store_row(a.dtype, yt.data() + m * rows, y + size_t(m * N + 8 * s0) * es, rows);
     }

@@ -27,9 +27,6 @@ TC_CONFIG(kNumThreads, "TC_NUM_THREADS", Int, "auto", "1..1024", Once,
 TC_CONFIG(kCpuIsa, "TC_CPU_ISA", Enum, "amx", "portable|avx2|avx_vnni|avx512|avx512_vnni|avx512_bf16|amx", PerCall,
           "caps the instruction set of every CPU kernel (never enables what the processor lacks); below the "
           "processor's own level the f32 GEMM runs tensorcore's kernels, not the BLAS")
-TC_CONFIG(kCpuRows8Pairs, "TC_CPU_ROWS8_PAIRS", Bool, "on", "", PerCall,
-          "the 8-bit products on rows interleaved by eight (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) take two groups of "
-          "eight rows a pass in 512-bit vectors; off: one group in 256-bit vectors")
 TC_CONFIG(kCpuBlas, "TC_CPU_BLAS", Bool, "auto", "", PerCall,
           "f32 GEMM through the linked BLAS (on) or tensorcore's kernels (off); auto: the BLAS unless it "
           "misdetected the processor")

@@ -33,7 +33,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "cpu/convert.h"
@@ -107,8 +106,6 @@ void load_row(tc_dtype dtype, const void* src, float* dst, int64_t n) {
 // in its natural order, threads over groups of eight rows of W, each group
 // against the rows of X kMaxTile at a time while it is in cache. A row of
 // X's arithmetic does not depend on the others (the same for any M).
-bool rows8_pairs_enabled() { return config::on(config::Key::kCpuRows8Pairs); }
-
 tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   note_kernel("gemv_quantized/avx512_vnni_rows8");
   const int64_t M = a.M, N = a.N, K = a.K, nb = K / 32;
@@ -134,7 +131,7 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const int64_t grain =
       work < (128u << 10) ? groups : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) + 1);
   constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs
-  const bool pairs = rows8_pairs_vnni(a.fmt) && rows8_pairs_enabled();
+  const bool pairs = rows8_pairs_vnni(a.fmt);
   parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
     thread_local std::vector<float> yt;

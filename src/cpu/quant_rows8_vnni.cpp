@@ -1,6 +1,6 @@
 // The 8-bit products of up to kMaxTile rows of X with a Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q4_K, Q5_K or Q6_K W whose rows are interleaved by eight
-// (quant::repack_rows8), on AVX512-VNNI processors with 256-bit vectors:
+// (quant::repack_rows8), on AVX512-VNNI processors:
 //
 //   y[m][r] = sum_b d_r,b dx_m,b sum_k u_r,b,k xq_m,b,k + c_r,b sx_m,b
 //
@@ -21,11 +21,13 @@
 // their lanes on one row and need horizontal sums and lane permutes.
 // Measured on an AMD EPYC core (256-bit units) in a stand-alone test: 25 GB/s
 // of Q4_0 W against 14 for a 256-bit row kernel (bench/results/llama-cpu.md,
-// 2026-12-04).
+// 2026-12-04). The K-quants' kernels use 256-bit vectors; the others take
+// two groups of eight rows at once in 512-bit ones (dots16, below).
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/quant_dot.h"
 #include "quant/formats.h"
@@ -44,68 +46,22 @@ TC_VNNI8 inline __m256i fifth_bits(__m256i plane, int j) {
   return _mm256_and_si256(at, _mm256_set1_epi8(0x10));
 }
 
-template <int32_t FMT, int MT>
-TC_VNNI8 void dots8(const uint8_t* grp, int64_t nb, const QxNatural* const* x, float* out) {
-  constexpr int64_t kBlock = quant::rows8_block_bytes(FMT);
-  constexpr int kCodes = quant::rows8_codes_at(FMT), kPlane = quant::rows8_plane_at(FMT);
-  constexpr bool kFive = FMT == quant::Q5_0 || FMT == quant::Q5_1, kMin = FMT == quant::Q4_1 || FMT == quant::Q5_1;
-  // c = kOffset * (d or m).
-  constexpr float kOffset = kMin ? 1.0f : FMT == quant::Q4_0 ? -8.0f : FMT == quant::Q5_0 ? -16.0f : -128.0f;
-  __m256 acc[MT], corr[MT];
-  for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* o = grp + b * kBlock;
-    // Q5_0 / Q5_1: the fifth bits, bit j (low nibbles of chunk j) and 4 + j (high) of each byte.
-    const __m256i plane =
-        kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kPlane)) : _mm256_setzero_si256();
-    // u[j]: the codes of weights 4j..4j+3 of the eight rows (Q4: j < 4 the
-    // low nibbles, weights 0-15; j >= 4 the high ones, weights 16-31).
-    __m256i u[8];
-    for (int j = 0; j < 8; ++j) {
-      if (FMT == quant::Q8_0) {
-        u[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
-      } else if (j < 4) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kCodes + 32 * j));
-        u[j] = _mm256_and_si256(v, m4);
-        u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (kFive) {
-          u[j] = _mm256_or_si256(u[j], fifth_bits(plane, j));
-          u[j + 4] = _mm256_or_si256(u[j + 4], fifth_bits(plane, 4 + j));
-        }
-      }
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
-    const __m256 cw = kMin ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16))) : dw;
-    for (int m = 0; m < MT; ++m) {
-      const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b);
-      // Two chains of four, weights 0-15 and 16-31: half the dependent latency.
-      __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        d0 = _mm256_dpbusd_epi32(d0, u[j], _mm256_set1_epi32(xb[j]));
-        d1 = _mm256_dpbusd_epi32(d1, u[j + 4], _mm256_set1_epi32(xb[4 + j]));
-      }
-      acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(x[m]->dx[b])), acc[m]);
-      corr[m] = _mm256_fmadd_ps(cw, _mm256_set1_ps(x[m]->sx[b]), corr[m]);
-    }
-  }
-  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + 8 * m, _mm256_fmadd_ps(_mm256_set1_ps(kOffset), corr[m], acc[m]));
-}
-
-// dots8 for two consecutive groups of eight rows at once in 512-bit
-// vectors: group g's chunk in the low half, g + 1's in the high half, so one
-// broadcast of X feeds sixteen rows' dot products. Where the vector units
-// are 512 bits wide (AMD Zen 5) that is twice dots8's work per instruction,
-// and half its loads of X per row of W; out is [m][16].
+// The non-K formats take two groups of eight rows a pass in 512-bit
+// vectors: group g0's 32-byte chunk in the low half, g1's in the high half,
+// so one broadcast of X feeds sixteen rows' dot products; out is [m][16].
+// Where the vector units are 512 bits wide (AMD Zen 5) that is twice a
+// 256-bit kernel's work per instruction, and half its loads of X per row of
+// W: the 1.1B Q4_0 prompt on two threads went from 251-262 to 400-445 tok/s
+// against the 256-bit kernel it replaced (bench/results/llama-cpu.md,
+// 2026-12-05).
 TC_VNNI8 inline __m512i pair(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
 TC_VNNI8 inline __m512 pair_ph(const uint8_t* lo, const uint8_t* hi) {
   return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
 }
 
@@ -299,12 +255,11 @@ TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const*
       default: return dots8_q6_k<4>(grp, nb / 8, x, out);
     }
   } else {
-    switch (mt) {
-      case 1: return dots8<FMT, 1>(grp, nb, x, out);
-      case 2: return dots8<FMT, 2>(grp, nb, x, out);
-      case 3: return dots8<FMT, 3>(grp, nb, x, out);
-      default: return dots8<FMT, 4>(grp, nb, x, out);
-    }
+    // One group alone (where a thread's range of groups is odd): the pair
+    // kernel over it twice, the low half kept.
+    float both[16 * kMaxTile];
+    dots16_tile<FMT>(grp, grp, nb, x, mt, both);
+    for (int m = 0; m < mt; ++m) std::memcpy(out + 8 * m, both + 16 * m, 8 * sizeof(float));
   }
 }
 

@@ -131,10 +131,6 @@ void aes_block(void* ctx, const uint8_t in[16], uint8_t out[16]) {
     throw std::runtime_error("AES-256 block failed in libcrypto");
 }
 
-}  // namespace
-
-namespace {
-
 // Whether core/ghash.h's kernel hashes faster than libcrypto's AES-GCM on
 // this processor, timed once per process (a 64 KiB message, the best of 8
 // alternating passes each; about 50 us in all). Neither wins everywhere:

@@ -361,6 +361,15 @@ SliceHasher* frame_helper(Session::Helper& h, uint64_t bytes) {
   return SliceHasher::usable(h.hasher) ? h.hasher.get() : nullptr;
 }
 
+// A slice's hash: on the helper when there is one, else here.
+void hash_slice(SliceHasher* helper, Gmac& mac, const void* p, size_t n) {
+  if (helper) {
+    helper->post(&mac, p, n);
+  } else {
+    mac.update(p, n);
+  }
+}
+
 tc_status end_check(Session& session, const uint8_t got[kFrameTagBytes]) {
   uint8_t expect[kFrameTagBytes];
   session.rx->tag(expect);
@@ -407,14 +416,8 @@ tc_status send_frame(const Socket& s, Session& session, const ConstBytes* parts,
   auto flush = [&]() -> tc_status {
     if (tc_status st = send_parts(s, wire, k, deadline)) return st;
     if (streamed)
-      for (size_t i = 0; i < k; ++i) {
-        if (wire[i].data == len) continue;
-        if (helper) {
-          helper->post(session.tx.get(), wire[i].data, wire[i].n);
-        } else {
-          session.tx->update(wire[i].data, wire[i].n);
-        }
-      }
+      for (size_t i = 0; i < k; ++i)
+        if (wire[i].data != len) hash_slice(helper, *session.tx, wire[i].data, wire[i].n);
     k = 0, in_slice = 0;
     return TC_OK;
   };
@@ -469,23 +472,16 @@ tc_status recv_frame_payload_into(const Socket& s, Session& session, uint64_t pa
   SliceHasher* helper = frame_helper(session.rx_helper, payload_bytes);  // it hashes, this thread reads on
   const uint64_t slice = helper ? SliceHasher::kSliceBytes : kSealSliceBytes;
   DrainOnExit drained(helper);
-  auto check = [&](const char* q, size_t n) {
-    if (helper) {
-      helper->post(session.rx.get(), q, n);
-    } else {
-      session.rx->update(q, n);
-    }
-  };
   for (; left > slice; p += slice, left -= slice) {
     if (tc_status st = recv_all(s, p, size_t(slice), deadline)) return st;
-    check(p, size_t(slice));
+    hash_slice(helper, *session.rx, p, size_t(slice));
   }
   uint8_t got[kFrameTagBytes];
   if (payload_bytes > slice) {
     // A longer frame's sender hashes its last slice after sending it: check
     // that slice here meanwhile, then take the tag.
     if (tc_status st = recv_all(s, p, size_t(left), deadline)) return st;
-    check(p, size_t(left));
+    hash_slice(helper, *session.rx, p, size_t(left));
     if (tc_status st = recv_all(s, got, kFrameTagBytes, deadline)) return st;
     if (helper && !helper->drain()) return TC_ERR_INTERNAL;
     return end_check(session, got);

@@ -112,6 +112,20 @@ def _fork_peer(serve):
     return s, pid
 
 
+def best_exchange_us(exchange, n: int) -> float:
+    """Microseconds per call of exchange() (one request and its reply):
+    50 to warm up, then the best of 3 runs of n."""
+    for _ in range(50):
+        exchange()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            exchange()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
 def raw_pingpong_us(req: int, resp: int, n: int) -> float:
     def serve(conn):
         buf = bytearray(req)
@@ -126,17 +140,12 @@ def raw_pingpong_us(req: int, resp: int, n: int) -> float:
     s, pid = _fork_peer(serve)
     try:
         msg, back = bytes(req), memoryview(bytearray(resp))
-        for _ in range(50):
+
+        def exchange():
             s.sendall(msg)
             _recv_exact(s, back)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                s.sendall(msg)
-                _recv_exact(s, back)
-            best = min(best, (time.perf_counter() - t0) / n)
-        return best * 1e6
+
+        return best_exchange_us(exchange, n)
     finally:
         s.close()
         os.waitpid(pid, 0)
@@ -207,18 +216,14 @@ def channel_pingpong_us(req: int, resp: int, n: int, spin_us: float) -> float:
         ch = Channel.open(s, server=False, keys=keys, timeout=10)
         ch.set_spin(round(spin_us))
         msg = bytes(req)
-        for _ in range(50):
+
+        def exchange():
             ch.send(msg, 10)
             ch.recv(resp, 10, copy=False)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                ch.send(msg, 10)
-                ch.recv(resp, 10, copy=False)
-            best = min(best, (time.perf_counter() - t0) / n)
+
+        us = best_exchange_us(exchange, n)
         ch.close()
-        return best * 1e6
+        return us
     finally:
         s.close()
         os.waitpid(pid, 0)

@@ -126,13 +126,16 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const size_t es = dtype_size(a.dtype);
   char* y = static_cast<char*>(a.y);
   const int64_t groups = N / 8;
+  // Threads take whole pairs of groups where they are stored interleaved.
+  const bool pairs = quant::rows8_paired(a.fmt);
+  const int64_t unit = pairs ? 2 : 1, units = (groups + unit - 1) / unit;
   // As run(): a product of under 128 KB of weights (per row of X, up to 8) stays on this thread.
   const uint64_t work = uint64_t(groups) * group_bytes * uint64_t(std::min<int64_t>(M, 8));
   const int64_t grain =
-      work < (128u << 10) ? groups : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) + 1);
-  constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs
-  const bool pairs = rows8_pairs_vnni(a.fmt);
-  parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+      work < (128u << 10) ? units : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) / unit + 1);
+  constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs (even: whole pairs)
+  parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
+    const int64_t g0 = u0 * unit, g1 = std::min(groups, u1 * unit);
     // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
     thread_local std::vector<float> yt;
     if (yt.size() < size_t(M * 8 * kSubGroups)) yt.resize(size_t(M * 8 * kSubGroups));
@@ -147,7 +150,7 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
           for (int j = 0; j < mt; ++j) rp[j] = rows_p + m0 + j;
           float out[16 * kMaxTile];
           if (span == 2) {
-            rows8_dots2_vnni(a.fmt, grp, grp + group_bytes, K, rp, mt, out);
+            rows8_pair_dots_vnni(a.fmt, grp, K, rp, mt, out);
           } else {
             rows8_dots_vnni(a.fmt, grp, K, rp, mt, out);
           }

@@ -49,12 +49,11 @@ struct QxNatural {
 };
 void quantize_natural(const float* x, int64_t K, QxNatural* row);  // AVX512-VNNI processors only
 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out);
-// The same for two groups of eight rows at once (g0's rows then g1's:
-// out[16 m + r], r < 16), in 512-bit vectors, for the formats
-// rows8_pairs_vnni accepts (not the K-quants).
-bool rows8_pairs_vnni(int32_t fmt);
-void rows8_dots2_vnni(int32_t fmt, const uint8_t* g0, const uint8_t* g1, int64_t K, const QxNatural* const* x,
-                      int mt, float* out);
+// The same for a pair of groups stored interleaved (quant::rows8_paired
+// formats; group 2p's rows then 2p + 1's: out[16 m + r], r < 16), in
+// 512-bit vectors.
+void rows8_pair_dots_vnni(int32_t fmt, const uint8_t* pair, int64_t K, const QxNatural* const* x, int mt,
+                          float* out);
 
 // Products of many rows of X (M >= kAmxMinRows) on AMX-INT8, for Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K: X quantised to 8 bits per block of 32

@@ -53,24 +53,38 @@ TC_VNNI8 inline __m256i fifth_bits(__m256i plane, int j) {
 // 256-bit kernel's work per instruction, and half its loads of X per row of
 // W: the 1.1B Q4_0 prompt on two threads went from 251-262 to 400-445 tok/s
 // against the 256-bit kernel it replaced (bench/results/llama-cpu.md,
-// 2026-12-05).
-TC_VNNI8 inline __m512i pair(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
-}
-
-TC_VNNI8 inline __m512 pair_ph(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
-}
+// 2026-12-05). A pair of groups is stored interleaved (quant::rows8_paired),
+// so each of those vectors is one 64-byte load from one stream: with two
+// 32-byte halves from two streams the loop's loads were fewer to the bytes
+// and its memory reads stalled the core (Zen 5, one row of X: 25.6 against
+// 52.9 GB/s of W on two threads in a stand-alone copy of the loop).
+// Paired = false reads two groups in the group layout (g0 == g1: a lone
+// last group).
+template <bool Paired>
+struct PairLoads {
+  const uint8_t* o0;
+  const uint8_t* o1;
+  // The 32-byte field at byte x of the group layout, both groups.
+  TC_VNNI8 __m512i chunk(int x) const {
+    if (Paired) return _mm512_loadu_si512(o0 + 2 * x);
+    return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o0 + x))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o1 + x)), 1);
+  }
+  // The 16-byte field of eight f16 at byte x, both groups, as floats.
+  TC_VNNI8 __m512 halves(int x) const {
+    if (Paired) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o0 + 2 * x)));
+    return _mm512_cvtph_ps(
+        _mm256_inserti128_si256(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o0 + x))),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(o1 + x)), 1));
+  }
+};
 
 TC_VNNI8 inline __m512i fifth_bits16(__m512i plane, int j) {
   const __m512i at = j < 4 ? _mm512_slli_epi16(plane, 4 - j) : _mm512_srli_epi16(plane, j - 4);
   return _mm512_and_si512(at, _mm512_set1_epi8(0x10));
 }
 
-template <int32_t FMT, int MT>
+template <int32_t FMT, int MT, bool Paired>
 TC_VNNI8 void dots16(const uint8_t* g0, const uint8_t* g1, int64_t nb, const QxNatural* const* x, float* out) {
   constexpr int64_t kBlock = quant::rows8_block_bytes(FMT);
   constexpr int kCodes = quant::rows8_codes_at(FMT), kPlane = quant::rows8_plane_at(FMT);
@@ -80,15 +94,15 @@ TC_VNNI8 void dots16(const uint8_t* g0, const uint8_t* g1, int64_t nb, const QxN
   for (int m = 0; m < MT; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* o0 = g0 + b * kBlock;
-    const uint8_t* o1 = g1 + b * kBlock;
-    const __m512i plane = kFive ? pair(o0 + kPlane, o1 + kPlane) : _mm512_setzero_si512();
+    const PairLoads<Paired> o = Paired ? PairLoads<Paired>{g0 + 2 * b * kBlock, nullptr}
+                                       : PairLoads<Paired>{g0 + b * kBlock, g1 + b * kBlock};
+    const __m512i plane = kFive ? o.chunk(kPlane) : _mm512_setzero_si512();
     __m512i u[8];
     for (int j = 0; j < 8; ++j) {
       if (FMT == quant::Q8_0) {
-        u[j] = pair(o0 + kCodes + 32 * j, o1 + kCodes + 32 * j);
+        u[j] = o.chunk(kCodes + 32 * j);
       } else if (j < 4) {
-        const __m512i v = pair(o0 + kCodes + 32 * j, o1 + kCodes + 32 * j);
+        const __m512i v = o.chunk(kCodes + 32 * j);
         u[j] = _mm512_and_si512(v, m4);
         u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         if (kFive) {
@@ -97,8 +111,8 @@ TC_VNNI8 void dots16(const uint8_t* g0, const uint8_t* g1, int64_t nb, const QxN
         }
       }
     }
-    const __m512 dw = pair_ph(o0, o1);
-    const __m512 cw = kMin ? pair_ph(o0 + 16, o1 + 16) : dw;
+    const __m512 dw = o.halves(0);
+    const __m512 cw = kMin ? o.halves(16) : dw;
     for (int m = 0; m < MT; ++m) {
       const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b);
       __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
@@ -115,14 +129,14 @@ TC_VNNI8 void dots16(const uint8_t* g0, const uint8_t* g1, int64_t nb, const QxN
     _mm512_storeu_ps(out + 16 * m, _mm512_fmadd_ps(_mm512_set1_ps(kOffset), corr[m], acc[m]));
 }
 
-template <int32_t FMT>
+template <int32_t FMT, bool Paired>
 TC_VNNI8 void dots16_tile(const uint8_t* g0, const uint8_t* g1, int64_t nb, const QxNatural* const* x, int mt,
                           float* out) {
   switch (mt) {
-    case 1: return dots16<FMT, 1>(g0, g1, nb, x, out);
-    case 2: return dots16<FMT, 2>(g0, g1, nb, x, out);
-    case 3: return dots16<FMT, 3>(g0, g1, nb, x, out);
-    default: return dots16<FMT, 4>(g0, g1, nb, x, out);
+    case 1: return dots16<FMT, 1, Paired>(g0, g1, nb, x, out);
+    case 2: return dots16<FMT, 2, Paired>(g0, g1, nb, x, out);
+    case 3: return dots16<FMT, 3, Paired>(g0, g1, nb, x, out);
+    default: return dots16<FMT, 4, Paired>(g0, g1, nb, x, out);
   }
 }
 
@@ -258,7 +272,7 @@ TC_VNNI8 void dots8_tile(const uint8_t* grp, int64_t nb, const QxNatural* const*
     // One group alone (where a thread's range of groups is odd): the pair
     // kernel over it twice, the low half kept.
     float both[16 * kMaxTile];
-    dots16_tile<FMT>(grp, grp, nb, x, mt, both);
+    dots16_tile<FMT, false>(grp, grp, nb, x, mt, both);
     for (int m = 0; m < mt; ++m) std::memcpy(out + 8 * m, both + 16 * m, 8 * sizeof(float));
   }
 }
@@ -304,18 +318,14 @@ TC_VNNI8 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const 
   return dots8_tile<quant::Q4_0>(grp, nb, x, mt, out);
 }
 
-bool rows8_pairs_vnni(int32_t fmt) {
-  return fmt == quant::Q4_0 || fmt == quant::Q4_1 || fmt == quant::Q5_0 || fmt == quant::Q5_1 || fmt == quant::Q8_0;
-}
-
-TC_VNNI8 void rows8_dots2_vnni(int32_t fmt, const uint8_t* g0, const uint8_t* g1, int64_t K,
-                               const QxNatural* const* x, int mt, float* out) {
+TC_VNNI8 void rows8_pair_dots_vnni(int32_t fmt, const uint8_t* pair, int64_t K, const QxNatural* const* x, int mt,
+                                   float* out) {
   const int64_t nb = K / 32;
-  if (fmt == quant::Q4_1) return dots16_tile<quant::Q4_1>(g0, g1, nb, x, mt, out);
-  if (fmt == quant::Q8_0) return dots16_tile<quant::Q8_0>(g0, g1, nb, x, mt, out);
-  if (fmt == quant::Q5_0) return dots16_tile<quant::Q5_0>(g0, g1, nb, x, mt, out);
-  if (fmt == quant::Q5_1) return dots16_tile<quant::Q5_1>(g0, g1, nb, x, mt, out);
-  return dots16_tile<quant::Q4_0>(g0, g1, nb, x, mt, out);
+  if (fmt == quant::Q4_1) return dots16_tile<quant::Q4_1, true>(pair, nullptr, nb, x, mt, out);
+  if (fmt == quant::Q8_0) return dots16_tile<quant::Q8_0, true>(pair, nullptr, nb, x, mt, out);
+  if (fmt == quant::Q5_0) return dots16_tile<quant::Q5_0, true>(pair, nullptr, nb, x, mt, out);
+  if (fmt == quant::Q5_1) return dots16_tile<quant::Q5_1, true>(pair, nullptr, nb, x, mt, out);
+  return dots16_tile<quant::Q4_0, true>(pair, nullptr, nb, x, mt, out);
 }
 
 }  // namespace cpu

@@ -249,7 +249,15 @@ void dequantize_row(int32_t format, const void* src, float* dst, int64_t k);
 //     16 + k high, so the byte for (j, r, t) is qs[4 j + t] of row r);
 //   - Q8_0: 8 x 32 bytes where byte 32 j + 4 r + t is weight 4 j + t of row r
 //     plus 128 (its bits flipped to unsigned, the operand vpdpbusd wants).
-// Groups follow each other, blocks within.
+// Groups follow each other, blocks within, except that for these five
+// formats (rows8_paired) each pair of groups (2p, 2p + 1) is stored
+// interleaved, block by block (2 x rows8_block_bytes a block): a field of
+// the group layout at byte x of a block (the 16-byte scales and mins before
+// rows8_head_bytes, the 32-byte planes and code chunks after) sits at 2 x
+// for group 2p and at 2 x + its size for group 2p + 1, so that one 64-byte
+// load brings a 32-byte chunk of sixteen rows and one 32-byte load their
+// scales. A pair takes the place of its two groups; a last group without a
+// partner (N / 8 odd) stays as above.
 // Q4_K (K a multiple of 256) per group and superblock of 256 weights, 1184
 // bytes (148 per 32 weights, against GGUF's 144: the sub-scales unpacked):
 //   - the 8 rows' d, then their dmin (f16, 16 bytes each);
@@ -280,6 +288,12 @@ constexpr bool has_rows8(int32_t format) {
   return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q5_1 || format == Q8_0 || format == Q4_K ||
          format == Q5_K || format == Q6_K;
 }
+// The formats whose groups of eight rows are stored in interleaved pairs.
+constexpr bool rows8_paired(int32_t format) {
+  return format == Q4_0 || format == Q4_1 || format == Q5_0 || format == Q5_1 || format == Q8_0;
+}
+// The paired formats: bytes of a block's 16-byte fields (d; Q4_1 / Q5_1 m).
+constexpr int rows8_head_bytes(int32_t format) { return format == Q4_1 || format == Q5_1 ? 32 : 16; }
 // Bytes of a group of 8 rows per 32 weights.
 constexpr int64_t rows8_block_bytes(int32_t format) {
   return format == Q4_0 ? 144 : format == Q4_1 ? 160 : format == Q5_0 ? 176 : format == Q5_1 ? 192
@@ -380,37 +394,56 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
   if (format == Q5_K) return repack_q45_k_rows8<Q5_K>(src, N, K, dst);
   if (format == Q6_K) return repack_q6_k_rows8(src, N, K, dst);
   const int64_t nb = K / 32, in_bytes = format_info(format)->block_bytes, gb = rows8_block_bytes(format);
+  const int head = rows8_head_bytes(format);
   const auto* w = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  for (int64_t g = 0; g < N / 8; ++g)
+  // Block b of group g in the group layout, at o (gb bytes).
+  auto group_block = [&](int64_t g, int64_t b, uint8_t* o) {
+    for (int r = 0; r < 8; ++r) {
+      const uint8_t* blk = w + ((g * 8 + r) * nb + b) * in_bytes;
+      std::memcpy(o + 2 * r, blk, 2);  // d, the first field of every block
+      if (format == Q8_0) {
+        for (int j = 0; j < 8; ++j)
+          for (int t = 0; t < 4; ++t) o[16 + 32 * j + 4 * r + t] = uint8_t(blk[2 + 4 * j + t] ^ 0x80);
+        continue;
+      }
+      const int codes = rows8_codes_at(format);
+      if (format == Q4_1 || format == Q5_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
+      if (format == Q5_0 || format == Q5_1) {
+        const uint32_t qh = q5_high_bits(blk + (format == Q5_1 ? offsetof(BlockQ5_1, qh) : offsetof(BlockQ5_0, qh)));
+        for (int t = 0; t < 4; ++t) {
+          uint8_t plane = 0;
+          for (int j = 0; j < 4; ++j)
+            plane = uint8_t(plane | ((qh >> (4 * j + t)) & 1u) << j | ((qh >> (16 + 4 * j + t)) & 1u) << (4 + j));
+          o[rows8_plane_at(format) + 4 * r + t] = plane;
+        }
+      }
+      const uint8_t* qs = blk + (format == Q4_1   ? offsetof(BlockQ4_1, qs)
+                                 : format == Q5_0 ? offsetof(BlockQ5_0, qs)
+                                 : format == Q5_1 ? offsetof(BlockQ5_1, qs)
+                                                  : offsetof(BlockQ4_0, qs));
+      for (int j = 0; j < 4; ++j) std::memcpy(o + codes + 32 * j + 4 * r, qs + 4 * j, 4);
+    }
+  };
+  const int64_t groups = N / 8;
+  uint8_t two[2][272];
+  for (int64_t g = 0; g < groups; g += 2) {
+    if (g + 1 == groups) {  // the last group alone
+      for (int64_t b = 0; b < nb; ++b) group_block(g, b, out + (g * nb + b) * gb);
+      break;
+    }
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out + (g * nb + b) * gb;
-      for (int r = 0; r < 8; ++r) {
-        const uint8_t* blk = w + ((g * 8 + r) * nb + b) * in_bytes;
-        std::memcpy(o + 2 * r, blk, 2);  // d, the first field of every block
-        if (format == Q8_0) {
-          for (int j = 0; j < 8; ++j)
-            for (int t = 0; t < 4; ++t) o[16 + 32 * j + 4 * r + t] = uint8_t(blk[2 + 4 * j + t] ^ 0x80);
-          continue;
-        }
-        const int head = rows8_codes_at(format);
-        if (format == Q4_1 || format == Q5_1) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // m
-        if (format == Q5_0 || format == Q5_1) {
-          const uint32_t qh = q5_high_bits(blk + (format == Q5_1 ? offsetof(BlockQ5_1, qh) : offsetof(BlockQ5_0, qh)));
-          for (int t = 0; t < 4; ++t) {
-            uint8_t plane = 0;
-            for (int j = 0; j < 4; ++j)
-              plane = uint8_t(plane | ((qh >> (4 * j + t)) & 1u) << j | ((qh >> (16 + 4 * j + t)) & 1u) << (4 + j));
-            o[rows8_plane_at(format) + 4 * r + t] = plane;
-          }
-        }
-        const uint8_t* qs = blk + (format == Q4_1   ? offsetof(BlockQ4_1, qs)
-                                   : format == Q5_0 ? offsetof(BlockQ5_0, qs)
-                                   : format == Q5_1 ? offsetof(BlockQ5_1, qs)
-                                                    : offsetof(BlockQ4_0, qs));
-        for (int j = 0; j < 4; ++j) std::memcpy(o + head + 32 * j + 4 * r, qs + 4 * j, 4);
+      group_block(g, b, two[0]);
+      group_block(g + 1, b, two[1]);
+      uint8_t* o = out + g * nb * gb + 2 * b * gb;
+      for (int x = 0; x < gb;) {
+        const int size = x < head ? 16 : 32;
+        std::memcpy(o + 2 * x, two[0] + x, size_t(size));
+        std::memcpy(o + 2 * x + size, two[1] + x, size_t(size));
+        x += size;
       }
     }
+  }
 }
 
 // Reference quantisation of one row, bit-identical to ggml's

@@ -1260,18 +1260,24 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
               }
             }
       }
+      // The non-K formats: the field of `size` bytes at byte x of group g's
+      // block b, where groups (2p, 2p + 1) are stored as one, interleaved
+      // block by block (x at 2x and 2x + size), and a last odd group alone.
+      auto field = [&](int64_t g, int64_t b, int x, int size) -> const uint8_t* {
+        if (g + 1 == N / 8 && g % 2 == 0) return w8.data() + (g * nb + b) * gb + x;
+        return w8.data() + (g / 2 * 2 * nb + 2 * b) * gb + 2 * x + (g % 2) * size;
+      };
       for (int64_t g = 0; g < N / 8 && !kquant; ++g)
         for (int64_t b = 0; b < nb; ++b)
           for (int r = 0; r < 8; ++r) {
             SCOPED_TRACE("row " + std::to_string(g * 8 + r) + " block " + std::to_string(b));
             const uint8_t* blk = w.data() + ((g * 8 + r) * nb + b) * bb;
-            const uint8_t* o = w8.data() + (g * nb + b) * gb;
-            ASSERT_EQ(std::memcmp(o + 2 * r, blk, 2), 0) << "scale";
-            if (fmt == Q4_1 || fmt == Q5_1) ASSERT_EQ(std::memcmp(o + 16 + 2 * r, blk + 2, 2), 0) << "min";
+            ASSERT_EQ(std::memcmp(field(g, b, 0, 16) + 2 * r, blk, 2), 0) << "scale";
+            if (fmt == Q4_1 || fmt == Q5_1) ASSERT_EQ(std::memcmp(field(g, b, 16, 16) + 2 * r, blk + 2, 2), 0) << "min";
             if (fmt == Q8_0) {
               for (int j = 0; j < 8; ++j)
                 for (int t = 0; t < 4; ++t)  // weight 4j + t, plus 128
-                  ASSERT_EQ(o[16 + 32 * j + 4 * r + t], uint8_t(blk[2 + 4 * j + t] + 128));
+                  ASSERT_EQ(field(g, b, 16 + 32 * j, 32)[4 * r + t], uint8_t(blk[2 + 4 * j + t] + 128));
               continue;
             }
             if (fmt == Q5_0 || fmt == Q5_1) {  // GGUF's qh after d (and m); the plane after the scales (and mins)
@@ -1280,15 +1286,15 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
               const uint32_t qh = uint32_t(h[0]) | uint32_t(h[1]) << 8 | uint32_t(h[2]) << 16 | uint32_t(h[3]) << 24;
               for (int t = 0; t < 4; ++t)
                 for (int j = 0; j < 4; ++j) {  // fifth bits: weight 4j + t at bit j, 16 + 4j + t at bit 4 + j
-                  ASSERT_EQ((o[plane + 4 * r + t] >> j) & 1, int((qh >> (4 * j + t)) & 1u));
-                  ASSERT_EQ((o[plane + 4 * r + t] >> (4 + j)) & 1, int((qh >> (16 + 4 * j + t)) & 1u));
+                  ASSERT_EQ((field(g, b, plane, 32)[4 * r + t] >> j) & 1, int((qh >> (4 * j + t)) & 1u));
+                  ASSERT_EQ((field(g, b, plane, 32)[4 * r + t] >> (4 + j)) & 1, int((qh >> (16 + 4 * j + t)) & 1u));
                 }
             }
             const int head = fmt == Q4_1 ? 32 : fmt == Q5_0 ? 48 : fmt == Q5_1 ? 64 : 16;
             const int qs = fmt == Q4_1 ? 4 : fmt == Q5_0 ? 6 : fmt == Q5_1 ? 8 : 2;
             for (int j = 0; j < 4; ++j)
               for (int t = 0; t < 4; ++t)  // low nibble: weight 4j + t; high: weight 16 + 4j + t
-                ASSERT_EQ(o[head + 32 * j + 4 * r + t], blk[qs + 4 * j + t]);
+                ASSERT_EQ(field(g, b, head + 32 * j, 32)[4 * r + t], blk[qs + 4 * j + t]);
           }
       for (const int64_t M : {int64_t(1), int64_t(4), int64_t(6), int64_t(9)}) {
         SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K) + " M " + std::to_string(M));

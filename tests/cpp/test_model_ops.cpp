@@ -1182,7 +1182,8 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
 // float64 formula on its own 8-bit X (dx = max|x| / 127, xq = rne(x / dx),
 // the min term m dx sum xq), and against the same product on the GGUF rows
 // (Q5_K's: exact f32 X, so within the 8-bit bound sum |w| dx / 2 too): each
-// row of X the same whatever the number of rows (6 and 9 take tiles of 4).
+// row of X the same whatever the number of rows (6 and 9 take tiles of 4);
+// 51 groups of eight rows: threads split the product, the last group alone.
 TEST_P(ModelOps, RowsInterleavedByEight) {
   Dev dev(GetParam());
   using tc::quant::Q4_0, tc::quant::Q4_1, tc::quant::Q5_0, tc::quant::Q5_1, tc::quant::Q8_0, tc::quant::Q4_K,
@@ -1203,7 +1204,7 @@ TEST_P(ModelOps, RowsInterleavedByEight) {
       ASSERT_EQ(made.back(), 0xA5) << "written past the copy";
       ASSERT_EQ(std::memcmp(made.data(), serial.data(), serial.size()), 0);
     }
-    for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}}) {
+    for (const auto& [N, K0] : {std::pair<int64_t, int64_t>{8, 32}, {40, 512}, {64, 2048}, {408, 2048}}) {
       const int64_t K = kquant ? std::max<int64_t>(K0, 256) : K0, nb = K / 32;
       const int64_t bb = fi.block_bytes, row_bytes = K / fi.block_elems * bb;
       const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);

@@ -41,19 +41,18 @@ class CpuBackend final : public Backend {
     const cpu::Features& f = cpu::features();
     return quant::has_rows8(fmt) && dtype != TC_DTYPE_F32 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.fma && f.f16c;
   }
-  // Groups of eight rows (pairs of them, where stored interleaved) are
-  // independent: the pool's threads take ranges of them (and so share the
-  // page faults of the new copy, most of its cost).
+  // Pairs of groups of eight rows (stored interleaved: quant::rows8_paired)
+  // are independent: the pool's threads take ranges of them (and so share
+  // the page faults of the new copy, most of its cost).
   void make_rows8(int32_t fmt, const void* src, int64_t N, int64_t K, void* dst) override {
     const quant::FormatInfo* f = quant::format_info(fmt);
     const int64_t row_bytes = K / f->block_elems * f->block_bytes, group_bytes = int64_t(quant::rows8_bytes(fmt, 8, K));
-    const int64_t groups = N / 8, unit = quant::rows8_paired(fmt) ? 2 : 1;
-    cpu::parallel_for((groups + unit - 1) / unit, std::max<int64_t>(1, (1 << 20) / (unit * group_bytes)),
-                      [&](int64_t u0, int64_t u1) {
-                        const int64_t g0 = u0 * unit, g1 = std::min(groups, u1 * unit);
-                        quant::repack_rows8(fmt, static_cast<const uint8_t*>(src) + g0 * 8 * row_bytes, (g1 - g0) * 8,
-                                            K, static_cast<uint8_t*>(dst) + g0 * group_bytes);
-                      });
+    const int64_t groups = N / 8;
+    cpu::parallel_for((groups + 1) / 2, std::max<int64_t>(1, (1 << 20) / (2 * group_bytes)), [&](int64_t p0, int64_t p1) {
+      const int64_t g0 = 2 * p0, g1 = std::min(groups, 2 * p1);
+      quant::repack_rows8(fmt, static_cast<const uint8_t*>(src) + g0 * 8 * row_bytes, (g1 - g0) * 8, K,
+                          static_cast<uint8_t*>(dst) + g0 * group_bytes);
+    });
   }
   uint64_t extra_capabilities() const override { return TC_CAPABILITY_STREAMS | TC_CAPABILITY_GGUF; }
 

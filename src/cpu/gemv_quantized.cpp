@@ -126,9 +126,9 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const size_t es = dtype_size(a.dtype);
   char* y = static_cast<char*>(a.y);
   const int64_t groups = N / 8;
-  // Threads take whole pairs of groups where they are stored interleaved.
-  const bool pairs = quant::rows8_paired(a.fmt);
-  const int64_t unit = pairs ? 2 : 1, units = (groups + unit - 1) / unit;
+  // Threads take whole pairs of groups (quant::rows8_paired: stored interleaved), the last group alone where
+  // N / 8 is odd.
+  const int64_t unit = 2, units = (groups + 1) / 2;
   // As run(): a product of under 128 KB of weights (per row of X, up to 8) stays on this thread.
   const uint64_t work = uint64_t(groups) * group_bytes * uint64_t(std::min<int64_t>(M, 8));
   const int64_t grain =
@@ -143,7 +143,7 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
       const int64_t s1 = std::min(g1, s0 + kSubGroups), rows = 8 * (s1 - s0);
       for (int64_t g = s0; g < s1;) {
         const uint8_t* grp = w8 + uint64_t(g) * group_bytes;
-        const int span = pairs && g + 1 < s1 ? 2 : 1;  // groups of eight rows this pass
+        const int span = g + 1 < s1 ? 2 : 1;  // groups of eight rows this pass
         for (int64_t m0 = 0; m0 < M; m0 += kMaxTile) {
           const int mt = int(std::min<int64_t>(kMaxTile, M - m0));
           const QxNatural* rp[kMaxTile];

@@ -49,9 +49,9 @@ struct QxNatural {
 };
 void quantize_natural(const float* x, int64_t K, QxNatural* row);  // AVX512-VNNI processors only
 void rows8_dots_vnni(int32_t fmt, const uint8_t* grp, int64_t K, const QxNatural* const* x, int mt, float* out);
-// The same for a pair of groups stored interleaved (quant::rows8_paired
-// formats; group 2p's rows then 2p + 1's: out[16 m + r], r < 16), in
-// 512-bit vectors.
+// The same for groups 2p and 2p + 1 at once, stored interleaved
+// (quant::rows8_paired) or, for the K-quants, one after the other (2p's
+// rows then 2p + 1's: out[16 m + r], r < 16).
 void rows8_pair_dots_vnni(int32_t fmt, const uint8_t* pair, int64_t K, const QxNatural* const* x, int mt,
                           float* out);
 

@@ -438,7 +438,13 @@ def test_own_files_give_llamacpp_ids(own_files, pre):
 
 
 def _llama_cpp():
-    return pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    try:
+        import llama_cpp
+    except ImportError:
+        pytest.skip("llama-cpp-python is not installed")
+    except OSError as e:  # installed without its library, LLAMA_CPP_LIB_PATH unset or wrong
+        pytest.skip("llama-cpp-python cannot load libllama: %s" % e)
+    return llama_cpp
 
 
 def _against_llama_cpp(llama_cpp, path):

@@ -17,28 +17,45 @@
 #
 # The package comes from PyPI (pip download), or from LLAMA_CPP_SDIST (a
 # llama_cpp_python-VERSION.tar.gz already here); LLAMA_CPP_PYTHON_VERSION
-# overrides the pin. Needs cmake, ninja and a C++ compiler (and nvcc for
-# cuda), all of which scripts/setup.sh installs or checks.
+# overrides the pin. LLAMA_CPP_SRC instead names an unpacked llama.cpp source
+# tree (the package's vendor/llama.cpp): for a GPU machine without network,
+# where nvcc builds the cuda kind in minutes rather than hours, carry that
+# tree without its docs, benches and models/*.gguf (about 9 MB as .tar.xz;
+# `scripts/build_llamacpp.sh --source-tarball OUT.tar.xz` makes it here).
+# Needs cmake, ninja and a C++ compiler (and nvcc for cuda), all of which
+# scripts/setup.sh installs or checks.
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-dest="${1:?usage: scripts/build_llamacpp.sh DEST [cpu|cuda]}"
+usage="usage: scripts/build_llamacpp.sh DEST [cpu|cuda] | --source-tarball OUT.tar.xz"
+dest="${1:?$usage}"
 kind="${2:-cpu}"
-[[ "$kind" == cpu || "$kind" == cuda ]] || { echo "build_llamacpp: the kind is cpu or cuda, not '$kind'" >&2; exit 2; }
 log() { printf '[build_llamacpp] %s\n' "$*" >&2; }
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-sdist="${LLAMA_CPP_SDIST:-}"
-if [[ -z "$sdist" ]]; then
-  log "downloading llama-cpp-python $VERSION (source)"
-  python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work" ||
-    { log "could not download llama-cpp-python $VERSION; set LLAMA_CPP_SDIST to its .tar.gz"; exit 1; }
-  sdist="$(ls "$work"/llama_cpp_python-*.tar.gz)"
+src="${LLAMA_CPP_SRC:-}"
+if [[ -z "$src" ]]; then
+  sdist="${LLAMA_CPP_SDIST:-}"
+  if [[ -z "$sdist" ]]; then
+    log "downloading llama-cpp-python $VERSION (source)"
+    python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work" ||
+      { log "could not download llama-cpp-python $VERSION; set LLAMA_CPP_SDIST to its .tar.gz"; exit 1; }
+    sdist="$(ls "$work"/llama_cpp_python-*.tar.gz)"
+  fi
+  tar -xzf "$sdist" -C "$work"
+  src="$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp)"
 fi
-tar -xzf "$sdist" -C "$work"
-src="$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp)"
-[[ -f "$src/CMakeLists.txt" ]] || { log "no vendor/llama.cpp in $sdist"; exit 1; }
+[[ -f "$src/CMakeLists.txt" ]] || { log "no llama.cpp source tree at $src"; exit 1; }
+if [[ "$dest" == --source-tarball ]]; then
+  out="$(realpath -m "${2:?$usage}")"
+  top="$(basename "$src")"
+  tar -cJf "$out" --exclude="$top/docs" --exclude="$top/benches" --exclude="$top/media" \
+    --exclude="$top/models/*.gguf" --exclude="$top/.git*" -C "$(dirname "$src")" "$top"
+  log "wrote $out ($(du -h "$out" | cut -f1)); unpack it and set LLAMA_CPP_SRC to its llama.cpp folder"
+  exit 0
+fi
+[[ "$kind" == cpu || "$kind" == cuda ]] || { echo "build_llamacpp: the kind is cpu or cuda, not '$kind'" >&2; exit 2; }
 
 flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$dest")/bin"

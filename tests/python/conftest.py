@@ -207,6 +207,20 @@ def expect_status(status, fn, *args, text=None):
 
 # ---- subprocesses ------------------------------------------------------------------
 
+def llama_cpp_or_skip():
+    """llama-cpp-python, the peer of the comparisons with llama.cpp, or a skip
+    saying why: not installed, or installed without a library it can load (a
+    package built without llama.cpp wants LLAMA_CPP_LIB_PATH, and its import
+    raises FileNotFoundError or RuntimeError without it)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        pytest.skip("llama-cpp-python is not installed")
+    except (OSError, RuntimeError) as e:
+        pytest.skip("llama-cpp-python cannot load libllama: %s" % e)
+    return llama_cpp
+
+
 def run_python(code, env=None, unset=(), timeout=60):
     """Runs `code` in a fresh interpreter that imports this tensorcore (same
     package and library); returns the CompletedProcess."""

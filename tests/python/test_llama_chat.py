@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
+from conftest import llama_cpp_or_skip
 from tensorcore.llama import BUILTIN_TEMPLATES, ContextFullError, Llama, MissingPackageError, default_model_path
 from tensorcore.llama import _chat, _default, _progress
 from tensorcore.llama._chat import ChatFormat, render_builtin, render_jinja
@@ -497,7 +498,7 @@ def test_smollm2_chat(cpu):
 @needs_smollm2
 @needs_jinja2
 def test_smollm2_prompt_ids_match_llama_cpp_python(cpu):
-    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp = llama_cpp_or_skip()
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     conv = [{"role": "system", "content": "Be brief."}] + CONVERSATION
     peer = llama_cpp.Llama(str(SMOLLM2), vocab_only=True, verbose=False)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
+from conftest import llama_cpp_or_skip
 from tensorcore._api import tokenizer as api
 from tensorcore.llama import Llama
 from tokenizer_files import (CORPUS, OWN_FILE_TEXTS, PRE_NAMES, SPM_TEXTS, as_bytes, bpe_vocabulary,
@@ -438,13 +439,7 @@ def test_own_files_give_llamacpp_ids(own_files, pre):
 
 
 def _llama_cpp():
-    try:
-        import llama_cpp
-    except ImportError:
-        pytest.skip("llama-cpp-python is not installed")
-    except OSError as e:  # installed without its library, LLAMA_CPP_LIB_PATH unset or wrong
-        pytest.skip("llama-cpp-python cannot load libllama: %s" % e)
-    return llama_cpp
+    return llama_cpp_or_skip()
 
 
 def _against_llama_cpp(llama_cpp, path):

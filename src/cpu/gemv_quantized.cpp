@@ -126,16 +126,16 @@ tc_status run_rows8(const GemvQuantizedArgs& a, const float* xs) {
   const size_t es = dtype_size(a.dtype);
   char* y = static_cast<char*>(a.y);
   const int64_t groups = N / 8;
-  // Threads take whole pairs of groups (quant::rows8_paired: stored interleaved), the last group alone where
+  // Threads take whole pairs of groups (quant::rows8_paired stores them interleaved), the last group alone where
   // N / 8 is odd.
-  const int64_t unit = 2, units = (groups + 1) / 2;
+  const int64_t pairs = (groups + 1) / 2;
   // As run(): a product of under 128 KB of weights (per row of X, up to 8) stays on this thread.
   const uint64_t work = uint64_t(groups) * group_bytes * uint64_t(std::min<int64_t>(M, 8));
   const int64_t grain =
-      work < (128u << 10) ? units : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) / unit + 1);
+      work < (128u << 10) ? pairs : std::max<int64_t>(1, 2048 / (K * std::min<int64_t>(M, 8)) / 2 + 1);
   constexpr int64_t kSubGroups = 64;  // groups a thread finishes before storing their outputs (even: whole pairs)
-  parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
-    const int64_t g0 = u0 * unit, g1 = std::min(groups, u1 * unit);
+  parallel_for(pairs, grain, [&](int64_t p0, int64_t p1) {
+    const int64_t g0 = 2 * p0, g1 = std::min(groups, 2 * p1);
     // This thread's f32 results of a sub-chunk, [M][rows] (no allocation per call).
     thread_local std::vector<float> yt;
     if (yt.size() < size_t(M * 8 * kSubGroups)) yt.resize(size_t(M * 8 * kSubGroups));

@@ -21,8 +21,9 @@
 // their lanes on one row and need horizontal sums and lane permutes.
 // Measured on an AMD EPYC core (256-bit units) in a stand-alone test: 25 GB/s
 // of Q4_0 W against 14 for a 256-bit row kernel (bench/results/llama-cpu.md,
-// 2026-12-04). Every format takes two groups of eight rows at once in
-// 512-bit vectors (dots16, below).
+// 2026-12-04). Two groups of eight rows go through 512-bit vectors at once
+// (dots16, below), except the K-quants' at one row of X (256-bit, one group
+// at a time).
 #include <immintrin.h>
 
 #include <cmath>
@@ -76,9 +77,10 @@ struct PairLoads {
         _mm256_inserti128_si256(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o0 + x))),
                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(o1 + x)), 1));
   }
-  // The 8-byte field at byte x (the K-quants' 8-bit sub-scales), both groups.
+  // The 8-byte field at byte x (the K-quants' 8-bit sub-scales, whose groups
+  // are not stored in pairs), both groups.
   TC_VNNI8 __m128i bytes8(int x) const {
-    if (Paired) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(o0 + 2 * x));
+    static_assert(!Paired, "only the K-quants have 8-byte fields");
     return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(o0 + x)),
                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(o1 + x)));
   }
@@ -163,10 +165,8 @@ TC_VNNI8 void dots16_q45_k(const uint8_t* g0, const uint8_t* g1, int64_t ns, con
       __m512i pl0 = _mm512_setzero_si512(), pl1 = _mm512_setzero_si512();
       if constexpr (FMT == quant::Q5_K) pl0 = o.chunk(kPlanes + 64 * p), pl1 = o.chunk(kPlanes + 64 * p + 32);
       const int64_t b0 = 8 * s + 2 * p;  // X's blocks b0 (low nibbles) and b0 + 1
-      // Two sums a sub-block (even and odd chunks), so that a row of X's
-      // dependent dot products are four deep, not eight.
-      __m512i d0[MT][2], d1[MT][2];
-      for (int m = 0; m < MT; ++m) d0[m][0] = d0[m][1] = d1[m][0] = d1[m][1] = _mm512_setzero_si512();
+      __m512i d0[MT], d1[MT];
+      for (int m = 0; m < MT; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
       // Unrolled, so that Q5_K's shifts are immediates (GCC leaves Q5_K's
       // four rows of X rolled otherwise: a branch and two shifts by a register a chunk).
 #pragma GCC unroll 8
@@ -179,17 +179,13 @@ TC_VNNI8 void dots16_q45_k(const uint8_t* g0, const uint8_t* g1, int64_t ns, con
         }
         for (int m = 0; m < MT; ++m) {
           const int32_t* xb = reinterpret_cast<const int32_t*>(x[m]->xq + 32 * b0);
-          d0[m][c % 2] = _mm512_dpbusd_epi32(d0[m][c % 2], lo, _mm512_set1_epi32(xb[c]));
-          d1[m][c % 2] = _mm512_dpbusd_epi32(d1[m][c % 2], hi, _mm512_set1_epi32(xb[8 + c]));
+          d0[m] = _mm512_dpbusd_epi32(d0[m], lo, _mm512_set1_epi32(xb[c]));
+          d1[m] = _mm512_dpbusd_epi32(d1[m], hi, _mm512_set1_epi32(xb[8 + c]));
         }
       }
       for (int m = 0; m < MT; ++m) {
-        d0[m][0] = _mm512_add_epi32(d0[m][0], d0[m][1]);
-        d1[m][0] = _mm512_add_epi32(d1[m][0], d1[m][1]);
-      }
-      for (int m = 0; m < MT; ++m) {
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0[m][0]), _mm512_mul_ps(sc0, _mm512_set1_ps(x[m]->dx[b0])), acc[m]);
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1[m][0]), _mm512_mul_ps(sc1, _mm512_set1_ps(x[m]->dx[b0 + 1])),
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0[m]), _mm512_mul_ps(sc0, _mm512_set1_ps(x[m]->dx[b0])), acc[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1[m]), _mm512_mul_ps(sc1, _mm512_set1_ps(x[m]->dx[b0 + 1])),
                                  acc[m]);
         corr[m] = _mm512_fmadd_ps(mn0, _mm512_set1_ps(x[m]->sx[b0]), corr[m]);
         corr[m] = _mm512_fmadd_ps(mn1, _mm512_set1_ps(x[m]->sx[b0 + 1]), corr[m]);

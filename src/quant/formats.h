@@ -426,7 +426,7 @@ inline void repack_rows8(int32_t format, const void* src, int64_t N, int64_t K, 
     }
   };
   const int64_t groups = N / 8;
-  uint8_t two[2][272];
+  uint8_t two[2][rows8_block_bytes(Q8_0)];  // the largest block
   for (int64_t g = 0; g < groups; g += 2) {
     if (g + 1 == groups) {  // the last group alone
       for (int64_t b = 0; b < nb; ++b) group_block(g, b, out + (g * nb + b) * gb);

@@ -22,7 +22,7 @@
 # where nvcc builds the cuda kind in minutes rather than hours, carry that
 # tree without its docs, benches and models/*.gguf (about 9 MB as .tar.xz;
 # `scripts/build_llamacpp.sh --source-tarball OUT.tar.xz` makes it here).
-# Needs cmake, ninja and a C++ compiler (and nvcc for cuda), all of which
+# Needs cmake, ninja (or make) and a C++ compiler (and nvcc for cuda), all of which
 # scripts/setup.sh installs or checks.
 set -euo pipefail
 
@@ -66,8 +66,11 @@ if [[ "$kind" == cuda ]]; then
 else
   flags+=(-DGGML_NATIVE=ON)
 fi
-log "configuring $kind build in $dest"
-cmake -S "$src" -B "$dest" -G Ninja "${flags[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
+# Ninja when there is one; a machine with cmake alone still builds with make.
+generator=Ninja
+command -v ninja >/dev/null || generator="Unix Makefiles"
+log "configuring $kind build in $dest ($generator)"
+cmake -S "$src" -B "$dest" -G "$generator" "${flags[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
 cmake --build "$dest" -j"$(nproc)" --target llama-bench llama-batched-bench llama-completion llama-quantize
 log "built: $(cd "$dest/bin" && ls llama-bench llama-batched-bench llama-completion llama-quantize libllama.so | tr '\n' ' ')"
 log "$("$dest/bin/llama-completion" --version 2>&1 | grep -m1 -i version || true)"

@@ -446,10 +446,10 @@ struct DecodeAttentionArgs {
   // last one combines them (no second kernel). Needed by the GPU backend.
   uint32_t* arrivals = nullptr;
 };
-// One piece per 64 cache positions, at most 128: the scratch's size (the GPU
+// One piece per 16 cache positions, at most 128: the scratch's size (the GPU
 // kernel sizes the pieces it uses from the position).
 inline int64_t decode_attention_splits(int64_t C) {
-  const int64_t s = (C + 63) / 64;
+  const int64_t s = (C + 15) / 16;
   return s < 128 ? s : 128;
 }
 

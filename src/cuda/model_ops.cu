@@ -28,7 +28,8 @@
 //                     exactly as they are loaded, the sums in f32 either way;
 //                     a lane's 4 dims of a Q8_0 row are 4 codes of one block,
 //                     two 2-byte loads and the block's f16 d, value q d):
-//       piece s covers rows [s c, (s+1) c), c = ceil(S / splits) rounded up
+//       piece s covers rows [s c, (s+1) c), c from S and the cache's size
+//       (attn_piece: 16 positions or more, about S / 64 at depth) rounded up
 //       to whole block iterations (4 warps x keys per warp), so the pieces in
 //       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
 //         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
@@ -370,12 +371,23 @@ __device__ float block_reduce(float v, float* red) {
   return r;
 }
 
-// The piece length for S positions: ceil(S / splits) rounded up to whole
-// iterations of a block (ks positions), so every piece but the last is full
-// and the pieces in use are ceil(S / piece) <= splits. Both kernels compute it
-// from the same *pos.
-__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t splits, int ks) {
-  const int64_t per = (S + splits - 1) / splits;
+// The piece length for S positions of a cache of C rows: as long as a piece
+// of one of ceil(C / 64) (at most 128) equal pieces, but no longer than
+// S / 64 and at least 16 positions: a short context comes in short pieces
+// whatever the cache's size (each piece's key steps run one after the
+// other, so there latency bounds the kernel, not bytes; on an H100 pieces
+// of 16 instead of 64 at ~530 positions of a 648-row cache decoded 2.7-2.8%
+// faster), and at depth the pieces are the 64-position ones. Never fewer
+// positions than ceil(S / splits); rounded up to whole iterations of a
+// block (ks positions), so every piece but the last is full and the pieces
+// in use are ceil(S / piece) <= splits (the last block to finish counts
+// them from the same *pos).
+__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t C, int64_t splits, int ks) {
+  const int64_t coarse = (C + 63) / 64 < 128 ? (C + 63) / 64 : 128;
+  int64_t per = (S + coarse - 1) / coarse;
+  if (per > (S + 63) / 64) per = (S + 63) / 64;
+  if (per < 16) per = 16;
+  if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
   return (per + ks - 1) / ks * ks;
 }
 
@@ -485,7 +497,7 @@ __global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_a
   const int64_t row = blockIdx.z;
   const int32_t pos = row_pos(a.pos, a.slots, row);
   const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
-                chunk = attn_piece(S, a.splits, a.ks);
+                chunk = attn_piece(S, a.C, a.splits, a.ks);
   const int64_t j0 = piece * chunk;
   if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
   const int64_t j1 = min(j0 + chunk, S);
@@ -745,7 +757,12 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   if (vec) {
     const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
     while (gt * 2 <= gmax && G % (gt * 2) == 0) gt *= 2;
-    while (gt > 1 && splits * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
+    // Blocks counted as the coarse pieces (attn_piece) make them, so that the
+    // short pieces of a short context do not put more heads in a block (four
+    // heads a block there took the 8B-shaped model's attention from 0.34 to
+    // 0.57 ms a token on an H100).
+    const int64_t pieces = std::min<int64_t>(splits, (a.C + 63) / 64);
+    while (gt > 1 && pieces * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
   const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
   // With soft-capping the scores are capped in natural units, then moved to base 2.

@@ -228,6 +228,7 @@ struct RopeParams {
 };
 struct AttnParams {
   int64_t H, Hkv, D, C, splits, window;
+  int64_t coarse;  // the cache's pieces of 64 positions, at most splits (attn_piece)
   float scale;  // scale * log2(e): scores in base 2; without log2(e) when cap > 0
   float cap;    // soft-capping: t = log2(e) cap tanh(scale q . k / cap); 0: none
   int lanes;    // lanes per key row (a power of two <= 32)
@@ -371,9 +372,9 @@ __device__ float block_reduce(float v, float* red) {
   return r;
 }
 
-// The piece length for S positions of a cache of C rows: as long as a piece
-// of one of ceil(C / 64) (at most 128) equal pieces, but no longer than
-// S / 64 and at least 16 positions: a short context comes in short pieces
+// The piece length for S positions: as long as a piece of one of `coarse`
+// equal pieces (ceil(C / 64) for a cache of C rows, at most splits), but
+// no longer than S / 64 and at least 16 positions: a short context comes in short pieces
 // whatever the cache's size (each piece's key steps run one after the
 // other, so there latency bounds the kernel, not bytes; on an H100 pieces
 // of 16 instead of 64 at ~530 positions of a 648-row cache decoded 2.7-2.8%
@@ -382,11 +383,11 @@ __device__ float block_reduce(float v, float* red) {
 // block (ks positions), so every piece but the last is full and the pieces
 // in use are ceil(S / piece) <= splits (the last block to finish counts
 // them from the same *pos).
-__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t C, int64_t splits, int ks) {
-  const int64_t coarse = (C + 63) / 64 < 128 ? (C + 63) / 64 : 128;
+__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t coarse, int64_t splits, int ks) {
   int64_t per = (S + coarse - 1) / coarse;
   if (per > (S + 63) / 64) per = (S + 63) / 64;
   if (per < 16) per = 16;
+  // Already so for S <= C; kept as the bound of the partial results' writes.
   if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
   return (per + ks - 1) / ks * ks;
 }
@@ -497,7 +498,7 @@ __global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_a
   const int64_t row = blockIdx.z;
   const int32_t pos = row_pos(a.pos, a.slots, row);
   const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
-                chunk = attn_piece(S, a.C, a.splits, a.ks);
+                chunk = attn_piece(S, a.coarse, a.splits, a.ks);
   const int64_t j0 = piece * chunk;
   if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
   const int64_t j1 = min(j0 + chunk, S);
@@ -753,6 +754,7 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   // Query heads per block: as many of the group's heads as registers allow
   // (K/V then read once for them), fewer while that leaves too few blocks.
   const int64_t splits = decode_attention_splits(a.C), G = a.H / a.Hkv;
+  const int64_t coarse = std::min<int64_t>(splits, (a.C + 63) / 64);
   int gt = 1;
   if (vec) {
     const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
@@ -761,14 +763,13 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
     // short pieces of a short context do not put more heads in a block (four
     // heads a block there took the 8B-shaped model's attention from 0.34 to
     // 0.57 ms a token on an H100).
-    const int64_t pieces = std::min<int64_t>(splits, (a.C + 63) / 64);
-    while (gt > 1 && pieces * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
+    while (gt > 1 && coarse * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
   const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
   // With soft-capping the scores are capped in natural units, then moved to base 2.
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
-  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, scale, a.softcap, L, ks,
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, coarse, scale, a.softcap, L, ks,
                      a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
                      a.oq, reinterpret_cast<float2*>(a.od), a.arrivals};
   void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)

@@ -18,12 +18,11 @@
 # The package comes from PyPI (pip download), or from LLAMA_CPP_SDIST (a
 # llama_cpp_python-VERSION.tar.gz already here); LLAMA_CPP_PYTHON_VERSION
 # overrides the pin. LLAMA_CPP_SRC instead names an unpacked llama.cpp source
-# tree (the package's vendor/llama.cpp): for a GPU machine without network,
-# where nvcc builds the cuda kind in minutes rather than hours, carry that
-# tree without its docs, benches and models/*.gguf (about 9 MB as .tar.xz;
-# `scripts/build_llamacpp.sh --source-tarball OUT.tar.xz` makes it here).
-# Needs cmake, ninja (or make) and a C++ compiler (and nvcc for cuda), all of which
-# scripts/setup.sh installs or checks.
+# tree (the package's vendor/llama.cpp): for a machine without network,
+# carry that tree without its docs, benches and models/*.gguf (about 9 MB
+# as .tar.xz; `scripts/build_llamacpp.sh --source-tarball OUT.tar.xz`
+# makes it). Needs cmake, ninja (or make) and a C++ compiler (and nvcc for
+# cuda), all of which scripts/setup.sh installs or checks.
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"

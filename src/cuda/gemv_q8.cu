@@ -20,8 +20,9 @@
 // Work split (gemv_q8_rows): one warp per row of W (per pair of rows gate n,
 // up n + N/2 for SwiGLU), 8 warps a CTA; for one row of X with W split or
 // in superblocks, gemv_q8_row1 issues the loads of a warp's rows together
-// (split Q4_0 / Q8_0 rows take gemv_q8_stream.cu's kernel, or for K > 4096
-// with X given in 8 bits gemv_q8_xreg.cu's, when the call fits them).
+// (split Q4_0 / Q8_0 / Q6_K rows and Q4_K / Q5_K superblocks take
+// gemv_q8_stream.cu's kernel, or for split Q4_0 / Q8_0 with K > 4096 and X
+// given in 8 bits gemv_q8_xreg.cu's, when the call fits them).
 // GGUF blocks are 18 (Q4_0) or 34 (Q8_0) bytes, only 2-byte aligned, so a
 // warp copies a segment of its row
 // (128 or 64 blocks, ~2.2 KB) from global memory with 16-byte loads (all
@@ -239,34 +240,13 @@ __device__ __forceinline__ void rows_dot_split(const uint4* __restrict__ qs, con
   }
 }
 
-// ---- K-quants: a lane takes quarter p of superblock s ----
+// ---- K-quants: a lane takes quarter p of superblock s (q8_block.cuh's arithmetic) ----
 
-// Scale and min of sub-block j of a Q4_K / Q5_K superblock from its 12
-// scale bytes in words a (bytes 0-3), b (4-7), c (8-11) (quant/formats.h,
-// scale_min_k4).
-__device__ __forceinline__ void scale_min_k(int j, uint32_t a, uint32_t b, uint32_t c, float* sc, float* m) {
-  if (j < 4) {
-    *sc = float((a >> (8 * j)) & 63u);
-    *m = float((b >> (8 * j)) & 63u);
-  } else {
-    const int k = 8 * (j - 4);
-    *sc = float(((c >> k) & 0xFu) | (((a >> k) >> 6) & 3u) << 4);
-    *m = float(((c >> k) >> 4 & 0xFu) | (((b >> k) >> 6) & 3u) << 4);
-  }
-}
-
-// dot(lo, X block 0) and dot(hi, X block 1) for 32 + 32 weights held as 8
-// words of unsigned bytes each.
-__device__ __forceinline__ void dot_pair(const uint32_t (&lo)[8], const uint32_t (&hi)[8], const int8_t* xq, int* s0,
-                                         int* s1) {
-  const int4* x = reinterpret_cast<const int4*>(xq);
-  const int4 a0 = __ldg(x), a1 = __ldg(x + 1), b0 = __ldg(x + 2), b1 = __ldg(x + 3);
-  const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-  const int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-  int u = 0, v = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) u = __dp4a(int(lo[i]), xa[i], u), v = __dp4a(int(hi[i]), xb[i], v);
-  *s0 = u, *s1 = v;
+// X's 64 int8 values at xq (two blocks) and their (dx, sx).
+__device__ __forceinline__ void x_pair(const int8_t* xq, const float2* xd, int4 (&x)[4], float2* x0, float2* x1) {
+  const int4* v = reinterpret_cast<const int4*>(xq);
+  x[0] = __ldg(v), x[1] = __ldg(v + 1), x[2] = __ldg(v + 2), x[3] = __ldg(v + 3);
+  *x0 = __ldg(xd), *x1 = __ldg(xd + 1);
 }
 
 // Quarter p of a Q4_K superblock: weights 64p .. 64p + 63, sub-blocks 2p
@@ -281,29 +261,15 @@ struct Q4_K {
   // xq, xd: X's two blocks of the quarter.
   __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t, int p, const int8_t* xq,
                                               const float2* xd) {
-    const uint32_t q[8] = {v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
-    uint32_t lo[8], hi[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) lo[i] = q[i] & 0x0F0F0F0Fu, hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
-    return kquant_epilogue(v[0], p, lo, hi, xq, xd);
-  }
-  // d (sc0 dx0 s0 + sc1 dx1 s1) - dmin (m0 sx0 + m1 sx1), shared with Q5_K.
-  __device__ __forceinline__ static float kquant_epilogue(const uint4& h, int p, const uint32_t (&lo)[8],
-                                                          const uint32_t (&hi)[8], const int8_t* xq,
-                                                          const float2* xd) {
-    int s0, s1;
-    dot_pair(lo, hi, xq, &s0, &s1);
-    float sc0, m0, sc1, m1;
-    scale_min_k(2 * p, h.y, h.z, h.w, &sc0, &m0);
-    scale_min_k(2 * p + 1, h.y, h.z, h.w, &sc1, &m1);
-    const float2 x0 = __ldg(xd), x1 = __ldg(xd + 1);
-    const float d = f16_bits(h.x), dmin = f16_bits(h.x >> 16);
-    return d * fmaf(sc0 * x0.x, float(s0), sc1 * x1.x * float(s1)) - dmin * fmaf(m0, x0.y, m1 * x1.y);
+    int4 x[4];
+    float2 x0, x1;
+    x_pair(xq, xd, x, &x0, &x1);
+    return q8act::q4_k_quarter_dot(v[0], p, v[1], v[2], x, x0, x1);
   }
 };
 
 // Q5_K: Q4_K's layout with the 32 bytes of fifth bits between the scales
-// and the quants (byte l, bit 2p: weight 64p + l; bit 2p + 1: 64p + 32 + l).
+// and the quants.
 struct Q5_K {
   static constexpr int kSuperBytes = 176, kLoads = 5;
   static constexpr bool kSplitD = false;
@@ -314,26 +280,15 @@ struct Q5_K {
   }
   __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t, int p, const int8_t* xq,
                                               const float2* xd) {
-    const uint32_t qh[8] = {v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
-    const uint32_t q[8] = {v[3].x, v[3].y, v[3].z, v[3].w, v[4].x, v[4].y, v[4].z, v[4].w};
-    uint32_t lo[8], hi[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      lo[i] = (q[i] & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p)) & 0x01010101u) << 4;
-      hi[i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p + 1)) & 0x01010101u) << 4;
-    }
-    return Q4_K::kquant_epilogue(v[0], p, lo, hi, xq, xd);
+    int4 x[4];
+    float2 x0, x1;
+    x_pair(xq, xd, x, &x0, &x1);
+    return q8act::q5_k_quarter_dot(v[0], p, v[3], v[4], v[1], v[2], x, x0, x1);
   }
 };
 
 // Quarter p = 2h + i of a Q6_K superblock (split layout: ql, qh, scales,
-// 208 bytes; d apart): l in [16i, 16i + 16) of half h, i.e. the groups of
-// 16 weights 128h + 32g + 16i + l' (g < 4) with quants
-//   g 0: ql[64h + l] low nibble  | qh[32h + l] bits 0-1     scale sc[8h + i]
-//   g 1: ql[64h + 32 + l] low    | bits 2-3                 sc[8h + 2 + i]
-//   g 2: ql[64h + l] high nibble | bits 4-5                 sc[8h + 4 + i]
-//   g 3: ql[64h + 32 + l] high   | bits 6-7                 sc[8h + 6 + i]
-// and q - 32 a signed byte; group g sits in X's block 4h + g at offset 16i.
+// 208 bytes; d apart; q8act::q6_k_quarter_dot).
 struct Q6_K {
   static constexpr int kSuperBytes = 208, kLoads = 4;
   static constexpr bool kSplitD = true;
@@ -346,31 +301,16 @@ struct Q6_K {
   // xq, xd: X's blocks of the quarter's half (4 blocks).
   __device__ __forceinline__ static float dot(const uint4 (&v)[kLoads], uint16_t dbits, int p, const int8_t* xq,
                                               const float2* xd) {
-    const int h = p >> 1, i = p & 1;
-    const uint32_t a[4] = {v[0].x, v[0].y, v[0].z, v[0].w}, b[4] = {v[1].x, v[1].y, v[1].z, v[1].w};
-    const uint32_t c[4] = {v[2].x, v[2].y, v[2].z, v[2].w};
-    const uint32_t sw[4] = {v[3].x, v[3].y, v[3].z, v[3].w};
-    int s[4] = {0, 0, 0, 0};
+    const int i = p & 1;
+    int4 x[4];
+    int xs[4];
+    float2 d[4];
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      const int4 x = __ldg(reinterpret_cast<const int4*>(xq + 32 * g + 16 * i));
-      const int xw[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t lo4 = g & 2 ? (g & 1 ? b[j] : a[j]) >> 4 : (g & 1 ? b[j] : a[j]);
-        const uint32_t hb = g == 0 ? c[j] << 4 : g == 1 ? c[j] << 2 : g == 2 ? c[j] : c[j] >> 2;
-        const uint32_t q = (lo4 & 0x0F0F0F0Fu) | (hb & 0x30303030u);
-        s[g] = __dp4a(int(__vsub4(q, 0x20202020u)), xw[j], s[g]);
-      }
+      x[g] = __ldg(reinterpret_cast<const int4*>(xq + 32 * g + 16 * i)), d[g] = __ldg(xd + g);
+      xs[g] = q8act::x16_sum(x[g]);
     }
-    float r = 0.0f;
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      const int k = 8 * h + 2 * g + i;  // the int8 scale's byte
-      const float sc = float(int8_t(sw[k >> 2] >> (8 * (k & 3))));
-      r = fmaf(sc * __ldg(xd + g).x, float(s[g]), r);
-    }
-    return f16_bits(dbits) * r;
+    return q8act::q6_k_quarter_dot(v[0], v[1], v[2], v[3], f16_bits(dbits), p, x, xs, d);
   }
 };
 
@@ -739,7 +679,7 @@ tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& a) {
     s->last_kernel = "gemv_q8_xreg";
     return check(launch_gemv_q8_xreg(a, s->stream), "gemv_q8: launch");
   }
-  if (gemv_q8_stream_fits(a)) {  // one row on split Q4_0 / Q8_0, X quantised inside when given in f32
+  if (gemv_q8_stream_fits(a)) {  // one row, W through shared memory, X quantised inside when given in f32
     s->last_kernel = a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
     return check(launch_gemv_q8_stream(a, s->stream), "gemv_q8: launch");
   }

@@ -1,7 +1,10 @@
-// One-row 8-bit products on W in the split layout (GemvQ8Args with M = 1,
-// Q4_0 / Q8_0, wd set), streamed through shared memory:
+// One-row 8-bit products (GemvQ8Args with M = 1) on Q4_0 / Q8_0 / Q6_K in
+// the split layout (wd set) or Q4_K / Q5_K superblocks in place, W
+// streamed through shared memory:
 //
-//   y[n] = sum_b d_b(W[n]) * (dx_b * dot(q_b, xq_b) + c * sx_b)      (gemv_q8.cu's maths)
+//   y[n] = sum of W[n]'s blocks against X's (q8_block.cuh: a Q4_0 / Q8_0 block
+//          d_b (dx_b dot(q_b, xq_b) + c sx_b); a K-quant superblock quarter
+//          its sub-scales' sum of the same), then the epilogue
 //   with, when the call brings X in f32, xq / dx / sx made here as quantize_q8 makes them:
 //   v = x, or v = x * rstd * gamma, rstd = 1 / sqrt(sum(x^2) / K + eps) (f64 sum);
 //   per block of 32: dx = max|v| / 127, xq = rne(v / dx), sx = dx * sum(xq)
@@ -15,17 +18,21 @@
 // more to quantise in every CTA than the boundary: quantize_q8 does it).
 // Measured on the H200 (kernel chains of the 7B's 128 products a step,
 // bench/results/llama-batched.md): the streaming kernel alone 1338 us a
-// step against 1348 for gemv_q8_row1.
+// step against 1348 for gemv_q8_row1. The K-quants' warp-per-row kernel
+// (gemv_q8_row1: two quarters of a superblock in flight a lane) ran at
+// 33-49% of the copy bandwidth; here their loads are bulk copies as Q4_0's.
 //
-// Data movement: a tile's rows are contiguous in the split layout (their
-// quants, and apart their scales), so one thread moves a whole tile into
-// shared memory with two bulk copies (cp.async.bulk, TMA; four for SwiGLU:
-// TR / 2 gate rows and the matching up rows) completing on the stage's
-// mbarrier, L2 evict-first (W is read once). A ring of 2-4 stages of up to
+// Data movement: a tile's rows are contiguous (their blocks, and apart
+// their scales in the split layout), so one thread moves a whole tile into
+// shared memory with one bulk copy a part (cp.async.bulk, TMA; two parts for
+// SwiGLU: TR / 2 gate rows and the matching up rows), plus one for each
+// part's scales, completing on the stage's mbarrier, L2 evict-first (W is
+// read once). A ring of 2-4 stages of up to
 // 40 KB: the first ones are issued before the kernel waits for its
 // predecessor (pdl.cuh), so W streams in while the previous kernel ends and
 // X is quantised; stage s is refilled once every warp is done with it.
-// Each warp takes 32 blocks at a time of one row of the tile (16 / TR warps
+// Each warp takes 32 units at a time (blocks of 32, or superblock
+// quarters) of one row of the tile (16 / TR warps
 // a row), the warps' sums reduce in shared memory in a fixed order: the
 // result is deterministic. X, quantised or given, is read from shared
 // memory (quantised here) or through L1 (given).
@@ -95,24 +102,105 @@ __device__ __forceinline__ uint64_t evict_first() {
   return p;
 }
 
-// ---- formats: a block's 16 (Q4_0) or 32 (Q8_0) bytes of quants ----
+// ---- formats: a row of W as blocks (of 32 weights, or K-quant superblocks
+// of 256) of kQB bytes each in shared memory, their f16 scales d apart when
+// kD (the split layout's); a warp's lane takes units (a block of 32, or a
+// quarter of a superblock) ----
 
 __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// X's block at xq: shared memory (quantised here) or global memory.
+// X's 16-byte vector i (its int8 values; shared memory when quantised here,
+// else global memory).
+__device__ __forceinline__ int4 xv(const int8_t* xq, int64_t i) { return reinterpret_cast<const int4*>(xq)[i]; }
+
 struct Q4_0 {
-  static constexpr int kVecs = 1;  // 16-byte vectors of quants a block
-  __device__ __forceinline__ static float dot(const uint4 (&q)[1], float d, const int8_t* xq, float2 xd) {
-    const uint32_t w[4] = {q[0].x, q[0].y, q[0].z, q[0].w};
-    return q8act::q4_0_dot(w, d, *reinterpret_cast<const int4*>(xq), *reinterpret_cast<const int4*>(xq + 16), xd);
+  static constexpr int kBlock = 32, kQB = 16, kUnits = 1;
+  static constexpr bool kD = true;
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const int8_t* xq,
+                                                   const float2* xd) {
+    const uint4 v = reinterpret_cast<const uint4*>(q)[u];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return q8act::q4_0_dot(w, f16_bits(d[u]), xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
   }
 };
 
 struct Q8_0 {
-  static constexpr int kVecs = 2;
-  __device__ __forceinline__ static float dot(const uint4 (&q)[2], float d, const int8_t* xq, float2 xd) {
-    const uint32_t w[8] = {q[0].x, q[0].y, q[0].z, q[0].w, q[1].x, q[1].y, q[1].z, q[1].w};
-    return q8act::q8_0_dot(w, d, *reinterpret_cast<const int4*>(xq), *reinterpret_cast<const int4*>(xq + 16), xd);
+  static constexpr int kBlock = 32, kQB = 32, kUnits = 1;
+  static constexpr bool kD = true;
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const int8_t* xq,
+                                                   const float2* xd) {
+    const uint4 v0 = reinterpret_cast<const uint4*>(q)[2 * u], v1 = reinterpret_cast<const uint4*>(q)[2 * u + 1];
+    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    return q8act::q8_0_dot(w, f16_bits(d[u]), xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
+  }
+};
+
+// A K-quant unit's X, held in registers for the whole kernel (the plan
+// gives a lane one unit of a row, the same in every tile): its 64 int8
+// values and the (dx, sx) of their 2 (Q4_K, Q5_K) or 4 (Q6_K) blocks,
+// and what a unit's arithmetic needs of them alone (Q6_K's group sums).
+struct KX {
+  int4 v[4];
+  float2 d[4];
+  int s[4];  // Q6_K: the sums of its 4 groups of 16 values (q8act::x16_sum)
+};
+
+// Quarter p = u % 4 of superblock s = u / 4 meets X's blocks 8s + 2p and 8s + 2p + 1.
+__device__ __forceinline__ void k4_load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+  const int64_t b = (u >> 2) * 8 + 2 * (u & 3);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x.v[i] = xv(xq, 2 * b + i);
+  x.d[0] = xd[b], x.d[1] = xd[b + 1];
+}
+
+// GGUF's Q4_K superblock in place (144 bytes: d, dmin, 12 scale bytes, qs[128]).
+struct Q4_K {
+  static constexpr int kBlock = 256, kQB = 144, kUnits = 4;
+  static constexpr bool kD = false;
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+    k4_load_x(xq, xd, u, x);
+  }
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const KX& x) {
+    const int p = int(u & 3);
+    const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
+    return q8act::q4_k_quarter_dot(g[0], p, g[1 + 2 * p], g[2 + 2 * p], x.v, x.d[0], x.d[1]);
+  }
+};
+
+// GGUF's Q5_K superblock in place (176 bytes: Q4_K's header, qh[32], qs[128]).
+struct Q5_K {
+  static constexpr int kBlock = 256, kQB = 176, kUnits = 4;
+  static constexpr bool kD = false;
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+    k4_load_x(xq, xd, u, x);
+  }
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const KX& x) {
+    const int p = int(u & 3);
+    const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
+    return q8act::q5_k_quarter_dot(g[0], p, g[3 + 2 * p], g[4 + 2 * p], g[1], g[2], x.v, x.d[0], x.d[1]);
+  }
+};
+
+// Q6_K in the split layout (208 bytes: ql[128], qh[64], int8 scales[16]; d
+// apart): quarter p = 2h + i meets X's blocks 8s + 4h .. 8s + 4h + 3, 16
+// values of each at 16i.
+struct Q6_K {
+  static constexpr int kBlock = 256, kQB = 208, kUnits = 4;
+  static constexpr bool kD = true;
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+    const int p = int(u & 3);
+    const int64_t b = (u >> 2) * 8 + 4 * (p >> 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x.v[k] = xv(xq, 2 * (b + k) + (p & 1)), x.d[k] = xd[b + k];
+      x.s[k] = q8act::x16_sum(x.v[k]);
+    }
+  }
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const KX& x) {
+    const int p = int(u & 3), h = p >> 1, i = p & 1;
+    const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
+    return q8act::q6_k_quarter_dot(g[4 * h + i], g[4 * h + 2 + i], g[8 + 2 * h + i], g[12], f16_bits(d[u >> 2]), p,
+                                   x.v, x.s, x.d);
   }
 };
 
@@ -176,10 +264,17 @@ __device__ __forceinline__ void quantize_x(const float* x, bool norm, const floa
   }
 }
 
+// Bytes of shared memory a stage gives one part's (gate's or up's) scales:
+// TO rows of drow bytes, copied as the 16-byte aligned range around them
+// (rows of Q6_K scales need not be 16-byte multiples: K = 11008 gives 86).
+__host__ __device__ constexpr int64_t d_slot(int64_t TO, int64_t drow) {
+  return drow == 0 ? 0 : (TO * drow + 15) / 16 * 16 + (drow % 16 != 0 ? 16 : 0);
+}
+
 // Tile t: output rows t TO .. t TO + TO - 1 (TO = TR, or TR / 2 for SwiGLU,
 // whose tile holds those gate rows, then their up rows).
-// Shared memory: `stages` stages of TR rows (their quants, then their
-// scales), then, when X is quantised here, its K int8 values and K / 32 (dx, sx).
+// Shared memory: `stages` stages of TR rows (their blocks, then a d slot
+// a part), then, when X is quantised here, its K int8 values and K / 32 (dx, sx).
 template <class F, int E, int G>
 __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __restrict__ qs,
                                                            const uint16_t* __restrict__ wd, int64_t N, int64_t K,
@@ -189,20 +284,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
                                                            const float* __restrict__ gamma, float eps,
                                                            float* __restrict__ y, int TR, int stages) {
   constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
-  constexpr int QB = 16 * F::kVecs;  // bytes of quants a block
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages];
   __shared__ float red[2][kWarps];
   __shared__ double part[kWarps];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
-  const int64_t nb = K / 32, qrow = nb * QB, drow = nb * 2;
+  const int64_t nb = K / F::kBlock, qrow = nb * F::kQB, drow = F::kD ? nb * 2 : 0, units = nb * F::kUnits;
   const int TO = TR / R;
+  const int64_t dslot = d_slot(TO, drow);
   // Tile i of this CTA: output rows o0 .. o0 + cnt - 1, tiles c, c + grid, ...
   const int64_t tiles = (rows + TO - 1) / TO;
   const int64_t mine = tiles > int64_t(blockIdx.x) ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   auto tile_start = [&](int64_t i) { return (int64_t(blockIdx.x) + i * gridDim.x) * TO; };
-  const int64_t stage_bytes = int64_t(TR) * (qrow + drow);
+  const int64_t stage_bytes = int64_t(TR) * qrow + R * dslot;
   const uint8_t* wdb = reinterpret_cast<const uint8_t*>(wd);
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) bar_init(&full[s]);
@@ -211,17 +306,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   __syncthreads();
   const uint64_t policy = evict_first();
   // Thread 0: the bulk copies of this CTA's i-th tile into stage i % stages.
+  // A part's scales come as the 16-byte aligned range around them, starting
+  // (n0 drow) % 16 bytes before them (the launcher checked N drow % 16 == 0,
+  // so the range ends inside wd).
   auto issue = [&](int64_t i) {
     const int64_t o0 = tile_start(i);
     const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
     uint8_t* st = smem + (i % stages) * stage_bytes;
     uint64_t* bar = &full[i % stages];
-    bar_expect(bar, uint32_t(R * cnt * (qrow + drow)));
+    int64_t dlen[R], dfrom[R], bytes = 0;
 #pragma unroll
     for (int p = 0; p < R; ++p) {
-      const int64_t n0 = o0 + p * rows;
-      bulk_copy(st + p * TO * qrow, qs + n0 * qrow, uint32_t(cnt * qrow), bar, policy);
-      bulk_copy(st + TR * qrow + p * TO * drow, wdb + n0 * drow, uint32_t(cnt * drow), bar, policy);
+      const int64_t f = (o0 + p * rows) * drow;
+      dfrom[p] = f - (f & 15);
+      dlen[p] = F::kD ? ((f & 15) + cnt * drow + 15) / 16 * 16 : 0;
+      bytes += cnt * qrow + dlen[p];
+    }
+    bar_expect(bar, uint32_t(bytes));
+#pragma unroll
+    for (int p = 0; p < R; ++p) {
+      bulk_copy(st + p * TO * qrow, qs + (o0 + p * rows) * qrow, uint32_t(cnt * qrow), bar, policy);
+      if (F::kD) bulk_copy(st + TR * qrow + p * dslot, wdb + dfrom[p], uint32_t(dlen[p]), bar, policy);
     }
   };
   pdl_trigger();
@@ -248,6 +353,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
 
   const int WPR = kWarps / TR, r = warp / WPR, slice = warp % WPR;
   const int p = r / TO, ro = r % TO;  // this warp's row: part (gate / up) and output row in the tile
+  // K-quants: one unit a lane (the plan makes 32 WPR >= units), the same in
+  // every tile, so its X is read once, into registers; the blocks of 32
+  // read X from shared memory or L1 each time, as their lanes take several.
+  const int64_t ku = slice * 32 + lane;
+  KX kx;
+  if constexpr (F::kUnits > 1)
+    if (ku < units) F::load_x(xq, xd, ku, kx);
   for (int64_t i = 0; i < mine; ++i) {
     const int s = int(i % stages);
     bar_wait(&full[s], uint32_t((i / stages) & 1));
@@ -256,13 +368,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     const uint8_t* st = smem + s * stage_bytes;
     float acc = 0.0f;
     if (ro < cnt) {
-      const uint4* q = reinterpret_cast<const uint4*>(st + (p * TO + ro) * qrow);
-      const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + (p * TO + ro) * drow);
-      for (int64_t b = slice * 32 + lane; b < nb; b += 32 * WPR) {
-        uint4 v[F::kVecs];
-#pragma unroll
-        for (int k = 0; k < F::kVecs; ++k) v[k] = q[b * F::kVecs + k];
-        acc += F::dot(v, f16_bits(d[b]), xq + b * 32, xd[b]);
+      const uint8_t* q = st + (p * TO + ro) * qrow;
+      const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + p * dslot +
+                                                            (((o0 + p * rows) * drow) & 15) + ro * drow);
+      if constexpr (F::kUnits > 1) {
+        if (ku < units) acc = F::unit_dot(q, d, ku, kx);
+      } else {
+        for (int64_t u = ku; u < units; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
       }
     }
 #pragma unroll
@@ -284,7 +396,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
 }
 
 // The tile and ring for a call: TR rows a tile (a power of two, at most
-// kWarps, the largest whose stage fits kStageCap), as many stages as
+// kWarps, the largest whose stage fits kStageCap; for the K-quants at most
+// kWarps / the warps a row needs for one unit a lane), as many stages as
 // kRingBudget holds (2 to kMaxStages).
 struct Plan {
   int TR = 0, stages = 0;
@@ -292,16 +405,24 @@ struct Plan {
   size_t smem = 0;
 };
 
-Plan plan_of(const GemvQ8Args& a) {
+template <class F>
+Plan plan_for(const GemvQ8Args& a) {
   const int R = a.epilogue == GemvQ8Args::kSwiglu ? 2 : 1;
-  const int64_t nb = a.K / 32, qrow = nb * (a.fmt == quant::Q4_0 ? 16 : 32), drow = nb * 2;
+  const int64_t nb = a.K / F::kBlock, qrow = nb * F::kQB, drow = F::kD ? nb * 2 : 0;
+  auto stage = [&](int TR) { return int64_t(TR) * qrow + R * d_slot(TR / R, drow); };
   Plan p;
   p.TR = kWarps;
-  while (p.TR > R && int64_t(p.TR) * (qrow + drow) > kStageCap) p.TR /= 2;
-  p.stage_bytes = int64_t(p.TR) * (qrow + drow);
+  if constexpr (F::kUnits > 1) {  // K-quants: enough warps a row for one unit a lane (0: K too long)
+    int WPR = 1;
+    while (32 * WPR < nb * F::kUnits) WPR *= 2;
+    p.TR = WPR <= kWarps ? kWarps / WPR : 0;
+    if (p.TR < R) return Plan{};
+  }
+  while (p.TR > R && stage(p.TR) > kStageCap) p.TR /= 2;
+  p.stage_bytes = stage(p.TR);
   p.stages = int(std::min<int64_t>(kMaxStages, std::max<int64_t>(2, kRingBudget / p.stage_bytes)));
   p.smem = size_t(p.stages * p.stage_bytes);
-  if (a.x) p.smem += size_t((a.K + 15) / 16 * 16 + nb * 8);
+  if (a.x) p.smem += size_t((a.K + 15) / 16 * 16 + a.K / 32 * 8);
   return p;
 }
 
@@ -359,15 +480,36 @@ cudaError_t launch_f(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// fn(F{}) with the format's traits; false for a format the kernel does not take.
+template <class Fn>
+bool with_format(int32_t fmt, Fn&& fn) {
+  switch (fmt) {
+    case quant::Q4_0: fn(Q4_0{}); return true;
+    case quant::Q8_0: fn(Q8_0{}); return true;
+    case quant::Q4_K: fn(Q4_K{}); return true;
+    case quant::Q5_K: fn(Q5_K{}); return true;
+    case quant::Q6_K: fn(Q6_K{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace q8stream
 }  // namespace
 
 bool gemv_q8_stream_fits(const GemvQ8Args& a) {
   using namespace q8stream;
   if (!config::on(config::Key::kCudaQ8Stream)) return false;
-  if (a.M != 1 || !a.wd || a.xh || (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0) || a.K % 256 != 0 || a.K <= 0 ||
-      !aligned16(a.w) || !aligned16(a.wd))
-    return false;
+  if (a.M != 1 || a.xh || a.K % 256 != 0 || a.K <= 0 || !aligned16(a.w)) return false;
+  bool split = false;
+  int64_t drow = 0;
+  Plan plan;
+  const bool known = with_format(a.fmt, [&](auto f) {
+    using F = decltype(f);
+    split = F::kD, drow = F::kD ? a.K / F::kBlock * 2 : 0, plan = plan_for<F>(a);
+  });
+  // The split layout's scales (Q4_0, Q8_0, Q6_K) 16-byte aligned, and the
+  // aligned range around a tile's ending inside them.
+  if (!known || split != (a.wd != nullptr) || (split && (!aligned16(a.wd) || a.N * drow % 16 != 0))) return false;
   if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;
   if (a.x) {
     // X apart from Y (every CTA reads all of X while others write Y): check_gemv_q8 refuses an overlap.
@@ -375,13 +517,17 @@ bool gemv_q8_stream_fits(const GemvQ8Args& a) {
   } else if (!aligned16(a.xq) || reinterpret_cast<uintptr_t>(a.xd) % 8 != 0) {
     return false;
   }
-  return int64_t(plan_of(a).smem) + 1024 <= max_smem_per_block();  // + the kernel's static shared memory
+  return plan.TR > 0 && int64_t(plan.smem) + 1024 <= max_smem_per_block();  // + the kernel's static shared memory
 }
 
 cudaError_t launch_gemv_q8_stream(const GemvQ8Args& a, cudaStream_t st) {
   using namespace q8stream;
-  const Plan p = plan_of(a);
-  return a.fmt == quant::Q4_0 ? launch_f<q8stream::Q4_0>(a, p, st) : launch_f<q8stream::Q8_0>(a, p, st);
+  cudaError_t e = cudaErrorInvalidValue;
+  with_format(a.fmt, [&](auto f) {
+    using F = decltype(f);
+    e = launch_f<F>(a, plan_for<F>(a), st);
+  });
+  return e;
 }
 
 }  // namespace cuda

@@ -1,6 +1,7 @@
 // Device helpers of the 8-bit activation path (gemv_q8.cu,
 // gemv_q8_stream.cu): quantising X per block of 32 as the CPU does
-// (src/cpu/gemv_q8.cpp), the Q4_0 / Q8_0 block dot products, and loading
+// (src/cpu/gemv_q8.cpp), the block dot products of every 8-bit product
+// format (Q4_0 / Q8_0 blocks, K-quant superblock quarters), and loading
 // and storing the element types.
 #pragma once
 
@@ -69,6 +70,117 @@ __device__ __forceinline__ float q8_0_dot(const uint32_t (&q)[8], float d, int4 
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = __dp4a(int(q[i]), x[i], s);
   return d * (xd.x * float(s));
+}
+
+// ---- K-quant superblocks of 256 weights, a quarter (64 weights) at a time ----
+
+// dp4a of unsigned bytes a with signed bytes b, plus c.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The 6-bit scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K / Q5_K
+// superblock from its 12 scale bytes (words a, b, c; quant/formats.h,
+// scale_min_k4) as the bytes sc0, sc1, m0, m1 of one word: bytes 2t, 2t + 1
+// (t = p % 2) of a and b are the scales and mins themselves (p < 2), or
+// their top two bits, under c's nibbles (p >= 2).
+__device__ __forceinline__ uint32_t k4_scale_bytes(int p, uint32_t a, uint32_t b, uint32_t c) {
+  const int t = p & 1;
+  const uint32_t sel = uint32_t(2 * t) | uint32_t(2 * t + 1) << 4 | uint32_t(4 + 2 * t) << 8 | uint32_t(5 + 2 * t) << 12;
+  const uint32_t ab = __byte_perm(a, b, sel);
+  const uint32_t cc = __byte_perm(c, c, sel);
+  const uint32_t high = (cc & 0x00000F0Fu) | ((cc >> 4) & 0x0F0F0000u) | ((ab >> 2) & 0x30303030u);
+  return p < 2 ? ab & 0x3F3F3F3Fu : high;
+}
+
+// Quarter p of a Q4_K / Q5_K superblock whose first 16 bytes (d, dmin, 12
+// scale bytes) are h, from the exact int32 dot products s0, s1 of its two
+// sub-blocks with X's two blocks there ((dx, sx): x0, x1):
+//   d (sc0 dx0 s0 + sc1 dx1 s1) - dmin (m0 sx0 + m1 sx1)
+__device__ __forceinline__ float k4_quarter_sum(const uint4& h, int p, int s0, int s1, float2 x0, float2 x1) {
+  const uint32_t w = k4_scale_bytes(p, h.y, h.z, h.w);
+  const float sc0 = float(w & 0xFFu), sc1 = float((w >> 8) & 0xFFu);
+  const float m0 = float((w >> 16) & 0xFFu), m1 = float(w >> 24);
+  const float d = __half2float(__ushort_as_half(uint16_t(h.x))), dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+  return d * fmaf(sc0 * x0.x, float(s0), sc1 * x1.x * float(s1)) - dmin * fmaf(m0, x0.y, m1 * x1.y);
+}
+
+// A Q4_K quarter from its 32 quant bytes (q0, q1: sub-block 2p in the low
+// nibbles, 2p + 1 in the high ones) against X's 64 values x: the high
+// nibbles are dotted in place (16 times their value) and the sum shifted
+// back, exact.
+__device__ __forceinline__ float q4_k_quarter_dot(const uint4& h, int p, const uint4& q0, const uint4& q1,
+                                                  const int4 (&x)[4], float2 x0, float2 x1) {
+  const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+  const int xa[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const int xb[8] = {x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
+  int s0 = 0, s1 = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s0 = dp4a_us(q[i] & 0x0F0F0F0Fu, xa[i], s0), s1 = dp4a_us(q[i] & 0xF0F0F0F0u, xb[i], s1);
+  return k4_quarter_sum(h, p, s0, s1 >> 4, x0, x1);
+}
+
+// A Q5_K quarter: Q4_K's nibbles with the fifth bits of quarter p from the
+// 32 bytes qh (h0, h1): byte l, bit 2p for weight 64p + l, bit 2p + 1 for
+// 64p + 32 + l.
+__device__ __forceinline__ float q5_k_quarter_dot(const uint4& h, int p, const uint4& q0, const uint4& q1,
+                                                  const uint4& h0, const uint4& h1, const int4 (&x)[4], float2 x0,
+                                                  float2 x1) {
+  const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+  const uint32_t qh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+  const int xa[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const int xb[8] = {x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
+  int s0 = 0, s1 = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (q[i] & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p)) & 0x01010101u) << 4;
+    const uint32_t hi = ((q[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> (2 * p + 1)) & 0x01010101u) << 4;
+    s0 = dp4a_us(lo, xa[i], s0), s1 = dp4a_us(hi, xb[i], s1);
+  }
+  return k4_quarter_sum(h, p, s0, s1, x0, x1);
+}
+
+// The sum of 16 int8 values of X (Q6_K's codes are offset by 32:
+// dot(q - 32, x) = dot(q, x) - 32 sum(x), exact).
+__device__ __forceinline__ int x16_sum(const int4& x) {
+  return __dp4a(x.w, 0x01010101, __dp4a(x.z, 0x01010101, __dp4a(x.y, 0x01010101, __dp4a(x.x, 0x01010101, 0))));
+}
+
+// Quarter p = 2h + i of a Q6_K superblock in the split layout (ql[128],
+// qh[64], int8 scales[16]; d apart): l in [16i, 16i + 16) of half h, i.e.
+// the groups of 16 weights 128h + 32g + 16i + l' (g < 4) with quants
+//   g 0: ql[64h + l] low nibble  | qh[32h + l] bits 0-1     scale sc[8h + i]
+//   g 1: ql[64h + 32 + l] low    | bits 2-3                 sc[8h + 2 + i]
+//   g 2: ql[64h + l] high nibble | bits 4-5                 sc[8h + 4 + i]
+//   g 3: ql[64h + 32 + l] high   | bits 6-7                 sc[8h + 6 + i]
+// and q - 32 a signed byte; group g sits in X's block 4h + g at offset 16i.
+// a, b: ql's 16 bytes at 64h + 16i and 64h + 32 + 16i; c: qh's at 32h + 16i;
+// sw: the 16 scales; x[g], xs[g], xd[g]: X's 16 values, their sum
+// (x16_sum) and their block's (dx, sx).
+//   d sum_g sc_g dx_g (dot(q_g, xq_g) - 32 xs_g)
+__device__ __forceinline__ float q6_k_quarter_dot(const uint4& a, const uint4& b, const uint4& c, const uint4& sw,
+                                                  float d, int p, const int4 (&x)[4], const int (&xs)[4],
+                                                  const float2 (&xd)[4]) {
+  const int h = p >> 1, i = p & 1;
+  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w}, cw[4] = {c.x, c.y, c.z, c.w};
+  const uint32_t sc[4] = {sw.x, sw.y, sw.z, sw.w};
+  float r = 0.0f;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int xw[4] = {x[g].x, x[g].y, x[g].z, x[g].w};
+    int s = -32 * xs[g];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo4 = g & 2 ? (g & 1 ? bw[j] : aw[j]) >> 4 : (g & 1 ? bw[j] : aw[j]);
+      const uint32_t hb = g == 0 ? cw[j] << 4 : g == 1 ? cw[j] << 2 : g == 2 ? cw[j] : cw[j] >> 2;
+      s = dp4a_us((lo4 & 0x0F0F0F0Fu) | (hb & 0x30303030u), xw[j], s);
+    }
+    const int k = 8 * h + 2 * g + i;  // the int8 scale's byte
+    r = fmaf(float(int8_t(sc[k >> 2] >> (8 * (k & 3)))) * xd[g].x, float(s), r);
+  }
+  return d * r;
 }
 
 __device__ __forceinline__ float x_at(const float* p) { return __ldg(p); }

@@ -928,7 +928,12 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   // with one row of X on a GPU: gemv_q8_xreg, a row over 2-4 warps (8192,
   // 11008, 14336: the last slice partly empty), and for K 2049..4096 with
   // X quantised by the product (4096, 3072); N = 3000 / 2500 give its
-  // groups of warps a second, partial round of rows.
+  // groups of warps a second, partial round of rows. The streaming kernel
+  // takes the K-quants with one row of X too: Q6_K at 11008 has 86 bytes of
+  // scales a row, so its tiles' scales start anywhere in a 16-byte chunk
+  // (N = 24; with N = 10 the rows' scales do not end on a 16-byte boundary
+  // and the warp-per-row kernel takes it), Q4_K at 11008 tiles of 4 rows,
+  // 16 of them.
   for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
@@ -936,7 +941,8 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
                         Case{Q5_K, 4224, 256}, Case{Q6_K, 4224, 256}, Case{Q4_0, 24000, 512, 1},
                         Case{Q4_K, 24000, 256, 1}, Case{Q6_K, 24000, 256, 1}, Case{Q8_0, 12, 11008, 11},
                         Case{Q4_0, 9, 14336, 1}, Case{Q4_0, 3000, 8192, 1}, Case{Q4_0, 40, 4096, 1},
-                        Case{Q4_0, 2500, 3072, 1}}) {
+                        Case{Q4_0, 2500, 3072, 1}, Case{Q6_K, 24, 11008, 1}, Case{Q6_K, 10, 11008, 1},
+                        Case{Q4_K, 64, 11008, 1}, Case{Q5_K, 40, 4096, 1}}) {
     // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
     // over), 8 (a full pass), 11 (a second pass over W); on a GPU from 8
     // rows the tensor-core kernels: 33 (a tile of 64, partly filled), 70
@@ -1039,9 +1045,8 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       const std::vector<float> y0 = randn(size_t(M * N));
       // Runs 6..11: X in f32, quantised by the product itself (x, gamma) into
       // poisoned scratch: the same 8-bit X as quantize_q8's above, so the
-      // same reference (a GPU's streaming kernel takes the split Q4_0 / Q8_0
-      // cases with M = 1 and K a multiple of 256, quantising X itself for
-      // K <= 4096).
+      // same reference (a GPU's streaming kernel takes the cases with M = 1
+      // and K a multiple of 256, quantising X itself for K <= 4096).
       for (int run = 0; run < 12; ++run) {
         const bool split = run % 6 >= 3, self = run >= 6;
         const int e = run % 3;  // kStore, kAdd, kSwiglu
@@ -1057,6 +1062,13 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
         ga.xd = self ? dev.put(std::vector<float>(size_t(2 * nb), NAN)) : qa.xd;
         ga.y = dev.put(e == tc::GemvQ8Args::kAdd ? y0 : std::vector<float>(size_t(M * N + 1), NAN));
         ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
+        if (GetParam() == "cuda" && M == 1 && c.fmt >= Q4_K && c.fmt <= Q6_K) {
+          // One row of X on a GPU: the K-quants take the streaming kernel,
+          // Q6_K unless the scales of its N rows end mid-way through 16 bytes.
+          const bool streams = c.fmt != Q6_K || N * (K / 256 * 2) % 16 == 0;
+          const std::string kernel = tc_cuda_last_kernel_name();
+          EXPECT_EQ(kernel.rfind("gemv_q8_stream", 0) == 0, streams) << kernel;
+        }
         const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;  // Y's [M][rows]
         const auto y = dev.get(ga.y, size_t(M * rows + (e == tc::GemvQ8Args::kAdd ? 0 : 1)));
         for (int64_t m = 0; m < M; ++m)

@@ -217,17 +217,21 @@ def test_k_quant_mix_on_the_host_rows_interleaved_or_not(tmp_path, monkeypatch, 
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no usable CUDA device")
-@pytest.mark.parametrize("mix", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("mix", ["q4_0", "q8_0", "q4_k_m", "q5_k_m"])
 def test_streamed_products_quantising_their_own_x(tmp_path, mix):
-    """Rows of 256 and 512 weights in Q4_0 / Q8_0: a GPU's one-token steps
-    take the streaming products (gemv_q8_stream: W through shared memory,
-    the fused products and down quantising their f32 X themselves, right
-    after the kernel that wrote it). The logits are the same steps' with the
-    streaming kernel off (TC_CUDA_Q8_STREAM=0: quantize_q8 and the
-    warp-per-row products), up to the RMS sum's order (a last-bit rstd may
-    move an 8-bit rounding), and within the 8-bit contract of the reference."""
+    """Rows of 256 and 512 weights in Q4_0 / Q8_0 and the K-quant mixes: a
+    GPU's one-token steps take the streaming products (gemv_q8_stream: W
+    through shared memory, the fused products and down quantising their f32
+    X themselves, right after the kernel that wrote it; Q4_K / Q5_K in
+    place, Q6_K split, but for the output matrix, whose 300 rows of scales
+    end mid-chunk). The logits are the same steps' with the streaming kernel
+    off (TC_CUDA_Q8_STREAM=0: quantize_q8 and the warp-per-row products), up
+    to the RMS sum's order (a last-bit rstd may move an 8-bit rounding), and
+    within the 8-bit contract of the reference. (At these widths both
+    kernels sum a row's units in the same order; the C++ suite checks which
+    kernel a product took.)"""
     path = tmp_path / "m.gguf"
-    w = write_mix(path, mix, seed={"q4_0": 74, "q8_0": 75}[mix])
+    w = write_mix(path, mix, seed={"q4_0": 74, "q8_0": 75, "q4_k_m": 77, "q5_k_m": 78}[mix])
     rng = np.random.default_rng(9)
     tokens = [int(t) for t in rng.integers(0, V, 14)]
     on = run_steps(tmp_path, "cuda", path, tokens, "f16", {"TC_CUDA_Q8_STREAM": "1"}, "on")

@@ -31,11 +31,16 @@
 // 40 KB: the first ones are issued before the kernel waits for its
 // predecessor (pdl.cuh), so W streams in while the previous kernel ends and
 // X is quantised; stage s is refilled once every warp is done with it.
-// Each warp takes 32 units at a time (blocks of 32, or superblock
-// quarters) of one row of the tile (16 / TR warps
-// a row), the warps' sums reduce in shared memory in a fixed order: the
-// result is deterministic. X, quantised or given, is read from shared
-// memory (quantised here) or through L1 (given).
+// A row of the tile takes 16 / TR warps, whose sums reduce in shared memory
+// in a fixed order: the result is deterministic. Blocks of 32 (Q4_0, Q8_0):
+// a lane takes every 32nd block of its warp's share, reading X from shared
+// memory (quantised here) or through L1 (given) each tile. K-quants: a
+// lane takes one superblock quarter, the same in every tile (TR is 16 /
+// the warps a row needs for that: 8 rows at K = 4096), so the quarter's X
+// is read once, into registers; read each tile it cost 4-way bank
+// conflicts and held the K-quants below the warp-per-row kernel. What
+// bounds both is instruction issue between a tile's arrival and its
+// stage's refill (the same form for the blocks of 32 measured no faster).
 //
 // Quantising X here: the f64 sum of squares in a fixed order (per thread,
 // warp trees, the warps in order: the same rstd in every CTA; its order is
@@ -104,8 +109,8 @@ __device__ __forceinline__ uint64_t evict_first() {
 
 // ---- formats: a row of W as blocks (of 32 weights, or K-quant superblocks
 // of 256) of kQB bytes each in shared memory, their f16 scales d apart when
-// kD (the split layout's); a warp's lane takes units (a block of 32, or a
-// quarter of a superblock) ----
+// kD (the split layout's); a lane takes units (a block of 32, or kUnits = 4
+// quarters of a superblock) ----
 
 __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
@@ -145,41 +150,28 @@ struct KX {
   int s[4];  // Q6_K: the sums of its 4 groups of 16 values (q8act::x16_sum)
 };
 
-// Quarter p = u % 4 of superblock s = u / 4 meets X's blocks 8s + 2p and 8s + 2p + 1.
-__device__ __forceinline__ void k4_load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
-  const int64_t b = (u >> 2) * 8 + 2 * (u & 3);
+// GGUF's Q4_K (QB = 144 bytes: d, dmin, 12 scale bytes, qs[128]) or Q5_K
+// (176: the same header, qh[32], qs[128]) superblocks in place: quarter
+// p = u % 4 of superblock s = u / 4 meets X's blocks 8s + 2p and 8s + 2p + 1.
+template <int QB>
+struct K45 {
+  static constexpr int kBlock = 256, kQB = QB, kUnits = 4;
+  static constexpr bool kD = false;
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+    const int64_t b = (u >> 2) * 8 + 2 * (u & 3);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) x.v[i] = xv(xq, 2 * b + i);
-  x.d[0] = xd[b], x.d[1] = xd[b + 1];
-}
-
-// GGUF's Q4_K superblock in place (144 bytes: d, dmin, 12 scale bytes, qs[128]).
-struct Q4_K {
-  static constexpr int kBlock = 256, kQB = 144, kUnits = 4;
-  static constexpr bool kD = false;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
-    k4_load_x(xq, xd, u, x);
+    for (int i = 0; i < 4; ++i) x.v[i] = xv(xq, 2 * b + i);
+    x.d[0] = xd[b], x.d[1] = xd[b + 1];
   }
   __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const KX& x) {
     const int p = int(u & 3);
     const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
-    return q8act::q4_k_quarter_dot(g[0], p, g[1 + 2 * p], g[2 + 2 * p], x.v, x.d[0], x.d[1]);
+    if constexpr (QB == 144) return q8act::q4_k_quarter_dot(g[0], p, g[1 + 2 * p], g[2 + 2 * p], x.v, x.d[0], x.d[1]);
+    else return q8act::q5_k_quarter_dot(g[0], p, g[3 + 2 * p], g[4 + 2 * p], g[1], g[2], x.v, x.d[0], x.d[1]);
   }
 };
-
-// GGUF's Q5_K superblock in place (176 bytes: Q4_K's header, qh[32], qs[128]).
-struct Q5_K {
-  static constexpr int kBlock = 256, kQB = 176, kUnits = 4;
-  static constexpr bool kD = false;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
-    k4_load_x(xq, xd, u, x);
-  }
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const KX& x) {
-    const int p = int(u & 3);
-    const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
-    return q8act::q5_k_quarter_dot(g[0], p, g[3 + 2 * p], g[4 + 2 * p], g[1], g[2], x.v, x.d[0], x.d[1]);
-  }
-};
+using Q4_K = K45<144>;
+using Q5_K = K45<176>;
 
 // Q6_K in the split layout (208 bytes: ql[128], qh[64], int8 scales[16]; d
 // apart): quarter p = 2h + i meets X's blocks 8s + 4h .. 8s + 4h + 3, 16

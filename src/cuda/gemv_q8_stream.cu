@@ -35,10 +35,12 @@
 // in a fixed order: the result is deterministic. Blocks of 32 (Q4_0, Q8_0):
 // a lane takes every 32nd block of its warp's share, reading X from shared
 // memory (quantised here) or through L1 (given) each tile. K-quants: a
-// lane takes one superblock quarter, the same in every tile (TR is 16 /
-// the warps a row needs for that: 8 rows at K = 4096), so the quarter's X
-// is read once, into registers; read each tile it cost 4-way bank
-// conflicts and held the K-quants below the warp-per-row kernel. What
+// lane takes one superblock quarter, the same in every tile, of two rows
+// of it (TR is twice 16 / the warps a row needs for one quarter a lane, or
+// once where such a stage would pass kStageCap: Q4_K 16 rows at K = 4096,
+// Q5_K and Q6_K 8), so the quarter's X is read once, into registers, and
+// meets two rows a tile; read each tile it cost 4-way bank conflicts and
+// held the K-quants below the warp-per-row kernel. What
 // bounds both is instruction issue between a tile's arrival and its
 // stage's refill (the same form for the blocks of 32 measured no faster).
 //
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages];
-  __shared__ float red[2][kWarps];
+  __shared__ float red[2][2 * kWarps];  // a sum per row and warp of it: TR x WPR <= 2 kWarps
   __shared__ double part[kWarps];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
@@ -343,11 +345,18 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     xq = sq, xd = sd;
   }
 
-  const int WPR = kWarps / TR, r = warp / WPR, slice = warp % WPR;
-  const int p = r / TO, ro = r % TO;  // this warp's row: part (gate / up) and output row in the tile
-  // K-quants: one unit a lane (the plan makes 32 WPR >= units), the same in
-  // every tile, so its X is read once, into registers; the blocks of 32
-  // read X from shared memory or L1 each time, as their lanes take several.
+  // WPR warps a row. Blocks of 32: kWarps / TR, a row a warp or a share of
+  // one. K-quants: as many as one unit a lane needs (32 WPR >= units), and
+  // a warp takes rows g and g + kWarps / WPR of the tile (RPW = TR WPR /
+  // kWarps of them, 1 or 2) with the same unit, so that its X, read once into
+  // registers, meets two rows a tile where the tile holds them.
+  int WPR = kWarps / TR;
+  if constexpr (F::kUnits > 1)
+    for (WPR = 1; 32 * WPR < units;) WPR *= 2;
+  const int groups = kWarps / WPR, RPW = TR / groups, slice = warp % WPR, rg = warp / WPR;
+  // K-quants: one unit a lane, the same in every tile, so its X is read
+  // once, into registers; the blocks of 32 read X from shared memory or L1
+  // each time, as their lanes take several.
   const int64_t ku = slice * 32 + lane;
   KX kx;
   if constexpr (F::kUnits > 1)
@@ -358,20 +367,25 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     const int64_t o0 = tile_start(i);
     const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
     const uint8_t* st = smem + s * stage_bytes;
-    float acc = 0.0f;
-    if (ro < cnt) {
-      const uint8_t* q = st + (p * TO + ro) * qrow;
-      const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + p * dslot +
-                                                            (((o0 + p * rows) * drow) & 15) + ro * drow);
-      if constexpr (F::kUnits > 1) {
-        if (ku < units) acc = F::unit_dot(q, d, ku, kx);
-      } else {
-        for (int64_t u = ku; u < units; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
-      }
-    }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) red[i & 1][warp] = acc;
+    for (int k = 0; k < 2; ++k) {
+      if (k >= RPW) break;
+      const int r = rg + k * groups, p = r / TO, ro = r % TO;  // the row: part (gate / up), output row in the tile
+      float acc = 0.0f;
+      if (ro < cnt) {
+        const uint8_t* q = st + (p * TO + ro) * qrow;
+        const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + p * dslot +
+                                                              (((o0 + p * rows) * drow) & 15) + ro * drow);
+        if constexpr (F::kUnits > 1) {
+          if (ku < units) acc = F::unit_dot(q, d, ku, kx);
+        } else {
+          for (int64_t u = ku; u < units; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) red[i & 1][r * WPR + slice] = acc;
+    }
     __syncthreads();  // stage s is read by every warp; red[i & 1] is whole
     if (tid == 0 && i + stages < mine) {
       fence_proxy_async();
@@ -404,13 +418,17 @@ Plan plan_for(const GemvQ8Args& a) {
   auto stage = [&](int TR) { return int64_t(TR) * qrow + R * d_slot(TR / R, drow); };
   Plan p;
   p.TR = kWarps;
-  if constexpr (F::kUnits > 1) {  // K-quants: enough warps a row for one unit a lane (0: K too long)
+  if constexpr (F::kUnits > 1) {
+    // K-quants: WPR warps a row for one unit a lane (none: K too long),
+    // two rows a warp where a stage of them fits (the kernel's RPW).
     int WPR = 1;
     while (32 * WPR < nb * F::kUnits) WPR *= 2;
-    p.TR = WPR <= kWarps ? kWarps / WPR : 0;
-    if (p.TR < R) return Plan{};
+    const int G = kWarps / WPR;
+    if (WPR > kWarps || G < R) return Plan{};
+    p.TR = stage(2 * G) <= kStageCap ? 2 * G : G;
+  } else {
+    while (p.TR > R && stage(p.TR) > kStageCap) p.TR /= 2;
   }
-  while (p.TR > R && stage(p.TR) > kStageCap) p.TR /= 2;
   p.stage_bytes = stage(p.TR);
   p.stages = int(std::min<int64_t>(kMaxStages, std::max<int64_t>(2, kRingBudget / p.stage_bytes)));
   p.smem = size_t(p.stages * p.stage_bytes);

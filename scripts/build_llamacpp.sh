@@ -13,7 +13,11 @@
 #   cuda  the same with the CUDA backend for sm_90a (H100 / H200) and a
 #         generic x86-64 CPU part, to be carried to a GPU machine with the
 #         shared libraries of DEST/bin (bench/llama_cuda.py --llama-bench
-#         DEST/bin/llama-bench); a couple of hours of nvcc on 2 cores
+#         DEST/bin/llama-bench); about 20 minutes of nvcc on 2 cores
+#
+# The programs report their build as LLAMA_BUILD_LABEL, by default
+# llama-cpp-python-VERSION (a source package has no git metadata, which
+# llama.cpp's build would otherwise read, printing "unknown").
 #
 # The package comes from PyPI (pip download), or from LLAMA_CPP_SDIST (a
 # llama_cpp_python-VERSION.tar.gz already here); LLAMA_CPP_PYTHON_VERSION
@@ -57,6 +61,7 @@ fi
 [[ "$kind" == cpu || "$kind" == cuda ]] || { echo "build_llamacpp: the kind is cpu or cuda, not '$kind'" >&2; exit 2; }
 
 flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
+       -DLLAMA_BUILD_COMMIT="${LLAMA_BUILD_LABEL:-llama-cpp-python-$VERSION}"
        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$dest")/bin"
        -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$dest")/bin")
 if [[ "$kind" == cuda ]]; then

@@ -31,18 +31,19 @@
 // 40 KB: the first ones are issued before the kernel waits for its
 // predecessor (pdl.cuh), so W streams in while the previous kernel ends and
 // X is quantised; stage s is refilled once every warp is done with it.
-// A row of the tile takes 16 / TR warps, whose sums reduce in shared memory
-// in a fixed order: the result is deterministic. Blocks of 32 (Q4_0, Q8_0):
-// a lane takes every 32nd block of its warp's share, reading X from shared
-// memory (quantised here) or through L1 (given) each tile. K-quants: a
-// lane takes one superblock quarter, the same in every tile, of two rows
-// of it (TR is twice 16 / the warps a row needs for one quarter a lane, or
-// once where such a stage would pass kStageCap: Q4_K 16 rows at K = 4096,
-// Q5_K and Q6_K 8), so the quarter's X is read once, into registers, and
-// meets two rows a tile; read each tile it cost 4-way bank conflicts and
-// held the K-quants below the warp-per-row kernel. What
-// bounds both is instruction issue between a tile's arrival and its
-// stage's refill (the same form for the blocks of 32 measured no faster).
+// A row of the tile takes WPR warps, whose sums reduce in shared memory in
+// a fixed order: the result is deterministic. Blocks of 32 (Q4_0, Q8_0):
+// WPR = 16 / TR, a lane takes every 32nd block of its warp's share, reading
+// X from shared memory (quantised here) or through L1 (given) each tile.
+// K-quants: WPR is what one superblock quarter a lane needs (2 at K = 4096,
+// 8 at 11008), a lane keeps its quarter in every tile and takes it in two
+// rows (TR = 2 x 16 / WPR, or 16 / WPR where such a stage would pass
+// kStageCap: Q4_K 16 rows at K = 4096, Q5_K and Q6_K 8), so the quarter's
+// X is read once, into registers, and meets two rows a tile; read each
+// tile it cost 4-way bank conflicts and held the K-quants below the
+// warp-per-row kernel. What bounds both is instruction issue between a
+// tile's arrival and its stage's refill (the same form for the blocks of
+// 32 measured no faster).
 //
 // Quantising X here: the f64 sum of squares in a fixed order (per thread,
 // warp trees, the warps in order: the same rstd in every CTA; its order is

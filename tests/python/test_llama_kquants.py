@@ -5,8 +5,9 @@ as the gguf package dequantises them. With f16 activations a device's
 one-token steps run every product on 8-bit activations (gemv_q8: Q4_K and
 Q5_K read in place, Q6_K from its split copy, separate q / k / v products
 where their formats differ); the tests check the logits against the
-reference and that the 8-bit path was the one taken; files of Q4_0 or Q8_0
-alone at the same width check the streaming products (K a multiple of 256)."""
+reference and that the 8-bit path was the one taken; the mixes and files of
+Q4_0 or Q8_0 alone at the same width check the streaming products (K a
+multiple of 256) against the same steps without them."""
 
 import sys
 

@@ -68,8 +68,9 @@ if [[ "$kind" == cuda ]]; then
   command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
   flags+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=OFF)
   # Without a driver (a build machine with the toolkit alone) libggml-cuda
-  # links against the toolkit's stub libcuda.so, and the programs' link
-  # cannot find its libcuda.so.1: leave that to the machine that runs them.
+  # links against the libcuda.so the toolkit ships for linking, and the
+  # programs' link cannot find its libcuda.so.1: leave that to the machine
+  # that runs them.
   ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' || flags+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 else
   flags+=(-DGGML_NATIVE=ON)

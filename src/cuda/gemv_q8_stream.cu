@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
                                                            // output: no __restrict__ (pdl.cuh)
                                                            const int8_t* xq_in, const float2* xd_in, const float* x,
                                                            const float* __restrict__ gamma, float eps,
-                                                           float* __restrict__ y, int TR, int stages) {
+                                                           float* __restrict__ y, int TR, int WPR, int stages) {
   constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages];
@@ -346,18 +346,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     xq = sq, xd = sd;
   }
 
-  // WPR warps a row. Blocks of 32: kWarps / TR, a row a warp or a share of
-  // one. K-quants: as many as one unit a lane needs (32 WPR >= units), and
-  // a warp takes rows g and g + kWarps / WPR of the tile (RPW = TR WPR /
-  // kWarps of them, 1 or 2) with the same unit, so that its X, read once into
-  // registers, meets two rows a tile where the tile holds them.
-  int WPR = kWarps / TR;
-  if constexpr (F::kUnits > 1)
-    for (WPR = 1; 32 * WPR < units;) WPR *= 2;
+  // WPR warps a row (the plan's). Warp w takes rows g and g + kWarps / WPR
+  // of the tile, g = w / WPR (RPW = TR WPR / kWarps of them: 1 for the
+  // blocks of 32, 1 or 2 for the K-quants, whose lane keeps one unit in
+  // every tile, so that its X, read once into registers, meets both rows;
+  // the blocks of 32 read X from shared memory or L1 each time, as their
+  // lanes take several).
   const int groups = kWarps / WPR, RPW = TR / groups, slice = warp % WPR, rg = warp / WPR;
-  // K-quants: one unit a lane, the same in every tile, so its X is read
-  // once, into registers; the blocks of 32 read X from shared memory or L1
-  // each time, as their lanes take several.
   const int64_t ku = slice * 32 + lane;
   KX kx;
   if constexpr (F::kUnits > 1)
@@ -402,12 +397,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   }
 }
 
-// The tile and ring for a call: TR rows a tile (a power of two, at most
-// kWarps, the largest whose stage fits kStageCap; for the K-quants at most
-// kWarps / the warps a row needs for one unit a lane), as many stages as
-// kRingBudget holds (2 to kMaxStages).
+// The tile and ring for a call: TR rows a tile and WPR warps a row (blocks
+// of 32: TR the largest power of two up to kWarps whose stage fits
+// kStageCap, WPR = kWarps / TR; K-quants: WPR what one unit a lane needs,
+// TR = 2 kWarps / WPR, or kWarps / WPR where that stage would pass
+// kStageCap), as many stages as kRingBudget holds (2 to kMaxStages).
 struct Plan {
-  int TR = 0, stages = 0;
+  int TR = 0, WPR = 0, stages = 0;
   int64_t stage_bytes = 0;
   size_t smem = 0;
 };
@@ -422,13 +418,14 @@ Plan plan_for(const GemvQ8Args& a) {
   if constexpr (F::kUnits > 1) {
     // K-quants: WPR warps a row for one unit a lane (none: K too long),
     // two rows a warp where a stage of them fits (the kernel's RPW).
-    int WPR = 1;
-    while (32 * WPR < nb * F::kUnits) WPR *= 2;
-    const int G = kWarps / WPR;
-    if (WPR > kWarps || G < R) return Plan{};
+    p.WPR = 1;
+    while (32 * p.WPR < nb * F::kUnits) p.WPR *= 2;
+    const int G = kWarps / p.WPR;
+    if (p.WPR > kWarps || G < R) return Plan{};
     p.TR = stage(2 * G) <= kStageCap ? 2 * G : G;
   } else {
     while (p.TR > R && stage(p.TR) > kStageCap) p.TR /= 2;
+    p.WPR = kWarps / p.TR;
   }
   p.stage_bytes = stage(p.TR);
   p.stages = int(std::min<int64_t>(kMaxStages, std::max<int64_t>(2, kRingBudget / p.stage_bytes)));
@@ -467,7 +464,7 @@ cudaError_t launch_g(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   if (grid == 0) return cudaSuccess;
   return launch_pdl(gemv_q8_stream<F, E, G>, dim3(grid), dim3(kThreads), p.smem, st, static_cast<const uint8_t*>(a.w),
                     a.wd, a.N, a.K, a.xq, reinterpret_cast<const float2*>(a.xd), a.x, a.gamma, a.eps, a.y, p.TR,
-                    p.stages);
+                    p.WPR, p.stages);
 }
 
 // X quantised here: two groups of 4 values a thread hold all of it. Longer

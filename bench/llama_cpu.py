@@ -10,10 +10,11 @@ temporary directory and reused.
 
 Measures, on TC_NUM_THREADS threads (default 2): prefill of 64 tokens
 (median of a few runs, one eval of 64 tokens from position 0) and decode
-(one-token evals after it, median tok/s over 32 steps). Decode streams every
-weight once per token: bytes/token = all matrices except token_embd (one
-row is read; all of it when it is also the output matrix) plus the f32 KV
-cache read; GB/s = bytes/token * tok/s, compared with NumPy's read
+(one-token evals after it, median tok/s over 32 steps; with --depth N after
+a context of N tokens instead, and llama.cpp's decode with `-d N`). Decode
+streams every weight once per token: bytes/token = all matrices except
+token_embd (one row is read; all of it when it is also the output matrix)
+plus the f16 KV cache read; GB/s = bytes/token * tok/s, compared with NumPy's read
 bandwidth in the same run (1 and 2 threads over 1 GiB). --write appends a
 dated section to bench/results/llama-cpu.md (the date, the processor, the
 models, the load), after the earlier ones.
@@ -227,7 +228,8 @@ def read_bandwidth(nbytes=1 << 30, reps=5):
 
 
 def run_llama_bench(args, path):
-    """llama.cpp's prefill and decode tok/s on the same file (llama-bench -o json, its default settings)."""
+    """llama.cpp's prefill and decode tok/s on the same file (llama-bench -o json, its default settings;
+    with --depth, its decode again after that many tokens of context, `-d`)."""
     import json
     import subprocess
     cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill), "-n", str(args.decode),
@@ -237,26 +239,32 @@ def run_llama_bench(args, path):
         print("llama-bench failed (exit %d); again with --repack 0" % proc.returncode)
         cmd += ["--repack", "0"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    out = proc.stdout
     res = {"binary": os.path.basename(args.llama_bench) + (" --repack 0" if "--repack" in cmd else ""), "build": "?"}
-    for r in json.loads(out):
+    for r in json.loads(proc.stdout):
         res["build"] = r.get("build_commit", "?")
         res["pp" if r["n_prompt"] else "tg"] = float(r["avg_ts"])
-    print("llama.cpp (%s): prefill %d tokens %.1f tok/s; decode %.2f tok/s" % (
-        res["build"], args.prefill, res["pp"], res["tg"]))
+    if args.depth:
+        cmd[cmd.index("-p") + 1] = "0"
+        proc = subprocess.run(cmd + ["-d", str(args.depth)], capture_output=True, text=True, check=True)
+        res["tg"] = float(json.loads(proc.stdout)[0]["avg_ts"])
+    print("llama.cpp (%s): prefill %d tokens %.1f tok/s; decode%s %.2f tok/s" % (
+        res["build"], args.prefill, res["pp"], " after %d tokens" % args.depth if args.depth else "", res["tg"]))
     return res
 
 
-def time_prefill_decode(m, prompt, n_decode):
+def time_prefill_decode(m, prompt, n_decode, context=None):
     """(seconds of each of 3 prefills of `prompt` from position 0, seconds
-    of each of n_decode greedy one-token steps after the last) on a warmed-up
-    model."""
+    of each of n_decode greedy one-token steps after the last, or after
+    `context` evaluated from position 0 when given) on a warmed-up model."""
     prefill = []
     for _ in range(3):
         m.reset()
         t0 = time.perf_counter()
         logits = m.eval(prompt, last_only=True)
         prefill.append(time.perf_counter() - t0)
+    if context is not None:
+        m.reset()
+        logits = m.eval(context, last_only=True)
     steps = []
     tok = int(np.argmax(logits))
     for _ in range(n_decode):
@@ -270,12 +278,13 @@ def time_prefill_decode(m, prompt, n_decode):
 def measure(args, path, mode):
     """(prefill tok/s, decode tok/s median, decode tok/s best) of our model on `path`."""
     from tensorcore.llama import Llama
-    with Llama(path, n_ctx=args.prefill + args.decode + 8, activations=mode) as m:
+    with Llama(path, n_ctx=max(args.prefill, args.depth) + args.decode + 8, activations=mode) as m:
         rng = np.random.default_rng(0)
         prompt = rng.integers(3, m.n_vocab, args.prefill)
+        context = rng.integers(3, m.n_vocab, args.depth) if args.depth else None
         # Warm-up: fault the mapping in and start the thread pool.
         m.eval(prompt[:8], last_only=True)
-        prefill, steps = time_prefill_decode(m, prompt, args.decode)
+        prefill, steps = time_prefill_decode(m, prompt, args.decode, context)
         info = m.ctx.device_info()
     return args.prefill / np.median(prefill), 1.0 / np.median(steps), 1.0 / np.min(steps), info
 
@@ -285,6 +294,8 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("TC_NUM_THREADS", "2")))
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=0,
+                    help="decode after a context of this many tokens (llama.cpp: llama-bench -d); 0: after the prefill")
     ap.add_argument("--model", action="append",
                     help="GGUF file to measure (repeatable); random-1.1b (the default) is the random 1.1B Q4_0 "
                     "model, random-1.1b-q4_k_m / random-1.1b-q5_k_m the same shape as llama-quantize's Q4_K_M / "
@@ -317,7 +328,7 @@ def main():
     info = None
     for path in paths:
         desc, weights, kv_per_pos = describe(tc, path)
-        bpt = weights + kv_per_pos * (args.prefill + args.decode // 2)
+        bpt = weights + kv_per_pos * ((args.depth or args.prefill) + args.decode // 2)
         print(desc)
         rows = []
         for mode in modes:
@@ -341,9 +352,11 @@ def main():
             "## %s, %s, %d threads, %s" % (datetime.date.today().isoformat(), info.name, args.threads,
                                           ", ".join(desc.split(":")[0] for desc, _, _, _ in sections)),
             "",
-            "`python bench/llama_cpu.py --write%s%s`." % (
+            "`python bench/llama_cpu.py --write%s%s%s%s`." % (
                 "".join(" --model %s" % os.path.basename(name) for name in args.model or []),
-                " --threads %d" % args.threads if args.threads != 2 else ""),
+                " --threads %d" % args.threads if args.threads != 2 else "",
+                " --depth %d" % args.depth if args.depth else "",
+                " --activations %s" % args.activations if args.activations != "both" else ""),
             "",
             "- Processor: %s (%s), %d threads (TC_NUM_THREADS), features %s" % (
                 info.name, platform.machine(), args.threads, info.features),
@@ -352,9 +365,11 @@ def main():
                 " -- **the machine is shared and was loaded; figures are pessimistic**" if loaded
                 else " (the machine is shared with other builds)"),
             "- Prefill: one eval of %d tokens from position 0, median of 3. Decode: median (and best) of %d "
-            "one-token evals after it." % (args.prefill, args.decode),
+            "one-token evals after %s." % (args.prefill, args.decode,
+                                          "a context of %d tokens (llama.cpp: `-d %d`)" % (args.depth, args.depth)
+                                          if args.depth else "it"),
             "- Bytes per decoded token: every matrix but token_embd, one embedding row (all of token_embd when it "
-            "is also the output matrix), the f32 KV cache read. GB/s = that times decode tok/s.",
+            "is also the output matrix), the f16 KV cache read. GB/s = that times decode tok/s.",
             "- Read: NumPy read bandwidth over 1 GiB (a maximum over it) in the same run: 1 thread %.1f GB/s, 2 threads %.1f GB/s."
             % (c1, c2),
             "- Activations: f32 = exact products; f16 = `activations=\"f16\"` (the default of `Llama`), "

@@ -152,8 +152,19 @@ void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S,
   const T* Vr = static_cast<const T*>(a.v_cache) + start;
   const float* q[NH];
   for (int u = 0; u < NH; ++u) q[u] = a.q + ((h0 + u) * a.n + i) * D;
-  // Scores: each K vector loaded and widened once for the NH heads.
+  // Scores: each K vector loaded and widened once for the NH heads. The
+  // piece's V rows are fetched into cache meanwhile (the value pass below
+  // reads them a dimension vector at a time, so row by row at a stride the
+  // hardware prefetcher does not run ahead of), and K kAhead rows ahead.
+  constexpr int64_t kAhead = 24;
+  const int64_t row_bytes = row * int64_t(sizeof(T));
+  const float scale = a.scale, cap = a.softcap;
+  auto fetch = [&](const T* r) {
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const char*>(r) + b, 0, 3);
+  };
   for (int64_t j = 0; j < S; ++j) {
+    if (j + kAhead < S) fetch(K + (j + kAhead) * row);
+    fetch(Vr + j * row);
     V s[NH];
     for (int u = 0; u < NH; ++u) s[u] = V::zero();
     sweep(D, [&](int64_t d, int n) {
@@ -161,8 +172,8 @@ void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S,
       for (int u = 0; u < NH; ++u) s[u] = V::fma(V::ld(q[u] + d, n), k, s[u]);
     });
     for (int u = 0; u < NH; ++u) {
-      float x = a.scale * V::sum(s[u]);
-      if (a.softcap > 0.0f) x = a.softcap * std::tanh(x / a.softcap);
+      float x = scale * V::sum(s[u]);
+      if (cap > 0.0f) x = cap * std::tanh(x / cap);
       p[u * kPiece + j] = x;
     }
   }

@@ -80,6 +80,8 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
   // calls (a decode step makes one a layer); every entry read is written
   // first. The workers reach it through `part`: a thread_local named inside
   // their lambdas would be their own.
+  // Every row's window one piece: the items write o themselves (no combine).
+  const bool whole = pieces == 1;
   thread_local std::vector<float> parts;
   parts.resize(size_t(a.n * a.H * pieces * (D + 2)));
   float* const part = parts.data();
@@ -96,11 +98,15 @@ tc_status decode_attention(const DecodeAttentionArgs& a) {
         if (j0 >= S) continue;  // a shorter row of the batch
         for (int64_t h0 = g * G; h0 < (g + 1) * G; h0 += kHeadsPerPass) {
           const int64_t h1 = std::min((g + 1) * G, h0 + kHeadsPerPass);
-          piece(a, i, first + j0, std::min(S - j0, kPiece), h0, h1, p.data(),
-                part + ((i * a.H + h0) * pieces + c) * (D + 2), pieces * (D + 2));
+          if (whole)
+            piece(a, i, first, S, h0, h1, p.data(), a.o + (i * a.H + h0) * D, D, true);
+          else
+            piece(a, i, first + j0, std::min(S - j0, kPiece), h0, h1, p.data(),
+                  part + ((i * a.H + h0) * pieces + c) * (D + 2), pieces * (D + 2), false);
         }
       }
     });
+    if (whole) return;
     auto combine = TC_SIMD_PICK(combine_pieces);
     parallel_for(a.n * a.H, 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
@@ -141,10 +147,11 @@ inline V row_at(const quant::BlockQ8_0* row, int64_t d, int) {
 
 // Heads [h0, h0 + NH) of query row i over the cache rows [j0, j0 + S) of
 // its window (S <= kPiece): each head's (m, l, u) of the piece to out + u
-// (D + 2 floats, heads `stride` floats apart). p: NH x kPiece floats.
+// (D + 2 floats, heads `stride` floats apart), or, when the piece is the
+// whole window (`whole`), its o = u / l (D floats). p: NH x kPiece floats.
 template <class T, int NH>
 void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S, int64_t h0, float* p, float* out,
-                 int64_t stride) {
+                 int64_t stride, bool whole) {
   const int64_t D = a.D, G = a.H / a.Hkv, slot = a.slots ? a.slots[i] * a.slot_stride : 0;
   constexpr int64_t per = kPerUnit<T>;
   const int64_t start = (slot + ((h0 / G) * a.C + j0) * D) / per, row = D / per;
@@ -178,6 +185,7 @@ void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S,
     }
   }
   // Weights e^(s - m) in place; (m, l) after u.
+  float inv[NH];
   for (int u = 0; u < NH; ++u) {
     float* pu = p + u * kPiece;
     V mv = V::set1(-INFINITY);
@@ -189,8 +197,9 @@ void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S,
       V::st(pu + j, e, n);
       lsum = lsum + e;
     });
-    out[u * stride + D] = m;
-    out[u * stride + D + 1] = V::sum(lsum);
+    const float l = V::sum(lsum);
+    inv[u] = 1.0f / l;
+    if (!whole) out[u * stride + D] = m, out[u * stride + D + 1] = l;
   }
   // u = sum_j w_j V_j, one dimension vector at a time, even and odd rows
   // in separate sums (two chains a head), added once at the end.
@@ -209,23 +218,23 @@ void piece_heads(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S,
       const V v0 = row_at(Vr + j * row, d, n);
       for (int u = 0; u < NH; ++u) e[u] = V::fma(V::set1(p[u * kPiece + j]), v0, e[u]);
     }
-    for (int u = 0; u < NH; ++u) V::st(out + u * stride + d, e[u] + o[u], n);
+    for (int u = 0; u < NH; ++u) V::st(out + u * stride + d, whole ? (e[u] + o[u]) * V::set1(inv[u]) : e[u] + o[u], n);
   });
 }
 
 // Heads [h0, h1) (h1 - h0 <= kHeadsPerPass) of one piece: piece_heads for that many.
 template <class T>
 void decode_piece(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S, int64_t h0, int64_t h1, float* p,
-                  float* out, int64_t stride) {
+                  float* out, int64_t stride, bool whole) {
   switch (h1 - h0) {
-    case 1: return piece_heads<T, 1>(a, i, j0, S, h0, p, out, stride);
-    case 2: return piece_heads<T, 2>(a, i, j0, S, h0, p, out, stride);
-    case 3: return piece_heads<T, 3>(a, i, j0, S, h0, p, out, stride);
-    case 4: return piece_heads<T, 4>(a, i, j0, S, h0, p, out, stride);
-    case 5: return piece_heads<T, 5>(a, i, j0, S, h0, p, out, stride);
-    case 6: return piece_heads<T, 6>(a, i, j0, S, h0, p, out, stride);
-    case 7: return piece_heads<T, 7>(a, i, j0, S, h0, p, out, stride);
-    default: return piece_heads<T, 8>(a, i, j0, S, h0, p, out, stride);
+    case 1: return piece_heads<T, 1>(a, i, j0, S, h0, p, out, stride, whole);
+    case 2: return piece_heads<T, 2>(a, i, j0, S, h0, p, out, stride, whole);
+    case 3: return piece_heads<T, 3>(a, i, j0, S, h0, p, out, stride, whole);
+    case 4: return piece_heads<T, 4>(a, i, j0, S, h0, p, out, stride, whole);
+    case 5: return piece_heads<T, 5>(a, i, j0, S, h0, p, out, stride, whole);
+    case 6: return piece_heads<T, 6>(a, i, j0, S, h0, p, out, stride, whole);
+    case 7: return piece_heads<T, 7>(a, i, j0, S, h0, p, out, stride, whole);
+    default: return piece_heads<T, 8>(a, i, j0, S, h0, p, out, stride, whole);
   }
 }
 

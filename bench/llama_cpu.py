@@ -169,9 +169,11 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
 
 
 def describe(tc, path, kv_bytes=2):
-    """(short description, bytes read per decoded token at n_past = 0, KV
-    bytes per past token with a cache of kv_bytes per element: 2 for the
-    default f16 cache) of a GGUF file."""
+    """(short description, bytes read per decoded token at n_past = 0, a
+    function of the positions in the cache giving the KV bytes a decoded
+    token reads with a cache of kv_bytes per element: 2 for the default f16
+    cache) of a GGUF file. Sliding-window layers (Gemma 2 and 3, as the
+    loader reads them) read only their window's positions."""
     f = tc.GgufFile(path)
     try:
         meta = f.metadata()
@@ -194,7 +196,18 @@ def describe(tc, path, kv_bytes=2):
         os.path.basename(path), meta.get("general.name", arch), n_layer, n_embd, n_head, n_kv, vocab,
         "/".join(types), ", token_embd %s%s" % (emb["type_name"], " (tied output)" if tied else ""),
         os.path.getsize(path) / 1e6)
-    return desc, weights, n_layer * 2 * n_kv * head_dim * kv_bytes
+    window = int(meta.get("%s.attention.sliding_window" % arch, 4096 if arch == "gemma2" else 0)) \
+        if arch in ("gemma2", "gemma3") else 0
+    pattern = meta.get("%s.attention.sliding_window_pattern" % arch, 2 if arch == "gemma2" else 6)
+    if isinstance(pattern, (list, tuple)):
+        windowed = [bool(x) for x in pattern]
+    else:
+        windowed = [pattern == 0 or i % pattern < pattern - 1 for i in range(n_layer)]
+    per_layer = 2 * n_kv * head_dim * kv_bytes
+
+    def kv_read(positions):
+        return sum(per_layer * (min(positions, window) if window and w else positions) for w in windowed)
+    return desc, weights, kv_read
 
 
 def read_bandwidth(nbytes=1 << 30, reps=5):
@@ -327,8 +340,8 @@ def main():
     sections = []
     info = None
     for path in paths:
-        desc, weights, kv_per_pos = describe(tc, path)
-        bpt = weights + kv_per_pos * ((args.depth or args.prefill) + args.decode // 2)
+        desc, weights, kv_read = describe(tc, path)
+        bpt = weights + kv_read((args.depth or args.prefill) + args.decode // 2)
         print(desc)
         rows = []
         for mode in modes:
@@ -369,7 +382,8 @@ def main():
                                           "a context of %d tokens (llama.cpp: `-d %d`)" % (args.depth, args.depth)
                                           if args.depth else "it"),
             "- Bytes per decoded token: every matrix but token_embd, one embedding row (all of token_embd when it "
-            "is also the output matrix), the f16 KV cache read. GB/s = that times decode tok/s.",
+            "is also the output matrix), the f16 KV cache read (a sliding-window layer's window of it). GB/s = that "
+            "times decode tok/s.",
             "- Read: NumPy read bandwidth over 1 GiB (a maximum over it) in the same run: 1 thread %.1f GB/s, 2 threads %.1f GB/s."
             % (c1, c2),
             "- Activations: f32 = exact products; f16 = `activations=\"f16\"` (the default of `Llama`), "

@@ -58,8 +58,8 @@ KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}  # bytes per cached value (Q8_0
 def bytes_per_token(path, n_past, kv_type="f16"):
     """Every matrix but token_embd (one row of it), plus the KV cache read,
     from the file's own tensors (llama_cpu.describe)."""
-    _, weights, kv_per_pos = describe(tc, path, KV_BYTES[kv_type])
-    return weights + kv_per_pos * n_past
+    _, weights, kv_read = describe(tc, path, KV_BYTES[kv_type])
+    return weights + kv_read(n_past)
 
 
 def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):

@@ -239,17 +239,23 @@ void decode_piece(const DecodeAttentionArgs& a, int64_t i, int64_t j0, int64_t S
 }
 
 // o = sum_c e^(m_c - M) u_c / sum_c e^(m_c - M) l_c over a head's `used`
-// pieces (part: [used][D + 2], u then m, l), in piece order.
-inline void combine_pieces(const float* part, int64_t used, int64_t D, float* o) {
+// pieces (part: [used][D + 2], u then m, l), in piece order; each piece's
+// m is replaced by its weight e^(m_c - M) on the way (the scratch is this
+// call's), so the weights are computed once, not once a dimension vector.
+inline void combine_pieces(float* part, int64_t used, int64_t D, float* o) {
   float M = -INFINITY;
   for (int64_t c = 0; c < used; ++c) M = std::max(M, part[c * (D + 2) + D]);
   float l = 0.0f;
-  for (int64_t c = 0; c < used; ++c) l += std::exp(part[c * (D + 2) + D] - M) * part[c * (D + 2) + D + 1];
+  for (int64_t c = 0; c < used; ++c) {
+    float* ml = part + c * (D + 2) + D;
+    ml[0] = std::exp(ml[0] - M);
+    l += ml[0] * ml[1];
+  }
   const float inv = 1.0f / l;
   sweep(D, [&](int64_t d, int n) {
     V acc = V::zero();
     for (int64_t c = 0; c < used; ++c)
-      acc = V::fma(V::set1(std::exp(part[c * (D + 2) + D] - M)), V::ld(part + c * (D + 2) + d, n), acc);
+      acc = V::fma(V::set1(part[c * (D + 2) + D]), V::ld(part + c * (D + 2) + d, n), acc);
     V::st(o + d, acc * V::set1(inv), n);
   });
 }

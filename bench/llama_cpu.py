@@ -14,7 +14,7 @@ Measures, on TC_NUM_THREADS threads (default 2): prefill of 64 tokens
 a context of N tokens instead, and llama.cpp's decode with `-d N`). Decode
 streams every weight once per token: bytes/token = all matrices except
 token_embd (one row is read; all of it when it is also the output matrix)
-plus the f16 KV cache read; GB/s = bytes/token * tok/s, compared with NumPy's read
+plus the f16 KV cache read (a sliding-window layer's window of it); GB/s = bytes/token * tok/s, compared with NumPy's read
 bandwidth in the same run (1 and 2 threads over 1 GiB). --write appends a
 dated section to bench/results/llama-cpu.md (the date, the processor, the
 models, the load), after the earlier ones.
@@ -245,8 +245,9 @@ def run_llama_bench(args, path):
     with --depth, its decode again after that many tokens of context, `-d`)."""
     import json
     import subprocess
-    cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill), "-n", str(args.decode),
-           "-r", "3", "-o", "json"]
+    # With --depth the decode is measured only at that depth (below).
+    cmd = [args.llama_bench, "-m", path, "-t", str(args.threads), "-p", str(args.prefill),
+           "-n", str(0 if args.depth else args.decode), "-r", "3", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:  # some builds crash in their repacked (AMX) Q4_0 path; plain ggml kernels then
         print("llama-bench failed (exit %d); again with --repack 0" % proc.returncode)
@@ -257,7 +258,7 @@ def run_llama_bench(args, path):
         res["build"] = r.get("build_commit", "?")
         res["pp" if r["n_prompt"] else "tg"] = float(r["avg_ts"])
     if args.depth:
-        cmd[cmd.index("-p") + 1] = "0"
+        cmd[cmd.index("-p") + 1], cmd[cmd.index("-n") + 1] = "0", str(args.decode)
         proc = subprocess.run(cmd + ["-d", str(args.depth)], capture_output=True, text=True, check=True)
         res["tg"] = float(json.loads(proc.stdout)[0]["avg_ts"])
     print("llama.cpp (%s): prefill %d tokens %.1f tok/s; decode%s %.2f tok/s" % (

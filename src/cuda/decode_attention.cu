@@ -1,0 +1,449 @@
+// The decode attention on the GPU (core/backend.h, "model ops"; the CPU
+// kernel is src/cpu/decode_attention.cpp and computes the same values):
+//
+//   decode_attention: one query row per head over the S cache rows
+//                     [j0, *pos] (j0 = 0, or *pos + 1 - window), split over
+//                     them (flash-decoding), in base 2 (t_j = log2(e) scale
+//                     q . K_j, or log2(e) cap tanh(scale q . K_j / cap) with
+//                     soft-capping); K and V rows f32, f16 or Q8_0 (widened
+//                     exactly as they are loaded, the sums in f32 either way;
+//                     a lane's 4 dims of a Q8_0 row are 4 codes of one block,
+//                     two 2-byte loads and the block's f16 d, value q d):
+//       piece s covers rows [s c, (s+1) c), c from S and the cache's size
+//       (attn_piece: 16 positions or more, about S / 64 at depth) rounded up
+//       to whole block iterations (4 warps x keys per warp), so the pieces in
+//       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
+//         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
+//       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s,
+//       by the last block of a head's pieces to finish (each counts itself
+//       in `arrivals` after a fence; the last sees every piece's results):
+//       one kernel, so no launch boundary in the step between the two. With
+//       oq, o quantised per block of 32 as quantize_q8 would (a warp a
+//       block: the wo product then needs no quantize_q8 launch)
+//     Work split: block (piece, up to 8 query heads of one kv group, so K/V
+//     are read once for them); a key row is spread over D/4 lanes (rounded
+//     up to a power of two, at most 32; float4 loads when D % 4 == 0, each
+//     lane holding its dims of q), so a warp takes 32 / lanes keys at a time,
+//     several such steps' loads in flight, a short shuffle tree per score and
+//     an online softmax per lane slot with V accumulated in registers; the
+//     slots merge once through shared memory. partial holds u [H][splits][D]
+//     then (m, l) [H][splits][2]. The grid covers splits pieces (from C,
+//     fixed at load) and blocks past the pieces in use exit: the launch does
+//     not depend on the position, so it can be recorded once in a graph and
+//     replayed. Every sum runs in a fixed order (whichever block combines):
+//     same inputs, same bits. A batch step's n rows (each its own slot and
+//     position) are the grid's third dimension; partial then holds
+//     u [n][H][splits][D] and (m, l) [n][H][splits][2].
+// Every position comes from device memory, never from the host.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+
+#include "core/error.h"
+#include "cuda/device.h"
+#include "cuda/kv_cache.cuh"
+#include "cuda/pdl.cuh"
+#include "cuda/q8_block.cuh"
+#include "quant/formats.h"
+
+namespace tc {
+namespace cuda {
+namespace {
+
+using namespace tc::quant;
+
+struct AttnParams {
+  int64_t H, Hkv, D, C, splits, window;
+  int64_t coarse;  // the cache's pieces of 64 positions, at most splits (attn_piece)
+  float scale;  // scale * log2(e): scores in base 2; without log2(e) when cap > 0
+  float cap;    // soft-capping: t = log2(e) cap tanh(scale q . k / cap); 0: none
+  int lanes;    // lanes per key row (a power of two <= 32)
+  int ks;       // keys per block iteration: pieces are multiples of it
+  const int32_t* pos;
+  const float* q;
+  const void *k_cache, *v_cache;
+  float *o, *partial;
+  int64_t n;             // query rows (blockIdx.z)
+  const int32_t* slots;  // [n]: row i at pos[i] of slot slots[i]; null: one row at *pos of slot 0
+  int64_t slot_stride;
+  int8_t* oq;  // or null: o also quantised per block of 32 (DecodeAttentionArgs::oq)
+  float2* od;
+  uint32_t* arrivals;  // [n][H]: pieces of a head group done (DecodeAttentionArgs::arrivals)
+};
+
+constexpr int kAttnThreads = 128;
+constexpr int kWarps = kAttnThreads / 32;
+// Keys each lane slot loads at once: 4 with one head and one float4 per lane,
+// 2 when the query heads and the accumulators take more registers.
+__host__ __device__ constexpr int attn_unroll(int R, int GT) { return R * GT == 1 ? 4 : 2; }
+// Blocks an SM must hold: 8 (64 registers a thread) for one float4 and one
+// head a lane, whose key loop fits in them; without the bound the combine
+// at the kernel's end lifted the Q8_0 kernel to 80 registers (6 blocks an
+// SM) and it decoded 11% slower at depth 4096, its loads being what bounds it.
+__host__ __device__ constexpr int attn_min_blocks(int R, int GT) { return R * GT == 1 ? 8 : 1; }
+// Fewer split blocks than this (about two per SM of an H200) and a block
+// takes fewer heads of a group: re-reading K/V from L2 costs less than idle SMs.
+constexpr int64_t kAttnMinBlocks = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reduction through `red` (kWarps floats); every thread gets the result.
+template <bool Max>
+__device__ float block_reduce(float v, float* red) {
+  v = Max ? warp_max(v) : warp_sum(v);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // `red` may still be read by the previous reduction
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int i = 1; i < kWarps; ++i) r = Max ? fmaxf(r, red[i]) : r + red[i];
+  return r;
+}
+
+// The piece length for S positions: as long as a piece of one of `coarse`
+// equal pieces (ceil(C / 64) for a cache of C rows, at most splits), but
+// no longer than S / 64 and at least 16 positions: a short context comes in short pieces
+// whatever the cache's size (each piece's key steps run one after the
+// other, so there latency bounds the kernel, not bytes; on an H100 pieces
+// of 16 instead of 64 at ~530 positions of a 648-row cache decoded 2.7-2.8%
+// faster), and at depth the pieces are the 64-position ones. Never fewer
+// positions than ceil(S / splits); rounded up to whole iterations of a
+// block (ks positions), so every piece but the last is full and the pieces
+// in use are ceil(S / piece) <= splits (the last block to finish counts
+// them from the same *pos).
+__device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t coarse, int64_t splits, int ks) {
+  int64_t per = (S + coarse - 1) / coarse;
+  if (per > (S + 63) / 64) per = (S + 63) / 64;
+  if (per < 16) per = 16;
+  // Already so for S <= C; kept as the bound of the partial results' writes.
+  if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
+  return (per + ks - 1) / ks * ks;
+}
+
+// The first cache row a query at position pos sees (a sliding window keeps
+// the last `window` rows).
+__device__ __forceinline__ int64_t attn_first(int32_t pos, int64_t window) {
+  return window > 0 && int64_t(pos) + 1 > window ? int64_t(pos) + 1 - window : 0;
+}
+
+// Dims 4v .. 4v + 3 of a row: one 16-byte load (f32) or 8-byte load (f16) on
+// the vector path (D % 4 == 0, rows aligned), four guarded scalar loads
+// otherwise (zero past D).
+__device__ __forceinline__ float elem(const __half* row, int d) { return __half2float(row[d]); }
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const float* row, int v, int D) {
+  if (kVec) return reinterpret_cast<const float4*>(row)[v];
+  const int d = 4 * v;
+  return make_float4(d < D ? row[d] : 0.0f, d + 1 < D ? row[d + 1] : 0.0f, d + 2 < D ? row[d + 2] : 0.0f,
+                     d + 3 < D ? row[d + 3] : 0.0f);
+}
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const __half* row, int v, int D) {
+  if (kVec) {
+    const uint2 u = reinterpret_cast<const uint2*>(row)[v];
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+  const int d = 4 * v;
+  return make_float4(d < D ? elem(row, d) : 0.0f, d + 1 < D ? elem(row, d + 1) : 0.0f,
+                     d + 2 < D ? elem(row, d + 2) : 0.0f, d + 3 < D ? elem(row, d + 3) : 0.0f);
+}
+// Dims 4v .. 4v + 3 of a Q8_0 row: codes 4 (v % 8) .. +3 of block v / 8,
+// at any 2-byte alignment (blocks are 34 bytes), times the block's d.
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const Q8Cache* row, int v, int) {
+  const uint8_t* blk = reinterpret_cast<const uint8_t*>(row) + (v / 8) * int(sizeof(BlockQ8_0));
+  const unsigned short* qs = reinterpret_cast<const unsigned short*>(blk + 2 + 4 * (v % 8));
+  const uint32_t biased = (uint32_t(qs[0]) | uint32_t(qs[1]) << 16) ^ 0x80808080u;
+  const float d = h2f(*reinterpret_cast<const uint16_t*>(blk));
+  return make_float4(__fmul_rn(q8_code(biased, 0), d), __fmul_rn(q8_code(biased, 1), d),
+                     __fmul_rn(q8_code(biased, 2), d), __fmul_rn(q8_code(biased, 3), d));
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, s))));
+}
+__device__ __forceinline__ float4 axpy4(float p, float4 x, float4 y) {
+  return make_float4(fmaf(p, x.x, y.x), fmaf(p, x.y, y.y), fmaf(p, x.z, y.z), fmaf(p, x.w, y.w));
+}
+__device__ __forceinline__ float4 scale4(float c, float4 x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
+__device__ __forceinline__ float comp(float4 x, int c) { return c == 0 ? x.x : c == 1 ? x.y : c == 2 ? x.z : x.w; }
+
+// Head h of row `row`: o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
+// over the `used` pieces (base 2, as the pieces wrote them), by the whole
+// block. The weights go through `wgt` (shared, `used` floats); the sums run
+// in piece order. The partial results were written by other blocks: read
+// from L2 (__ldcg), never from this SM's L1.
+__device__ void combine_head(const AttnParams& a, int64_t row, int64_t h, int64_t used, float* wgt, float* red) {
+  const int64_t hr = row * a.H + h, D = a.D, splits = a.splits;
+  const float* pu = a.partial + hr * splits * D;
+  const float* pml = a.partial + a.n * a.H * splits * D + hr * splits * 2;
+  float M = -FLT_MAX;
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, __ldcg(pml + 2 * s));
+  M = block_reduce<true>(M, red);
+  float lsum = 0.0f;
+  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) {
+    const float f = exp2f(__ldcg(pml + 2 * s) - M);
+    wgt[s] = f;
+    lsum = fmaf(f, __ldcg(pml + 2 * s + 1), lsum);
+  }
+  const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
+  // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims are
+  // one block of 32 of o, quantised as quantize_q8 would (q8act).
+  for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
+    const int64_t d = d0 + threadIdx.x;
+    float o = 0.0f;
+    if (d < D) {
+      for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], __ldcg(pu + s * D + d), o);
+      o *= inv;
+      a.o[hr * D + d] = o;
+    }
+    const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
+    if (a.oq && b0 < D) q8act::quantize_block(o, threadIdx.x & 31, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
+  }
+  __syncthreads();  // wgt and red are free for the next head
+}
+
+// Block (piece blockIdx.x, heads h0 .. h0 + GT - 1 of one kv group, h0 =
+// blockIdx.y GT), four warps. A key row is held by L lanes (L = lanes, a
+// power of two), lane t owning dims 4 (t + L r) .. +3 for r < R, so a warp
+// takes 32 / L keys side by side and U such steps at once (all 2 U R loads
+// issued before any is used). Per key: R float4 dot products per head, a
+// log2(L) shuffle tree, then the online softmax of the lane's key slot:
+//   m' = max(m, t_u),  l = l e^(m - m') + sum_u e^(t_u - m'),
+//   acc = acc e^(m - m') + sum_u e^(t_u - m') V_u        (t = scale q . K)
+// in base 2 (q is prescaled by scale log2 e). The 4 (32 / L) slot states meet
+// once, in shared memory, at the end of the piece. Masked keys (past the
+// piece) load nothing and weigh 0; a slot that saw none keeps m = -FLT_MAX,
+// l = 0, acc = 0 and drops out of the merge (its weight e^(-FLT_MAX - M) = 0).
+template <typename T, int R, int GT, bool kVec>
+__global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_attention_split(AttnParams a) {
+  constexpr int U = attn_unroll(R, GT);
+  extern __shared__ float smem[];
+  pdl_trigger();
+  pdl_wait();
+  const int D = int(a.D), NV = (D + 3) / 4, L = a.lanes, KPW = 32 / L;
+  const int64_t row = blockIdx.z;
+  const int32_t pos = row_pos(a.pos, a.slots, row);
+  const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
+                chunk = attn_piece(S, a.coarse, a.splits, a.ks);
+  const int64_t j0 = piece * chunk;
+  if (j0 >= S) return;  // beyond the pieces in use: the combine reads none of it
+  const int64_t j1 = min(j0 + chunk, S);
+  const int64_t h0 = int64_t(blockIdx.y) * GT, g = h0 / (a.H / a.Hkv);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L, t = lane % L;
+  const int64_t slot = row_slot(a.slots, a.slot_stride, row);
+  const T* K = cache_at(static_cast<const T*>(a.k_cache), slot + (g * a.C + first) * D);
+  const T* V = cache_at(static_cast<const T*>(a.v_cache), slot + (g * a.C + first) * D);
+
+  float4 q[GT][R], acc[GT][R];
+  float m[GT], l[GT];
+#pragma unroll
+  for (int gi = 0; gi < GT; ++gi) {
+    m[gi] = -FLT_MAX, l[gi] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int v = t + L * r;
+      q[gi][r] = v < NV ? scale4(a.scale, load4<kVec>(a.q + ((h0 + gi) * a.n + row) * D, v, D))
+                        : make_float4(0, 0, 0, 0);
+      acc[gi][r] = make_float4(0, 0, 0, 0);
+    }
+  }
+
+  const int step = KPW * U;  // keys per warp iteration
+  for (int64_t jb = j0 + int64_t(w) * step; jb < j1; jb += int64_t(kWarps) * step) {  // warp-uniform
+    float4 kr[U][R], vr[U][R];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t j = jb + u * KPW + sub;
+      ok[u] = j < j1;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int v = t + L * r;
+        const bool in = ok[u] && v < NV;
+        kr[u][r] = in ? load4<kVec>(cache_at(K, j * D), v, D) : make_float4(0, 0, 0, 0);
+        vr[u][r] = in ? load4<kVec>(cache_at(V, j * D), v, D) : make_float4(0, 0, 0, 0);
+      }
+    }
+    float s[U][GT];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int gi = 0; gi < GT; ++gi) {
+        float x = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) x = dot4(q[gi][r], kr[u][r], x);
+        s[u][gi] = x;
+      }
+    // Sum over the L lanes of each key (xor below L stays inside the slot).
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < L)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int gi = 0; gi < GT; ++gi) s[u][gi] += __shfl_xor_sync(0xffffffffu, s[u][gi], o);
+    if (a.cap > 0.0f)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int gi = 0; gi < GT; ++gi) s[u][gi] = a.cap * tanhf(s[u][gi] / a.cap) * 1.4426950408889634f;
+#pragma unroll
+    for (int gi = 0; gi < GT; ++gi) {
+      float mn = m[gi];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) mn = fmaxf(mn, s[u][gi]);
+      const float corr = exp2f(m[gi] - mn);
+      m[gi] = mn;
+      l[gi] *= corr;
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[gi][r] = scale4(corr, acc[gi][r]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float p = ok[u] ? exp2f(s[u][gi] - mn) : 0.0f;
+        l[gi] += p;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[gi][r] = axpy4(p, vr[u][r], acc[gi][r]);
+      }
+    }
+  }
+
+  // Slot states to shared memory: ml [NS][GT][2], then u [NS][GT][D].
+  const int NS = kWarps * KPW, st = w * KPW + sub;
+  float* sm_ml = smem;
+  float* sm_u = smem + NS * GT * 2;
+#pragma unroll
+  for (int gi = 0; gi < GT; ++gi) {
+    if (t == 0) sm_ml[(st * GT + gi) * 2] = m[gi], sm_ml[(st * GT + gi) * 2 + 1] = l[gi];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int v = t + L * r;
+      if (v < NV)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (4 * v + c < D) sm_u[(st * GT + gi) * D + 4 * v + c] = comp(acc[gi][r], c);
+    }
+  }
+  __syncthreads();
+  // Merge the slots (fixed order), one output element per thread:
+  //   M = max m_s,  l = sum l_s e^(m_s - M),  u = sum u_s e^(m_s - M).
+  const int64_t splits = a.splits;
+  float* pu = a.partial;
+  float* pml = a.partial + a.n * a.H * splits * D;
+  for (int e = threadIdx.x; e < GT * D; e += kAttnThreads) {
+    const int gi = e / D, d = e % D;
+    float M = -FLT_MAX;
+    for (int i = 0; i < NS; ++i) M = fmaxf(M, sm_ml[(i * GT + gi) * 2]);
+    float lsum = 0.0f, usum = 0.0f;
+    for (int i = 0; i < NS; ++i) {
+      const float f = exp2f(sm_ml[(i * GT + gi) * 2] - M);
+      lsum = fmaf(sm_ml[(i * GT + gi) * 2 + 1], f, lsum);
+      usum = fmaf(sm_u[(i * GT + gi) * D + d], f, usum);
+    }
+    const int64_t at = (row * a.H + h0 + gi) * splits + piece;
+    pu[at * D + d] = usum;
+    if (d == 0) pml[at * 2] = M, pml[at * 2 + 1] = lsum;
+  }
+  // The last of the pieces in use to get here combines these heads: each
+  // block publishes its results (fence) before it counts itself in, so the
+  // one that counts `used` sees them all. It also sets the count back to 0
+  // for the next call (every piece of this one has counted).
+  __shared__ uint32_t arrived;
+  __shared__ float red[kWarps];
+  const int64_t used = (S + chunk - 1) / chunk;
+  __syncthreads();  // every thread's results are written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t* count = a.arrivals + row * a.H + h0;
+    arrived = atomicAdd(count, 1u) + 1u;
+    if (arrived == uint32_t(used)) *count = 0u;
+  }
+  __syncthreads();
+  if (arrived != uint32_t(used)) return;
+  __threadfence();
+  for (int gi = 0; gi < GT; ++gi) combine_head(a, row, h0 + gi, used, smem, red);
+}
+
+// The split kernel for a cache of T, R float4s per lane, gt heads per block.
+template <typename T>
+void (*split_kernel(bool vec, int R, int gt))(AttnParams) {
+  if (!vec)
+    return R == 1 ? decode_attention_split<T, 1, 1, false>
+                  : R == 2 ? decode_attention_split<T, 2, 1, false> : decode_attention_split<T, 4, 1, false>;
+  if (R == 1)
+    return gt == 1   ? decode_attention_split<T, 1, 1, true>
+           : gt == 2 ? decode_attention_split<T, 1, 2, true>
+           : gt == 4 ? decode_attention_split<T, 1, 4, true>
+                     : decode_attention_split<T, 1, 8, true>;
+  if (R == 2)
+    return gt == 1 ? decode_attention_split<T, 2, 1, true>
+                   : gt == 2 ? decode_attention_split<T, 2, 2, true> : decode_attention_split<T, 2, 4, true>;
+  return decode_attention_split<T, 4, 1, true>;
+}
+
+}  // namespace
+
+tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {
+  if (tc_status st = check_decode_attention(a)) return st;
+  if (!a.arrivals)
+    return fail(TC_ERR_INVALID_ARG, "%s: decode_attention on a GPU needs its arrival counters (arrivals)",
+                a.info.name);
+  // Lanes per key: the float4s of a row (NV) spread over L lanes, R each.
+  const int64_t NV = (a.D + 3) / 4;
+  int R = 1, L = 32;
+  if (NV <= 32)
+    for (L = 1; L < NV; L *= 2) {}
+  else
+    R = NV <= 64 ? 2 : NV <= 128 ? 4 : 0;
+  if (R == 0) return fail(TC_ERR_UNSUPPORTED, "decode_attention: head dim %lld above 512", (long long)a.D);
+  // Vector loads: 16 bytes of q, 4 cache elements (16 or 8 bytes, or a Q8_0
+  // block's 4 codes as two 2-byte loads) at a time.
+  const uintptr_t cache_align = a.cache == TC_DTYPE_F16 ? 8 : a.cache == TC_DTYPE_Q8_0 ? 2 : 16;
+  auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  const bool vec = a.D % 4 == 0 && aligned(a.q, 16) && aligned(a.k_cache, cache_align) &&
+                   aligned(a.v_cache, cache_align);
+  // Query heads per block: as many of the group's heads as registers allow
+  // (K/V then read once for them), fewer while that leaves too few blocks.
+  const int64_t splits = decode_attention_splits(a.C), G = a.H / a.Hkv;
+  const int64_t coarse = std::min<int64_t>(splits, (a.C + 63) / 64);
+  int gt = 1;
+  if (vec) {
+    const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
+    while (gt * 2 <= gmax && G % (gt * 2) == 0) gt *= 2;
+    // Blocks counted as the coarse pieces (attn_piece) make them, so that the
+    // short pieces of a short context do not put more heads in a block (four
+    // heads a block there took the 8B-shaped model's attention from 0.34 to
+    // 0.57 ms a token on an H100).
+    while (gt > 1 && coarse * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
+  }
+  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
+  // With soft-capping the scores are capped in natural units, then moved to base 2.
+  const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
+  if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, coarse, scale, a.softcap, L, ks,
+                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
+                     a.oq, reinterpret_cast<float2*>(a.od), a.arrivals};
+  void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)
+                              : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
+                                                         : split_kernel<float>(vec, R, gt);
+  // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
+  // (D <= 4, gt 8), under the 48 KB default; then the combine's weights
+  // (splits <= 128 floats) in the same space.
+  const size_t smem = std::max(size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2), size_t(splits)) * sizeof(float);
+  s->last_kernel = "decode_attention_split";
+  return check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt), unsigned(a.n)), dim3(kAttnThreads), smem,
+                          s->stream, p),
+               "decode_attention: launch");
+}
+
+}  // namespace cuda
+}  // namespace tc

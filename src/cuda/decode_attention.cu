@@ -10,29 +10,38 @@
 //                     a lane's 4 dims of a Q8_0 row are 4 codes of one block,
 //                     two 2-byte loads and the block's f16 d, value q d):
 //       piece s covers rows [s c, (s+1) c), c from S and the cache's size
-//       (attn_piece: 16 positions or more, about S / 64 at depth) rounded up
-//       to whole block iterations (4 warps x keys per warp), so the pieces in
-//       use, ceil(S / c) <= splits, share the rows evenly whatever S is:
+//       (attn_piece: 16 positions or more, about S / 64 at depth, rounded up
+//       to whole block iterations, 4 warps x keys per warp; mma_piece: S /
+//       wave rounded up to 16), so the pieces in use, ceil(S / c) <= splits,
+//       share the rows evenly whatever S is:
 //         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
 //       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s,
 //       by the last block of a head's pieces to finish (each counts itself
 //       in `arrivals` after a fence; the last sees every piece's results):
 //       one kernel, so no launch boundary in the step between the two. With
-//       oq, o quantised per block of 32 as quantize_q8 would (a warp a
+//       oq, o quantised per block of 32 as quantize_q8 would (8 lanes a
 //       block: the wo product then needs no quantize_q8 launch)
-//     Work split: block (piece, up to 8 query heads of one kv group, so K/V
-//     are read once for them); a key row is spread over D/4 lanes (rounded
-//     up to a power of two, at most 32; float4 loads when D % 4 == 0, each
-//     lane holding its dims of q), so a warp takes 32 / lanes keys at a time,
-//     several such steps' loads in flight, a short shuffle tree per score and
-//     an online softmax per lane slot with V accumulated in registers; the
-//     slots merge once through shared memory. partial holds u [H][splits][D]
-//     then (m, l) [H][splits][2]. The grid covers splits pieces (from C,
-//     fixed at load) and blocks past the pieces in use exit: the launch does
-//     not depend on the position, so it can be recorded once in a graph and
-//     replayed. Every sum runs in a fixed order (whichever block combines):
-//     same inputs, same bits. A batch step's n rows (each its own slot and
-//     position) are the grid's third dimension; partial then holds
+//     Work split, an f16 cache of 64- or 128-dim rows (the default cache of
+//     the LLaMA shapes): the tensor-core kernel (decode_attention_mma), block
+//     (piece, up to 4 query heads of one kv group), each warp 16 keys a step
+//     as two chains of m16n8k16 products (scores, then P V), q and the
+//     softmax weights each split into two f16 halves so that the products
+//     keep f32-level accuracy; pieces of S / wave positions, wave pieces a
+//     head group filling the GPU's resident blocks once. Otherwise (f32 or
+//     Q8_0 caches, other head dims) block (piece, up to 8 query heads of one
+//     kv group, so K/V are read once for them); a key row is spread over D/4
+//     lanes (rounded up to a power of two, at most 32; float4 loads when D %
+//     4 == 0, each lane holding its dims of q), so a warp takes 32 / lanes
+//     keys at a time, several such steps' loads in flight, a short shuffle
+//     tree per score and an online softmax per lane slot with V accumulated
+//     in registers. Either way the warps' states merge once through shared
+//     memory. partial holds u [H][splits][D]
+//     then (m, l) [H][splits][2]. The grid covers the most pieces any S can
+//     use (from C, fixed at load) and blocks past the pieces in use exit: the
+//     launch does not depend on the position, so it can be recorded once in
+//     a graph and replayed. Every sum runs in a fixed order (whichever block
+//     combines): same inputs, same bits. A batch step's n rows (each its own
+//     slot and position) are the grid's third dimension; partial then holds
 //     u [n][H][splits][D] and (m, l) [n][H][splits][2].
 // Every position comes from device memory, never from the host.
 #include <cuda_fp16.h>
@@ -43,6 +52,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/kv_cache.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/q8_block.cuh"
 #include "quant/formats.h"
@@ -60,6 +70,8 @@ struct AttnParams {
   float cap;    // soft-capping: t = log2(e) cap tanh(scale q . k / cap); 0: none
   int lanes;    // lanes per key row (a power of two <= 32)
   int ks;       // keys per block iteration: pieces are multiples of it
+  int heads;    // query heads a block (the tensor-core kernel: 1 to 4)
+  int64_t wave;  // the tensor-core kernel: pieces a head group aims at (mma_piece)
   const int32_t* pos;
   const float* q;
   const void *k_cache, *v_cache;
@@ -94,19 +106,6 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Block-wide reduction through `red` (kWarps floats); every thread gets the result.
-template <bool Max>
-__device__ float block_reduce(float v, float* red) {
-  v = Max ? warp_max(v) : warp_sum(v);
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // `red` may still be read by the previous reduction
-  if (lane == 0) red[w] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int i = 1; i < kWarps; ++i) r = Max ? fmaxf(r, red[i]) : r + red[i];
-  return r;
-}
-
 // The piece length for S positions: as long as a piece of one of `coarse`
 // equal pieces (ceil(C / 64) for a cache of C rows, at most splits), but
 // no longer than S / 64 and at least 16 positions: a short context comes in short pieces
@@ -125,6 +124,17 @@ __device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t coarse, int64_t
   // Already so for S <= C; kept as the bound of the partial results' writes.
   if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
   return (per + ks - 1) / ks * ks;
+}
+
+// The tensor-core kernel's piece length for S positions: S / wave rounded up
+// to whole warp steps of 16 keys, where wave pieces a head group fill the
+// GPU's resident blocks once (so a deep context is read in one wave of
+// blocks, each several steps a warp, and the combine has few pieces); never
+// fewer positions than ceil(S / splits), so the pieces in use fit the grid.
+__device__ __forceinline__ int64_t mma_piece(int64_t S, int64_t wave, int64_t splits) {
+  int64_t per = (S + wave - 1) / wave;
+  if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
+  return (per + 15) / 16 * 16;
 }
 
 // The first cache row a query at position pos sees (a sliding window keeps
@@ -175,40 +185,124 @@ __device__ __forceinline__ float4 axpy4(float p, float4 x, float4 y) {
 }
 __device__ __forceinline__ float4 scale4(float c, float4 x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
 __device__ __forceinline__ float comp(float4 x, int c) { return c == 0 ? x.x : c == 1 ? x.y : c == 2 ? x.z : x.w; }
+__device__ __forceinline__ uint32_t comp(uint4 x, int c) { return c == 0 ? x.x : c == 1 ? x.y : c == 2 ? x.z : x.w; }
 
-// Head h of row `row`: o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s
-// over the `used` pieces (base 2, as the pieces wrote them), by the whole
-// block. The weights go through `wgt` (shared, `used` floats); the sums run
-// in piece order. The partial results were written by other blocks: read
-// from L2 (__ldcg), never from this SM's L1.
-__device__ void combine_head(const AttnParams& a, int64_t row, int64_t h, int64_t used, float* wgt, float* red) {
-  const int64_t hr = row * a.H + h, D = a.D, splits = a.splits;
-  const float* pu = a.partial + hr * splits * D;
-  const float* pml = a.partial + a.n * a.H * splits * D + hr * splits * 2;
-  float M = -FLT_MAX;
-  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) M = fmaxf(M, __ldcg(pml + 2 * s));
-  M = block_reduce<true>(M, red);
-  float lsum = 0.0f;
-  for (int64_t s = threadIdx.x; s < used; s += kAttnThreads) {
-    const float f = exp2f(__ldcg(pml + 2 * s) - M);
-    wgt[s] = f;
-    lsum = fmaf(f, __ldcg(pml + 2 * s + 1), lsum);
-  }
-  const float inv = 1.0f / block_reduce<false>(lsum, red);  // its barriers also publish wgt
-  // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims are
-  // one block of 32 of o, quantised as quantize_q8 would (q8act).
-  for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
-    const int64_t d = d0 + threadIdx.x;
-    float o = 0.0f;
-    if (d < D) {
-      for (int64_t s = 0; s < used; ++s) o = fmaf(wgt[s], __ldcg(pu + s * D + d), o);
-      o *= inv;
-      a.o[hr * D + d] = o;
+// Heads h0 .. h0 + gt - 1 of row `row`: o = sum_s 2^(m_s - M) u_s / sum_s
+// 2^(m_s - M) l_s over the `used` pieces (base 2, as the pieces wrote them),
+// by the whole block. Warp w weighs heads w, w + 4, ... (wgt [gt][used],
+// then 1 / l [gt], in shared memory); then each thread takes four dims of a
+// head (float4 loads of the pieces, eight in flight) where D % 4 == 0, one
+// otherwise; the sums run in piece order. The partial results were written
+// by other blocks: read from L2 (__ldcg), never from this SM's L1.
+__device__ void combine_heads(const AttnParams& a, int64_t row, int64_t h0, int gt, int64_t used, float* smem) {
+  const int64_t D = a.D, splits = a.splits;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* wgt = smem;
+  float* inv = smem + gt * used;
+  for (int gi = w; gi < gt; gi += kWarps) {
+    const float* pml = a.partial + a.n * a.H * splits * D + (row * a.H + h0 + gi) * splits * 2;
+    float M = -FLT_MAX;
+    for (int64_t s = lane; s < used; s += 32) M = fmaxf(M, __ldcg(pml + 2 * s));
+    M = warp_max(M);
+    float lsum = 0.0f;
+    for (int64_t s = lane; s < used; s += 32) {
+      const float f = exp2f(__ldcg(pml + 2 * s) - M);
+      wgt[gi * used + s] = f;
+      lsum = fmaf(f, __ldcg(pml + 2 * s + 1), lsum);
     }
-    const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
-    if (a.oq && b0 < D) q8act::quantize_block(o, threadIdx.x & 31, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
+    lsum = warp_sum(lsum);
+    if (lane == 0) inv[gi] = 1.0f / lsum;
   }
-  __syncthreads();  // wgt and red are free for the next head
+  __syncthreads();
+  if (D % 4 == 0 && reinterpret_cast<uintptr_t>(a.partial) % 16 == 0) {
+    // With oq (D a multiple of 32) 8 lanes hold a block of 32 of o and
+    // quantise it as quantize_q8 would (q8act): e's groups of 8 are whole.
+    const int64_t quads = D / 4;
+    for (int64_t e = threadIdx.x; e < gt * quads; e += kAttnThreads) {
+      const int gi = int(e / quads);
+      const int64_t d = 4 * (e % quads), hr = row * a.H + h0 + gi;
+      const float* pu = a.partial + hr * splits * D + d;
+      const float* f = wgt + gi * used;
+      float4 acc = make_float4(0, 0, 0, 0);
+      int64_t s = 0;
+      for (; s + 8 <= used; s += 8) {
+        float4 u[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) u[k] = __ldcg(reinterpret_cast<const float4*>(pu + (s + k) * D));
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc = axpy4(f[s + k], u[k], acc);
+      }
+      for (; s < used; ++s) acc = axpy4(f[s], __ldcg(reinterpret_cast<const float4*>(pu + s * D)), acc);
+      const float4 o = scale4(inv[gi], acc);
+      *reinterpret_cast<float4*>(a.o + hr * D + d) = o;
+      if (a.oq)
+        q8act::quantize_block4(o, lane & 7, 0xffu << (lane & 24), a.oq + hr * D + (d & ~int64_t(31)),
+                               a.od + (hr * D + d) / 32);
+    }
+    return;
+  }
+  for (int gi = 0; gi < gt; ++gi) {
+    const int64_t hr = row * a.H + h0 + gi;
+    const float* pu = a.partial + hr * splits * D;
+    const float* f = wgt + gi * used;
+    // Whole warps per pass: with oq (D a multiple of 32) warp w's 32 dims
+    // are one block of 32 of o.
+    for (int64_t d0 = 0; d0 < D; d0 += kAttnThreads) {
+      const int64_t d = d0 + threadIdx.x;
+      float o = 0.0f;
+      if (d < D) {
+        for (int64_t s = 0; s < used; ++s) o = fmaf(f[s], __ldcg(pu + s * D + d), o);
+        o *= inv[gi];
+        a.o[hr * D + d] = o;
+      }
+      const int64_t b0 = d0 + (threadIdx.x & ~31);  // the warp's first dim
+      if (a.oq && b0 < D) q8act::quantize_block(o, lane, a.oq + hr * D + b0, a.od + (hr * D + b0) / 32);
+    }
+  }
+}
+
+// The end of a piece (blocks of either kernel): the block's NS slot states,
+// ml [NS][gt][2] then u [NS][gt][D] in shared memory (written before the
+// caller's barrier), merge in a fixed order into the piece's partial result,
+// one output element per thread:
+//   M = max m_s,  l = sum l_s e^(m_s - M),  u = sum u_s e^(m_s - M).
+// Then the last of the `used` pieces to get here combines the heads h0 ..
+// h0 + gt - 1: each block publishes its results (fence) before it counts
+// itself in, so the one that counts `used` sees them all. It also sets the
+// count back to 0 for the next call (every piece of this one has counted).
+__device__ __forceinline__ void finish_piece(const AttnParams& a, int NS, int gt, int64_t row, int64_t h0,
+                                             int64_t piece, int64_t used, float* smem) {
+  const int64_t splits = a.splits, D = a.D;
+  const float* sm_ml = smem;
+  const float* sm_u = smem + NS * gt * 2;
+  float* pu = a.partial;
+  float* pml = a.partial + a.n * a.H * splits * D;
+  for (int e = threadIdx.x; e < gt * D; e += kAttnThreads) {
+    const int gi = e / int(D), d = e % int(D);
+    float M = -FLT_MAX;
+    for (int i = 0; i < NS; ++i) M = fmaxf(M, sm_ml[(i * gt + gi) * 2]);
+    float lsum = 0.0f, usum = 0.0f;
+    for (int i = 0; i < NS; ++i) {
+      const float f = exp2f(sm_ml[(i * gt + gi) * 2] - M);
+      lsum = fmaf(sm_ml[(i * gt + gi) * 2 + 1], f, lsum);
+      usum = fmaf(sm_u[(i * gt + gi) * D + d], f, usum);
+    }
+    const int64_t at = (row * a.H + h0 + gi) * splits + piece;
+    pu[at * D + d] = usum;
+    if (d == 0) pml[at * 2] = M, pml[at * 2 + 1] = lsum;
+  }
+  __shared__ uint32_t arrived;
+  __syncthreads();  // every thread's results are written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t* count = a.arrivals + row * a.H + h0;
+    arrived = atomicAdd(count, 1u) + 1u;
+    if (arrived == uint32_t(used)) *count = 0u;
+  }
+  __syncthreads();
+  if (arrived != uint32_t(used)) return;
+  __threadfence();
+  combine_heads(a, row, h0, gt, used, smem);
 }
 
 // Block (piece blockIdx.x, heads h0 .. h0 + GT - 1 of one kv group, h0 =
@@ -334,43 +428,194 @@ __global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_a
     }
   }
   __syncthreads();
-  // Merge the slots (fixed order), one output element per thread:
-  //   M = max m_s,  l = sum l_s e^(m_s - M),  u = sum u_s e^(m_s - M).
-  const int64_t splits = a.splits;
-  float* pu = a.partial;
-  float* pml = a.partial + a.n * a.H * splits * D;
-  for (int e = threadIdx.x; e < GT * D; e += kAttnThreads) {
-    const int gi = e / D, d = e % D;
-    float M = -FLT_MAX;
-    for (int i = 0; i < NS; ++i) M = fmaxf(M, sm_ml[(i * GT + gi) * 2]);
-    float lsum = 0.0f, usum = 0.0f;
-    for (int i = 0; i < NS; ++i) {
-      const float f = exp2f(sm_ml[(i * GT + gi) * 2] - M);
-      lsum = fmaf(sm_ml[(i * GT + gi) * 2 + 1], f, lsum);
-      usum = fmaf(sm_u[(i * GT + gi) * D + d], f, usum);
+  finish_piece(a, NS, GT, row, h0, piece, (S + chunk - 1) / chunk, smem);
+}
+
+// The tensor-core kernel for an f16 cache (D = 64 or 128, up to 4 query
+// heads of one kv group a block): block (piece, heads h0 .. h0 + heads - 1),
+// four warps, warp w taking steps of 16 keys (w, w + 4, ... of the piece).
+// A step is two chains of m16n8k16 products, the heads in the 8 columns:
+//   S^T (16 keys x 8) = K (16 x D) Q^T (D x 8),   O^T (D x 8) += V^T (D x 16) P^T (16 x 8),
+// column 2c holding head c's f16 high part and 2c + 1 its low part: for q
+// (prescaled by scale log2 e) times 2^e, 2^e max|q| in [2^14, 2^15), hi =
+// f16(q 2^e), lo = f16(q 2^e - hi), so t = (S[.][2c] + S[.][2c+1]) 2^-e
+// carries ~22 bits of q against K's exact f16 values, summed in f32; P =
+// 2^(t - m) likewise, 2^12 P = hi + lo, so O keeps f32-level weights. The
+// online softmax per head: m' = max(m, max_step t), l = l 2^(m - m') +
+// sum 2^(t - m'), O = O 2^(m - m') + V^T P^T. The four warps' states meet
+// in shared memory (finish_piece), as the other kernel's slots do.
+//
+// A product may take its inner dimension in any order both factors agree
+// on, which puts each lane's loads on whole 16-byte chunks of a row:
+//   K: lane (g, c) holds keys g and g + 8 of the step, chunks c + 4i of each
+//      (words 4i .. 4i + 3 of the lane; the k-step j takes words 2j, 2j + 1);
+//      its q fragment (column g) holds the same dims of head g / 2.
+//   V: lane (g, c) holds keys 2c, 2c + 1, 2c + 8, 2c + 9, chunks g + 8i; the
+//      output row g of tile t (i = t / 4, word k = t % 4) is dim 8 (g + 8i)
+//      + 2k and row g + 8 the next dim, so the A fragments are two keys'
+//      halves of a word paired (byte_perm) and O^T's fragment in lane (g, c)
+//      is head c at dims 8 (g + 8i) .. + 7.
+//   P^T: lane (g, c) needs column g (head g / 2's hi or lo) at keys 2c, 2c +
+//      1, 2c + 8, 2c + 9; after S^T lane (g', c') holds head c' at keys g',
+//      g' + 8, so four shuffles bring them.
+// Keys past the piece load the piece's last row and weigh 0.
+template <int D>
+__global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnParams a) {
+  constexpr int KC = D / 32, VC = D / 64, KSTEPS = D / 16, MT = D / 16;
+  extern __shared__ float smem[];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.z;
+  const int32_t pos = row_pos(a.pos, a.slots, row);
+  const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
+                chunk = mma_piece(S, a.wave, a.splits);
+  const int64_t j0 = piece * chunk;
+  if (j0 >= S) return;  // beyond the pieces in use
+  const int64_t j1 = min(j0 + chunk, S);
+  const int heads = a.heads;
+  const int64_t h0 = int64_t(blockIdx.y) * heads, kvg = h0 / (a.H / a.Hkv);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4, hn = g / 2;
+  const int64_t slot = row_slot(a.slots, a.slot_stride, row);
+  const __half* K = static_cast<const __half*>(a.k_cache) + slot + (kvg * a.C + first) * D;
+  const __half* V = static_cast<const __half*>(a.v_cache) + slot + (kvg * a.C + first) * D;
+
+  // A step's rows: K rows jb + g, jb + g + 8; V rows jb + 2c, +1, +8, +9.
+  uint4 ka[KC], kb[KC], vr[4][VC];
+  auto load_step = [&](int64_t jb) {
+    const __half* ra = K + min(jb + g, j1 - 1) * D;
+    const __half* rb = K + min(jb + g + 8, j1 - 1) * D;
+#pragma unroll
+    for (int i = 0; i < KC; ++i) {
+      ka[i] = reinterpret_cast<const uint4*>(ra)[c + 4 * i];
+      kb[i] = reinterpret_cast<const uint4*>(rb)[c + 4 * i];
     }
-    const int64_t at = (row * a.H + h0 + gi) * splits + piece;
-    pu[at * D + d] = usum;
-    if (d == 0) pml[at * 2] = M, pml[at * 2 + 1] = lsum;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const __half* rv = V + min(jb + 2 * c + (r & 1) + 8 * (r >> 1), j1 - 1) * D;
+#pragma unroll
+      for (int i = 0; i < VC; ++i) vr[r][i] = reinterpret_cast<const uint4*>(rv)[g + 8 * i];
+    }
+  };
+  int64_t jb = j0 + 16 * w;
+
+  // q's fragment: column g, head hn's high (g even) or low part. Two passes
+  // over the lane's 32 dims (the second from L1), so that the registers
+  // hold the step's rows and the fragment, not all of q at once.
+  const float4* qrow = reinterpret_cast<const float4*>(a.q + ((h0 + hn) * a.n + row) * D);
+  auto q_at = [&](int i, int k) {  // dims 8 (c + 4i) + 4k .. + 3, times scale
+    const float4 x = hn < heads ? __ldcg(qrow + 2 * (c + 4 * i) + k) : make_float4(0, 0, 0, 0);
+    return scale4(a.scale, x);
+  };
+  float qmax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KC; ++i)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float4 x = q_at(i, k);
+      qmax = fmaxf(qmax, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+    }
+  // Head hn's max over its 8 lanes (g = 2 hn, 2 hn + 1; every c).
+  qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
+  qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
+  qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 4));
+  int e;
+  frexpf(qmax, &e);  // qmax = f 2^e, f in [0.5, 1) (e = 0 for 0)
+  e = max(e, -100);
+  const float qs = ldexpf(1.0f, 15 - e);
+  // Word 4i + 2k + h of the lane: dims 8 (c + 4i) + 4k + 2h, + 1.
+  auto half_pair = [&](float x0, float x1) {
+    x0 *= qs, x1 *= qs;
+    __half2 h = __floats2half2_rn(x0, x1);
+    if (g & 1) {
+      const float2 hf = __half22float2(h);
+      h = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
+    }
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+  uint32_t qb[KSTEPS][2];
+#pragma unroll
+  for (int i = 0; i < KC; ++i)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float4 x = q_at(i, k);
+      const int word = 4 * i + 2 * k;
+      qb[word / 2][0] = half_pair(x.x, x.y);
+      qb[word / 2][1] = half_pair(x.z, x.w);
+    }
+  // Score columns 2c, 2c + 1 are head c's: its 2^-e from lane 8c (g = 2c).
+  const float tinv = __shfl_sync(0xffffffffu, ldexpf(1.0f, e - 15), 8 * c);
+
+  float o[MT][4];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;
+  while (jb < j1) {  // warp-uniform
+    load_step(jb);
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < KSTEPS; ++j) {
+      const uint4 A = ka[j / 2], B = kb[j / 2];
+      const uint32_t fa[4] = {j % 2 ? A.z : A.x, j % 2 ? B.z : B.x, j % 2 ? A.w : A.y, j % 2 ? B.w : B.y};
+      hmma_k16(sc, fa, qb[j][0], qb[j][1]);
+    }
+    float t0 = (sc[0] + sc[1]) * tinv, t1 = (sc[2] + sc[3]) * tinv;  // keys jb + g, jb + g + 8
+    if (a.cap > 0.0f) {
+      t0 = a.cap * tanhf(t0 / a.cap) * 1.4426950408889634f;
+      t1 = a.cap * tanhf(t1 / a.cap) * 1.4426950408889634f;
+    }
+    if (jb + g >= j1) t0 = -INFINITY;
+    if (jb + g + 8 >= j1) t1 = -INFINITY;
+    float mx = fmaxf(t0, t1);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float mn = fmaxf(m, mx), corr = exp2f(m - mn);
+    m = mn;
+    const float p0 = exp2f(t0 - mn), p1 = exp2f(t1 - mn);
+    l = fmaf(l, corr, p0 + p1);
+#pragma unroll
+    for (int t = 0; t < MT; ++t) o[t][0] *= corr, o[t][1] *= corr, o[t][2] *= corr, o[t][3] *= corr;
+    // 2^12 P's halves for keys (g, g + 8), then P^T's fragment.
+    const float s0 = p0 * 4096.0f, s1 = p1 * 4096.0f;
+    const __half2 ph = __floats2half2_rn(s0, s1);
+    const float2 phf = __half22float2(ph);
+    const __half2 pl = __floats2half2_rn(s0 - phf.x, s1 - phf.y);
+    const uint32_t phw = *reinterpret_cast<const uint32_t*>(&ph), plw = *reinterpret_cast<const uint32_t*>(&pl);
+    const int sa = 8 * c + hn, sb = sa + 4;  // holders of keys (2c, 2c + 8) and (2c + 1, 2c + 9)
+    const uint32_t ha = __shfl_sync(0xffffffffu, phw, sa), la = __shfl_sync(0xffffffffu, plw, sa);
+    const uint32_t hb = __shfl_sync(0xffffffffu, phw, sb), lb = __shfl_sync(0xffffffffu, plw, sb);
+    const uint32_t x = g & 1 ? la : ha, y = g & 1 ? lb : hb;
+    const uint32_t b0 = __byte_perm(x, y, 0x5410), b1 = __byte_perm(x, y, 0x7632);
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const int i = t / 4;
+      const uint32_t w0 = comp(vr[0][i], t % 4), w1 = comp(vr[1][i], t % 4);
+      const uint32_t w2 = comp(vr[2][i], t % 4), w3 = comp(vr[3][i], t % 4);
+      const uint32_t fa[4] = {__byte_perm(w0, w1, 0x5410), __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x5410),
+                              __byte_perm(w2, w3, 0x7632)};
+      hmma_k16(o[t], fa, b0, b1);
+    }
+    jb += 16 * kWarps;
   }
-  // The last of the pieces in use to get here combines these heads: each
-  // block publishes its results (fence) before it counts itself in, so the
-  // one that counts `used` sees them all. It also sets the count back to 0
-  // for the next call (every piece of this one has counted).
-  __shared__ uint32_t arrived;
-  __shared__ float red[kWarps];
-  const int64_t used = (S + chunk - 1) / chunk;
-  __syncthreads();  // every thread's results are written
-  if (threadIdx.x == 0) {
-    __threadfence();
-    uint32_t* count = a.arrivals + row * a.H + h0;
-    arrived = atomicAdd(count, 1u) + 1u;
-    if (arrived == uint32_t(used)) *count = 0u;
+  l += __shfl_xor_sync(0xffffffffu, l, 4);
+  l += __shfl_xor_sync(0xffffffffu, l, 8);
+  l += __shfl_xor_sync(0xffffffffu, l, 16);
+
+  // Warp w's state is slot w: ml [4][heads][2], then u [4][heads][D].
+  float* sm_ml = smem;
+  float* sm_u = smem + kWarps * heads * 2;
+  if (c < heads) {
+    if (g == 0) sm_ml[(w * heads + c) * 2] = m, sm_ml[(w * heads + c) * 2 + 1] = l;
+    float* u = sm_u + (w * heads + c) * D;
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const int d = 8 * (g + 8 * (t / 4)) + 2 * (t % 4);
+      u[d] = (o[t][0] + o[t][1]) * (1.0f / 4096.0f);
+      u[d + 1] = (o[t][2] + o[t][3]) * (1.0f / 4096.0f);
+    }
   }
   __syncthreads();
-  if (arrived != uint32_t(used)) return;
-  __threadfence();
-  for (int gi = 0; gi < GT; ++gi) combine_head(a, row, h0 + gi, used, smem, red);
+  finish_piece(a, kWarps, heads, row, h0, piece, (S + chunk - 1) / chunk, smem);
 }
 
 // The split kernel for a cache of T, R float4s per lane, gt heads per block.
@@ -425,22 +670,40 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
     // 0.57 ms a token on an H100).
     while (gt > 1 && coarse * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
-  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);
   // With soft-capping the scores are capped in natural units, then moved to base 2.
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
-  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, coarse, scale, a.softcap, L, ks,
-                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
-                     a.oq, reinterpret_cast<float2*>(a.od), a.arrivals};
-  void (*split)(AttnParams) = a.cache == TC_DTYPE_F16    ? split_kernel<__half>(vec, R, gt)
+  // The tensor-core kernel: an f16 cache of 64- or 128-dim rows on 16-byte
+  // boundaries, a kv group's heads in blocks of up to 4.
+  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128) && (G <= 4 || G % 4 == 0) &&
+                   aligned(a.k_cache, 16) && aligned(a.v_cache, 16) && (!a.slots || a.slot_stride % 8 == 0);
+  if (mma) gt = int(std::min<int64_t>(G, 4));
+  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);  // the other kernel's
+  void (*split)(AttnParams) = mma                        ? (a.D == 64 ? decode_attention_mma<64> : decode_attention_mma<128>)
+                              : a.cache == TC_DTYPE_F16  ? split_kernel<__half>(vec, R, gt)
                               : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
                                                          : split_kernel<float>(vec, R, gt);
-  // Slot states: 4 (32 / L) slots of gt (D + 2) floats; at most 24.6 KB
-  // (D <= 4, gt 8), under the 48 KB default; then the combine's weights
-  // (splits <= 128 floats) in the same space.
-  const size_t smem = std::max(size_t(kWarps * (32 / L)) * gt * size_t(a.D + 2), size_t(splits)) * sizeof(float);
-  s->last_kernel = "decode_attention_split";
-  return check(launch_pdl(split, dim3(unsigned(splits), unsigned(a.H / gt), unsigned(a.n)), dim3(kAttnThreads), smem,
+  // Slot states: 4 (32 / L) slots (4 with mma) of gt (D + 2) floats; at most
+  // 24.6 KB (D <= 4, gt 8), under the 48 KB default; then the combine's
+  // weights (gt (splits + 1) floats) in the same space.
+  const size_t slots = mma ? kWarps : size_t(kWarps * (32 / L));
+  const size_t smem = std::max(slots * gt * size_t(a.D + 2), size_t(gt) * size_t(splits + 1)) * sizeof(float);
+  int64_t wave = 1;
+  if (mma) {
+    int per_sm = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split, kAttnThreads, smem))
+      return check(e, "decode_attention: occupancy");
+    wave = std::max<int64_t>(1, int64_t(std::max(per_sm, 1)) * sm_count() / ((a.H / gt) * a.n));
+  }
+  const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, coarse, scale, a.softcap, L, ks, gt, wave,
+                     a.pos, a.q, a.k_cache, a.v_cache, a.o, a.partial, a.n, a.slots, a.slot_stride,
+                     a.oq, reinterpret_cast<float2*>(a.od), a.arrivals};
+  // The tensor-core kernel uses at most `wave` pieces (mma_piece): no grid
+  // of blocks that would only exit (at depth they outnumbered the working
+  // ones seven to one and their scheduling alone cost ~10 us a layer).
+  const int64_t pieces = mma ? std::min(splits, wave) : splits;
+  s->last_kernel = mma ? "decode_attention_mma" : "decode_attention_split";
+  return check(launch_pdl(split, dim3(unsigned(pieces), unsigned(a.H / gt), unsigned(a.n)), dim3(kAttnThreads), smem,
                           s->stream, p),
                "decode_attention: launch");
 }

@@ -45,6 +45,7 @@
 #include "core/config.h"
 #include "cuda/device.h"
 #include "cuda/gemv_q8_mma.h"
+#include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/q8_block.cuh"
 #include "quant/formats.h"
@@ -96,15 +97,6 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
       "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a0), "r"(a1), "r"(b));
-}
-
-// c += A (16 x 16 f16) B (16 x 8 f16), f32 sums: the f16-X products.
-__device__ __forceinline__ void hmma_k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // An int32 of magnitude below 2^22 (a block's dot product) as a float, by

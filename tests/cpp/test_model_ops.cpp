@@ -8,7 +8,7 @@
 //                    a batch of rows in their own slots and positions
 //   decode_attention (batch) rows of several slots against the reference and
 //                    against each row alone
-//   decode_attention GQA (1, 2, 4 and 8 heads a group), positions at the start,
+//   decode_attention GQA (1, 2, 3, 4 and 8 heads a group), positions at the start,
 //                    middle and end of caches split into several pieces and of
 //                    one much longer than the position; head dims from 3 to
 //                    300 (multiples of 4 or not); two calls give the same bits
@@ -235,6 +235,8 @@ TEST_P(ModelOps, DecodeAttention) {
   };
   const Case cases[] = {
       {8, 2, 64, 300, {0, 57, 60, 299}},  // decode_attention_splits(300) = 5
+      {9, 3, 64, 500, {0, 15, 16, 17, 260, 499}},  // G = 3 (SmolLM2's groups): 3 of a block's 4 head columns
+      {4, 2, 128, 1000, {0, 47, 48, 999}},          // G = 2
       {8, 2, 40, 300, {0, 57, 60, 299}},  // D % 4 == 0, a row over 10 of 16 lanes
       {8, 2, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 4, C much larger than S
       {4, 4, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 1 (LLaMA-7B's shape)

@@ -232,6 +232,7 @@ TEST_P(ModelOps, DecodeAttention) {
     std::vector<int32_t> pos;
     int64_t window = 0;  // sliding window (keys in (pos - window, pos])
     float cap = 0.0f;    // soft-capping of the scores
+    float qmul = 1.0f;   // q's magnitude (the GPU's f16 halves of q are scaled to its largest element)
   };
   const Case cases[] = {
       {8, 2, 64, 300, {0, 57, 60, 299}},  // decode_attention_splits(300) = 5
@@ -254,6 +255,8 @@ TEST_P(ModelOps, DecodeAttention) {
       {8, 2, 64, 700, {0, 5, 299, 300, 699}, 300, 0.7f},          // window and soft-capping (Gemma 2)
       {6, 3, 37, 500, {0, 100, 499}, 0, 0.7f},                    // soft-capping, scalar loads
       {16, 4, 128, 2048, {0, 64, 65, 2047}, 65},                  // window of 65: pieces not aligned
+      {4, 1, 128, 600, {0, 333, 599}, 0, 0.0f, 30.0f},            // large q: peaked weights
+      {4, 4, 64, 600, {0, 599}, 0, 0.0f, 1e-4f},                  // tiny q: nearly uniform weights
   };
   // A Q8_0 cache (rows of whole blocks: D a multiple of 32) holds the
   // quantised-dequantised values; the reference attends over those.
@@ -262,6 +265,7 @@ TEST_P(ModelOps, DecodeAttention) {
     if (cache == TC_DTYPE_Q8_0 && c.D % 32 != 0) continue;
     const int64_t H = c.H, Hkv = c.Hkv, D = c.D, C = c.C, G = H / Hkv;
     std::vector<float> q = randn(H * D), K = randn(Hkv * C * D), V = randn(Hkv * C * D);
+    for (float& x : q) x *= c.qmul;
     const float scale = float(1.0 / std::sqrt(double(D)));
     const float* qd = dev.put(q);
     const void* Kd = put_cache_values(dev, K, cache);  // K, V: the values the cache holds
@@ -269,7 +273,8 @@ TEST_P(ModelOps, DecodeAttention) {
     for (int32_t pos : c.pos) {
       SCOPED_TRACE("H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D) + " C " +
                    std::to_string(C) + " pos " + std::to_string(pos) + " window " + std::to_string(c.window) +
-                   " cap " + std::to_string(c.cap) + " " + tc_dtype_name(cache) + " cache");
+                   " cap " + std::to_string(c.cap) + " qmul " + std::to_string(c.qmul) + " " +
+                   tc_dtype_name(cache) + " cache");
       tc::DecodeAttentionArgs a;
       a.info.name = "test.decode_attention";
       a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.scale = scale;

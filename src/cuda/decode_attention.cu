@@ -437,9 +437,10 @@ __global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_a
 // A step is two chains of m16n8k16 products, the heads in the 8 columns:
 //   S^T (16 keys x 8) = K (16 x D) Q^T (D x 8),   O^T (D x 8) += V^T (D x 16) P^T (16 x 8),
 // column 2c holding head c's f16 high part and 2c + 1 its low part: for q
-// (prescaled by scale log2 e) times 2^e, 2^e max|q| in [2^14, 2^15), hi =
-// f16(q 2^e), lo = f16(q 2^e - hi), so t = (S[.][2c] + S[.][2c+1]) 2^-e
-// carries ~22 bits of q against K's exact f16 values, summed in f32; P =
+// (prescaled by scale log2 e) times s, a power of two putting s max|q| in
+// [2^14, 2^15), hi = f16(q s), lo = f16(q s - hi), so t = (S[.][2c] +
+// S[.][2c+1]) / s carries ~22 bits of q against K's exact f16 values,
+// summed in f32; P =
 // 2^(t - m) likewise, 2^12 P = hi + lo, so O keeps f32-level weights. The
 // online softmax per head: m' = max(m, max_step t), l = l 2^(m - m') +
 // sum 2^(t - m'), O = O 2^(m - m') + V^T P^T. The four warps' states meet
@@ -499,8 +500,8 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
   int64_t jb = j0 + 16 * w;
 
   // q's fragment: column g, head hn's high (g even) or low part. Two passes
-  // over the lane's 32 dims (the second from L1), so that the registers
-  // hold the step's rows and the fragment, not all of q at once.
+  // over the lane's 32 dims (both from L2: the kernel before wrote q), so
+  // that its 32 floats need not be live at once.
   const float4* qrow = reinterpret_cast<const float4*>(a.q + ((h0 + hn) * a.n + row) * D);
   auto q_at = [&](int i, int k) {  // dims 8 (c + 4i) + 4k .. + 3, times scale
     const float4 x = hn < heads ? __ldcg(qrow + 2 * (c + 4 * i) + k) : make_float4(0, 0, 0, 0);
@@ -521,7 +522,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
   int e;
   frexpf(qmax, &e);  // qmax = f 2^e, f in [0.5, 1) (e = 0 for 0)
   e = max(e, -100);
-  const float qs = ldexpf(1.0f, 15 - e);
+  const float qs = ldexpf(1.0f, 15 - e);  // s
   // Word 4i + 2k + h of the lane: dims 8 (c + 4i) + 4k + 2h, + 1.
   auto half_pair = [&](float x0, float x1) {
     x0 *= qs, x1 *= qs;
@@ -542,7 +543,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
       qb[word / 2][0] = half_pair(x.x, x.y);
       qb[word / 2][1] = half_pair(x.z, x.w);
     }
-  // Score columns 2c, 2c + 1 are head c's: its 2^-e from lane 8c (g = 2c).
+  // Score columns 2c, 2c + 1 are head c's: its 1 / s from lane 8c (g = 2c).
   const float tinv = __shfl_sync(0xffffffffu, ldexpf(1.0f, e - 15), 8 * c);
 
   float o[MT][4];

@@ -424,13 +424,21 @@ TC_VNNI8 void quantize_natural(const float* x, int64_t K, QxNatural* row) {
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
     const float d = _mm_cvtss_f32(h) / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    int half[2] = {0, 0};
+    // Round to nearest even (the MXCSR default), saturate to int8; the half
+    // blocks' sums from the same saturated values, in vector lanes.
+    const __m256i lo = _mm256_set1_epi32(-128), hi = _mm256_set1_epi32(127);
+    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int i = 0; i < 4; ++i) {
-      // Round to nearest even (the MXCSR default), saturate to int8.
-      const __m128i q = _mm256_cvtsepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(row->xq + 32 * b + 8 * i), q);
-      const int8_t* qb = row->xq + 32 * b + 8 * i;
-      for (int k = 0; k < 8; ++k) half[i / 2] += qb[k];
+      const __m256i q32 = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(row->xq + 32 * b + 8 * i), _mm256_cvtsepi32_epi8(q32));
+      sums[i / 2] = _mm256_add_epi32(sums[i / 2], _mm256_min_epi32(_mm256_max_epi32(q32, lo), hi));
+    }
+    int half[2];
+    for (int j = 0; j < 2; ++j) {
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sums[j]), _mm256_extracti128_si256(sums[j], 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+      half[j] = _mm_cvtsi128_si32(t);
     }
     row->s16[2 * b] = half[0], row->s16[2 * b + 1] = half[1];
     row->dx[b] = d;

@@ -235,9 +235,11 @@ __device__ void combine_heads(const AttnParams& a, int64_t row, int64_t h0, int 
       for (; s < used; ++s) acc = axpy4(f[s], __ldcg(reinterpret_cast<const float4*>(pu + s * D)), acc);
       const float4 o = scale4(inv[gi], acc);
       *reinterpret_cast<float4*>(a.o + hr * D + d) = o;
-      if (a.oq)
-        q8act::quantize_block4(o, lane & 7, 0xffu << (lane & 24), a.oq + hr * D + (d & ~int64_t(31)),
-                               a.od + (hr * D + d) / 32);
+      if (a.oq) {
+        const float x[4] = {o.x, o.y, o.z, o.w};
+        q8act::quantize_block_lanes<4>(x, lane & 7, 0xffu << (lane & 24), a.oq + hr * D + (d & ~int64_t(31)),
+                                       a.od + (hr * D + d) / 32);
+      }
     }
     return;
   }
@@ -480,7 +482,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
   const __half* K = static_cast<const __half*>(a.k_cache) + slot + (kvg * a.C + first) * D;
   const __half* V = static_cast<const __half*>(a.v_cache) + slot + (kvg * a.C + first) * D;
 
-  // A step's rows: K rows jb + g, jb + g + 8; V rows jb + 2c, +1, +8, +9.
+  // Step jb's rows: K rows jb + g, jb + g + 8; V rows jb + 2c, +1, +8, +9.
   uint4 ka[KC], kb[KC], vr[4][VC];
   auto load_step = [&](int64_t jb) {
     const __half* ra = K + min(jb + g, j1 - 1) * D;
@@ -497,7 +499,6 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
       for (int i = 0; i < VC; ++i) vr[r][i] = reinterpret_cast<const uint4*>(rv)[g + 8 * i];
     }
   };
-  int64_t jb = j0 + 16 * w;
 
   // q's fragment: column g, head hn's high (g even) or low part. Two passes
   // over the lane's 32 dims (both from L2: the kernel before wrote q), so
@@ -550,7 +551,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
 #pragma unroll
   for (int t = 0; t < MT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
-  while (jb < j1) {  // warp-uniform
+  for (int64_t jb = j0 + 16 * w; jb < j1; jb += 16 * kWarps) {  // warp-uniform
     load_step(jb);
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -596,7 +597,6 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
                               __byte_perm(w2, w3, 0x7632)};
       hmma_k16(o[t], fa, b0, b1);
     }
-    jb += 16 * kWarps;
   }
   l += __shfl_xor_sync(0xffffffffu, l, 4);
   l += __shfl_xor_sync(0xffffffffu, l, 8);
@@ -636,6 +636,24 @@ void (*split_kernel(bool vec, int R, int gt))(AttnParams) {
   return decode_attention_split<T, 4, 1, true>;
 }
 
+// Blocks of the tensor-core kernel `k` an SM of the current device holds
+// with `smem` bytes of shared memory; the last answer a thread got is kept
+// (a model asks once a layer with the same arguments, eagerly in some steps).
+cudaError_t mma_blocks_per_sm(void (*k)(AttnParams), size_t smem, int* per_sm) {
+  thread_local void (*last_k)(AttnParams) = nullptr;
+  thread_local size_t last_smem = 0;
+  thread_local int last_device = -1, last = 0;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device)) return e;
+  if (k != last_k || smem != last_smem || device != last_device) {
+    int n = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kAttnThreads, smem)) return e;
+    last_k = k, last_smem = smem, last_device = device, last = n;
+  }
+  *per_sm = last;
+  return cudaSuccess;
+}
+
 }  // namespace
 
 tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a) {
@@ -657,12 +675,22 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
   const bool vec = a.D % 4 == 0 && aligned(a.q, 16) && aligned(a.k_cache, cache_align) &&
                    aligned(a.v_cache, cache_align);
-  // Query heads per block: as many of the group's heads as registers allow
-  // (K/V then read once for them), fewer while that leaves too few blocks.
   const int64_t splits = decode_attention_splits(a.C), G = a.H / a.Hkv;
   const int64_t coarse = std::min<int64_t>(splits, (a.C + 63) / 64);
+  if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
+  // With soft-capping the scores are capped in natural units, then moved to base 2.
+  const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
+  // The tensor-core kernel: an f16 cache of 64- or 128-dim rows on 16-byte
+  // boundaries, a kv group's heads in blocks of up to 4.
+  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128) && (G <= 4 || G % 4 == 0) &&
+                   aligned(a.k_cache, 16) && aligned(a.v_cache, 16) && (!a.slots || a.slot_stride % 8 == 0);
+  // Query heads per block: with mma up to 4; otherwise as many of the
+  // group's heads as registers allow (K/V then read once for them), fewer
+  // while that leaves too few blocks.
   int gt = 1;
-  if (vec) {
+  if (mma) {
+    gt = int(std::min<int64_t>(G, 4));
+  } else if (vec) {
     const int gmax = R == 1 ? 8 : R == 2 ? 4 : 1;
     while (gt * 2 <= gmax && G % (gt * 2) == 0) gt *= 2;
     // Blocks counted as the coarse pieces (attn_piece) make them, so that the
@@ -671,15 +699,7 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
     // 0.57 ms a token on an H100).
     while (gt > 1 && coarse * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
-  // With soft-capping the scores are capped in natural units, then moved to base 2.
-  const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
-  if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
-  // The tensor-core kernel: an f16 cache of 64- or 128-dim rows on 16-byte
-  // boundaries, a kv group's heads in blocks of up to 4.
-  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128) && (G <= 4 || G % 4 == 0) &&
-                   aligned(a.k_cache, 16) && aligned(a.v_cache, 16) && (!a.slots || a.slot_stride % 8 == 0);
-  if (mma) gt = int(std::min<int64_t>(G, 4));
-  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);  // the other kernel's
+  const int ks = kWarps * (32 / L) * attn_unroll(R, gt);  // the CUDA-core kernel's
   void (*split)(AttnParams) = mma                        ? (a.D == 64 ? decode_attention_mma<64> : decode_attention_mma<128>)
                               : a.cache == TC_DTYPE_F16  ? split_kernel<__half>(vec, R, gt)
                               : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
@@ -692,8 +712,7 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   int64_t wave = 1;
   if (mma) {
     int per_sm = 0;
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split, kAttnThreads, smem))
-      return check(e, "decode_attention: occupancy");
+    if (cudaError_t e = mma_blocks_per_sm(split, smem, &per_sm)) return check(e, "decode_attention: occupancy");
     wave = std::max<int64_t>(1, int64_t(std::max(per_sm, 1)) * sm_count() / ((a.H / gt) * a.n));
   }
   const AttnParams p{a.H, a.Hkv, a.D, a.C, splits, a.window, coarse, scale, a.softcap, L, ks, gt, wave,

@@ -25,7 +25,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <type_traits>
 
 #include "core/error.h"

@@ -17,41 +17,36 @@ namespace tc {
 namespace cuda {
 namespace q8act {
 
-// One block of 32 activations quantised by the 32 lanes of a warp (lane i
-// holds x[i]): dx = max|x| / 127, xq = round-to-nearest-even(x * (1 / dx)),
-// sx = dx sum(xq): the CPU's quantize_block, operation for operation.
-__device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, float2* xd) {
-  float amax = fabsf(v);
+// One block of 32 activations quantised by 32 / N lanes of a warp, each
+// holding N consecutive values (lane `sub` of the group holds x[N sub ..
+// N sub + N - 1]; mask: the group's lanes): dx = max|x| / 127, xq =
+// round-to-nearest-even(x * (1 / dx)), sx = dx sum(xq): the CPU's
+// quantize_block, operation for operation.
+template <int N>
+__device__ __forceinline__ void quantize_block_lanes(const float (&v)[N], int sub, unsigned mask, int8_t* xq,
+                                                     float2* xd) {
+  float amax = fabsf(v[0]);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  for (int k = 1; k < N; ++k) amax = fmaxf(amax, fabsf(v[k]));
+#pragma unroll
+  for (int o = 16 / N; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
   const float d = __fdiv_rn(amax, 127.0f);
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const int q = max(-128, min(127, __float2int_rn(__fmul_rn(v, id))));
-  xq[lane] = int8_t(q);
-  int sum = q;
+  int sum = 0;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) *xd = make_float2(d, d * float(sum));
-}
-
-// The same block held by 8 lanes of a warp, 4 values each (lane `sub` of
-// the group holds x[4 sub .. 4 sub + 3]; mask: the group's lanes): the same
-// operations, so the same bytes.
-__device__ __forceinline__ void quantize_block4(float4 v, int sub, unsigned mask, int8_t* xq, float2* xd) {
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  for (int k = 0; k < N; ++k) {
+    const int q = max(-128, min(127, __float2int_rn(__fmul_rn(v[k], id))));
+    xq[N * sub + k] = int8_t(q);
+    sum += q;
+  }
 #pragma unroll
-  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const int q0 = max(-128, min(127, __float2int_rn(__fmul_rn(v.x, id))));
-  const int q1 = max(-128, min(127, __float2int_rn(__fmul_rn(v.y, id))));
-  const int q2 = max(-128, min(127, __float2int_rn(__fmul_rn(v.z, id))));
-  const int q3 = max(-128, min(127, __float2int_rn(__fmul_rn(v.w, id))));
-  xq[4 * sub] = int8_t(q0), xq[4 * sub + 1] = int8_t(q1), xq[4 * sub + 2] = int8_t(q2), xq[4 * sub + 3] = int8_t(q3);
-  int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-  for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(mask, sum, o);
+  for (int o = 16 / N; o > 0; o >>= 1) sum += __shfl_xor_sync(mask, sum, o);
   if (sub == 0) *xd = make_float2(d, d * float(sum));
+}
+// Lane i of a warp holding x[i].
+__device__ __forceinline__ void quantize_block(float v, int lane, int8_t* xq, float2* xd) {
+  const float x[1] = {v};
+  quantize_block_lanes<1>(x, lane, 0xffffffffu, xq, xd);
 }
 
 // RMS norm's 1 / sqrt(sum(x^2) / K + eps) from each thread's part ss of

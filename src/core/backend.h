@@ -520,6 +520,11 @@ struct GemvQ8Args {
   float eps = 0.0f;
   float* y = nullptr;  // [M][N], or [M][N / 2] for kSwiglu
   int epilogue = kStore;
+  // With rope.n > 0 (kStore): then rope_kv_append(rope), whose q, k and v
+  // point into y (the decoder's [q | k | v] rows). A backend may do both in
+  // one kernel and leave y unspecified. Held by value: a queued op outlives
+  // the caller's frame.
+  RopeKvAppendArgs rope;
 };
 // W (GGUF layout, 2-byte aligned) into the split layout (qs 16-byte aligned).
 struct RepackQ8Args {
@@ -541,6 +546,8 @@ tc_status check_gemv_q8(const GemvQ8Args& a);
 // product of that.
 QuantizeQ8Args quantize_of(const GemvQ8Args& a);
 GemvQ8Args product_of(const GemvQ8Args& a);
+// The product alone, for a backend that appends its RoPE rows by a second op.
+GemvQ8Args without_rope(const GemvQ8Args& a);
 tc_status check_decode_attention(const DecodeAttentionArgs& a);
 tc_status check_repack_q8(const RepackQ8Args& a);
 // ---- end model ops ----

@@ -72,7 +72,16 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
     if (x0 < y1 && y0 < x1)
       return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 quantising X needs X and Y apart (they overlap)", a.info.name);
   }
+  if (a.rope.n > 0 && a.epilogue != GemvQ8Args::kStore)
+    return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 applies RoPE to stored rows only (epilogue %d)", a.info.name,
+                a.epilogue);
   return TC_OK;
+}
+
+GemvQ8Args without_rope(const GemvQ8Args& a) {
+  GemvQ8Args p = a;
+  p.rope.n = 0;
+  return p;
 }
 
 QuantizeQ8Args quantize_of(const GemvQ8Args& a) {

@@ -244,6 +244,10 @@ tc_status gemv_f16_x(const GemvQ8Args& a) {
 
 tc_status gemv_q8(const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
+  if (a.rope.n > 0) {  // the rows, then RoPE and the cache append on them
+    if (tc_status st = gemv_q8(without_rope(a))) return st;
+    return rope_kv_append(a.rope);
+  }
   if (a.x) {  // X to quantise: into the call's scratch, then the product
     if (tc_status st = quantize_q8(quantize_of(a))) return st;
     return gemv_q8(product_of(a));

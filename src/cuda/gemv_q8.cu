@@ -675,12 +675,17 @@ tc_status quantize_q8(Device&, StreamState* s, const QuantizeQ8Args& a) {
 
 tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& a) {
   if (tc_status st = check_gemv_q8(a)) return st;
-  if (gemv_q8_xreg_fits(a)) {  // one row of 8-bit X on split Q4_0 / Q8_0 rows longer than 4096
+  const bool rope = a.rope.n > 0;
+  if (rope && !gemv_q8_stream_fits(a)) {  // the rows, then RoPE and the cache append by their own kernel
+    if (tc_status st = gemv_q8(dev, s, without_rope(a))) return st;
+    return rope_kv_append(dev, s, a.rope);
+  }
+  if (!rope && gemv_q8_xreg_fits(a)) {  // one row of 8-bit X on split Q4_0 / Q8_0 rows longer than 4096
     s->last_kernel = "gemv_q8_xreg";
     return check(launch_gemv_q8_xreg(a, s->stream), "gemv_q8: launch");
   }
   if (gemv_q8_stream_fits(a)) {  // one row, W through shared memory, X quantised inside when given in f32
-    s->last_kernel = a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
+    s->last_kernel = rope ? "gemv_q8_stream (RoPE rows)" : a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
     return check(launch_gemv_q8_stream(a, s->stream), "gemv_q8: launch");
   }
   if (a.x) {  // X to quantise by a kernel of its own

@@ -45,6 +45,12 @@
 // tile's arrival and its stage's refill (the same form for the blocks of
 // 32 measured no faster).
 //
+// With a.rope (the decoder's [q | k | v] row of one token) the epilogue is
+// rope_kv_append's work instead of the store: a tile's rows hold whole
+// interleaved RoPE pairs, so warp 0 rotates them (a shuffle brings each
+// lane its partner) and writes q, k and v where the attention reads them.
+// One kernel a layer fewer in the decode step.
+//
 // Quantising X here: the f64 sum of squares in a fixed order (per thread,
 // warp trees, the warps in order: the same rstd in every CTA; its order is
 // not quantize_q8's, so rstd may differ from it in the last bit), then a
@@ -59,6 +65,7 @@
 #include <cstdint>
 
 #include "cuda/device.h"
+#include "cuda/kv_cache.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/q8_block.cuh"
 #include "quant/formats.h"
@@ -69,6 +76,9 @@ namespace {
 namespace q8stream {
 
 constexpr int kWarps = 16, kThreads = kWarps * 32;
+// The epilogue of a call with rope (kStore's rows rotated and appended to
+// the KV cache, kv_cache.cuh's RopeRow, instead of stored in y).
+constexpr int kRopeRow = 3;
 constexpr int kMaxStages = 4;
 constexpr int64_t kStageCap = 40 * 1024;  // bytes of W a stage, at most
 constexpr int64_t kRingBudget = 64 * 1024;
@@ -277,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
                                                            // output: no __restrict__ (pdl.cuh)
                                                            const int8_t* xq_in, const float2* xd_in, const float* x,
                                                            const float* __restrict__ gamma, float eps,
-                                                           float* __restrict__ y, int TR, int WPR, int stages) {
+                                                           float* __restrict__ y, int TR, int WPR, int stages,
+                                                           RopeRow rr) {
   constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages];
@@ -387,7 +398,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
       fence_proxy_async();
       issue(i + stages);
     }
-    if (tid < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
+    if constexpr (E == kRopeRow) {
+      // A tile's rows in warp 0's lanes (TO <= 32, even, tiles start even):
+      // each RoPE pair (2k, 2k + 1) in two neighbouring lanes.
+      if (warp == 0) {
+        float g = 0.0f;
+        if (tid < cnt)
+          for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
+        const float other = __shfl_xor_sync(0xffffffffu, g, 1);
+        if (tid < cnt) rope_row_store(rr, o0 + tid, g, other);
+      }
+    } else if (tid < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
       float g = 0.0f, u = 0.0f;
       for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
       if constexpr (R == 2)
@@ -451,6 +472,19 @@ cudaError_t allow_smem() {
   return cudaSuccess;
 }
 
+// The RoPE epilogue's arguments (empty without a.rope).
+RopeRow rope_row(const GemvQ8Args& a) {
+  RopeRow r{};
+  if (a.rope.n > 0) {
+    const RopeKvAppendArgs* k = &a.rope;
+    r.pos = k->pos, r.cos_t = k->cos_t, r.sin_t = k->sin_t, r.qt = k->qt;
+    r.k_cache = k->k_cache, r.v_cache = k->v_cache;
+    r.D = k->D, r.C = k->C, r.Dq = k->H * k->D, r.Dkv = k->Hkv * k->D;
+    r.f16 = k->cache == TC_DTYPE_F16;
+  }
+  return r;
+}
+
 template <class F, int E, int G>
 cudaError_t launch_g(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   if (cudaError_t e = allow_smem<F, E, G>()) return e;
@@ -464,7 +498,7 @@ cudaError_t launch_g(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   if (grid == 0) return cudaSuccess;
   return launch_pdl(gemv_q8_stream<F, E, G>, dim3(grid), dim3(kThreads), p.smem, st, static_cast<const uint8_t*>(a.w),
                     a.wd, a.N, a.K, a.xq, reinterpret_cast<const float2*>(a.xd), a.x, a.gamma, a.eps, a.y, p.TR,
-                    p.WPR, p.stages);
+                    p.WPR, p.stages, rope_row(a));
 }
 
 // X quantised here: two groups of 4 values a thread hold all of it. Longer
@@ -482,11 +516,23 @@ cudaError_t launch_e(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
 template <class F>
 cudaError_t launch_f(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   if (a.epilogue == GemvQ8Args::kSwiglu) return launch_e<F, GemvQ8Args::kSwiglu>(a, p, st);
+  if (a.rope.n > 0) return launch_e<F, kRopeRow>(a, p, st);
   if (a.epilogue == GemvQ8Args::kAdd) return launch_e<F, GemvQ8Args::kAdd>(a, p, st);
   return launch_e<F, GemvQ8Args::kStore>(a, p, st);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the RoPE epilogue takes a.rope: one token whose [q | k | v] row is
+// this product's y, interleaved pairs (each inside a tile: TR and D even),
+// an f16 or f32 cache of one sequence.
+bool rope_row_fits(const GemvQ8Args& a, const Plan& p) {
+  const RopeKvAppendArgs& r = a.rope;
+  const int64_t Dq = r.H * r.D, Dkv = r.Hkv * r.D;
+  return r.n == 1 && !r.neox && !r.slots && r.pos && (r.cache == TC_DTYPE_F16 || r.cache == TC_DTYPE_F32) &&
+         r.D % 2 == 0 && p.TR % 2 == 0 && a.N == Dq + 2 * Dkv && r.q == a.y && r.k == a.y + Dq &&
+         r.v == a.y + Dq + Dkv;
+}
 
 // fn(F{}) with the format's traits; false for a format the kernel does not take.
 template <class Fn>
@@ -525,6 +571,7 @@ bool gemv_q8_stream_fits(const GemvQ8Args& a) {
   } else if (!aligned16(a.xq) || reinterpret_cast<uintptr_t>(a.xd) % 8 != 0) {
     return false;
   }
+  if (a.rope.n > 0 && (plan.TR == 0 || !rope_row_fits(a, plan))) return false;
   return plan.TR > 0 && int64_t(plan.smem) + 1024 <= max_smem_per_block();  // + the kernel's static shared memory
 }
 

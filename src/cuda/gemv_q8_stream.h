@@ -17,7 +17,8 @@ namespace cuda {
 // layout with wd 16-byte aligned and N x (bytes of a row's scales) a
 // multiple of 16, or Q4_K / Q5_K in GGUF's layout; 8-bit X 16-byte aligned,
 // or f32 X (a.x) 16-byte aligned with K <= 4096 (Y apart from it:
-// check_gemv_q8).
+// check_gemv_q8); with a.rope, one token's [q | k | v] row into an f16 or
+// f32 cache of one sequence, interleaved pairs.
 bool gemv_q8_stream_fits(const GemvQ8Args& a);
 cudaError_t launch_gemv_q8_stream(const GemvQ8Args& a, cudaStream_t st);
 

@@ -174,9 +174,6 @@ struct RopeParams {
 };
 
 
-// A cache element to and from f32 (f16: round to nearest even; widening is exact).
-__device__ __forceinline__ void store_cache(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_cache(__half* p, float x) { *p = __float2half_rn(x); }
 
 // ggml's quantize_row_q8_0_ref for one block held by a warp, lane j
 // holding x_j: d = max|x| / 127, id = 1 / d (0 when d is 0), q_j =
@@ -193,14 +190,13 @@ __device__ __forceinline__ void quantize_q8_0_block(float x, int lane, uint8_t* 
 }
 
 // Element e of src rotated: its pair k is (x[2k], x[2k+1]) or, NEOX, (x[k],
-// x[k + half]), e its first or second element; products and sums rounded
-// one by one (the CPU's operations).
+// x[k + half]), e its first or second element.
 __device__ __forceinline__ float rotated(const float* src, const float* c, const float* s, int64_t half, bool neox,
                                          int64_t e) {
   const int64_t k = neox ? e % half : e / 2;
-  const float x0 = src[neox ? k : 2 * k], x1 = src[neox ? k + half : 2 * k + 1];
-  return (neox ? e < half : e % 2 == 0) ? __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]))
-                                        : __fadd_rn(__fmul_rn(x1, c[k]), __fmul_rn(x0, s[k]));
+  const bool first = neox ? e < half : e % 2 == 0;
+  const int64_t partner = neox ? (first ? e + half : e - half) : e ^ 1;
+  return rope_elem(src[e], src[partner], c[k], s[k], first);
 }
 
 // Rotates the D/2 pairs of src into dst (the queries' f32 rows or a cache row of T).

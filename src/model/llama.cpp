@@ -292,7 +292,8 @@ tc_status Llama::quantize_q8(const float* x, const float* gamma, int64_t K, int6
   return be_->quantize_q8(a, queue_.get());
 }
 
-tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, const float* x, const float* gamma) {
+tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, const float* x, const float* gamma,
+                         const RopeKvAppendArgs* rope) {
   if (x && q8_f16x_) {  // f16 X is made by quantize_q8 only
     TC_TRY(quantize_q8(x, gamma, w.K, M));
     x = nullptr, gamma = nullptr;
@@ -308,6 +309,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
   a.x = x, a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
   a.y = y;
   a.epilogue = epilogue;
+  if (rope) a.rope = *rope;
   return be_->gemv_q8(a, queue_.get());
 }
 
@@ -353,16 +355,28 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     r.info.name = "llama.rope_kv";
     r.n = n, r.H = H, r.Hkv = Hkv, r.D = D, r.C = C;
     r.ldq = Dq, r.ldk = Dkv, r.ldv = Dkv;
+    r.neox = A.neox_rope;
+    r.pos = params_;
+    r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
+    r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
+    if (batch) {
+      r.pos = batch_pos(params_), r.slots = batch_slots(params_);
+      r.slot_stride = slot_elems();
+    }
+    bool roped = false;  // rope_kv_append done by the [q | k | v] product
     float *qp, *kp, *vp;
     if (q8) {
       // Layer 0 reads the 8-bit X quantised above; a fused product quantises its own.
       const bool fused_qkv = l > 0 && L.wqkv.data;
       if (l > 0 && !fused_qkv) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
       if (L.wqkv.data) {  // rows [q | k | v]
-        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, fused_qkv ? x_ : nullptr,
-                       fused_qkv ? vec(L.attn_norm) : nullptr));
         qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
         r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
+        r.q = qp, r.k = kp, r.v = vp;
+        // Nothing between the product and RoPE (no biases, no q/k norms): the product appends the rows.
+        roped = L.bq < 0 && L.bk < 0 && L.bv < 0 && !A.qk_norm;
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, fused_qkv ? x_ : nullptr,
+                       fused_qkv ? vec(L.attn_norm) : nullptr, roped ? &r : nullptr));
       } else {
         TC_TRY(gemv_q8(L.wq, q_, GemvQ8Args::kStore, n));
         TC_TRY(gemv_q8(L.wk, k_, GemvQ8Args::kStore, n));
@@ -391,15 +405,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));
     }
     r.q = qp, r.k = kp, r.v = vp;
-    r.neox = A.neox_rope;
-    r.pos = params_;
-    r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
-    r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
-    if (batch) {
-      r.pos = batch_pos(params_), r.slots = batch_slots(params_);
-      r.slot_stride = slot_elems();
-    }
-    TC_TRY(be_->rope_kv_append(r, q));
+    if (!roped) TC_TRY(be_->rope_kv_append(r, q));
     // One token on 8-bit products: the attention quantises its output into
     // the 8-bit X the wo product reads (no quantize_q8 between them; the
     // qkv product that read the previous X has finished in stream order).

@@ -212,9 +212,10 @@ class Llama {
   std::vector<Matrix*> q8_matrices();
   tc_status quantize_q8(const float* x, const float* gamma, int64_t K, int64_t M);
   // x: the product quantises it (normalised with gamma when set) itself
-  // rather than reading the 8-bit X of the last quantize_q8.
+  // rather than reading the 8-bit X of the last quantize_q8. rope: y holds
+  // [q | k | v] rows that rope_kv_append(*rope) then takes (backend.h).
   tc_status gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, const float* x = nullptr,
-                    const float* gamma = nullptr);
+                    const float* gamma = nullptr, const RopeKvAppendArgs* rope = nullptr);
   const float* vec(int64_t offset) const { return offset < 0 ? nullptr : vecs_ + offset; }
 
   tc_context_s* ctx_ = nullptr;

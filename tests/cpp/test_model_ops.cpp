@@ -16,6 +16,7 @@
 //                    blocks): quantisation against the float64 rotation, the
 //                    attention against the dequantised values (tight) and the
 //                    unquantised ones (within the bound the quantisation allows)
+//   gemv_q8 with RoPE rows: bit for bit the product, then rope_kv_append
 //   add, convert, heads_to_tokens, copy_2d
 //   gemm with an f32 C from f16 / bf16 X and W (the prefill's products)
 #include <gtest/gtest.h>
@@ -1196,6 +1197,117 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
   bad_repack.fmt = Q6_K, bad_repack.K = 128;
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
+}
+
+// gemv_q8 with rope (one token's [q | k | v] row rotated and appended, the
+// decode step's layer start): bit for bit the product into y followed by
+// rope_kv_append on y, which the tests above hold against float64. Q4_0 in
+// the split layout and Q4_K in GGUF's (on a GPU the streaming kernel's
+// epilogue: tiles of 16 and of 8 rows at these K), X given in 8 bits or
+// quantised by the product with the norm, f32 and f16 caches; NEOX pairs
+// (no fused form: the two-step path); the cache's other rows untouched;
+// rope with an epilogue other than kStore refused.
+TEST_P(ModelOps, GemvQ8RopeRows) {
+  Dev dev(GetParam());
+  using tc::quant::Q4_0, tc::quant::Q4_K;
+  const int64_t H = 6, Hkv = 2, D = 64, C = 24, P = 17, half = D / 2, Dq = H * D, Dkv = Hkv * D, N = Dq + 2 * Dkv;
+  std::vector<float> cs(C * half), sn(C * half);
+  for (int64_t p = 0; p < C; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
+      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
+    }
+  for (const int32_t fmt : {Q4_0, Q4_K})
+  for (const int64_t K : {int64_t(512), int64_t(4096)})
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  for (bool neox : {false, true})
+  for (bool self : {false, true}) {
+    SCOPED_TRACE(std::string(tc::quant::format_info(fmt)->name) + " K " + std::to_string(K) +
+                 (cache == TC_DTYPE_F16 ? ", f16 cache" : ", f32 cache") + (neox ? ", NEOX" : "") +
+                 (self ? ", X quantised by the product" : ""));
+    const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
+    const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
+    tc::GemvQ8Args ga;
+    ga.info.name = "test.gemv_q8_rope";
+    ga.fmt = fmt, ga.M = 1, ga.N = N, ga.K = K;
+    const uint8_t* w_dev = dev.put(w);
+    ga.w = w_dev;
+    if (fmt == Q4_0) {  // the split layout, as the decoder loads it
+      const int64_t blocks = N * K / 32;
+      tc::RepackQ8Args ra;
+      ra.info.name = "test.repack_q8";
+      ra.fmt = fmt, ra.N = N, ra.K = K, ra.w = w_dev;
+      ra.qs = dev.put(std::vector<uint8_t>(size_t(blocks * tc::quant::split_quant_bytes(fmt)), 0xA5));
+      ra.d = dev.put(std::vector<uint16_t>(size_t(blocks), 0xA5A5));
+      ASSERT_EQ(dev.be().repack_q8(ra, nullptr), TC_OK);
+      ga.w = ra.qs, ga.wd = ra.d;
+    }
+    tc::QuantizeQ8Args qa;
+    qa.info.name = "test.quantize_q8";
+    qa.M = 1, qa.K = K;
+    qa.x = dev.put(x), qa.gamma = dev.put(gamma), qa.eps = 1e-5f;
+    qa.xq = dev.put(std::vector<int8_t>(size_t(K), int8_t(-77)));
+    qa.xd = dev.put(std::vector<float>(size_t(K / 16), NAN));
+    if (self) ga.x = qa.x, ga.gamma = qa.gamma, ga.eps = qa.eps;
+    else ASSERT_EQ(dev.be().quantize_q8(qa, nullptr), TC_OK);
+    ga.xq = qa.xq, ga.xd = qa.xd;
+    ga.epilogue = tc::GemvQ8Args::kStore;
+    const std::vector<float> cache_init(Hkv * C * D, -7.0f);
+    auto rope_for = [&](float* y) {
+      tc::RopeKvAppendArgs r;
+      r.info.name = "test.rope_kv_append";
+      r.n = 1, r.H = H, r.Hkv = Hkv, r.D = D, r.C = C, r.ldq = r.ldk = r.ldv = N;
+      r.pos = dev.put(std::vector<int32_t>{int32_t(P)});
+      r.q = y, r.k = y + Dq, r.v = y + Dq + Dkv;
+      r.cos_t = dev.put(cs), r.sin_t = dev.put(sn);
+      r.qt = dev.put(std::vector<float>(size_t(Dq), NAN));
+      r.k_cache = put_cache(dev, cache_init, cache), r.v_cache = put_cache(dev, cache_init, cache);
+      r.cache = cache, r.neox = neox;
+      return r;
+    };
+    // Two steps: the rows into y, then RoPE and the append on them.
+    float* y2 = dev.put(std::vector<float>(size_t(N), NAN));
+    const tc::RopeKvAppendArgs two = rope_for(y2);
+    ga.y = y2;
+    ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
+    ASSERT_EQ(dev.be().rope_kv_append(two, nullptr), TC_OK);
+    // One call.
+    float* y1 = dev.put(std::vector<float>(size_t(N), NAN));
+    ga.y = y1;
+    ga.rope = rope_for(y1);
+    ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
+    const auto q1 = dev.get(ga.rope.qt, size_t(Dq)), q2 = dev.get(two.qt, size_t(Dq));
+    const auto k1 = cache_values(dev, ga.rope.k_cache, size_t(Hkv * C * D), cache),
+               k2 = cache_values(dev, two.k_cache, size_t(Hkv * C * D), cache);
+    const auto v1 = cache_values(dev, ga.rope.v_cache, size_t(Hkv * C * D), cache),
+               v2 = cache_values(dev, two.v_cache, size_t(Hkv * C * D), cache);
+    for (int64_t i = 0; i < Dq; ++i) {
+      ASSERT_FALSE(std::isnan(q2[i])) << "q element " << i;
+      ASSERT_EQ(std::memcmp(&q1[i], &q2[i], 4), 0) << "q element " << i << ": " << q1[i] << " against " << q2[i];
+    }
+    for (int64_t g = 0; g < Hkv; ++g)
+      for (int64_t p = 0; p < C; ++p)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t e = (g * C + p) * D + d;
+          ASSERT_EQ(k1[e], k2[e]) << "k cache head " << g << " row " << p << " dim " << d;
+          ASSERT_EQ(v1[e], v2[e]) << "v cache head " << g << " row " << p << " dim " << d;
+          if (p != P) ASSERT_EQ(k1[e], -7.0f) << "k cache row " << p << " written";
+          else ASSERT_NE(v1[e], -7.0f) << "v cache row " << p << " not written";
+        }
+    ga.rope = tc::RopeKvAppendArgs{};
+    ga.x = nullptr, ga.gamma = nullptr;
+  }
+  tc::GemvQ8Args bad;
+  bad.info.name = "test.gemv_q8_rope_bad";
+  bad.fmt = Q4_K, bad.M = 1, bad.N = 8, bad.K = 256;
+  bad.w = dev.put(std::vector<uint8_t>(size_t(8 * 144)));
+  bad.xq = dev.put(std::vector<int8_t>(256)), bad.xd = dev.put(std::vector<float>(16));
+  float* y = dev.put(std::vector<float>(8, -3.0f));
+  bad.y = y;
+  bad.epilogue = tc::GemvQ8Args::kAdd;
+  bad.rope.n = 1;
+  EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_INVALID_ARG);
+  EXPECT_EQ(dev.get(y, 8), std::vector<float>(8, -3.0f));
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows interleaved by

@@ -467,13 +467,17 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
   constexpr int KC = D / 32, VC = D / 64, KSTEPS = D / 16, MT = D / 16;
   extern __shared__ float smem[];
   pdl_trigger();
-  pdl_wait();
+  // Positions and slots are the step's parameters (the host's copy before
+  // the step's first kernel), not an earlier kernel's output.
   const int64_t row = blockIdx.z;
   const int32_t pos = row_pos(a.pos, a.slots, row);
   const int64_t first = attn_first(pos, a.window), S = int64_t(pos) + 1 - first, piece = blockIdx.x,
                 chunk = mma_piece(S, a.wave, a.splits);
   const int64_t j0 = piece * chunk;
-  if (j0 >= S) return;  // beyond the pieces in use
+  if (j0 >= S) {  // beyond the pieces in use
+    pdl_wait();
+    return;
+  }
   const int64_t j1 = min(j0 + chunk, S);
   const int heads = a.heads;
   const int64_t h0 = int64_t(blockIdx.y) * heads, kvg = h0 / (a.H / a.Hkv);
@@ -499,6 +503,19 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
       for (int i = 0; i < VC; ++i) vr[r][i] = reinterpret_cast<const uint4*>(rv)[g + 8 * i];
     }
   };
+
+  // The warp's first step comes into L2 before the wait when its rows are
+  // all older than this step's (row S - 1, which the kernel before
+  // appends): earlier steps wrote them, so their reads may overlap the
+  // previous kernel's tail (pdl.cuh). Into L2 rather than registers: held
+  // across q's preparation they made the 128-dim kernel spill.
+  const int64_t jb0 = j0 + 16 * w;
+  if (jb0 < j1 && (j1 < S || jb0 + 16 < S)) {
+    const int64_t bytes = min(int64_t(16), j1 - jb0) * D * int64_t(sizeof(__half));
+    prefetch_l2(K + jb0 * D, bytes, lane);
+    prefetch_l2(V + jb0 * D, bytes, lane);
+  }
+  pdl_wait();
 
   // q's fragment: column g, head hn's high (g even) or low part. Two passes
   // over the lane's 32 dims (both from L2: the kernel before wrote q), so
@@ -551,7 +568,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
 #pragma unroll
   for (int t = 0; t < MT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
-  for (int64_t jb = j0 + 16 * w; jb < j1; jb += 16 * kWarps) {  // warp-uniform
+  for (int64_t jb = jb0; jb < j1; jb += 16 * kWarps) {  // warp-uniform
     load_step(jb);
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll

@@ -2,7 +2,8 @@
 // launch_pdl may be scheduled while the kernel before it on the stream is
 // still running, so its launch latency and anything it does before
 // pdl_wait() (address arithmetic, L2 prefetches of weights it alone reads)
-// overlap the previous kernel's tail. A decode step is ~350 small
+// overlap the previous kernel's tail (the decode attention also loads its
+// first KV-cache rows there: rows earlier steps wrote). A decode step is ~350 small
 // dependent kernels in one CUDA graph, where each boundary otherwise
 // costs a drain and a ramp (~2-3 us on the H200).
 //

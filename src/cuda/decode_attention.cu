@@ -12,7 +12,7 @@
 //       piece s covers rows [s c, (s+1) c), c from S and the cache's size
 //       (attn_piece: 16 positions or more, about S / 64 at depth, rounded up
 //       to whole block iterations, 4 warps x keys per warp; mma_piece: S /
-//       wave rounded up to 16), so the pieces in use, ceil(S / c) <= splits,
+//       wave rounded up to 64), so the pieces in use, ceil(S / c) <= splits,
 //       share the rows evenly whatever S is:
 //         m_s = max_j t_j,  l_s = sum_j 2^(t_j - m_s),  u_s = sum_j 2^(t_j - m_s) V_j
 //       combine: M = max_s m_s,  o = sum_s 2^(m_s - M) u_s / sum_s 2^(m_s - M) l_s,
@@ -127,14 +127,17 @@ __device__ __forceinline__ int64_t attn_piece(int64_t S, int64_t coarse, int64_t
 }
 
 // The tensor-core kernel's piece length for S positions: S / wave rounded up
-// to whole warp steps of 16 keys, where wave pieces a head group fill the
-// GPU's resident blocks once (so a deep context is read in one wave of
-// blocks, each several steps a warp, and the combine has few pieces); never
-// fewer positions than ceil(S / splits), so the pieces in use fit the grid.
+// to whole block steps (16 keys for each of the 4 warps), where wave pieces
+// a head group fill the GPU's resident blocks once (so a deep context is
+// read in one wave of blocks, each several steps a warp, and the combine
+// has few pieces); never fewer positions than ceil(S / splits), so the
+// pieces in use fit the grid. A shorter piece would leave warps of its
+// block idle and only add pieces to combine.
 __device__ __forceinline__ int64_t mma_piece(int64_t S, int64_t wave, int64_t splits) {
+  constexpr int64_t step = 16 * kWarps;
   int64_t per = (S + wave - 1) / wave;
   if (per < (S + splits - 1) / splits) per = (S + splits - 1) / splits;
-  return (per + 15) / 16 * 16;
+  return (per + step - 1) / step * step;
 }
 
 // The first cache row a query at position pos sees (a sliding window keeps

@@ -475,12 +475,12 @@ cudaError_t allow_smem() {
 // The RoPE epilogue's arguments (empty without a.rope).
 RopeRow rope_row(const GemvQ8Args& a) {
   RopeRow r{};
-  if (a.rope.n > 0) {
-    const RopeKvAppendArgs* k = &a.rope;
-    r.pos = k->pos, r.cos_t = k->cos_t, r.sin_t = k->sin_t, r.qt = k->qt;
-    r.k_cache = k->k_cache, r.v_cache = k->v_cache;
-    r.D = k->D, r.C = k->C, r.Dq = k->H * k->D, r.Dkv = k->Hkv * k->D;
-    r.f16 = k->cache == TC_DTYPE_F16;
+  const RopeKvAppendArgs& k = a.rope;
+  if (k.n > 0) {
+    r.pos = k.pos, r.cos_t = k.cos_t, r.sin_t = k.sin_t, r.qt = k.qt;
+    r.k_cache = k.k_cache, r.v_cache = k.v_cache;
+    r.D = k.D, r.C = k.C, r.Dq = k.H * k.D, r.Dkv = k.Hkv * k.D;
+    r.f16 = k.cache == TC_DTYPE_F16;
   }
   return r;
 }

@@ -684,7 +684,8 @@ tc_status gemv_q8(Device& dev, StreamState* s, const GemvQ8Args& a) {
     s->last_kernel = "gemv_q8_xreg";
     return check(launch_gemv_q8_xreg(a, s->stream), "gemv_q8: launch");
   }
-  if (gemv_q8_stream_fits(a)) {  // one row, W through shared memory, X quantised inside when given in f32
+  // One row, W through shared memory, X quantised inside when given in f32 (a rope call that gets here fits).
+  if (rope || gemv_q8_stream_fits(a)) {
     s->last_kernel = rope ? "gemv_q8_stream (RoPE rows)" : a.x ? "gemv_q8_stream (quantising X)" : "gemv_q8_stream";
     return check(launch_gemv_q8_stream(a, s->stream), "gemv_q8: launch");
   }

@@ -349,6 +349,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
 
   const int8_t* xq = xq_in;
   const float2* xd = xd_in;
+  int64_t rope_pos = 0;  // the token's position, for the RoPE epilogue
+  if constexpr (E == kRopeRow) rope_pos = *rr.pos;
   if constexpr (G > 0) {
     int8_t* sq = reinterpret_cast<int8_t*>(smem + stages * stage_bytes);
     float2* sd = reinterpret_cast<float2*>(sq + (K + 15) / 16 * 16);
@@ -406,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
         if (tid < cnt)
           for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
         const float other = __shfl_xor_sync(0xffffffffu, g, 1);
-        if (tid < cnt) rope_row_store(rr, o0 + tid, g, other);
+        if (tid < cnt) rope_row_store(rr, rope_pos, o0 + tid, g, other);
       }
     } else if (tid < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
       float g = 0.0f, u = 0.0f;
@@ -571,7 +573,7 @@ bool gemv_q8_stream_fits(const GemvQ8Args& a) {
   } else if (!aligned16(a.xq) || reinterpret_cast<uintptr_t>(a.xd) % 8 != 0) {
     return false;
   }
-  if (a.rope.n > 0 && (plan.TR == 0 || !rope_row_fits(a, plan))) return false;
+  if (a.rope.n > 0 && !rope_row_fits(a, plan)) return false;
   return plan.TR > 0 && int64_t(plan.smem) + 1024 <= max_smem_per_block();  // + the kernel's static shared memory
 }
 

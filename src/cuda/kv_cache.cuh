@@ -60,10 +60,11 @@ struct RopeRow {
   int f16;
 };
 
-// Element n of the row, `self`, with its pair partner `other` (n ^ 1).
-__device__ __forceinline__ void rope_row_store(const RopeRow& r, int64_t n, float self, float other) {
+// Element n of the row, `self`, with its pair partner `other` (n ^ 1), at
+// position p (*r.pos, read once by the caller).
+__device__ __forceinline__ void rope_row_store(const RopeRow& r, int64_t p, int64_t n, float self, float other) {
   const int part = n < r.Dq ? 0 : n < r.Dq + r.Dkv ? 1 : 2;
-  const int64_t e = n - (part == 0 ? 0 : part == 1 ? r.Dq : r.Dq + r.Dkv), d = e % r.D, p = *r.pos;
+  const int64_t e = n - (part == 0 ? 0 : part == 1 ? r.Dq : r.Dq + r.Dkv), d = e % r.D;
   float x = self;
   if (part < 2) {
     const int64_t t = p * (r.D / 2) + d / 2;

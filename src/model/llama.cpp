@@ -221,6 +221,35 @@ tc_status Llama::add_rows(float* x, const float* y, int64_t n, int64_t period) {
   return be_->add(a, queue_.get());
 }
 
+tc_status Llama::glu(const float* gate, const float* up, float* out, int64_t n) {
+  SwigluForwardArgs a;
+  a.info.name = arch_.gelu ? "llama.geglu" : "llama.swiglu";
+  a.n = n;
+  a.dtype = TC_DTYPE_F32;
+  a.gate = gate, a.up = up, a.out = out;
+  return arch_.gelu ? be_->geglu_forward(a, queue_.get()) : be_->swiglu_forward(a, queue_.get());
+}
+
+namespace {
+
+// Rows [first, first + count) of w as a matrix of their own, its split
+// copy's rows too: a part of a fused [q; k; v] or [gate; up] matrix, for a
+// batch step that needs the parts' outputs apart.
+Matrix rows_of(const Matrix& w, int64_t first, int64_t count) {
+  Matrix m = w;
+  m.N = count;
+  m.data = w.data + uint64_t(first) * w.row_bytes;
+  if (w.split_qs) {
+    const int64_t blocks = first * (w.K / quant::q8_block_elems(w.fmt));
+    m.split_qs = w.split_qs + blocks * quant::split_quant_bytes(w.fmt);
+    m.split_d = w.split_d + blocks;
+  }
+  m.rows8 = nullptr;  // a host backend's copy: the 8-bit step runs on devices only
+  return m;
+}
+
+}  // namespace
+
 // Gemma 2's final soft-capping, on the logits in host memory:
 // cap tanh(z / cap).
 void Llama::softcap_logits(float* logits, int64_t n) const {
@@ -261,7 +290,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q6_K only with
 // its split copy); TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
-  if (host_ || act_ != TC_DTYPE_F16 || !arch_.plain()) return false;
+  if (host_ || act_ != TC_DTYPE_F16) return false;
   if (q8_state_ < 0) {
     static const bool off = !config::on(config::Key::kLlamaQ8);
     static const bool split_off = !config::on(config::Key::kLlamaSplit);
@@ -364,23 +393,31 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       r.slot_stride = slot_elems();
     }
     bool roped = false;  // rope_kv_append done by the [q | k | v] product
+    const bool biases_joined = L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv;  // [bq | bk | bv] in the pool
     float *qp, *kp, *vp;
     if (q8) {
-      // Layer 0 reads the 8-bit X quantised above; a fused product quantises its own.
-      const bool fused_qkv = l > 0 && L.wqkv.data;
-      if (l > 0 && !fused_qkv) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
-      if (L.wqkv.data) {  // rows [q | k | v]
+      // One product for [q | k | v] unless the rows of a batch step, each
+      // [q | k | v], would need per-part work over all of them (Q/K norms,
+      // biases held apart): the parts then run as products of their own.
+      const bool one = L.wqkv.data && (n == 1 || (!A.qk_norm && (L.bq < 0 || biases_joined)));
+      // Layer 0 reads the 8-bit X quantised above; one product quantises its own.
+      const bool self_x = l > 0 && one;
+      if (l > 0 && !one) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
+      if (one) {  // rows [q | k | v]
         qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
         r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
         r.q = qp, r.k = kp, r.v = vp;
         // Nothing between the product and RoPE (no biases, no q/k norms): the product appends the rows.
         roped = L.bq < 0 && L.bk < 0 && L.bv < 0 && !A.qk_norm;
-        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, fused_qkv ? x_ : nullptr,
-                       fused_qkv ? vec(L.attn_norm) : nullptr, roped ? &r : nullptr));
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, self_x ? x_ : nullptr, self_x ? vec(L.attn_norm) : nullptr,
+                       roped ? &r : nullptr));
       } else {
-        TC_TRY(gemv_q8(L.wq, q_, GemvQ8Args::kStore, n));
-        TC_TRY(gemv_q8(L.wk, k_, GemvQ8Args::kStore, n));
-        TC_TRY(gemv_q8(L.wv, v_, GemvQ8Args::kStore, n));
+        const bool joined = L.wqkv.data != nullptr;
+        const Matrix wq = joined ? rows_of(L.wqkv, 0, Dq) : L.wq, wk = joined ? rows_of(L.wqkv, Dq, Dkv) : L.wk,
+                     wv = joined ? rows_of(L.wqkv, Dq + Dkv, Dkv) : L.wv;
+        TC_TRY(gemv_q8(wq, q_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(wk, k_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(wv, v_, GemvQ8Args::kStore, n));
         qp = q_, kp = k_, vp = v_;
       }
     } else if (n == 1 && L.wqkv.data) {
@@ -392,15 +429,15 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}));
       qp = q_, kp = k_, vp = v_;
     }
-    if (qp == qkv_ && L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv) {
-      // The pool holds [bq | bk | bv] as the fused row holds [q | k | v]: one add.
-      TC_TRY(add_rows(qkv_, vec(L.bq), Dq + 2 * Dkv, 0));
-    } else {
+    if (qp == qkv_ && biases_joined) {
+      // The pool holds [bq | bk | bv] as each fused row holds [q | k | v]: one add.
+      TC_TRY(add_rows(qkv_, vec(L.bq), n * (Dq + 2 * Dkv), Dq + 2 * Dkv));
+    } else {  // q_, k_, v_ (or one fused row: n = 1)
       if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
       if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
       if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
     }
-    if (A.qk_norm) {  // every head's row of D, in place
+    if (A.qk_norm) {  // every head's row of D, in place (q_ and k_, or one fused row: n = 1)
       TC_TRY(rmsnorm(qp, vec(L.q_norm), qp, n * H, D));
       TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));
     }
@@ -512,44 +549,58 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       }
     }
     if (q8) {
-      // x += o Wo^T; x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T, h = rmsnorm(x) * ffn_norm.
+      // x += o Wo^T; x += glu(h Wgate^T, h Wup^T) Wdown^T, h = rmsnorm(x) * ffn_norm;
+      // with post-branch norms (gemma) each branch's output is normalised before its add.
+      const int64_t F = g.n_ff;
       if (!o_quantised) TC_TRY(quantize_q8(o_, nullptr, Dq, n));
-      TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
-      if (L.w_gate_up.data) {
-        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n, x_, vec(L.ffn_norm)));
-      } else {  // gate rows, then up rows, then SwiGLU over all of them
-        TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
-        TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore, n));
-        TC_TRY(gemv_q8(L.w_up, gu_ + n * g.n_ff, GemvQ8Args::kStore, n));
-        SwigluForwardArgs sw;
-        sw.info.name = "llama.swiglu";
-        sw.n = n * g.n_ff;
-        sw.dtype = TC_DTYPE_F32;
-        sw.gate = gu_, sw.up = gu_ + n * g.n_ff, sw.out = gu_;
-        TC_TRY(be_->swiglu_forward(sw, q));
+      if (L.post_attn_norm >= 0) {
+        TC_TRY(gemv_q8(L.wo, tmp_, GemvQ8Args::kStore, n));
+        TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
+        TC_TRY(add_rows(x_, tmp_, n * E, 0));
+      } else {
+        TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
       }
-      TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
+      if (L.w_gate_up.data && !A.gelu) {
+        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n, x_, vec(L.ffn_norm)));
+      } else {  // gate rows [n][F], then up rows [n][F], then the GLU over all of them
+        if (L.w_gate_up.data && n == 1) {  // one row of [gate | up] is that layout
+          TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kStore, 1, x_, vec(L.ffn_norm)));
+        } else {
+          TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
+          const bool joined = L.w_gate_up.data != nullptr;
+          const Matrix wg = joined ? rows_of(L.w_gate_up, 0, F) : L.w_gate;
+          const Matrix wu = joined ? rows_of(L.w_gate_up, F, F) : L.w_up;
+          TC_TRY(gemv_q8(wg, gu_, GemvQ8Args::kStore, n));
+          TC_TRY(gemv_q8(wu, gu_ + n * F, GemvQ8Args::kStore, n));
+        }
+        TC_TRY(glu(gu_, gu_ + n * F, gu_, n * F));
+      }
+      if (L.post_ffn_norm >= 0) {
+        TC_TRY(gemv_q8(L.w_down, tmp_, GemvQ8Args::kStore, n, gu_));
+        TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
+        TC_TRY(add_rows(x_, tmp_, n * E, 0));
+      } else {
+        TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
+      }
       continue;
     }
     TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
     if (L.post_attn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
     TC_TRY(add_rows(x_, tmp_, n * E, 0));
 
-    SwigluForwardArgs s;
-    s.info.name = A.gelu ? "llama.geglu" : "llama.swiglu";
-    s.n = n * g.n_ff;
-    s.dtype = TC_DTYPE_F32;
+    const float* ffn_out;
     if (n == 1 && L.w_gate_up.data) {
       // One product for gate and up: [gate | up] in one row.
       TC_TRY(norm_product(vec(L.ffn_norm), L.w_gate_up, gu_));
-      s.gate = gu_, s.up = gu_ + g.n_ff, s.out = gu_;
+      TC_TRY(glu(gu_, gu_ + g.n_ff, gu_, g.n_ff));
+      ffn_out = gu_;
     } else {
       TC_TRY(rmsnorm(x_, vec(L.ffn_norm), h_, n));
       TC_TRY(products(h_, n, {{&L.w_gate, gate_}, {&L.w_up, up_}}));
-      s.gate = gate_, s.up = up_, s.out = gate_;
+      TC_TRY(glu(gate_, up_, gate_, n * g.n_ff));
+      ffn_out = gate_;
     }
-    TC_TRY(A.gelu ? be_->geglu_forward(s, q) : be_->swiglu_forward(s, q));
-    TC_TRY(products(static_cast<const float*>(s.out), n, {{&L.w_down, tmp_}}));
+    TC_TRY(products(ffn_out, n, {{&L.w_down, tmp_}}));
     if (L.post_ffn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
     TC_TRY(add_rows(x_, tmp_, n * E, 0));
   }

@@ -84,9 +84,6 @@ struct Arch {
   std::vector<uint8_t> swa;  // per layer: 1 for a sliding-window layer
   double rope_base_swa = 0;   // the sliding-window layers' RoPE base and scale (their own
   double rope_scale_swa = 1;  // table when either differs)
-  // Whether the forward is the plain LLaMA one (the fused 8-bit decode
-  // products assume it).
-  bool plain() const { return !qkv_bias && !qk_norm && !post_norms && !gelu; }
 };
 
 struct LlamaLayer {
@@ -200,6 +197,8 @@ class Llama {
   tc_status product_gemm(const Matrix& w, const void* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
   tc_status add_rows(float* x, const float* y, int64_t n, int64_t period);
+  // out = GLU(gate, up) over n elements: SwiGLU, or GEGLU where the family has it.
+  tc_status glu(const float* gate, const float* up, float* out, int64_t n);
   void softcap_logits(float* logits, int64_t n) const;
   tc_status norm_product(const float* gamma, const Matrix& w, float* y);
   tc_status convert(const void* src, tc_dtype from, void* dst, tc_dtype to, int64_t n);

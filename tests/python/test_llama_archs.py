@@ -15,7 +15,7 @@ import pytest
 
 import tensorcore as tc
 import llama_reference
-from conftest import DEVICES
+from conftest import DEVICES, HAVE_CUDA, run_python
 from tensorcore.llama import Llama
 from tensorcore.llama._quant import dequantize, quantize_q8_0
 
@@ -219,6 +219,61 @@ def test_device_path_on_cpu(tmp_path, cpu_device_path, arch, kv_type):
         out = np.concatenate([m.eval(tokens[:36]), m.eval(tokens[36:37])])
         err = np.abs(out - ref[:37]).max() / np.abs(ref[:37]).max()
         assert np.isfinite(out).all() and err < 5e-2, err
+
+
+STEPS_8BIT = r"""
+import numpy as np, tensorcore as tc
+from tensorcore.llama import Llama
+prompts, steps = %(prompts)r, %(steps)r
+with tc.Context(%(device)r) as ctx:
+    with Llama(%(path)r, ctx=ctx, n_ctx=32, activations="f16", kv_type="f32", max_sequences=3) as m:
+        for s, p in enumerate(prompts):
+            m.eval(p, seq=s)
+        batch = np.stack([m.decode_batch([1, 2, 0], [st[1], st[2], st[0]]) for st in steps])  # [step][row][V]
+    alone = []
+    with Llama(%(path)r, ctx=ctx, n_ctx=32, activations="f16", kv_type="f32") as one:
+        for s, p in enumerate(prompts):
+            one.reset()
+            one.eval(p)
+            alone.append(np.concatenate([one.eval([st[s]]) for st in steps]))
+np.save(%(out)r, np.stack([batch[:, [2, 0, 1]].transpose(1, 0, 2), np.stack(alone)]))  # [batch|alone][seq][step][V]
+"""
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("where", ["cpu-device-path",
+                                   pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
+                                                                                 reason="no usable CUDA device"))])
+def test_8bit_steps_of_every_family(tmp_path, arch, where):
+    """f16 activations on a device: every family's one-token steps and batch
+    steps take the 8-bit products (gemv_q8), with its biases, Q/K norms,
+    post-branch norms and GEGLU between them. Within the 8-bit contract's
+    few 1e-2 of the reference; not the numbers of the same steps with the
+    8-bit products off (TC_LLAMA_Q8=0, read once a process), so they ran;
+    and a batch step's row is its sequence's own one-token step up to f32
+    rounding (a batch step runs the parts of the fused [q; k; v] and
+    [gate; up] matrices as products of their own where the family has
+    per-part work or GEGLU)."""
+    rng = np.random.default_rng(zlib.crc32(("8bit" + arch).encode()))
+    path = tmp_path / "m.gguf"
+    w = write_model(path, arch, make_weights(rng, arch), fmt="q8_0")
+    prompts = [[int(t) for t in rng.integers(0, V, n)] for n in (7, 2, 4)]
+    steps = [[int(t) for t in rng.integers(0, V, 3)] for _ in range(3)]
+    env = {"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}
+    runs = {}
+    for q8 in ("1", "0"):
+        out = str(tmp_path / ("logits%s.npy" % q8))
+        r = run_python(STEPS_8BIT % {"prompts": prompts, "steps": steps, "device": "cuda" if where == "cuda" else "cpu",
+                                     "path": str(path), "out": out}, env=dict(env, TC_LLAMA_Q8=q8))
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[q8] = np.load(out)
+    ref = np.stack([reference(arch, w, np.asarray(p + [st[s] for st in steps]))[-3:] for s, p in enumerate(prompts)])
+    scale = np.abs(ref).max()
+    for q8, (batch, alone) in runs.items():
+        assert np.isfinite(batch).all() and np.isfinite(alone).all()
+        assert np.abs(alone - ref).max() < 5e-2 * scale, "TC_LLAMA_Q8=%s alone against the reference" % q8
+        assert np.abs(batch - alone).max() <= 1e-5 * np.abs(alone).max(), "TC_LLAMA_Q8=%s: batch rows vs alone" % q8
+    assert np.abs(runs["1"][1] - runs["0"][1]).max() > 1e-4 * scale, "the 8-bit products did not run"
 
 
 @pytest.fixture

@@ -66,8 +66,8 @@ TC_CONFIG(kLlamaDevicePath, "TC_LLAMA_DEVICE_PATH", Bool, "off", "", PerCall,
           "run the forward through device buffers even on a host-accessible backend (tests the CUDA path on the CPU)")
 TC_CONFIG(kLlamaSplit, "TC_LLAMA_SPLIT", Bool, "on", "", Once,
           "a GPU LLaMA model with f16 activations keeps a second, 16-byte-aligned copy of its Q4_0 / Q8_0 / "
-          "Q6_K matrices for the decode products (off saves their size; Q4_0 decode ~10% slower, and a file "
-          "with Q6_K matrices takes the f16 products)")
+          "Q6_K matrices (Q5_0 ones as Q8_0) for the decode products (off saves their size; Q4_0 decode ~10% "
+          "slower, and a file with Q6_K or Q5_0 matrices takes the f16 products)")
 TC_CONFIG(kLlamaRows8, "TC_LLAMA_ROWS8", Bool, "on", "", Once,
           "a CPU LLaMA model with f16 / bf16 activations on an AVX512-VNNI processor keeps a second copy of its "
           "Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K matrices with their rows interleaved by eight for "

@@ -113,7 +113,7 @@ tc_status check_decode_attention(const DecodeAttentionArgs& a) {
 tc_status check_repack_q8(const RepackQ8Args& a) {
   using namespace quant;
   if (!q8_split_format(a.fmt))
-    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0, Q8_0 or Q6_K weights", a.info.name);
+    return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 takes Q4_0, Q5_0, Q8_0 or Q6_K weights", a.info.name);
   if (a.K % q8_block_elems(a.fmt) != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: repack_q8 of %s weights needs K a multiple of %lld, not %lld", a.info.name,
                 format_info(a.fmt)->name, (long long)q8_block_elems(a.fmt), (long long)a.K);

@@ -10,7 +10,8 @@
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
 //   with f16 X (xh): quantize_q8 only normalises and rounds to f16, and
 //                gemv_q8 is the exact product with the dequantised weights
-//   repack_q8:   GGUF blocks into the split layout (quants and scales apart)
+//   repack_q8:   GGUF blocks into the split layout (quants and scales apart;
+//                Q5_0 into Q8_0's, its codes minus 16)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -279,6 +280,23 @@ tc_status repack_q8(const RepackQ8Args& a) {
   const int64_t blocks = a.N * (a.K / quant::q8_block_elems(a.fmt)), qb = quant::split_quant_bytes(a.fmt);
   const auto* w = static_cast<const uint8_t*>(a.w);
   auto* qs = static_cast<uint8_t*>(a.qs);
+  if (a.fmt == quant::Q5_0) {  // Q8_0's split layout: code i = (nibble | fifth bit << 4) - 16, the same d
+    const auto* q5 = static_cast<const quant::BlockQ5_0*>(a.w);
+    parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const quant::BlockQ5_0& blk = q5[b];
+        uint32_t qh;
+        std::memcpy(&qh, blk.qh, 4);
+        int8_t* out = reinterpret_cast<int8_t*>(qs + b * qb);
+        for (int i = 0; i < 16; ++i) {
+          out[i] = int8_t(int((blk.qs[i] & 15u) | ((qh >> i) & 1u) << 4) - 16);
+          out[i + 16] = int8_t(int((blk.qs[i] >> 4) | ((qh >> (i + 16)) & 1u) << 4) - 16);
+        }
+        a.d[b] = blk.d;
+      }
+    });
+    return TC_OK;
+  }
   // Q4_0 / Q8_0 blocks start with d, Q6_K's end with it.
   const int64_t d_at = a.fmt == quant::Q6_K ? qb : 0, q_at = a.fmt == quant::Q6_K ? 0 : 2;
   parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {

@@ -596,6 +596,33 @@ __global__ void repack_q8_kernel(const uint16_t* __restrict__ w, int64_t blocks,
   }
 }
 
+// Q5_0 block b (11 2-byte words: d, qh, 16 bytes of nibbles) to Q8_0's
+// split layout, exact: code i = (nibble i | bit i of qh << 4) - 16, d kept.
+// Nibble i is the low half of byte i (i < 16) or the high half of byte i - 16.
+__global__ void repack_q5_0_kernel(const uint16_t* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
+                                   uint16_t* __restrict__ d) {
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
+    const uint16_t* src = w + b * 11;
+    d[b] = src[0];
+    const uint32_t qh = uint32_t(src[1]) | uint32_t(src[2]) << 16;
+    uint32_t nib[4];  // the 16 bytes of nibbles as words
+#pragma unroll
+    for (int j = 0; j < 4; ++j) nib[j] = uint32_t(src[3 + 2 * j]) | uint32_t(src[4 + 2 * j]) << 16;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // output word j: codes 4j .. 4j + 3
+      uint32_t word = 0;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int i = 4 * j + t, byte = i & 15;
+        const uint32_t n = (nib[byte >> 2] >> (8 * (byte & 3) + (i < 16 ? 0 : 4))) & 15u;
+        const uint32_t code = uint32_t(int((n | ((qh >> i) & 1u) << 4)) - 16) & 0xFFu;
+        word |= code << (8 * t);
+      }
+      qs[b * 8 + j] = word;
+    }
+  }
+}
+
 // CTA (c, m) quantises blocks 8c .. 8c + 7 of row m of X, one per warp
 // (q8act::quantize_block: the CPU's operations); when normalising, every CTA
 // first sums the squares of the whole row (f64, the same fixed order in
@@ -718,6 +745,10 @@ tc_status repack_q8(Device&, StreamState* s, const RepackQ8Args& a) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   uint32_t* qs = static_cast<uint32_t*>(a.qs);
   s->last_kernel = "repack_q8";
+  if (a.fmt == quant::Q5_0) {
+    repack_q5_0_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
+    return check(cudaGetLastError(), "repack_q8: launch");
+  }
   const int halves = int(quant::split_quant_bytes(a.fmt) / 2 + 1);
   repack_q8_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, halves, quant::q8_split_only(a.fmt), qs, a.d);
   return check(cudaGetLastError(), "repack_q8: launch");

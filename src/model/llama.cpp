@@ -287,8 +287,9 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // (gemv_q8's x), which a GPU does inside the product where its streaming
 // kernel takes the weights (Q4_0, Q8_0; K <= 4096): two quantize_q8
 // launches a layer fewer on a 7B. Needs every
-// matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; Q6_K only with
-// its split copy); TC_LLAMA_Q8=0 turns it off (read once).
+// matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) or Q5_0, whose
+// split copy is Q8_0's (Q6_K and Q5_0 only with their split copies);
+// TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
   if (host_ || act_ != TC_DTYPE_F16) return false;
   if (q8_state_ < 0) {
@@ -296,7 +297,8 @@ bool Llama::q8_decode() {
     static const bool split_off = !config::on(config::Key::kLlamaSplit);
     bool all = !off;
     for (const Matrix* m : q8_matrices())
-      all = all && m->data && quant::q8_product_format(m->fmt) && m->K % quant::q8_block_elems(m->fmt) == 0 &&
+      all = all && m->data && quant::q8_product_format(quant::q8_split_product(m->fmt)) &&
+            m->K % quant::q8_block_elems(m->fmt) == 0 &&
             reinterpret_cast<uintptr_t>(m->data) % 16 == 0 && (!quant::q8_split_only(m->fmt) || !split_off);
     q8_state_ = all ? 1 : 0;
   }
@@ -329,7 +331,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
   }
   GemvQ8Args a;
   a.info.name = "llama.gemv_q8";
-  a.fmt = w.fmt;
+  a.fmt = w.split_qs ? quant::q8_split_product(w.fmt) : w.fmt;  // Q5_0's split copy is Q8_0's
   a.M = M, a.N = w.N, a.K = w.K;
   a.w = w.split_qs ? w.split_qs : w.data;
   a.wd = w.split_d;

@@ -441,9 +441,11 @@ tc_status Llama::place_weights() {
 // staging GGUF's 18-, 34- or 210-byte blocks. A second copy of those
 // matrices (about their size again), made once on the device from the
 // first, which the prefill's products and f32 activations keep reading.
-// Q4_K and Q5_K blocks are aligned already and are read in place.
-// TC_LLAMA_SPLIT=0 (read once) keeps one copy (Q6_K then has no 8-bit
-// product).
+// Q4_K and Q5_K blocks are aligned already and are read in place. A Q5_0
+// matrix's copy is Q8_0's split layout (its codes minus 16, exact: 34 bytes
+// a block against 22), which the Q8_0 products read.
+// TC_LLAMA_SPLIT=0 (read once) keeps one copy (Q6_K and Q5_0 then have no
+// 8-bit product).
 tc_status Llama::split_weights() {
   static const bool off = !config::on(config::Key::kLlamaSplit);
   if (off || split_made_) return TC_OK;  // off, or made already

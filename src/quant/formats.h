@@ -160,19 +160,27 @@ constexpr FormatInfo kFormats[kNumFormats] = {
 // block's quants 16-byte aligned, its f16 scale d apart). Q4_K and Q5_K
 // blocks (144 and 176 bytes) are 16-byte multiples already and have none;
 // Q6_K's 210-byte blocks do not align in GGUF's layout, so its products
-// need the split one.
+// need the split one. Q5_0's split copy is Q8_0's (its codes q - 16 are
+// int8 values with the same d: exact), so Q5_0 matrices take the Q8_0
+// products on it.
 constexpr bool q8_product_format(int32_t format) {
   return format == Q4_0 || format == Q8_0 || format == Q4_K || format == Q5_K || format == Q6_K;
 }
-constexpr bool q8_split_format(int32_t format) { return format == Q4_0 || format == Q8_0 || format == Q6_K; }
+constexpr bool q8_split_format(int32_t format) {
+  return format == Q4_0 || format == Q8_0 || format == Q6_K || format == Q5_0;
+}
+// The format of a split copy made from `format` (what its products compute).
+constexpr int32_t q8_split_product(int32_t format) { return format == Q5_0 ? Q8_0 : format; }
 // The formats whose 8-bit products read the split layout only.
-constexpr bool q8_split_only(int32_t format) { return format == Q6_K; }
-// Weights per block of a q8 product format.
-constexpr int64_t q8_block_elems(int32_t format) { return format == Q4_0 || format == Q8_0 ? 32 : QK_K; }
+constexpr bool q8_split_only(int32_t format) { return format == Q6_K || format == Q5_0; }
+// Weights per block of a q8 product format (or one with a split copy).
+constexpr int64_t q8_block_elems(int32_t format) {
+  return format == Q4_0 || format == Q8_0 || format == Q5_0 ? 32 : QK_K;
+}
 // Bytes of one block's quants in the split layout: the block without d
-// (Q6_K: ql, qh and the scales, in GGUF's order).
+// (Q6_K: ql, qh and the scales, in GGUF's order; Q5_0: Q8_0's 32 codes).
 constexpr int64_t split_quant_bytes(int32_t format) {
-  return format == Q8_0 ? QK8_0 : format == Q6_K ? QK_K / 2 + QK_K / 4 + QK_K / 16 : QK4_0 / 2;
+  return format == Q8_0 || format == Q5_0 ? QK8_0 : format == Q6_K ? QK_K / 2 + QK_K / 4 + QK_K / 16 : QK4_0 / 2;
 }
 
 // Null for ids outside TC_QUANT_*. Host only: the tables live in host memory.

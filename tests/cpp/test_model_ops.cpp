@@ -1199,6 +1199,79 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   EXPECT_EQ(dev.be().repack_q8(bad_repack, nullptr), TC_ERR_UNSUPPORTED);
 }
 
+// repack_q8 of Q5_0 writes Q8_0's split layout (each code minus 16 as an
+// int8, d kept bit for bit): every weight d q equal to the block's in
+// float64 (weight_term decodes GGUF's bits on its own), every block
+// written over poisoned outputs; the Q8_0 product on the copy against the
+// float64 formula on the Q5_0 weights and the device's 8-bit X. Q4_1 and
+// Q5_1 (no exact 8-bit copy: their mins) and a K off whole blocks are
+// refused with the outputs untouched.
+TEST_P(ModelOps, RepackQ8FiveBitAsEightBit) {
+  Dev dev(GetParam());
+  using tc::quant::Q5_0, tc::quant::Q8_0;
+  for (const int64_t K : {int64_t(64), int64_t(640), int64_t(4096)}) {
+    SCOPED_TRACE("K " + std::to_string(K));
+    const int64_t N = 40, nb = K / 32, blocks = N * nb;
+    const std::vector<uint8_t> w = random_rows(Q5_0, N, K);
+    tc::RepackQ8Args ra;
+    ra.info.name = "test.repack_q8";
+    ra.fmt = Q5_0, ra.N = N, ra.K = K;
+    ra.w = dev.put(w);
+    uint8_t* qs_dev = dev.put(std::vector<uint8_t>(size_t(blocks * 32), 0xA5));
+    ra.qs = qs_dev;
+    ra.d = dev.put(std::vector<uint16_t>(size_t(blocks), 0xA5A5));
+    ASSERT_EQ(dev.be().repack_q8(ra, nullptr), TC_OK);
+    const auto qs = dev.get(qs_dev, size_t(blocks * 32));
+    const auto ds = dev.get(ra.d, size_t(blocks));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t b = n * nb + k / 32;
+        const WeightTerm t = weight_term(Q5_0, w.data() + n * nb * 22, k);
+        ASSERT_EQ(std::memcmp(&ds[size_t(b)], w.data() + b * 22, 2), 0) << "scale of block " << b;
+        ASSERT_EQ(double(tc::f16_to_f32(ds[size_t(b)])) * int8_t(qs[size_t(b * 32 + k % 32)]), t.aq)
+            << "row " << n << ", weight " << k;
+      }
+    tc::QuantizeQ8Args qa;
+    qa.info.name = "test.quantize_q8";
+    qa.M = 1, qa.K = K;
+    qa.x = dev.put(randn(size_t(K)));
+    qa.xq = dev.put(std::vector<int8_t>(size_t(K), int8_t(-77)));
+    qa.xd = dev.put(std::vector<float>(size_t(2 * nb), NAN));
+    ASSERT_EQ(dev.be().quantize_q8(qa, nullptr), TC_OK);
+    const auto xq = dev.get(qa.xq, size_t(K));
+    const auto xd = dev.get(qa.xd, size_t(2 * nb));
+    tc::GemvQ8Args ga;
+    ga.info.name = "test.gemv_q8";
+    ga.fmt = Q8_0, ga.M = 1, ga.N = N, ga.K = K;
+    ga.w = qs_dev, ga.wd = ra.d;
+    ga.xq = qa.xq, ga.xd = qa.xd;
+    ga.y = dev.put(std::vector<float>(size_t(N + 1), NAN));
+    ASSERT_EQ(dev.be().gemv_q8(ga, nullptr), TC_OK);
+    const auto y = dev.get(ga.y, size_t(N + 1));
+    for (int64_t n = 0; n < N; ++n) {
+      double r = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double term = weight_term(Q5_0, w.data() + n * nb * 22, k).aq * xd[size_t(2 * (k / 32))] * xq[size_t(k)];
+        r += term, mag += std::fabs(term);
+      }
+      ASSERT_NEAR(y[size_t(n)], r, 2e-5 * (mag + 1e-3)) << "output " << n;
+    }
+    EXPECT_TRUE(std::isnan(y[size_t(N)])) << "written past Y";
+  }
+  uint8_t* qs_dev = dev.put(std::vector<uint8_t>(64, 0xA5));
+  for (const auto& [fmt, K] : {std::pair<int32_t, int64_t>{tc::quant::Q4_1, 64}, {tc::quant::Q5_1, 64}, {Q5_0, 48}}) {
+    tc::RepackQ8Args bad;
+    bad.info.name = "test.repack_q8_bad";
+    bad.fmt = fmt, bad.N = 1, bad.K = K;
+    bad.w = dev.put(std::vector<uint8_t>(64, 1));
+    bad.qs = qs_dev;
+    bad.d = dev.put(std::vector<uint16_t>(2, 0xA5A5));
+    EXPECT_EQ(dev.be().repack_q8(bad, nullptr), TC_ERR_UNSUPPORTED) << tc::quant::format_info(fmt)->name;
+    EXPECT_EQ(dev.get(qs_dev, 64), std::vector<uint8_t>(64, 0xA5));
+    EXPECT_EQ(dev.get(bad.d, 2), std::vector<uint16_t>(2, 0xA5A5));
+  }
+}
+
 // gemv_q8 with rope (one token's [q | k | v] row rotated and appended, the
 // decode step's layer start): bit for bit the product into y followed by
 // rope_kv_append on y, which the tests above hold against float64. Q4_0 in

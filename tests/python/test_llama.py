@@ -255,6 +255,38 @@ def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
+@pytest.mark.parametrize("where", ["cpu-device-path",
+                                   pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
+                                                                                 reason="no usable CUDA device"))])
+def test_q5_0_steps_take_the_8bit_products_on_a_q8_0_copy(tmp_path, where):
+    """Q5_0 matrices on a device with f16 activations: their second copy is
+    Q8_0's split layout (each code minus 16, the same d: exact), so the
+    one-token steps take the 8-bit products. Within the 8-bit contract of
+    the reference; not the numbers of the steps with the 8-bit products off
+    (TC_LLAMA_Q8=0: they ran); and without the copy (TC_LLAMA_SPLIT=0) Q5_0
+    has no 8-bit product, so the steps are those of TC_LLAMA_Q8=0."""
+    rng = np.random.default_rng(63)
+    path = tmp_path / "m.gguf"
+    w = write_model(path, make_weights(rng), "q5_0")
+    tokens = [int(t) for t in rng.integers(0, V, 12)]
+    ref = reference(w, np.array(tokens))
+    env = {"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}
+    device = "cpu" if where == "cpu-device-path" else "cuda"
+    outs = {}
+    for tag, switch in (("q8", {}), ("off", {"TC_LLAMA_Q8": "0"}), ("no-copy", {"TC_LLAMA_SPLIT": "0"})):
+        out = str(tmp_path / ("logits-%s.npy" % tag))
+        r = run_python(SPLIT_SCRIPT % {"tokens": tokens, "device": device, "path": str(path), "out": out},
+                       env=dict(env, **switch))
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs[tag] = np.load(out)
+    scale = np.abs(ref).max()
+    for tag, out in outs.items():
+        assert np.isfinite(out).all() and np.abs(out - ref).max() < 5e-2 * scale, tag
+    np.testing.assert_array_equal(outs["q8"][:8], outs["off"][:8])  # the prefill takes the same products
+    assert np.abs(outs["q8"][8:] - outs["off"][8:]).max() > 1e-4 * scale, "the 8-bit products did not run"
+    np.testing.assert_array_equal(outs["no-copy"], outs["off"])
+
+
 @pytest.mark.parametrize("switch,where", [
     ("TC_LLAMA_SPLIT", "cpu-device-path"),
     pytest.param("TC_LLAMA_ROWS8", "cpu", marks=NEEDS_ROWS8)])

@@ -111,16 +111,20 @@ def mix_type(mix, name, layer, n_layer):
     return {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}[mix]
 
 
-def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100, mix="q4_0"):
+def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0", seed=1100, mix="q4_0",
+                arch="llama", D=None):
     """Writes a random LLaMA-shaped model of the given shape (default: this
     bench's 1.1B) through tensorcore's own GGUF writer, every matrix Q4_0
-    or (mix="q4_k_m", "q5_k_m") the Q4_K_M / Q5_K_M mix (mix_type)."""
+    or (mix="q4_k_m", "q5_k_m") the Q4_K_M / Q5_K_M mix (mix_type).
+    arch "qwen2" adds Qwen2's q / k / v biases; "gemma3" Gemma 3's head size
+    D, Q/K norms, post-branch norms, GEGLU, tied output and sliding windows
+    (every sixth layer global); both take NEOX RoPE from the architecture."""
     import tensorcore as tc
     from tensorcore.llama._default import vocabulary
-    D = E // H
+    D = D or E // H
     rng = np.random.default_rng(seed)
     w = tc.GgufWriter()
-    w.add_string("general.architecture", "llama")
+    w.add_string("general.architecture", arch)
     w.add_string("general.name", name)
     toks, scores, types = vocabulary()
     for i in range(V - len(toks)):  # filler pieces, never preferred by the tokenizer
@@ -134,34 +138,48 @@ def write_model(path, E=E, L=L, H=H, HKV=HKV, F=F, V=V, name="random-1.1b-q4_0",
     w.add_uint32("tokenizer.ggml.bos_token_id", 1)
     w.add_uint32("tokenizer.ggml.eos_token_id", 2)
     w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-    for key, v in [("context_length", 2048), ("embedding_length", E), ("block_count", L),
-                   ("feed_forward_length", F), ("attention.head_count", H), ("attention.head_count_kv", HKV),
-                   ("rope.dimension_count", D), ("vocab_size", V)]:
-        w.add_uint32("llama." + key, v)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_float32("llama.rope.freq_base", 10000.0)
+    keys = [("context_length", 8192 if arch != "llama" else 2048), ("embedding_length", E), ("block_count", L),
+            ("feed_forward_length", F), ("attention.head_count", H), ("attention.head_count_kv", HKV),
+            ("rope.dimension_count", D), ("vocab_size", V)]
+    if D != E // H:
+        keys += [("attention.key_length", D), ("attention.value_length", D)]
+    if arch == "gemma3":
+        keys += [("attention.sliding_window", 1024)]
+    for key, v in keys:
+        w.add_uint32(arch + "." + key, v)
+    w.add_float32(arch + ".attention.layer_norm_rms_epsilon", 1e-6 if arch == "gemma3" else 1e-5)
+    w.add_float32(arch + ".rope.freq_base", {"llama": 10000.0, "qwen2": 1e6, "gemma3": 1e6}[arch])
 
     def mat(name, n, k, layer=-1):
         t = mix_type(mix, name, layer, L)
         w.add_tensor(name, RANDOM_BLOCKS[t](rng, n, k), ggml_type=t, shape=(n, k))
 
-    def norm(name):
-        w.add_tensor(name, np.ones(E, np.float32))
+    def norm(name, n=E):
+        w.add_tensor(name, np.ones(n, np.float32))
+
+    def bias(name, n):
+        w.add_tensor(name, (0.02 * rng.standard_normal(n)).astype(np.float32))
 
     mat("token_embd.weight", V, E)
     for i in range(L):
         p = "blk.%d." % i
         norm(p + "attn_norm.weight")
-        mat(p + "attn_q.weight", E, E, i)
+        mat(p + "attn_q.weight", H * D, E, i)
         mat(p + "attn_k.weight", HKV * D, E, i)
         mat(p + "attn_v.weight", HKV * D, E, i)
-        mat(p + "attn_output.weight", E, E, i)
+        if arch == "qwen2":
+            bias(p + "attn_q.bias", H * D), bias(p + "attn_k.bias", HKV * D), bias(p + "attn_v.bias", HKV * D)
+        if arch == "gemma3":
+            norm(p + "attn_q_norm.weight", D), norm(p + "attn_k_norm.weight", D)
+            norm(p + "post_attention_norm.weight"), norm(p + "post_ffw_norm.weight")
+        mat(p + "attn_output.weight", E, H * D, i)
         norm(p + "ffn_norm.weight")
         mat(p + "ffn_gate.weight", F, E, i)
         mat(p + "ffn_up.weight", F, E, i)
         mat(p + "ffn_down.weight", E, F, i)
     norm("output_norm.weight")
-    mat("output.weight", V, E)
+    if arch != "gemma3":  # Gemma ties its output to token_embd
+        mat("output.weight", V, E)
     tmp = str(path) + ".tmp"
     w.write(tmp)
     w.close()

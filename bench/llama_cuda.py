@@ -2,7 +2,8 @@
 
 Shape (LLaMA-7B's): n_embd 4096, 32 layers, 32 heads, 32 kv heads, n_ff
 11008, vocabulary 32000 (--shape 8b: Llama-3-8B's, 8 kv heads, n_ff 14336,
-vocabulary 128256), every matrix Q4_0 (token_embd and output too; --mix
+vocabulary 128256; qwen2-7b and gemma3-4b: those families' 7B and 4B
+shapes, bench/llama_cpu.py's write_model), every matrix Q4_0 (token_embd and output too; --mix
 q4_k_m / q5_k_m: llama-quantize's mix of Q4_K / Q5_K and Q6_K instead), norms
 F32. The file (~3.8 GB) is written once through tensorcore's own GGUF writer
 (bench/llama_cpu.py's writer: random nibbles, f16 scales of an initialised
@@ -47,8 +48,10 @@ import numpy as np  # noqa: E402
 import tensorcore as tc  # noqa: E402
 from llama_cpu import MIXES, describe, time_prefill_decode, write_model  # noqa: E402
 
-# n_embd, layers, heads, kv heads, n_ff, vocabulary of each --shape.
-SHAPES = {"7b": (4096, 32, 32, 32, 11008, 32000), "8b": (4096, 32, 32, 8, 14336, 128256)}
+# n_embd, layers, heads, kv heads, n_ff, vocabulary, architecture, head size of each --shape.
+SHAPES = {"7b": (4096, 32, 32, 32, 11008, 32000, "llama", 128), "8b": (4096, 32, 32, 8, 14336, 128256, "llama", 128),
+          "qwen2-7b": (3584, 28, 28, 4, 18944, 152064, "qwen2", 128),
+          "gemma3-4b": (2560, 34, 8, 4, 10240, 262144, "gemma3", 256)}
 TARGET_DECODE, TARGET_PREFILL = 720.0, 11400.0
 
 
@@ -162,7 +165,9 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--model", help="GGUF file to use instead of the random model")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="7b",
-                    help="the random model's shape: LLaMA-7B's, or Llama-3-8B's (GQA: 8 kv heads)")
+                    help="the random model's shape: LLaMA-7B's, Llama-3-8B's (GQA: 8 kv heads), Qwen2.5-7B's "
+                         "(q / k / v biases) or Gemma 3 4B's (Q/K and post-branch norms, GEGLU, 256-dim heads, "
+                         "sliding windows)")
     ap.add_argument("--activations", choices=["f32", "f16", "both"], default="both")
     ap.add_argument("--kv-type", dest="kv_type", choices=["f16", "f32", "q8_0"], default="f16",
                     help="KV cache type, ours and llama.cpp's (-ctk / -ctv)")
@@ -180,8 +185,9 @@ def main():
                                       "tensorcore-random-%s-q4_0%s.gguf" % (args.shape, suffix))
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        E, L, H, HKV, F, V = SHAPES[args.shape]
-        write_model(path, E, L, H, HKV, F, V, name="random-%s-%s" % (args.shape, args.mix), seed=7000, mix=args.mix)
+        E, L, H, HKV, F, V, arch, D = SHAPES[args.shape]
+        write_model(path, E, L, H, HKV, F, V, name="random-%s-%s" % (args.shape, args.mix), seed=7000, mix=args.mix,
+                    arch=arch, D=D)
         print("wrote %s (%.2f GB) in %.1f s" % (path, os.path.getsize(path) / 1e9, time.perf_counter() - t0))
     modes = ["f16", "f32"] if args.activations == "both" else [args.activations]
     if args.profile:

@@ -461,16 +461,18 @@ inline int64_t decode_attention_splits(int64_t C) {
 //     (sum of squares in f64) when gamma is set; then per block of 32:
 //     dx = max|v| / 127, xq = round-to-nearest-even(v / dx), sx = dx sum(xq)
 //   gemv_q8: r[n] = sum_b d_b(W[n]) (dx_b dot(q_b, xq_b) + c_b sx_b), the
-//     block's integer dot product exact (c = -8 for Q4_0, 0 for Q8_0), then
+//     block's integer dot product exact (c = -8 for Q4_0, 0 for Q8_0; Q4_1
+//     and Q5_1, w = d q + m: d_b dx_b dot(q_b, xq_b) + m_b sx_b), then
 //       kStore: y[n] = r[n]     kAdd: y[n] += r[n]
 //       kSwiglu: y[n] = silu(r[n]) r[n + N/2] for n < N/2 (W's rows [gate; up])
 // The K-quants as the CPU's VNNI path computes them, per sub-block j of
 // 32 (Q4_K / Q5_K) or group g of 16 (Q6_K) inside X's block b:
 //     d sc_j dx_b dot(q, xq) - dmin m_j sx_b     (Q4_K, Q5_K; q unsigned)
 //     d sc_g dx_b dot(q - 32, xq)                (Q6_K)
-// Q4_0, Q8_0 (K a multiple of 32), Q4_K, Q5_K and Q6_K (K a multiple of
-// 256); other formats answer TC_ERR_UNSUPPORTED before anything is enqueued
-// (check_gemv_q8).
+// Q4_0, Q4_1, Q5_1, Q8_0 (K a multiple of 32), Q4_K, Q5_K and Q6_K (K a
+// multiple of 256); other formats answer TC_ERR_UNSUPPORTED before anything
+// is enqueued (check_gemv_q8). Q5_0 has no product of its own: repack_q8
+// writes its blocks as Q8_0's split layout (each code minus 16), exactly.
 //
 // W comes in GGUF's layout (Q4_0 / Q8_0 blocks are 18 or 34 bytes, only
 // 2-byte aligned) or in the split layout repack_q8 writes, the same numbers
@@ -479,13 +481,14 @@ inline int64_t decode_attention_splits(int64_t C) {
 //   qs [N][K/B][QB], d [N][K/B] (f16 bits)
 // with B = 32, QB = 16 (Q4_0) or 32 (Q8_0); B = 256, QB = 208 (Q6_K: ql,
 // qh and the scales). Q4_K and Q5_K come in GGUF's layout only (their
-// blocks are 16-byte multiples); Q6_K in the split layout only.
+// blocks are 16-byte multiples), Q4_1 and Q5_1 too (4-byte multiples);
+// Q6_K in the split layout only.
 // With xh, X stays in f16 (quantize_q8 only normalises and rounds it) and
 // gemv_q8 is the exact product of the GEMM path, W dequantised to f16
 // (K-quants: d sc and dmin m rounded to f16 first) times X, f32 sums:
 // cheaper than the 8-bit epilogue per block once there are a few dozen
-// rows; a GPU takes it for K a multiple of 256 only (else
-// TC_ERR_UNSUPPORTED), on the tensor cores.
+// rows; a GPU takes it for K a multiple of 256 and the formats of
+// quant::q8_f16x_format only (else TC_ERR_UNSUPPORTED), on the tensor cores.
 // M rows of X (several tokens: a batch of sequences) are M rows of each
 // operand, every row its own norm and its own blocks; a GPU loads each
 // weight once for up to 8 rows (4 for the K-quants), and from

@@ -49,7 +49,7 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
   using namespace quant;
   if (a.M < 1) return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 needs M >= 1, not %lld", a.info.name, (long long)a.M);
   if (!q8_product_format(a.fmt))
-    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0, Q8_0, Q4_K, Q5_K or Q6_K weights", a.info.name);
+    return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 takes Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights", a.info.name);
   if (a.K % q8_block_elems(a.fmt) != 0)
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 of %s weights needs K a multiple of %lld, not %lld", a.info.name,
                 format_info(a.fmt)->name, (long long)q8_block_elems(a.fmt), (long long)a.K);

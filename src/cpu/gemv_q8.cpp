@@ -5,7 +5,8 @@
 //
 //   quantize_q8: v = x or rmsnorm(x) * gamma (f64 sum of squares), then per
 //     block of 32: dx = max|v| / 127, xq = rne(v * (1 / dx)), sx = dx sum(xq)
-//   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0),
+//   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0;
+//                Q4_1 / Q5_1: d_b dx_b sum_i q_i xq_i + m_b sx_b),
 //                the K-quants per sub-block as core/backend.h writes them,
 //                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
 //   with f16 X (xh): quantize_q8 only normalises and rounds to f16, and
@@ -181,10 +182,41 @@ float row_q6_k(const GemvQ8Args& a, int64_t n) {
   return r;
 }
 
+// Row n's r for Q4_1 / Q5_1 (GGUF layout; w = d q + m, q the 4- or 5-bit
+// code): per block d dx dot(q, xq) + m sx.
+float row_q_1(const GemvQ8Args& a, int64_t n) {
+  const int64_t nb = a.K / 32;
+  const bool five = a.fmt == quant::Q5_1;
+  float r = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* xq = a.xq + b * 32;
+    const float dx = a.xd[2 * b], sx = a.xd[2 * b + 1];
+    uint16_t d, m;
+    const uint8_t* qs;
+    uint32_t qh = 0;
+    if (five) {
+      const auto& blk = static_cast<const quant::BlockQ5_1*>(a.w)[n * nb + b];
+      d = blk.d, m = blk.m, qs = blk.qs;
+      std::memcpy(&qh, blk.qh, 4);
+    } else {
+      const auto& blk = static_cast<const quant::BlockQ4_1*>(a.w)[n * nb + b];
+      d = blk.d, m = blk.m, qs = blk.qs;
+    }
+    int s = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (qs[i] & 15) | int((qh >> i) & 1u) << 4, hi = (qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4;
+      s += lo * xq[i] + hi * xq[16 + i];
+    }
+    r += f16_to_f32(d) * (dx * float(s)) + f16_to_f32(m) * sx;
+  }
+  return r;
+}
+
 float row_q8(const GemvQ8Args& a, int64_t n) {
   switch (a.fmt) {
     case quant::Q4_K: case quant::Q5_K: return row_q45_k(a, n);
     case quant::Q6_K: return row_q6_k(a, n);
+    case quant::Q4_1: case quant::Q5_1: return row_q_1(a, n);
     default: return row_q8_0(a, n);
   }
 }

@@ -23,6 +23,10 @@
 // (split Q4_0 / Q8_0 / Q6_K rows and Q4_K / Q5_K superblocks take
 // gemv_q8_stream.cu's kernel, or for split Q4_0 / Q8_0 with K > 4096 and X
 // given in 8 bits gemv_q8_xreg.cu's, when the call fits them).
+// Q4_1 / Q5_1 (w = d q + m: d dx dot(q, xq) + m sx a block) take this
+// kernel with one row of X too where the streaming one does not fit them
+// (K not whole superblocks), and their 20- / 24-byte blocks are 4-byte
+// aligned words in the staged segment.
 // GGUF blocks are 18 (Q4_0) or 34 (Q8_0) bytes, only 2-byte aligned, so a
 // warp copies a segment of its row
 // (128 or 64 blocks, ~2.2 KB) from global memory with 16-byte loads (all
@@ -100,6 +104,7 @@ __device__ __forceinline__ float block_scale(uint32_t w0, bool odd) { return f16
 // block's bytes after the scale, little-endian) and its scale d.
 struct Q4_0 {
   static constexpr int kBytes = 18, kSegBlocks = 128, kQuantWords = 4;
+  static constexpr bool kMin = false;
   __device__ __forceinline__ static float dot_words(const uint32_t (&q)[kQuantWords], float d, const int8_t* xq,
                                                     float2 xd) {
     return q8act::q4_0_dot(q, d, __ldg(reinterpret_cast<const int4*>(xq)),
@@ -109,12 +114,32 @@ struct Q4_0 {
 
 struct Q8_0 {
   static constexpr int kBytes = 34, kSegBlocks = 64, kQuantWords = 8;
+  static constexpr bool kMin = false;
   __device__ __forceinline__ static float dot_words(const uint32_t (&q)[kQuantWords], float d, const int8_t* xq,
                                                     float2 xd) {
     return q8act::q8_0_dot(q, d, __ldg(reinterpret_cast<const int4*>(xq)),
                            __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
   }
 };
+
+// Q4_1 (20 bytes: d, m, 16 bytes of nibbles) and Q5_1 (24: d, m, the
+// fifth bits, the nibbles): 4-byte multiples, so in a row that starts
+// 4-byte aligned every block does, and its words are read as they are.
+template <int B, int S>
+struct Q_1 {
+  static constexpr int kBytes = B, kSegBlocks = S, kQuantWords = 4;
+  static constexpr bool kMin = true;
+  // The block at p (4-byte aligned).
+  __device__ __forceinline__ static float dot_block(const uint8_t* p, const int8_t* xq, float2 xd) {
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(p);
+    constexpr int at = B == 24 ? 2 : 1;  // the nibbles' first word
+    const uint32_t q[4] = {b[at], b[at + 1], b[at + 2], b[at + 3]};
+    return q8act::q4_1_dot(q, B == 24 ? b[1] : 0u, f16_bits(b[0] & 0xFFFFu), f16_bits(b[0] >> 16),
+                           __ldg(reinterpret_cast<const int4*>(xq)), __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
+  }
+};
+using Q4_1 = Q_1<20, 112>;  // segments of ~2.2 KB, as Q4_0's
+using Q5_1 = Q_1<24, 96>;
 
 // The rows of X a CTA takes (MT at most, `rows` of them valid): row m's
 // int8 values at xq + m K, its (dx, sx) at xd + m K / 32. Each weight is
@@ -138,14 +163,20 @@ __device__ __forceinline__ void warp_sum(float (&acc)[MT]) {
 // The block whose GGUF bytes are at p (shared memory), X's block b of each row.
 template <class F, int MT>
 __device__ __forceinline__ void gguf_dot(const uint8_t* p, const XRows& x, int64_t b, float (&acc)[MT]) {
-  uint32_t w[F::kQuantWords + 1], q[F::kQuantWords];
-  const bool odd = load_words(p, w);
+  if constexpr (F::kMin) {
 #pragma unroll
-  for (int i = 0; i < F::kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
-  const float d = block_scale(w[0], odd);
+    for (int m = 0; m < MT; ++m)
+      if (m < x.rows) acc[m] += F::dot_block(p, x.xq + m * x.K + b * 32, __ldg(x.xd + m * (x.K / 32) + b));
+  } else {
+    uint32_t w[F::kQuantWords + 1], q[F::kQuantWords];
+    const bool odd = load_words(p, w);
 #pragma unroll
-  for (int m = 0; m < MT; ++m)
-    if (m < x.rows) acc[m] += F::dot_words(q, d, x.xq + m * x.K + b * 32, __ldg(x.xd + m * (x.K / 32) + b));
+    for (int i = 0; i < F::kQuantWords; ++i) q[i] = data_word(w[i], w[i + 1], odd);
+    const float d = block_scale(w[0], odd);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      if (m < x.rows) acc[m] += F::dot_words(q, d, x.xq + m * x.K + b * 32, __ldg(x.xd + m * (x.K / 32) + b));
+  }
 }
 
 // Chunks of 16 bytes a lane copies per segment (a segment plus up to 15
@@ -578,7 +609,11 @@ cudaError_t launch_fmt(const GemvQ8Args& a, TY* y, cudaStream_t st) {
     case quant::Q6_K: return launch_rows_m<Q6_K, TY, kSuper>(a, y, st);
     case quant::Q4_0:
       return a.wd ? launch_rows_m<Q4_0, TY, kSplit>(a, y, st) : launch_rows_m<Q4_0, TY, kStaged>(a, y, st);
-    default: return a.wd ? launch_rows_m<Q8_0, TY, kSplit>(a, y, st) : launch_rows_m<Q8_0, TY, kStaged>(a, y, st);
+    case quant::Q4_1: return launch_rows_m<Q4_1, TY, kStaged>(a, y, st);
+    case quant::Q5_1: return launch_rows_m<Q5_1, TY, kStaged>(a, y, st);
+    case quant::Q8_0:
+      return a.wd ? launch_rows_m<Q8_0, TY, kSplit>(a, y, st) : launch_rows_m<Q8_0, TY, kStaged>(a, y, st);
+    default: return cudaErrorInvalidValue;  // check_gemv_q8 let no other format through
   }
 }
 

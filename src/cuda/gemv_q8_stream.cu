@@ -1,6 +1,6 @@
 // One-row 8-bit products (GemvQ8Args with M = 1) on Q4_0 / Q8_0 / Q6_K in
-// the split layout (wd set) or Q4_K / Q5_K superblocks in place, W
-// streamed through shared memory:
+// the split layout (wd set) or Q4_1 / Q5_1 blocks and Q4_K / Q5_K
+// superblocks in place, W streamed through shared memory:
 //
 //   y[n] = sum of W[n]'s blocks against X's (q8_block.cuh: a Q4_0 / Q8_0 block
 //          d_b (dx_b dot(q_b, xq_b) + c sx_b); a K-quant superblock quarter
@@ -152,6 +152,25 @@ struct Q8_0 {
     return q8act::q8_0_dot(w, f16_bits(d[u]), xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
   }
 };
+
+// GGUF's Q4_1 (QB = 20 bytes: d, m, 16 bytes of nibbles) or Q5_1 (24: d,
+// m, the fifth bits, the nibbles) blocks in place: 4-byte multiples, so
+// every block of a stage (16-byte aligned rows) is 4-byte aligned.
+template <int QB>
+struct Q_1 {
+  static constexpr int kBlock = 32, kQB = QB, kUnits = 1;
+  static constexpr bool kD = false;
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const int8_t* xq,
+                                                   const float2* xd) {
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(q + u * QB);
+    constexpr int at = QB == 24 ? 2 : 1;  // the nibbles' first word
+    const uint32_t w[4] = {b[at], b[at + 1], b[at + 2], b[at + 3]};
+    return q8act::q4_1_dot(w, QB == 24 ? b[1] : 0u, f16_bits(uint16_t(b[0])), f16_bits(uint16_t(b[0] >> 16)),
+                           xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
+  }
+};
+using Q4_1 = Q_1<20>;
+using Q5_1 = Q_1<24>;
 
 // A K-quant unit's X, held in registers for the whole kernel (the plan
 // gives a lane one unit of a row, the same in every tile): its 64 int8
@@ -542,6 +561,8 @@ bool with_format(int32_t fmt, Fn&& fn) {
   switch (fmt) {
     case quant::Q4_0: fn(Q4_0{}); return true;
     case quant::Q8_0: fn(Q8_0{}); return true;
+    case quant::Q4_1: fn(Q4_1{}); return true;
+    case quant::Q5_1: fn(Q5_1{}); return true;
     case quant::Q4_K: fn(Q4_K{}); return true;
     case quant::Q5_K: fn(Q5_K{}); return true;
     case quant::Q6_K: fn(Q6_K{}); return true;

@@ -1,7 +1,7 @@
 // Device helpers of the 8-bit activation path (gemv_q8.cu,
 // gemv_q8_stream.cu): quantising X per block of 32 as the CPU does
 // (src/cpu/gemv_q8.cpp), the block dot products of every 8-bit product
-// format (Q4_0 / Q8_0 blocks, K-quant superblock quarters), and loading
+// format (Q4_0 / Q8_0 / Q4_1 / Q5_1 blocks, K-quant superblock quarters), and loading
 // and storing the element types.
 #pragma once
 
@@ -85,6 +85,24 @@ __device__ __forceinline__ float q8_0_dot(const uint32_t (&q)[8], float d, int4 
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = __dp4a(int(q[i]), x[i], s);
   return d * (xd.x * float(s));
+}
+
+// The fifth bits of 4 weights (bits 0..3 of b) as bit 4 of 4 bytes: each
+// multiplier term moves bit j of b to bit 8j, the sums never carry.
+__device__ __forceinline__ uint32_t fifth_bits(uint32_t b) { return ((b & 15u) * 0x00204081u & 0x01010101u) << 4; }
+
+// Q4_1 / Q5_1, q the 16 bytes of 4-bit codes (as Q4_0's), qh the fifth bits
+// (bit i for weight i; 0 for Q4_1), w = d q + m:  d dx dot(q, xq) + m sx.
+__device__ __forceinline__ float q4_1_dot(const uint32_t (&q)[4], uint32_t qh, float d, float m, int4 xl, int4 xh,
+                                          float2 xd) {
+  const int lo[4] = {xl.x, xl.y, xl.z, xl.w}, hi[4] = {xh.x, xh.y, xh.z, xh.w};
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = __dp4a(int((q[i] & 0x0F0F0F0Fu) | fifth_bits(qh >> (4 * i))), lo[i], s);
+    s = __dp4a(int(((q[i] >> 4) & 0x0F0F0F0Fu) | fifth_bits(qh >> (16 + 4 * i))), hi[i], s);
+  }
+  return fmaf(d * xd.x, float(s), m * xd.y);
 }
 
 // ---- K-quant superblocks of 256 weights, a quarter (64 weights) at a time ----

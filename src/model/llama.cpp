@@ -287,7 +287,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
 // (gemv_q8's x), which a GPU does inside the product where its streaming
 // kernel takes the weights (Q4_0, Q8_0; K <= 4096): two quantize_q8
 // launches a layer fewer on a 7B. Needs every
-// matrix in a gemv_q8 format (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) or Q5_0, whose
+// matrix in a gemv_q8 format (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) or Q5_0, whose
 // split copy is Q8_0's (Q6_K and Q5_0 only with their split copies);
 // TC_LLAMA_Q8=0 turns it off (read once).
 bool Llama::q8_decode() {
@@ -306,10 +306,10 @@ bool Llama::q8_decode() {
 }
 
 // Whether every matrix of the 8-bit step can take f16 X on any backend:
-// whole stages of 256 weights (a GPU's kernels need them).
+// a format a GPU's tensor-core kernels read, whole stages of 256 weights.
 bool Llama::q8_f16x_allowed() {
   for (const Matrix* m : q8_matrices())
-    if (m->K % 256 != 0) return false;
+    if (m->K % 256 != 0 || !quant::q8_f16x_format(quant::q8_split_product(m->fmt))) return false;
   return true;
 }
 

@@ -160,14 +160,21 @@ constexpr FormatInfo kFormats[kNumFormats] = {
 // block's quants 16-byte aligned, its f16 scale d apart). Q4_K and Q5_K
 // blocks (144 and 176 bytes) are 16-byte multiples already and have none;
 // Q6_K's 210-byte blocks do not align in GGUF's layout, so its products
-// need the split one. Q5_0's split copy is Q8_0's (its codes q - 16 are
+// need the split one. Q4_1 and Q5_1 blocks (20 and 24 bytes, 4-byte
+// multiples: d, m, [qh,] nibbles) are read in place. Q5_0's split copy is Q8_0's (its codes q - 16 are
 // int8 values with the same d: exact), so Q5_0 matrices take the Q8_0
 // products on it.
 constexpr bool q8_product_format(int32_t format) {
-  return format == Q4_0 || format == Q8_0 || format == Q4_K || format == Q5_K || format == Q6_K;
+  return format == Q4_0 || format == Q8_0 || format == Q4_1 || format == Q5_1 || format == Q4_K || format == Q5_K ||
+         format == Q6_K;
 }
 constexpr bool q8_split_format(int32_t format) {
   return format == Q4_0 || format == Q8_0 || format == Q6_K || format == Q5_0;
+}
+// The formats whose 8-bit products also take f16 X (GemvQ8Args::xh: a GPU's
+// tensor-core kernels dequantise them).
+constexpr bool q8_f16x_format(int32_t format) {
+  return format == Q4_0 || format == Q8_0 || format == Q4_K || format == Q5_K || format == Q6_K;
 }
 // The format of a split copy made from `format` (what its products compute).
 constexpr int32_t q8_split_product(int32_t format) { return format == Q5_0 ? Q8_0 : format; }
@@ -175,7 +182,7 @@ constexpr int32_t q8_split_product(int32_t format) { return format == Q5_0 ? Q8_
 constexpr bool q8_split_only(int32_t format) { return format == Q6_K || format == Q5_0; }
 // Weights per block of a q8 product format (or one with a split copy).
 constexpr int64_t q8_block_elems(int32_t format) {
-  return format == Q4_0 || format == Q8_0 || format == Q5_0 ? 32 : QK_K;
+  return format == Q4_0 || format == Q8_0 || format == Q5_0 || format == Q4_1 || format == Q5_1 ? 32 : QK_K;
 }
 // Bytes of one block's quants in the split layout: the block without d
 // (Q6_K: ql, qh and the scales, in GGUF's order; Q5_0: Q8_0's 32 codes).

@@ -255,19 +255,22 @@ def test_f16_steps_same_from_either_weight_layout(tmp_path, fmt, where):
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5 * np.abs(outs[1]).max()
 
 
+@pytest.mark.parametrize("fmt", ["q4_1", "q5_0", "q5_1"])
 @pytest.mark.parametrize("where", ["cpu-device-path",
                                    pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
                                                                                  reason="no usable CUDA device"))])
-def test_q5_0_steps_take_the_8bit_products_on_a_q8_0_copy(tmp_path, where):
-    """Q5_0 matrices on a device with f16 activations: their second copy is
-    Q8_0's split layout (each code minus 16, the same d: exact), so the
-    one-token steps take the 8-bit products. Within the 8-bit contract of
-    the reference; not the numbers of the steps with the 8-bit products off
-    (TC_LLAMA_Q8=0: they ran); and without the copy (TC_LLAMA_SPLIT=0) Q5_0
-    has no 8-bit product, so the steps are those of TC_LLAMA_Q8=0."""
+def test_32_weight_formats_take_the_8bit_products(tmp_path, fmt, where):
+    """Q4_1 / Q5_1 matrices (read in place: d dx dot(q, xq) + m sx a block)
+    and Q5_0 ones (their second copy is Q8_0's split layout: each code minus
+    16, the same d, exact) on a device with f16 activations: the one-token
+    steps take the 8-bit products. Within the 8-bit contract of the
+    reference; not the numbers of the steps with the 8-bit products off
+    (TC_LLAMA_Q8=0: they ran); without the second copies (TC_LLAMA_SPLIT=0)
+    Q5_0 has no 8-bit product (the steps of TC_LLAMA_Q8=0), while Q4_1 and
+    Q5_1, which need none, keep theirs (the same numbers)."""
     rng = np.random.default_rng(63)
     path = tmp_path / "m.gguf"
-    w = write_model(path, make_weights(rng), "q5_0")
+    w = write_model(path, make_weights(rng), fmt)
     tokens = [int(t) for t in rng.integers(0, V, 12)]
     ref = reference(w, np.array(tokens))
     env = {"TC_LLAMA_DEVICE_PATH": "1"} if where == "cpu-device-path" else {}
@@ -284,7 +287,7 @@ def test_q5_0_steps_take_the_8bit_products_on_a_q8_0_copy(tmp_path, where):
         assert np.isfinite(out).all() and np.abs(out - ref).max() < 5e-2 * scale, tag
     np.testing.assert_array_equal(outs["q8"][:8], outs["off"][:8])  # the prefill takes the same products
     assert np.abs(outs["q8"][8:] - outs["off"][8:]).max() > 1e-4 * scale, "the 8-bit products did not run"
-    np.testing.assert_array_equal(outs["no-copy"], outs["off"])
+    np.testing.assert_array_equal(outs["no-copy"], outs["off" if fmt == "q5_0" else "q8"])
 
 
 @pytest.mark.parametrize("switch,where", [

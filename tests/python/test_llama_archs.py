@@ -269,10 +269,14 @@ def test_8bit_steps_of_every_family(tmp_path, arch, where):
         runs[q8] = np.load(out)
     ref = np.stack([reference(arch, w, np.asarray(p + [st[s] for st in steps]))[-3:] for s, p in enumerate(prompts)])
     scale = np.abs(ref).max()
+    # On a GPU a batch step's products are other kernels than a one-token
+    # step's (other summation orders), which the gemma families' scales amplify.
+    alone_tol = 1e-5 if where == "cpu-device-path" else 1e-4
     for q8, (batch, alone) in runs.items():
         assert np.isfinite(batch).all() and np.isfinite(alone).all()
         assert np.abs(alone - ref).max() < 5e-2 * scale, "TC_LLAMA_Q8=%s alone against the reference" % q8
-        assert np.abs(batch - alone).max() <= 1e-5 * np.abs(alone).max(), "TC_LLAMA_Q8=%s: batch rows vs alone" % q8
+        err = np.abs(batch - alone).max() / np.abs(alone).max()
+        assert err <= alone_tol, "TC_LLAMA_Q8=%s: batch rows vs alone %.3g" % (q8, err)
     assert np.abs(runs["1"][1] - runs["0"][1]).max() > 1e-4 * scale, "the 8-bit products did not run"
 
 

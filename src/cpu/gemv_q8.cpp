@@ -196,17 +196,13 @@ float row_q_1(const GemvQ8Args& a, int64_t n) {
     uint32_t qh = 0;
     if (five) {
       const auto& blk = static_cast<const quant::BlockQ5_1*>(a.w)[n * nb + b];
-      d = blk.d, m = blk.m, qs = blk.qs;
-      std::memcpy(&qh, blk.qh, 4);
+      d = blk.d, m = blk.m, qs = blk.qs, qh = quant::q5_high_bits(blk.qh);
     } else {
       const auto& blk = static_cast<const quant::BlockQ4_1*>(a.w)[n * nb + b];
       d = blk.d, m = blk.m, qs = blk.qs;
     }
     int s = 0;
-    for (int i = 0; i < 16; ++i) {
-      const int lo = (qs[i] & 15) | int((qh >> i) & 1u) << 4, hi = (qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4;
-      s += lo * xq[i] + hi * xq[16 + i];
-    }
+    for (int i = 0; i < 32; ++i) s += quant::nibble_code(qs, qh, i) * xq[i];
     r += f16_to_f32(d) * (dx * float(s)) + f16_to_f32(m) * sx;
   }
   return r;
@@ -317,13 +313,9 @@ tc_status repack_q8(const RepackQ8Args& a) {
     parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const quant::BlockQ5_0& blk = q5[b];
-        uint32_t qh;
-        std::memcpy(&qh, blk.qh, 4);
+        const uint32_t qh = quant::q5_high_bits(blk.qh);
         int8_t* out = reinterpret_cast<int8_t*>(qs + b * qb);
-        for (int i = 0; i < 16; ++i) {
-          out[i] = int8_t(int((blk.qs[i] & 15u) | ((qh >> i) & 1u) << 4) - 16);
-          out[i + 16] = int8_t(int((blk.qs[i] >> 4) | ((qh >> (i + 16)) & 1u) << 4) - 16);
-        }
+        for (int i = 0; i < 32; ++i) out[i] = int8_t(quant::nibble_code(blk.qs, qh, i) - 16);
         a.d[b] = blk.d;
       }
     });

@@ -131,11 +131,8 @@ struct Q_1 {
   static constexpr bool kMin = true;
   // The block at p (4-byte aligned).
   __device__ __forceinline__ static float dot_block(const uint8_t* p, const int8_t* xq, float2 xd) {
-    const uint32_t* b = reinterpret_cast<const uint32_t*>(p);
-    constexpr int at = B == 24 ? 2 : 1;  // the nibbles' first word
-    const uint32_t q[4] = {b[at], b[at + 1], b[at + 2], b[at + 3]};
-    return q8act::q4_1_dot(q, B == 24 ? b[1] : 0u, f16_bits(b[0] & 0xFFFFu), f16_bits(b[0] >> 16),
-                           __ldg(reinterpret_cast<const int4*>(xq)), __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
+    return q8act::q_1_block_dot<B>(reinterpret_cast<const uint32_t*>(p), __ldg(reinterpret_cast<const int4*>(xq)),
+                                   __ldg(reinterpret_cast<const int4*>(xq + 16)), xd);
   }
 };
 using Q4_1 = Q_1<20, 112>;  // segments of ~2.2 KB, as Q4_0's
@@ -631,28 +628,19 @@ __global__ void repack_q8_kernel(const uint16_t* __restrict__ w, int64_t blocks,
   }
 }
 
-// Q5_0 block b (11 2-byte words: d, qh, 16 bytes of nibbles) to Q8_0's
-// split layout, exact: code i = (nibble i | bit i of qh << 4) - 16, d kept.
-// Nibble i is the low half of byte i (i < 16) or the high half of byte i - 16.
-__global__ void repack_q5_0_kernel(const uint16_t* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
+// Q5_0 block b to Q8_0's split layout, exact: code i minus 16 as an int8
+// (quant::nibble_code), d kept (one thread a block; a one-time copy at load).
+__global__ void repack_q5_0_kernel(const quant::BlockQ5_0* __restrict__ w, int64_t blocks, uint32_t* __restrict__ qs,
                                    uint16_t* __restrict__ d) {
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
-    const uint16_t* src = w + b * 11;
-    d[b] = src[0];
-    const uint32_t qh = uint32_t(src[1]) | uint32_t(src[2]) << 16;
-    uint32_t nib[4];  // the 16 bytes of nibbles as words
-#pragma unroll
-    for (int j = 0; j < 4; ++j) nib[j] = uint32_t(src[3 + 2 * j]) | uint32_t(src[4 + 2 * j]) << 16;
+    const quant::BlockQ5_0& blk = w[b];
+    d[b] = blk.d;
+    const uint32_t qh = quant::q5_high_bits(blk.qh);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {  // output word j: codes 4j .. 4j + 3
       uint32_t word = 0;
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int i = 4 * j + t, byte = i & 15;
-        const uint32_t n = (nib[byte >> 2] >> (8 * (byte & 3) + (i < 16 ? 0 : 4))) & 15u;
-        const uint32_t code = uint32_t(int((n | ((qh >> i) & 1u) << 4)) - 16) & 0xFFu;
-        word |= code << (8 * t);
-      }
+      for (int t = 0; t < 4; ++t) word |= uint32_t(uint8_t(quant::nibble_code(blk.qs, qh, 4 * j + t) - 16)) << (8 * t);
       qs[b * 8 + j] = word;
     }
   }
@@ -781,7 +769,7 @@ tc_status repack_q8(Device&, StreamState* s, const RepackQ8Args& a) {
   uint32_t* qs = static_cast<uint32_t*>(a.qs);
   s->last_kernel = "repack_q8";
   if (a.fmt == quant::Q5_0) {
-    repack_q5_0_kernel<<<grid, 256, 0, s->stream>>>(w, blocks, qs, a.d);
+    repack_q5_0_kernel<<<grid, 256, 0, s->stream>>>(static_cast<const quant::BlockQ5_0*>(a.w), blocks, qs, a.d);
     return check(cudaGetLastError(), "repack_q8: launch");
   }
   const int halves = int(quant::split_quant_bytes(a.fmt) / 2 + 1);

@@ -162,11 +162,8 @@ struct Q_1 {
   static constexpr bool kD = false;
   __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const int8_t* xq,
                                                    const float2* xd) {
-    const uint32_t* b = reinterpret_cast<const uint32_t*>(q + u * QB);
-    constexpr int at = QB == 24 ? 2 : 1;  // the nibbles' first word
-    const uint32_t w[4] = {b[at], b[at + 1], b[at + 2], b[at + 3]};
-    return q8act::q4_1_dot(w, QB == 24 ? b[1] : 0u, f16_bits(uint16_t(b[0])), f16_bits(uint16_t(b[0] >> 16)),
-                           xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
+    return q8act::q_1_block_dot<QB>(reinterpret_cast<const uint32_t*>(q + u * QB), xv(xq, 2 * u), xv(xq, 2 * u + 1),
+                                    xd[u]);
   }
 };
 using Q4_1 = Q_1<20>;

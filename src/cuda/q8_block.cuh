@@ -104,6 +104,15 @@ __device__ __forceinline__ float q4_1_dot(const uint32_t (&q)[4], uint32_t qh, f
   }
   return fmaf(d * xd.x, float(s), m * xd.y);
 }
+// A Q4_1 (QB = 20) or Q5_1 (24) block in GGUF's layout from its words b
+// (4-byte aligned: d and m, Q5_1's fifth bits, then the nibbles).
+template <int QB>
+__device__ __forceinline__ float q_1_block_dot(const uint32_t* b, int4 xl, int4 xh, float2 xd) {
+  constexpr int at = QB == 24 ? 2 : 1;  // the nibbles' first word
+  const uint32_t q[4] = {b[at], b[at + 1], b[at + 2], b[at + 3]};
+  return q4_1_dot(q, QB == 24 ? b[1] : 0u, __half2float(__ushort_as_half(uint16_t(b[0]))),
+                  __half2float(__ushort_as_half(uint16_t(b[0] >> 16))), xl, xh, xd);
+}
 
 // ---- K-quant superblocks of 256 weights, a quarter (64 weights) at a time ----
 

@@ -121,6 +121,12 @@ TC_QUANT_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8
 TC_QUANT_HD inline uint32_t q5_high_bits(const uint8_t* qh) {
   return uint32_t(qh[0]) | uint32_t(qh[1]) << 8 | uint32_t(qh[2]) << 16 | uint32_t(qh[3]) << 24;
 }
+// The unsigned code of weight j of a block of 32 from its 16 bytes of
+// nibbles (Q4_0's order: weight j in the low half of byte j, j + 16 in the
+// high half) and its fifth bits qh (q5_high_bits; 0 for the 4-bit formats).
+TC_QUANT_HD inline int nibble_code(const uint8_t* qs, uint32_t qh, int j) {
+  return (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | int((qh >> j) & 1u) << 4;
+}
 
 // Our format ids; the values are the C ABI's TC_QUANT_* (new formats are
 // appended: the values are part of the ABI).

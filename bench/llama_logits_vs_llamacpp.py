@@ -14,6 +14,9 @@ llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
              f32 KV cache
   ours f16   the defaults: f16 activations (8-bit integer products on VNNI
              CPUs) and an f16 KV cache
+  ours f16 steps  the same model fed the tokens one at a time: the decode
+             step (on a device, or on the CPU with TC_LLAMA_DEVICE_PATH=1,
+             the 8-bit products of every family and format)
   llama.cpp  llama-cpp-python (built from its source package; or its Python
              package from that source over an existing llama.cpp build, with
              LLAMA_CPP_LIB_PATH naming the directory of its libllama.so),
@@ -108,6 +111,10 @@ def run_file(name, path, n_tokens, device, llama_cpp):
         t0 = time.perf_counter()
         f16 = m.eval(tokens)
         t_f16 = time.perf_counter() - t0
+        # The same tokens one at a time: the decode step (on a device, and
+        # with TC_LLAMA_DEVICE_PATH=1 on the CPU, the 8-bit products).
+        m.reset()
+        steps = np.concatenate([m.eval(tokens[i:i + 1]) for i in range(len(tokens))])
     ctx.close()
     ref = llama_cpp.Llama(str(path), n_ctx=max(256, n_tokens), logits_all=True, n_threads=os.cpu_count(),
                           verbose=False)
@@ -122,8 +129,9 @@ def run_file(name, path, n_tokens, device, llama_cpp):
     f64 = llama_reference.forward(cfg, w, tokens)
     del w
     for label, a, b in (("ours f32 vs float64", f32, f64), ("ours f16 vs float64", f16, f64),
-                        ("llama.cpp vs float64", lc, f64), ("ours f32 vs llama.cpp", f32, lc),
-                        ("ours f16 vs llama.cpp", f16, lc)):
+                        ("ours f16 steps vs float64", steps, f64), ("llama.cpp vs float64", lc, f64),
+                        ("ours f32 vs llama.cpp", f32, lc), ("ours f16 vs llama.cpp", f16, lc),
+                        ("ours f16 steps vs llama.cpp", steps, lc)):
         rows.append((name, label) + compare(a.astype(np.float64), b))
     return rows, dict(tokens=len(tokens), same_tokens=same_tokens, t_f32=t_f32, t_f16=t_f16, t_lc=t_lc,
                       arch=cfg["arch"])
@@ -158,8 +166,9 @@ def main():
                      "ours f16 %.2f s, llama.cpp %.2f s" % (name, info["arch"], info["tokens"],
                                                             "equal to" if info["same_tokens"] else "DIFFERENT from",
                                                             info["t_f32"], info["t_f16"], info["t_lc"]))
-    head = "## %s, %s, device %s, tensorcore %s, llama-cpp-python %s" % (
-        datetime.date.today().isoformat(), platform.processor() or platform.machine(), args.device, tc.version(),
+    head = "## %s, %s, device %s%s, tensorcore %s, llama-cpp-python %s" % (
+        datetime.date.today().isoformat(), platform.processor() or platform.machine(), args.device,
+        " (TC_LLAMA_DEVICE_PATH=1)" if os.environ.get("TC_LLAMA_DEVICE_PATH") == "1" else "", tc.version(),
         llama_cpp.__version__)
     text = "\n".join([head, ""] + lines + [""] + ["- " + n for n in notes]) + "\n"
     print(text)

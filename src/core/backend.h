@@ -465,6 +465,7 @@ inline int64_t decode_attention_splits(int64_t C) {
 //     and Q5_1, w = d q + m: d_b dx_b dot(q_b, xq_b) + m_b sx_b), then
 //       kStore: y[n] = r[n]     kAdd: y[n] += r[n]
 //       kSwiglu: y[n] = silu(r[n]) r[n + N/2] for n < N/2 (W's rows [gate; up])
+//       kGeglu:  y[n] = gelu(r[n]) r[n + N/2], gelu's tanh form as geglu_forward
 // The K-quants as the CPU's VNNI path computes them, per sub-block j of
 // 32 (Q4_K / Q5_K) or group g of 16 (Q6_K) inside X's block b:
 //     d sc_j dx_b dot(q, xq) - dmin m_j sx_b     (Q4_K, Q5_K; q unsigned)
@@ -505,7 +506,12 @@ struct QuantizeQ8Args {
   uint16_t* xh = nullptr;  // or: v rounded to f16 [M][K] (16-byte aligned), xq / xd unused
 };
 struct GemvQ8Args {
-  enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2 };
+  enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2, kGeglu = 3 };
+  // The gated epilogues: W's rows are [gate; up], Y has N / 2 columns.
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+  static constexpr bool gated(int e) { return e == kSwiglu || e == kGeglu; }
   OpInfo info;
   int32_t fmt = 0;
   int64_t M = 1, N = 0, K = 0;
@@ -521,7 +527,7 @@ struct GemvQ8Args {
   const float* x = nullptr;
   const float* gamma = nullptr;
   float eps = 0.0f;
-  float* y = nullptr;  // [M][N], or [M][N / 2] for kSwiglu
+  float* y = nullptr;  // [M][N], or [M][N / 2] for the gated epilogues
   int epilogue = kStore;
   // With rope.n > 0 (kStore): then rope_kv_append(rope), whose q, k and v
   // point into y (the decoder's [q | k | v] rows). A backend may do both in

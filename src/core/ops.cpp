@@ -58,6 +58,12 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
   if (!a.wd && q8_split_only(a.fmt))
     return fail(TC_ERR_UNSUPPORTED, "%s: gemv_q8 reads %s weights in the split layout only (repack_q8)",
                 a.info.name, format_info(a.fmt)->name);
+  if (a.epilogue < GemvQ8Args::kStore || a.epilogue > GemvQ8Args::kGeglu)
+    return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 epilogue %d is none of store, add, swiglu, geglu", a.info.name,
+                a.epilogue);
+  if (GemvQ8Args::gated(a.epilogue) && a.N % 2 != 0)
+    return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8's gated epilogue needs an even N ([gate; up] rows), not %lld",
+                a.info.name, (long long)a.N);
   if (a.gamma && !a.x)
     return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 normalises X only when it quantises it (gamma without x)",
                 a.info.name);
@@ -66,7 +72,7 @@ tc_status check_gemv_q8(const GemvQ8Args& a) {
       return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 takes f32 X to quantise (x) or f16 X (xh), not both", a.info.name);
     if (!a.xq || !a.xd)
       return fail(TC_ERR_INVALID_ARG, "%s: gemv_q8 quantising X needs xq and xd as scratch", a.info.name);
-    const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+    const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
     const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), x1 = x0 + uintptr_t(a.M * a.K) * sizeof(float);
     const uintptr_t y0 = reinterpret_cast<uintptr_t>(a.y), y1 = y0 + uintptr_t(a.M * rows) * sizeof(float);
     if (x0 < y1 && y0 < x1)

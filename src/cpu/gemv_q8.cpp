@@ -8,7 +8,7 @@
 //   gemv_q8:     r[n] = sum_b d_b (dx_b sum_i q_i xq_i + c sx_b)  (c = -8 Q4_0, 0 Q8_0;
 //                Q4_1 / Q5_1: d_b dx_b sum_i q_i xq_i + m_b sx_b),
 //                the K-quants per sub-block as core/backend.h writes them,
-//                then y = r, y += r, or y[n] = silu(r[n]) r[n + N/2]
+//                then y = r, y += r, or y[n] = act(r[n]) r[n + N/2] (core/gate.h)
 //   with f16 X (xh): quantize_q8 only normalises and rounds to f16, and
 //                gemv_q8 is the exact product with the dequantised weights
 //   repack_q8:   GGUF blocks into the split layout (quants and scales apart;
@@ -20,6 +20,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/gate.h"
 #include "core/half.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
@@ -29,6 +30,11 @@ namespace tc {
 namespace cpu {
 
 namespace {
+
+// A gated epilogue's output for gate product g and up product u.
+float gated(int epilogue, float g, float u) {
+  return (epilogue == GemvQ8Args::kGeglu ? gate::gelu_tanh(g) : gate::silu(g)) * u;
+}
 
 // One row of X (K values) into xq and xd.
 void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8_t* xq, float* xd) {
@@ -243,7 +249,7 @@ void dequantize_w_row(const GemvQ8Args& a, int64_t n, float* out) {
 
 // f16 X: y = W x exactly (f64 sums of the f32 weights and X).
 tc_status gemv_f16_x(const GemvQ8Args& a) {
-  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
   std::vector<float> x(size_t(a.M * a.K));
   for (size_t i = 0; i < x.size(); ++i) x[i] = f16_to_f32(a.xh[i]);
   std::vector<float> r(size_t(a.M * a.N));
@@ -264,7 +270,7 @@ tc_status gemv_f16_x(const GemvQ8Args& a) {
       float* y = a.y + m * rows + n;
       if (a.epilogue == GemvQ8Args::kStore) *y = v;
       else if (a.epilogue == GemvQ8Args::kAdd) *y += v;
-      else *y = v * (1.0f / (1.0f + std::exp(std::min(87.0f, -v)))) * r[size_t(m * a.N + n + rows)];
+      else *y = gated(a.epilogue, v, r[size_t(m * a.N + n + rows)]);
     }
   return TC_OK;
 }
@@ -282,7 +288,7 @@ tc_status gemv_q8(const GemvQ8Args& a) {
     return gemv_q8(product_of(a));
   }
   if (a.xh) return gemv_f16_x(a);
-  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
   for (int64_t m = 0; m < a.M; ++m) {
     GemvQ8Args row = a;  // row m of X and of Y
     row.M = 1;
@@ -292,11 +298,7 @@ tc_status gemv_q8(const GemvQ8Args& a) {
         const float r = row_q8(row, n);
         if (a.epilogue == GemvQ8Args::kStore) row.y[n] = r;
         else if (a.epilogue == GemvQ8Args::kAdd) row.y[n] += r;
-        else {
-          const float u = row_q8(row, n + rows);
-          const float s = 1.0f / (1.0f + std::exp(std::min(87.0f, -r)));
-          row.y[n] = r * s * u;
-        }
+        else row.y[n] = gated(a.epilogue, r, row_q8(row, n + rows));
       }
     });
   }

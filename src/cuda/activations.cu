@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/gate.h"
 #include "cuda/device.h"
 #include "cuda/rows.cuh"
 
@@ -51,7 +52,7 @@ struct Silu {
     const float s = sigmoid(g);
     return {g * s, s * fmaf(g, 1.0f - s, 1.0f)};
   }
-  __device__ static float value(float g) { return g * sigmoid(g); }
+  __device__ static float value(float g) { return gate::silu(g); }
 };
 
 // GELU, tanh form: z = c (g + 0.044715 g^3), t = tanh(z), act(g) = 0.5 g (1 + t),
@@ -59,16 +60,13 @@ struct Silu {
 // 1 + t = 2 e / (e + 1) and 1 - t = 2 / (e + 1), e = exp(min(87, 2z)): no
 // cancellation where t is near -1 (as the CPU kernels).
 struct GeluTanh {
-  static constexpr float kC = 0.7978845608028654f, kA = 0.044715f;
+  static constexpr float kC = gate::kGeluC, kA = gate::kGeluA;
   __device__ static float2 value_and_grad(float g) {
     const float z = kC * fmaf(kA * g, g * g, g), e = expf(fminf(87.0f, 2.0f * z));
     const float m = 2.0f / (e + 1.0f), p = e * m;
     return {0.5f * g * p, 0.5f * p * (1.0f + g * m * kC * fmaf(3.0f * kA, g * g, 1.0f))};
   }
-  __device__ static float value(float g) {  // g * (e / (e + 1)): g * e alone overflows for g > 5.6
-    const float z = kC * fmaf(kA * g, g * g, g), e = expf(fminf(87.0f, 2.0f * z));
-    return g * (e / (e + 1.0f));
-  }
+  __device__ static float value(float g) { return gate::gelu_tanh(g); }
 };
 
 template <class Act, class T, int E>

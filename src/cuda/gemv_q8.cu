@@ -8,7 +8,7 @@
 //     (Q4_0: q the 4-bit codes 0..15 and c = -8, since w = d (q - 8);
 //      Q8_0: q the int8 codes and c = 0), the dot product of a block exact
 //     in int32 (__dp4a, four int8 products per instruction); then the
-//     epilogue: y[n] = r[n], y[n] += r[n], or y[n] = silu(r[n]) r[n + N/2].
+//     epilogue: y[n] = r[n], y[n] += r[n], or y[n] = act(r[n]) r[n + N/2] (SwiGLU, GEGLU).
 //
 // Why: at one row of X the product reads every weight once, so it is bound
 // by HBM bandwidth only if decoding costs few instructions per weight. With
@@ -442,9 +442,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_row1(const uint8_t* __res
                                                             const int8_t* __restrict__ xq,
                                                             const float2* __restrict__ xd, TY* __restrict__ y) {
   static_assert(L == kSplit || L == kSuper, "the staged layout takes gemv_q8_rows");
-  constexpr int R = E == GemvQ8Args::kSwiglu ? 2 * RW : RW;
+  constexpr int R = GemvQ8Args::gated(E) ? 2 * RW : RW;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  const int64_t rows = GemvQ8Args::gated(E) ? N / 2 : N;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * RW;
   const int64_t row_bytes = row_bytes_of<F, L>(K), scale_bytes = row_scale_bytes_of<F, L>(K);
   int64_t n[R];
@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_row1(const uint8_t* __res
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
     if (n0 + r >= rows) break;
-    q8act::epilogue<E>(y + n0 + r, acc[r], E == GemvQ8Args::kSwiglu ? acc[(RW + r) % R] : 0.0f);
+    q8act::epilogue<E>(y + n0 + r, acc[r], GemvQ8Args::gated(E) ? acc[(RW + r) % R] : 0.0f);
   }
 }
 
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t passes = (M + MT - 1) / MT, pass = blockIdx.x % passes;
   const int64_t n = int64_t(blockIdx.x / passes) * kWarps + warp;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  const int64_t rows = GemvQ8Args::gated(E) ? N / 2 : N;
   const int64_t row_bytes = row_bytes_of<F, L>(K), scale_bytes = row_scale_bytes_of<F, L>(K);
   // W does not depend on the kernels before this one (pdl.cuh): its rows
   // start moving into L2 while they finish.
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
   const XRows x{xq + m0 * K, xd + m0 * (K / 32), K, int(M - m0 < MT ? M - m0 : MT)};
   float r[MT], u[MT] = {};
   row_of<F, L, MT>(w, wd, wend, n, x, slot, lane, r);
-  if (E == GemvQ8Args::kSwiglu) row_of<F, L, MT>(w, wd, wend, n + rows, x, slot, lane, u);
+  if (GemvQ8Args::gated(E)) row_of<F, L, MT>(w, wd, wend, n + rows, x, slot, lane, u);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
@@ -520,15 +520,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_rows(const uint8_t* __res
 
 template <class F, class TY, int L, int MT>
 cudaError_t launch_rows(const GemvQ8Args& a, TY* y, cudaStream_t st) {
-  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
   const int64_t passes = (a.M + MT - 1) / MT;
   const unsigned grid = unsigned((rows + kWarps - 1) / kWarps * passes);
   if (grid == 0) return cudaSuccess;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const float2* xd = reinterpret_cast<const float2*>(a.xd);
   void (*kernel)(const uint8_t*, const uint16_t*, int64_t, int64_t, int64_t, const int8_t*, const float2*, TY*) =
-      a.epilogue == GemvQ8Args::kSwiglu ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, L, MT>
-                                        : gemv_q8_rows<F, GemvQ8Args::kStore, TY, L, MT>;
+      a.epilogue == GemvQ8Args::kSwiglu  ? gemv_q8_rows<F, GemvQ8Args::kSwiglu, TY, L, MT>
+      : a.epilogue == GemvQ8Args::kGeglu ? gemv_q8_rows<F, GemvQ8Args::kGeglu, TY, L, MT>
+                                         : gemv_q8_rows<F, GemvQ8Args::kStore, TY, L, MT>;
   if constexpr (std::is_same<TY, float>::value)
     if (a.epilogue == GemvQ8Args::kAdd) kernel = gemv_q8_rows<F, GemvQ8Args::kAdd, float, L, MT>;
   return launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, st, w, a.wd, a.N, a.K, a.M, a.xq, xd, y);
@@ -560,9 +561,9 @@ struct Row1Shape<Q8_0> {
 template <class F, int E, class TY, int L>
 cudaError_t launch_row1_e(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   constexpr int U = Row1Shape<F>::kUnroll;
-  constexpr int RW = E == GemvQ8Args::kSwiglu && Row1Shape<F>::kRows > 1 ? Row1Shape<F>::kRows / 2
+  constexpr int RW = GemvQ8Args::gated(E) && Row1Shape<F>::kRows > 1 ? Row1Shape<F>::kRows / 2
                                                                          : Row1Shape<F>::kRows;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t rows = GemvQ8Args::gated(E) ? a.N / 2 : a.N;
   const unsigned grid = unsigned((rows + kWarps * RW - 1) / (kWarps * RW));
   if (grid == 0) return cudaSuccess;
   return launch_pdl(gemv_q8_row1<F, E, TY, L, RW, U>, dim3(grid), dim3(kWarps * 32), 0, st,
@@ -572,6 +573,7 @@ cudaError_t launch_row1_e(const GemvQ8Args& a, TY* y, cudaStream_t st) {
 template <class F, class TY, int L>
 cudaError_t launch_row1(const GemvQ8Args& a, TY* y, cudaStream_t st) {
   if (a.epilogue == GemvQ8Args::kSwiglu) return launch_row1_e<F, GemvQ8Args::kSwiglu, TY, L>(a, y, st);
+  if (a.epilogue == GemvQ8Args::kGeglu) return launch_row1_e<F, GemvQ8Args::kGeglu, TY, L>(a, y, st);
   if constexpr (std::is_same<TY, float>::value)
     if (a.epilogue == GemvQ8Args::kAdd) return launch_row1_e<F, GemvQ8Args::kAdd, float, L>(a, y, st);
   return launch_row1_e<F, GemvQ8Args::kStore, TY, L>(a, y, st);

@@ -315,7 +315,7 @@ __device__ __forceinline__ int64_t row_bytes(int64_t K) {
 
 // W row of the CTA's local row r (SwiGLU: gate rows, then their up rows), or -1.
 __device__ __forceinline__ int64_t w_row(const MmaArgs& a, int BN, int64_t rb, int r) {
-  if (a.epilogue == GemvQ8Args::kSwiglu) {
+  if (GemvQ8Args::gated(a.epilogue)) {
     const int64_t half = a.N / 2, n = rb * (BN / 2) + (r % (BN / 2));
     return n < half ? n + (r >= BN / 2 ? half : 0) : -1;
   }
@@ -543,18 +543,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
     __syncthreads();
   }
 
-  const bool swiglu = a.epilogue == GemvQ8Args::kSwiglu;
-  const int cols = swiglu ? BN / 2 : BN;
-  const int64_t rows = swiglu ? a.N / 2 : a.N;
+  const bool gated = GemvQ8Args::gated(a.epilogue);
+  const int cols = gated ? BN / 2 : BN;
+  const int64_t rows = gated ? a.N / 2 : a.N;
   for (int i = threadIdx.x; i < MT * cols; i += kThreads) {
     const int m = i / cols, r = i % cols;
     const int64_t n = rb * cols + r;
     if (m0 + m >= a.M || n >= rows) continue;
     float v = out[r * LDO + m];
-    if (swiglu) {
-      // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-      v = v * (1.0f / (1.0f + expf(fminf(87.0f, -v)))) * out[(r + BN / 2) * LDO + m];
-    }
+    if (gated) v = q8act::gated(a.epilogue, v, out[(r + BN / 2) * LDO + m]);
     const int64_t at = (m0 + m) * rows + n;
     if (a.ytype == 1) q8act::store(static_cast<__half*>(a.y) + at, v);
     else if (a.ytype == 2) q8act::store(static_cast<__nv_bfloat16*>(a.y) + at, v);
@@ -580,8 +577,8 @@ cudaError_t allow_smem(void (*kernel)(MmaArgs), int bytes) {
 template <class F, int BN, int MT, bool H>
 cudaError_t launch_bn(const MmaArgs& a, cudaStream_t st) {
   constexpr int WN = BN / 16;
-  const int64_t cols = a.epilogue == GemvQ8Args::kSwiglu ? BN / 2 : BN;
-  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t cols = GemvQ8Args::gated(a.epilogue) ? BN / 2 : BN;
+  const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
   const int64_t grid = (rows + cols - 1) / cols * ((a.M + MT - 1) / MT);
   if (grid == 0) return cudaSuccess;
   constexpr int smem = smem_bytes<F, H>(BN, MT);
@@ -592,8 +589,8 @@ cudaError_t launch_bn(const MmaArgs& a, cudaStream_t st) {
 // 64 rows of W a CTA unless that leaves SMs idle, then 32.
 template <class F, int MT, bool H>
 cudaError_t launch_mt(const MmaArgs& a, cudaStream_t st) {
-  const int64_t rows = a.epilogue == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
-  const int64_t per64 = a.epilogue == GemvQ8Args::kSwiglu ? 32 : 64;
+  const int64_t rows = GemvQ8Args::gated(a.epilogue) ? a.N / 2 : a.N;
+  const int64_t per64 = GemvQ8Args::gated(a.epilogue) ? 32 : 64;
   const int64_t ctas64 = (rows + per64 - 1) / per64 * ((a.M + MT - 1) / MT);
   if (ctas64 >= sm_count()) return launch_bn<F, 64, MT, H>(a, st);
   return launch_bn<F, 32, MT, H>(a, st);

@@ -305,13 +305,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
                                                            const float* __restrict__ gamma, float eps,
                                                            float* __restrict__ y, int TR, int WPR, int stages,
                                                            RopeRow rr) {
-  constexpr int R = E == GemvQ8Args::kSwiglu ? 2 : 1;
+  constexpr int R = GemvQ8Args::gated(E) ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages];
   __shared__ float red[2][2 * kWarps];  // a sum per row and warp of it: TR x WPR <= 2 kWarps
   __shared__ double part[kWarps];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? N / 2 : N;
+  const int64_t rows = GemvQ8Args::gated(E) ? N / 2 : N;
   const int64_t nb = K / F::kBlock, qrow = nb * F::kQB, drow = F::kD ? nb * 2 : 0, units = nb * F::kUnits;
   const int TO = TR / R;
   const int64_t dslot = d_slot(TO, drow);
@@ -449,7 +449,7 @@ struct Plan {
 
 template <class F>
 Plan plan_for(const GemvQ8Args& a) {
-  const int R = a.epilogue == GemvQ8Args::kSwiglu ? 2 : 1;
+  const int R = GemvQ8Args::gated(a.epilogue) ? 2 : 1;
   const int64_t nb = a.K / F::kBlock, qrow = nb * F::kQB, drow = F::kD ? nb * 2 : 0;
   auto stage = [&](int TR) { return int64_t(TR) * qrow + R * d_slot(TR / R, drow); };
   Plan p;
@@ -509,8 +509,8 @@ cudaError_t launch_g(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   int per_sm = 0;
   if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_stream<F, E, G>, kThreads, p.smem))
     return e;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
-  const int64_t TO = E == GemvQ8Args::kSwiglu ? p.TR / 2 : p.TR;
+  const int64_t rows = GemvQ8Args::gated(E) ? a.N / 2 : a.N;
+  const int64_t TO = GemvQ8Args::gated(E) ? p.TR / 2 : p.TR;
   const int64_t tiles = (rows + TO - 1) / TO;
   const unsigned grid = unsigned(std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sm_count()));
   if (grid == 0) return cudaSuccess;
@@ -534,6 +534,7 @@ cudaError_t launch_e(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
 template <class F>
 cudaError_t launch_f(const GemvQ8Args& a, const Plan& p, cudaStream_t st) {
   if (a.epilogue == GemvQ8Args::kSwiglu) return launch_e<F, GemvQ8Args::kSwiglu>(a, p, st);
+  if (a.epilogue == GemvQ8Args::kGeglu) return launch_e<F, GemvQ8Args::kGeglu>(a, p, st);
   if (a.rope.n > 0) return launch_e<F, kRopeRow>(a, p, st);
   if (a.epilogue == GemvQ8Args::kAdd) return launch_e<F, GemvQ8Args::kAdd>(a, p, st);
   return launch_e<F, GemvQ8Args::kStore>(a, p, st);
@@ -584,7 +585,7 @@ bool gemv_q8_stream_fits(const GemvQ8Args& a) {
   // The split layout's scales (Q4_0, Q8_0, Q6_K) 16-byte aligned, and the
   // aligned range around a tile's ending inside them.
   if (!known || split != (a.wd != nullptr) || (split && (!aligned16(a.wd) || a.N * drow % 16 != 0))) return false;
-  if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;
+  if (GemvQ8Args::gated(a.epilogue) && a.N % 2 != 0) return false;
   if (a.x) {
     // X apart from Y (every CTA reads all of X while others write Y): check_gemv_q8 refuses an overlap.
     if (a.K > kMaxQuantK || !aligned16(a.x) || (a.gamma && !aligned16(a.gamma))) return false;

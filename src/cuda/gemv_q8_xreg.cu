@@ -48,7 +48,7 @@ constexpr int kMaxWarps = 16;    // a CTA, and the most slices a row
 constexpr int kTargetWarps = 12;  // G = kTargetWarps / S groups a CTA
 // U: output rows a group takes at once (SwiGLU's are two rows of W each:
 // two would need more than the 128 registers a thread of 16 warps may have).
-__host__ __device__ constexpr int rows_in_flight(int E) { return E == GemvQ8Args::kSwiglu ? 1 : 2; }
+__host__ __device__ constexpr int rows_in_flight(int E) { return GemvQ8Args::gated(E) ? 1 : 2; }
 
 // Each format: 16-byte vectors of quants a block, blocks a lane a slice,
 // and the block's dot product (q8_block.cuh).
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_q8_xreg(const uint4* qs, 
                                                                int S,
                                                                // X and Y: earlier kernels' data (pdl.cuh)
                                                                const int8_t* xq, const float2* xd, float* y) {
-  constexpr int U = rows_in_flight(E), R = E == GemvQ8Args::kSwiglu ? 2 : 1;
+  constexpr int U = rows_in_flight(E), R = GemvQ8Args::gated(E) ? 2 : 1;
   __shared__ float red[2][U * R][kMaxWarps];  // [iteration parity][row][warp]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int G = int(blockDim.x >> 5) / S, s = warp % S, g = warp / S;
@@ -187,7 +187,7 @@ cudaError_t launch_e(const GemvQ8Args& a, cudaStream_t st) {
   int per_sm = 0;
   if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_xreg<F, B, E>, threads, 0))
     return e;
-  const int64_t rows = E == GemvQ8Args::kSwiglu ? a.N / 2 : a.N;
+  const int64_t rows = GemvQ8Args::gated(E) ? a.N / 2 : a.N;
   const int64_t ctas_needed = ((rows + U - 1) / U + p.G - 1) / p.G;
   const unsigned grid = unsigned(std::min<int64_t>(ctas_needed, int64_t(std::max(per_sm, 1)) * sm_count()));
   if (grid == 0) return cudaSuccess;
@@ -198,6 +198,7 @@ cudaError_t launch_e(const GemvQ8Args& a, cudaStream_t st) {
 template <class F>
 cudaError_t launch_q(const GemvQ8Args& a, cudaStream_t st) {
   if (a.epilogue == GemvQ8Args::kSwiglu) return launch_e<F, GemvQ8Args::kSwiglu>(a, st);
+  if (a.epilogue == GemvQ8Args::kGeglu) return launch_e<F, GemvQ8Args::kGeglu>(a, st);
   if (a.epilogue == GemvQ8Args::kAdd) return launch_e<F, GemvQ8Args::kAdd>(a, st);
   return launch_e<F, GemvQ8Args::kStore>(a, st);
 }
@@ -212,7 +213,7 @@ bool gemv_q8_xreg_fits(const GemvQ8Args& a) {
   if (!config::on(config::Key::kCudaQ8Stream) || !config::on(config::Key::kCudaQ8Xreg)) return false;
   if (a.M != 1 || !a.wd || a.xh || (a.fmt != quant::Q4_0 && a.fmt != quant::Q8_0) || a.K % 32 != 0 || a.K <= 0)
     return false;
-  if (a.epilogue == GemvQ8Args::kSwiglu && a.N % 2 != 0) return false;
+  if (GemvQ8Args::gated(a.epilogue) && a.N % 2 != 0) return false;
   // X given in 8 bits only, and K > 4096 (measured on an H100: with X
   // quantised in the kernel, [q; k; v] and [gate; up] at K = 4096 took
   // 2.1x and 1.5x the streaming kernel's time).

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/backend.h"
+#include "core/gate.h"
 
 namespace tc {
 namespace cuda {
@@ -238,13 +239,17 @@ __device__ __forceinline__ void store(TY* y, float s) {
   else *y = __float2bfloat16_rn(s);
 }
 
-// Output element y of product r (u: the up row's product for SwiGLU), E
-// one of GemvQ8Args' epilogues.
+// A gated epilogue's output for gate product g and up product u (core/gate.h).
+__device__ __forceinline__ float gated(int e, float g, float u) {
+  return (e == GemvQ8Args::kGeglu ? gate::gelu_tanh(g) : gate::silu(g)) * u;
+}
+
+// Output element y of product r (u: the up row's product for the gated
+// epilogues), E one of GemvQ8Args' epilogues.
 template <int E, class TY>
 __device__ __forceinline__ void epilogue(TY* y, float r, float u) {
-  if constexpr (E == GemvQ8Args::kSwiglu) {
-    // silu as the CPU's swiglu: g / (1 + exp(min(87, -g))).
-    store(y, r * (1.0f / (1.0f + expf(fminf(87.0f, -r)))) * u);
+  if constexpr (GemvQ8Args::gated(E)) {
+    store(y, gated(E, r, u));
   } else if constexpr (E == GemvQ8Args::kAdd) {
     *y += r;
   } else {

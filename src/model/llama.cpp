@@ -562,19 +562,13 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       } else {
         TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
       }
-      if (L.w_gate_up.data && !A.gelu) {
-        TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kSwiglu, n, x_, vec(L.ffn_norm)));
+      if (L.w_gate_up.data) {  // the GLU in the product's epilogue
+        TC_TRY(gemv_q8(L.w_gate_up, gu_, A.gelu ? GemvQ8Args::kGeglu : GemvQ8Args::kSwiglu, n, x_,
+                       vec(L.ffn_norm)));
       } else {  // gate rows [n][F], then up rows [n][F], then the GLU over all of them
-        if (L.w_gate_up.data && n == 1) {  // one row of [gate | up] is that layout
-          TC_TRY(gemv_q8(L.w_gate_up, gu_, GemvQ8Args::kStore, 1, x_, vec(L.ffn_norm)));
-        } else {
-          TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
-          const bool joined = L.w_gate_up.data != nullptr;
-          const Matrix wg = joined ? rows_of(L.w_gate_up, 0, F) : L.w_gate;
-          const Matrix wu = joined ? rows_of(L.w_gate_up, F, F) : L.w_up;
-          TC_TRY(gemv_q8(wg, gu_, GemvQ8Args::kStore, n));
-          TC_TRY(gemv_q8(wu, gu_ + n * F, GemvQ8Args::kStore, n));
-        }
+        TC_TRY(quantize_q8(x_, vec(L.ffn_norm), E, n));
+        TC_TRY(gemv_q8(L.w_gate, gu_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.w_up, gu_ + n * F, GemvQ8Args::kStore, n));
         TC_TRY(glu(gu_, gu_ + n * F, gu_, n * F));
       }
       if (L.post_ffn_norm >= 0) {

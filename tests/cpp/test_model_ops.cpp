@@ -164,6 +164,13 @@ void* put_cache_values(Dev& dev, std::vector<float>& x, tc_dtype t) {
   return put_cache(dev, x, t);
 }
 
+// A gated epilogue's activation in f64: silu(g) = g sigmoid(g) or GELU's
+// tanh form 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))).
+double gate_ref(int epilogue, double g) {
+  if (epilogue == tc::GemvQ8Args::kSwiglu) return g / (1 + std::exp(-g));
+  return 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
 // Element d of the row x rotated to position p in f64: pair k is (x[2k],
 // x[2k+1]), or (x[k], x[k + half]) with NEOX, d its first or second element.
 double rotated(const float* x, const std::vector<float>& cs, const std::vector<float>& sn, int64_t half, bool neox,
@@ -1064,10 +1071,10 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       // poisoned scratch: the same 8-bit X as quantize_q8's above, so the
       // same reference (a GPU's streaming kernel takes the cases with M = 1
       // and K a multiple of 256, quantising X itself for K <= 4096).
-      for (int run = 0; run < 12; ++run) {
-        const bool split = run % 6 >= 3, self = run >= 6;
-        const int e = run % 3;  // kStore, kAdd, kSwiglu
-        if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
+      for (int run = 0; run < 16; ++run) {
+        const bool split = run % 8 >= 4, self = run >= 8;
+        const int e = run % 4;  // kStore, kAdd, kSwiglu, kGeglu
+        if (tc::GemvQ8Args::gated(e) && N % 2) continue;
         if (split ? !has_split : !has_gguf) continue;
         SCOPED_TRACE(std::string(split ? "split layout" : "GGUF layout") + ", epilogue " + std::to_string(e) +
                      (self ? ", X quantised by the product" : ""));
@@ -1086,17 +1093,17 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
           const std::string kernel = tc_cuda_last_kernel_name();
           EXPECT_EQ(kernel.rfind("gemv_q8_stream", 0) == 0, streams) << kernel;
         }
-        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;  // Y's [M][rows]
+        const int64_t rows = tc::GemvQ8Args::gated(e) ? N / 2 : N;  // Y's [M][rows]
         const auto y = dev.get(ga.y, size_t(M * rows + (e == tc::GemvQ8Args::kAdd ? 0 : 1)));
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < rows; ++n) {
             const int64_t i = m * N + n;
             double ref = r[i], tol = 2e-5 * (mag[i] + 1e-3);
             if (e == tc::GemvQ8Args::kAdd) ref += y0[m * rows + n], tol += 1e-6 * std::fabs(y0[m * rows + n]);
-            if (e == tc::GemvQ8Args::kSwiglu) {
+            if (tc::GemvQ8Args::gated(e)) {  // |act'| < 1.2 for both
               const double g = r[i], u = r[i + rows];
-              ref = g / (1 + std::exp(-g)) * u;
-              tol = 2e-5 * (mag[i] * std::fabs(u) + mag[i + rows] * std::fabs(g) + 1e-3);
+              ref = gate_ref(e, g) * u;
+              tol = 2e-5 * (1.2 * mag[i] * std::fabs(u) + mag[i + rows] * std::fabs(g) + 1e-3);
             }
             ASSERT_NEAR(y[m * rows + n], ref, tol) << "row " << m << ", output " << n;
           }
@@ -1129,10 +1136,10 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
       tc::GemvQ8Args fa = ga;
       fa.xq = nullptr, fa.xd = nullptr, fa.xh = ha.xh;
       fa.x = nullptr, fa.gamma = nullptr;
-      for (int run = 0; run < 6; ++run) {
-        const bool split = run >= 3;
-        const int e = run % 3;
-        if (e == tc::GemvQ8Args::kSwiglu && N % 2) continue;
+      for (int run = 0; run < 8; ++run) {
+        const bool split = run >= 4;
+        const int e = run % 4;
+        if (tc::GemvQ8Args::gated(e) && N % 2) continue;
         if (split ? !has_split : !has_gguf) continue;
         SCOPED_TRACE(std::string("f16 X, ") + (split ? "split layout" : "GGUF layout") + ", epilogue " +
                      std::to_string(e));
@@ -1145,7 +1152,7 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
           continue;
         }
         ASSERT_EQ(dev.be().gemv_q8(fa, nullptr), TC_OK);
-        const int64_t rows = e == tc::GemvQ8Args::kSwiglu ? N / 2 : N;
+        const int64_t rows = tc::GemvQ8Args::gated(e) ? N / 2 : N;
         const auto y = dev.get(fa.y, size_t(M * rows + (e == tc::GemvQ8Args::kAdd ? 0 : 1)));
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < rows; ++n) {
@@ -1154,9 +1161,9 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
             // rounded factors) and f32 sums.
             double ref = e16[i], tol = b16[i] * (2.5 / 2048) + 1e-6;
             if (e == tc::GemvQ8Args::kAdd) ref += y0[size_t(m * rows + n)], tol += 1e-6 * std::fabs(y0[size_t(m * rows + n)]);
-            if (e == tc::GemvQ8Args::kSwiglu) {
+            if (tc::GemvQ8Args::gated(e)) {
               const double g = e16[i], u = e16[i + size_t(rows)];
-              ref = g / (1 + std::exp(-g)) * u;
+              ref = gate_ref(e, g) * u;
               tol = (b16[i] * std::fabs(u) * 1.2 + b16[i + size_t(rows)] * std::fabs(g)) * (2.5 / 2048) + 1e-6;
             }
             ASSERT_NEAR(y[size_t(m * rows + n)], ref, tol) << "row " << m << ", output " << n;
@@ -1178,6 +1185,15 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   bad.fmt = Q4_K, bad.K = 96;  // not whole superblocks
   EXPECT_EQ(dev.be().gemv_q8(bad, nullptr), TC_ERR_UNSUPPORTED);
   EXPECT_EQ(dev.get(bad.y, 1)[0], 7.0f);
+  {  // no such epilogue, or a gated one over an odd number of rows ([gate; up] needs pairs)
+    tc::GemvQ8Args eb = bad;
+    eb.fmt = tc::quant::Q8_0, eb.K = 32, eb.N = 3;
+    for (int e : {-1, 4, int(tc::GemvQ8Args::kSwiglu), int(tc::GemvQ8Args::kGeglu)}) {
+      eb.epilogue = e;
+      EXPECT_EQ(dev.be().gemv_q8(eb, nullptr), TC_ERR_INVALID_ARG) << "epilogue " << e;
+    }
+    EXPECT_EQ(dev.get(bad.y, 1)[0], 7.0f);
+  }
   // X to quantise, inconsistently given: refused before anything runs.
   {
     const int64_t K = 256, N = 16;

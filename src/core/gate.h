@@ -27,5 +27,8 @@ TC_GATE_HD float gelu_tanh(float g) {
   return g * (e / (e + 1.0f));
 }
 
+// A gated output act(g) u: GELU's tanh form when gelu, else SiLU.
+TC_GATE_HD float glu(bool gelu, float g, float u) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
+
 }  // namespace gate
 }  // namespace tc

@@ -31,11 +31,6 @@ namespace cpu {
 
 namespace {
 
-// A gated epilogue's output for gate product g and up product u.
-float gated(int epilogue, float g, float u) {
-  return (epilogue == GemvQ8Args::kGeglu ? gate::gelu_tanh(g) : gate::silu(g)) * u;
-}
-
 // One row of X (K values) into xq and xd.
 void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8_t* xq, float* xd) {
   float rstd = 1.0f;
@@ -270,7 +265,7 @@ tc_status gemv_f16_x(const GemvQ8Args& a) {
       float* y = a.y + m * rows + n;
       if (a.epilogue == GemvQ8Args::kStore) *y = v;
       else if (a.epilogue == GemvQ8Args::kAdd) *y += v;
-      else *y = gated(a.epilogue, v, r[size_t(m * a.N + n + rows)]);
+      else *y = gate::glu(a.epilogue == GemvQ8Args::kGeglu, v, r[size_t(m * a.N + n + rows)]);
     }
   return TC_OK;
 }
@@ -298,7 +293,7 @@ tc_status gemv_q8(const GemvQ8Args& a) {
         const float r = row_q8(row, n);
         if (a.epilogue == GemvQ8Args::kStore) row.y[n] = r;
         else if (a.epilogue == GemvQ8Args::kAdd) row.y[n] += r;
-        else row.y[n] = gated(a.epilogue, r, row_q8(row, n + rows));
+        else row.y[n] = gate::glu(a.epilogue == GemvQ8Args::kGeglu, r, row_q8(row, n + rows));
       }
     });
   }

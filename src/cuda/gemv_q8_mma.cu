@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_mma(MmaArgs a) {
     const int64_t n = rb * cols + r;
     if (m0 + m >= a.M || n >= rows) continue;
     float v = out[r * LDO + m];
-    if (gated) v = q8act::gated(a.epilogue, v, out[(r + BN / 2) * LDO + m]);
+    if (gated) v = gate::glu(a.epilogue == GemvQ8Args::kGeglu, v, out[(r + BN / 2) * LDO + m]);
     const int64_t at = (m0 + m) * rows + n;
     if (a.ytype == 1) q8act::store(static_cast<__half*>(a.y) + at, v);
     else if (a.ytype == 2) q8act::store(static_cast<__nv_bfloat16*>(a.y) + at, v);

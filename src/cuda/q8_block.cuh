@@ -239,17 +239,12 @@ __device__ __forceinline__ void store(TY* y, float s) {
   else *y = __float2bfloat16_rn(s);
 }
 
-// A gated epilogue's output for gate product g and up product u (core/gate.h).
-__device__ __forceinline__ float gated(int e, float g, float u) {
-  return (e == GemvQ8Args::kGeglu ? gate::gelu_tanh(g) : gate::silu(g)) * u;
-}
-
 // Output element y of product r (u: the up row's product for the gated
 // epilogues), E one of GemvQ8Args' epilogues.
 template <int E, class TY>
 __device__ __forceinline__ void epilogue(TY* y, float r, float u) {
   if constexpr (GemvQ8Args::gated(E)) {
-    store(y, gated(E, r, u));
+    store(y, gate::glu(E == GemvQ8Args::kGeglu, r, u));
   } else if constexpr (E == GemvQ8Args::kAdd) {
     *y += r;
   } else {

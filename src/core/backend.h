@@ -384,6 +384,11 @@ struct RopeKvAppendArgs {
   void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;
   bool neox = false;
+  // Biases added to every token's q, k and v (one f32 sum each) before the
+  // rotation and the append: [H D], [Hkv D], [Hkv D]; null: none (Qwen2's).
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
   const int32_t* slots = nullptr;  // [n], device memory; pos is then [n] too
   int64_t slot_stride = 0;         // cache elements between slots
 };

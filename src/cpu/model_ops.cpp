@@ -9,6 +9,7 @@
 //   add:              x += y (or a bias row: x[i] += y[i % period])
 //   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i (a batch: pos[i] in cache slot slots[i]);
+//                     q, k and v plus their biases if given (one f32 sum);
 //                     (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
 //                     (f32, f16 rounded to nearest even, or Q8_0 blocks
@@ -110,29 +111,38 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> k;  // a rotated key before rounding to f16 or Q8_0
+    thread_local std::vector<float> qb, kb, vb;  // rows plus their biases
     if (f16 || q8) k.resize(size_t(D));
+    // Head h's row of x, plus its bias row (if any) in `sum`.
+    auto with_bias = [D](const float* x, const float* bias, int64_t h, std::vector<float>& sum) {
+      if (!bias) return x;
+      sum.resize(size_t(D));
+      for (int64_t d = 0; d < D; ++d) sum[size_t(d)] = x[d] + bias[h * D + d];
+      return static_cast<const float*>(sum.data());
+    };
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r / rows, h = r % rows, p = a.slots ? a.pos[i] : P + i;
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
-        rotate(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+        rotate(with_bias(a.q + i * a.ldq + h * D, a.bq, h, qb), a.qt + (h * a.n + i) * D, c, s, half, a.neox);
         continue;
       }
       const int64_t g = h - a.H, cell = (a.slots ? a.slots[i] * a.slot_stride : 0) + (g * a.C + p) * D;
       void* kd = static_cast<char*>(a.k_cache) + dtype_bytes(a.cache, cell);
       void* vd = static_cast<char*>(a.v_cache) + dtype_bytes(a.cache, cell);
-      const float* v = a.v + i * a.ldv + g * D;
+      const float* key = with_bias(a.k + i * a.ldk + g * D, a.bk, g, kb);
+      const float* v = with_bias(a.v + i * a.ldv + g * D, a.bv, g, vb);
       if (q8) {
-        rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
+        rotate(key, k.data(), c, s, half, a.neox);
         quant::quantize_row(quant::Q8_0, k.data(), kd, D);
         quant::quantize_row(quant::Q8_0, v, vd, D);
       } else if (f16) {
-        rotate(a.k + i * a.ldk + g * D, k.data(), c, s, half, a.neox);
+        rotate(key, k.data(), c, s, half, a.neox);
         narrow_row(false, k.data(), static_cast<uint16_t*>(kd), D);
         narrow_row(false, v, static_cast<uint16_t*>(vd), D);
       } else {
-        rotate(a.k + i * a.ldk + g * D, static_cast<float*>(kd), c, s, half, a.neox);
+        rotate(key, static_cast<float*>(kd), c, s, half, a.neox);
         std::memcpy(vd, v, size_t(D) * sizeof(float));
       }
     }

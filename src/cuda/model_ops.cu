@@ -8,7 +8,8 @@
 //   add:              x += y, or x[i] += y[i % period] (a bias row)
 //   convert:          f32 <-> f16 / bf16, round to nearest even; a Q8_0
 //                     cache's rows to f32 (q d, exact) or f16
-//   rope_kv_append:   p = *pos + i; (a, b) -> (a c - b s, b c + a s) for the
+//   rope_kv_append:   p = *pos + i; q, k and v plus their biases if given (one
+//                     f32 sum); (a, b) -> (a c - b s, b c + a s) for the
 //                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
 //                     values copied into the cache at p; a cache of f32, of
@@ -171,6 +172,7 @@ struct RopeParams {
   void *k_cache, *v_cache;
   const int32_t* slots;  // a batch of sequences: pos and slots [n]; null: one sequence at *pos
   int64_t slot_stride;
+  const float *bq, *bk, *bv;  // biases of q, k, v (null: none)
 };
 
 
@@ -189,25 +191,30 @@ __device__ __forceinline__ void quantize_q8_0_block(float x, int lane, uint8_t* 
   if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
 }
 
-// Element e of src rotated: its pair k is (x[2k], x[2k+1]) or, NEOX, (x[k],
-// x[k + half]), e its first or second element.
-__device__ __forceinline__ float rotated(const float* src, const float* c, const float* s, int64_t half, bool neox,
-                                         int64_t e) {
+// Element e of a row plus its bias (null: none), one f32 sum as the add op's.
+__device__ __forceinline__ float biased(const float* src, const float* bias, int64_t e) {
+  return bias ? __fadd_rn(src[e], bias[e]) : src[e];
+}
+
+// Element e of src (+ bias) rotated: its pair k is (x[2k], x[2k+1]) or, NEOX,
+// (x[k], x[k + half]), e its first or second element.
+__device__ __forceinline__ float rotated(const float* src, const float* bias, const float* c, const float* s,
+                                         int64_t half, bool neox, int64_t e) {
   const int64_t k = neox ? e % half : e / 2;
   const bool first = neox ? e < half : e % 2 == 0;
   const int64_t partner = neox ? (first ? e + half : e - half) : e ^ 1;
-  return rope_elem(src[e], src[partner], c[k], s[k], first);
+  return rope_elem(biased(src, bias, e), biased(src, bias, partner), c[k], s[k], first);
 }
 
-// Rotates the D/2 pairs of src into dst (the queries' f32 rows or a cache row of T).
+// Rotates the D/2 pairs of src (+ bias) into dst (the queries' f32 rows or a cache row of T).
 template <typename T>
-__device__ __forceinline__ void rotate_row(const float* src, T* dst, const float* c, const float* s, int64_t half,
-                                           bool neox) {
+__device__ __forceinline__ void rotate_row(const float* src, const float* bias, T* dst, const float* c,
+                                           const float* s, int64_t half, bool neox) {
   const int64_t step = neox ? 1 : 2, other = neox ? half : 1;
   for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
     const int64_t e = k * step;
-    store_cache(dst + e, rotated(src, c, s, half, neox, e));
-    store_cache(dst + e + other, rotated(src, c, s, half, neox, e + other));
+    store_cache(dst + e, rotated(src, bias, c, s, half, neox, e));
+    store_cache(dst + e + other, rotated(src, bias, c, s, half, neox, e + other));
   }
 }
 
@@ -223,11 +230,14 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   const float* c = a.cos_t + p * half;
   const float* s = a.sin_t + p * half;
   if (h < a.H) {
-    rotate_row(a.q + i * a.ldq + h * D, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+    rotate_row(a.q + i * a.ldq + h * D, a.bq ? a.bq + h * D : nullptr, a.qt + (h * a.n + i) * D, c, s, half,
+               a.neox);
     return;
   }
   const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
   const float* v = a.v + i * a.ldv + g * D;
+  const float* bk = a.bk ? a.bk + g * D : nullptr;
+  const float* bv = a.bv ? a.bv + g * D : nullptr;
   if constexpr (std::is_same<T, Q8Cache>::value) {
     const float* k = a.k + i * a.ldk + g * D;
     const int lane = threadIdx.x % 32;
@@ -235,14 +245,14 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
     uint8_t* vd = static_cast<uint8_t*>(a.v_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
     for (int64_t b = threadIdx.x / 32; b < D / QK8_0; b += blockDim.x / 32) {  // warp-uniform
       const int64_t e = b * QK8_0 + lane;
-      quantize_q8_0_block(rotated(k, c, s, half, a.neox, e), lane, kd + b * int64_t(sizeof(BlockQ8_0)));
-      quantize_q8_0_block(v[e], lane, vd + b * int64_t(sizeof(BlockQ8_0)));
+      quantize_q8_0_block(rotated(k, bk, c, s, half, a.neox, e), lane, kd + b * int64_t(sizeof(BlockQ8_0)));
+      quantize_q8_0_block(biased(v, bv, e), lane, vd + b * int64_t(sizeof(BlockQ8_0)));
     }
     return;
   } else {
   T* vd = static_cast<T*>(a.v_cache) + cell;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, v[d]);
-  rotate_row(a.k + i * a.ldk + g * D, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, biased(v, bv, d));
+  rotate_row(a.k + i * a.ldk + g * D, bk, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
   }
 }
 
@@ -302,7 +312,8 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
   const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
-                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride};
+                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride,
+                     a.bq, a.bk, a.bv};
   s->last_kernel = "rope_kv_append";
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
   if (a.cache == TC_DTYPE_Q8_0) {

@@ -28,7 +28,8 @@
 // ops then run at once in this thread). Products are the quantized GEMV
 // (M = n rows share one pass over the weights), or on a device, for
 // M >= kGemmMinRows, the weights dequantised to the activations' type and a
-// GEMM. RoPE and the cache append are one op (rope_kv_append). Attention is
+// GEMM. RoPE and the cache append are one op (rope_kv_append), which adds
+// the q / k / v biases too where no Q/K norm comes between. Attention is
 // the backend's attention op: on the host once per kv head on the cache in
 // place; on a device, for a chunk, once for all heads over the cache
 // prefixes packed by copy_2d (converted to f16 as they are packed, with f16
@@ -395,13 +396,17 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       r.slot_stride = slot_elems();
     }
     bool roped = false;  // rope_kv_append done by the [q | k | v] product
-    const bool biases_joined = L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv;  // [bq | bk | bv] in the pool
+    // Without Q/K norms between them, rope_kv_append adds the biases (no add of their own).
+    if (!A.qk_norm) {
+      r.bq = L.bq >= 0 ? vec(L.bq) : nullptr, r.bk = L.bk >= 0 ? vec(L.bk) : nullptr;
+      r.bv = L.bv >= 0 ? vec(L.bv) : nullptr;
+    }
     float *qp, *kp, *vp;
     if (q8) {
       // One product for [q | k | v] unless the rows of a batch step, each
-      // [q | k | v], would need per-part work over all of them (Q/K norms,
-      // biases held apart): the parts then run as products of their own.
-      const bool one = L.wqkv.data && (n == 1 || (!A.qk_norm && (L.bq < 0 || biases_joined)));
+      // [q | k | v], would need Q/K norms over all of them: the parts then
+      // run as products of their own.
+      const bool one = L.wqkv.data && (n == 1 || !A.qk_norm);
       // Layer 0 reads the 8-bit X quantised above; one product quantises its own.
       const bool self_x = l > 0 && one;
       if (l > 0 && !one) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
@@ -409,8 +414,9 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
         r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
         r.q = qp, r.k = kp, r.v = vp;
-        // Nothing between the product and RoPE (no biases, no q/k norms): the product appends the rows.
-        roped = L.bq < 0 && L.bk < 0 && L.bv < 0 && !A.qk_norm;
+        // Nothing between the product and RoPE (no q/k norms): the product appends the rows
+        // (or leaves them, with the biases, to rope_kv_append where its epilogue cannot).
+        roped = !A.qk_norm;
         TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, self_x ? x_ : nullptr, self_x ? vec(L.attn_norm) : nullptr,
                        roped ? &r : nullptr));
       } else {
@@ -431,15 +437,17 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}));
       qp = q_, kp = k_, vp = v_;
     }
-    if (qp == qkv_ && biases_joined) {
-      // The pool holds [bq | bk | bv] as each fused row holds [q | k | v]: one add.
-      TC_TRY(add_rows(qkv_, vec(L.bq), n * (Dq + 2 * Dkv), Dq + 2 * Dkv));
-    } else {  // q_, k_, v_ (or one fused row: n = 1)
-      if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
-      if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
-      if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
-    }
-    if (A.qk_norm) {  // every head's row of D, in place (q_ and k_, or one fused row: n = 1)
+    if (A.qk_norm) {
+      // The biases (if any), then every head's row of D normed in place (q_
+      // and k_, or one fused row: n = 1).
+      if (qp == qkv_ && L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv) {
+        // The pool holds [bq | bk | bv] as each fused row holds [q | k | v]: one add.
+        TC_TRY(add_rows(qkv_, vec(L.bq), n * (Dq + 2 * Dkv), Dq + 2 * Dkv));
+      } else {
+        if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
+        if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
+        if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
+      }
       TC_TRY(rmsnorm(qp, vec(L.q_norm), qp, n * H, D));
       TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));
     }

@@ -5,7 +5,8 @@
 //   embed_rows       every weight format, bit-identical to tc_dequantize_weights
 //                    on the CPU (ggml's dequantize_row_*)
 //   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched;
-//                    a batch of rows in their own slots and positions
+//                    a batch of rows in their own slots and positions; with
+//                    and without q / k / v biases (the inputs untouched)
 //   decode_attention (batch) rows of several slots against the reference and
 //                    against each row alone
 //   decode_attention GQA (1, 2, 3, 4 and 8 heads a group), positions at the start,
@@ -185,11 +186,21 @@ double rotated(const float* x, const std::vector<float>& cs, const std::vector<f
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
-  for (bool neox : {false, true}) {
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
+  for (bool neox : {false, true})
+  for (bool biases : {false, true}) {
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
+               (biases ? ", biases" : ""));
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
-  const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
+  const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
+  // What the op should rotate and append: each row plus its bias, one f32 sum.
+  std::vector<float> q = q_in, k = k_in, v = v_in;
+  if (biases)
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
+      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
+    }
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -201,13 +212,15 @@ TEST_P(ModelOps, RopeKvAppend) {
   a.info.name = "test.rope_kv_append";
   a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
   a.pos = dev.put(std::vector<int32_t>{int32_t(P)});
-  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
+  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
+  EXPECT_EQ(dev.get(a.q, n * ldq), q_in) << "q rows changed";
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, Hkv * C * D, cache),
              vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
   // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
@@ -365,13 +378,22 @@ TEST_P(ModelOps, DecodeAttention) {
 TEST_P(ModelOps, RopeKvAppendBatch) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
-  for (bool neox : {false, true}) {
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
+  for (bool neox : {false, true})
+  for (bool biases : {false, true}) {
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
+               (biases ? ", biases" : ""));
   const int64_t H = 4, Hkv = 2, D = 8, C = 16, half = D / 2, slots_total = 5, stride = Hkv * C * D;
   const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
   const int64_t n = int64_t(pos.size());
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;
-  const std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
+  const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
+  std::vector<float> q = q_in, k = k_in, v = v_in;  // plus the biases: what the op rotates and appends
+  if (biases)
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
+      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
+    }
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -383,13 +405,15 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   a.info.name = "test.rope_kv_append_batch";
   a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
   a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
-  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
+  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
+  EXPECT_EQ(dev.get(a.q, n * ldq), q_in) << "q rows changed";
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, cache_init.size(), cache),
              vc = cache_values(dev, a.v_cache, cache_init.size(), cache);
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
@@ -519,16 +543,25 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   Dev dev(GetParam());
   using tc::quant::BlockQ8_0;
   for (bool batch : {false, true})
-  for (bool neox : {false, true}) {
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk"));
+  for (bool neox : {false, true})
+  for (bool biases : {false, true}) {
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk") +
+               (biases ? ", biases" : ""));
   const int64_t H = 4, Hkv = 2, D = 96, C = 16, half = D / 2, stride = Hkv * C * D;
   const std::vector<int32_t> pos = batch ? std::vector<int32_t>{15, 0, 7} : std::vector<int32_t>{5, 6, 7};
   const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
   const int64_t n = 3, slots_total = batch ? 3 : 1, nblocks = slots_total * stride / 32;
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
-  std::vector<float> q = randn(n * ldq), k = randn(n * ldk), v = randn(n * ldv);
-  for (int64_t d = 0; d < D; ++d) v[1 * ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0
-  for (int64_t d = 32; d < 64; ++d) k[2 * ldk + d] *= 1e3f;       // one block far larger than the others
+  std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
+  for (int64_t d = 0; d < D; ++d) v_in[1 * ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
+  for (int64_t d = 32; d < 64; ++d) k_in[2 * ldk + d] *= 1e3f;       // one block far larger than the others
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
+  std::vector<float> q = q_in, k = k_in, v = v_in;  // plus the biases: what the op rotates and appends
+  if (biases)
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
+      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
+    }
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -541,7 +574,8 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
   if (batch) a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
   else a.pos = dev.put(std::vector<int32_t>{pos[0]});
-  a.q = dev.put(q), a.k = dev.put(k), a.v = dev.put(v);
+  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
+  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = dev.put(init), a.v_cache = dev.put(init);
@@ -1321,9 +1355,14 @@ TEST_P(ModelOps, GemvQ8RopeRows) {
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
   for (bool self : {false, true}) {
+    // The calls quantising X carry q / k / v biases too (which the GPU's
+    // RoPE epilogue leaves to rope_kv_append).
+    const bool biases = self;
     SCOPED_TRACE(std::string(tc::quant::format_info(fmt)->name) + " K " + std::to_string(K) +
                  (cache == TC_DTYPE_F16 ? ", f16 cache" : ", f32 cache") + (neox ? ", NEOX" : "") +
-                 (self ? ", X quantised by the product" : ""));
+                 (self ? ", X quantised by the product, biases" : ""));
+    const std::vector<float> bias = randn(size_t(N));  // [bq | bk | bv]
+    const float* bias_dev = dev.put(bias);
     const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
     const std::vector<uint8_t> w = random_q8_weights(fmt, N, K);
     tc::GemvQ8Args ga;
@@ -1362,6 +1401,7 @@ TEST_P(ModelOps, GemvQ8RopeRows) {
       r.qt = dev.put(std::vector<float>(size_t(Dq), NAN));
       r.k_cache = put_cache(dev, cache_init, cache), r.v_cache = put_cache(dev, cache_init, cache);
       r.cache = cache, r.neox = neox;
+      if (biases) r.bq = bias_dev, r.bk = bias_dev + Dq, r.bv = bias_dev + Dq + Dkv;
       return r;
     };
     // Two steps: the rows into y, then RoPE and the append on them.
@@ -1393,7 +1433,9 @@ TEST_P(ModelOps, GemvQ8RopeRows) {
           ASSERT_EQ(v1[e], v2[e]) << "v cache head " << g << " row " << p << " dim " << d;
           if (p != P) ASSERT_EQ(k1[e], -7.0f) << "k cache row " << p << " written";
           else  // v is appended as the product made it (the poison may be a true value: compare, not avoid)
-            ASSERT_EQ(v1[e], cache_round(y_rows[Dq + Dkv + g * D + d], cache)) << "v cache head " << g << " dim " << d;
+            ASSERT_EQ(v1[e], cache_round(y_rows[Dq + Dkv + g * D + d] + (biases ? bias[Dq + Dkv + g * D + d] : 0.0f),
+                                         cache))
+                << "v cache head " << g << " dim " << d;
         }
     ga.rope = tc::RopeKvAppendArgs{};
     ga.x = nullptr, ga.gamma = nullptr;

@@ -77,8 +77,12 @@ namespace q8stream {
 
 constexpr int kWarps = 16, kThreads = kWarps * 32;
 // The epilogue of a call with rope (kStore's rows rotated and appended to
-// the KV cache, kv_cache.cuh's RopeRow, instead of stored in y).
-constexpr int kRopeRow = 3;
+// the KV cache, kv_cache.cuh's RopeRow, instead of stored in y): a value
+// no GemvQ8Args epilogue takes.
+constexpr int kRopeRow = 0x100;
+static_assert(kRopeRow != GemvQ8Args::kStore && kRopeRow != GemvQ8Args::kAdd && kRopeRow != GemvQ8Args::kSwiglu &&
+                  kRopeRow != GemvQ8Args::kGeglu,
+              "the RoPE epilogue must not share a GemvQ8Args epilogue's value");
 constexpr int kMaxStages = 4;
 constexpr int64_t kStageCap = 40 * 1024;  // bytes of W a stage, at most
 constexpr int64_t kRingBudget = 64 * 1024;

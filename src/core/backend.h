@@ -327,13 +327,19 @@ struct EmbedRowsArgs {
 };
 
 // x[i] += y[i] for i < n (the residual add); with period > 0, x[i] +=
-// y[i % period] (a bias row added to every row of x).
+// y[i % period] (a bias row added to every row of x). With gamma (period
+// 0), y's rows of D (n a multiple of D) RMS-normed first, as the rmsnorm op
+// computes them: x += y rstd gamma, rstd = 1 / sqrt(mean y^2 + eps) (a
+// post-branch norm and its residual add).
 struct AddArgs {
   OpInfo info;
   int64_t n = 0;
   float* x = nullptr;
   const float* y = nullptr;
   int64_t period = 0;
+  const float* gamma = nullptr;
+  int64_t D = 0;
+  float eps = 0.0f;
 };
 
 // dst[r * dst_pitch + i] = src[r * src_pitch + i] converted, for r < rows and
@@ -389,6 +395,12 @@ struct RopeKvAppendArgs {
   const float* bq = nullptr;
   const float* bk = nullptr;
   const float* bv = nullptr;
+  // Then q and k RMS-normed per head row of D with these weights [D] (the
+  // rmsnorm op's y = x rstd gamma, rstd = 1 / sqrt(mean x^2 + norm_eps));
+  // null: none (Qwen3's and Gemma's Q/K norms).
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 0.0f;
   const int32_t* slots = nullptr;  // [n], device memory; pos is then [n] too
   int64_t slot_stride = 0;         // cache elements between slots
 };

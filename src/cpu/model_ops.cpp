@@ -6,10 +6,12 @@
 // thread pool where the work is large enough to pay for it.
 //
 //   embed_rows:       dst[i] = scale * dequant(table row tokens[i])
-//   add:              x += y (or a bias row: x[i] += y[i % period])
+//   add:              x += y (or a bias row: x[i] += y[i % period], or
+//                     x += rmsnorm(y) gamma row by row)
 //   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i (a batch: pos[i] in cache slot slots[i]);
-//                     q, k and v plus their biases if given (one f32 sum);
+//                     q, k and v plus their biases if given (one f32 sum),
+//                     q and k RMS-normed per head if asked;
 //                     (a, b) pairs -> (a c - b s, b c + a s),
 //                     queries to [H][n][D], keys and values into the cache
 //                     (f32, f16 rounded to nearest even, or Q8_0 blocks
@@ -44,6 +46,16 @@ tc_status embed_rows(const EmbedRowsArgs& a) {
 tc_status add(const AddArgs& a) {
   float* x = a.x;
   const float* y = a.y;
+  if (a.gamma) {  // x += y rstd gamma, row by row (rmsnorm_forward's rstd and products)
+    const int64_t D = a.D;
+    for (int64_t r = 0; r + D <= a.n; r += D) {
+      double ss = 0;
+      for (int64_t d = 0; d < D; ++d) ss += double(y[r + d]) * double(y[r + d]);
+      const float rs = float(1.0 / std::sqrt(ss / double(D) + double(a.eps)));
+      for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
+    }
+    return TC_OK;
+  }
   if (a.period > 0) {
     for (int64_t r = 0; r < a.n; r += a.period)
       for (int64_t i = 0; i < a.period && r + i < a.n; ++i) x[r + i] += y[i];
@@ -111,28 +123,37 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> k;  // a rotated key before rounding to f16 or Q8_0
-    thread_local std::vector<float> qb, kb, vb;  // rows plus their biases
+    thread_local std::vector<float> qb, kb, vb;  // rows plus their biases, normed
     if (f16 || q8) k.resize(size_t(D));
-    // Head h's row of x, plus its bias row (if any) in `sum`.
-    auto with_bias = [D](const float* x, const float* bias, int64_t h, std::vector<float>& sum) {
-      if (!bias) return x;
-      sum.resize(size_t(D));
-      for (int64_t d = 0; d < D; ++d) sum[size_t(d)] = x[d] + bias[h * D + d];
-      return static_cast<const float*>(sum.data());
+    // Head h's row of x as the op appends it: plus its bias row (if any),
+    // then RMS-normed with gamma (if any), as the rmsnorm op computes it.
+    auto prepared = [D, eps = double(a.norm_eps)](const float* x, const float* bias, const float* gamma, int64_t h,
+                                                  std::vector<float>& row) {
+      if (!bias && !gamma) return x;
+      row.resize(size_t(D));
+      for (int64_t d = 0; d < D; ++d) row[size_t(d)] = bias ? x[d] + bias[h * D + d] : x[d];
+      if (gamma) {
+        double ss = 0;
+        for (int64_t d = 0; d < D; ++d) ss += double(row[size_t(d)]) * double(row[size_t(d)]);
+        const float rs = float(1.0 / std::sqrt(ss / double(D) + eps));
+        for (int64_t d = 0; d < D; ++d) row[size_t(d)] = row[size_t(d)] * rs * gamma[d];
+      }
+      return static_cast<const float*>(row.data());
     };
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r / rows, h = r % rows, p = a.slots ? a.pos[i] : P + i;
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
-        rotate(with_bias(a.q + i * a.ldq + h * D, a.bq, h, qb), a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+        rotate(prepared(a.q + i * a.ldq + h * D, a.bq, a.q_norm, h, qb), a.qt + (h * a.n + i) * D, c, s, half,
+               a.neox);
         continue;
       }
       const int64_t g = h - a.H, cell = (a.slots ? a.slots[i] * a.slot_stride : 0) + (g * a.C + p) * D;
       void* kd = static_cast<char*>(a.k_cache) + dtype_bytes(a.cache, cell);
       void* vd = static_cast<char*>(a.v_cache) + dtype_bytes(a.cache, cell);
-      const float* key = with_bias(a.k + i * a.ldk + g * D, a.bk, g, kb);
-      const float* v = with_bias(a.v + i * a.ldv + g * D, a.bv, g, vb);
+      const float* key = prepared(a.k + i * a.ldk + g * D, a.bk, a.k_norm, g, kb);
+      const float* v = prepared(a.v + i * a.ldv + g * D, a.bv, nullptr, g, vb);
       if (q8) {
         rotate(key, k.data(), c, s, half, a.neox);
         quant::quantize_row(quant::Q8_0, k.data(), kd, D);

@@ -548,11 +548,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // Whether the RoPE epilogue takes a.rope: one token whose [q | k | v] row is
 // this product's y, interleaved pairs (each inside a tile: TR and D even),
-// no biases, an f16 or f32 cache of one sequence.
+// no biases or Q/K norms, an f16 or f32 cache of one sequence.
 bool rope_row_fits(const GemvQ8Args& a, const Plan& p) {
   const RopeKvAppendArgs& r = a.rope;
   const int64_t Dq = r.H * r.D, Dkv = r.Hkv * r.D;
-  return r.n == 1 && !r.neox && !r.slots && r.pos && !r.bq && !r.bk && !r.bv &&
+  return r.n == 1 && !r.neox && !r.slots && r.pos && !r.bq && !r.bk && !r.bv && !r.q_norm && !r.k_norm &&
          (r.cache == TC_DTYPE_F16 || r.cache == TC_DTYPE_F32) &&
          r.D % 2 == 0 && p.TR % 2 == 0 && a.N == Dq + 2 * Dkv && r.q == a.y && r.k == a.y + Dq &&
          r.v == a.y + Dq + Dkv;

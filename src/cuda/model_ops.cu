@@ -5,11 +5,14 @@
 //                     per weight, each format's formula as quant::dequantize_row
 //                     writes it (products and sums rounded one by one, no fused
 //                     multiply-add, so the f32 values are the reference's)
-//   add:              x += y, or x[i] += y[i % period] (a bias row)
+//   add:              x += y, or x[i] += y[i % period] (a bias row), or
+//                     x += rmsnorm(y) gamma row by row (a block a row)
 //   convert:          f32 <-> f16 / bf16, round to nearest even; a Q8_0
 //                     cache's rows to f32 (q d, exact) or f16
 //   rope_kv_append:   p = *pos + i; q, k and v plus their biases if given (one
-//                     f32 sum); (a, b) -> (a c - b s, b c + a s) for the
+//                     f32 sum), q and k RMS-normed per head if asked (the
+//                     rmsnorm op's formula, its sum of squares in the
+//                     block's order); (a, b) -> (a c - b s, b c + a s) for the
 //                     pairs (x[2k], x[2k+1]) or, NEOX, (x[k], x[k + D/2]) of the
 //                     queries (to [H][n][D]) and keys (into the cache at p),
 //                     values copied into the cache at p; a cache of f32, of
@@ -127,8 +130,26 @@ __global__ void embed_rows_kernel(int32_t fmt, int64_t K, uint64_t row_bytes, co
 }
 
 __global__ void add_kernel(int64_t n, float* x, const float* y, int64_t period) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] += y[period > 0 ? i % period : i];
+}
+
+// x[r] += y[r] rstd gamma for rows r of D, rstd = 1 / sqrt(mean y[r]^2 +
+// eps) (rmsnorm_forward's formula and products): a block a row.
+__global__ void add_normed_kernel(int64_t rows, int64_t D, float* x, const float* y, const float* gamma, float eps) {
+  __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // block-uniform
+    const float* yr = y + r * D;
+    float* xr = x + r * D;
+    float ss = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss = fmaf(yr[d], yr[d], ss);
+    const float rs = float(1.0 / sqrt(double(row_sum(ss, red)) / double(D) + double(eps)));
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] += yr[d] * rs * gamma[d];
+  }
 }
 
 template <class From, class To>
@@ -173,6 +194,8 @@ struct RopeParams {
   const int32_t* slots;  // a batch of sequences: pos and slots [n]; null: one sequence at *pos
   int64_t slot_stride;
   const float *bq, *bk, *bv;  // biases of q, k, v (null: none)
+  const float *q_norm, *k_norm;  // per-head RMS norms of q and k (null: none)
+  float norm_eps;
 };
 
 
@@ -191,30 +214,52 @@ __device__ __forceinline__ void quantize_q8_0_block(float x, int lane, uint8_t* 
   if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
 }
 
-// Element e of a row plus its bias (null: none), one f32 sum as the add op's.
-__device__ __forceinline__ float biased(const float* src, const float* bias, int64_t e) {
-  return bias ? __fadd_rn(src[e], bias[e]) : src[e];
+// A head's row of q, k or v as the op appends it: x plus its bias (one f32
+// sum, as the add op's; null: none), then, with gamma, RMS-normed over the
+// row as the rmsnorm op does (y = x rstd gamma, rstd = 1 / sqrt(mean x^2 + eps)).
+struct HeadRow {
+  const float *x, *bias, *gamma;
+  float rstd;
+  __device__ __forceinline__ float operator[](int64_t e) const {
+    const float b = bias ? __fadd_rn(x[e], bias[e]) : x[e];
+    return gamma ? b * rstd * gamma[e] : b;
+  }
+};
+
+// The row's view; with gamma its rstd from a block-wide sum of squares
+// (every thread of the block calls this: blockDim.x is whole warps).
+__device__ __forceinline__ HeadRow head_row(const float* x, const float* bias, const float* gamma, int64_t D,
+                                            float eps) {
+  HeadRow r{x, bias, nullptr, 1.0f};
+  if (gamma) {
+    __shared__ float red[32];
+    float ss = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss = fmaf(r[d], r[d], ss);
+    r.rstd = float(1.0 / sqrt(double(row_sum(ss, red)) / double(D) + double(eps)));
+    r.gamma = gamma;
+  }
+  return r;
 }
 
-// Element e of src (+ bias) rotated: its pair k is (x[2k], x[2k+1]) or, NEOX,
+// Element e of the row rotated: its pair k is (x[2k], x[2k+1]) or, NEOX,
 // (x[k], x[k + half]), e its first or second element.
-__device__ __forceinline__ float rotated(const float* src, const float* bias, const float* c, const float* s,
-                                         int64_t half, bool neox, int64_t e) {
+__device__ __forceinline__ float rotated(const HeadRow& x, const float* c, const float* s, int64_t half, bool neox,
+                                         int64_t e) {
   const int64_t k = neox ? e % half : e / 2;
   const bool first = neox ? e < half : e % 2 == 0;
   const int64_t partner = neox ? (first ? e + half : e - half) : e ^ 1;
-  return rope_elem(biased(src, bias, e), biased(src, bias, partner), c[k], s[k], first);
+  return rope_elem(x[e], x[partner], c[k], s[k], first);
 }
 
-// Rotates the D/2 pairs of src (+ bias) into dst (the queries' f32 rows or a cache row of T).
+// Rotates the D/2 pairs of the row into dst (the queries' f32 rows or a cache row of T).
 template <typename T>
-__device__ __forceinline__ void rotate_row(const float* src, const float* bias, T* dst, const float* c,
-                                           const float* s, int64_t half, bool neox) {
+__device__ __forceinline__ void rotate_row(const HeadRow& x, T* dst, const float* c, const float* s, int64_t half,
+                                           bool neox) {
   const int64_t step = neox ? 1 : 2, other = neox ? half : 1;
   for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
     const int64_t e = k * step;
-    store_cache(dst + e, rotated(src, bias, c, s, half, neox, e));
-    store_cache(dst + e + other, rotated(src, bias, c, s, half, neox, e + other));
+    store_cache(dst + e, rotated(x, c, s, half, neox, e));
+    store_cache(dst + e + other, rotated(x, c, s, half, neox, e + other));
   }
 }
 
@@ -230,29 +275,27 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   const float* c = a.cos_t + p * half;
   const float* s = a.sin_t + p * half;
   if (h < a.H) {
-    rotate_row(a.q + i * a.ldq + h * D, a.bq ? a.bq + h * D : nullptr, a.qt + (h * a.n + i) * D, c, s, half,
-               a.neox);
+    const HeadRow q = head_row(a.q + i * a.ldq + h * D, a.bq ? a.bq + h * D : nullptr, a.q_norm, D, a.norm_eps);
+    rotate_row(q, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
     return;
   }
   const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
-  const float* v = a.v + i * a.ldv + g * D;
-  const float* bk = a.bk ? a.bk + g * D : nullptr;
-  const float* bv = a.bv ? a.bv + g * D : nullptr;
+  const HeadRow k = head_row(a.k + i * a.ldk + g * D, a.bk ? a.bk + g * D : nullptr, a.k_norm, D, a.norm_eps);
+  const HeadRow v{a.v + i * a.ldv + g * D, a.bv ? a.bv + g * D : nullptr, nullptr, 1.0f};
   if constexpr (std::is_same<T, Q8Cache>::value) {
-    const float* k = a.k + i * a.ldk + g * D;
     const int lane = threadIdx.x % 32;
     uint8_t* kd = static_cast<uint8_t*>(a.k_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
     uint8_t* vd = static_cast<uint8_t*>(a.v_cache) + cell / QK8_0 * int64_t(sizeof(BlockQ8_0));
     for (int64_t b = threadIdx.x / 32; b < D / QK8_0; b += blockDim.x / 32) {  // warp-uniform
       const int64_t e = b * QK8_0 + lane;
-      quantize_q8_0_block(rotated(k, bk, c, s, half, a.neox, e), lane, kd + b * int64_t(sizeof(BlockQ8_0)));
-      quantize_q8_0_block(biased(v, bv, e), lane, vd + b * int64_t(sizeof(BlockQ8_0)));
+      quantize_q8_0_block(rotated(k, c, s, half, a.neox, e), lane, kd + b * int64_t(sizeof(BlockQ8_0)));
+      quantize_q8_0_block(v[e], lane, vd + b * int64_t(sizeof(BlockQ8_0)));
     }
     return;
   } else {
   T* vd = static_cast<T*>(a.v_cache) + cell;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, biased(v, bv, d));
-  rotate_row(a.k + i * a.ldk + g * D, bk, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_cache(vd + d, v[d]);
+  rotate_row(k, static_cast<T*>(a.k_cache) + cell, c, s, half, a.neox);
   }
 }
 
@@ -275,9 +318,18 @@ tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
 }
 
 tc_status add(Device&, StreamState* s, const AddArgs& a) {
+  if (a.gamma) {
+    s->last_kernel = "add (normed rows)";
+    const int64_t rows = a.n / a.D;
+    if (rows == 0) return TC_OK;
+    return check(launch_pdl(add_normed_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(256), 0,
+                            s->stream, rows, a.D, a.x, a.y, a.gamma, a.eps),
+                 "add: launch");
+  }
   s->last_kernel = "add";
-  add_kernel<<<blocks_for(a.n, 256), 256, 0, s->stream>>>(a.n, a.x, a.y, a.period);
-  return check(cudaGetLastError(), "add: launch");
+  if (a.n == 0) return TC_OK;
+  return check(launch_pdl(add_kernel, dim3(blocks_for(a.n, 256)), dim3(256), 0, s->stream, a.n, a.x, a.y, a.period),
+               "add: launch");
 }
 
 tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
@@ -313,7 +365,7 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
   const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
                      a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride,
-                     a.bq, a.bk, a.bv};
+                     a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.norm_eps};
   s->last_kernel = "rope_kv_append";
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));
   if (a.cache == TC_DTYPE_Q8_0) {
@@ -322,7 +374,8 @@ tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
     return check(launch_pdl(rope_kv_append_kernel<Q8Cache>, grid, dim3(threads), 0, s->stream, p),
                  "rope_kv_append: launch");
   }
-  const int threads = int(std::min<int64_t>(std::max<int64_t>(a.D / 2, 32), 256));
+  // Whole warps (the Q/K norms' block-wide sum), a thread a pair.
+  const int threads = int(std::min<int64_t>((std::max<int64_t>(a.D / 2, 32) + 31) / 32 * 32, 256));
   return check(a.cache == TC_DTYPE_F16
                    ? launch_pdl(rope_kv_append_kernel<__half>, grid, dim3(threads), 0, s->stream, p)
                    : launch_pdl(rope_kv_append_kernel<float>, grid, dim3(threads), 0, s->stream, p),

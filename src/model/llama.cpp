@@ -29,7 +29,7 @@
 // (M = n rows share one pass over the weights), or on a device, for
 // M >= kGemmMinRows, the weights dequantised to the activations' type and a
 // GEMM. RoPE and the cache append are one op (rope_kv_append), which adds
-// the q / k / v biases too where no Q/K norm comes between. Attention is
+// the q / k / v biases and applies the Q/K norms first. Attention is
 // the backend's attention op: on the host once per kv head on the cache in
 // place; on a device, for a chunk, once for all heads over the cache
 // prefixes packed by copy_2d (converted to f16 as they are packed, with f16
@@ -222,6 +222,15 @@ tc_status Llama::add_rows(float* x, const float* y, int64_t n, int64_t period) {
   return be_->add(a, queue_.get());
 }
 
+// x += rmsnorm(y) * gamma for M rows of n_embd: a post-branch norm and its residual add.
+tc_status Llama::add_normed(float* x, const float* y, const float* gamma, int64_t M) {
+  AddArgs a;
+  a.info.name = "llama.post_norm_residual";
+  a.D = cfg_.n_embd, a.n = M * a.D, a.x = x, a.y = y;
+  a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
+  return be_->add(a, queue_.get());
+}
+
 tc_status Llama::glu(const float* gate, const float* up, float* out, int64_t n) {
   SwigluForwardArgs a;
   a.info.name = arch_.gelu ? "llama.geglu" : "llama.swiglu";
@@ -230,26 +239,6 @@ tc_status Llama::glu(const float* gate, const float* up, float* out, int64_t n) 
   a.gate = gate, a.up = up, a.out = out;
   return arch_.gelu ? be_->geglu_forward(a, queue_.get()) : be_->swiglu_forward(a, queue_.get());
 }
-
-namespace {
-
-// Rows [first, first + count) of w as a matrix of their own, its split
-// copy's rows too: a part of a fused [q; k; v] or [gate; up] matrix, for a
-// batch step that needs the parts' outputs apart.
-Matrix rows_of(const Matrix& w, int64_t first, int64_t count) {
-  Matrix m = w;
-  m.N = count;
-  m.data = w.data + uint64_t(first) * w.row_bytes;
-  if (w.split_qs) {
-    const int64_t blocks = first * (w.K / quant::q8_block_elems(w.fmt));
-    m.split_qs = w.split_qs + blocks * quant::split_quant_bytes(w.fmt);
-    m.split_d = w.split_d + blocks;
-  }
-  m.rows8 = nullptr;  // a host backend's copy: the 8-bit step runs on devices only
-  return m;
-}
-
-}  // namespace
 
 // Gemma 2's final soft-capping, on the logits in host memory:
 // cap tanh(z / cap).
@@ -396,36 +385,26 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       r.slot_stride = slot_elems();
     }
     bool roped = false;  // rope_kv_append done by the [q | k | v] product
-    // Without Q/K norms between them, rope_kv_append adds the biases (no add of their own).
-    if (!A.qk_norm) {
-      r.bq = L.bq >= 0 ? vec(L.bq) : nullptr, r.bk = L.bk >= 0 ? vec(L.bk) : nullptr;
-      r.bv = L.bv >= 0 ? vec(L.bv) : nullptr;
-    }
+    // rope_kv_append adds the biases and norms q and k per head before it rotates.
+    r.bq = L.bq >= 0 ? vec(L.bq) : nullptr, r.bk = L.bk >= 0 ? vec(L.bk) : nullptr;
+    r.bv = L.bv >= 0 ? vec(L.bv) : nullptr;
+    if (A.qk_norm) r.q_norm = vec(L.q_norm), r.k_norm = vec(L.k_norm), r.norm_eps = float(cfg_.rms_norm_eps);
     float *qp, *kp, *vp;
     if (q8) {
-      // One product for [q | k | v] unless the rows of a batch step, each
-      // [q | k | v], would need Q/K norms over all of them: the parts then
-      // run as products of their own.
-      const bool one = L.wqkv.data && (n == 1 || !A.qk_norm);
-      // Layer 0 reads the 8-bit X quantised above; one product quantises its own.
-      const bool self_x = l > 0 && one;
-      if (l > 0 && !one) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
-      if (one) {  // rows [q | k | v]
+      // Layer 0 reads the 8-bit X quantised above; the fused product quantises its own.
+      if (L.wqkv.data) {  // one product for rows [q | k | v]
         qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
         r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
         r.q = qp, r.k = kp, r.v = vp;
-        // Nothing between the product and RoPE (no q/k norms): the product appends the rows
-        // (or leaves them, with the biases, to rope_kv_append where its epilogue cannot).
-        roped = !A.qk_norm;
-        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, self_x ? x_ : nullptr, self_x ? vec(L.attn_norm) : nullptr,
-                       roped ? &r : nullptr));
-      } else {
-        const bool joined = L.wqkv.data != nullptr;
-        const Matrix wq = joined ? rows_of(L.wqkv, 0, Dq) : L.wq, wk = joined ? rows_of(L.wqkv, Dq, Dkv) : L.wk,
-                     wv = joined ? rows_of(L.wqkv, Dq + Dkv, Dkv) : L.wv;
-        TC_TRY(gemv_q8(wq, q_, GemvQ8Args::kStore, n));
-        TC_TRY(gemv_q8(wk, k_, GemvQ8Args::kStore, n));
-        TC_TRY(gemv_q8(wv, v_, GemvQ8Args::kStore, n));
+        // The product appends the rows (or leaves them to rope_kv_append where its epilogue cannot).
+        roped = true;
+        TC_TRY(gemv_q8(L.wqkv, qkv_, GemvQ8Args::kStore, n, l > 0 ? x_ : nullptr,
+                       l > 0 ? vec(L.attn_norm) : nullptr, &r));
+      } else {  // q, k and v of different formats
+        if (l > 0) TC_TRY(quantize_q8(x_, vec(L.attn_norm), E, n));
+        TC_TRY(gemv_q8(L.wq, q_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.wk, k_, GemvQ8Args::kStore, n));
+        TC_TRY(gemv_q8(L.wv, v_, GemvQ8Args::kStore, n));
         qp = q_, kp = k_, vp = v_;
       }
     } else if (n == 1 && L.wqkv.data) {
@@ -436,20 +415,6 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(rmsnorm(x_, vec(L.attn_norm), h_, n));
       TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}));
       qp = q_, kp = k_, vp = v_;
-    }
-    if (A.qk_norm) {
-      // The biases (if any), then every head's row of D normed in place (q_
-      // and k_, or one fused row: n = 1).
-      if (qp == qkv_ && L.bq >= 0 && L.bk == L.bq + Dq && L.bv == L.bk + Dkv) {
-        // The pool holds [bq | bk | bv] as each fused row holds [q | k | v]: one add.
-        TC_TRY(add_rows(qkv_, vec(L.bq), n * (Dq + 2 * Dkv), Dq + 2 * Dkv));
-      } else {
-        if (L.bq >= 0) TC_TRY(add_rows(qp, vec(L.bq), n * Dq, Dq));
-        if (L.bk >= 0) TC_TRY(add_rows(kp, vec(L.bk), n * Dkv, Dkv));
-        if (L.bv >= 0) TC_TRY(add_rows(vp, vec(L.bv), n * Dkv, Dkv));
-      }
-      TC_TRY(rmsnorm(qp, vec(L.q_norm), qp, n * H, D));
-      TC_TRY(rmsnorm(kp, vec(L.k_norm), kp, n * Hkv, D));
     }
     r.q = qp, r.k = kp, r.v = vp;
     if (!roped) TC_TRY(be_->rope_kv_append(r, q));
@@ -565,8 +530,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       if (!o_quantised) TC_TRY(quantize_q8(o_, nullptr, Dq, n));
       if (L.post_attn_norm >= 0) {
         TC_TRY(gemv_q8(L.wo, tmp_, GemvQ8Args::kStore, n));
-        TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
-        TC_TRY(add_rows(x_, tmp_, n * E, 0));
+        TC_TRY(add_normed(x_, tmp_, vec(L.post_attn_norm), n));
       } else {
         TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
       }
@@ -581,16 +545,15 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       }
       if (L.post_ffn_norm >= 0) {
         TC_TRY(gemv_q8(L.w_down, tmp_, GemvQ8Args::kStore, n, gu_));
-        TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
-        TC_TRY(add_rows(x_, tmp_, n * E, 0));
+        TC_TRY(add_normed(x_, tmp_, vec(L.post_ffn_norm), n));
       } else {
         TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
       }
       continue;
     }
     TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
-    if (L.post_attn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_attn_norm), tmp_, n));
-    TC_TRY(add_rows(x_, tmp_, n * E, 0));
+    if (L.post_attn_norm >= 0) TC_TRY(add_normed(x_, tmp_, vec(L.post_attn_norm), n));
+    else TC_TRY(add_rows(x_, tmp_, n * E, 0));
 
     const float* ffn_out;
     if (n == 1 && L.w_gate_up.data) {
@@ -605,8 +568,8 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       ffn_out = gate_;
     }
     TC_TRY(products(ffn_out, n, {{&L.w_down, tmp_}}));
-    if (L.post_ffn_norm >= 0) TC_TRY(rmsnorm(tmp_, vec(L.post_ffn_norm), tmp_, n));
-    TC_TRY(add_rows(x_, tmp_, n * E, 0));
+    if (L.post_ffn_norm >= 0) TC_TRY(add_normed(x_, tmp_, vec(L.post_ffn_norm), n));
+    else TC_TRY(add_rows(x_, tmp_, n * E, 0));
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.

@@ -6,7 +6,8 @@
 //                    on the CPU (ggml's dequantize_row_*)
 //   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched;
 //                    a batch of rows in their own slots and positions; with
-//                    and without q / k / v biases (the inputs untouched)
+//                    and without q / k / v biases and Q/K norms (the inputs
+//                    untouched)
 //   decode_attention (batch) rows of several slots against the reference and
 //                    against each row alone
 //   decode_attention GQA (1, 2, 3, 4 and 8 heads a group), positions at the start,
@@ -18,7 +19,7 @@
 //                    attention against the dequantised values (tight) and the
 //                    unquantised ones (within the bound the quantisation allows)
 //   gemv_q8 with RoPE rows: bit for bit the product, then rope_kv_append
-//   add, convert, heads_to_tokens, copy_2d
+//   add (plain, a bias row, RMS-normed rows), convert, heads_to_tokens, copy_2d
 //   gemm with an f32 C from f16 / bf16 X and W (the prefill's products)
 #include <gtest/gtest.h>
 
@@ -183,24 +184,41 @@ double rotated(const float* x, const std::vector<float>& cs, const std::vector<f
   return first ? a0 * c - b0 * s : b0 * c + a0 * s;
 }
 
+// What rope_kv_append rotates and appends of n token rows of `heads` head
+// rows of D (ld apart): each row plus its bias (one f32 sum, if given),
+// then, with gamma, RMS-normed per head in f64 (y = x gamma / sqrt(mean x^2 + eps)).
+void bias_and_norm(std::vector<float>& x, int64_t n, int64_t ld, int64_t heads, int64_t D, const float* bias,
+                   const float* gamma, double eps) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      float* row = &x[size_t(i * ld + h * D)];
+      if (bias)
+        for (int64_t d = 0; d < D; ++d) row[d] += bias[h * D + d];
+      if (!gamma) continue;
+      double ss = 0;
+      for (int64_t d = 0; d < D; ++d) ss += double(row[d]) * row[d];
+      const double rs = 1 / std::sqrt(ss / double(D) + eps);
+      for (int64_t d = 0; d < D; ++d) row[d] = float(row[d] * rs * gamma[d]);
+    }
+}
+
 TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
-  for (bool biases : {false, true}) {
+  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
+  const bool biases = form >= 1, norms = form == 2;
   SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               (biases ? ", biases" : ""));
+               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
   const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
-  // What the op should rotate and append: each row plus its bias, one f32 sum.
-  std::vector<float> q = q_in, k = k_in, v = v_in;
-  if (biases)
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
-      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
-    }
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
+  const double eps = 1e-6;
+  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
+  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
+  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
+  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -214,6 +232,7 @@ TEST_P(ModelOps, RopeKvAppend) {
   a.pos = dev.put(std::vector<int32_t>{int32_t(P)});
   a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
   if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
+  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
@@ -379,21 +398,21 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
-  for (bool biases : {false, true}) {
+  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
+  const bool biases = form >= 1, norms = form == 2;
   SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               (biases ? ", biases" : ""));
+               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
   const int64_t H = 4, Hkv = 2, D = 8, C = 16, half = D / 2, slots_total = 5, stride = Hkv * C * D;
   const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
   const int64_t n = int64_t(pos.size());
   const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;
   const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
-  std::vector<float> q = q_in, k = k_in, v = v_in;  // plus the biases: what the op rotates and appends
-  if (biases)
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
-      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
-    }
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
+  const double eps = 1e-6;
+  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
+  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
+  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
+  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -407,6 +426,7 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
   a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
   if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
+  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
@@ -544,9 +564,10 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   using tc::quant::BlockQ8_0;
   for (bool batch : {false, true})
   for (bool neox : {false, true})
-  for (bool biases : {false, true}) {
+  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
+  const bool biases = form >= 1, norms = form == 2;
   SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk") +
-               (biases ? ", biases" : ""));
+               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
   const int64_t H = 4, Hkv = 2, D = 96, C = 16, half = D / 2, stride = Hkv * C * D;
   const std::vector<int32_t> pos = batch ? std::vector<int32_t>{15, 0, 7} : std::vector<int32_t>{5, 6, 7};
   const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
@@ -555,13 +576,12 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
   for (int64_t d = 0; d < D; ++d) v_in[1 * ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
   for (int64_t d = 32; d < 64; ++d) k_in[2 * ldk + d] *= 1e3f;       // one block far larger than the others
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D);
-  std::vector<float> q = q_in, k = k_in, v = v_in;  // plus the biases: what the op rotates and appends
-  if (biases)
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t e = 0; e < H * D; ++e) q[i * ldq + e] += bq[e];
-      for (int64_t e = 0; e < Hkv * D; ++e) k[i * ldk + e] += bk[e], v[i * ldv + e] += bv[e];
-    }
+  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
+  const double eps = 1e-6;
+  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
+  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
+  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
+  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
   std::vector<float> cs(C * half), sn(C * half);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
@@ -576,6 +596,7 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   else a.pos = dev.put(std::vector<int32_t>{pos[0]});
   a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
   if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
+  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = dev.put(init), a.v_cache = dev.put(init);
@@ -767,6 +788,20 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
   ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
   const auto biased = dev.get(a.x, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(biased[i], x[i] + y[i % 40]) << i;
+  // Rows of 40 (25 of them) RMS-normed before the add: x += y rstd gamma, in f64.
+  const std::vector<float> gamma = randn(40);
+  a.x = dev.put(x), a.y = dev.put(y);
+  a.period = 0, a.D = 40, a.gamma = dev.put(gamma), a.eps = 1e-6f;
+  ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
+  const auto normed = dev.get(a.x, n);
+  EXPECT_EQ(dev.get(a.y, n), y) << "y changed";
+  for (int64_t r = 0; r < n; r += 40) {
+    double ss = 0;
+    for (int64_t d = 0; d < 40; ++d) ss += double(y[r + d]) * y[r + d];
+    const double rs = 1 / std::sqrt(ss / 40 + 1e-6);
+    for (int64_t d = 0; d < 40; ++d)
+      ASSERT_NEAR(normed[r + d], x[r + d] + y[r + d] * rs * gamma[d], 1e-5) << "row " << r / 40 << " element " << d;
+  }
 
   for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16}) {
     tc::ConvertArgs c;
@@ -1355,12 +1390,14 @@ TEST_P(ModelOps, GemvQ8RopeRows) {
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
   for (bool self : {false, true}) {
-    // The calls quantising X carry q / k / v biases too (which the GPU's
-    // RoPE epilogue leaves to rope_kv_append).
+    // The calls quantising X carry q / k / v biases and Q/K norms too
+    // (which the GPU's RoPE epilogue leaves to rope_kv_append).
     const bool biases = self;
+    const float* qn_dev = dev.put(randn(size_t(D)));
+    const float* kn_dev = dev.put(randn(size_t(D)));
     SCOPED_TRACE(std::string(tc::quant::format_info(fmt)->name) + " K " + std::to_string(K) +
                  (cache == TC_DTYPE_F16 ? ", f16 cache" : ", f32 cache") + (neox ? ", NEOX" : "") +
-                 (self ? ", X quantised by the product, biases" : ""));
+                 (self ? ", X quantised by the product, biases, Q/K norms" : ""));
     const std::vector<float> bias = randn(size_t(N));  // [bq | bk | bv]
     const float* bias_dev = dev.put(bias);
     const std::vector<float> x = randn(size_t(K)), gamma = randn(size_t(K));
@@ -1402,6 +1439,7 @@ TEST_P(ModelOps, GemvQ8RopeRows) {
       r.k_cache = put_cache(dev, cache_init, cache), r.v_cache = put_cache(dev, cache_init, cache);
       r.cache = cache, r.neox = neox;
       if (biases) r.bq = bias_dev, r.bk = bias_dev + Dq, r.bv = bias_dev + Dq + Dkv;
+      if (biases) r.q_norm = qn_dev, r.k_norm = kn_dev, r.norm_eps = 1e-6f;
       return r;
     };
     // Two steps: the rows into y, then RoPE and the append on them.

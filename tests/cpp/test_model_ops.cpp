@@ -614,7 +614,10 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
     double amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const double d = tc::f16_to_f32(blk.d), dx = amax / 127;
-    ASSERT_NEAR(d, dx, dx * (0x1p-11 + 1e-6)) << what << " block " << b << ": scale";
+    // d is rounded to f16: half a step, 2^-11 of it, or half the subnormal
+    // step 2^-24 below 2^-14 (a block of tiny values: a normed row dominated
+    // by another block).
+    ASSERT_NEAR(d, dx, std::max(dx * (0x1p-11 + 1e-6), 0x1p-25 * (1 + 1e-6))) << what << " block " << b << ": scale";
     for (int j = 0; j < 32; ++j) {
       const double code = amax == 0 ? 0.0 : x[j] / dx;
       ASSERT_LE(std::fabs(blk.qs[j] - code), 0.5 + 1e-4) << what << " block " << b << " element " << j;

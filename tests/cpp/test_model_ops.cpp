@@ -202,44 +202,76 @@ void bias_and_norm(std::vector<float>& x, int64_t n, int64_t ld, int64_t heads, 
     }
 }
 
-TEST_P(ModelOps, RopeKvAppend) {
-  Dev dev(GetParam());
-  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
-  for (bool neox : {false, true})
-  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
-  const bool biases = form >= 1, norms = form == 2;
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
-  const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
-  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
-  const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
-  const double eps = 1e-6;
-  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
-  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
-  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
-  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
-  std::vector<float> cs(C * half), sn(C * half);
+// RoPE tables of C positions for head size D (base 10000): cos and sin [C][D / 2].
+void rope_tables(int64_t C, int64_t D, std::vector<float>& cs, std::vector<float>& sn) {
+  const int64_t half = D / 2;
+  cs.assign(size_t(C * half), 0.0f), sn.assign(size_t(C * half), 0.0f);
   for (int64_t p = 0; p < C; ++p)
     for (int64_t j = 0; j < half; ++j) {
       const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
       cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
     }
+}
+
+// rope_kv_append's inputs for n tokens (rows padded past H D and Hkv D) in
+// one of three forms (0: plain; 1: q / k / v biases; 2: biases and Q/K
+// norms), and the rows it should rotate and append (derive()).
+struct RopeRows {
+  static constexpr double kEps = 1e-6;
+  int64_t n, H, Hkv, D, ldq, ldk, ldv;
+  bool biases, norms;
+  std::vector<float> q_in, k_in, v_in, bq, bk, bv, qn, kn;  // inputs
+  std::vector<float> q, k, v;                               // what the op takes of them
+  RopeRows(int64_t n_, int64_t H_, int64_t Hkv_, int64_t D_, int form)
+      : n(n_), H(H_), Hkv(Hkv_), D(D_), ldq(H_ * D_ + 3), ldk(Hkv_ * D_ + 1), ldv(Hkv_ * D_ + 5),
+        biases(form >= 1), norms(form == 2) {
+    q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
+    bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
+    derive();
+  }
+  std::string name() const { return std::string(biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""); }
+  void derive() {  // again after a change to the inputs
+    q = q_in, k = k_in, v = v_in;
+    bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, kEps);
+    bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, kEps);
+    bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, kEps);
+  }
+  // The op's rows on the device; positions, tables and caches are the caller's.
+  tc::RopeKvAppendArgs args(Dev& dev) const {
+    tc::RopeKvAppendArgs a;
+    a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+    a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
+    if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
+    if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(kEps);
+    a.qt = dev.put(std::vector<float>(size_t(H * n * D), NAN));
+    return a;
+  }
+};
+
+TEST_P(ModelOps, RopeKvAppend) {
+  Dev dev(GetParam());
+  for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
+  for (bool neox : {false, true})
+  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
+  const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
+  const RopeRows rows(n, H, Hkv, D, form);
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
+               rows.name());
+  const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
+  const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
+  std::vector<float> cs, sn;
+  rope_tables(C, D, cs, sn);
   const std::vector<float> cache_init(Hkv * C * D, -7.0f);
-  tc::RopeKvAppendArgs a;
+  tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append";
-  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  a.C = C;
   a.pos = dev.put(std::vector<int32_t>{int32_t(P)});
-  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
-  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
-  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
-  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
-  EXPECT_EQ(dev.get(a.q, n * ldq), q_in) << "q rows changed";
+  EXPECT_EQ(dev.get(a.q, n * ldq), rows.q_in) << "q rows changed";
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, Hkv * C * D, cache),
              vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
   // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
@@ -399,41 +431,27 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
   for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
-  const bool biases = form >= 1, norms = form == 2;
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
   const int64_t H = 4, Hkv = 2, D = 8, C = 16, half = D / 2, slots_total = 5, stride = Hkv * C * D;
   const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
   const int64_t n = int64_t(pos.size());
-  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;
-  const std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
-  const double eps = 1e-6;
-  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
-  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
-  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
-  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
-  std::vector<float> cs(C * half), sn(C * half);
-  for (int64_t p = 0; p < C; ++p)
-    for (int64_t j = 0; j < half; ++j) {
-      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
-      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
-    }
+  const RopeRows rows(n, H, Hkv, D, form);
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
+               rows.name());
+  const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
+  const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
+  std::vector<float> cs, sn;
+  rope_tables(C, D, cs, sn);
   const std::vector<float> cache_init(slots_total * stride, -7.0f);
-  tc::RopeKvAppendArgs a;
+  tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append_batch";
-  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  a.C = C;
   a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
-  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
-  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
-  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
-  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
-  EXPECT_EQ(dev.get(a.q, n * ldq), q_in) << "q rows changed";
+  EXPECT_EQ(dev.get(a.q, n * ldq), rows.q_in) << "q rows changed";
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, cache_init.size(), cache),
              vc = cache_values(dev, a.v_cache, cache_init.size(), cache);
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
@@ -565,40 +583,26 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   for (bool batch : {false, true})
   for (bool neox : {false, true})
   for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
-  const bool biases = form >= 1, norms = form == 2;
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk") +
-               (biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""));
   const int64_t H = 4, Hkv = 2, D = 96, C = 16, half = D / 2, stride = Hkv * C * D;
   const std::vector<int32_t> pos = batch ? std::vector<int32_t>{15, 0, 7} : std::vector<int32_t>{5, 6, 7};
   const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
   const int64_t n = 3, slots_total = batch ? 3 : 1, nblocks = slots_total * stride / 32;
-  const int64_t ldq = H * D + 3, ldk = Hkv * D + 1, ldv = Hkv * D + 5;  // padded rows
-  std::vector<float> q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
-  for (int64_t d = 0; d < D; ++d) v_in[1 * ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
-  for (int64_t d = 32; d < 64; ++d) k_in[2 * ldk + d] *= 1e3f;       // one block far larger than the others
-  const std::vector<float> bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
-  const double eps = 1e-6;
-  std::vector<float> q = q_in, k = k_in, v = v_in;  // what the op rotates and appends
-  bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, eps);
-  bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, eps);
-  bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, eps);
-  std::vector<float> cs(C * half), sn(C * half);
-  for (int64_t p = 0; p < C; ++p)
-    for (int64_t j = 0; j < half; ++j) {
-      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
-      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
-    }
+  RopeRows rows(n, H, Hkv, D, form);
+  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk") + rows.name());
+  for (int64_t d = 0; d < D; ++d) rows.v_in[1 * rows.ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
+  for (int64_t d = 32; d < 64; ++d) rows.k_in[2 * rows.ldk + d] *= 1e3f;        // one block far larger than the others
+  rows.derive();
+  const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
+  const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
+  std::vector<float> cs, sn;
+  rope_tables(C, D, cs, sn);
   const std::vector<uint8_t> init(size_t(nblocks) * sizeof(BlockQ8_0), 0xA5);
-  tc::RopeKvAppendArgs a;
+  tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append_q8";
-  a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+  a.C = C;
   if (batch) a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
   else a.pos = dev.put(std::vector<int32_t>{pos[0]});
-  a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
-  if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
-  if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(eps);
   a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
-  a.qt = dev.put(std::vector<float>(H * n * D, NAN));
   a.k_cache = dev.put(init), a.v_cache = dev.put(init);
   a.cache = TC_DTYPE_Q8_0;
   a.neox = neox;
@@ -1381,13 +1385,9 @@ TEST_P(ModelOps, RepackQ8FiveBitAsEightBit) {
 TEST_P(ModelOps, GemvQ8RopeRows) {
   Dev dev(GetParam());
   using tc::quant::Q4_0, tc::quant::Q4_K;
-  const int64_t H = 6, Hkv = 2, D = 64, C = 24, P = 17, half = D / 2, Dq = H * D, Dkv = Hkv * D, N = Dq + 2 * Dkv;
-  std::vector<float> cs(C * half), sn(C * half);
-  for (int64_t p = 0; p < C; ++p)
-    for (int64_t j = 0; j < half; ++j) {
-      const double th = double(p) * std::pow(10000.0, -2.0 * double(j) / double(D));
-      cs[p * half + j] = float(std::cos(th)), sn[p * half + j] = float(std::sin(th));
-    }
+  const int64_t H = 6, Hkv = 2, D = 64, C = 24, P = 17, Dq = H * D, Dkv = Hkv * D, N = Dq + 2 * Dkv;
+  std::vector<float> cs, sn;
+  rope_tables(C, D, cs, sn);
   for (const int32_t fmt : {Q4_0, Q4_K})
   for (const int64_t K : {int64_t(512), int64_t(4096)})
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})

@@ -8,6 +8,7 @@ one-token steps on every device, and on the CPU also the way a GPU runs (the
 device path: weights copied, chunks through GEMM, the decode attention).
 Files whose metadata contradicts their tensors are refused naming the key."""
 
+import sys
 import zlib
 
 import numpy as np
@@ -278,6 +279,21 @@ def test_8bit_steps_of_every_family(tmp_path, arch, where):
         err = np.abs(batch - alone).max() / np.abs(alone).max()
         assert err <= alone_tol, "TC_LLAMA_Q8=%s: batch rows vs alone %.3g" % (q8, err)
     assert np.abs(runs["1"][1] - runs["0"][1]).max() > 1e-4 * scale, "the 8-bit products did not run"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("where", ["cpu-device-path",
+                                   pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
+                                                                                 reason="no usable CUDA device"))])
+def test_8bit_steps_at_streaming_sizes(tmp_path, arch, where, monkeypatch):
+    """The test above at n_embd 256 and n_ff 512 (K a multiple of 256), the
+    sizes at which a GPU runs the fused products on its one-row streaming
+    kernel with their epilogues (SwiGLU / GEGLU, RoPE rows, X quantised
+    inside); the models above are too small to reach it."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "E", 256)
+    monkeypatch.setattr(module, "F", 512)
+    test_8bit_steps_of_every_family(tmp_path, arch, where)
 
 
 @pytest.fixture

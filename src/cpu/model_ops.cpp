@@ -43,15 +43,24 @@ tc_status embed_rows(const EmbedRowsArgs& a) {
   return TC_OK;
 }
 
+namespace {
+
+// A row's RMS-norm scale 1 / sqrt(mean x^2 + eps), its sum of squares in f64.
+float rstd_of(const float* x, int64_t D, double eps) {
+  double ss = 0;
+  for (int64_t d = 0; d < D; ++d) ss += double(x[d]) * double(x[d]);
+  return float(1.0 / std::sqrt(ss / double(D) + eps));
+}
+
+}  // namespace
+
 tc_status add(const AddArgs& a) {
   float* x = a.x;
   const float* y = a.y;
-  if (a.gamma) {  // x += y rstd gamma, row by row (rmsnorm_forward's rstd and products)
+  if (a.gamma) {  // x += y rstd gamma, row by row (rmsnorm_forward's products)
     const int64_t D = a.D;
     for (int64_t r = 0; r + D <= a.n; r += D) {
-      double ss = 0;
-      for (int64_t d = 0; d < D; ++d) ss += double(y[r + d]) * double(y[r + d]);
-      const float rs = float(1.0 / std::sqrt(ss / double(D) + double(a.eps)));
+      const float rs = rstd_of(y + r, D, a.eps);
       for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
     }
     return TC_OK;
@@ -133,9 +142,7 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
       row.resize(size_t(D));
       for (int64_t d = 0; d < D; ++d) row[size_t(d)] = bias ? x[d] + bias[h * D + d] : x[d];
       if (gamma) {
-        double ss = 0;
-        for (int64_t d = 0; d < D; ++d) ss += double(row[size_t(d)]) * double(row[size_t(d)]);
-        const float rs = float(1.0 / std::sqrt(ss / double(D) + eps));
+        const float rs = rstd_of(row.data(), D, eps);
         for (int64_t d = 0; d < D; ++d) row[size_t(d)] = row[size_t(d)] * rs * gamma[d];
       }
       return static_cast<const float*>(row.data());

@@ -147,7 +147,7 @@ __global__ void add_normed_kernel(int64_t rows, int64_t D, float* x, const float
     float* xr = x + r * D;
     float ss = 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss = fmaf(yr[d], yr[d], ss);
-    const float rs = float(1.0 / sqrt(double(row_sum(ss, red)) / double(D) + double(eps)));
+    const float rs = rstd_of(row_sum(ss, red), D, eps);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] += yr[d] * rs * gamma[d];
   }
 }
@@ -235,7 +235,7 @@ __device__ __forceinline__ HeadRow head_row(const float* x, const float* bias, c
     __shared__ float red[32];
     float ss = 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss = fmaf(r[d], r[d], ss);
-    r.rstd = float(1.0 / sqrt(double(row_sum(ss, red)) / double(D) + double(eps)));
+    r.rstd = rstd_of(row_sum(ss, red), D, eps);
     r.gamma = gamma;
   }
   return r;

@@ -55,9 +55,6 @@ tc_status reduce_partials(StreamState* s, const float* partial, int64_t P, int64
   return check(cudaGetLastError(), "weight-gradient reduction: launch");
 }
 
-__device__ __forceinline__ float rstd_of(float sum, int64_t D, float eps) {
-  return float(1.0 / sqrt(double(sum) / double(D) + double(eps)));
-}
 
 // ---- registers: one row slice per thread --------------------------------------
 // gamma (and beta) are loaded where they are used, from L1/L2 (every row

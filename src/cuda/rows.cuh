@@ -184,6 +184,10 @@ __device__ __forceinline__ float row_reduce(float v, float* red) {
   return s;
 }
 __device__ __forceinline__ float row_sum(float v, float* red) { return row_reduce<false>(v, red); }
+// 1 / sqrt(sum / D + eps): a norm's rstd from its row's sum of squares (or of squared deviations).
+__device__ __forceinline__ float rstd_of(float sum, int64_t D, float eps) {
+  return float(1.0 / sqrt(double(sum) / double(D) + double(eps)));
+}
 __device__ __forceinline__ float row_max(float v, float* red) { return row_reduce<true>(v, red); }
 
 // ---- launch shapes ----

@@ -214,18 +214,10 @@ tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M
   return be_->rmsnorm_forward(a, queue_.get());
 }
 
-// x[i] += y[i], or y[i % period] with period > 0 (a bias on every row).
-tc_status Llama::add_rows(float* x, const float* y, int64_t n, int64_t period) {
+// x += y for M rows of n_embd, or with gamma (a post-branch norm) x += rmsnorm(y) * gamma.
+tc_status Llama::residual(float* x, const float* y, const float* gamma, int64_t M) {
   AddArgs a;
-  a.info.name = period ? "llama.bias" : "llama.residual";
-  a.n = n, a.x = x, a.y = y, a.period = period;
-  return be_->add(a, queue_.get());
-}
-
-// x += rmsnorm(y) * gamma for M rows of n_embd: a post-branch norm and its residual add.
-tc_status Llama::add_normed(float* x, const float* y, const float* gamma, int64_t M) {
-  AddArgs a;
-  a.info.name = "llama.post_norm_residual";
+  a.info.name = gamma ? "llama.post_norm_residual" : "llama.residual";
   a.D = cfg_.n_embd, a.n = M * a.D, a.x = x, a.y = y;
   a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
   return be_->add(a, queue_.get());
@@ -530,7 +522,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       if (!o_quantised) TC_TRY(quantize_q8(o_, nullptr, Dq, n));
       if (L.post_attn_norm >= 0) {
         TC_TRY(gemv_q8(L.wo, tmp_, GemvQ8Args::kStore, n));
-        TC_TRY(add_normed(x_, tmp_, vec(L.post_attn_norm), n));
+        TC_TRY(residual(x_, tmp_, vec(L.post_attn_norm), n));
       } else {
         TC_TRY(gemv_q8(L.wo, x_, GemvQ8Args::kAdd, n));
       }
@@ -545,15 +537,14 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       }
       if (L.post_ffn_norm >= 0) {
         TC_TRY(gemv_q8(L.w_down, tmp_, GemvQ8Args::kStore, n, gu_));
-        TC_TRY(add_normed(x_, tmp_, vec(L.post_ffn_norm), n));
+        TC_TRY(residual(x_, tmp_, vec(L.post_ffn_norm), n));
       } else {
         TC_TRY(gemv_q8(L.w_down, x_, GemvQ8Args::kAdd, n, gu_));
       }
       continue;
     }
     TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
-    if (L.post_attn_norm >= 0) TC_TRY(add_normed(x_, tmp_, vec(L.post_attn_norm), n));
-    else TC_TRY(add_rows(x_, tmp_, n * E, 0));
+    TC_TRY(residual(x_, tmp_, L.post_attn_norm >= 0 ? vec(L.post_attn_norm) : nullptr, n));
 
     const float* ffn_out;
     if (n == 1 && L.w_gate_up.data) {
@@ -568,8 +559,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       ffn_out = gate_;
     }
     TC_TRY(products(ffn_out, n, {{&L.w_down, tmp_}}));
-    if (L.post_ffn_norm >= 0) TC_TRY(add_normed(x_, tmp_, vec(L.post_ffn_norm), n));
-    else TC_TRY(add_rows(x_, tmp_, n * E, 0));
+    TC_TRY(residual(x_, tmp_, L.post_ffn_norm >= 0 ? vec(L.post_ffn_norm) : nullptr, n));
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.

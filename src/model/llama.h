@@ -196,8 +196,7 @@ class Llama {
   tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs);
   tc_status product_gemm(const Matrix& w, const void* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
-  tc_status add_rows(float* x, const float* y, int64_t n, int64_t period);
-  tc_status add_normed(float* x, const float* y, const float* gamma, int64_t M);
+  tc_status residual(float* x, const float* y, const float* gamma, int64_t M);
   // out = GLU(gate, up) over n elements: SwiGLU, or GEGLU where the family has it.
   tc_status glu(const float* gate, const float* up, float* out, int64_t n);
   void softcap_logits(float* logits, int64_t n) const;

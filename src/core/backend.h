@@ -326,17 +326,15 @@ struct EmbedRowsArgs {
   float scale = 1.0f;               // dst = scale * row (Gemma scales its embeddings by sqrt(K))
 };
 
-// x[i] += y[i] for i < n (the residual add); with period > 0, x[i] +=
-// y[i % period] (a bias row added to every row of x). With gamma (period
-// 0), y's rows of D (n a multiple of D) RMS-normed first, as the rmsnorm op
-// computes them: x += y rstd gamma, rstd = 1 / sqrt(mean y^2 + eps) (a
-// post-branch norm and its residual add).
+// x[i] += y[i] for i < n (the residual add). With gamma, y's rows of D (n a
+// multiple of D) RMS-normed first, as the rmsnorm op computes them:
+// x += y rstd gamma, rstd = 1 / sqrt(mean y^2 + eps) (a post-branch norm
+// and its residual add).
 struct AddArgs {
   OpInfo info;
   int64_t n = 0;
   float* x = nullptr;
   const float* y = nullptr;
-  int64_t period = 0;
   const float* gamma = nullptr;
   int64_t D = 0;
   float eps = 0.0f;

@@ -6,8 +6,7 @@
 // thread pool where the work is large enough to pay for it.
 //
 //   embed_rows:       dst[i] = scale * dequant(table row tokens[i])
-//   add:              x += y (or a bias row: x[i] += y[i % period], or
-//                     x += rmsnorm(y) gamma row by row)
+//   add:              x += y, or x += rmsnorm(y) gamma row by row
 //   copy_2d:          rows of bytes between two pitches
 //   rope_kv_append:   p = *pos + i (a batch: pos[i] in cache slot slots[i]);
 //                     q, k and v plus their biases if given (one f32 sum),
@@ -63,11 +62,6 @@ tc_status add(const AddArgs& a) {
       const float rs = rstd_of(y + r, D, a.eps);
       for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
     }
-    return TC_OK;
-  }
-  if (a.period > 0) {
-    for (int64_t r = 0; r < a.n; r += a.period)
-      for (int64_t i = 0; i < a.period && r + i < a.n; ++i) x[r + i] += y[i];
     return TC_OK;
   }
   auto run = [x, y](int64_t b, int64_t e) {

@@ -5,8 +5,7 @@
 //                     per weight, each format's formula as quant::dequantize_row
 //                     writes it (products and sums rounded one by one, no fused
 //                     multiply-add, so the f32 values are the reference's)
-//   add:              x += y, or x[i] += y[i % period] (a bias row), or
-//                     x += rmsnorm(y) gamma row by row (a block a row)
+//   add:              x += y, or x += rmsnorm(y) gamma row by row (a block a row)
 //   convert:          f32 <-> f16 / bf16, round to nearest even; a Q8_0
 //                     cache's rows to f32 (q d, exact) or f16
 //   rope_kv_append:   p = *pos + i; q, k and v plus their biases if given (one
@@ -129,11 +128,11 @@ __global__ void embed_rows_kernel(int32_t fmt, int64_t K, uint64_t row_bytes, co
     dst[i * K + k] = scale == 1.0f ? dequant_at(fmt, row, k) : __fmul_rn(dequant_at(fmt, row, k), scale);
 }
 
-__global__ void add_kernel(int64_t n, float* x, const float* y, int64_t period) {
+__global__ void add_kernel(int64_t n, float* x, const float* y) {
   pdl_trigger();
   pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] += y[period > 0 ? i % period : i];
+    x[i] += y[i];
 }
 
 // x[r] += y[r] rstd gamma for rows r of D, rstd = 1 / sqrt(mean y[r]^2 +
@@ -328,7 +327,7 @@ tc_status add(Device&, StreamState* s, const AddArgs& a) {
   }
   s->last_kernel = "add";
   if (a.n == 0) return TC_OK;
-  return check(launch_pdl(add_kernel, dim3(blocks_for(a.n, 256)), dim3(256), 0, s->stream, a.n, a.x, a.y, a.period),
+  return check(launch_pdl(add_kernel, dim3(blocks_for(a.n, 256)), dim3(256), 0, s->stream, a.n, a.x, a.y),
                "add: launch");
 }
 

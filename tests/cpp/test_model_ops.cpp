@@ -789,19 +789,25 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
   ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
   const auto sum = dev.get(a.x, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], x[i] + y[i]);
-  // Rows of 40 (25 of them) RMS-normed before the add: x += y rstd gamma, in f64.
-  const std::vector<float> gamma = randn(40);
-  a.x = dev.put(x), a.y = dev.put(y);
-  a.D = 40, a.gamma = dev.put(gamma), a.eps = 1e-6f;
-  ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
-  const auto normed = dev.get(a.x, n);
-  EXPECT_EQ(dev.get(a.y, n), y) << "y changed";
-  for (int64_t r = 0; r < n; r += 40) {
-    double ss = 0;
-    for (int64_t d = 0; d < 40; ++d) ss += double(y[r + d]) * y[r + d];
-    const double rs = 1 / std::sqrt(ss / 40 + 1e-6);
-    for (int64_t d = 0; d < 40; ++d)
-      ASSERT_NEAR(normed[r + d], x[r + d] + y[r + d] * rs * gamma[d], 1e-5) << "row " << r / 40 << " element " << d;
+  // Rows of D RMS-normed before the add: x += y rstd gamma, in f64. D 40 and
+  // 4800 take the GPU's float4 loads (4800: more loads than a block's
+  // threads), D 50 its single floats.
+  for (const int64_t D : {int64_t(40), int64_t(50), int64_t(4800)}) {
+    const int64_t m = D == 4800 ? 2 * D : n;
+    const std::vector<float> xn = randn(m), yn = randn(m), gamma = randn(D);
+    a.n = m, a.x = dev.put(xn), a.y = dev.put(yn);
+    a.D = D, a.gamma = dev.put(gamma), a.eps = 1e-6f;
+    ASSERT_EQ(dev.be().add(a, nullptr), TC_OK);
+    const auto normed = dev.get(a.x, m);
+    EXPECT_EQ(dev.get(a.y, m), yn) << "y changed";
+    for (int64_t r = 0; r < m; r += D) {
+      double ss = 0;
+      for (int64_t d = 0; d < D; ++d) ss += double(yn[r + d]) * yn[r + d];
+      const double rs = 1 / std::sqrt(ss / D + 1e-6);
+      for (int64_t d = 0; d < D; ++d)
+        ASSERT_NEAR(normed[r + d], xn[r + d] + yn[r + d] * rs * gamma[d], 1e-5)
+            << "D " << D << " row " << r / D << " element " << d;
+    }
   }
 
   for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16}) {

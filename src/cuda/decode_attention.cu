@@ -21,8 +21,9 @@
 //       one kernel, so no launch boundary in the step between the two. With
 //       oq, o quantised per block of 32 as quantize_q8 would (8 lanes a
 //       block: the wo product then needs no quantize_q8 launch)
-//     Work split, an f16 cache of 64- or 128-dim rows (the default cache of
-//     the LLaMA shapes): the tensor-core kernel (decode_attention_mma), block
+//     Work split, an f16 cache of 64-, 128- or 256-dim rows (the default
+//     cache of the LLaMA, Qwen and Gemma shapes): the tensor-core kernel
+//     (decode_attention_mma), block
 //     (piece, up to 4 query heads of one kv group), each warp 16 keys a step
 //     as two chains of m16n8k16 products (scores, then P V), q and the
 //     softmax weights each split into two f16 halves so that the products
@@ -465,9 +466,17 @@ __global__ void __launch_bounds__(kAttnThreads, attn_min_blocks(R, GT)) decode_a
 //      1, 2c + 8, 2c + 9; after S^T lane (g', c') holds head c' at keys g',
 //      g' + 8, so four shuffles bring them.
 // Keys past the piece load the piece's last row and weigh 0.
+// Blocks an SM must hold: 4 (128 registers a thread) up to 128 dims; a
+// 256-dim row's fragments and accumulators need two blocks' worth (255).
+__host__ __device__ constexpr int mma_min_blocks(int D) { return D <= 128 ? 4 : 2; }
+
 template <int D>
-__global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnParams a) {
+__global__ void __launch_bounds__(kAttnThreads, mma_min_blocks(D)) decode_attention_mma(AttnParams a) {
   constexpr int KC = D / 32, VC = D / 64, KSTEPS = D / 16, MT = D / 16;
+  // 256-dim rows: a step's V rows are loaded once its scores are made (K's
+  // fragments dead by then), from L2 where the step's start prefetched
+  // them; K, V, q and O fragments live at once would be 224 registers.
+  constexpr bool kLateV = D > 128;
   extern __shared__ float smem[];
   pdl_trigger();
   // Positions and slots are the step's parameters (the host's copy before
@@ -491,7 +500,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
 
   // Step jb's rows: K rows jb + g, jb + g + 8; V rows jb + 2c, +1, +8, +9.
   uint4 ka[KC], kb[KC], vr[4][VC];
-  auto load_step = [&](int64_t jb) {
+  auto load_k = [&](int64_t jb) {
     const __half* ra = K + min(jb + g, j1 - 1) * D;
     const __half* rb = K + min(jb + g + 8, j1 - 1) * D;
 #pragma unroll
@@ -499,6 +508,8 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
       ka[i] = reinterpret_cast<const uint4*>(ra)[c + 4 * i];
       kb[i] = reinterpret_cast<const uint4*>(rb)[c + 4 * i];
     }
+  };
+  auto load_v = [&](int64_t jb) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const __half* rv = V + min(jb + 2 * c + (r & 1) + 8 * (r >> 1), j1 - 1) * D;
@@ -572,7 +583,12 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
   for (int t = 0; t < MT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
   for (int64_t jb = jb0; jb < j1; jb += 16 * kWarps) {  // warp-uniform
-    load_step(jb);
+    load_k(jb);
+    if constexpr (kLateV) {
+      prefetch_l2(V + jb * D, min(int64_t(16), j1 - jb) * D * int64_t(sizeof(__half)), lane);
+    } else {
+      load_v(jb);
+    }
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < KSTEPS; ++j) {
@@ -608,6 +624,7 @@ __global__ void __launch_bounds__(kAttnThreads, 4) decode_attention_mma(AttnPara
     const uint32_t hb = __shfl_sync(0xffffffffu, phw, sb), lb = __shfl_sync(0xffffffffu, plw, sb);
     const uint32_t x = g & 1 ? la : ha, y = g & 1 ? lb : hb;
     const uint32_t b0 = __byte_perm(x, y, 0x5410), b1 = __byte_perm(x, y, 0x7632);
+    if constexpr (kLateV) load_v(jb);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
       const int i = t / 4;
@@ -702,7 +719,7 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
   // The tensor-core kernel: an f16 cache of 64- or 128-dim rows on 16-byte
   // boundaries, a kv group's heads in blocks of up to 4.
-  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128) && (G <= 4 || G % 4 == 0) &&
+  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128 || a.D == 256) && (G <= 4 || G % 4 == 0) &&
                    aligned(a.k_cache, 16) && aligned(a.v_cache, 16) && (!a.slots || a.slot_stride % 8 == 0);
   // Query heads per block: with mma up to 4; otherwise as many of the
   // group's heads as registers allow (K/V then read once for them), fewer
@@ -720,7 +737,9 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
     while (gt > 1 && coarse * (a.H / gt) * a.n < kAttnMinBlocks) gt /= 2;
   }
   const int ks = kWarps * (32 / L) * attn_unroll(R, gt);  // the CUDA-core kernel's
-  void (*split)(AttnParams) = mma                        ? (a.D == 64 ? decode_attention_mma<64> : decode_attention_mma<128>)
+  void (*split)(AttnParams) = mma                        ? (a.D == 64    ? decode_attention_mma<64>
+                                                            : a.D == 128 ? decode_attention_mma<128>
+                                                                         : decode_attention_mma<256>)
                               : a.cache == TC_DTYPE_F16  ? split_kernel<__half>(vec, R, gt)
                               : a.cache == TC_DTYPE_Q8_0 ? split_kernel<Q8Cache>(vec, R, gt)
                                                          : split_kernel<float>(vec, R, gt);

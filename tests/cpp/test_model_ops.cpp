@@ -324,6 +324,8 @@ TEST_P(ModelOps, DecodeAttention) {
       {3, 3, 3, 200, {0, 77, 199}},                   // one lane a key, D % 4 != 0
       {2, 1, 300, 260, {0, 259}},                     // D above 256: four float4s a lane
       {4, 1, 256, 4096, {0, 511, 512, 1000, 4095}, 512},          // Gemma 3's windowed layers
+      {8, 4, 256, 700, {0, 15, 16, 333, 699}},                    // Gemma 3 4B's groups (G = 2)
+      {8, 4, 256, 700, {0, 5, 699}, 0, 0.7f},                     // 256-dim heads with soft-capping (Gemma 2)
       {8, 2, 64, 700, {0, 5, 299, 300, 699}, 300, 0.7f},          // window and soft-capping (Gemma 2)
       {6, 3, 37, 500, {0, 100, 499}, 0, 0.7f},                    // soft-capping, scalar loads
       {16, 4, 128, 2048, {0, 64, 65, 2047}, 65},                  // window of 65: pieces not aligned

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/quant_dot.h"
+#include "cpu/row_dots_table.h"
 #include "quant/formats.h"
 
 #define TC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -462,56 +463,9 @@ TC_AVX512 void dots_f32(const uint8_t* w, int64_t K, const float* const* x, floa
   acc.finish(out);
 }
 
-// Plain formats have any K; these handle the K % 16 tail in scalar code.
-template <void (*Vec)(const uint8_t*, int64_t, const float* const*, float*), int MT, int FMT>
-void dense_with_tail(const uint8_t* w, int64_t K, const float* const* x, float* out) {
-  const int64_t kv = K / 16 * 16;
-  if (kv) Vec(w, kv, x, out);
-  else for (int m = 0; m < MT; ++m) out[m] = 0.0f;
-  if (kv == K) return;
-  float wt[16];
-  quant::dequantize_row(FMT, w + kv * format_info(FMT)->block_bytes, wt, K - kv);
-  for (int m = 0; m < MT; ++m)
-    for (int64_t k = kv; k < K; ++k) out[m] += wt[k - kv] * x[m][k];
-}
-
-template <void (*F1)(const uint8_t*, int64_t, const float* const*, float*),
-          void (*F2)(const uint8_t*, int64_t, const float* const*, float*),
-          void (*F3)(const uint8_t*, int64_t, const float* const*, float*),
-          void (*F4)(const uint8_t*, int64_t, const float* const*, float*)>
-void by_tile(const uint8_t* w, int64_t K, const float* const* x, int mt, float* out) {
-  switch (mt) {
-    case 1: F1(w, K, x, out); break;
-    case 2: F2(w, K, x, out); break;
-    case 3: F3(w, K, x, out); break;
-    default: F4(w, K, x, out); break;
-  }
-}
-
-#define TC_TILES(f) by_tile<f<1>, f<2>, f<3>, f<4>>
-#define TC_DENSE(f, fmt)                                                                                \
-  by_tile<dense_with_tail<f<1>, 1, fmt>, dense_with_tail<f<2>, 2, fmt>, dense_with_tail<f<3>, 3, fmt>, \
-          dense_with_tail<f<4>, 4, fmt>>
-
 }  // namespace
 
-RowDots row_dots_avx512(int32_t fmt) {
-  switch (fmt) {
-    case Q4_0: return TC_TILES(dots_q4_0);
-    case Q4_1: return TC_TILES(dots_q4_1);
-    case Q8_0: return TC_TILES(dots_q8_0);
-    case Q5_0: return TC_TILES(dots_q5_0);
-    case Q5_1: return TC_TILES(dots_q5_1);
-    case Q4_K: return TC_TILES(dots_q4_k);
-    case Q5_K: return TC_TILES(dots_q5_k);
-    case Q6_K: return TC_TILES(dots_q6_k);
-    case Q8_K: return TC_TILES(dots_q8_k);
-    case F16: return TC_DENSE(dots_f16, F16);
-    case BF16: return TC_DENSE(dots_bf16, BF16);
-    case F32: return TC_DENSE(dots_f32, F32);
-    default: return nullptr;
-  }
-}
+RowDots row_dots_avx512(int32_t fmt) { TC_ROW_DOTS_BY_FORMAT(fmt, 16) }
 
 }  // namespace cpu
 }  // namespace tc

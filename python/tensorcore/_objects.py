@@ -24,6 +24,7 @@ import weakref
 from ctypes import byref, c_size_t, c_void_p
 
 from . import _lib
+from ._closing import Closing
 from ._constants import TC_ERR_INVALID_ARG
 from ._errors import TensorcoreTypeError, TensorcoreValueError, check
 
@@ -41,7 +42,7 @@ class _Size(int):
         return int(self)
 
 
-class _Owned:
+class _Owned(Closing):
     _kind = "handle"
     _handle = None  # int address while open, None once closed
 
@@ -71,18 +72,6 @@ class _Owned:
     @property
     def _as_parameter_(self):  # lets a wrapper be passed straight to a ctypes function
         return c_void_p(self._checked("ctypes call", self._kind))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # finalizers must not raise; see Context.__del__ for the retry
-            pass
 
     def __repr__(self):
         state = "closed" if self._handle is None else "0x%x" % self._handle

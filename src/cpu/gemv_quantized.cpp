@@ -38,6 +38,7 @@
 #include "cpu/convert.h"
 #include "cpu/cpu_features.h"
 #include "cpu/ops.h"
+#include "cpu/row_norm.h"
 #include "cpu/quant_dot.h"
 #include "cpu/thread_pool.h"
 #include "quant/formats.h"
@@ -228,9 +229,7 @@ tc_status run(const GemvQuantizedArgs& a) {
       load_row(a.dtype, a.gamma, g.data(), K);
       for (int64_t m = 0; m < M; ++m) {
         float* r = xs_store.data() + m * K;
-        double ss = 0.0;
-        for (int64_t k = 0; k < K; ++k) ss += double(r[k]) * double(r[k]);
-        const float rstd = float(1.0 / std::sqrt(ss / double(K) + double(a.eps)));
+        const float rstd = rstd_of(r, K, a.eps);
         for (int64_t k = 0; k < K; ++k) r[k] = r[k] * rstd * g[size_t(k)];
       }
     }

@@ -25,6 +25,7 @@
 #include "core/dtypes.h"
 #include "cpu/convert.h"
 #include "cpu/ops.h"
+#include "cpu/row_norm.h"
 #include "cpu/thread_pool.h"
 #include "quant/formats.h"
 
@@ -41,17 +42,6 @@ tc_status embed_rows(const EmbedRowsArgs& a) {
   }
   return TC_OK;
 }
-
-namespace {
-
-// A row's RMS-norm scale 1 / sqrt(mean x^2 + eps), its sum of squares in f64.
-float rstd_of(const float* x, int64_t D, double eps) {
-  double ss = 0;
-  for (int64_t d = 0; d < D; ++d) ss += double(x[d]) * double(x[d]);
-  return float(1.0 / std::sqrt(ss / double(D) + eps));
-}
-
-}  // namespace
 
 tc_status add(const AddArgs& a) {
   float* x = a.x;

@@ -717,10 +717,11 @@ tc_status decode_attention(Device&, StreamState* s, const DecodeAttentionArgs& a
   if (a.n > 65535) return fail(TC_ERR_UNSUPPORTED, "decode_attention: %lld rows in one call", (long long)a.n);
   // With soft-capping the scores are capped in natural units, then moved to base 2.
   const float scale = a.softcap > 0.0f ? a.scale : float(double(a.scale) * 1.4426950408889634);
-  // The tensor-core kernel: an f16 cache of 64- or 128-dim rows on 16-byte
-  // boundaries, a kv group's heads in blocks of up to 4.
-  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128 || a.D == 256) && (G <= 4 || G % 4 == 0) &&
-                   aligned(a.k_cache, 16) && aligned(a.v_cache, 16) && (!a.slots || a.slot_stride % 8 == 0);
+  // The tensor-core kernel: an f16 cache of 64-, 128- or 256-dim rows on
+  // 16-byte boundaries, a kv group's heads in blocks of up to 4.
+  const bool mma = a.cache == TC_DTYPE_F16 && vec && (a.D == 64 || a.D == 128 || a.D == 256) &&
+                   (G <= 4 || G % 4 == 0) && aligned(a.k_cache, 16) && aligned(a.v_cache, 16) &&
+                   (!a.slots || a.slot_stride % 8 == 0);
   // Query heads per block: with mma up to 4; otherwise as many of the
   // group's heads as registers allow (K/V then read once for them), fewer
   // while that leaves too few blocks.

@@ -136,37 +136,37 @@ __global__ void add_kernel(int64_t n, float* x, const float* y) {
 }
 
 // x[r] += y[r] rstd gamma for rows r of D, rstd = 1 / sqrt(mean y[r]^2 +
-// eps) (rmsnorm_forward's formula and products): a block a row, V floats a
-// load (float4 where D and the pointers allow), as many threads as a row has
+// eps) (rmsnorm_forward's formula and products): a block a row, E floats a
+// load (4 where D and the pointers allow), as many threads as a row has
 // loads (up to 1024). A decode step's row is then one load a thread and one
 // round trip to memory a pass; 256 threads looping over the row's floats
 // one at a time waited for ten loads in turn (7.3 us a row of 2560 on an
 // H100, more than the rmsnorm and add kernels it replaced together).
-__device__ __forceinline__ float sum_squares(float ss, float v) { return fmaf(v, v, ss); }
-__device__ __forceinline__ float sum_squares(float ss, float4 v) {
-  return fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
-}
-__device__ __forceinline__ float add_normed(float x, float y, float rs, float g) { return x + y * rs * g; }
-__device__ __forceinline__ float4 add_normed(float4 x, float4 y, float rs, float4 g) {
-  return make_float4(x.x + y.x * rs * g.x, x.y + y.y * rs * g.y, x.z + y.z * rs * g.z, x.w + y.w * rs * g.w);
-}
-
-template <class Vec>
+template <int E>
 __global__ void add_normed_kernel(int64_t rows, int64_t D, float* x, const float* y, const float* gamma, float eps) {
   __shared__ float red[32];
   pdl_trigger();
   pdl_wait();
-  const int64_t nv = D / int64_t(sizeof(Vec) / sizeof(float));
-  const Vec* g = reinterpret_cast<const Vec*>(gamma);
+  const int64_t nv = D / E;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // block-uniform
-    const Vec* yr = reinterpret_cast<const Vec*>(y + r * D);
-    Vec* xr = reinterpret_cast<Vec*>(x + r * D);
+    const float* yr = y + r * D;
+    float* xr = x + r * D;
     float ss = 0.0f;
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) ss = sum_squares(ss, yr[i]);
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      const Pack<float, E> yv = load<float, E>(yr + i * E);
+#pragma unroll
+      for (int e = 0; e < E; ++e) ss = fmaf(yv.f(e), yv.f(e), ss);
+    }
     const float rs = rstd_of(row_sum(ss, red), D, eps);
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) xr[i] = add_normed(xr[i], yr[i], rs, g[i]);
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      Pack<float, E> xv = load<float, E>(xr + i * E);
+      const Pack<float, E> yv = load<float, E>(yr + i * E), gv = load<float, E>(gamma + i * E);
+#pragma unroll
+      for (int e = 0; e < E; ++e) xv.set(e, xv.f(e) + yv.f(e) * rs * gv.f(e));
+      store<float, E>(xr + i * E, xv);
+    }
   }
 }
 
@@ -342,9 +342,10 @@ tc_status add(Device&, StreamState* s, const AddArgs& a) {
     if (rows == 0) return TC_OK;
     const bool vec = a.D % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.gamma);
     const int64_t loads = vec ? a.D / 4 : a.D;
-    const dim3 grid(unsigned(std::min<int64_t>(rows, 65535))), block(unsigned(std::min<int64_t>((loads + 31) / 32 * 32, 1024)));
-    return check(vec ? launch_pdl(add_normed_kernel<float4>, grid, block, 0, s->stream, rows, a.D, a.x, a.y, a.gamma, a.eps)
-                     : launch_pdl(add_normed_kernel<float>, grid, block, 0, s->stream, rows, a.D, a.x, a.y, a.gamma, a.eps),
+    const dim3 grid(unsigned(std::min<int64_t>(rows, 65535)));
+    const dim3 block(unsigned(std::min<int64_t>((loads + 31) / 32 * 32, 1024)));
+    return check(launch_pdl(vec ? add_normed_kernel<4> : add_normed_kernel<1>, grid, block, 0, s->stream, rows, a.D,
+                            a.x, a.y, a.gamma, a.eps),
                  "add: launch");
   }
   s->last_kernel = "add";

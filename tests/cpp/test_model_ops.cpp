@@ -229,7 +229,10 @@ struct RopeRows {
     bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
     derive();
   }
-  std::string name() const { return std::string(biases ? ", biases" : "") + (norms ? ", Q/K norms" : ""); }
+  std::string name(bool neox) const {
+    return std::string(neox ? "NEOX pairs" : "interleaved pairs") + (biases ? ", biases" : "") +
+           (norms ? ", Q/K norms" : "");
+  }
   void derive() {  // again after a change to the inputs
     q = q_in, k = k_in, v = v_in;
     bias_and_norm(q, n, ldq, H, D, biases ? bq.data() : nullptr, norms ? qn.data() : nullptr, kEps);
@@ -255,8 +258,7 @@ TEST_P(ModelOps, RopeKvAppend) {
   for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const RopeRows rows(n, H, Hkv, D, form);
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               rows.name());
+  SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
   std::vector<float> cs, sn;
@@ -437,8 +439,7 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
   const int64_t n = int64_t(pos.size());
   const RopeRows rows(n, H, Hkv, D, form);
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") +
-               rows.name());
+  SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
   std::vector<float> cs, sn;
@@ -590,7 +591,7 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
   const int64_t n = 3, slots_total = batch ? 3 : 1, nblocks = slots_total * stride / 32;
   RopeRows rows(n, H, Hkv, D, form);
-  SCOPED_TRACE(std::string(neox ? "NEOX pairs" : "interleaved pairs") + (batch ? ", batch" : ", chunk") + rows.name());
+  SCOPED_TRACE(rows.name(neox) + (batch ? ", batch" : ", chunk"));
   for (int64_t d = 0; d < D; ++d) rows.v_in[1 * rows.ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
   for (int64_t d = 32; d < 64; ++d) rows.k_in[2 * rows.ldk + d] *= 1e3f;        // one block far larger than the others
   rows.derive();

@@ -218,15 +218,17 @@ void rope_tables(int64_t C, int64_t D, std::vector<float>& cs, std::vector<float
 // norms), and the rows it should rotate and append (derive()).
 struct RopeRows {
   static constexpr double kEps = 1e-6;
-  int64_t n, H, Hkv, D, ldq, ldk, ldv;
+  int64_t n, H, Hkv, D, C, ldq, ldk, ldv;
   bool biases, norms;
   std::vector<float> q_in, k_in, v_in, bq, bk, bv, qn, kn;  // inputs
   std::vector<float> q, k, v;                               // what the op takes of them
-  RopeRows(int64_t n_, int64_t H_, int64_t Hkv_, int64_t D_, int form)
-      : n(n_), H(H_), Hkv(Hkv_), D(D_), ldq(H_ * D_ + 3), ldk(Hkv_ * D_ + 1), ldv(Hkv_ * D_ + 5),
+  std::vector<float> cs, sn;                                // the cos / sin tables of C positions
+  RopeRows(int64_t n_, int64_t H_, int64_t Hkv_, int64_t D_, int64_t C_, int form)
+      : n(n_), H(H_), Hkv(Hkv_), D(D_), C(C_), ldq(H_ * D_ + 3), ldk(Hkv_ * D_ + 1), ldv(Hkv_ * D_ + 5),
         biases(form >= 1), norms(form == 2) {
     q_in = randn(n * ldq), k_in = randn(n * ldk), v_in = randn(n * ldv);
     bq = randn(H * D), bk = randn(Hkv * D), bv = randn(Hkv * D), qn = randn(D), kn = randn(D);
+    rope_tables(C, D, cs, sn);
     derive();
   }
   std::string name(bool neox) const {
@@ -239,10 +241,13 @@ struct RopeRows {
     bias_and_norm(k, n, ldk, Hkv, D, biases ? bk.data() : nullptr, norms ? kn.data() : nullptr, kEps);
     bias_and_norm(v, n, ldv, Hkv, D, biases ? bv.data() : nullptr, nullptr, kEps);
   }
-  // The op's rows on the device; positions, tables and caches are the caller's.
+  // Element d of row x rotated to position p (float64).
+  double rot(const float* x, int64_t p, int64_t d, bool neox) const { return rotated(x, cs, sn, D / 2, neox, p, d); }
+  // The op's rows and tables on the device; positions and caches are the caller's.
   tc::RopeKvAppendArgs args(Dev& dev) const {
     tc::RopeKvAppendArgs a;
-    a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+    a.n = n, a.H = H, a.Hkv = Hkv, a.D = D, a.C = C, a.ldq = ldq, a.ldk = ldk, a.ldv = ldv;
+    a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
     a.q = dev.put(q_in), a.k = dev.put(k_in), a.v = dev.put(v_in);
     if (biases) a.bq = dev.put(bq), a.bk = dev.put(bk), a.bv = dev.put(bv);
     if (norms) a.q_norm = dev.put(qn), a.k_norm = dev.put(kn), a.norm_eps = float(kEps);
@@ -257,18 +262,14 @@ TEST_P(ModelOps, RopeKvAppend) {
   for (bool neox : {false, true})
   for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
-  const RopeRows rows(n, H, Hkv, D, form);
+  const RopeRows rows(n, H, Hkv, D, C, form);
   SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
-  std::vector<float> cs, sn;
-  rope_tables(C, D, cs, sn);
   const std::vector<float> cache_init(Hkv * C * D, -7.0f);
   tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append";
-  a.C = C;
   a.pos = dev.put(std::vector<int32_t>{int32_t(P)});
-  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
@@ -278,7 +279,7 @@ TEST_P(ModelOps, RopeKvAppend) {
              vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
   // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
-  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rows.rot(x, p, d, neox); };
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t h = 0; h < H; ++h)
@@ -438,18 +439,14 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   const int64_t H = 4, Hkv = 2, D = 8, C = 16, half = D / 2, slots_total = 5, stride = Hkv * C * D;
   const std::vector<int32_t> pos{0, 15, 7, 3}, slot{3, 0, 4, 1};
   const int64_t n = int64_t(pos.size());
-  const RopeRows rows(n, H, Hkv, D, form);
+  const RopeRows rows(n, H, Hkv, D, C, form);
   SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
-  std::vector<float> cs, sn;
-  rope_tables(C, D, cs, sn);
   const std::vector<float> cache_init(slots_total * stride, -7.0f);
   tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append_batch";
-  a.C = C;
   a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
-  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
@@ -458,7 +455,7 @@ TEST_P(ModelOps, RopeKvAppendBatch) {
   const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, cache_init.size(), cache),
              vc = cache_values(dev, a.v_cache, cache_init.size(), cache);
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
-  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rows.rot(x, p, d, neox); };
   std::vector<bool> written(cache_init.size(), false);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
@@ -590,22 +587,18 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   const std::vector<int32_t> pos = batch ? std::vector<int32_t>{15, 0, 7} : std::vector<int32_t>{5, 6, 7};
   const std::vector<int32_t> slot = batch ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{0, 0, 0};
   const int64_t n = 3, slots_total = batch ? 3 : 1, nblocks = slots_total * stride / 32;
-  RopeRows rows(n, H, Hkv, D, form);
+  RopeRows rows(n, H, Hkv, D, C, form);
   SCOPED_TRACE(rows.name(neox) + (batch ? ", batch" : ", chunk"));
   for (int64_t d = 0; d < D; ++d) rows.v_in[1 * rows.ldv + 1 * D + d] = 0.0f;  // token 1, kv head 1: d = 0 (no biases)
   for (int64_t d = 32; d < 64; ++d) rows.k_in[2 * rows.ldk + d] *= 1e3f;        // one block far larger than the others
   rows.derive();
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
-  std::vector<float> cs, sn;
-  rope_tables(C, D, cs, sn);
   const std::vector<uint8_t> init(size_t(nblocks) * sizeof(BlockQ8_0), 0xA5);
   tc::RopeKvAppendArgs a = rows.args(dev);
   a.info.name = "test.rope_kv_append_q8";
-  a.C = C;
   if (batch) a.pos = dev.put(pos), a.slots = dev.put(slot), a.slot_stride = stride;
   else a.pos = dev.put(std::vector<int32_t>{pos[0]});
-  a.cos_t = dev.put(cs), a.sin_t = dev.put(sn);
   a.k_cache = dev.put(init), a.v_cache = dev.put(init);
   a.cache = TC_DTYPE_Q8_0;
   a.neox = neox;
@@ -613,7 +606,7 @@ TEST_P(ModelOps, RopeKvAppendQ8) {
   const auto qt = dev.get(a.qt, H * n * D);
   const auto kb = dev.get(static_cast<const uint8_t*>(a.k_cache), init.size());
   const auto vb = dev.get(static_cast<const uint8_t*>(a.v_cache), init.size());
-  auto rot = [&](const float* x, int64_t p, int64_t d) { return rotated(x, cs, sn, half, neox, p, d); };
+  auto rot = [&](const float* x, int64_t p, int64_t d) { return rows.rot(x, p, d, neox); };
   // Block `b` of the cache bytes against the exact values x[0..32).
   auto check_block = [&](const std::vector<uint8_t>& bytes, int64_t b, const double* x, const char* what) {
     BlockQ8_0 blk;

@@ -3,9 +3,10 @@
 // still running, so its launch latency and anything it does before
 // pdl_wait() (address arithmetic, L2 prefetches of weights it alone reads)
 // overlap the previous kernel's tail (the decode attention also loads its
-// first KV-cache rows there: rows earlier steps wrote). A decode step is ~350 small
-// dependent kernels in one CUDA graph, where each boundary otherwise
-// costs a drain and a ramp (~2-3 us on the H200).
+// first KV-cache rows there: rows earlier steps wrote). A decode step is a
+// chain of small dependent kernels in one CUDA graph (the 7B's: six a layer,
+// about 200), where each boundary otherwise costs a drain and a ramp (~2-3 us
+// on the H200).
 //
 // Contract for a kernel launched with launch_pdl: every CTA calls
 // pdl_wait() before it reads anything the previous kernels wrote or writes

@@ -240,8 +240,8 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
   }
-  // Each part alone, back to back (its kernel's time and GB/s).
-  std::printf("parts alone (serial, 20 launches back to back, median):\n");
+  // Each part alone: one launch between two events, synchronised (launch latency included).
+  std::printf("parts alone (each launch timed by itself, its launch latency included; median of 20):\n");
   int64_t at = 0;
   for (size_t k = 0; k < parts.size(); ++k) {
     const Part& p = parts[k];

@@ -22,10 +22,17 @@
 //   ahead    pdl, and each CTA, once its own loads are done, prefetches its
 //            share of the next part's first `--ahead` MB into L2 (the drain
 //            of one kernel filled with the ramp of the next);
+//   ring     pdl, each kernel moving its part as the streaming products do
+//            (gemv_q8_stream.cu): tiles of --tile KiB bulk-copied into a
+//            ring of --stages stages of shared memory on mbarriers, the first
+//            stages issued before the wait, every thread reading the tile
+//            from shared memory, then a CTA barrier, then the refill; the
+//            products' data movement without their arithmetic;
 //   one      one kernel reading the step's bytes: the copy ceiling.
 //
 // Usage: decode_read_chain [--layers 32] [--parts qkv:28311552,attn:9437184,...]
 //                          [--tail 73728000] [--early 64] [--smem 100] [--ahead 8] [--reps 20]
+//                          [--tile 36] [--stages 2]
 // The default parts are the 7B Q4_0 step (bench/llama_cuda.py's "7b" shape,
 // f16 KV cache at 576 positions): per layer [q; k; v] 28.3 MB, the decode
 // attention 9.4 MB, wo 9.4 MB, [gate; up] 50.7 MB, quantize_q8 of the
@@ -39,6 +46,10 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "cuda/bulk_copy.cuh"
+
+namespace bulk = tc::cuda::bulk;
 
 namespace {
 
@@ -92,6 +103,55 @@ __global__ void __launch_bounds__(kThreads)
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(next + line * 128));
 }
 
+// ---- the ring mode: bulk copies into shared memory on mbarriers (sm_90) ----
+
+// Tiles of tile_bytes (a multiple of 16; the last one shorter) of [p, p +
+// bytes): CTA c takes tiles c, c + grid, ...; tile i lands in stage i % stages.
+__global__ void __launch_bounds__(kThreads)
+    ring_part(const uint8_t* p, int64_t bytes, int64_t tile_bytes, int stages, unsigned* sink) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint64_t full[8];
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const int64_t tiles = (bytes + tile_bytes - 1) / tile_bytes;
+  const int64_t mine = tiles > int64_t(blockIdx.x) ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) bulk::bar_init(&full[s]);
+    bulk::fence_proxy_async();
+  }
+  __syncthreads();
+  const uint64_t policy = bulk::evict_first();  // as the products read W
+  auto issue = [&](int64_t i) {
+    const int64_t at = (int64_t(blockIdx.x) + i * gridDim.x) * tile_bytes;
+    const uint32_t n = uint32_t(min(tile_bytes, bytes - at));
+    uint64_t* bar = &full[i % stages];
+    bulk::bar_expect(bar, n);
+    bulk::copy(smem + (i % stages) * tile_bytes, p + at, n, bar, policy);
+  };
+  if (threadIdx.x == 0)
+    for (int64_t i = 0; i < mine && i < stages; ++i) issue(i);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  unsigned acc = 0;
+  for (int64_t i = 0; i < mine; ++i) {
+    const int s = int(i % stages);
+    bulk::bar_wait(&full[s], uint32_t((i / stages) & 1));
+    const int64_t at = (int64_t(blockIdx.x) + i * gridDim.x) * tile_bytes;
+    const int64_t n16 = min(tile_bytes, bytes - at) / 16;
+    const uint4* st = reinterpret_cast<const uint4*>(smem + s * tile_bytes);
+    for (int64_t j = threadIdx.x; j < n16; j += kThreads) {
+      const uint4 v = st[j];
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    __syncthreads();  // every thread is done with stage s
+    if (threadIdx.x == 0 && i + stages < mine) {
+      bulk::fence_proxy_async();
+      issue(i + stages);
+    }
+  }
+  if (acc == kNever) sink[0] = acc;
+#endif
+}
+
 struct Part {
   std::string name;
   int64_t bytes;
@@ -120,9 +180,10 @@ std::vector<Part> parse_parts(const char* s) {
   return out;
 }
 
-enum Mode { kSerial, kPdl, kOverlap, kAhead, kOne };
+enum Mode { kSerial, kPdl, kOverlap, kAhead, kRing, kOne };
 const char* mode_name(Mode m) {
-  return m == kSerial ? "serial" : m == kPdl ? "pdl" : m == kOverlap ? "overlap" : m == kAhead ? "ahead" : "one";
+  return m == kSerial ? "serial" : m == kPdl ? "pdl" : m == kOverlap ? "overlap" : m == kAhead ? "ahead"
+         : m == kRing ? "ring" : "one";
 }
 
 }  // namespace
@@ -131,6 +192,8 @@ int main(int argc, char** argv) {
   int layers = 32, reps = 20;
   int64_t tail = 73728000, early_kib = 64, smem_kib = 100;
   double ahead_mb = 8.0;
+  int64_t tile_kib = 36;
+  int stages = 2;
   std::vector<Part> parts = parse_parts(
       "qkv:28311552,attn:9437184,wo:9437184,gateup:50724864,quant:45056,down:25362432");
   for (int i = 1; i < argc; ++i) {
@@ -148,12 +211,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--smem")) smem_kib = std::atoll(next());
     else if (!std::strcmp(argv[i], "--ahead")) ahead_mb = std::atof(next());
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--tile")) tile_kib = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--stages")) stages = std::atoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
   }
-  if (layers < 1 || reps < 1 || tail < 0 || tail % 16 || early_kib < 0 || smem_kib < 0 || smem_kib > 200 || ahead_mb < 0) {
+  if (layers < 1 || reps < 1 || tail < 0 || tail % 16 || early_kib < 0 || smem_kib < 0 || smem_kib > 200 || ahead_mb < 0 ||
+      tile_kib < 1 || stages < 1 || stages > 8 || tile_kib * stages > 200) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -179,12 +245,16 @@ int main(int argc, char** argv) {
   const unsigned grid = unsigned(2 * sms);
   const size_t smem = size_t(smem_kib) * 1024;
   CHECK(cudaFuncSetAttribute(read_part, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t tile = tile_kib * 1024;
+  const size_t ring_smem = std::max(size_t(tile * stages), smem);  // --smem keeps a third CTA off as well
+  CHECK(cudaFuncSetAttribute(ring_part, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem)));
   const int64_t early_rounds = early_kib * 1024 / (int64_t(kThreads) * 16);
 
-  std::printf("device %s, %d SMs; %d layers x %zu parts + tail: %zu kernels, %.1f MB a step; early %lld KiB a CTA, %lld KiB of shared memory a CTA, ahead %.1f MB\n",
-              prop.name, sms, layers, parts.size(), chain.size(), total / 1e6, (long long)early_kib, (long long)smem_kib, ahead_mb);
+  std::printf("device %s, %d SMs; %d layers x %zu parts + tail: %zu kernels, %.1f MB a step; early %lld KiB a CTA, %lld KiB of shared memory a CTA, ahead %.1f MB; ring %d x %lld KiB\n",
+              prop.name, sms, layers, parts.size(), chain.size(), total / 1e6, (long long)early_kib, (long long)smem_kib, ahead_mb,
+              stages, (long long)tile_kib);
   double one_us = 0.0;
-  for (Mode mode : {kOne, kSerial, kPdl, kOverlap, kAhead}) {
+  for (Mode mode : {kOne, kSerial, kPdl, kOverlap, kAhead, kRing}) {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
@@ -194,8 +264,13 @@ int main(int argc, char** argv) {
       cfg.blockDim = dim3(kThreads);
       cfg.dynamicSmemBytes = smem;
       cfg.stream = stream;
-      cfg.attrs = mode == kPdl || mode == kOverlap || mode == kAhead ? &attr : nullptr;
+      cfg.attrs = mode == kPdl || mode == kOverlap || mode == kAhead || mode == kRing ? &attr : nullptr;
       cfg.numAttrs = cfg.attrs ? 1 : 0;
+      if (mode == kRing) {
+        cfg.dynamicSmemBytes = ring_smem;
+        CHECK(cudaLaunchKernelEx(&cfg, ring_part, reinterpret_cast<const uint8_t*>(p), bytes, tile, stages, sink));
+        return;
+      }
       const int64_t early = mode == kPdl || mode == kAhead ? early_rounds : -1;
       if (mode != kAhead) next_bytes = 0;
       CHECK(cudaLaunchKernelEx(&cfg, read_part, reinterpret_cast<const uint4*>(p), bytes / 16, early, sink, next,

@@ -41,9 +41,12 @@
 // kStageCap: Q4_K 16 rows at K = 4096, Q5_K and Q6_K 8), so the quarter's
 // X is read once, into registers, and meets two rows a tile; read each
 // tile it cost 4-way bank conflicts and held the K-quants below the
-// warp-per-row kernel. What bounds both is instruction issue between a
-// tile's arrival and its stage's refill (the same form for the blocks of
-// 32 measured no faster).
+// warp-per-row kernel. What bounds both is the work between a tile's
+// arrival and its stage's refill, not the ring (the ring alone moves the
+// decode step's bytes at 0.91 of one plain read on an H100): so a tile's
+// fixed work is kept out of the loop over tiles, and smaller or deeper
+// rings, one block of 32 a lane, and warps refilling without the CTA
+// barrier all measured slower or no faster (bench/results/llama-cuda.md).
 //
 // With a.rope (the decoder's [q | k | v] row of one token) the epilogue is
 // rope_kv_append's work instead of the store: a tile's rows hold whole
@@ -64,6 +67,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/device.h"
 #include "cuda/kv_cache.cuh"
 #include "cuda/pdl.cuh"
@@ -87,43 +91,6 @@ constexpr int kMaxStages = 4;
 constexpr int64_t kStageCap = 40 * 1024;  // bytes of W a stage, at most
 constexpr int64_t kRingBudget = 64 * 1024;
 
-// ---- bulk copies and mbarriers (sm_90) ----
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void bar_init(uint64_t* b) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
-}
-// The one arrival of a stage's phase, expecting `bytes` of bulk copies.
-__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(b)), "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* b, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
-          "r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(b)), "l"(policy)
-      : "memory");
-}
-// Orders this CTA's generic-proxy accesses of shared memory before later
-// bulk copies into it (a stage refilled after it was read).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ uint64_t evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-
 // ---- formats: a row of W as blocks (of 32 weights, or K-quant superblocks
 // of 256) of kQB bytes each in shared memory, their f16 scales d apart when
 // kD (the split layout's); a lane takes units (a block of 32, or kUnits = 4
@@ -133,12 +100,12 @@ __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__us
 
 // X's 16-byte vector i (its int8 values; shared memory when quantised here,
 // else global memory).
-__device__ __forceinline__ int4 xv(const int8_t* xq, int64_t i) { return reinterpret_cast<const int4*>(xq)[i]; }
+__device__ __forceinline__ int4 xv(const int8_t* xq, int i) { return reinterpret_cast<const int4*>(xq)[i]; }
 
 struct Q4_0 {
   static constexpr int kBlock = 32, kQB = 16, kUnits = 1;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const int8_t* xq,
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const int8_t* xq,
                                                    const float2* xd) {
     const uint4 v = reinterpret_cast<const uint4*>(q)[u];
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -149,7 +116,7 @@ struct Q4_0 {
 struct Q8_0 {
   static constexpr int kBlock = 32, kQB = 32, kUnits = 1;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const int8_t* xq,
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const int8_t* xq,
                                                    const float2* xd) {
     const uint4 v0 = reinterpret_cast<const uint4*>(q)[2 * u], v1 = reinterpret_cast<const uint4*>(q)[2 * u + 1];
     const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -164,7 +131,7 @@ template <int QB>
 struct Q_1 {
   static constexpr int kBlock = 32, kQB = QB, kUnits = 1;
   static constexpr bool kD = false;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const int8_t* xq,
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int u, const int8_t* xq,
                                                    const float2* xd) {
     return q8act::q_1_block_dot<QB>(reinterpret_cast<const uint32_t*>(q + u * QB), xv(xq, 2 * u), xv(xq, 2 * u + 1),
                                     xd[u]);
@@ -190,13 +157,13 @@ template <int QB>
 struct K45 {
   static constexpr int kBlock = 256, kQB = QB, kUnits = 4;
   static constexpr bool kD = false;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
-    const int64_t b = (u >> 2) * 8 + 2 * (u & 3);
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int u, KX& x) {
+    const int b = (u >> 2) * 8 + 2 * (u & 3);
 #pragma unroll
     for (int i = 0; i < 4; ++i) x.v[i] = xv(xq, 2 * b + i);
     x.d[0] = xd[b], x.d[1] = xd[b + 1];
   }
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int64_t u, const KX& x) {
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int u, const KX& x) {
     const int p = int(u & 3);
     const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
     if constexpr (QB == 144) return q8act::q4_k_quarter_dot(g[0], p, g[1 + 2 * p], g[2 + 2 * p], x.v, x.d[0], x.d[1]);
@@ -212,16 +179,16 @@ using Q5_K = K45<176>;
 struct Q6_K {
   static constexpr int kBlock = 256, kQB = 208, kUnits = 4;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int64_t u, KX& x) {
+  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int u, KX& x) {
     const int p = int(u & 3);
-    const int64_t b = (u >> 2) * 8 + 4 * (p >> 1);
+    const int b = (u >> 2) * 8 + 4 * (p >> 1);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       x.v[k] = xv(xq, 2 * (b + k) + (p & 1)), x.d[k] = xd[b + k];
       x.s[k] = q8act::x16_sum(x.v[k]);
     }
   }
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int64_t u, const KX& x) {
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const KX& x) {
     const int p = int(u & 3), h = p >> 1, i = p & 1;
     const uint4* g = reinterpret_cast<const uint4*>(q + (u >> 2) * kQB);
     return q8act::q6_k_quarter_dot(g[4 * h + i], g[4 * h + 2 + i], g[8 + 2 * h + i], g[12], f16_bits(d[u >> 2]), p,
@@ -326,20 +293,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   const int64_t stage_bytes = int64_t(TR) * qrow + R * dslot;
   const uint8_t* wdb = reinterpret_cast<const uint8_t*>(wd);
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) bar_init(&full[s]);
-    fence_proxy_async();  // the barriers, as the bulk copies see them
+    for (int s = 0; s < stages; ++s) bulk::bar_init(&full[s]);
+    bulk::fence_proxy_async();  // the barriers, as the bulk copies see them
   }
   __syncthreads();
-  const uint64_t policy = evict_first();
+  const uint64_t policy = bulk::evict_first();
   // Thread 0: the bulk copies of this CTA's i-th tile into stage i % stages.
   // A part's scales come as the 16-byte aligned range around them, starting
   // (n0 drow) % 16 bytes before them (the launcher checked N drow % 16 == 0,
   // so the range ends inside wd).
-  auto issue = [&](int64_t i) {
+  auto issue = [&](int64_t i, int slot) {  // slot = i % stages
     const int64_t o0 = tile_start(i);
     const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
-    uint8_t* st = smem + (i % stages) * stage_bytes;
-    uint64_t* bar = &full[i % stages];
+    uint8_t* st = smem + slot * stage_bytes;
+    uint64_t* bar = &full[slot];
     int64_t dlen[R], dfrom[R], bytes = 0;
 #pragma unroll
     for (int p = 0; p < R; ++p) {
@@ -348,16 +315,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
       dlen[p] = F::kD ? ((f & 15) + cnt * drow + 15) / 16 * 16 : 0;
       bytes += cnt * qrow + dlen[p];
     }
-    bar_expect(bar, uint32_t(bytes));
+    bulk::bar_expect(bar, uint32_t(bytes));
 #pragma unroll
     for (int p = 0; p < R; ++p) {
-      bulk_copy(st + p * TO * qrow, qs + (o0 + p * rows) * qrow, uint32_t(cnt * qrow), bar, policy);
-      if (F::kD) bulk_copy(st + TR * qrow + p * dslot, wdb + dfrom[p], uint32_t(dlen[p]), bar, policy);
+      bulk::copy(st + p * TO * qrow, qs + (o0 + p * rows) * qrow, uint32_t(cnt * qrow), bar, policy);
+      if (F::kD) bulk::copy(st + TR * qrow + p * dslot, wdb + dfrom[p], uint32_t(dlen[p]), bar, policy);
     }
   };
   pdl_trigger();
   if (tid == 0)
-    for (int64_t i = 0; i < mine && i < stages; ++i) issue(i);
+    for (int i = 0; i < mine && i < stages; ++i) issue(i, i);
   float4 gv[G > 0 ? G : 1];  // gamma is a weight: loaded before the wait
   if constexpr (G > 0)
 #pragma unroll
@@ -386,29 +353,44 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   // the blocks of 32 read X from shared memory or L1 each time, as their
   // lanes take several).
   const int groups = kWarps / WPR, RPW = TR / groups, slice = warp % WPR, rg = warp / WPR;
-  const int64_t ku = slice * 32 + lane;
+  const int ku = slice * 32 + lane, nu = int(units);
+  // This warp's rows are the same in every tile: their part (gate / up),
+  // output row and offsets in a stage are worked out once, here (in the
+  // loop they cost about as many instructions as a tile's arithmetic: two
+  // integer divisions and 64-bit products a row). A stage is < 2^31 bytes
+  // (the plan's), and (o0 + p rows) drow mod 16 survives 32-bit wrap-around.
+  int row[2], part_of[2], out_of[2];
+  uint32_t q_at[2], d_at[2], d_lead[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    row[k] = rg + k * groups, part_of[k] = row[k] / TO, out_of[k] = row[k] % TO;
+    q_at[k] = uint32_t(part_of[k] * TO + out_of[k]) * uint32_t(qrow);
+    d_at[k] = uint32_t(TR) * uint32_t(qrow) + uint32_t(part_of[k]) * uint32_t(dslot) + uint32_t(out_of[k]) * uint32_t(drow);
+    d_lead[k] = uint32_t(part_of[k]) * uint32_t(rows);  // (o0 + this) drow mod 16: the part's scales' lead-in
+  }
   KX kx;
   if constexpr (F::kUnits > 1)
-    if (ku < units) F::load_x(xq, xd, ku, kx);
+    if (ku < nu) F::load_x(xq, xd, ku, kx);
+  int s = 0;
+  uint32_t phase = 0;
   for (int64_t i = 0; i < mine; ++i) {
-    const int s = int(i % stages);
-    bar_wait(&full[s], uint32_t((i / stages) & 1));
+    bulk::bar_wait(&full[s], phase);
     const int64_t o0 = tile_start(i);
-    const int64_t cnt = rows - o0 < TO ? rows - o0 : TO;
+    const int cnt = int(rows - o0 < TO ? rows - o0 : TO);
     const uint8_t* st = smem + s * stage_bytes;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       if (k >= RPW) break;
-      const int r = rg + k * groups, p = r / TO, ro = r % TO;  // the row: part (gate / up), output row in the tile
+      const int r = row[k];
       float acc = 0.0f;
-      if (ro < cnt) {
-        const uint8_t* q = st + (p * TO + ro) * qrow;
-        const uint16_t* d = reinterpret_cast<const uint16_t*>(st + TR * qrow + p * dslot +
-                                                              (((o0 + p * rows) * drow) & 15) + ro * drow);
+      if (out_of[k] < cnt) {
+        const uint8_t* q = st + q_at[k];
+        const uint16_t* d = reinterpret_cast<const uint16_t*>(
+            st + d_at[k] + (((uint32_t(o0) + d_lead[k]) * uint32_t(drow)) & 15u));
         if constexpr (F::kUnits > 1) {
-          if (ku < units) acc = F::unit_dot(q, d, ku, kx);
+          if (ku < nu) acc = F::unit_dot(q, d, ku, kx);
         } else {
-          for (int64_t u = ku; u < units; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
+          for (int u = ku; u < nu; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
         }
       }
 #pragma unroll
@@ -417,9 +399,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     }
     __syncthreads();  // stage s is read by every warp; red[i & 1] is whole
     if (tid == 0 && i + stages < mine) {
-      fence_proxy_async();
-      issue(i + stages);
+      bulk::fence_proxy_async();
+      issue(i + stages, s);
     }
+    if (++s == stages) s = 0, phase ^= 1u;
     if constexpr (E == kRopeRow) {
       // A tile's rows in warp 0's lanes (TO <= 32, even, tiles start even):
       // each RoPE pair (2k, 2k + 1) in two neighbouring lanes.

@@ -65,19 +65,26 @@ __device__ __forceinline__ float cta_rstd(double ss, double* part, int64_t K, fl
   return float(1.0 / sqrt(t / double(K) + double(eps)));
 }
 
+// dp4a of unsigned bytes a with signed bytes b, plus c.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // One block of 32 weights against X's block (xl, xh: its 32 int8 values,
 // (dx, sx) = xd), the dot product exact in int32 (__dp4a).
 // Q4_0, q the 16 bytes of 4-bit codes (byte j: weight j in the low nibble,
 // j + 16 in the high one), w = d (q - 8):  d (dx dot(q, xq) - 8 sx).
+// The high nibbles are dotted in place (as unsigned bytes 16 q) and their
+// sum, a multiple of 16, shifted back: no shift a word, and two independent
+// chains of four dp4a instead of one of eight.
 __device__ __forceinline__ float q4_0_dot(const uint32_t (&q)[4], float d, int4 xl, int4 xh, float2 xd) {
   const int lo[4] = {xl.x, xl.y, xl.z, xl.w}, hi[4] = {xh.x, xh.y, xh.z, xh.w};
-  int s = 0;
+  int s0 = 0, s1 = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = __dp4a(int(q[i] & 0x0F0F0F0Fu), lo[i], s);
-    s = __dp4a(int((q[i] >> 4) & 0x0F0F0F0Fu), hi[i], s);
-  }
-  return d * fmaf(xd.x, float(s), -8.0f * xd.y);
+  for (int i = 0; i < 4; ++i) s0 = dp4a_us(q[i] & 0x0F0F0F0Fu, lo[i], s0), s1 = dp4a_us(q[i] & 0xF0F0F0F0u, hi[i], s1);
+  return d * fmaf(xd.x, float(s0 + (s1 >> 4)), -8.0f * xd.y);
 }
 // Q8_0, q the 32 int8 codes:  d dx dot(q, xq).
 __device__ __forceinline__ float q8_0_dot(const uint32_t (&q)[8], float d, int4 xl, int4 xh, float2 xd) {
@@ -117,12 +124,6 @@ __device__ __forceinline__ float q_1_block_dot(const uint32_t* b, int4 xl, int4 
 
 // ---- K-quant superblocks of 256 weights, a quarter (64 weights) at a time ----
 
-// dp4a of unsigned bytes a with signed bytes b, plus c.
-__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 
 // The 6-bit scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K / Q5_K
 // superblock from its 12 scale bytes (words a, b, c; quant/formats.h,

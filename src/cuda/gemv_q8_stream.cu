@@ -98,29 +98,43 @@ constexpr int64_t kRingBudget = 64 * 1024;
 
 __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// X's 16-byte vector i (its int8 values; shared memory when quantised here,
-// else global memory).
-__device__ __forceinline__ int4 xv(const int8_t* xq, int i) { return reinterpret_cast<const int4*>(xq)[i]; }
+// X's int8 values by 16-byte halves of its blocks of 32. Given X is in
+// quantize_q8's layout (a block's two halves together, global memory);
+// X quantised here is laid out in shared memory as every block's first
+// half, then every second half, so that lanes taking consecutive blocks
+// read consecutive 16 bytes: 4 shared-memory wavefronts a warp's load, not
+// the 8 of a 32-byte stride.
+struct XPairs {
+  const int4* p;
+  __device__ __forceinline__ int4 half(int b, int h) const { return p[2 * b + h]; }
+};
+struct XHalves {
+  const int4* p;
+  int nb;  // X's blocks of 32
+  __device__ __forceinline__ int4 half(int b, int h) const { return p[h * nb + b]; }
+};
 
 struct Q4_0 {
   static constexpr int kBlock = 32, kQB = 16, kUnits = 1;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const int8_t* xq,
+  template <class XV>
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const XV& x,
                                                    const float2* xd) {
     const uint4 v = reinterpret_cast<const uint4*>(q)[u];
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    return q8act::q4_0_dot(w, f16_bits(d[u]), xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
+    return q8act::q4_0_dot(w, f16_bits(d[u]), x.half(u, 0), x.half(u, 1), xd[u]);
   }
 };
 
 struct Q8_0 {
   static constexpr int kBlock = 32, kQB = 32, kUnits = 1;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const int8_t* xq,
+  template <class XV>
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t* d, int u, const XV& x,
                                                    const float2* xd) {
     const uint4 v0 = reinterpret_cast<const uint4*>(q)[2 * u], v1 = reinterpret_cast<const uint4*>(q)[2 * u + 1];
     const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    return q8act::q8_0_dot(w, f16_bits(d[u]), xv(xq, 2 * u), xv(xq, 2 * u + 1), xd[u]);
+    return q8act::q8_0_dot(w, f16_bits(d[u]), x.half(u, 0), x.half(u, 1), xd[u]);
   }
 };
 
@@ -131,10 +145,10 @@ template <int QB>
 struct Q_1 {
   static constexpr int kBlock = 32, kQB = QB, kUnits = 1;
   static constexpr bool kD = false;
-  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int u, const int8_t* xq,
+  template <class XV>
+  __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int u, const XV& x,
                                                    const float2* xd) {
-    return q8act::q_1_block_dot<QB>(reinterpret_cast<const uint32_t*>(q + u * QB), xv(xq, 2 * u), xv(xq, 2 * u + 1),
-                                    xd[u]);
+    return q8act::q_1_block_dot<QB>(reinterpret_cast<const uint32_t*>(q + u * QB), x.half(u, 0), x.half(u, 1), xd[u]);
   }
 };
 using Q4_1 = Q_1<20>;
@@ -157,10 +171,11 @@ template <int QB>
 struct K45 {
   static constexpr int kBlock = 256, kQB = QB, kUnits = 4;
   static constexpr bool kD = false;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int u, KX& x) {
+  template <class XV>
+  __device__ __forceinline__ static void load_x(const XV& xq, const float2* xd, int u, KX& x) {
     const int b = (u >> 2) * 8 + 2 * (u & 3);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x.v[i] = xv(xq, 2 * b + i);
+    for (int i = 0; i < 4; ++i) x.v[i] = xq.half(b + (i >> 1), i & 1);
     x.d[0] = xd[b], x.d[1] = xd[b + 1];
   }
   __device__ __forceinline__ static float unit_dot(const uint8_t* q, const uint16_t*, int u, const KX& x) {
@@ -179,12 +194,13 @@ using Q5_K = K45<176>;
 struct Q6_K {
   static constexpr int kBlock = 256, kQB = 208, kUnits = 4;
   static constexpr bool kD = true;
-  __device__ __forceinline__ static void load_x(const int8_t* xq, const float2* xd, int u, KX& x) {
+  template <class XV>
+  __device__ __forceinline__ static void load_x(const XV& xq, const float2* xd, int u, KX& x) {
     const int p = int(u & 3);
     const int b = (u >> 2) * 8 + 4 * (p >> 1);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      x.v[k] = xv(xq, 2 * (b + k) + (p & 1)), x.d[k] = xd[b + k];
+      x.v[k] = xq.half(b + k, p & 1), x.d[k] = xd[b + k];
       x.s[k] = q8act::x16_sum(x.v[k]);
     }
   }
@@ -197,8 +213,8 @@ struct Q6_K {
 };
 
 // X (K f32 values, normalised when norm with gamma's values gv, which the
-// kernel loads before it waits for X) quantised into xq / xd (shared
-// memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
+// kernel loads before it waits for X) quantised into xq (XHalves' layout) /
+// xd (shared memory) by the whole CTA. Thread t holds groups t, t + kThreads, ... of 4
 // values (at most G): every load of X is issued before any is used (one
 // trip to L2; __ldcg, as X is the previous kernel's output: pdl.cuh), then the f64 sum of squares (per thread, per warp
 // by a fixed tree, then the warps in order: the same rstd in every CTA),
@@ -249,7 +265,9 @@ __device__ __forceinline__ void quantize_x(const float* x, bool norm, const floa
 #pragma unroll
     for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (g < groups) {
-      reinterpret_cast<uint32_t*>(xq)[g] =
+      // Word g % 8 of block g / 8, in XHalves' layout.
+      const int64_t half = (g & 4) ? groups / 2 : 0;  // K / 32 blocks x 4 words
+      reinterpret_cast<uint32_t*>(xq)[half + (g >> 3) * 4 + (g & 3)] =
           (uint32_t(q0) & 0xFFu) | (uint32_t(q1) & 0xFFu) << 8 | (uint32_t(q2) & 0xFFu) << 16 | uint32_t(q3) << 24;
       if ((lane & 7) == 0) xd[g / 8] = make_float2(d, d * float(sum));
     }
@@ -345,6 +363,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
     __syncthreads();
     xq = sq, xd = sd;
   }
+  const auto xs = [&] {  // X's halves: quantised here (shared memory) or given
+    if constexpr (G > 0) return XHalves{reinterpret_cast<const int4*>(xq), int(K / 32)};
+    else return XPairs{reinterpret_cast<const int4*>(xq)};
+  }();
 
   // WPR warps a row (the plan's). Warp w takes rows g and g + kWarps / WPR
   // of the tile, g = w / WPR (RPW = TR WPR / kWarps of them: 1 for the
@@ -370,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
   }
   KX kx;
   if constexpr (F::kUnits > 1)
-    if (ku < nu) F::load_x(xq, xd, ku, kx);
+    if (ku < nu) F::load_x(xs, xd, ku, kx);
   int s = 0;
   uint32_t phase = 0;
   for (int64_t i = 0; i < mine; ++i) {
@@ -390,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
         if constexpr (F::kUnits > 1) {
           if (ku < nu) acc = F::unit_dot(q, d, ku, kx);
         } else {
-          for (int u = ku; u < nu; u += 32 * WPR) acc += F::unit_dot(q, d, u, xq, xd);
+          for (int u = ku; u < nu; u += 32 * WPR) acc += F::unit_dot(q, d, u, xs, xd);
         }
       }
 #pragma unroll

@@ -425,22 +425,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
       issue(i + stages, s);
     }
     if (++s == stages) s = 0, phase ^= 1u;
-    if constexpr (E == kRopeRow) {
-      // A tile's rows in warp 0's lanes (TO <= 32, even, tiles start even):
-      // each RoPE pair (2k, 2k + 1) in two neighbouring lanes.
-      if (warp == 0) {
-        float g = 0.0f;
-        if (tid < cnt)
-          for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
-        const float other = __shfl_xor_sync(0xffffffffu, g, 1);
-        if (tid < cnt) rope_row_store(rr, rope_pos, o0 + tid, g, other);
-      }
-    } else if (tid < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
+    // The tile's rows are finished by the last warp, in its lanes (TO <= 32):
+    // warp 0 has the refill to issue, and the next tile's barrier waits for
+    // the slower of the two.
+    if (warp == kWarps - 1) {
       float g = 0.0f, u = 0.0f;
-      for (int k = 0; k < WPR; ++k) g += red[i & 1][tid * WPR + k];
-      if constexpr (R == 2)
-        for (int k = 0; k < WPR; ++k) u += red[i & 1][(TO + tid) * WPR + k];
-      q8act::epilogue<E>(y + o0 + tid, g, u);
+      if (lane < cnt) {  // red[i & 1] is written again two tiles on, after this warp's next sync
+        for (int k = 0; k < WPR; ++k) g += red[i & 1][lane * WPR + k];
+        if constexpr (R == 2)
+          for (int k = 0; k < WPR; ++k) u += red[i & 1][(TO + lane) * WPR + k];
+      }
+      if constexpr (E == kRopeRow) {
+        // Each RoPE pair (2k, 2k + 1) in two neighbouring lanes (TO even, tiles start even).
+        const float other = __shfl_xor_sync(0xffffffffu, g, 1);
+        if (lane < cnt) rope_row_store(rr, rope_pos, o0 + lane, g, other);
+      } else if (lane < cnt) {
+        q8act::epilogue<E>(y + o0 + lane, g, u);
+      }
     }
   }
 }

@@ -48,8 +48,11 @@
 #include <vector>
 
 #include "cuda/bulk_copy.cuh"
+#include "cuda/pdl.cuh"
 
 namespace bulk = tc::cuda::bulk;
+using tc::cuda::pdl_trigger;
+using tc::cuda::pdl_wait;
 
 namespace {
 
@@ -70,18 +73,14 @@ constexpr unsigned kNever = 0x9e3779b9u;  // never the XOR of words of the 0x5a 
 // of [next, next + next_bytes) into L2.
 __global__ void __launch_bounds__(kThreads)
     read_part(const uint4* p, int64_t n16, int64_t early, unsigned* sink, const char* next, int64_t next_bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
+  pdl_trigger();
   const int64_t stride = int64_t(gridDim.x) * kThreads;
   unsigned acc = 0;
   bool waited = false;
   int64_t round = 0;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n16; i += kUnroll * stride, round += kUnroll) {
     if (!waited && early >= 0 && round >= early) {
-#if __CUDA_ARCH__ >= 900
-      asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+      pdl_wait();
       waited = true;
     }
     uint4 v[kUnroll];
@@ -93,9 +92,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
-#if __CUDA_ARCH__ >= 900
-  if (!waited) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  if (!waited) pdl_wait();
   if (acc == kNever) sink[0] = acc;
   const int64_t share = (next_bytes / 128 + gridDim.x - 1) / gridDim.x;
   for (int64_t line = blockIdx.x * share + threadIdx.x; line < (blockIdx.x + 1) * share && line < next_bytes / 128;
@@ -112,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[8];
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  pdl_trigger();
   const int64_t tiles = (bytes + tile_bytes - 1) / tile_bytes;
   const int64_t mine = tiles > int64_t(blockIdx.x) ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   if (threadIdx.x == 0) {
@@ -130,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
   };
   if (threadIdx.x == 0)
     for (int64_t i = 0; i < mine && i < stages; ++i) issue(i);
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl_wait();
   unsigned acc = 0;
   for (int64_t i = 0; i < mine; ++i) {
     const int s = int(i % stages);

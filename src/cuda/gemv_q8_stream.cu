@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_q8_stream(const uint8_t* __r
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     row[k] = rg + k * groups, part_of[k] = row[k] / TO, out_of[k] = row[k] % TO;
-    q_at[k] = uint32_t(part_of[k] * TO + out_of[k]) * uint32_t(qrow);
+    q_at[k] = uint32_t(row[k]) * uint32_t(qrow);  // rows lie in the stage in tile order
     d_at[k] = uint32_t(TR) * uint32_t(qrow) + uint32_t(part_of[k]) * uint32_t(dslot) + uint32_t(out_of[k]) * uint32_t(drow);
     d_lead[k] = uint32_t(part_of[k]) * uint32_t(rows);  // (o0 + this) drow mod 16: the part's scales' lead-in
   }

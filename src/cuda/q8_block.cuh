@@ -124,7 +124,6 @@ __device__ __forceinline__ float q_1_block_dot(const uint32_t* b, int4 xl, int4 
 
 // ---- K-quant superblocks of 256 weights, a quarter (64 weights) at a time ----
 
-
 // The 6-bit scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K / Q5_K
 // superblock from its 12 scale bytes (words a, b, c; quant/formats.h,
 // scale_min_k4) as the bytes sc0, sc1, m0, m1 of one word: bytes 2t, 2t + 1

@@ -127,7 +127,7 @@ struct Q8_0 {
 // 4-byte aligned every block does, and its words are read as they are.
 template <int B, int S>
 struct Q_1 {
-  static constexpr int kBytes = B, kSegBlocks = S, kQuantWords = 4;
+  static constexpr int kBytes = B, kSegBlocks = S;
   static constexpr bool kMin = true;
   // The block at p (4-byte aligned).
   __device__ __forceinline__ static float dot_block(const uint8_t* p, const int8_t* xq, float2 xd) {

@@ -112,6 +112,11 @@ struct XHalves {
   const int4* p;
   int nb;  // X's blocks of 32
   __device__ __forceinline__ int4 half(int b, int h) const { return p[h * nb + b]; }
+  // Where quantize_x writes X's values 4g .. 4g + 3 (word g % 8 of block
+  // g / 8) in this layout, X being `groups` such words (K / 4).
+  __device__ __forceinline__ static int64_t word(int64_t g, int64_t groups) {
+    return ((g & 4) ? groups / 2 : 0) + (g >> 3) * 4 + (g & 3);
+  }
 };
 
 struct Q4_0 {
@@ -265,9 +270,7 @@ __device__ __forceinline__ void quantize_x(const float* x, bool norm, const floa
 #pragma unroll
     for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (g < groups) {
-      // Word g % 8 of block g / 8, in XHalves' layout.
-      const int64_t half = (g & 4) ? groups / 2 : 0;  // K / 32 blocks x 4 words
-      reinterpret_cast<uint32_t*>(xq)[half + (g >> 3) * 4 + (g & 3)] =
+      reinterpret_cast<uint32_t*>(xq)[XHalves::word(g, groups)] =
           (uint32_t(q0) & 0xFFu) | (uint32_t(q1) & 0xFFu) << 8 | (uint32_t(q2) & 0xFFu) << 16 | uint32_t(q3) << 24;
       if ((lane & 7) == 0) xd[g / 8] = make_float2(d, d * float(sum));
     }

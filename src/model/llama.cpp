@@ -123,13 +123,27 @@ tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to,
 // quantised to 8 bits per block of 32 on VNNI processors, as llama.cpp
 // computes); a GEMV's Y comes back through f16, a GEMM's is written in f32.
 // Everything outside the products stays f32.
-tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Product> outs) {
+tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined) {
   const bool f16 = act_ == TC_DTYPE_F16;
   if (f16) TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * outs.begin()->w->K));
+  const void* xg = f16 ? static_cast<const void*>(xh_) : x;
+  const bool gemm = !host_ && M >= kGemmMinRows;
+  if (gemm && joined && joined->data) {
+    // The matrices are rows of `joined` (their formats agree): dequantised
+    // once, then one GEMM on each one's rows.
+    TC_TRY(dequantize_for_gemm(*joined));
+    for (const Product& p : outs) {
+      const size_t row0 = size_t(p.w->data - joined->data) / joined->row_bytes;
+      TC_TRY(gemm_dequantized(static_cast<const uint8_t*>(wdq_) + row0 * size_t(p.w->K) * (f16 ? 2 : 4), p.w->N,
+                              p.w->K, xg, p.y, M));
+    }
+    return TC_OK;
+  }
   for (const Product& p : outs) {
     const Matrix& w = *p.w;
-    if (!host_ && M >= kGemmMinRows) {
-      TC_TRY(product_gemm(w, f16 ? static_cast<const void*>(xh_) : x, p.y, M));
+    if (gemm) {
+      TC_TRY(dequantize_for_gemm(w));
+      TC_TRY(gemm_dequantized(wdq_, w.N, w.K, xg, p.y, M));
       continue;
     }
     GemvQuantizedArgs a;
@@ -151,9 +165,10 @@ tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Produ
 // GEMM: f16 x f16 with f32 accumulation and an f32 Y, or exact f32 (no
 // TF32), so the numerics are those of the GEMV path (less Y's rounding to
 // f16). x is f16 (xh_) or f32 as the activations are. The dequantised copy
-// is one matrix at a time in a scratch buffer grown on demand (a chunk's
-// products are never recorded in a graph, so growing it here is safe).
-tc_status Llama::product_gemm(const Matrix& w, const void* x, float* y, int64_t M) {
+// is one matrix at a time (or one joined matrix: [q; k; v], [gate; up]) in
+// a scratch buffer grown on demand (a chunk's products are never recorded
+// in a graph, so growing it here is safe).
+tc_status Llama::dequantize_for_gemm(const Matrix& w) {
   const bool f16 = act_ == TC_DTYPE_F16;
   const size_t need = size_t(w.N) * size_t(w.K) * (f16 ? 2 : 4);
   if (need > wdq_bytes_) {
@@ -172,8 +187,8 @@ tc_status Llama::product_gemm(const Matrix& w, const void* x, float* y, int64_t 
     // Sized for the largest matrix so it grows at most once per dtype.
     size_t most = size_t(output_.N) * size_t(output_.K);
     for (const LlamaLayer& L : layers_)
-      for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        most = std::max(most, size_t(m->N) * size_t(m->K));
+      for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wqkv, &L.w_gate_up})
+        if (m->data) most = std::max(most, size_t(m->N) * size_t(m->K));
     TC_TRY(alloc(most * (f16 ? 2 : 4), &wdq_));
     wdq_bytes_ = most * (f16 ? 2 : 4);
   }
@@ -183,21 +198,26 @@ tc_status Llama::product_gemm(const Matrix& w, const void* x, float* y, int64_t 
   dq.N = w.N, dq.K = w.K;
   dq.dtype = f16 ? TC_DTYPE_F16 : TC_DTYPE_F32;
   dq.src = w.data, dq.dst = wdq_;
-  TC_TRY(be_->dequantize_weights(dq, queue_.get()));
+  return be_->dequantize_weights(dq, queue_.get());
+}
+
+// Y [M][N] = X W^T with W the N x K dequantised rows at w (in wdq_).
+tc_status Llama::gemm_dequantized(const void* w, int64_t N, int64_t K, const void* x, float* y, int64_t M) {
+  const bool f16 = act_ == TC_DTYPE_F16;
   GemmArgs g;
   g.info.name = "llama.gemm";
   tc_gemm_desc& d = g.d;
   std::memset(&d, 0, sizeof d);
-  d.M = M, d.N = w.N, d.K = w.K;
+  d.M = M, d.N = N, d.K = K;
   d.dtype = f16 ? TC_DTYPE_F16 : TC_DTYPE_F32;
   d.accum = TC_DTYPE_F32;
   d.alpha = 1.0, d.beta = 0.0;
   d.transpose_a = 0, d.transpose_b = 1;
-  d.lda = w.K, d.ldb = w.K, d.ldc = w.N;
+  d.lda = K, d.ldb = K, d.ldc = N;
   d.batch = 1;
-  d.stride_a = M * w.K, d.stride_b = w.N * w.K, d.stride_c = M * w.N;
+  d.stride_a = M * K, d.stride_b = N * K, d.stride_c = M * N;
   d.allow_tf32 = 0;
-  g.a = x, g.b = wdq_, g.c = y;
+  g.a = x, g.b = w, g.c = y;
   g.c_f32 = f16;
   return be_->gemm(g, queue_.get());
 }
@@ -405,7 +425,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else {
       TC_TRY(rmsnorm(x_, vec(L.attn_norm), h_, n));
-      TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}));
+      TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}, &L.wqkv));
       qp = q_, kp = k_, vp = v_;
     }
     r.q = qp, r.k = kp, r.v = vp;
@@ -554,7 +574,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       ffn_out = gu_;
     } else {
       TC_TRY(rmsnorm(x_, vec(L.ffn_norm), h_, n));
-      TC_TRY(products(h_, n, {{&L.w_gate, gate_}, {&L.w_up, up_}}));
+      TC_TRY(products(h_, n, {{&L.w_gate, gate_}, {&L.w_up, up_}}, &L.w_gate_up));
       TC_TRY(glu(gate_, up_, gate_, n * g.n_ff));
       ffn_out = gate_;
     }

@@ -193,8 +193,10 @@ class Llama {
     const Matrix* w;
     float* y;
   };
-  tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs);
-  tc_status product_gemm(const Matrix& w, const void* x, float* y, int64_t M);
+  // With joined (data set): outs' matrices are rows of it, one after the other.
+  tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined = nullptr);
+  tc_status dequantize_for_gemm(const Matrix& w);
+  tc_status gemm_dequantized(const void* w, int64_t N, int64_t K, const void* x, float* y, int64_t M);
   tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
   tc_status residual(float* x, const float* y, const float* gamma, int64_t M);
   // out = GLU(gate, up) over n elements: SwiGLU, or GEGLU where the family has it.

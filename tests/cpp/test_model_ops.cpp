@@ -1030,7 +1030,9 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
   // 16 of them. Q4_1 / Q5_1 (read in place, d q + m): on a GPU the
   // streaming kernel at K 4096 / 512 / 11008 with one row of X, the staged
   // warp-per-row kernel at K 96 / 576 (SmolLM2's) and for several rows;
-  // they have no f16 X kernel there (refused).
+  // they have no f16 X kernel there (refused). K 576 / 640 / 1536 with one
+  // row of X and odd N: the small models' shapes (SmolLM2's n_embd 576,
+  // Gemma 3 270M's 640), whole blocks of 32 but not of 256.
   for (const Case& c : {Case{Q4_0, 7, 96}, Case{Q4_0, 64, 8192}, Case{Q4_0, 26, 11008}, Case{Q8_0, 9, 96},
                         Case{Q8_0, 40, 4096}, Case{Q8_0, 3, 32}, Case{Q4_K, 7, 256}, Case{Q4_K, 34, 4096},
                         Case{Q4_K, 10, 11008}, Case{Q5_K, 9, 512}, Case{Q5_K, 16, 4096}, Case{Q6_K, 5, 256},
@@ -1041,7 +1043,8 @@ TEST_P(ModelOps, QuantizeAndGemvQ8) {
                         Case{Q4_0, 2500, 3072, 1}, Case{Q6_K, 24, 11008, 1}, Case{Q6_K, 10, 11008, 1},
                         Case{Q4_K, 64, 11008, 1}, Case{Q5_K, 40, 4096, 1}, Case{Q4_1, 7, 96},
                         Case{Q4_1, 40, 4096}, Case{Q4_1, 24000, 512, 1}, Case{Q5_1, 9, 576}, Case{Q5_1, 16, 4096},
-                        Case{Q5_1, 30, 11008, 1}}) {
+                        Case{Q5_1, 30, 11008, 1}, Case{Q4_0, 41, 576, 1}, Case{Q8_0, 33, 576, 1},
+                        Case{Q4_1, 37, 640, 1}, Case{Q8_0, 29, 1536, 1}}) {
     // Rows of X: one (a decode step), or a batch: 3 (one pass, rows left
     // over), 8 (a full pass), 11 (a second pass over W); on a GPU from 8
     // rows the tensor-core kernels: 33 (a tile of 64, partly filled), 70

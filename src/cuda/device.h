@@ -59,8 +59,9 @@ class Device {
 
   // Keeps `keep` alive until the work enqueued so far on `s` has finished:
   // an event is recorded behind the work and the references are dropped by a
-  // later collect() once it has completed. (A host callback would also work
-  // but stalls the stream until the driver thread runs it.)
+  // later collect() once it has completed; an empty `keep` records nothing.
+  // (A host callback would also work but stalls the stream until the driver
+  // thread runs it.)
   void keep_until_done(StreamState* s, std::vector<StorageRef> keep);
   // Drops the references of finished work on every stream; with `wait`,
   // waits for all of it.

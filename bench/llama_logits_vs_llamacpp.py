@@ -180,14 +180,11 @@ def main():
             continue
         for r in rows:
             lines.append("| %s | %s | %.3f | %.2e | %.2e |" % r)
-        if llama_cpp is None:
-            notes.append("%s (%s): %d tokens; one eval of the sequence: ours f32 %.2f s, ours f16 %.2f s" % (
-                name, info["arch"], info["tokens"], info["t_f32"], info["t_f16"]))
-            continue
-        notes.append("%s (%s): %d tokens, tokenization %s llama.cpp's; one eval of the sequence: ours f32 %.2f s, "
-                     "ours f16 %.2f s, llama.cpp %.2f s" % (name, info["arch"], info["tokens"],
-                                                            "equal to" if info["same_tokens"] else "DIFFERENT from",
-                                                            info["t_f32"], info["t_f16"], info["t_lc"]))
+        lc_tokens = "" if llama_cpp is None else ", tokenization %s llama.cpp's" % (
+            "equal to" if info["same_tokens"] else "DIFFERENT from")
+        lc_time = "" if llama_cpp is None else ", llama.cpp %.2f s" % info["t_lc"]
+        notes.append("%s (%s): %d tokens%s; one eval of the sequence: ours f32 %.2f s, ours f16 %.2f s%s" % (
+            name, info["arch"], info["tokens"], lc_tokens, info["t_f32"], info["t_f16"], lc_time))
     head = "## %s, %s, device %s%s, tensorcore %s, %s" % (
         datetime.date.today().isoformat(), platform.processor() or platform.machine(), args.device,
         " (TC_LLAMA_DEVICE_PATH=1)" if os.environ.get("TC_LLAMA_DEVICE_PATH") == "1" else "", tc.version(),

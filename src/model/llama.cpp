@@ -127,23 +127,18 @@ tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Produ
   const bool f16 = act_ == TC_DTYPE_F16;
   if (f16) TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * outs.begin()->w->K));
   const void* xg = f16 ? static_cast<const void*>(xh_) : x;
-  const bool gemm = !host_ && M >= kGemmMinRows;
-  if (gemm && joined && joined->data) {
-    // The matrices are rows of `joined` (their formats agree): dequantised
-    // once, then one GEMM on each one's rows.
-    TC_TRY(dequantize_for_gemm(*joined));
-    for (const Product& p : outs) {
-      const size_t row0 = size_t(p.w->data - joined->data) / joined->row_bytes;
-      TC_TRY(gemm_dequantized(static_cast<const uint8_t*>(wdq_) + row0 * size_t(p.w->K) * (f16 ? 2 : 4), p.w->N,
-                              p.w->K, xg, p.y, M));
-    }
-    return TC_OK;
-  }
+  const Matrix* dequantised = nullptr;  // what wdq_ holds
   for (const Product& p : outs) {
     const Matrix& w = *p.w;
-    if (gemm) {
-      TC_TRY(dequantize_for_gemm(w));
-      TC_TRY(gemm_dequantized(wdq_, w.N, w.K, xg, p.y, M));
+    if (!host_ && M >= kGemmMinRows) {
+      // The matrices of a joined one (their formats agree) are dequantised
+      // together, once; each GEMM reads its own rows of the copy.
+      const Matrix& src = joined && joined->data ? *joined : w;
+      if (&src != dequantised) TC_TRY(dequantize_for_gemm(src));
+      dequantised = &src;
+      const size_t row0 = size_t(w.data - src.data) / src.row_bytes;
+      TC_TRY(gemm_dequantized(static_cast<const uint8_t*>(wdq_) + row0 * size_t(w.K) * (f16 ? 2 : 4), w.N, w.K, xg,
+                              p.y, M));
       continue;
     }
     GemvQuantizedArgs a;

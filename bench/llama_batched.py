@@ -2,7 +2,8 @@
 
 For each batch size B (--npl, default 1,8,32,64) on one model of B sequence
 slots (Llama(max_sequences=...)): B prompts of --npp tokens (default 128),
-each through eval(seq=s) (prefill), then --ntg (default 128) batch steps of
+as one eval_batch (prefill: forwards of up to 512 rows, each product on all
+of them; beside it each prompt through its own eval(seq=s)), then --ntg (default 128) batch steps of
 one token for each of the B sequences (decode_batch: the weights are read
 once per step for all B rows; one untimed step before them records a GPU's
 step graph). Aggregate tok/s = B * tokens / seconds, as
@@ -75,11 +76,22 @@ def measure(args, path):
         m.decode_batch([0], [5])
         m.decode_batch([0], [6])
         m.reset()
+        B = max(args.npl)  # the batched prefill's shapes: pieces of up to 512 rows
+        m.eval_batch(np.repeat(np.arange(B), args.npp), rng.integers(3, m.n_vocab, B * args.npp))
+        for s in range(B):
+            m.reset(seq=s)
         for B in args.npl:
             prompts = rng.integers(3, m.n_vocab, (B, args.npp))
             seqs = list(range(B))
+            # Each prompt alone (eval(seq=s)), then all of them as one batch (eval_batch).
             t0 = time.perf_counter()
-            last = np.stack([m.eval(prompts[s], last_only=True, seq=s) for s in seqs])
+            for s in seqs:
+                m.eval(prompts[s], last_only=True, seq=s)
+            t_each = time.perf_counter() - t0
+            for s in seqs:
+                m.reset(seq=s)
+            t0 = time.perf_counter()
+            last = m.eval_batch(np.repeat(seqs, args.npp), prompts.reshape(-1))
             t_pp = time.perf_counter() - t0
             # One step left out of the timing: on a GPU the first step of B
             # rows runs eagerly and records the step's graph.
@@ -90,9 +102,9 @@ def measure(args, path):
             t_tg = time.perf_counter() - t0
             for s in seqs:
                 m.reset(seq=s)
-            res[B] = (B * args.npp / t_pp, B * args.ntg / t_tg)
-            print("  B %3d: prefill %8.1f tok/s (%.2f s), decode %8.1f tok/s (%.2f s)" % (
-                B, res[B][0], t_pp, res[B][1], t_tg))
+            res[B] = (B * args.npp / t_pp, B * args.ntg / t_tg, B * args.npp / t_each)
+            print("  B %3d: prefill %8.1f tok/s (%.2f s; each prompt alone %8.1f), decode %8.1f tok/s (%.2f s)" % (
+                B, res[B][0], t_pp, res[B][2], res[B][1], t_tg))
         info = ctx.device_info()
     return res, info
 
@@ -195,12 +207,12 @@ def main():
     ours, info = measure(args, path)
     peer, notes = run_batched_bench(args, path) if args.llama_batched_bench else ({}, [])
     load_after = os.getloadavg()
-    table = ["| B | prefill tok/s | decode tok/s |" + (" llama.cpp prefill | llama.cpp decode | prefill / llama.cpp |"
-                                                      " decode / llama.cpp |" if peer else ""),
-             "|---|---|---|" + ("---|---|---|---|" if peer else "")]
+    table = ["| B | prefill tok/s | each prompt alone | decode tok/s |" + (
+        " llama.cpp prefill | llama.cpp decode | prefill / llama.cpp | decode / llama.cpp |" if peer else ""),
+             "|---|---|---|---|" + ("---|---|---|---|" if peer else "")]
     for B in args.npl:
-        pp, tg = ours[B]
-        line = "| %d | %.1f | %.1f |" % (B, pp, tg)
+        pp, tg, each = ours[B]
+        line = "| %d | %.1f | %.1f | %.1f |" % (B, pp, each, tg)
         if B in peer:
             lp, lt, fa = peer[B]
             line += " %.1f | %.1f (fa %s) | %.2fx | %.2fx |" % (lp, lt, fa, pp / lp, tg / lt)
@@ -224,16 +236,15 @@ def main():
                 " -- **the machine is shared and was loaded; figures are pessimistic**" if loaded
                 else " (the machine is shared with other builds)"),
             "- Model: %s." % desc,
-            "- Per batch size B: B prompts of %d tokens, each through `eval(seq=s)` (prefill), then %d "
-            "`decode_batch` steps of one token for each of the B sequences (decode); activations %s, %s KV "
+            "- Per batch size B: B prompts of %d tokens as one `eval_batch` (prefill; beside it the same "
+            "prompts each through its own `eval(seq=s)`), then %d `decode_batch` steps of one token for each of the B sequences (decode); activations %s, %s KV "
             "cache. tok/s are aggregate: B * tokens / seconds." % (args.npp, args.ntg, args.activations,
                                                                   args.kv_type),
         ]
         if peer:
             lines.append("- llama.cpp: `%s` right after ours; S_PP and S_TG of its table (the same aggregate "
-                         "counts), the faster flash-attention setting per row. Its prefill runs the B prompts "
-                         "as batches of B * %d tokens; ours runs them one sequence at a time." % (
-                             "`, `".join(notes), args.npp))
+                         "counts), the faster flash-attention setting per row. Its prefill, like `eval_batch`, "
+                         "runs the B prompts as batches of B * %d tokens." % ("`, `".join(notes), args.npp))
         lines += ["", *table, ""]
         out = REPO / "bench" / "results" / "llama-batched.md"
         # A dated section after the earlier ones: the file keeps its history.

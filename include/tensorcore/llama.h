@@ -97,6 +97,22 @@ TC_API tc_status tc_llama_seq_n_past(tc_llama model, int32_t seq, int64_t* out);
 TC_API tc_status tc_llama_decode_batch(tc_llama model, const int32_t* seqs, const int32_t* tokens, int64_t n,
                                        float* logits, int64_t capacity);
 
+/* Rows of any sequences as one batch (llama.cpp's llama_decode): row i
+ * appends tokens[i] to sequence seqs[i]; a sequence may have any number of
+ * rows, which take its next positions in row order. want: NULL (every row)
+ * or n flags; logits: NULL, or room for capacity >= (wanted rows) * n_vocab
+ * floats, the wanted rows' logits in row order. Runs as forwards of up to
+ * 512 rows whose weight products take all their rows at once (a prompt of
+ * several sequences is one prefill) and whose attention is each sequence's
+ * own; tc_llama_decode_batch stays the fast path for one token of each
+ * sequence. Every sequence advances by its rows on success. Refused with
+ * nothing changed: n < 1 or a sequence whose n_past plus its rows exceeds
+ * n_ctx (TC_ERR_INVALID_SHAPE), a sequence out of range, a token outside
+ * [0, n_vocab), a null array, a capacity too small (TC_ERR_INVALID_ARG);
+ * the detail names the row. */
+TC_API tc_status tc_llama_eval_batch(tc_llama model, const int32_t* seqs, const int32_t* tokens, int64_t n,
+                                     const uint8_t* want, float* logits, int64_t capacity);
+
 /* Element type of the activations that enter the weight products: TC_DTYPE_F32
  * (the default: products exact up to f32 rounding) or TC_DTYPE_F16 (inputs
  * and outputs of the products rounded to f16; on AVX512-VNNI processors the

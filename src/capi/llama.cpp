@@ -191,6 +191,43 @@ tc_status tc_llama_decode_batch(tc_llama m, const int32_t* seqs, const int32_t* 
   });
 }
 
+tc_status tc_llama_eval_batch(tc_llama m, const int32_t* seqs, const int32_t* tokens, int64_t n, const uint8_t* want,
+                              float* logits, int64_t capacity) {
+  const char* fn = "tc_llama_eval_batch";
+  return guarded(fn, [&] {
+    if (tc_status st = check_llama(fn, m)) return st;
+    const tc_llama_config& c = m->impl->config();
+    const int64_t slots = m->impl->max_sequences();
+    if (n < 1) return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld rows (at least 1)", fn, (long long)n);
+    if (!seqs || !tokens) return fail(TC_ERR_INVALID_ARG, "%s: %s is null", fn, seqs ? "tokens" : "seqs");
+    std::vector<int64_t> rows_of(size_t(slots), 0);
+    int64_t wanted = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t s = seqs[i];
+      if (s < 0 || s >= slots)
+        return fail(TC_ERR_INVALID_ARG, "%s: seqs[%lld] is %d, outside [0, %lld)", fn, (long long)i, s,
+                    (long long)slots);
+      if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+        return fail(TC_ERR_INVALID_ARG, "%s: tokens[%lld] is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
+                    (long long)c.n_vocab);
+      if (m->impl->n_past(s) + ++rows_of[size_t(s)] > c.n_ctx)
+        return fail(TC_ERR_INVALID_SHAPE, "%s: row %lld overflows sequence %d (n_past %lld + its rows > n_ctx %lld)",
+                    fn, (long long)i, s, (long long)m->impl->n_past(s), (long long)c.n_ctx);
+      if (!want || want[i]) ++wanted;
+    }
+    if (logits) {
+      int64_t need;
+      if (!mul_ok(wanted, c.n_vocab, &need)) return fail(TC_ERR_INVALID_SHAPE, "%s: rows * n_vocab overflows", fn);
+      if (capacity < need)
+        return fail(TC_ERR_INVALID_ARG, "%s: logits capacity %lld, need %lld wanted rows * n_vocab = %lld", fn,
+                    (long long)capacity, (long long)wanted, (long long)need);
+    } else if (capacity != 0) {
+      return fail(TC_ERR_INVALID_ARG, "%s: capacity %lld without a logits array", fn, (long long)capacity);
+    }
+    return m->impl->eval_batch(seqs, tokens, n, want, logits);
+  });
+}
+
 tc_status tc_llama_set_max_sequences(tc_llama m, int64_t n_seq) {
   const char* fn = "tc_llama_set_max_sequences";
   return guarded(fn, [&] {

@@ -341,13 +341,108 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
   return be_->gemv_q8(a, queue_.get());
 }
 
+// The attention of n rows of one sequence at positions [P, P + n) over its
+// slot's cache of layer l (kc, vc): queries qt [H][n][D] (rotated), output
+// token rows o [n][H][D], ot scratch [H][n][D]. The mask is causal and
+// bottom-right aligned: row i sees positions j <= P + i.
+tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
+                                 float* ot, float* o) {
+  const tc_llama_config& g = cfg_;
+  const int64_t H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim, G = H / Hkv, C = g.n_ctx;
+  const Arch& A = arch_;
+  const int64_t window = A.swa[size_t(l)] ? A.window : 0;
+  Queue* q = queue_.get();
+  AttentionArgs a;
+  a.info.name = "llama.attention";
+  a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
+  a.d.seq_q = n, a.d.seq_kv = P + n, a.d.head_dim = D;
+  a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
+  a.d.softmax_scale = A.attn_scale;
+  a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = window;
+  a.softcap = A.attn_softcap;
+  // One token: [H][1][D] is already o's [1][H][D].
+  float* heads_out = n == 1 ? o : ot;
+  // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
+  // attention's element type (f16 with f16 activations on a device,
+  // else f32): a copy where the cache has that type, else a conversion
+  // (a Q8_0 cache dequantised, q d, as it is packed).
+  auto pack_kv = [&](tc_dtype to) -> tc_status {
+    if (to == kv_) {
+      const size_t esize = dtype_size(kv_);
+      Copy2dArgs c;
+      c.info.name = "llama.pack_kv";
+      c.rows = Hkv;
+      c.row_bytes = size_t((P + n) * D) * esize;
+      c.src_pitch = size_t(C * D) * esize, c.dst_pitch = c.row_bytes;
+      c.src = kc, c.dst = kpack_;
+      TC_TRY(be_->copy_2d(c, q));
+      c.src = vc, c.dst = vpack_;
+      return be_->copy_2d(c, q);
+    }
+    ConvertArgs c;
+    c.info.name = "llama.pack_kv_convert";
+    c.rows = Hkv, c.n = (P + n) * D;
+    c.src_pitch = C * D, c.dst_pitch = c.n;
+    c.src_dtype = kv_, c.dst_dtype = to;
+    c.src = kc, c.dst = kpack_;
+    TC_TRY(be_->convert(c, q));
+    c.src = vc, c.dst = vpack_;
+    return be_->convert(c, q);
+  };
+  if (host_) {
+    // Once per kv head (the CPU's vectorised attention, also for a
+    // single token), on an f32 cache in place, an f16 or Q8_0 one
+    // widened first.
+    const float* K = static_cast<const float*>(kc);
+    const float* V = static_cast<const float*>(vc);
+    int64_t pitch = C * D;
+    if (kv_ != TC_DTYPE_F32) {
+      TC_TRY(pack_kv(TC_DTYPE_F32));
+      K = kpack_, V = vpack_, pitch = (P + n) * D;
+    }
+    for (int64_t kh = 0; kh < Hkv; ++kh) {
+      a.q = qt + kh * G * n * D;
+      a.k = K + kh * pitch;
+      a.v = V + kh * pitch;
+      a.o = heads_out + kh * G * n * D;
+      TC_TRY(be_->attention_forward(a, q));
+    }
+  } else if (act_ == TC_DTYPE_F16) {
+    // f16 activations: the attention on f16 operands too (tensor cores,
+    // f32 accumulation, as the products): the queries converted into
+    // xh, the packed kv heads in f16, the heads' outputs through yh.
+    TC_TRY(pack_kv(TC_DTYPE_F16));
+    TC_TRY(convert(qt, TC_DTYPE_F32, xh_, TC_DTYPE_F16, H * n * D));
+    a.d.batch = Hkv;
+    a.d.dtype = TC_DTYPE_F16;
+    a.q = xh_, a.k = kpack_, a.v = vpack_, a.o = yh_;
+    TC_TRY(be_->attention_forward(a, q));
+    TC_TRY(convert(yh_, TC_DTYPE_F16, heads_out, TC_DTYPE_F32, H * n * D));
+  } else {
+    // One call for every head: the packed kv heads (a batch of Hkv with
+    // G query heads each) instead of Hkv launches.
+    TC_TRY(pack_kv(TC_DTYPE_F32));
+    a.d.batch = Hkv;
+    a.q = qt, a.k = kpack_, a.v = vpack_, a.o = heads_out;
+    TC_TRY(be_->attention_forward(a, q));
+  }
+  if (n > 1) {
+    HeadsToTokensArgs t;
+    t.info.name = "llama.heads_to_tokens";
+    t.n = n, t.H = H, t.D = D;
+    t.src = ot, t.dst = o;
+    TC_TRY(be_->heads_to_tokens(t, q));
+  }
+  return TC_OK;
+}
+
 // Enqueues the forward of n tokens (ids and position in the parameter
 // block). P, the position on the host, is used only by the chunk attention
 // (n > 1): a one-token step depends on nothing but the parameter block.
-tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot, bool batch) {
+tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot, bool batch, const Chunk* chunk) {
   const tc_llama_config& g = cfg_;
   const int64_t E = g.n_embd, H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim;
-  const int64_t G = H / Hkv, Dq = H * D, Dkv = Hkv * D, C = g.n_ctx;
+  const int64_t Dq = H * D, Dkv = Hkv * D, C = g.n_ctx;
   Queue* q = queue_.get();
 
   EmbedRowsArgs e;
@@ -360,7 +455,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   e.dst = x_;
   e.scale = arch_.embed_scale;
   TC_TRY(be_->embed_rows(e, q));
-  const bool q8 = (n == 1 || (batch && n <= kQ8MaxRows)) && q8_decode();
+  const bool q8 = !chunk && (n == 1 || (batch && n <= kQ8MaxRows)) && q8_decode();
   q8_f16x_ = q8 && batch && n >= kQ8F16MinRows && !host_ && q8_f16x_allowed();
   if (q8) {
     // The first op of the 8-bit path: a backend without it enqueues
@@ -368,7 +463,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     const tc_status st = quantize_q8(x_, vec(layers_[0].attn_norm), E, n);
     if (st == TC_ERR_UNSUPPORTED) {
       q8_state_ = 0;
-      return forward(n, P, lg, rows, slot, batch);
+      return forward(n, P, lg, rows, slot, batch, chunk);
     }
     TC_TRY(st);
   }
@@ -424,12 +519,25 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       qp = q_, kp = k_, vp = v_;
     }
     r.q = qp, r.k = kp, r.v = vp;
-    if (!roped) TC_TRY(be_->rope_kv_append(r, q));
+    if (chunk) {
+      // Each sequence's rows into its own slot, from the position of its first row.
+      for (const Segment& sg : chunk->segments) {
+        RopeKvAppendArgs rs = r;
+        rs.n = sg.n;
+        rs.q = qp + sg.row * r.ldq, rs.k = kp + sg.row * r.ldk, rs.v = vp + sg.row * r.ldv;
+        rs.qt = qt_ + sg.row * Dq;
+        rs.k_cache = cache_layer(k_cache_, l, sg.slot), rs.v_cache = cache_layer(v_cache_, l, sg.slot);
+        rs.pos = batch_pos(params_) + sg.row;
+        TC_TRY(be_->rope_kv_append(rs, q));
+      }
+    } else if (!roped) {
+      TC_TRY(be_->rope_kv_append(r, q));
+    }
     // One token on 8-bit products: the attention quantises its output into
     // the 8-bit X the wo product reads (no quantize_q8 between them; the
     // qkv product that read the previous X has finished in stream order).
     bool o_quantised = false;
-    if (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32))) {
+    if (!chunk && (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32)))) {
       // The decode attention reads queries [H][n][D] and writes token rows
       // [n][H][D]. Its lengths come from the parameter block, so a recorded
       // step replays.
@@ -447,88 +555,13 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       }
       if (q8 && n == 1 && D % 32 == 0) a.oq = q8x_, a.od = q8d_, o_quantised = true;
       TC_TRY(be_->decode_attention(a, q));
+    } else if (!chunk) {
+      TC_TRY(chunk_attention(l, n, P, kc, vc, qt_, ot_, o_));
     } else {
-      AttentionArgs a;
-      a.info.name = "llama.attention";
-      a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
-      a.d.seq_q = n, a.d.seq_kv = P + n, a.d.head_dim = D;
-      a.d.dtype = TC_DTYPE_F32, a.d.accum = TC_DTYPE_F32;
-      a.d.softmax_scale = A.attn_scale;
-      a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = window;
-      a.softcap = A.attn_softcap;
-      // One token: [H][1][D] is already o's [1][H][D].
-      float* heads_out = n == 1 ? o_ : ot_;
-      // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
-      // attention's element type (f16 with f16 activations on a device,
-      // else f32): a copy where the cache has that type, else a conversion
-      // (a Q8_0 cache dequantised, q d, as it is packed).
-      auto pack_kv = [&](tc_dtype to) -> tc_status {
-        if (to == kv_) {
-          const size_t esize = dtype_size(kv_);
-          Copy2dArgs c;
-          c.info.name = "llama.pack_kv";
-          c.rows = Hkv;
-          c.row_bytes = size_t((P + n) * D) * esize;
-          c.src_pitch = size_t(C * D) * esize, c.dst_pitch = c.row_bytes;
-          c.src = kc, c.dst = kpack_;
-          TC_TRY(be_->copy_2d(c, q));
-          c.src = vc, c.dst = vpack_;
-          return be_->copy_2d(c, q);
-        }
-        ConvertArgs c;
-        c.info.name = "llama.pack_kv_convert";
-        c.rows = Hkv, c.n = (P + n) * D;
-        c.src_pitch = C * D, c.dst_pitch = c.n;
-        c.src_dtype = kv_, c.dst_dtype = to;
-        c.src = kc, c.dst = kpack_;
-        TC_TRY(be_->convert(c, q));
-        c.src = vc, c.dst = vpack_;
-        return be_->convert(c, q);
-      };
-      if (host_) {
-        // Once per kv head (the CPU's vectorised attention, also for a
-        // single token), on an f32 cache in place, an f16 or Q8_0 one
-        // widened first.
-        const float* K = static_cast<const float*>(kc);
-        const float* V = static_cast<const float*>(vc);
-        int64_t pitch = C * D;
-        if (kv_ != TC_DTYPE_F32) {
-          TC_TRY(pack_kv(TC_DTYPE_F32));
-          K = kpack_, V = vpack_, pitch = (P + n) * D;
-        }
-        for (int64_t kh = 0; kh < Hkv; ++kh) {
-          a.q = qt_ + kh * G * n * D;
-          a.k = K + kh * pitch;
-          a.v = V + kh * pitch;
-          a.o = heads_out + kh * G * n * D;
-          TC_TRY(be_->attention_forward(a, q));
-        }
-      } else if (act_ == TC_DTYPE_F16) {
-        // f16 activations: the attention on f16 operands too (tensor cores,
-        // f32 accumulation, as the products): the queries converted into
-        // xh, the packed kv heads in f16, the heads' outputs through yh.
-        TC_TRY(pack_kv(TC_DTYPE_F16));
-        TC_TRY(convert(qt_, TC_DTYPE_F32, xh_, TC_DTYPE_F16, H * n * D));
-        a.d.batch = Hkv;
-        a.d.dtype = TC_DTYPE_F16;
-        a.q = xh_, a.k = kpack_, a.v = vpack_, a.o = yh_;
-        TC_TRY(be_->attention_forward(a, q));
-        TC_TRY(convert(yh_, TC_DTYPE_F16, ot_, TC_DTYPE_F32, H * n * D));
-      } else {
-        // One call for every head: the packed kv heads (a batch of Hkv with
-        // G query heads each) instead of Hkv launches.
-        TC_TRY(pack_kv(TC_DTYPE_F32));
-        a.d.batch = Hkv;
-        a.q = qt_, a.k = kpack_, a.v = vpack_, a.o = ot_;
-        TC_TRY(be_->attention_forward(a, q));
-      }
-      if (n > 1) {
-        HeadsToTokensArgs t;
-        t.info.name = "llama.heads_to_tokens";
-        t.n = n, t.H = H, t.D = D;
-        t.src = ot_, t.dst = o_;
-        TC_TRY(be_->heads_to_tokens(t, q));
-      }
+      // Each sequence's rows: their own chunk attention on their slot's cache.
+      for (const Segment& sg : chunk->segments)
+        TC_TRY(chunk_attention(l, sg.n, sg.P, cache_layer(k_cache_, l, sg.slot), cache_layer(v_cache_, l, sg.slot),
+                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, o_ + sg.row * Dq));
     }
     if (q8) {
       // x += o Wo^T; x += glu(h Wgate^T, h Wup^T) Wdown^T, h = rmsnorm(x) * ffn_norm;
@@ -580,6 +613,22 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     // Only the rows whose logits are wanted go through the output matrix.
     if (q8) {  // a batch step wants every row's logits (rows == n)
       return gemv_q8(output_, lg, GemvQ8Args::kStore, n, x_, vec(output_norm_));
+    }
+    if (chunk) {
+      // The wanted rows gathered into tmp (one copy per run of them).
+      int64_t at = 0;
+      for (const auto& run : chunk->out) {
+        Copy2dArgs c;
+        c.info.name = "llama.gather_rows";
+        c.rows = 1;
+        c.row_bytes = c.src_pitch = c.dst_pitch = size_t(run.second * E) * sizeof(float);
+        c.src = x_ + run.first * E, c.dst = tmp_ + at * E;
+        TC_TRY(be_->copy_2d(c, q));
+        at += run.second;
+      }
+      if (at == 0) return TC_OK;
+      TC_TRY(rmsnorm(tmp_, vec(output_norm_), h_, at));
+      return products(h_, at, {{&output_, lg}});
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
     TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));

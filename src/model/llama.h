@@ -33,6 +33,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -137,6 +138,14 @@ class Llama {
   // n_ctx); logits [n, n_vocab] to host memory (may be null). Every
   // sequence advances by one on success.
   tc_status decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits);
+  // Rows of any sequences (llama.cpp's llama_decode of a batch): row i
+  // appends tokens[i] to sequence seqs[i], a sequence's rows at its next
+  // positions in row order; the logits of the rows with want[i] != 0 (every
+  // row without want) to `logits` in row order (host memory; may be null).
+  // Validated by the caller (every sequence's n_past plus its rows <= n_ctx).
+  // Runs as forwards of up to max_batch_ rows; the sequences advance only
+  // on success.
+  tc_status eval_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, const uint8_t* want, float* logits);
 
   // Tokenizer vocabulary from the file (built by the C API).
   const gguf::File& file() const { return *file_; }
@@ -180,9 +189,25 @@ class Llama {
   // are in the parameter block; logits of the last `rows` tokens into `lg`
   // (skipped when null).
   tc_status step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P, float* logits, int64_t rows);
+  // Rows of several sequences in one forward (eval_batch): each run of
+  // consecutive rows of one sequence is a segment, attended as a chunk of
+  // that sequence at the position of its first row; `out` are the runs of
+  // rows [first, first + count) whose logits are wanted, in row order.
+  struct Segment {
+    int64_t row, n, slot, P;
+  };
+  struct Chunk {
+    std::vector<Segment> segments;
+    std::vector<std::pair<int64_t, int64_t>> out;
+  };
   // batch: the n rows are one token each of the sequences in the parameter
   // block (batch_pos, batch_slots) instead of a chunk of `slot` at P.
-  tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false);
+  // chunk: the n rows are its segments (positions in batch_pos); logits of
+  // its `out` rows into `lg`; P, rows, slot and batch unused.
+  tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false,
+                    const Chunk* chunk = nullptr);
+  tc_status chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
+                            float* ot, float* o);
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
   tc_status finish(tc_status st);

@@ -10,8 +10,10 @@
 // parameter block [.., positions[max_batch_], slots[max_batch_]]. Since
 // nothing of the step depends on host values, a device with graphs records
 // the step once per row count n and replays it with a new parameter block.
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "model/llama.h"
@@ -56,6 +58,57 @@ tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_
   if (tc_status st = finish(step_batch(n, logits))) return st;
   if (logits && arch_.final_softcap > 0.0f) softcap_logits(logits, n * cfg_.n_vocab);
   for (int64_t i = 0; i < n; ++i) ++n_past_[size_t(seqs[i])];
+  return TC_OK;
+}
+
+// Rows of several sequences as forwards of up to max_batch_ rows: the
+// products run on all of a forward's rows at once (a GEMM of every prompt's
+// tokens where decode_batch's rows are one token each), each sequence's run
+// of rows attends as a chunk of that sequence, and only the wanted rows go
+// through the output matrix.
+tc_status Llama::eval_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, const uint8_t* want,
+                            float* logits) {
+  const int64_t V = cfg_.n_vocab;
+  std::vector<int64_t> next(n_past_);  // each sequence's next position
+  float* out = logits;
+  Chunk chunk;
+  for (int64_t c0 = 0; c0 < n; c0 += max_batch_) {
+    const int64_t m = std::min(max_batch_, n - c0);
+    params_host_[0] = 0;
+    params_host_[1] = int32_t(m);
+    std::memcpy(params_host_ + 2, tokens + c0, size_t(m) * sizeof(int32_t));
+    int32_t* pos = batch_pos(params_host_);
+    chunk.segments.clear();
+    chunk.out.clear();
+    int64_t rows = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t s = seqs[c0 + i];
+      pos[i] = int32_t(next[size_t(s)]++);
+      if (chunk.segments.empty() || chunk.segments.back().slot != s)
+        chunk.segments.push_back({i, 0, s, pos[i]});
+      ++chunk.segments.back().n;
+      if (out && (!want || want[c0 + i])) {
+        if (!chunk.out.empty() && chunk.out.back().first + chunk.out.back().second == i) ++chunk.out.back().second;
+        else chunk.out.push_back({i, 1});
+        ++rows;
+      }
+    }
+    tc_status st;
+    if (host_) {
+      st = forward(m, 0, rows ? out : nullptr, rows, 0, false, &chunk);  // params_host_ is the block itself
+    } else {
+      Queue* q = queue_.get();
+      st = be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, q);
+      if (!st) st = forward(m, 0, rows ? logits_ : nullptr, rows, 0, false, &chunk);
+      if (!st && rows) st = be_->copy_async(out, logits_, size_t(rows * V) * sizeof(float), false, q);
+      std::string detail;
+      if (!st && (st = q->sync(&detail))) fail_with(st, "tc_llama_eval_batch: " + detail);
+    }
+    if (tc_status f = finish(st)) return f;
+    if (rows && arch_.final_softcap > 0.0f) softcap_logits(out, rows * V);
+    if (rows) out += rows * V;
+  }
+  n_past_ = next;
   return TC_OK;
 }
 

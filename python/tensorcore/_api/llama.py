@@ -1,7 +1,7 @@
 """The LLaMA decoder's raw functions (include/tensorcore/llama.h). The
 high-level model is tensorcore.llama.Llama."""
 
-from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_int64
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_int64, c_uint8
 
 import numpy as np
 
@@ -16,7 +16,7 @@ __all__ = ["TCLlamaConfig", "llama_load", "llama_free", "llama_get_config", "lla
            "llama_n_past", "llama_tokenizer", "llama_set_activations",
            "llama_set_kv_cache_type", "llama_get_kv_cache_type", "llama_set_max_sequences",
            "llama_get_max_sequences", "llama_seq_eval", "llama_seq_reset", "llama_seq_n_past",
-           "llama_decode_batch"]
+           "llama_decode_batch", "llama_eval_batch"]
 
 TC_ERR_INVALID_ARG = -7
 
@@ -49,6 +49,8 @@ _tc_llama_seq_reset = declare("tc_llama_seq_reset", tc_status, handle, c_int32)
 _tc_llama_seq_n_past = declare("tc_llama_seq_n_past", tc_status, handle, c_int32, POINTER(c_int64))
 _tc_llama_decode_batch = declare("tc_llama_decode_batch", tc_status, handle, POINTER(c_int32), POINTER(c_int32),
                                  c_int64, POINTER(c_float), c_int64)
+_tc_llama_eval_batch = declare("tc_llama_eval_batch", tc_status, handle, POINTER(c_int32), POINTER(c_int32), c_int64,
+                               POINTER(c_uint8), POINTER(c_float), c_int64)
 
 
 def _model(m):
@@ -129,6 +131,26 @@ def llama_decode_batch(model, seqs, tokens, logits=None):
     out, cap = _logits_arg(logits, fn)
     check(_tc_llama_decode_batch(_model(model), s.ctypes.data_as(POINTER(c_int32)),
                                  t.ctypes.data_as(POINTER(c_int32)), s.size, out, cap))
+    return logits
+
+
+def llama_eval_batch(model, seqs, tokens, want=None, logits=None):
+    """Rows of any sequences as one batch (tokens[i] appended to seqs[i], a
+    sequence's rows at its next positions in row order); want: None (every
+    row) or n booleans; logits: None, or a C-contiguous float32 array of at
+    least (wanted rows) * n_vocab, the wanted rows' logits in row order."""
+    fn = "tc_llama_eval_batch"
+    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
+    if s.size != t.size:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    w = None
+    if want is not None:
+        w = np.ascontiguousarray(np.asarray(want, dtype=bool).reshape(-1)).astype(np.uint8)
+        if w.size != s.size:
+            raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d want flags for %d rows" % (fn, w.size, s.size))
+    out, cap = _logits_arg(logits, fn)
+    check(_tc_llama_eval_batch(_model(model), s.ctypes.data_as(POINTER(c_int32)), t.ctypes.data_as(POINTER(c_int32)),
+                               s.size, None if w is None else w.ctypes.data_as(POINTER(c_uint8)), out, cap))
     return logits
 
 

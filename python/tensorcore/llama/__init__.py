@@ -13,6 +13,7 @@ Several sequences at once (continuous batching):
     m = Llama(path, max_sequences=8)     # or m.set_max_sequences(8) while empty
     m.eval(prompt_a, seq=0); m.eval(prompt_b, seq=1)
     logits = m.decode_batch([0, 1], [tok_a, tok_b])  # [2, n_vocab]: one step of both
+    m.eval_batch([2] * len(p) + [3] * len(q), p + q)  # two prompts as one prefill: [2, n_vocab] (their last rows)
     m.reset(seq=1); m.eval(prompt_c, seq=1)           # a sequence leaves, another joins
 
 tokenize() reads the text as llama.cpp's command line does: BOS/EOS as the
@@ -35,8 +36,8 @@ import os
 
 import numpy as np
 
-from .._api.llama import (llama_decode_batch, llama_eval, llama_free, llama_get_config, llama_get_max_sequences,
-                          llama_load, llama_n_past, llama_reset, llama_seq_eval, llama_seq_n_past, llama_seq_reset,
+from .._api.llama import (llama_decode_batch, llama_eval, llama_eval_batch, llama_free, llama_get_config,
+                          llama_get_max_sequences, llama_load, llama_n_past, llama_reset, llama_seq_eval, llama_seq_n_past, llama_seq_reset,
                           llama_set_activations, llama_set_kv_cache_type, llama_set_max_sequences,
                           llama_tokenizer)
 from .._api.tokenizer import Tokenizer
@@ -235,6 +236,31 @@ class Llama(Closing):
         llama_decode_batch(self.handle, s, t, out)
         for i in np.flatnonzero(s == 0):
             self._ids.append(int(t[i]))
+        return out
+
+    def eval_batch(self, seqs, tokens, want="last"):
+        """Rows of any sequences as one batch: tokens[i] appended to sequence
+        seqs[i], a sequence's rows at its next positions in row order (the
+        prompts of several sequences are one prefill: every weight product
+        takes all the rows). want: "last" (the last row of each sequence in
+        the batch), "all", or n booleans; float32 logits [wanted rows,
+        n_vocab] in row order."""
+        s = np.asarray(seqs, dtype=np.int64).reshape(-1)
+        t = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if isinstance(want, str):
+            if want == "all":
+                want = None
+            elif want == "last":
+                last = {int(q): i for i, q in enumerate(s)}
+                want = np.zeros(s.size, bool)
+                want[list(last.values())] = True
+            else:
+                raise TensorcoreValueError(TC_ERR_INVALID_ARG, "eval_batch: want is %r (\"last\", \"all\" or "
+                                           "flags)" % want)
+        k = s.size if want is None else int(np.count_nonzero(np.asarray(want, dtype=bool).reshape(-1)))
+        out = np.empty((k, self.n_vocab), np.float32)
+        llama_eval_batch(self.handle, s, t, want, out)
+        self._ids.extend(int(x) for x, q in zip(t, s) if q == 0)
         return out
 
     def tokenize(self, text, add_bos=None, add_eos=None, special=True):

@@ -1,0 +1,183 @@
+"""Rows of any sequences as one batch (include/tensorcore/llama.h,
+tc_llama_eval_batch): several prompts as one prefill, prompts beside decode
+rows, a sequence's rows interleaved with others', batches longer than one
+forward (n_ctx 16: forwards of 16 rows, a sequence cut between two); every
+wanted row against the float64 reference of its sequence's history, every
+architecture, f16 and f32 caches, f16 activations within the 8-bit
+contract, the want flags, and every refusal with the model unchanged. On
+every device present, and on the CPU also the way a GPU runs
+(TC_LLAMA_DEVICE_PATH)."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import tensorcore as tc
+import test_llama as base
+import test_llama_archs as archs
+from conftest import expect_status
+from tensorcore.llama import Llama
+from test_llama_batch import f16_tolerance, llama_ref, where  # noqa: F401 (where: the device fixture)
+
+V = base.V
+
+
+class Histories:
+    """Each sequence's ids so far; checks a batch's rows against the
+    reference of each row's history up to that row."""
+
+    def __init__(self, m, w, reference, tol):
+        self.m, self.w, self.reference, self.tol = m, w, reference, tol
+        self.hist = {}
+
+    def run(self, seqs, toks, want="all"):
+        out = self.m.eval_batch(seqs, toks, want=want)
+        rows = []  # (sequence, its history length after the row) per row
+        for s, t in zip(seqs, toks):
+            self.hist.setdefault(s, []).append(int(t))
+            rows.append((s, len(self.hist[s])))
+        if isinstance(want, str):
+            last = {s: i for i, s in enumerate(seqs)}
+            flags = [want == "all" or last[s] == i for i, s in enumerate(seqs)]
+        else:
+            flags = list(want)
+        picked = [r for r, f in zip(rows, flags) if f]
+        assert out.shape == (len(picked), V)
+        for k, (s, n) in enumerate(picked):
+            ref = self.reference(self.w, self.hist[s][:n])[n - 1]
+            err = np.abs(out[k] - ref).max() / np.abs(ref).max()
+            assert np.isfinite(out[k]).all() and err < self.tol, "seq %d at %d: %.3g" % (s, n - 1, err)
+        for s in set(seqs):
+            assert self.m.seq_n_past(s) == len(self.hist[s])
+        return out
+
+
+def ids(rng, n):
+    return [int(t) for t in rng.integers(0, V, n)]
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
+def test_prompts_and_steps_of_several_sequences_as_batches(tmp_path, where, kv_type):
+    rng = np.random.default_rng(171 + len(kv_type))
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q8_0")
+    prompts = [ids(rng, n) for n in (5, 1, 12, 3)]
+    more = {s: ids(rng, 3) for s in range(4)}
+    hist = [p + more[s] for s, p in enumerate(prompts)]
+    tol = 5e-5 if kv_type == "f32" else f16_tolerance(w, hist, lambda w, h, kv: base.reference(w, np.asarray(h),
+                                                                                                 kv_type=kv))
+    # n_ctx 16: forwards of at most 16 rows, so the 21 prompt rows take two and sequence 2 is cut between them.
+    with Llama(path, ctx=where, n_ctx=16, activations="f32", kv_type=kv_type, max_sequences=4) as m:
+        r = Histories(m, w, llama_ref(kv_type), tol)
+        r.run([s for s, p in enumerate(prompts) for _ in p], [t for p in prompts for t in p])
+        # Interleaved: each sequence's rows between the others'.
+        r.run([2, 0, 2, 3, 0, 1, 3, 2, 1, 0, 1, 3], [more[s].pop() for s in (2, 0, 2, 3, 0, 1, 3, 2, 1, 0, 1, 3)])
+        # One decode row of two sequences beside a new prompt in a reset slot (continuous batching).
+        m.reset(seq=1)
+        r.hist[1] = []
+        r.run([0, 1, 1, 1, 1, 2], [7] + ids(rng, 4) + [9], want="last")
+        # Then decode_batch on the caches eval_batch wrote.
+        step = m.decode_batch([3, 1], [4, 5])
+        for row, s in enumerate((3, 1)):
+            r.hist[s].append((4, 5)[row])
+            ref = base.reference(w, np.asarray(r.hist[s]), kv_type=kv_type)[-1]
+            assert np.abs(step[row] - ref).max() / np.abs(ref).max() < tol
+
+
+def test_want_flags_pick_the_rows(tmp_path, where):
+    """want="last", explicit flags and no wanted row at all: the same rows as
+    want="all" gives (the logits product runs on the wanted rows only)."""
+    rng = np.random.default_rng(173)
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q4_0")
+    seqs = [0, 0, 1, 0, 2, 2, 1]
+    toks = ids(rng, len(seqs))
+    outs = {}
+    for want in ("all", "last", [True, False, False, True, True, False, True], [False] * 7):
+        with Llama(path, ctx=where, n_ctx=16, activations="f32", kv_type="f32", max_sequences=3) as m:
+            outs[str(want)] = m.eval_batch(seqs, toks, want=want)
+            assert [m.seq_n_past(s) for s in range(3)] == [3, 2, 2]
+    full = outs["all"]
+    assert outs["last"].shape == (3, V) and outs[str([False] * 7)].shape == (0, V)
+    for key, rows in (("last", [3, 5, 6]), (str([True, False, False, True, True, False, True]), [0, 3, 4, 6])):
+        assert np.abs(outs[key] - full[rows]).max() <= 1e-5 * np.abs(full).max(), key
+
+
+def test_f16_activations_within_the_8bit_contract(tmp_path, where):
+    """f16 activations (on a GPU the products as dequantise + f16 GEMM, the
+    attention on f16 operands): every row within the f16 products' error of
+    the reference, and close to the same prompts each run alone as a chunk
+    (the same kind of products, on other row counts)."""
+    rng = np.random.default_rng(175)
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q4_0")
+    prompts = [ids(rng, n) for n in (9, 4, 13)]
+    seqs = [s for s, p in enumerate(prompts) for _ in p]
+    with Llama(path, ctx=where, n_ctx=32, activations="f16", kv_type="f16", max_sequences=3) as m:
+        batch = Histories(m, w, llama_ref("f16"), 5e-2).run(seqs, [t for p in prompts for t in p])
+    with Llama(path, ctx=where, n_ctx=32, activations="f16", kv_type="f16") as one:
+        for s, p in enumerate(prompts):
+            one.reset()
+            alone = one.eval(p)
+            rows = batch[[i for i, q in enumerate(seqs) if q == s]]
+            assert np.abs(rows - alone).max() <= 5e-3 * np.abs(alone).max(), s
+
+
+@pytest.mark.parametrize("arch", list(archs.ARCHS))
+def test_every_architecture_in_batches(tmp_path, where, arch):
+    """Biases, Q/K norms, post-branch norms, GEGLU, soft-capping and the
+    sliding-window layers (window 5: the longer prompts' later rows see only
+    its last positions) with rows of three sequences interleaved."""
+    rng = np.random.default_rng(177 + len(arch))
+    path = tmp_path / "m.gguf"
+    w = archs.write_model(path, arch, archs.make_weights(rng, arch))
+    prompts = [ids(rng, n) for n in (9, 2, 6)]
+    tol = max(archs.kv_tolerance(arch, w, np.asarray(p), "f16") for p in prompts)
+    with Llama(path, ctx=where, n_ctx=32, activations="f32", kv_type="f16", max_sequences=3) as m:
+        r = Histories(m, w, lambda w, h: archs.reference(arch, w, np.asarray(h), "f16"), tol)
+        r.run([s for s, p in enumerate(prompts) for _ in p], [t for p in prompts for t in p])
+        r.run([1, 0, 2, 0, 1, 2, 2], ids(rng, 7))
+
+
+def test_refusals_leave_the_model_unchanged(tmp_path, where):
+    rng = np.random.default_rng(179)
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q8_0")
+    n_ctx = 12
+    with Llama(path, ctx=where, n_ctx=n_ctx, activations="f32", kv_type="f16", max_sequences=3) as m:
+        h = m.handle
+        r = Histories(m, w, llama_ref("f16"), 2e-3)
+        r.run([0] * 4 + [1] * 10, ids(rng, 14))
+        before = [m.seq_n_past(s) for s in range(3)]
+        poison = np.full(4 * V, 7.0, np.float32)
+        bad = [
+            (tc.TC_ERR_INVALID_ARG, [0, 3], [1, 1], None, "seqs[1] is 3, outside [0, 3)"),
+            (tc.TC_ERR_INVALID_ARG, [-1], [1], None, "seqs[0] is -1"),
+            (tc.TC_ERR_INVALID_ARG, [0, 2], [1, V], None, "tokens[1]"),
+            (tc.TC_ERR_INVALID_ARG, [0, 2], [-1, 1], None, "tokens[0]"),
+            (tc.TC_ERR_INVALID_SHAPE, [0, 1, 1, 1], [1, 1, 1, 1], None, "row 3 overflows sequence 1"),
+            (tc.TC_ERR_INVALID_SHAPE, [], [], None, "n = 0"),
+            (tc.TC_ERR_INVALID_ARG, [0, 2], [1, 1], [True], "1 want flags for 2 rows"),
+            (tc.TC_ERR_INVALID_ARG, [0, 2], [1], None, "2 sequences and 1 tokens"),
+        ]
+        for status, seqs, toks, want, text in bad:
+            out = poison.copy()
+            expect_status(status, tc.llama_eval_batch, h, seqs, toks, want, out, text=text)
+            assert (out == 7.0).all(), "logits written by a refused batch %r" % (seqs,)
+            assert [m.seq_n_past(s) for s in range(3)] == before
+        small = poison[:2 * V - 1].copy()
+        expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_eval_batch, h, [0, 2, 0], [1, 1, 1], [1, 0, 1], small,
+                      text="need 2 wanted rows")
+        assert (small == 7.0).all()
+        raw = tc._api.llama._tc_llama_eval_batch
+        assert raw(h, None, None, 1, None, None, 0) == tc.TC_ERR_INVALID_ARG
+        assert "seqs is null" in tc.last_error_detail()
+        one = (ctypes.c_int32 * 1)(0)
+        assert raw(h, one, None, 1, None, None, 0) == tc.TC_ERR_INVALID_ARG
+        assert "tokens is null" in tc.last_error_detail()
+        assert raw(h, one, one, 1, None, None, 5) == tc.TC_ERR_INVALID_ARG  # a capacity without an array
+        assert "without a logits array" in tc.last_error_detail()
+        assert [m.seq_n_past(s) for s in range(3)] == before
+        # The caches are as they were: batches go on from them.
+        r.run([2, 0, 2, 1], ids(rng, 4))

@@ -1,5 +1,6 @@
 // Several sequences in one model (continuous batching): the cache's
-// sequence slots and the batch step, one token of each of n sequences.
+// sequence slots, the batch step (one token of each of n sequences) and
+// eval_batch (rows of any sequences: several prompts as one prefill).
 //
 // A batch step is the forward of llama.cpp for n rows (Llama::forward with
 // batch set): one embedding of n rows, every product at M = n (the 8-bit

@@ -105,10 +105,11 @@ def test_want_flags_pick_the_rows(tmp_path, where):
 
 
 def test_f16_activations_within_the_8bit_contract(tmp_path, where):
-    """f16 activations (on a GPU the products as dequantise + f16 GEMM, the
-    attention on f16 operands): every row within the f16 products' error of
-    the reference, and close to the same prompts each run alone as a chunk
-    (the same kind of products, on other row counts)."""
+    """f16 activations (on a GPU the products of this many rows on 8-bit or
+    f16 operands, the attention on f16 operands): every row within the
+    8-bit contract's error of the reference. The same prompts each alone
+    take other products on a GPU (fewer rows), so they agree only within
+    that contract too."""
     rng = np.random.default_rng(175)
     path = tmp_path / "m.gguf"
     w = base.write_model(path, base.make_weights(rng), "q4_0")
@@ -121,7 +122,7 @@ def test_f16_activations_within_the_8bit_contract(tmp_path, where):
             one.reset()
             alone = one.eval(p)
             rows = batch[[i for i, q in enumerate(seqs) if q == s]]
-            assert np.abs(rows - alone).max() <= 5e-3 * np.abs(alone).max(), s
+            assert np.abs(rows - alone).max() <= 5e-2 * np.abs(alone).max(), s
 
 
 @pytest.mark.parametrize("arch", list(archs.ARCHS))

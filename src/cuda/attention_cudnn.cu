@@ -54,7 +54,8 @@
 // one key (key p itself), so that changes nothing.
 //
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
-// or not, LSE on/off, device), built once from the first engine configs of
+// or not, LSE on/off, device), built at the shape's TC_CUDNN_PLAN_AFTER-th
+// call (2 by default: its first runs on our kernels) from the first engine configs of
 // CUDNN_HEUR_MODE_A that finalise (up to kMaxCandidates, timed against each
 // other at the shape's first call: tune()) and cached with the largest
 // workspace among them; a shape no engine takes is
@@ -168,6 +169,7 @@ struct State {
   std::map<int, cudnnHandle_t> handles;
   std::map<int, std::string> handle_failed;
   std::map<Key, std::unique_ptr<Plan>> plans;
+  std::map<Key, int64_t> calls;  // shapes without a plan yet: calls so far (TC_CUDNN_PLAN_AFTER)
   bool cap_noted = false;
 };
 
@@ -634,9 +636,19 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_o
       cudaGetLastError();
       return nullptr;
     }
+    // A plan costs cuDNN's compilation of its engines (0.1-1 s); a shape
+    // runs on our kernels until its TC_CUDNN_PLAN_AFTER-th call, so shapes
+    // met once (a new prompt length) never pay for one.
+    const char* no = unsupported(d, k.backward, k.device);
+    const int64_t after = config::number(config::Key::kCudnnPlanAfter);
+    if (!no && after > 1) {
+      if (S.calls.size() >= kMaxPlans * 4) S.calls.clear();  // shapes that did not come back
+      if (++S.calls[k] < after) return nullptr;
+      S.calls.erase(k);
+    }
     std::unique_ptr<Plan> p(new Plan);
     const char* dir = k.backward ? "bprop" : "fprop";
-    if (const char* no = unsupported(d, k.backward, k.device)) {
+    if (no) {
       p->why = no;
     } else if (S.handle_failed.count(k.device)) {
       p->why = S.handle_failed[k.device];

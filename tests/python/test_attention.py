@@ -281,6 +281,7 @@ def test_cudnn_path(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
     p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, D)
     o, lse = p.forward(causal=causal)
     fwd_kernel = tc.cuda_last_kernel_name()
@@ -309,6 +310,7 @@ def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
     p = Problem(actx, rng, "bf16", 2, H, 2, 128, 128, 64)
     actx.attention_forward(p.Q, p.K, p.V, p.O, **p.dims, dtype="bf16", kv_heads=p.hkv, causal=True)
     kernel = tc.cuda_last_kernel_name()
@@ -325,6 +327,7 @@ def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
     for causal, alibi, window, sq, skv in ((True, False, 0, 128, 128), (True, False, 20, 128, 128),
                                            (False, False, 33, 128, 128), (False, False, 20, 64, 192),
                                            (True, True, 0, 128, 128)):
@@ -347,6 +350,28 @@ def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
             assert bkernel.startswith("attention_bwd_dq_convert"), bkernel
         elif not window and cudnn_in_build():
             assert (kernel, bkernel) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (kernel, bkernel)
+
+
+@pytest.mark.parametrize("after", [2, 3])
+def test_cudnn_plan_at_the_shapes_nth_call(actx, rng, monkeypatch, after):
+    """TC_CUDNN_PLAN_AFTER=N: a shape's first N-1 calls run on our kernels
+    (no plan built: cuDNN compiles its engines, 0.1-1 s), the Nth builds
+    the plan and runs cuDNN's; every call's output is right."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", str(after))
+    p = Problem(actx, rng, "bf16", 1 + after, H, 2, 128, 128, 64)  # a batch no other test uses: a new shape
+    ro, _, _, _, _ = p.reference(True, 0)
+    kernels = []
+    for _ in range(after + 1):
+        p.O = actx.buffer_from_array(poison(p.q.size * ELEMENT_SIZE["bf16"]))  # each call writes every output
+        actx.attention_forward(p.Q, p.K, p.V, p.O, **p.dims, dtype="bf16", kv_heads=p.hkv, causal=True)
+        kernels.append(tc.cuda_last_kernel_name())
+        close("O", p.read(p.O, p.q), ro, TOLERANCE["bf16"])
+    assert all(k.startswith("attention_fwd_mma") for k in kernels[:after - 1]), kernels
+    if cudnn_in_build():
+        assert kernels[after - 1:] == ["cudnn_sdpa_fprop"] * 2, kernels
 
 
 @pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[cudnn_case_id(c) for c in CUDNN_CASES[:3]])

@@ -344,14 +344,26 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
 // The attention of n rows of one sequence at positions [P, P + n) over its
 // slot's cache of layer l (kc, vc): queries qt [H][n][D] (rotated), output
 // token rows o [n][H][D], ot scratch [H][n][D]. The mask is causal and
-// bottom-right aligned: row i sees positions j <= P + i.
+// bottom-right aligned: row i sees positions j <= P + i. With group > 1, as
+// many such sequences of the same n and P in consecutive slots from kc / vc
+// on, their rows one after the other (qt, ot, o hold group blocks): one
+// attention call for all of them on a device.
 tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
-                                 float* ot, float* o) {
+                                 float* ot, float* o, int64_t group) {
   const tc_llama_config& g = cfg_;
   const int64_t H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim, G = H / Hkv, C = g.n_ctx;
   const Arch& A = arch_;
   const int64_t window = A.swa[size_t(l)] ? A.window : 0;
   Queue* q = queue_.get();
+  if (host_ && group > 1) {
+    // The host's attention goes kv head by kv head anyway: one sequence at a time.
+    for (int64_t i = 0; i < group; ++i) {
+      const size_t cell = dtype_bytes(kv_, i * slot_elems());
+      TC_TRY(chunk_attention(l, n, P, static_cast<const char*>(kc) + cell, static_cast<const char*>(vc) + cell,
+                             qt + i * n * H * D, ot + i * n * H * D, o + i * n * H * D));
+    }
+    return TC_OK;
+  }
   AttentionArgs a;
   a.info.name = "llama.attention";
   a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
@@ -371,7 +383,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
       const size_t esize = dtype_size(kv_);
       Copy2dArgs c;
       c.info.name = "llama.pack_kv";
-      c.rows = Hkv;
+      c.rows = group * Hkv;
       c.row_bytes = size_t((P + n) * D) * esize;
       c.src_pitch = size_t(C * D) * esize, c.dst_pitch = c.row_bytes;
       c.src = kc, c.dst = kpack_;
@@ -381,7 +393,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     }
     ConvertArgs c;
     c.info.name = "llama.pack_kv_convert";
-    c.rows = Hkv, c.n = (P + n) * D;
+    c.rows = group * Hkv, c.n = (P + n) * D;
     c.src_pitch = C * D, c.dst_pitch = c.n;
     c.src_dtype = kv_, c.dst_dtype = to;
     c.src = kc, c.dst = kpack_;
@@ -412,25 +424,25 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     // f32 accumulation, as the products): the queries converted into
     // xh, the packed kv heads in f16, the heads' outputs through yh.
     TC_TRY(pack_kv(TC_DTYPE_F16));
-    TC_TRY(convert(qt, TC_DTYPE_F32, xh_, TC_DTYPE_F16, H * n * D));
-    a.d.batch = Hkv;
+    TC_TRY(convert(qt, TC_DTYPE_F32, xh_, TC_DTYPE_F16, group * H * n * D));
+    a.d.batch = group * Hkv;
     a.d.dtype = TC_DTYPE_F16;
     a.q = xh_, a.k = kpack_, a.v = vpack_, a.o = yh_;
     TC_TRY(be_->attention_forward(a, q));
-    TC_TRY(convert(yh_, TC_DTYPE_F16, heads_out, TC_DTYPE_F32, H * n * D));
+    TC_TRY(convert(yh_, TC_DTYPE_F16, heads_out, TC_DTYPE_F32, group * H * n * D));
   } else {
     // One call for every head: the packed kv heads (a batch of Hkv with
     // G query heads each) instead of Hkv launches.
     TC_TRY(pack_kv(TC_DTYPE_F32));
-    a.d.batch = Hkv;
+    a.d.batch = group * Hkv;
     a.q = qt, a.k = kpack_, a.v = vpack_, a.o = heads_out;
     TC_TRY(be_->attention_forward(a, q));
   }
-  if (n > 1) {
+  for (int64_t i = 0; n > 1 && i < group; ++i) {
     HeadsToTokensArgs t;
     t.info.name = "llama.heads_to_tokens";
     t.n = n, t.H = H, t.D = D;
-    t.src = ot, t.dst = o;
+    t.src = ot + i * n * H * D, t.dst = o + i * n * H * D;
     TC_TRY(be_->heads_to_tokens(t, q));
   }
   return TC_OK;
@@ -558,10 +570,22 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     } else if (!chunk) {
       TC_TRY(chunk_attention(l, n, P, kc, vc, qt_, ot_, o_));
     } else {
-      // Each sequence's rows: their own chunk attention on their slot's cache.
-      for (const Segment& sg : chunk->segments)
+      // Each sequence's rows: their own chunk attention on their slot's cache,
+      // runs of segments of the same n and P in consecutive slots as one call
+      // (B prompts of one length: B / group calls), as many as the packed
+      // keys' scratch holds (Hkv n_ctx D floats).
+      const auto& sgs = chunk->segments;
+      const int64_t esize = act_ == TC_DTYPE_F16 && !host_ ? 2 : 4;
+      for (size_t i = 0; i < sgs.size();) {
+        const Segment& sg = sgs[i];
+        size_t j = i + 1;
+        while (j < sgs.size() && sgs[j].n == sg.n && sgs[j].P == sg.P && sgs[j].slot == sg.slot + int64_t(j - i) &&
+               sgs[j].row == sg.row + int64_t(j - i) * sg.n && int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4)
+          ++j;
         TC_TRY(chunk_attention(l, sg.n, sg.P, cache_layer(k_cache_, l, sg.slot), cache_layer(v_cache_, l, sg.slot),
-                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, o_ + sg.row * Dq));
+                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, o_ + sg.row * Dq, int64_t(j - i)));
+        i = j;
+      }
     }
     if (q8) {
       // x += o Wo^T; x += glu(h Wgate^T, h Wup^T) Wdown^T, h = rmsnorm(x) * ffn_norm;

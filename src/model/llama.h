@@ -207,7 +207,7 @@ class Llama {
   tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false,
                     const Chunk* chunk = nullptr);
   tc_status chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
-                            float* ot, float* o);
+                            float* ot, float* o, int64_t group = 1);
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
   tc_status finish(tc_status st);

@@ -85,6 +85,26 @@ def test_prompts_and_steps_of_several_sequences_as_batches(tmp_path, where, kv_t
             assert np.abs(step[row] - ref).max() / np.abs(ref).max() < tol
 
 
+@pytest.mark.parametrize("kv_type", ["f16", "f32"])
+def test_prompts_of_one_length_in_consecutive_slots(tmp_path, where, kv_type):
+    """Prompts of one length from position 0 in consecutive slots (the
+    usual batched prefill): a device attends a run of them as one call,
+    their packed keys side by side (as many as n_ctx positions hold: here
+    two of 7 in 16 with f32 activations). Slots 2, 3, 0, 1, then 4 with
+    another length; then continuations of one length again (P > 0)."""
+    rng = np.random.default_rng(181 + len(kv_type))
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q8_0")
+    order = [2, 3, 0, 1, 4]
+    prompts = {s: ids(rng, 7 if s < 4 else 5) for s in order}
+    tol = 2e-3 if kv_type == "f16" else 5e-5
+    with Llama(path, ctx=where, n_ctx=16, activations="f32", kv_type=kv_type, max_sequences=5) as m:
+        r = Histories(m, w, llama_ref(kv_type), tol)
+        r.run([s for s in order for _ in prompts[s]], [t for s in order for t in prompts[s]])
+        r.run([0, 1, 2, 3], ids(rng, 4))              # one row each at P = 7: pairs of single rows
+        r.run([0, 0, 1, 1, 2, 2, 3, 3], ids(rng, 8))  # two each at P = 8: one at a time (16 positions hold one)
+
+
 def test_want_flags_pick_the_rows(tmp_path, where):
     """want="last", explicit flags and no wanted row at all: the same rows as
     want="all" gives (the logits product runs on the wanted rows only)."""

@@ -72,7 +72,9 @@ def run(path, device, mode, n_prefill, n_decode, kv_type="f16"):
                                           kv_type=kv_type) as m:
         rng = np.random.default_rng(0)
         prompt = rng.integers(3, m.n_vocab, n_prefill)
-        for _ in range(2):  # warm-up: GEMM plans, the dequantisation scratch, cuDNN's plans (at a shape's 2nd call)
+        # Warm-up: GEMM plans, the dequantisation scratch, cuDNN's attention plans (built at a
+        # shape's 64th call, TC_CUDNN_PLAN_AFTER: one call a layer, so a few prompts).
+        for _ in range(2 + 64 // m.config["n_layer"]):
             m.reset()
             m.eval(prompt, last_only=True)
         prefill, steps = time_prefill_decode(m, prompt, n_decode)

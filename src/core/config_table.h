@@ -58,10 +58,11 @@ TC_CONFIG(kCudaAttentionCudnn, "TC_CUDA_ATTENTION_CUDNN", Bool, "on", "", PerCal
 TC_CONFIG(kCudnnAutotune, "TC_CUDNN_AUTOTUNE", Bool, "on", "", PerCall,
           "time up to four of cuDNN's attention plans at a shape's first call and keep the fastest; off: the "
           "heuristics' first")
-TC_CONFIG(kCudnnPlanAfter, "TC_CUDNN_PLAN_AFTER", Int, "2", "1..1000000", PerCall,
+TC_CONFIG(kCudnnPlanAfter, "TC_CUDNN_PLAN_AFTER", Int, "64", "1..1000000", PerCall,
           "an attention shape runs on tensorcore's kernels until its Nth call, which builds its cuDNN plan (cuDNN "
-          "compiles and times its engines: 0.1-1 s a shape); 1: at the first call. A shape met once (a chat's "
-          "every new prompt length) never pays for a plan")
+          "compiles and times its engines: 0.1-2 s a shape); 1: at the first call. Every layer of a model's "
+          "forward calls the same shape, so 64 lets a prompt length met once (a chat's every new turn) never pay "
+          "for a plan, while a shape that repeats (training steps, a benchmark's warm-up) gets one")
 TC_CONFIG(kCudnnDebug, "TC_CUDNN_DEBUG", Bool, "off", "", Once,
           "on stderr: the cuDNN version, which engine each attention shape got, or why cuDNN rejected it")
 

@@ -55,7 +55,8 @@
 //
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
 // or not, LSE on/off, device), built at the shape's TC_CUDNN_PLAN_AFTER-th
-// call (2 by default: its first runs on our kernels) from the first engine configs of
+// call (64 by default: a model's forward calls one shape per layer, so a
+// prompt length met once stays on our kernels) from the first engine configs of
 // CUDNN_HEUR_MODE_A that finalise (up to kMaxCandidates, timed against each
 // other at the shape's first call: tune()) and cached with the largest
 // workspace among them; a shape no engine takes is
@@ -636,9 +637,10 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_o
       cudaGetLastError();
       return nullptr;
     }
-    // A plan costs cuDNN's compilation of its engines (0.1-1 s); a shape
+    // A plan costs cuDNN's compilation of its engines (0.1-2 s); a shape
     // runs on our kernels until its TC_CUDNN_PLAN_AFTER-th call, so shapes
-    // met once (a new prompt length) never pay for one.
+    // met in one forward only (a new prompt length: one call a layer) never
+    // pay for one.
     const char* no = unsupported(d, k.backward, k.device);
     const int64_t after = config::number(config::Key::kCudnnPlanAfter);
     if (!no && after > 1) {

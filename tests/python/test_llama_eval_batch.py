@@ -202,3 +202,24 @@ def test_refusals_leave_the_model_unchanged(tmp_path, where):
         assert [m.seq_n_past(s) for s in range(3)] == before
         # The caches are as they were: batches go on from them.
         r.run([2, 0, 2, 1], ids(rng, 4))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_q8_0_cache_in_batches(tmp_path, where, monkeypatch, arch):
+    """A Q8_0 cache (64-dim heads): the packs of grouped prompts dequantise
+    the cache rows of several slots in one conversion; every row against
+    the reference with K and V through Q8_0, within a fraction of the
+    quantisation's own effect (as test_llama_kv_q8)."""
+    if arch == "llama":
+        monkeypatch.setitem(archs.ARCHS, "llama", dict(layers=2, D=64))
+    rng = np.random.default_rng(183 + len(arch))
+    path = tmp_path / "m.gguf"
+    w = archs.write_model(path, arch, archs.make_weights(rng, arch))
+    prompts = [ids(rng, 6) for _ in range(3)]
+    ref8 = lambda w, h: archs.reference(arch, w, np.asarray(h), "q8_0")
+    effect = max(np.abs(ref8(w, p) - archs.reference(arch, w, np.asarray(p))).max() /
+                 np.abs(archs.reference(arch, w, np.asarray(p))).max() for p in prompts)
+    with Llama(path, ctx=where, n_ctx=32, activations="f32", kv_type="q8_0", max_sequences=3) as m:
+        r = Histories(m, w, ref8, max(5e-5, 0.4 * effect))
+        r.run([s for s in range(3) for _ in range(6)], [t for p in prompts for t in p])
+        r.run([0, 1, 2, 2, 0, 1], ids(rng, 6))

@@ -251,9 +251,9 @@ class Llama(Closing):
             if want == "all":
                 want = None
             elif want == "last":
-                last = {int(q): i for i, q in enumerate(s)}
+                _, from_end = np.unique(s[::-1], return_index=True)  # each sequence's last row, counted from the end
                 want = np.zeros(s.size, bool)
-                want[list(last.values())] = True
+                want[s.size - 1 - from_end] = True
             else:
                 raise TensorcoreValueError(TC_ERR_INVALID_ARG, "eval_batch: want is %r (\"last\", \"all\" or "
                                            "flags)" % want)

@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/config.h"
 #include "core/dtypes.h"
@@ -347,7 +348,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
 // bottom-right aligned: row i sees positions j <= P + i. With group > 1, as
 // many such sequences of the same n and P in consecutive slots from kc / vc
 // on, their rows one after the other (qt, ot, o hold group blocks): one
-// attention call for all of them on a device.
+// attention call for all of them (a device's; the host takes group 1).
 tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
                                  float* ot, float* o, int64_t group) {
   const tc_llama_config& g = cfg_;
@@ -355,15 +356,6 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
   const Arch& A = arch_;
   const int64_t window = A.swa[size_t(l)] ? A.window : 0;
   Queue* q = queue_.get();
-  if (host_ && group > 1) {
-    // The host's attention goes kv head by kv head anyway: one sequence at a time.
-    for (int64_t i = 0; i < group; ++i) {
-      const size_t cell = dtype_bytes(kv_, i * slot_elems());
-      TC_TRY(chunk_attention(l, n, P, static_cast<const char*>(kc) + cell, static_cast<const char*>(vc) + cell,
-                             qt + i * n * H * D, ot + i * n * H * D, o + i * n * H * D));
-    }
-    return TC_OK;
-  }
   AttentionArgs a;
   a.info.name = "llama.attention";
   a.d.batch = 1, a.d.heads = G, a.d.kv_heads = 1;
@@ -574,13 +566,15 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       // runs of segments of the same n and P in consecutive slots as one call
       // (B prompts of one length: B / group calls), as many as the packed
       // keys' scratch holds (Hkv n_ctx D floats).
+      // (Segments are adjacent runs of rows: equal n keeps their rows in
+      // order.) The host's attention goes kv head by kv head: no groups.
       const auto& sgs = chunk->segments;
-      const int64_t esize = act_ == TC_DTYPE_F16 && !host_ ? 2 : 4;
+      const int64_t esize = act_ == TC_DTYPE_F16 ? 2 : 4;
       for (size_t i = 0; i < sgs.size();) {
         const Segment& sg = sgs[i];
         size_t j = i + 1;
-        while (j < sgs.size() && sgs[j].n == sg.n && sgs[j].P == sg.P && sgs[j].slot == sg.slot + int64_t(j - i) &&
-               sgs[j].row == sg.row + int64_t(j - i) * sg.n && int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4)
+        while (!host_ && j < sgs.size() && sgs[j].n == sg.n && sgs[j].P == sg.P &&
+               sgs[j].slot == sg.slot + int64_t(j - i) && int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4)
           ++j;
         TC_TRY(chunk_attention(l, sg.n, sg.P, cache_layer(k_cache_, l, sg.slot), cache_layer(v_cache_, l, sg.slot),
                                qt_ + sg.row * Dq, ot_ + sg.row * Dq, o_ + sg.row * Dq, int64_t(j - i)));
@@ -697,10 +691,17 @@ tc_status Llama::step(int64_t slot, const int32_t* tokens, int64_t n, int64_t P,
   } else {
     TC_TRY(forward(n, P, logits ? logits_ : nullptr, rows, slot));
   }
-  if (logits) TC_TRY(be_->copy_async(logits, logits_, size_t(rows * cfg_.n_vocab) * sizeof(float), false, q));
-  // The staging block and the logits are reused by the next chunk.
+  return logits_back(logits, rows, "tc_llama_eval");
+}
+
+// The end of a device step: `rows` rows of logits_ to the caller's host
+// array (when given), then the queue drained, since the parameter block's
+// staging copy and logits_ are reused by the next step.
+tc_status Llama::logits_back(float* logits, int64_t rows, const char* fn) {
+  Queue* q = queue_.get();
+  if (logits && rows) TC_TRY(be_->copy_async(logits, logits_, size_t(rows * cfg_.n_vocab) * sizeof(float), false, q));
   std::string detail;
-  if (tc_status st = q->sync(&detail)) return fail_with(st, "tc_llama_eval: " + detail);
+  if (tc_status st = q->sync(&detail)) return fail_with(st, std::string(fn) + ": " + detail);
   return TC_OK;
 }
 

@@ -210,6 +210,7 @@ class Llama {
                             float* ot, float* o, int64_t group = 1);
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
+  tc_status logits_back(float* logits, int64_t rows, const char* fn);
   tc_status finish(tc_status st);
 
   // y = x W^T for each {W, y} of `outs`, all reading the same M rows of x

@@ -13,7 +13,6 @@
 // the step once per row count n and replays it with a new parameter block.
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -39,11 +38,7 @@ tc_status Llama::step_batch(int64_t n, float* logits) {
   } else {
     TC_TRY(forward(n, 0, logits ? logits_ : nullptr, n, 0, true));
   }
-  if (logits)
-    TC_TRY(be_->copy_async(logits, logits_, size_t(n * cfg_.n_vocab) * sizeof(float), false, q));
-  std::string detail;
-  if (tc_status st = q->sync(&detail)) return fail_with(st, "tc_llama_decode_batch: " + detail);
-  return TC_OK;
+  return logits_back(logits, n, "tc_llama_decode_batch");
 }
 
 tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits) {
@@ -98,12 +93,9 @@ tc_status Llama::eval_batch(const int32_t* seqs, const int32_t* tokens, int64_t 
     if (host_) {
       st = forward(m, 0, rows ? out : nullptr, rows, 0, false, &chunk);  // params_host_ is the block itself
     } else {
-      Queue* q = queue_.get();
-      st = be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, q);
+      st = be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, queue_.get());
       if (!st) st = forward(m, 0, rows ? logits_ : nullptr, rows, 0, false, &chunk);
-      if (!st && rows) st = be_->copy_async(out, logits_, size_t(rows * V) * sizeof(float), false, q);
-      std::string detail;
-      if (!st && (st = q->sync(&detail))) fail_with(st, "tc_llama_eval_batch: " + detail);
+      if (!st) st = logits_back(out, rows, "tc_llama_eval_batch");
     }
     if (tc_status f = finish(st)) return f;
     if (rows && arch_.final_softcap > 0.0f) softcap_logits(out, rows * V);

@@ -329,7 +329,10 @@ struct EmbedRowsArgs {
 // x[i] += y[i] for i < n (the residual add). With gamma, y's rows of D (n a
 // multiple of D) RMS-normed first, as the rmsnorm op computes them:
 // x += y rstd gamma, rstd = 1 / sqrt(mean y^2 + eps) (a post-branch norm
-// and its residual add).
+// and its residual add). With norm_out, the next norm's output too, from
+// the sum: norm_out[r] = x[r] rstd(x[r]) norm_gamma in norm_dtype (F32 or
+// F16) for rows of D (the next product's input without a norm and a
+// conversion of their own); y may then be null (x as it is, normed).
 struct AddArgs {
   OpInfo info;
   int64_t n = 0;
@@ -338,6 +341,9 @@ struct AddArgs {
   const float* gamma = nullptr;
   int64_t D = 0;
   float eps = 0.0f;
+  const float* norm_gamma = nullptr;
+  void* norm_out = nullptr;
+  tc_dtype norm_dtype = TC_DTYPE_F32;
 };
 
 // dst[r * dst_pitch + i] = src[r * src_pitch + i] converted, for r < rows and
@@ -403,12 +409,27 @@ struct RopeKvAppendArgs {
   int64_t slot_stride = 0;         // cache elements between slots
 };
 
-// dst[i, h, :] = src[h, i, :]: attention's head-major output back to token rows.
+// dst[i, h, :] = src[h, i, :]: attention's head-major output back to token
+// rows, both of dtype (F32 or F16).
 struct HeadsToTokensArgs {
   OpInfo info;
   int64_t n = 0, H = 0, D = 0;
-  const float* src = nullptr;  // [H, n, D]
-  float* dst = nullptr;        // [n, H, D]
+  tc_dtype dtype = TC_DTYPE_F32;
+  const void* src = nullptr;  // [H, n, D]
+  void* dst = nullptr;        // [n, H, D]
+};
+
+// The GLU of the joined [gate | up] product's rows, gate at 0 and up at F of
+// each row of ld floats: out[i, f] = act(gu[i, f]) gu[i, F + f] for i < n,
+// f < F (gate::glu: SiLU, or GELU's tanh form with gelu), into out [n][F]
+// of out_dtype (F32 or F16, rounded once): the down product's input.
+struct GluRowsArgs {
+  OpInfo info;
+  int64_t n = 0, F = 0, ld = 0;
+  bool gelu = false;
+  const float* gu = nullptr;
+  tc_dtype out_dtype = TC_DTYPE_F32;
+  void* out = nullptr;  // must not overlap gu
 };
 
 // rows pieces of row_bytes each, from src + r * src_pitch to dst + r * dst_pitch

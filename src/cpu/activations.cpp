@@ -63,6 +63,13 @@ TC_GATED_OP(swiglu_forward, SwigluForwardArgs, swiglu_forward_range)
 TC_GATED_OP(swiglu_backward, SwigluBackwardArgs, swiglu_backward_range)
 TC_GATED_OP(geglu_forward, GegluForwardArgs, geglu_forward_range)
 TC_GATED_OP(geglu_backward, GegluBackwardArgs, geglu_backward_range)
+
+void glu_row(bool gelu, const float* g, const float* u, float* out, int64_t n) {
+  SwigluForwardArgs a;
+  a.n = n, a.dtype = TC_DTYPE_F32, a.gate = g, a.up = u, a.out = out;
+  if (gelu) TC_SIMD_PICK(geglu_forward_range<float>)(a, 0, n);
+  else TC_SIMD_PICK(swiglu_forward_range<float>)(a, 0, n);
+}
 #undef TC_GATED_OP
 
 tc_status softmax_forward(const SoftmaxForwardArgs& a) {

@@ -46,12 +46,32 @@ tc_status embed_rows(const EmbedRowsArgs& a) {
 tc_status add(const AddArgs& a) {
   float* x = a.x;
   const float* y = a.y;
-  if (a.gamma) {  // x += y rstd gamma, row by row (rmsnorm_forward's products)
+  if (a.gamma || a.norm_out) {
+    // Row by row: x += y rstd gamma (rmsnorm_forward's products) or x += y,
+    // then the next norm's output from the sum.
     const int64_t D = a.D;
-    for (int64_t r = 0; r + D <= a.n; r += D) {
-      const float rs = rstd_of(y + r, D, a.eps);
-      for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
-    }
+    parallel_for(a.n / D, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0 * D; r < r1 * D; r += D) {
+        if (y) {
+          const float rs = a.gamma ? rstd_of(y + r, D, a.eps) : 1.0f;
+          if (a.gamma)
+            for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
+          else
+            for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d];
+        }
+        if (!a.norm_out) continue;
+        const float rx = rstd_of(x + r, D, a.eps);
+        if (a.norm_dtype == TC_DTYPE_F16) {  // rounded as convert rounds
+          thread_local std::vector<float> row;
+          row.resize(size_t(D));
+          for (int64_t d = 0; d < D; ++d) row[size_t(d)] = x[r + d] * rx * a.norm_gamma[d];
+          narrow_row(false, row.data(), static_cast<uint16_t*>(a.norm_out) + r, D);
+        } else {
+          float* o = static_cast<float*>(a.norm_out) + r;
+          for (int64_t d = 0; d < D; ++d) o[d] = x[r + d] * rx * a.norm_gamma[d];
+        }
+      }
+    });
     return TC_OK;
   }
   auto run = [x, y](int64_t b, int64_t e) {
@@ -166,9 +186,30 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
 }
 
 tc_status heads_to_tokens(const HeadsToTokensArgs& a) {
+  const size_t es = a.dtype == TC_DTYPE_F16 ? 2 : 4, row = size_t(a.D) * es;
+  const char* src = static_cast<const char*>(a.src);
+  char* dst = static_cast<char*>(a.dst);
   for (int64_t i = 0; i < a.n; ++i)
-    for (int64_t h = 0; h < a.H; ++h)
-      std::memcpy(a.dst + (i * a.H + h) * a.D, a.src + (h * a.n + i) * a.D, size_t(a.D) * sizeof(float));
+    for (int64_t h = 0; h < a.H; ++h) std::memcpy(dst + size_t(i * a.H + h) * row, src + size_t(h * a.n + i) * row, row);
+  return TC_OK;
+}
+
+// The bits of glu() then convert() on the same rows: swiglu / geglu_forward's
+// kernels, rounded as convert rounds.
+tc_status glu_rows(const GluRowsArgs& a) {
+  parallel_for(a.n, 1, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* g = a.gu + i * a.ld;
+      if (a.out_dtype == TC_DTYPE_F16) {
+        row.resize(size_t(a.F));
+        glu_row(a.gelu, g, g + a.F, row.data(), a.F);
+        narrow_row(false, row.data(), static_cast<uint16_t*>(a.out) + i * a.F, a.F);
+      } else {
+        glu_row(a.gelu, g, g + a.F, static_cast<float*>(a.out) + i * a.F, a.F);
+      }
+    }
+  });
   return TC_OK;
 }
 

@@ -12,5 +12,9 @@ namespace cpu {
 #include "core/ops.def"
 #undef TC_OP
 
+// out = act(g) u over n f32 elements on this thread, with the kernels of
+// swiglu_forward / geglu_forward (activations.cpp): the same bits.
+void glu_row(bool gelu, const float* g, const float* u, float* out, int64_t n);
+
 }  // namespace cpu
 }  // namespace tc

@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/gate.h"
 #include "cuda/device.h"
 #include "cuda/kv_cache.cuh"
 #include "cuda/pdl.cuh"
@@ -136,36 +137,65 @@ __global__ void add_kernel(int64_t n, float* x, const float* y) {
 }
 
 // x[r] += y[r] rstd gamma for rows r of D, rstd = 1 / sqrt(mean y[r]^2 +
-// eps) (rmsnorm_forward's formula and products): a block a row, E floats a
-// load (4 where D and the pointers allow), as many threads as a row has
-// loads (up to 1024). A decode step's row is then one load a thread and one
-// round trip to memory a pass; 256 threads looping over the row's floats
-// one at a time waited for ten loads in turn (7.3 us a row of 2560 on an
-// H100, more than the rmsnorm and add kernels it replaced together).
-template <int E>
-__global__ void add_normed_kernel(int64_t rows, int64_t D, float* x, const float* y, const float* gamma, float eps) {
+// eps) (rmsnorm_forward's formula and products), or x[r] += y[r] without
+// gamma; then, with out, out[r] = x[r] rstd(x[r]) norm_gamma (the next
+// product's input, in Out). A block a row, E floats a load (4 where D and
+// the pointers allow), as many threads as a row has loads (up to 1024). A
+// decode step's row is then one load a thread and one round trip to memory
+// a pass; 256 threads looping over the row's floats one at a time waited
+// for ten loads in turn (7.3 us a row of 2560 on an H100, more than the
+// rmsnorm and add kernels it replaced together). The norm's pass rereads
+// only the x its own thread wrote.
+template <int E, class Out>
+__global__ void add_normed_kernel(int64_t rows, int64_t D, float* x, const float* y, const float* gamma, float eps,
+                                  const float* norm_gamma, Out* out) {
   __shared__ float red[32];
   pdl_trigger();
   pdl_wait();
   const int64_t nv = D / E;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // block-uniform
-    const float* yr = y + r * D;
+    const float* yr = y ? y + r * D : nullptr;
     float* xr = x + r * D;
-    float ss = 0.0f;
+    float rs = 1.0f;
+    if (gamma) {
+      float ss = 0.0f;
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<float, E> yv = load<float, E>(yr + i * E);
+      for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        const Pack<float, E> yv = load<float, E>(yr + i * E);
 #pragma unroll
-      for (int e = 0; e < E; ++e) ss = fmaf(yv.f(e), yv.f(e), ss);
+        for (int e = 0; e < E; ++e) ss = fmaf(yv.f(e), yv.f(e), ss);
+      }
+      rs = rstd_of(row_sum(ss, red), D, eps);
     }
-    const float rs = rstd_of(row_sum(ss, red), D, eps);
+    float sx = 0.0f;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
       Pack<float, E> xv = load<float, E>(xr + i * E);
-      const Pack<float, E> yv = load<float, E>(yr + i * E), gv = load<float, E>(gamma + i * E);
+      if (yr) {
+        const Pack<float, E> yv = load<float, E>(yr + i * E);
+        if (gamma) {
+          const Pack<float, E> gv = load<float, E>(gamma + i * E);
 #pragma unroll
-      for (int e = 0; e < E; ++e) xv.set(e, xv.f(e) + yv.f(e) * rs * gv.f(e));
-      store<float, E>(xr + i * E, xv);
+          for (int e = 0; e < E; ++e) xv.set(e, xv.f(e) + yv.f(e) * rs * gv.f(e));
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) xv.set(e, xv.f(e) + yv.f(e));
+        }
+        store<float, E>(xr + i * E, xv);
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) sx = fmaf(xv.f(e), xv.f(e), sx);
+    }
+    if (!out) continue;
+    const float rx = rstd_of(row_sum(sx, red), D, eps);
+    Out* orow = out + r * D;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      const Pack<float, E> xv = load<float, E>(xr + i * E), gv = load<float, E>(norm_gamma + i * E);
+      Pack<Out, E> ov;
+#pragma unroll
+      for (int e = 0; e < E; ++e) ov.set(e, xv.f(e) * rx * gv.f(e));
+      store<Out, E>(orow + i * E, ov);
     }
   }
 }
@@ -317,11 +347,21 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   }
 }
 
-__global__ void heads_to_tokens_kernel(int64_t n, int64_t H, int64_t D, const float* src, float* dst) {
+template <class T>
+__global__ void heads_to_tokens_kernel(int64_t n, int64_t H, int64_t D, const T* src, T* dst) {
   const int64_t total = n * H * D;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t d = e % D, h = (e / D) % H, i = e / (D * H);
     dst[e] = src[(h * n + i) * D + d];
+  }
+}
+
+template <class Out>
+__global__ void glu_rows_kernel(int64_t n, int64_t F, int64_t ld, bool gelu, const float* gu, Out* out) {
+  const int64_t total = n * F;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / F, f = e - i * F;
+    out[e] = from_f<Out>(gate::glu(gelu, gu[i * ld + f], gu[i * ld + F + f]));
   }
 }
 
@@ -336,17 +376,23 @@ tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
 }
 
 tc_status add(Device&, StreamState* s, const AddArgs& a) {
-  if (a.gamma) {
-    s->last_kernel = "add (normed rows)";
+  if (a.gamma || a.norm_out) {
+    s->last_kernel = a.norm_out ? "add (and the next norm)" : "add (normed rows)";
     const int64_t rows = a.n / a.D;
     if (rows == 0) return TC_OK;
-    const bool vec = a.D % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.gamma);
+    const bool vec = a.D % 4 == 0 && aligned16(a.x) && (!a.y || aligned16(a.y)) && (!a.gamma || aligned16(a.gamma)) &&
+                     (!a.norm_out || (aligned16(a.norm_out) && aligned16(a.norm_gamma)));
     const int64_t loads = vec ? a.D / 4 : a.D;
     const dim3 grid(unsigned(std::min<int64_t>(rows, 65535)));
     const dim3 block(unsigned(std::min<int64_t>((loads + 31) / 32 * 32, 1024)));
-    return check(launch_pdl(vec ? add_normed_kernel<4> : add_normed_kernel<1>, grid, block, 0, s->stream, rows, a.D,
-                            a.x, a.y, a.gamma, a.eps),
-                 "add: launch");
+    auto go = [&](auto* out) {
+      using Out = std::remove_pointer_t<decltype(out)>;
+      return check(launch_pdl(vec ? add_normed_kernel<4, Out> : add_normed_kernel<1, Out>, grid, block, 0, s->stream,
+                              rows, a.D, a.x, a.y, a.gamma, a.eps, a.norm_gamma, out),
+                   "add: launch");
+    };
+    if (a.norm_out && a.norm_dtype == TC_DTYPE_F16) return go(static_cast<__half*>(a.norm_out));
+    return go(static_cast<float*>(a.norm_out));
   }
   s->last_kernel = "add";
   if (a.n == 0) return TC_OK;
@@ -406,8 +452,25 @@ tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
 
 tc_status heads_to_tokens(Device&, StreamState* s, const HeadsToTokensArgs& a) {
   s->last_kernel = "heads_to_tokens";
-  heads_to_tokens_kernel<<<blocks_for(a.n * a.H * a.D, 256), 256, 0, s->stream>>>(a.n, a.H, a.D, a.src, a.dst);
+  const unsigned grid = blocks_for(a.n * a.H * a.D, 256);
+  if (a.dtype == TC_DTYPE_F16)
+    heads_to_tokens_kernel<<<grid, 256, 0, s->stream>>>(a.n, a.H, a.D, static_cast<const __half*>(a.src),
+                                                        static_cast<__half*>(a.dst));
+  else
+    heads_to_tokens_kernel<<<grid, 256, 0, s->stream>>>(a.n, a.H, a.D, static_cast<const float*>(a.src),
+                                                        static_cast<float*>(a.dst));
   return check(cudaGetLastError(), "heads_to_tokens: launch");
+}
+
+tc_status glu_rows(Device&, StreamState* s, const GluRowsArgs& a) {
+  s->last_kernel = "glu_rows";
+  if (a.n * a.F == 0) return TC_OK;
+  const unsigned grid = blocks_for(a.n * a.F, 256);
+  if (a.out_dtype == TC_DTYPE_F16)
+    glu_rows_kernel<<<grid, 256, 0, s->stream>>>(a.n, a.F, a.ld, a.gelu, a.gu, static_cast<__half*>(a.out));
+  else
+    glu_rows_kernel<<<grid, 256, 0, s->stream>>>(a.n, a.F, a.ld, a.gelu, a.gu, static_cast<float*>(a.out));
+  return check(cudaGetLastError(), "glu_rows: launch");
 }
 
 tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {

@@ -125,9 +125,14 @@ tc_status Llama::convert(const void* src, tc_dtype from, void* dst, tc_dtype to,
 // computes); a GEMV's Y comes back through f16, a GEMM's is written in f32.
 // Everything outside the products stays f32.
 tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined) {
+  if (act_ != TC_DTYPE_F16) return products_act(x, M, outs, joined);
+  TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * outs.begin()->w->K));
+  return products_act(xh_, M, outs, joined);
+}
+
+// products() on x already in the activation dtype (xh_ with f16 activations).
+tc_status Llama::products_act(const void* xg, int64_t M, std::initializer_list<Product> outs, const Matrix* joined) {
   const bool f16 = act_ == TC_DTYPE_F16;
-  if (f16) TC_TRY(convert(x, TC_DTYPE_F32, xh_, TC_DTYPE_F16, M * outs.begin()->w->K));
-  const void* xg = f16 ? static_cast<const void*>(xh_) : x;
   const Matrix* dequantised = nullptr;  // what wdq_ holds
   for (const Product& p : outs) {
     const Matrix& w = *p.w;
@@ -149,7 +154,7 @@ tc_status Llama::products(const float* x, int64_t M, std::initializer_list<Produ
     a.w = w.data;
     a.w_rows8 = w.rows8;
     a.dtype = act_;
-    a.x = f16 ? static_cast<const void*>(xh_) : x;
+    a.x = xg;
     a.y = f16 ? static_cast<void*>(yh_) : p.y;
     TC_TRY(be_->gemv_quantized(a, queue_.get()));
     if (f16) TC_TRY(convert(yh_, TC_DTYPE_F16, p.y, TC_DTYPE_F32, M * w.N));
@@ -218,24 +223,20 @@ tc_status Llama::gemm_dequantized(const void* w, int64_t N, int64_t K, const voi
   return be_->gemm(g, queue_.get());
 }
 
-// Rows of D (default n_embd) floats; y may be x (every backend's kernel
-// reads an element before writing it).
-tc_status Llama::rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D) {
-  RmsNormForwardArgs a;
-  a.info.name = "llama.rmsnorm";
-  a.N = M, a.D = D ? D : cfg_.n_embd;
-  a.dtype = TC_DTYPE_F32;
-  a.eps = float(cfg_.rms_norm_eps);
-  a.x = x, a.gamma = gamma, a.y = y;
-  return be_->rmsnorm_forward(a, queue_.get());
-}
-
 // x += y for M rows of n_embd, or with gamma (a post-branch norm) x += rmsnorm(y) * gamma.
 tc_status Llama::residual(float* x, const float* y, const float* gamma, int64_t M) {
+  return residual_norm(x, y, gamma, M, nullptr);
+}
+
+// residual(), then (with norm_gamma) the next products' input from the sum:
+// rmsnorm(x) * norm_gamma into act_rows() in the activation dtype, in the
+// same op (no norm and no conversion of their own). y null: x as it is.
+tc_status Llama::residual_norm(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma) {
   AddArgs a;
-  a.info.name = gamma ? "llama.post_norm_residual" : "llama.residual";
+  a.info.name = norm_gamma ? "llama.residual_norm" : gamma ? "llama.post_norm_residual" : "llama.residual";
   a.D = cfg_.n_embd, a.n = M * a.D, a.x = x, a.y = y;
   a.gamma = gamma, a.eps = float(cfg_.rms_norm_eps);
+  if (norm_gamma) a.norm_gamma = norm_gamma, a.norm_out = act_rows(), a.norm_dtype = act_;
   return be_->add(a, queue_.get());
 }
 
@@ -272,8 +273,8 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
     if (st != TC_ERR_UNSUPPORTED) return st;
     fused_norm_ = false;  // no kernel for it here: nothing was enqueued
   }
-  TC_TRY(rmsnorm(x_, gamma, h_, 1));
-  return products(h_, 1, {{&w, y}});
+  TC_TRY(residual_norm(x_, nullptr, nullptr, 1, gamma));
+  return products_act(act_rows(), 1, {{&w, y}});
 }
 
 // With f16 activations on a device, a one-token step quantises X to 8 bits
@@ -350,7 +351,7 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
 // on, their rows one after the other (qt, ot, o hold group blocks): one
 // attention call for all of them (a device's; the host takes group 1).
 tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
-                                 float* ot, float* o, int64_t group) {
+                                 float* ot, void* o, int64_t group) {
   const tc_llama_config& g = cfg_;
   const int64_t H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim, G = H / Hkv, C = g.n_ctx;
   const Arch& A = arch_;
@@ -365,7 +366,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
   a.d.causal = 1, a.d.return_lse = 0, a.d.window_size = window;
   a.softcap = A.attn_softcap;
   // One token: [H][1][D] is already o's [1][H][D].
-  float* heads_out = n == 1 ? o : ot;
+  void* heads_out = n == 1 ? o : ot;
   // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
   // attention's element type (f16 with f16 activations on a device,
   // else f32): a copy where the cache has that type, else a conversion
@@ -408,20 +409,22 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
       a.q = qt + kh * G * n * D;
       a.k = K + kh * pitch;
       a.v = V + kh * pitch;
-      a.o = heads_out + kh * G * n * D;
+      a.o = static_cast<float*>(heads_out) + kh * G * n * D;
       TC_TRY(be_->attention_forward(a, q));
     }
   } else if (act_ == TC_DTYPE_F16) {
     // f16 activations: the attention on f16 operands too (tensor cores,
-    // f32 accumulation, as the products): the queries converted into
-    // xh, the packed kv heads in f16, the heads' outputs through yh.
+    // f32 accumulation, as the products): the queries converted into ot
+    // (free on this path), the packed kv heads in f16, the heads' outputs
+    // through yh into o, which is f16 here: the wo product's input.
     TC_TRY(pack_kv(TC_DTYPE_F16));
-    TC_TRY(convert(qt, TC_DTYPE_F32, xh_, TC_DTYPE_F16, group * H * n * D));
+    uint16_t* q16 = reinterpret_cast<uint16_t*>(ot);
+    TC_TRY(convert(qt, TC_DTYPE_F32, q16, TC_DTYPE_F16, group * H * n * D));
     a.d.batch = group * Hkv;
     a.d.dtype = TC_DTYPE_F16;
-    a.q = xh_, a.k = kpack_, a.v = vpack_, a.o = yh_;
+    a.q = q16, a.k = kpack_, a.v = vpack_, a.o = n == 1 ? o : yh_;
     TC_TRY(be_->attention_forward(a, q));
-    TC_TRY(convert(yh_, TC_DTYPE_F16, heads_out, TC_DTYPE_F32, group * H * n * D));
+    heads_out = yh_;
   } else {
     // One call for every head: the packed kv heads (a batch of Hkv with
     // G query heads each) instead of Hkv launches.
@@ -430,11 +433,14 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     a.q = qt, a.k = kpack_, a.v = vpack_, a.o = heads_out;
     TC_TRY(be_->attention_forward(a, q));
   }
+  const tc_dtype ot_type = heads_out == yh_ ? TC_DTYPE_F16 : TC_DTYPE_F32;
+  const size_t seq_bytes = size_t(n * H * D) * dtype_size(ot_type);
   for (int64_t i = 0; n > 1 && i < group; ++i) {
     HeadsToTokensArgs t;
     t.info.name = "llama.heads_to_tokens";
     t.n = n, t.H = H, t.D = D;
-    t.src = ot + i * n * H * D, t.dst = o + i * n * H * D;
+    t.dtype = ot_type;
+    t.src = static_cast<const char*>(heads_out) + i * seq_bytes, t.dst = static_cast<char*>(o) + i * seq_bytes;
     TC_TRY(be_->heads_to_tokens(t, q));
   }
   return TC_OK;
@@ -472,6 +478,13 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     TC_TRY(st);
   }
   const Arch& A = arch_;
+  // The chunk attention's output o: f16 token rows in xh_ (the wo product's
+  // input) with f16 activations on a device, else f32 rows in o_.
+  const bool o16 = act_ == TC_DTYPE_F16 && !host_;
+  auto att_out = [&](int64_t row) -> void* {
+    return o16 ? static_cast<void*>(xh_ + row * Dq) : static_cast<void*>(o_ + row * Dq);
+  };
+  bool normed = false;  // the previous layer's residual wrote this layer's normed x
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     // A batch step's rows find their slots from slot 0's cells.
@@ -518,9 +531,17 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(norm_product(vec(L.attn_norm), L.wqkv, qkv_));
       qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else {
-      TC_TRY(rmsnorm(x_, vec(L.attn_norm), h_, n));
-      TC_TRY(products(h_, n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}, &L.wqkv));
-      qp = q_, kp = k_, vp = v_;
+      if (!normed) TC_TRY(residual_norm(x_, nullptr, nullptr, n, vec(L.attn_norm)));
+      if (L.wqkv.data && !host_ && n >= kGemmMinRows) {
+        // One GEMM for [q | k | v] rows (the joined matrix dequantised once);
+        // rope_kv_append reads q, k and v out of them.
+        TC_TRY(products_act(act_rows(), n, {{&L.wqkv, qkv_}}));
+        qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
+        r.ldq = r.ldk = r.ldv = Dq + 2 * Dkv;
+      } else {
+        TC_TRY(products_act(act_rows(), n, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}}, &L.wqkv));
+        qp = q_, kp = k_, vp = v_;
+      }
     }
     r.q = qp, r.k = kp, r.v = vp;
     if (chunk) {
@@ -541,7 +562,8 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     // the 8-bit X the wo product reads (no quantize_q8 between them; the
     // qkv product that read the previous X has finished in stream order).
     bool o_quantised = false;
-    if (!chunk && (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32)))) {
+    const bool decoded = !chunk && (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32)));  // f32 o_
+    if (decoded) {
       // The decode attention reads queries [H][n][D] and writes token rows
       // [n][H][D]. Its lengths come from the parameter block, so a recorded
       // step replays.
@@ -560,7 +582,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       if (q8 && n == 1 && D % 32 == 0) a.oq = q8x_, a.od = q8d_, o_quantised = true;
       TC_TRY(be_->decode_attention(a, q));
     } else if (!chunk) {
-      TC_TRY(chunk_attention(l, n, P, kc, vc, qt_, ot_, o_));
+      TC_TRY(chunk_attention(l, n, P, kc, vc, qt_, ot_, att_out(0)));
     } else {
       // Each sequence's rows: their own chunk attention on their slot's cache,
       // runs of segments of the same n and P in consecutive slots as one call
@@ -577,7 +599,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
                sgs[j].slot == sg.slot + int64_t(j - i) && int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4)
           ++j;
         TC_TRY(chunk_attention(l, sg.n, sg.P, cache_layer(k_cache_, l, sg.slot), cache_layer(v_cache_, l, sg.slot),
-                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, o_ + sg.row * Dq, int64_t(j - i)));
+                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, att_out(sg.row), int64_t(j - i)));
         i = j;
       }
     }
@@ -609,23 +631,42 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       }
       continue;
     }
-    TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
-    TC_TRY(residual(x_, tmp_, L.post_attn_norm >= 0 ? vec(L.post_attn_norm) : nullptr, n));
+    // The chunk attention's o16 rows are the product's input as they are.
+    if (o16 && !decoded) TC_TRY(products_act(xh_, n, {{&L.wo, tmp_}}));
+    else TC_TRY(products(o_, n, {{&L.wo, tmp_}}));
+    // Each residual add also norms the sum for the next products where they
+    // read it whole (a one-row step's joined product norms its own row).
+    const bool gate_up_normed = !(n == 1 && L.w_gate_up.data);
+    TC_TRY(residual_norm(x_, tmp_, L.post_attn_norm >= 0 ? vec(L.post_attn_norm) : nullptr, n,
+                         gate_up_normed ? vec(L.ffn_norm) : nullptr));
 
-    const float* ffn_out;
-    if (n == 1 && L.w_gate_up.data) {
+    const float* ffn_out = nullptr;  // null: the GLU's f16 rows are in xh_
+    if (!gate_up_normed) {
       // One product for gate and up: [gate | up] in one row.
       TC_TRY(norm_product(vec(L.ffn_norm), L.w_gate_up, gu_));
       TC_TRY(glu(gu_, gu_ + g.n_ff, gu_, g.n_ff));
       ffn_out = gu_;
+    } else if (o16 && L.w_gate_up.data) {
+      // One product for [gate | up] rows (gate_ holds 2 n_ff a row), their
+      // GLU rounded to f16 into xh_: the down product's input as it is.
+      TC_TRY(products_act(act_rows(), n, {{&L.w_gate_up, gate_}}));
+      GluRowsArgs gl;
+      gl.info.name = A.gelu ? "llama.geglu_rows" : "llama.swiglu_rows";
+      gl.n = n, gl.F = g.n_ff, gl.ld = 2 * g.n_ff;
+      gl.gelu = A.gelu;
+      gl.gu = gate_, gl.out = xh_, gl.out_dtype = TC_DTYPE_F16;
+      TC_TRY(be_->glu_rows(gl, q));
     } else {
-      TC_TRY(rmsnorm(x_, vec(L.ffn_norm), h_, n));
-      TC_TRY(products(h_, n, {{&L.w_gate, gate_}, {&L.w_up, up_}}, &L.w_gate_up));
+      TC_TRY(products_act(act_rows(), n, {{&L.w_gate, gate_}, {&L.w_up, up_}}, &L.w_gate_up));
       TC_TRY(glu(gate_, up_, gate_, n * g.n_ff));
       ffn_out = gate_;
     }
-    TC_TRY(products(ffn_out, n, {{&L.w_down, tmp_}}));
-    TC_TRY(residual(x_, tmp_, L.post_ffn_norm >= 0 ? vec(L.post_ffn_norm) : nullptr, n));
+    if (ffn_out) TC_TRY(products(ffn_out, n, {{&L.w_down, tmp_}}));
+    else TC_TRY(products_act(xh_, n, {{&L.w_down, tmp_}}));
+    const LlamaLayer* next = l + 1 < g.n_layer ? &layers_[size_t(l + 1)] : nullptr;
+    normed = next && !(n == 1 && next->wqkv.data);
+    TC_TRY(residual_norm(x_, tmp_, L.post_ffn_norm >= 0 ? vec(L.post_ffn_norm) : nullptr, n,
+                         normed ? vec(next->attn_norm) : nullptr));
   }
   if (lg) {
     // Only the rows whose logits are wanted go through the output matrix.
@@ -645,12 +686,12 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         at += run.second;
       }
       if (at == 0) return TC_OK;
-      TC_TRY(rmsnorm(tmp_, vec(output_norm_), h_, at));
-      return products(h_, at, {{&output_, lg}});
+      TC_TRY(residual_norm(tmp_, nullptr, nullptr, at, vec(output_norm_)));
+      return products_act(act_rows(), at, {{&output_, lg}});
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
-    TC_TRY(rmsnorm(x_ + (n - rows) * E, vec(output_norm_), h_, rows));
-    TC_TRY(products(h_, rows, {{&output_, lg}}));
+    TC_TRY(residual_norm(x_ + (n - rows) * E, nullptr, nullptr, rows, vec(output_norm_)));
+    TC_TRY(products_act(act_rows(), rows, {{&output_, lg}}));
   }
   return TC_OK;
 }

@@ -206,8 +206,9 @@ class Llama {
   // its `out` rows into `lg`; P, rows, slot and batch unused.
   tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false,
                     const Chunk* chunk = nullptr);
+  // o: token rows in f16 with f16 activations on a device, else f32.
   tc_status chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
-                            float* ot, float* o, int64_t group = 1);
+                            float* ot, void* o, int64_t group = 1);
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
   tc_status logits_back(float* logits, int64_t rows, const char* fn);
@@ -221,10 +222,13 @@ class Llama {
   };
   // With joined (data set): outs' matrices are rows of it, one after the other.
   tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined = nullptr);
+  tc_status products_act(const void* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined = nullptr);
+  // Where residual_norm writes the products' normed input (activation dtype).
+  void* act_rows() const { return act_ == TC_DTYPE_F16 ? static_cast<void*>(xh_) : static_cast<void*>(h_); }
   tc_status dequantize_for_gemm(const Matrix& w);
   tc_status gemm_dequantized(const void* w, int64_t N, int64_t K, const void* x, float* y, int64_t M);
-  tc_status rmsnorm(const float* x, const float* gamma, float* y, int64_t M, int64_t D = 0);
   tc_status residual(float* x, const float* y, const float* gamma, int64_t M);
+  tc_status residual_norm(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma);
   // out = GLU(gate, up) over n elements: SwiGLU, or GEGLU where the family has it.
   tc_status glu(const float* gate, const float* up, float* out, int64_t n);
   void softcap_logits(float* logits, int64_t n) const;

@@ -587,13 +587,15 @@ tc_status Llama::alloc_state() {
   auto f32 = [&](float** p, int64_t n) { pieces.push_back({reinterpret_cast<void**>(p), size_t(n) * 4}); };
   f32(&x_, B * E), f32(&h_, B * E), f32(&tmp_, B * E);
   f32(&q_, B * Dq), f32(&qt_, B * Dq), f32(&o_, B * Dq), f32(&ot_, B * Dq);
-  f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, B * F), f32(&up_, B * F);
+  // gate_ also holds a chunk's [gate | up] rows (2 F a row); up_ is its second half.
+  f32(&k_, B * Dkv), f32(&v_, B * Dkv), f32(&gate_, 2 * B * F);
   if (!host_) f32(&logits_, B * V);
   f32(&kpack_, g.n_head_kv * g.n_ctx * D), f32(&vpack_, g.n_head_kv * g.n_ctx * D);
   // The 8-bit products' outputs: [q | k | v] and [gate | up] rows of a
   // one-token step or a small batch step (R rows).
   const int64_t R = std::min(B, kQ8MaxRows);
-  f32(&qkv_, R * (Dq + 2 * Dkv)), f32(&gu_, R * 2 * F);
+  // On a device [q | k | v] rows of a chunk too (its one GEMM): B rows.
+  f32(&qkv_, (host_ ? R : B) * (Dq + 2 * Dkv)), f32(&gu_, R * 2 * F);
   // xh also holds the 8-bit X of those steps: R x K int8 values, then
   // (dx, sx) per block of 32, from byte aligned(R K) on.
   const int64_t widest_in = std::max({E, Dq, F});
@@ -610,6 +612,7 @@ tc_status Llama::alloc_state() {
     *p.first = base;
     base += aligned(p.second);
   }
+  up_ = gate_ + B * F;
   q8x_ = reinterpret_cast<int8_t*>(xh_);
   q8d_ = reinterpret_cast<float*>(reinterpret_cast<char*>(xh_) + aligned(size_t(R * widest_in)));
   if (host_) {

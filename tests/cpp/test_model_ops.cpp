@@ -808,6 +808,56 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
             << "D " << D << " row " << r / D << " element " << d;
     }
   }
+  // With norm_out: the sum's rows normed for the next product, out = s
+  // rstd(s) norm_gamma in f32 or f16, after x += y, x += y rstd gamma or no
+  // add (y null); in f64, out poisoned, y and the gammas untouched.
+  for (const int64_t D : {int64_t(40), int64_t(50), int64_t(4800)})
+    for (int add = 0; add < 3; ++add)
+      for (tc_dtype ot : {TC_DTYPE_F32, TC_DTYPE_F16}) {
+        SCOPED_TRACE("D " + std::to_string(D) + " add " + std::to_string(add) + (ot == TC_DTYPE_F16 ? " f16" : " f32"));
+        const int64_t m = D == 4800 ? 2 * D : 7 * D;
+        const std::vector<float> xn = randn(m), yn = randn(m), gamma = randn(D), ng = randn(D);
+        tc::AddArgs b;
+        b.info.name = "test.residual_norm";
+        b.n = m, b.D = D, b.eps = 1e-5f;
+        b.x = dev.put(xn);
+        b.y = add ? dev.put(yn) : nullptr;
+        b.gamma = add == 2 ? dev.put(gamma) : nullptr;
+        b.norm_gamma = dev.put(ng);
+        b.norm_dtype = ot;
+        void* out = ot == TC_DTYPE_F16 ? static_cast<void*>(dev.put(std::vector<uint16_t>(size_t(m), 0x7e00)))
+                                       : static_cast<void*>(dev.put(std::vector<float>(size_t(m), NAN)));
+        b.norm_out = out;
+        ASSERT_EQ(dev.be().add(b, nullptr), TC_OK);
+        const auto xs = dev.get(b.x, m);
+        if (add) EXPECT_EQ(dev.get(b.y, m), yn) << "y changed";
+        EXPECT_EQ(dev.get(b.norm_gamma, D), ng) << "norm_gamma changed";
+        std::vector<float> got(static_cast<size_t>(m));
+        if (ot == TC_DTYPE_F16) {
+          const auto bits = dev.get(static_cast<const uint16_t*>(out), m);
+          for (int64_t i = 0; i < m; ++i) got[size_t(i)] = tc::f16_to_f32(bits[size_t(i)]);
+        } else {
+          got = dev.get(static_cast<const float*>(out), m);
+        }
+        for (int64_t r = 0; r < m; r += D) {
+          double sy = 0;
+          for (int64_t d = 0; d < D; ++d) sy += double(yn[r + d]) * yn[r + d];
+          const double ry = add == 2 ? 1 / std::sqrt(sy / D + 1e-5) : 1.0;
+          std::vector<double> sum(static_cast<size_t>(D));
+          double ss = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            sum[size_t(d)] = double(xn[r + d]) + (add ? double(yn[r + d]) * ry * (add == 2 ? gamma[d] : 1.0) : 0.0);
+            ss += sum[size_t(d)] * sum[size_t(d)];
+          }
+          const double rx = 1 / std::sqrt(ss / D + 1e-5);
+          for (int64_t d = 0; d < D; ++d) {
+            ASSERT_NEAR(xs[r + d], sum[size_t(d)], 1e-5) << "x row " << r / D << " element " << d;
+            const double want = sum[size_t(d)] * rx * ng[d];
+            const double tol = ot == TC_DTYPE_F16 ? 1e-3 * std::fabs(want) + 1e-4 : 1e-5 * std::fabs(want) + 1e-5;
+            ASSERT_NEAR(got[size_t(r + d)], want, tol) << "out row " << r / D << " element " << d;
+          }
+        }
+      }
 
   for (tc_dtype t : {TC_DTYPE_F16, TC_DTYPE_BF16}) {
     tc::ConvertArgs c;
@@ -836,12 +886,64 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
   t.info.name = "test.heads_to_tokens";
   t.n = T, t.H = H, t.D = D;
   t.src = dev.put(src);
-  t.dst = dev.put(std::vector<float>(T * H * D, NAN));
+  float* dst = dev.put(std::vector<float>(T * H * D, NAN));
+  t.dst = dst;
   ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
-  const auto out = dev.get(t.dst, T * H * D);
+  const auto out = dev.get(dst, T * H * D);
   for (int64_t i = 0; i < T; ++i)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[(i * H + h) * D + d], src[(h * T + i) * D + d]);
+  // f16 rows move as they are (the bits of each element).
+  std::vector<uint16_t> src16(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src16[i] = tc::f32_to_f16(src[i]);
+  t.dtype = TC_DTYPE_F16;
+  t.src = dev.put(src16);
+  uint16_t* dst16 = dev.put(std::vector<uint16_t>(T * H * D, 0x7e00));
+  t.dst = dst16;
+  ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
+  const auto out16 = dev.get(dst16, T * H * D);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out16[(i * H + h) * D + d], src16[(h * T + i) * D + d]);
+}
+
+// The GLU of [gate | up] rows (row stride ld >= 2F): SiLU and GELU's tanh
+// form against float64, into f32 or f16 (poisoned first), the input untouched.
+TEST_P(ModelOps, GluRowsOfTheJoinedProduct) {
+  Dev dev(GetParam());
+  const int64_t n = 9, F = 70, ld = 2 * F + 6;
+  std::vector<float> gu = randn(n * ld);
+  for (float& v : gu) v *= 3.0f;  // both tails of the gate
+  for (bool gelu : {false, true})
+    for (tc_dtype ot : {TC_DTYPE_F32, TC_DTYPE_F16}) {
+      SCOPED_TRACE(std::string(gelu ? "gelu" : "silu") + (ot == TC_DTYPE_F16 ? " f16" : " f32"));
+      tc::GluRowsArgs a;
+      a.info.name = "test.glu_rows";
+      a.n = n, a.F = F, a.ld = ld, a.gelu = gelu;
+      a.gu = dev.put(gu);
+      a.out_dtype = ot;
+      uint16_t* o16 = ot == TC_DTYPE_F16 ? dev.put(std::vector<uint16_t>(size_t(n * F), 0x7e00)) : nullptr;
+      float* o32 = ot == TC_DTYPE_F32 ? dev.put(std::vector<float>(size_t(n * F), NAN)) : nullptr;
+      a.out = o16 ? static_cast<void*>(o16) : static_cast<void*>(o32);
+      ASSERT_EQ(dev.be().glu_rows(a, nullptr), TC_OK);
+      EXPECT_EQ(dev.get(a.gu, n * ld), gu) << "input changed";
+      std::vector<float> got(static_cast<size_t>(n * F));
+      if (o16) {
+        const auto bits = dev.get(o16, n * F);
+        for (size_t i = 0; i < got.size(); ++i) got[i] = tc::f16_to_f32(bits[i]);
+      } else {
+        got = dev.get(o32, n * F);
+      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t f = 0; f < F; ++f) {
+          const double g = gu[size_t(i * ld + f)], u = gu[size_t(i * ld + F + f)];
+          const double act = gelu ? 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+                                  : g / (1 + std::exp(-g));
+          const double want = act * u;
+          const double tol = (ot == TC_DTYPE_F16 ? 1e-3 : 2e-6) * std::fabs(want) + 1e-6;
+          ASSERT_NEAR(got[size_t(i * F + f)], want, tol) << "row " << i << " f " << f;
+        }
+    }
 }
 
 // The LLaMA prefill's products: Y[M, N] = alpha X W^T + beta Y with f16 /

@@ -393,10 +393,13 @@ def test_f16_kv_cache(tmp_path, dev, fmt):
     tokens = rng.integers(0, V, 80)
     ref16, ref32 = reference(w, tokens, kv_type="f16"), reference(w, tokens)
     # Within a fraction of the rounding's own effect (test_llama_archs.kv_tolerance
-    # says why), which is large enough to tell a cache that did not round.
+    # says why), which is large enough to tell a cache that did not round (1.0
+    # of it). On this file one key straddles a rounding point: the last bit of
+    # the norm before it (its op's order of operations) moves the prefill's
+    # logits from 0.06 to 0.53 of the effect; other seeds move by 1e-7.
     effect = np.abs(ref16 - ref32).max() / np.abs(ref32).max()
     assert effect > 1e-4
-    tol = max(5e-5, 0.4 * effect)
+    tol = max(5e-5, 0.6 * effect)
     with Llama(path, ctx=dev, n_ctx=96, activations="f32") as m:
         assert tc.llama_get_kv_cache_type(m.handle) == "f16"
         out = [m.eval(tokens[:40]), m.eval(tokens[40:70])]

@@ -69,7 +69,7 @@ TC_API tc_status tc_llama_eval(tc_llama model, const int32_t* tokens, int64_t n,
 TC_API tc_status tc_llama_reset(tc_llama model);
 TC_API tc_status tc_llama_n_past(tc_llama model, int64_t* out);
 
-/* Sequence slots: n_seq in [1, min(n_ctx, 512)] (1 after load). The cache is
+/* Sequence slots: n_seq in [1, 512] (1 after load). The cache is
  * reallocated for n_seq * n_ctx positions (and the batch step's scratch), so
  * every sequence must be empty (n_past 0), else TC_ERR_INVALID_ARG; a failed
  * allocation keeps the old cache. */

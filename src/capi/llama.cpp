@@ -234,7 +234,7 @@ tc_status tc_llama_set_max_sequences(tc_llama m, int64_t n_seq) {
     if (tc_status st = check_llama(fn, m)) return st;
     const int64_t limit = m->impl->sequence_limit();
     if (n_seq < 1 || n_seq > limit)
-      return fail(TC_ERR_INVALID_ARG, "%s: %lld sequences (1 to %lld: min(n_ctx, 512))", fn, (long long)n_seq,
+      return fail(TC_ERR_INVALID_ARG, "%s: %lld sequences (1 to %lld)", fn, (long long)n_seq,
                   (long long)limit);
     if (tc_status st = check_empty(fn, m)) return st;
     return m->impl->set_max_sequences(n_seq);

@@ -581,7 +581,10 @@ tc_status Llama::alloc_state() {
   const int64_t V = g.n_vocab;
   if (tc_status st = alloc_kv_cache(kv_, 1)) return st;
 
-  const int64_t B = max_batch_ = std::min<int64_t>(g.n_ctx, kMaxBatch);
+  // Not min(n_ctx, 512): eval_batch's forwards take rows of many sequences,
+  // so a short context must not cap them (32 prompts of 128 tokens at
+  // n_ctx 137 ran as one prompt a forward, at the one-by-one rate).
+  const int64_t B = max_batch_ = kMaxBatch;
   const int64_t widest_out = std::max({Dq, Dkv, E, F, V});
   std::vector<std::pair<void**, size_t>> pieces;
   auto f32 = [&](float** p, int64_t n) { pieces.push_back({reinterpret_cast<void**>(p), size_t(n) * 4}); };

@@ -882,29 +882,26 @@ TEST_P(ModelOps, AddConvertHeadsToTokens) {
 
   const int64_t T = 5, H = 3, D = 7;
   const std::vector<float> src = randn(H * T * D);
-  tc::HeadsToTokensArgs t;
-  t.info.name = "test.heads_to_tokens";
-  t.n = T, t.H = H, t.D = D;
-  t.src = dev.put(src);
-  float* dst = dev.put(std::vector<float>(T * H * D, NAN));
-  t.dst = dst;
-  ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
-  const auto out = dev.get(dst, T * H * D);
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[(i * H + h) * D + d], src[(h * T + i) * D + d]);
-  // f16 rows move as they are (the bits of each element).
+  // f32 and f16 rows move as they are (the bits of each element), over a poisoned output.
+  auto moved = [&](const auto& host, tc_dtype dtype, auto poison) {
+    using E = typename std::decay_t<decltype(host)>::value_type;
+    tc::HeadsToTokensArgs t;
+    t.info.name = "test.heads_to_tokens";
+    t.n = T, t.H = H, t.D = D;
+    t.dtype = dtype;
+    t.src = dev.put(host);
+    E* dst = dev.put(std::vector<E>(size_t(T * H * D), poison));
+    t.dst = dst;
+    ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
+    const auto out = dev.get(dst, T * H * D);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[(i * H + h) * D + d], host[(h * T + i) * D + d]);
+  };
+  moved(src, TC_DTYPE_F32, float(NAN));
   std::vector<uint16_t> src16(src.size());
   for (size_t i = 0; i < src.size(); ++i) src16[i] = tc::f32_to_f16(src[i]);
-  t.dtype = TC_DTYPE_F16;
-  t.src = dev.put(src16);
-  uint16_t* dst16 = dev.put(std::vector<uint16_t>(T * H * D, 0x7e00));
-  t.dst = dst16;
-  ASSERT_EQ(dev.be().heads_to_tokens(t, nullptr), TC_OK);
-  const auto out16 = dev.get(dst16, T * H * D);
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out16[(i * H + h) * D + d], src16[(h * T + i) * D + d]);
+  moved(src16, TC_DTYPE_F16, uint16_t(0x7e00));
 }
 
 // The GLU of [gate | up] rows (row stride ld >= 2F): SiLU and GELU's tanh

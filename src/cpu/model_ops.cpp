@@ -43,42 +43,44 @@ tc_status embed_rows(const EmbedRowsArgs& a) {
   return TC_OK;
 }
 
+// The add, then (norm_out) rmsnorm_forward's kernel on the sum and, for f16,
+// convert's rounding: the bits of the separate add, rmsnorm and convert.
 tc_status add(const AddArgs& a) {
   float* x = a.x;
   const float* y = a.y;
-  if (a.gamma || a.norm_out) {
-    // Row by row: x += y rstd gamma (rmsnorm_forward's products) or x += y,
-    // then the next norm's output from the sum.
-    const int64_t D = a.D;
+  const int64_t D = a.D;
+  if (y && a.gamma) {  // x += y rstd gamma, row by row (rmsnorm_forward's products)
     parallel_for(a.n / D, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0 * D; r < r1 * D; r += D) {
-        if (y) {
-          const float rs = a.gamma ? rstd_of(y + r, D, a.eps) : 1.0f;
-          if (a.gamma)
-            for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
-          else
-            for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d];
-        }
-        if (!a.norm_out) continue;
-        const float rx = rstd_of(x + r, D, a.eps);
-        if (a.norm_dtype == TC_DTYPE_F16) {  // rounded as convert rounds
-          thread_local std::vector<float> row;
-          row.resize(size_t(D));
-          for (int64_t d = 0; d < D; ++d) row[size_t(d)] = x[r + d] * rx * a.norm_gamma[d];
-          narrow_row(false, row.data(), static_cast<uint16_t*>(a.norm_out) + r, D);
-        } else {
-          float* o = static_cast<float*>(a.norm_out) + r;
-          for (int64_t d = 0; d < D; ++d) o[d] = x[r + d] * rx * a.norm_gamma[d];
-        }
+        const float rs = rstd_of(y + r, D, a.eps);
+        for (int64_t d = 0; d < D; ++d) x[r + d] += y[r + d] * rs * a.gamma[d];
       }
     });
-    return TC_OK;
+  } else if (y) {
+    auto run = [x, y](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) x[i] += y[i];
+    };
+    if (a.n < (int64_t(1) << 16)) run(0, a.n);  // a decode step's row: not worth waking the pool
+    else parallel_for(a.n, int64_t(1) << 14, run);
   }
-  auto run = [x, y](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] += y[i];
-  };
-  if (a.n < (int64_t(1) << 16)) run(0, a.n);  // a decode step's row: not worth waking the pool
-  else parallel_for(a.n, int64_t(1) << 14, run);
+  if (!a.norm_out) return TC_OK;
+  const bool f16 = a.norm_dtype == TC_DTYPE_F16;
+  thread_local std::vector<float> normed;
+  if (f16) normed.resize(size_t(a.n));
+  RmsNormForwardArgs r;
+  r.N = a.n / D, r.D = D;
+  r.dtype = TC_DTYPE_F32;
+  r.eps = a.eps;
+  r.x = x, r.gamma = a.norm_gamma;
+  r.y = f16 ? static_cast<void*>(normed.data()) : a.norm_out;
+  if (tc_status st = rmsnorm_forward(r)) return st;
+  if (f16) {
+    const float* rows = normed.data();  // this thread's buffer (the pool's threads have their own)
+    parallel_for(r.N, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0; i < r1; ++i)
+        narrow_row(false, rows + i * D, static_cast<uint16_t*>(a.norm_out) + i * D, D);
+    });
+  }
   return TC_OK;
 }
 

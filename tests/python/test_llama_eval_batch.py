@@ -1,7 +1,8 @@
 """Rows of any sequences as one batch (include/tensorcore/llama.h,
 tc_llama_eval_batch): several prompts as one prefill, prompts beside decode
-rows, a sequence's rows interleaved with others', batches longer than one
-forward (n_ctx 16: forwards of 16 rows, a sequence cut between two); every
+rows, a sequence's rows interleaved with others', a batch longer than one
+forward (512 rows whatever n_ctx: 40 sequences of n_ctx 16, one cut between
+two forwards); every
 wanted row against the float64 reference of its sequence's history, every
 architecture, f16 and f32 caches, f16 activations within the 8-bit
 contract, the want flags, and every refusal with the model unchanged. On
@@ -67,7 +68,6 @@ def test_prompts_and_steps_of_several_sequences_as_batches(tmp_path, where, kv_t
     hist = [p + more[s] for s, p in enumerate(prompts)]
     tol = 5e-5 if kv_type == "f32" else f16_tolerance(w, hist, lambda w, h, kv: base.reference(w, np.asarray(h),
                                                                                                  kv_type=kv))
-    # n_ctx 16: forwards of at most 16 rows, so the 21 prompt rows take two and sequence 2 is cut between them.
     with Llama(path, ctx=where, n_ctx=16, activations="f32", kv_type=kv_type, max_sequences=4) as m:
         r = Histories(m, w, llama_ref(kv_type), tol)
         r.run([s for s, p in enumerate(prompts) for _ in p], [t for p in prompts for t in p])
@@ -83,6 +83,31 @@ def test_prompts_and_steps_of_several_sequences_as_batches(tmp_path, where, kv_t
             r.hist[s].append((4, 5)[row])
             ref = base.reference(w, np.asarray(r.hist[s]), kv_type=kv_type)[-1]
             assert np.abs(step[row] - ref).max() / np.abs(ref).max() < tol
+
+
+def test_a_batch_longer_than_one_forward(tmp_path, where):
+    """A forward takes 512 rows whatever n_ctx: 40 sequences of n_ctx 16
+    (more sequences than positions, once refused) with 14 prompt rows each,
+    560 rows, so the forwards are 512 and 48 rows and sequence 36's rows are
+    cut between them. Its every row and each sequence's last row against
+    the reference; then one decode step of all 40 (a batch step of more rows
+    than n_ctx)."""
+    rng = np.random.default_rng(191)
+    path = tmp_path / "m.gguf"
+    w = base.write_model(path, base.make_weights(rng), "q8_0")
+    S, n = 40, 14
+    prompts = [ids(rng, n) for _ in range(S)]
+    cut = 512 // n  # the sequence whose rows straddle row 512
+    with Llama(path, ctx=where, n_ctx=16, activations="f32", kv_type="f32", max_sequences=S) as m:
+        r = Histories(m, w, llama_ref("f32"), 5e-5)
+        seqs = [s for s in range(S) for _ in range(n)]
+        want = [s == cut or i == n - 1 for s in range(S) for i in range(n)]
+        r.run(seqs, [t for p in prompts for t in p], want=want)
+        step = m.decode_batch(list(range(S)), [3] * S)
+        for s in (0, cut, S - 1):
+            r.hist[s].append(3)
+            ref = base.reference(w, np.asarray(r.hist[s]))[-1]
+            assert np.abs(step[s] - ref).max() / np.abs(ref).max() < 5e-5, "step of sequence %d" % s
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "f32"])

@@ -223,15 +223,11 @@ tc_status Llama::gemm_dequantized(const void* w, int64_t N, int64_t K, const voi
   return be_->gemm(g, queue_.get());
 }
 
-// x += y for M rows of n_embd, or with gamma (a post-branch norm) x += rmsnorm(y) * gamma.
-tc_status Llama::residual(float* x, const float* y, const float* gamma, int64_t M) {
-  return residual_norm(x, y, gamma, M, nullptr);
-}
-
-// residual(), then (with norm_gamma) the next products' input from the sum:
+// x += y for M rows of n_embd, or with gamma (a post-branch norm) x += rmsnorm(y) * gamma;
+// then (with norm_gamma) the next products' input from the sum:
 // rmsnorm(x) * norm_gamma into act_rows() in the activation dtype, in the
 // same op (no norm and no conversion of their own). y null: x as it is.
-tc_status Llama::residual_norm(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma) {
+tc_status Llama::residual(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma) {
   AddArgs a;
   a.info.name = norm_gamma ? "llama.residual_norm" : gamma ? "llama.post_norm_residual" : "llama.residual";
   a.D = cfg_.n_embd, a.n = M * a.D, a.x = x, a.y = y;
@@ -273,7 +269,7 @@ tc_status Llama::norm_product(const float* gamma, const Matrix& w, float* y) {
     if (st != TC_ERR_UNSUPPORTED) return st;
     fused_norm_ = false;  // no kernel for it here: nothing was enqueued
   }
-  TC_TRY(residual_norm(x_, nullptr, nullptr, 1, gamma));
+  TC_TRY(residual(x_, nullptr, nullptr, 1, gamma));
   return products_act(act_rows(), 1, {{&w, y}});
 }
 
@@ -367,6 +363,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
   a.softcap = A.attn_softcap;
   // One token: [H][1][D] is already o's [1][H][D].
   void* heads_out = n == 1 ? o : ot;
+  tc_dtype heads_type = TC_DTYPE_F32;  // of heads_out
   // The kv heads' prefixes packed [Hkv][P+n][D] into kpack/vpack in the
   // attention's element type (f16 with f16 activations on a device,
   // else f32): a copy where the cache has that type, else a conversion
@@ -424,7 +421,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     a.d.dtype = TC_DTYPE_F16;
     a.q = q16, a.k = kpack_, a.v = vpack_, a.o = n == 1 ? o : yh_;
     TC_TRY(be_->attention_forward(a, q));
-    heads_out = yh_;
+    heads_out = yh_, heads_type = TC_DTYPE_F16;
   } else {
     // One call for every head: the packed kv heads (a batch of Hkv with
     // G query heads each) instead of Hkv launches.
@@ -433,13 +430,12 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     a.q = qt, a.k = kpack_, a.v = vpack_, a.o = heads_out;
     TC_TRY(be_->attention_forward(a, q));
   }
-  const tc_dtype ot_type = heads_out == yh_ ? TC_DTYPE_F16 : TC_DTYPE_F32;
-  const size_t seq_bytes = size_t(n * H * D) * dtype_size(ot_type);
+  const size_t seq_bytes = size_t(n * H * D) * dtype_size(heads_type);
   for (int64_t i = 0; n > 1 && i < group; ++i) {
     HeadsToTokensArgs t;
     t.info.name = "llama.heads_to_tokens";
     t.n = n, t.H = H, t.D = D;
-    t.dtype = ot_type;
+    t.dtype = heads_type;
     t.src = static_cast<const char*>(heads_out) + i * seq_bytes, t.dst = static_cast<char*>(o) + i * seq_bytes;
     TC_TRY(be_->heads_to_tokens(t, q));
   }
@@ -531,7 +527,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       TC_TRY(norm_product(vec(L.attn_norm), L.wqkv, qkv_));
       qp = qkv_, kp = qkv_ + Dq, vp = qkv_ + Dq + Dkv;
     } else {
-      if (!normed) TC_TRY(residual_norm(x_, nullptr, nullptr, n, vec(L.attn_norm)));
+      if (!normed) TC_TRY(residual(x_, nullptr, nullptr, n, vec(L.attn_norm)));
       if (L.wqkv.data && !host_ && n >= kGemmMinRows) {
         // One GEMM for [q | k | v] rows (the joined matrix dequantised once);
         // rope_kv_append reads q, k and v out of them.
@@ -637,7 +633,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     // Each residual add also norms the sum for the next products where they
     // read it whole (a one-row step's joined product norms its own row).
     const bool gate_up_normed = !(n == 1 && L.w_gate_up.data);
-    TC_TRY(residual_norm(x_, tmp_, L.post_attn_norm >= 0 ? vec(L.post_attn_norm) : nullptr, n,
+    TC_TRY(residual(x_, tmp_, L.post_attn_norm >= 0 ? vec(L.post_attn_norm) : nullptr, n,
                          gate_up_normed ? vec(L.ffn_norm) : nullptr));
 
     const float* ffn_out = nullptr;  // null: the GLU's f16 rows are in xh_
@@ -665,7 +661,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     else TC_TRY(products_act(xh_, n, {{&L.w_down, tmp_}}));
     const LlamaLayer* next = l + 1 < g.n_layer ? &layers_[size_t(l + 1)] : nullptr;
     normed = next && !(n == 1 && next->wqkv.data);
-    TC_TRY(residual_norm(x_, tmp_, L.post_ffn_norm >= 0 ? vec(L.post_ffn_norm) : nullptr, n,
+    TC_TRY(residual(x_, tmp_, L.post_ffn_norm >= 0 ? vec(L.post_ffn_norm) : nullptr, n,
                          normed ? vec(next->attn_norm) : nullptr));
   }
   if (lg) {
@@ -686,11 +682,11 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         at += run.second;
       }
       if (at == 0) return TC_OK;
-      TC_TRY(residual_norm(tmp_, nullptr, nullptr, at, vec(output_norm_)));
+      TC_TRY(residual(tmp_, nullptr, nullptr, at, vec(output_norm_)));
       return products_act(act_rows(), at, {{&output_, lg}});
     }
     if (n == 1) return norm_product(vec(output_norm_), output_, lg);
-    TC_TRY(residual_norm(x_ + (n - rows) * E, nullptr, nullptr, rows, vec(output_norm_)));
+    TC_TRY(residual(x_ + (n - rows) * E, nullptr, nullptr, rows, vec(output_norm_)));
     TC_TRY(products_act(act_rows(), rows, {{&output_, lg}}));
   }
   return TC_OK;

@@ -223,12 +223,11 @@ class Llama {
   // With joined (data set): outs' matrices are rows of it, one after the other.
   tc_status products(const float* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined = nullptr);
   tc_status products_act(const void* x, int64_t M, std::initializer_list<Product> outs, const Matrix* joined = nullptr);
-  // Where residual_norm writes the products' normed input (activation dtype).
+  // Where residual writes the products' normed input (activation dtype).
   void* act_rows() const { return act_ == TC_DTYPE_F16 ? static_cast<void*>(xh_) : static_cast<void*>(h_); }
   tc_status dequantize_for_gemm(const Matrix& w);
   tc_status gemm_dequantized(const void* w, int64_t N, int64_t K, const void* x, float* y, int64_t M);
-  tc_status residual(float* x, const float* y, const float* gamma, int64_t M);
-  tc_status residual_norm(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma);
+  tc_status residual(float* x, const float* y, const float* gamma, int64_t M, const float* norm_gamma = nullptr);
   // out = GLU(gate, up) over n elements: SwiGLU, or GEGLU where the family has it.
   tc_status glu(const float* gate, const float* up, float* out, int64_t n);
   void softcap_logits(float* logits, int64_t n) const;

@@ -56,13 +56,17 @@ TC_CONFIG(kCudaQ8Xreg, "TC_CUDA_Q8_XREG", Bool, "on", "", PerCall,
 TC_CONFIG(kCudaAttentionCudnn, "TC_CUDA_ATTENTION_CUDNN", Bool, "on", "", PerCall,
           "attention through cuDNN's fused flash attention where the build has cuDNN 9 and the case allows")
 TC_CONFIG(kCudnnAutotune, "TC_CUDNN_AUTOTUNE", Bool, "on", "", PerCall,
-          "time up to four of cuDNN's attention plans at a shape's first call and keep the fastest; off: the "
-          "heuristics' first")
+          "time up to four of cuDNN's attention plans at the first call that runs a shape's plan and keep the "
+          "fastest; off: the heuristics' first")
 TC_CONFIG(kCudnnPlanAfter, "TC_CUDNN_PLAN_AFTER", Int, "64", "1..1000000", PerCall,
-          "an attention shape runs on tensorcore's kernels until its Nth call, which builds its cuDNN plan (cuDNN "
-          "compiles and times its engines: 0.1-2 s a shape); 1: at the first call. Every layer of a model's "
+          "an attention shape runs on tensorcore's kernels until its Nth call, which starts the build of its cuDNN "
+          "plan (cuDNN compiles its engines: 0.1-2 s a shape); 1: at the first call. Every layer of a model's "
           "forward calls the same shape, so 64 lets a prompt length met once (a chat's every new turn) never pay "
           "for a plan, while a shape that repeats (training steps, a benchmark's warm-up) gets one")
+TC_CONFIG(kCudnnPlanBackground, "TC_CUDNN_PLAN_BACKGROUND", Bool, "on", "", PerCall,
+          "a cuDNN attention plan is built on a helper thread while the shape's calls go on through tensorcore's "
+          "kernels, and used from the first call after it is ready (then timed, TC_CUDNN_AUTOTUNE); off: the call "
+          "that starts the build waits for it and runs cuDNN's plan")
 TC_CONFIG(kCudnnDebug, "TC_CUDNN_DEBUG", Bool, "off", "", Once,
           "on stderr: the cuDNN version, which engine each attention shape got, or why cuDNN rejected it")
 

@@ -54,13 +54,17 @@
 // one key (key p itself), so that changes nothing.
 //
 // Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
-// or not, LSE on/off, device), built at the shape's TC_CUDNN_PLAN_AFTER-th
-// call (64 by default: a model's forward calls one shape per layer, so a
-// prompt length met once stays on our kernels) from the first engine configs of
-// CUDNN_HEUR_MODE_A that finalise (up to kMaxCandidates, timed against each
-// other at the shape's first call: tune()) and cached with the largest
-// workspace among them; a shape no engine takes is
-// cached as unsupported (at most kMaxPlans shapes; beyond, our kernels). The
+// or not, LSE on/off, device), whose build starts at the shape's
+// TC_CUDNN_PLAN_AFTER-th call (64 by default: a model's forward calls one
+// shape per layer, so a prompt length met once stays on our kernels) from
+// the first engine configs of CUDNN_HEUR_MODE_A that finalise (up to
+// kMaxCandidates, timed against each other at the first call that runs the
+// plan: tune()) and cached with the largest workspace among them; a shape no
+// engine takes is cached as unsupported (at most kMaxPlans shapes; beyond,
+// our kernels). cuDNN compiles its engines as it finalises them (0.1-2 s a
+// shape), so by default the build runs on a helper thread (PlanBuilder) and
+// the shape's calls go on through our kernels until it is ready: no call
+// waits for a compiler. The
 // softmax scale and the window length are by-value inputs, so they are not
 // part of the key. Execution runs on the caller's stream with the per-stream
 // scratch as workspace. TC_CUDA_ATTENTION_CUDNN=0 turns this path off;
@@ -83,18 +87,23 @@ bool try_cudnn_backward(StreamState*, const AttentionBackwardArgs&, tc_status*) 
 #else
 
 #include <cudnn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cfloat>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -150,8 +159,9 @@ struct Key {
   }
 };
 
-// A finalised execution plan, or the reason there is none. Owns every
-// descriptor the graph was built from (the plan refers to them).
+// A finalised execution plan, or the reason there is none (empty while its
+// build is in flight on the helper thread). Owns every descriptor the graph
+// was built from (the plan refers to them).
 struct Plan {
   bool ok = false;
   std::string why;  // when !ok: the step that failed and cuDNN's status
@@ -165,13 +175,19 @@ struct Plan {
   }
 };
 
+// Two locks: `mu` for the cache (taken first, held through a call), and
+// `cudnn_mu` for cuDNN's handles, held by whoever builds, tunes or executes
+// with one (a handle is not thread-safe). The helper thread holds cudnn_mu
+// through a build and takes mu only after releasing it, so a caller holding
+// mu can wait for cudnn_mu without a deadlock.
 struct State {
-  std::mutex mu;  // builds, the handles, and setStream + execute (a handle is not thread-safe)
-  std::map<int, cudnnHandle_t> handles;
-  std::map<int, std::string> handle_failed;
+  std::mutex mu;
   std::map<Key, std::unique_ptr<Plan>> plans;
   std::map<Key, int64_t> calls;  // shapes without a plan yet: calls so far (TC_CUDNN_PLAN_AFTER)
   bool cap_noted = false;
+  std::mutex cudnn_mu;
+  std::map<int, cudnnHandle_t> handles;  // one per device, under cudnn_mu
+  std::map<int, std::string> handle_failed;
 };
 
 // Shapes (with their verdicts) kept; a workload cycling through more shapes
@@ -617,78 +633,181 @@ const char* unsupported(const tc_attention_desc& d, bool backward, int device) {
   return nullptr;
 }
 
-// The cached plan for `k` (built on first use), or null when cuDNN does not
-// take the shape (the reason goes to the TC_CUDNN_DEBUG log once). Called
-// with state().mu held.
-Plan* plan_for(const Key& k, const tc_attention_desc& d, cudnnHandle_t* handle_out, cudaStream_t stream) {
+const char* direction(const Key& k) { return k.backward ? "bprop" : "fprop"; }
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) == cudaSuccess) return cap != cudaStreamCaptureStatusNone;
+  cudaGetLastError();
+  return true;  // unknown: take the path that is safe under capture
+}
+
+void note_unsupported(const Key& k, const Plan& p) {
+  debug("%s B=%lld H=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld %s causal=%d window=%d lse=%d: not supported, "
+        "using our kernels: %s",
+        direction(k), (long long)k.B, (long long)k.H, (long long)k.Hkv, (long long)k.Sq, (long long)k.Skv,
+        (long long)k.D, k.dtype == TC_DTYPE_F16 ? "f16" : "bf16", int(k.causal), int(k.window), int(k.lse),
+        p.why.c_str());
+}
+
+// Builds k's plan on the device's handle (created at its first build), on
+// whichever thread calls: state().cudnn_mu held, state().mu not needed.
+std::unique_ptr<Plan> build_plan(const Key& k) {
+  State& S = state();
+  std::unique_ptr<Plan> p(new Plan);
+  if (S.handle_failed.count(k.device)) {
+    p->why = S.handle_failed[k.device];
+    return p;
+  }
+  if (!S.handles.count(k.device)) {
+    cudnnHandle_t h = nullptr;
+    cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      S.handle_failed[k.device] = "cudnnCreate: " + status_text(st);
+      p->why = S.handle_failed[k.device];
+      return p;
+    }
+    S.handles[k.device] = h;
+    debug("cuDNN %d (built against %d.%d.%d) on device %d", runtime_version(), CUDNN_MAJOR, CUDNN_MINOR,
+          CUDNN_PATCHLEVEL, k.device);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Builder g(p.get());
+  if (k.backward)
+    build_backward(g, k);
+  else
+    build_forward(g, k);
+  if (!g.ok())
+    p->why = g.why();
+  else
+    finish(g, p.get(), S.handles[k.device], direction(k));
+  debug("%s Sq=%lld Skv=%lld: plan built in %.1f ms", direction(k), (long long)k.Sq, (long long)k.Skv,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return p;
+}
+
+// The helper thread that builds queued shapes' plans, one at a time, and
+// puts each in the cache in place of its in-flight entry. Started by the
+// first shape queued; at process exit it finishes the build in flight (if
+// any), drops the rest and is joined, before the CUDA runtime tears down
+// (it is constructed after the runtime started). A child forked from the
+// process has no such thread (nor a usable CUDA context): its exit leaves
+// the thread object alone, and builds in flight at the fork never land
+// there.
+class PlanBuilder {
+ public:
+  // state().mu held.
+  void enqueue(const Key& k) {
+    queue_.push_back(k);
+    if (!thread_) {
+      owner_ = getpid();
+      thread_ = new std::thread([this] { loop(); });
+    }
+    wake_.notify_one();
+  }
+  ~PlanBuilder() {
+    if (!thread_ || getpid() != owner_) return;
+    {
+      std::lock_guard<std::mutex> lock(state().mu);
+      stop_ = true;
+      queue_.clear();
+    }
+    wake_.notify_one();
+    thread_->join();
+    delete thread_;
+  }
+
+ private:
+  void loop() {
+    State& S = state();
+    std::unique_lock<std::mutex> lock(S.mu);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      const Key k = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::unique_ptr<Plan> p;
+      if (cudaSetDevice(k.device) != cudaSuccess) {
+        cudaGetLastError();
+        p.reset(new Plan);
+        p->why = "helper thread: cudaSetDevice failed";
+      } else {
+        std::lock_guard<std::mutex> handles(S.cudnn_mu);
+        p = build_plan(k);
+      }
+      if (!p->ok) note_unsupported(k, *p);
+      lock.lock();
+      S.plans[k] = std::move(p);
+    }
+  }
+  std::thread* thread_ = nullptr;
+  pid_t owner_ = 0;               // the process that started it
+  std::condition_variable wake_;  // waits on state().mu
+  std::deque<Key> queue_;
+  bool stop_ = false;
+};
+
+PlanBuilder& plan_builder() {
+  static PlanBuilder b;
+  return b;
+}
+
+// The cached plan for `k`, or null while the shape runs on our kernels:
+// cuDNN does not take it (the reason goes to the TC_CUDNN_DEBUG log once),
+// it has not reached its TC_CUDNN_PLAN_AFTER-th call, or its plan is being
+// built on the helper thread. Called with state().mu held.
+Plan* plan_for(const Key& k, const tc_attention_desc& d, cudaStream_t stream) {
   State& S = state();
   auto it = S.plans.find(k);
-  if (it == S.plans.end() && S.plans.size() >= kMaxPlans) {
+  if (it != S.plans.end()) return it->second->ok ? it->second.get() : nullptr;
+  if (S.plans.size() >= kMaxPlans) {
     // Shapes beyond the cap run on our kernels rather than building forever.
     if (!S.cap_noted) debug("plan cache full (%zu shapes): new shapes use our kernels", S.plans.size());
     S.cap_noted = true;
     return nullptr;
   }
-  if (it == S.plans.end()) {
-    // Building calls into cuDNN in ways a stream capture would not allow;
-    // while capturing, an unbuilt shape runs on our kernels (not cached).
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    // A plan costs cuDNN's compilation of its engines (0.1-2 s); a shape
-    // runs on our kernels until its TC_CUDNN_PLAN_AFTER-th call, so shapes
-    // met in one forward only (a new prompt length: one call a layer) never
-    // pay for one.
-    const char* no = unsupported(d, k.backward, k.device);
-    const int64_t after = config::number(config::Key::kCudnnPlanAfter);
-    if (!no && after > 1) {
-      if (S.calls.size() >= kMaxPlans * 4) S.calls.clear();  // shapes that did not come back
-      if (++S.calls[k] < after) return nullptr;
-      S.calls.erase(k);
-    }
+  // Building calls into cuDNN in ways a stream capture would not allow;
+  // while capturing, an unbuilt shape runs on our kernels (not cached).
+  if (capturing(stream)) return nullptr;
+  if (const char* no = unsupported(d, k.backward, k.device)) {
     std::unique_ptr<Plan> p(new Plan);
-    const char* dir = k.backward ? "bprop" : "fprop";
-    if (no) {
-      p->why = no;
-    } else if (S.handle_failed.count(k.device)) {
-      p->why = S.handle_failed[k.device];
-    } else {
-      if (!S.handles.count(k.device)) {
-        cudnnHandle_t h = nullptr;
-        cudnnStatus_t st = cudnnCreate(&h);
-        if (st != CUDNN_STATUS_SUCCESS) {
-          S.handle_failed[k.device] = "cudnnCreate: " + status_text(st);
-          p->why = S.handle_failed[k.device];
-        } else {
-          S.handles[k.device] = h;
-          debug("cuDNN %d (built against %d.%d.%d) on device %d", runtime_version(), CUDNN_MAJOR, CUDNN_MINOR,
-                CUDNN_PATCHLEVEL, k.device);
-        }
-      }
-      if (S.handles.count(k.device)) {
-        Builder g(p.get());
-        if (k.backward)
-          build_backward(g, k);
-        else
-          build_forward(g, k);
-        if (!g.ok())
-          p->why = g.why();
-        else
-          finish(g, p.get(), S.handles[k.device], dir);
-      }
-    }
-    if (!p->ok)
-      debug("%s B=%lld H=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld %s causal=%d window=%d lse=%d: not supported, "
-            "using our kernels: %s",
-            dir, (long long)k.B, (long long)k.H, (long long)k.Hkv, (long long)k.Sq, (long long)k.Skv, (long long)k.D,
-            k.dtype == TC_DTYPE_F16 ? "f16" : "bf16", int(k.causal), int(k.window), int(k.lse), p->why.c_str());
-    it = S.plans.emplace(k, std::move(p)).first;
+    p->why = no;
+    note_unsupported(k, *p);
+    S.plans.emplace(k, std::move(p));
+    return nullptr;
   }
-  if (!it->second->ok) return nullptr;
-  *handle_out = S.handles[k.device];
-  return it->second.get();
+  // A shape runs on our kernels until its TC_CUDNN_PLAN_AFTER-th call, so
+  // shapes met in one forward only (a new prompt length: one call a layer)
+  // never pay for a plan.
+  const int64_t after = config::number(config::Key::kCudnnPlanAfter);
+  if (after > 1) {
+    if (S.calls.size() >= kMaxPlans * 4) S.calls.clear();  // shapes that did not come back
+    if (++S.calls[k] < after) return nullptr;
+    S.calls.erase(k);
+  }
+  if (config::on(config::Key::kCudnnPlanBackground)) {
+    S.plans.emplace(k, std::unique_ptr<Plan>(new Plan));  // in flight: not ok, no reason yet
+    plan_builder().enqueue(k);
+    return nullptr;
+  }
+  std::unique_ptr<Plan> p;
+  {
+    std::lock_guard<std::mutex> handles(S.cudnn_mu);
+    p = build_plan(k);
+  }
+  if (!p->ok) note_unsupported(k, *p);
+  Plan* built = S.plans.emplace(k, std::move(p)).first->second.get();
+  return built->ok ? built : nullptr;
+}
+
+// The handle lock for running k's plan: waited for when builds run inline;
+// with background builds, a call that finds the helper thread building runs
+// on our kernels instead of waiting (owns_lock() false).
+std::unique_lock<std::mutex> handle_lock() {
+  State& S = state();
+  if (!config::on(config::Key::kCudnnPlanBackground)) return std::unique_lock<std::mutex>(S.cudnn_mu);
+  return std::unique_lock<std::mutex>(S.cudnn_mu, std::try_to_lock);
 }
 
 // A window never looks ahead, so it brings the causal (right-bound) mask.
@@ -747,6 +866,7 @@ template <class Run>
 tc_status tune(StreamState* s, Plan* p, const char* dir, Run&& run) {
   p->tuned = true;
   if (p->candidates.size() < 2 || !config::on(config::Key::kCudnnAutotune)) return TC_OK;
+  const auto t0 = std::chrono::steady_clock::now();
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     if (start) cudaEventDestroy(start);
@@ -774,6 +894,8 @@ tc_status tune(StreamState* s, Plan* p, const char* dir, Run&& run) {
     p->plan = best_plan;
     if (tc_status e = check(cudaGetLastError(), "cuDNN autotuning")) st = e;
   }
+  debug("%s: %zu candidates timed in %.1f ms", dir, p->candidates.size(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   return st;
 }
 
@@ -789,10 +911,15 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
   if (!aligned16({a.q, a.k, a.v, a.o, a.lse})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
-  cudnnHandle_t h = nullptr;
   const Key k = make_key(s->device, false, d, a.lse != nullptr);
-  Plan* p = plan_for(k, d, &h, s->stream);
+  Plan* p = plan_for(k, d, s->stream);
   if (!p) return false;
+  // A plan's first run times its candidates, synchronising with the host,
+  // which a capture would not allow.
+  if (!p->tuned && capturing(s->stream)) return false;
+  std::unique_lock<std::mutex> handle = handle_lock();
+  if (!handle.owns_lock()) return false;
+  cudnnHandle_t h = S.handles[k.device];
 
   void* ws = nullptr;
   if (p->workspace > 0) {
@@ -833,10 +960,15 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   if (!aligned16({a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk, a.dv})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
-  cudnnHandle_t h = nullptr;
   const Key k = make_key(s->device, true, d, true);
-  Plan* p = plan_for(k, d, &h, s->stream);
+  Plan* p = plan_for(k, d, s->stream);
   if (!p) return false;
+  // A plan's first run times its candidates, synchronising with the host,
+  // which a capture would not allow.
+  if (!p->tuned && capturing(s->stream)) return false;
+  std::unique_lock<std::mutex> handle = handle_lock();
+  if (!handle.owns_lock()) return false;
+  cudnnHandle_t h = S.handles[k.device];
 
   // Workspace: the plan's, then Dd [B, H, Sq] and the dQ accumulator [B, H, Sq, D] (f32).
   const size_t rows = size_t(d.batch * d.heads * d.seq_q);

@@ -13,6 +13,7 @@ rounded to 8 bits, and Dd = <dO, O> carries that error into every dS).
 """
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -281,7 +282,8 @@ def test_cudnn_path(actx, rng, monkeypatch, dtype, D, hkv, causal, sq, skv):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
-    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call,
+    monkeypatch.setenv("TC_CUDNN_PLAN_BACKGROUND", "0")  # built by that call
     p = Problem(actx, rng, dtype, 2, H, hkv, sq, skv, D)
     o, lse = p.forward(causal=causal)
     fwd_kernel = tc.cuda_last_kernel_name()
@@ -310,7 +312,8 @@ def test_cudnn_forward_without_lse(actx, rng, monkeypatch):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
-    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call,
+    monkeypatch.setenv("TC_CUDNN_PLAN_BACKGROUND", "0")  # built by that call
     p = Problem(actx, rng, "bf16", 2, H, 2, 128, 128, 64)
     actx.attention_forward(p.Q, p.K, p.V, p.O, **p.dims, dtype="bf16", kv_heads=p.hkv, causal=True)
     kernel = tc.cuda_last_kernel_name()
@@ -327,7 +330,8 @@ def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
-    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "1")  # the plan at the shape's first call,
+    monkeypatch.setenv("TC_CUDNN_PLAN_BACKGROUND", "0")  # built by that call
     for causal, alibi, window, sq, skv in ((True, False, 0, 128, 128), (True, False, 20, 128, 128),
                                            (False, False, 33, 128, 128), (False, False, 20, 64, 192),
                                            (True, True, 0, 128, 128)):
@@ -356,11 +360,13 @@ def test_cudnn_window_and_alibi(actx, rng, monkeypatch):
 def test_cudnn_plan_at_the_shapes_nth_call(actx, rng, monkeypatch, after):
     """TC_CUDNN_PLAN_AFTER=N: a shape's first N-1 calls run on our kernels
     (no plan built: cuDNN compiles its engines, 0.1-1 s), the Nth builds
-    the plan and runs cuDNN's; every call's output is right."""
+    the plan (TC_CUDNN_PLAN_BACKGROUND=0: in that call) and runs cuDNN's;
+    every call's output is right."""
     if actx.device != "cuda":
         pytest.skip("cuDNN is the CUDA backend's")
     monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
     monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", str(after))
+    monkeypatch.setenv("TC_CUDNN_PLAN_BACKGROUND", "0")
     p = Problem(actx, rng, "bf16", 1 + after, H, 2, 128, 128, 64)  # a batch no other test uses: a new shape
     ro, _, _, _, _ = p.reference(True, 0)
     kernels = []
@@ -372,6 +378,46 @@ def test_cudnn_plan_at_the_shapes_nth_call(actx, rng, monkeypatch, after):
     assert all(k.startswith("attention_fwd_mma") for k in kernels[:after - 1]), kernels
     if cudnn_in_build():
         assert kernels[after - 1:] == ["cudnn_sdpa_fprop"] * 2, kernels
+
+
+def test_cudnn_plan_built_in_the_background(actx, rng, monkeypatch):
+    """By default the Nth call only starts the plan's build, on a helper
+    thread: that call and the ones after it run on our kernels until the plan
+    is ready, then cuDNN's runs (timed at its first run), forward and
+    backward; every call's output is right, whichever path it took."""
+    if actx.device != "cuda":
+        pytest.skip("cuDNN is the CUDA backend's")
+    monkeypatch.delenv("TC_CUDA_ATTENTION_CUDNN", raising=False)
+    monkeypatch.delenv("TC_CUDNN_PLAN_BACKGROUND", raising=False)
+    monkeypatch.setenv("TC_CUDNN_PLAN_AFTER", "2")
+    p = Problem(actx, rng, "f16", 7, H, 2, 128, 128, 64)  # a batch no other test uses: a new shape
+    ro, rlse, _, _, _ = p.reference(True, 0)
+    forward, backward = [], []
+    deadline = time.monotonic() + 120.0
+    while time.monotonic() < deadline:
+        p.O = actx.buffer_from_array(poison(p.q.size * ELEMENT_SIZE["f16"]))
+        o, lse = p.forward(causal=True)
+        forward.append(tc.cuda_last_kernel_name())
+        close("O", o, ro, TOLERANCE["f16"])
+        close("LSE", lse, rlse, 2e-3)
+        p.backward(causal=True)
+        backward.append(tc.cuda_last_kernel_name())
+        if not cudnn_in_build() or (forward[-1], backward[-1]) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"):
+            break
+        time.sleep(0.05)
+    print("forward:", forward, "backward:", backward)
+    # The second call starts the builds; neither waits for them.
+    want_fwd, want_bwd = expected_kernels("f16", 64)
+    assert forward[1].startswith(want_fwd), forward
+    assert backward[1].startswith(want_bwd), backward
+    if cudnn_in_build():
+        assert (forward[-1], backward[-1]) == ("cudnn_sdpa_fprop", "cudnn_sdpa_bprop"), (forward, backward)
+        dq, dk, dv = p.backward(causal=True)
+        _, _, rdq, rdk, rdv = p.reference(True, 0, o_given=o)
+        fq, fk = p.gradient_floors(o)
+        close("dQ", dq, rdq, TOLERANCE["f16"], fq)
+        close("dK", dk, rdk, TOLERANCE["f16"], fk)
+        close("dV", dv, rdv, TOLERANCE["f16"])
 
 
 @pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[cudnn_case_id(c) for c in CUDNN_CASES[:3]])

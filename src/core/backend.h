@@ -288,6 +288,12 @@ struct AttentionArgs {
   // softcap > 0 replaces each score s = scale <q, k> by softcap tanh(s /
   // softcap) before the mask and the softmax. Forward only.
   float softcap = 0.0f;
+  // Not in the public descriptor: K and V rows (of head_dim elements)
+  // between consecutive kv heads, and kv_heads times that between batch
+  // entries; 0: seq_kv (packed). The LLaMA prompt attends its cache in
+  // place: n_ctx rows a head, slots one after the other. Forward only.
+  int64_t kv_rows = 0;
+  int64_t kv_stride_rows() const { return kv_rows ? kv_rows : d.seq_kv; }
 };
 
 struct AttentionBackwardArgs {
@@ -390,6 +396,9 @@ struct RopeKvAppendArgs {
   const float* cos_t = nullptr;    // [C, D/2]
   const float* sin_t = nullptr;
   float* qt = nullptr;             // [H, n, D]
+  // When set, the queries go here in f16 instead of to qt (the chunk
+  // attention's operand on f16 activations): each rounded as convert rounds.
+  uint16_t* qt16 = nullptr;        // [H, n, D]
   void* k_cache = nullptr;         // [Hkv, C, D] of `cache` (F32, F16 or Q8_0)
   void* v_cache = nullptr;
   tc_dtype cache = TC_DTYPE_F32;

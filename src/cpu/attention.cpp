@@ -127,7 +127,7 @@ TC_AI void fwd_task(const FwdPlan& P, float* scratch, int64_t task) {
   }
   std::memset(oacc, 0, size_t(Brp * Dp) * 4);
 
-  const int64_t kv_base = (b * P.Hkv + g) * P.Skv;
+  const int64_t kv_base = (b * P.Hkv + g) * A.kv_stride_rows();
   const F neg_inf = splat<W>(-INFINITY);
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += kBc) {
     const int64_t nk = std::min(kBc, key_hi - j0);

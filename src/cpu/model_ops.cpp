@@ -137,9 +137,9 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
   const bool f16 = a.cache == TC_DTYPE_F16, q8 = a.cache == TC_DTYPE_Q8_0;
   // One item per (token, head): queries first, then keys with their values.
   auto run = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> k;  // a rotated key before rounding to f16 or Q8_0
+    thread_local std::vector<float> k;  // a rotated key (or f16 query) before rounding to f16 or Q8_0
     thread_local std::vector<float> qb, kb, vb;  // rows plus their biases, normed
-    if (f16 || q8) k.resize(size_t(D));
+    if (f16 || q8 || a.qt16) k.resize(size_t(D));
     // Head h's row of x as the op appends it: plus its bias row (if any),
     // then RMS-normed with gamma (if any), as the rmsnorm op computes it.
     auto prepared = [D, eps = double(a.norm_eps)](const float* x, const float* bias, const float* gamma, int64_t h,
@@ -158,8 +158,13 @@ tc_status rope_kv_append(const RopeKvAppendArgs& a) {
       const float* c = a.cos_t + p * half;
       const float* s = a.sin_t + p * half;
       if (h < a.H) {
-        rotate(prepared(a.q + i * a.ldq + h * D, a.bq, a.q_norm, h, qb), a.qt + (h * a.n + i) * D, c, s, half,
-               a.neox);
+        const float* x = prepared(a.q + i * a.ldq + h * D, a.bq, a.q_norm, h, qb);
+        if (a.qt16) {
+          rotate(x, k.data(), c, s, half, a.neox);
+          narrow_row(false, k.data(), a.qt16 + (h * a.n + i) * D, D);
+        } else {
+          rotate(x, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+        }
         continue;
       }
       const int64_t g = h - a.H, cell = (a.slots ? a.slots[i] * a.slot_stride : 0) + (g * a.C + p) * D;

@@ -59,7 +59,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kRowWarps)
     attention_fwd_rowwise(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                           float* __restrict__ lse, const float* __restrict__ alibi, int64_t B, int64_t H,
-                          int64_t Hkv, int64_t D, float scale, float cap, Mask mask) {
+                          int64_t Hkv, int64_t D, float scale, float cap, Mask mask, int64_t kv_rows) {
   const int lane = threadIdx.x & 31;
   const int64_t G = H / Hkv, nrows = B * H * mask.sq;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; row < nrows;
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
       acc[t] = 0.0f;
     }
     const int64_t kb = mask.key_begin(i), ke = mask.key_end(i);
-    const int64_t kv0 = (b * Hkv + g) * mask.skv;
+    const int64_t kv0 = (b * Hkv + g) * kv_rows;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = kb; j < ke; ++j) {
       const T* kr = k + (kv0 + j) * D;
@@ -136,7 +136,7 @@ template <class T, int DP, int BN>
 __global__ void __launch_bounds__(kThreads)
     attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                       float* __restrict__ lse, const float* __restrict__ alibi, int64_t B, int64_t H, int64_t Hkv,
-                      int64_t D, float scale, float cap, Mask mask) {
+                      int64_t D, float scale, float cap, Mask mask, int64_t kv_rows) {
   constexpr int LDS = DP + 8;  // padded row: the 8 rows of an ldmatrix hit distinct banks
   constexpr int NT = BN / 8;   // n-tiles of S
   constexpr int DT = DP / 8;   // n-tiles of O
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t qt = nqt - 1 - item / BH, bh = item % BH, h = bh % H, b = bh / H, g = h / G;
     const int64_t i0 = qt * kBM, i_last = (i0 + kBM < mask.sq ? i0 + kBM : mask.sq) - 1;
     const int64_t q_row0 = bh * mask.sq;  // row of (b, h, i = 0) in Q, O, LSE
-    const int64_t kv_row0 = (b * Hkv + g) * mask.skv;
+    const int64_t kv_row0 = (b * Hkv + g) * kv_rows;
     const float slope2 = alibi ? alibi[h] * att::kLog2e : 0.0f;
 
     const int64_t kb_lo = mask.key_begin(i0), ke_hi = mask.key_end(i_last);
@@ -334,7 +334,8 @@ tc_status launch_mma(StreamState* s, const AttentionArgs& a, const std::string& 
   s->last_kernel = name;
   kernel<<<grid_for(items), kThreads, smem, s->stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d));
+      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d),
+      a.kv_stride_rows());
   return check(cudaGetLastError(), "attention_forward: launch");
 }
 
@@ -345,7 +346,8 @@ tc_status launch_rowwise(StreamState* s, const AttentionArgs& a, const std::stri
   s->last_kernel = name;
   attention_fwd_rowwise<T><<<grid_for((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s->stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d));
+      a.alibi, d.batch, d.heads, d.kv_heads, d.head_dim, float(d.softmax_scale), a.softcap, att::make_mask(d),
+      a.kv_stride_rows());
   return check(cudaGetLastError(), "attention_forward: launch");
 }
 

@@ -53,8 +53,8 @@
 // negative numbers, not -inf, as cuDNN expects: every row here sees at least
 // one key (key p itself), so that changes nothing.
 //
-// Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, causal, window
-// or not, LSE on/off, device), whose build starts at the shape's
+// Plans: one per (direction, dtype, B, H, Hkv, Sq, Skv, D, K/V rows a kv
+// head, causal, window or not, LSE on/off, device), whose build starts at the shape's
 // TC_CUDNN_PLAN_AFTER-th call (64 by default: a model's forward calls one
 // shape per layer, so a prompt length met once stays on our kernels) from
 // the first engine configs of CUDNN_HEUR_MODE_A that finalise (up to
@@ -152,10 +152,12 @@ struct Key {
   bool backward;
   int dtype;
   int64_t B, H, Hkv, Sq, Skv, D;
+  int64_t kv_rows;  // K / V rows between kv heads (AttentionArgs::kv_rows; Skv when packed)
   bool causal, window, lse;  // causal: the right-bound mask (also set by a window)
   bool operator<(const Key& o) const {
-    return std::tie(device, backward, dtype, B, H, Hkv, Sq, Skv, D, causal, window, lse) <
-           std::tie(o.device, o.backward, o.dtype, o.B, o.H, o.Hkv, o.Sq, o.Skv, o.D, o.causal, o.window, o.lse);
+    return std::tie(device, backward, dtype, B, H, Hkv, Sq, Skv, D, kv_rows, causal, window, lse) <
+           std::tie(o.device, o.backward, o.dtype, o.B, o.H, o.Hkv, o.Sq, o.Skv, o.D, o.kv_rows, o.causal, o.window,
+                    o.lse);
   }
 };
 
@@ -396,8 +398,9 @@ void build_forward(Builder& g, const Key& k) {
   const int64_t B = k.B, H = k.H, G = k.Hkv, Sq = k.Sq, Skv = k.Skv, D = k.D;
   const Dims qd{B, H, Sq, D}, sd{B, H, Sq, Skv}, rd{B, H, Sq, 1};
   Desc q = g.io(kQ, io, qd, Builder::packed(qd), "Q");
-  Desc kt = g.io(kK, io, {B, G, D, Skv}, {G * Skv * D, Skv * D, 1, D}, "K^T");
-  Desc v = g.io(kV, io, {B, G, Skv, D}, {G * Skv * D, Skv * D, D, 1}, "V");
+  const int64_t R = k.kv_rows;  // K / V rows a kv head (Skv when packed; a cache's n_ctx read in place)
+  Desc kt = g.io(kK, io, {B, G, D, Skv}, {G * R * D, R * D, 1, D}, "K^T");
+  Desc v = g.io(kV, io, {B, G, Skv, D}, {G * R * D, R * D, D, 1}, "V");
   Desc o = g.io(kO, io, qd, Builder::packed(qd), "O");
   Desc scale = g.scalar(kScale, f32, "scale scalar");
 
@@ -811,9 +814,9 @@ std::unique_lock<std::mutex> handle_lock() {
 }
 
 // A window never looks ahead, so it brings the causal (right-bound) mask.
-Key make_key(int device, bool backward, const tc_attention_desc& d, bool lse) {
+Key make_key(int device, bool backward, const tc_attention_desc& d, bool lse, int64_t kv_rows) {
   const bool window = d.window_size > 0;
-  return Key{device, backward, int(d.dtype), d.batch, d.heads, d.kv_heads, d.seq_q, d.seq_kv, d.head_dim,
+  return Key{device, backward, int(d.dtype), d.batch, d.heads, d.kv_heads, d.seq_q, d.seq_kv, d.head_dim, kv_rows,
              d.causal != 0 || window, window, lse};
 }
 
@@ -911,7 +914,7 @@ bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* out) {
   if (!aligned16({a.q, a.k, a.v, a.o, a.lse})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
-  const Key k = make_key(s->device, false, d, a.lse != nullptr);
+  const Key k = make_key(s->device, false, d, a.lse != nullptr, a.kv_stride_rows());
   Plan* p = plan_for(k, d, s->stream);
   if (!p) return false;
   // A plan's first run times its candidates, synchronising with the host,
@@ -960,7 +963,7 @@ bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_statu
   if (!aligned16({a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk, a.dv})) return false;
   State& S = state();
   std::lock_guard<std::mutex> lock(S.mu);
-  const Key k = make_key(s->device, true, d, true);
+  const Key k = make_key(s->device, true, d, true, d.seq_kv);
   Plan* p = plan_for(k, d, s->stream);
   if (!p) return false;
   // A plan's first run times its candidates, synchronising with the host,

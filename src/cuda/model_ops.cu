@@ -238,6 +238,7 @@ struct RopeParams {
   const int32_t* pos;
   const float *q, *k, *v, *cos_t, *sin_t;
   float* qt;
+  __half* qt16;  // when set, the queries in f16 here instead of qt
   void *k_cache, *v_cache;
   const int32_t* slots;  // a batch of sequences: pos and slots [n]; null: one sequence at *pos
   int64_t slot_stride;
@@ -299,7 +300,7 @@ __device__ __forceinline__ float rotated(const HeadRow& x, const float* c, const
   return rope_elem(x[e], x[partner], c[k], s[k], first);
 }
 
-// Rotates the D/2 pairs of the row into dst (the queries' f32 rows or a cache row of T).
+// Rotates the D/2 pairs of the row into dst (the queries' f32 or f16 rows, or a cache row of T).
 template <typename T>
 __device__ __forceinline__ void rotate_row(const HeadRow& x, T* dst, const float* c, const float* s, int64_t half,
                                            bool neox) {
@@ -324,7 +325,8 @@ __global__ void rope_kv_append_kernel(RopeParams a) {
   const float* s = a.sin_t + p * half;
   if (h < a.H) {
     const HeadRow q = head_row(a.q + i * a.ldq + h * D, a.bq ? a.bq + h * D : nullptr, a.q_norm, D, a.norm_eps);
-    rotate_row(q, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
+    if (a.qt16) rotate_row(q, a.qt16 + (h * a.n + i) * D, c, s, half, a.neox);
+    else rotate_row(q, a.qt + (h * a.n + i) * D, c, s, half, a.neox);
     return;
   }
   const int64_t g = h - a.H, cell = row_slot(a.slots, a.slot_stride, i) + (g * a.C + p) * D;
@@ -432,7 +434,8 @@ tc_status convert(Device&, StreamState* s, const ConvertArgs& a) {
 
 tc_status rope_kv_append(Device&, StreamState* s, const RopeKvAppendArgs& a) {
   const RopeParams p{a.n, a.H, a.Hkv, a.D, a.C, a.ldq, a.ldk, a.ldv, a.neox ? 1 : 0, a.pos,
-                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, a.k_cache, a.v_cache, a.slots, a.slot_stride,
+                     a.q, a.k, a.v, a.cos_t, a.sin_t, a.qt, reinterpret_cast<__half*>(a.qt16), a.k_cache,
+                     a.v_cache, a.slots, a.slot_stride,
                      a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.norm_eps};
   s->last_kernel = "rope_kv_append";
   const dim3 grid(unsigned(a.n), unsigned(a.H + a.Hkv));

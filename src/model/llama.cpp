@@ -346,7 +346,10 @@ tc_status Llama::gemv_q8(const Matrix& w, float* y, int epilogue, int64_t M, con
 // many such sequences of the same n and P in consecutive slots from kc / vc
 // on, their rows one after the other (qt, ot, o hold group blocks): one
 // attention call for all of them (a device's; the host takes group 1).
-tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
+// Slots are consecutive in a layer's cache, so the group's kv heads are a
+// batch of group * Hkv heads n_ctx rows apart: the attention reads them in
+// place (AttentionArgs::kv_rows) unless packs_kv().
+tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const void* qt,
                                  float* ot, void* o, int64_t group) {
   const tc_llama_config& g = cfg_;
   const int64_t H = g.n_head, Hkv = g.n_head_kv, D = g.head_dim, G = H / Hkv, C = g.n_ctx;
@@ -391,6 +394,15 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     c.src = vc, c.dst = vpack_;
     return be_->convert(c, q);
   };
+  // The kv heads in place, or packed [Hkv][P+n][D] into kpack / vpack.
+  auto kv_operands = [&]() -> tc_status {
+    if (!packs_kv()) {
+      a.k = kc, a.v = vc, a.kv_rows = C;
+      return TC_OK;
+    }
+    a.k = kpack_, a.v = vpack_;
+    return pack_kv(act_ == TC_DTYPE_F16 ? TC_DTYPE_F16 : TC_DTYPE_F32);
+  };
   if (host_) {
     // Once per kv head (the CPU's vectorised attention, also for a
     // single token), on an f32 cache in place, an f16 or Q8_0 one
@@ -403,7 +415,7 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
       K = kpack_, V = vpack_, pitch = (P + n) * D;
     }
     for (int64_t kh = 0; kh < Hkv; ++kh) {
-      a.q = qt + kh * G * n * D;
+      a.q = static_cast<const float*>(qt) + kh * G * n * D;
       a.k = K + kh * pitch;
       a.v = V + kh * pitch;
       a.o = static_cast<float*>(heads_out) + kh * G * n * D;
@@ -411,23 +423,21 @@ tc_status Llama::chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc
     }
   } else if (act_ == TC_DTYPE_F16) {
     // f16 activations: the attention on f16 operands too (tensor cores,
-    // f32 accumulation, as the products): the queries converted into ot
-    // (free on this path), the packed kv heads in f16, the heads' outputs
-    // through yh into o, which is f16 here: the wo product's input.
-    TC_TRY(pack_kv(TC_DTYPE_F16));
-    uint16_t* q16 = reinterpret_cast<uint16_t*>(ot);
-    TC_TRY(convert(qt, TC_DTYPE_F32, q16, TC_DTYPE_F16, group * H * n * D));
+    // f32 accumulation, as the products): the queries as rope_kv_append
+    // wrote them in f16, the kv heads in f16, the heads' outputs through yh
+    // into o, which is f16 here: the wo product's input.
+    TC_TRY(kv_operands());
     a.d.batch = group * Hkv;
     a.d.dtype = TC_DTYPE_F16;
-    a.q = q16, a.k = kpack_, a.v = vpack_, a.o = n == 1 ? o : yh_;
+    a.q = qt, a.o = n == 1 ? o : yh_;
     TC_TRY(be_->attention_forward(a, q));
     heads_out = yh_, heads_type = TC_DTYPE_F16;
   } else {
-    // One call for every head: the packed kv heads (a batch of Hkv with
-    // G query heads each) instead of Hkv launches.
-    TC_TRY(pack_kv(TC_DTYPE_F32));
+    // One call for every head: the kv heads a batch of Hkv with G query
+    // heads each, instead of Hkv launches.
+    TC_TRY(kv_operands());
     a.d.batch = group * Hkv;
-    a.q = qt, a.k = kpack_, a.v = vpack_, a.o = heads_out;
+    a.q = qt, a.o = heads_out;
     TC_TRY(be_->attention_forward(a, q));
   }
   const size_t seq_bytes = size_t(n * H * D) * dtype_size(heads_type);
@@ -480,6 +490,14 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
   auto att_out = [&](int64_t row) -> void* {
     return o16 ? static_cast<void*>(xh_ + row * Dq) : static_cast<void*>(o_ + row * Dq);
   };
+  // The decode attention (one token, or a batch step's rows) reads f32
+  // queries; the chunk attention takes them in its own type: with o16,
+  // rope_kv_append writes them in f16 into ot_.
+  const bool decoded = !chunk && (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32)));  // f32 o_
+  uint16_t* const q16 = o16 && !decoded ? reinterpret_cast<uint16_t*>(ot_) : nullptr;
+  auto queries = [&](int64_t row) -> const void* {
+    return q16 ? static_cast<const void*>(q16 + row * Dq) : static_cast<const void*>(qt_ + row * Dq);
+  };
   bool normed = false;  // the previous layer's residual wrote this layer's normed x
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
@@ -494,7 +512,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     r.neox = A.neox_rope;
     r.pos = params_;
     r.cos_t = cos_[L.rope], r.sin_t = sin_[L.rope];
-    r.qt = qt_, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
+    r.qt = qt_, r.qt16 = q16, r.k_cache = kc, r.v_cache = vc, r.cache = kv_;
     if (batch) {
       r.pos = batch_pos(params_), r.slots = batch_slots(params_);
       r.slot_stride = slot_elems();
@@ -547,6 +565,7 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         rs.n = sg.n;
         rs.q = qp + sg.row * r.ldq, rs.k = kp + sg.row * r.ldk, rs.v = vp + sg.row * r.ldv;
         rs.qt = qt_ + sg.row * Dq;
+        if (q16) rs.qt16 = q16 + sg.row * Dq;
         rs.k_cache = cache_layer(k_cache_, l, sg.slot), rs.v_cache = cache_layer(v_cache_, l, sg.slot);
         rs.pos = batch_pos(params_) + sg.row;
         TC_TRY(be_->rope_kv_append(rs, q));
@@ -558,7 +577,6 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
     // the 8-bit X the wo product reads (no quantize_q8 between them; the
     // qkv product that read the previous X has finished in stream order).
     bool o_quantised = false;
-    const bool decoded = !chunk && (batch || (n == 1 && (!host_ || kv_ != TC_DTYPE_F32)));  // f32 o_
     if (decoded) {
       // The decode attention reads queries [H][n][D] and writes token rows
       // [n][H][D]. Its lengths come from the parameter block, so a recorded
@@ -578,12 +596,12 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
       if (q8 && n == 1 && D % 32 == 0) a.oq = q8x_, a.od = q8d_, o_quantised = true;
       TC_TRY(be_->decode_attention(a, q));
     } else if (!chunk) {
-      TC_TRY(chunk_attention(l, n, P, kc, vc, qt_, ot_, att_out(0)));
+      TC_TRY(chunk_attention(l, n, P, kc, vc, queries(0), ot_, att_out(0)));
     } else {
       // Each sequence's rows: their own chunk attention on their slot's cache,
       // runs of segments of the same n and P in consecutive slots as one call
-      // (B prompts of one length: B / group calls), as many as the packed
-      // keys' scratch holds (Hkv n_ctx D floats).
+      // (B prompts of one length: B / group calls); where the kv heads are
+      // packed, as many as their scratch holds (Hkv n_ctx D floats).
       // (Segments are adjacent runs of rows: equal n keeps their rows in
       // order.) The host's attention goes kv head by kv head: no groups.
       const auto& sgs = chunk->segments;
@@ -592,10 +610,11 @@ tc_status Llama::forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t 
         const Segment& sg = sgs[i];
         size_t j = i + 1;
         while (!host_ && j < sgs.size() && sgs[j].n == sg.n && sgs[j].P == sg.P &&
-               sgs[j].slot == sg.slot + int64_t(j - i) && int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4)
+               sgs[j].slot == sg.slot + int64_t(j - i) &&
+               (!packs_kv() || int64_t(j - i + 1) * (sg.P + sg.n) * esize <= C * 4))
           ++j;
         TC_TRY(chunk_attention(l, sg.n, sg.P, cache_layer(k_cache_, l, sg.slot), cache_layer(v_cache_, l, sg.slot),
-                               qt_ + sg.row * Dq, ot_ + sg.row * Dq, att_out(sg.row), int64_t(j - i)));
+                               queries(sg.row), ot_ + sg.row * Dq, att_out(sg.row), int64_t(j - i)));
         i = j;
       }
     }

@@ -206,9 +206,14 @@ class Llama {
   // its `out` rows into `lg`; P, rows, slot and batch unused.
   tc_status forward(int64_t n, int64_t P, float* lg, int64_t rows, int64_t slot = 0, bool batch = false,
                     const Chunk* chunk = nullptr);
-  // o: token rows in f16 with f16 activations on a device, else f32.
-  tc_status chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const float* qt,
+  // qt: the rotated queries, in f16 with f16 activations on a device
+  // (rope_kv_append's qt16), else f32; o: token rows of the same type.
+  tc_status chunk_attention(int64_t l, int64_t n, int64_t P, const void* kc, const void* vc, const void* qt,
                             float* ot, void* o, int64_t group = 1);
+  // The chunk attention reads the cache in place where its elements are the
+  // attention's (f16 with f16 activations on a device, f32 otherwise);
+  // else it packs each kv head's prefix, converted, into kpack_ / vpack_.
+  bool packs_kv() const { return kv_ != (act_ == TC_DTYPE_F16 && !host_ ? TC_DTYPE_F16 : TC_DTYPE_F32); }
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
   tc_status step_batch(int64_t n, float* logits);
   tc_status logits_back(float* logits, int64_t rows, const char* fn);

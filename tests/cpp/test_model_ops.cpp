@@ -7,7 +7,9 @@
 //   rope_kv_append   padded token rows, cache rows outside [P, P + n) untouched;
 //                    a batch of rows in their own slots and positions; with
 //                    and without q / k / v biases and Q/K norms (the inputs
-//                    untouched)
+//                    untouched); queries in f32 or f16
+//   attention_forward over kv heads in place (a cache's rows a head): the
+//                    bits of the packed heads
 //   decode_attention (batch) rows of several slots against the reference and
 //                    against each row alone
 //   decode_attention GQA (1, 2, 3, 4 and 8 heads a group), positions at the start,
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -36,6 +39,7 @@
 #include "core/half.h"
 #include "core/objects.h"
 #include "quant/formats.h"
+#include "tensorcore/cuda.h"
 #include "tensorcore/tensorcore.h"
 #include "backend_op_fixture.h"
 
@@ -260,10 +264,11 @@ TEST_P(ModelOps, RopeKvAppend) {
   Dev dev(GetParam());
   for (tc_dtype cache : {TC_DTYPE_F32, TC_DTYPE_F16})
   for (bool neox : {false, true})
-  for (int form : {0, 1, 2}) {  // plain; q / k / v biases; biases and Q/K norms
+  for (int form : {0, 1, 2})  // plain; q / k / v biases; biases and Q/K norms
+  for (bool q16 : {false, true}) {  // the queries in f32 (qt) or f16 (qt16)
   const int64_t n = 3, H = 4, Hkv = 2, D = 8, C = 16, P = 5, half = D / 2;
   const RopeRows rows(n, H, Hkv, D, C, form);
-  SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : ""));
+  SCOPED_TRACE(rows.name(neox) + (cache == TC_DTYPE_F16 ? ", f16 cache" : "") + (q16 ? ", f16 queries" : ""));
   const std::vector<float>&q = rows.q, &k = rows.k, &v = rows.v;
   const int64_t ldq = rows.ldq, ldk = rows.ldk, ldv = rows.ldv;
   const std::vector<float> cache_init(Hkv * C * D, -7.0f);
@@ -273,17 +278,26 @@ TEST_P(ModelOps, RopeKvAppend) {
   a.k_cache = put_cache(dev, cache_init, cache), a.v_cache = put_cache(dev, cache_init, cache);
   a.cache = cache;
   a.neox = neox;
+  if (q16) a.qt16 = dev.put(std::vector<uint16_t>(size_t(H * n * D), 0x7e00));  // NaN
   ASSERT_EQ(dev.be().rope_kv_append(a, nullptr), TC_OK);
   EXPECT_EQ(dev.get(a.q, n * ldq), rows.q_in) << "q rows changed";
-  const auto qt = dev.get(a.qt, H * n * D), kc = cache_values(dev, a.k_cache, Hkv * C * D, cache),
-             vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
-  // An f16 key is the f32 rotation rounded: within half an f16 step of the exact one.
+  const auto kc = cache_values(dev, a.k_cache, Hkv * C * D, cache), vc = cache_values(dev, a.v_cache, Hkv * C * D, cache);
+  std::vector<float> qt = dev.get(a.qt, H * n * D);
+  if (q16) {
+    for (float x : qt) ASSERT_TRUE(std::isnan(x)) << "qt written with qt16 given";
+    const auto h = dev.get(a.qt16, size_t(H * n * D));
+    for (size_t e = 0; e < qt.size(); ++e) qt[e] = tc::f16_to_f32(h[e]);
+  }
+  // An f16 key or query is the f32 rotation rounded: within half an f16 step of the exact one.
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
+  auto q_tol = [&](double x) { return 1e-5 + (q16 ? std::fabs(x) * 0x1p-11 : 0.0); };
   auto rot = [&](const float* x, int64_t p, int64_t d) { return rows.rot(x, p, d, neox); };
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t h = 0; h < H; ++h)
-        EXPECT_NEAR(qt[(h * n + i) * D + d], rot(&q[i * ldq + h * D], P + i, d), 1e-5);
+      for (int64_t h = 0; h < H; ++h) {
+        const double qr = rot(&q[i * ldq + h * D], P + i, d);
+        EXPECT_NEAR(qt[(h * n + i) * D + d], qr, q_tol(qr));
+      }
       for (int64_t g = 0; g < Hkv; ++g) {
         const double kr = rot(&k[i * ldk + g * D], P + i, d);
         EXPECT_NEAR(kc[(g * C + P + i) * D + d], kr, key_tol(kr));
@@ -1015,6 +1029,64 @@ TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t e = 0; e < S * D; ++e) ASSERT_EQ(out[h * S * D + e], cache[h * C * D + e]);
   EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
+}
+
+// The chunk attention over a cache in place (AttentionArgs::kv_rows): kv
+// heads R rows apart, the rows past Skv NaN, against the same call on the
+// heads packed Skv rows apart: the same bits (our kernels on the same
+// values), f32 and f16, a causal bottom-right mask (Sq < Skv), GQA. On a
+// GPU also through cuDNN's plans (built at the first call): within f16's
+// rounding of each other.
+TEST_P(ModelOps, AttentionReadsKvHeadsInPlace) {
+  Dev dev(GetParam());
+  const int64_t B = 2, H = 4, Hkv = 2, Sq = 5, Skv = 9, R = 13, D = 16;
+  const bool gpu = GetParam() == "cuda";
+  for (int pass = 0; pass < (gpu ? 3 : 2); ++pass) {
+    const tc_dtype dt = pass == 0 ? TC_DTYPE_F32 : TC_DTYPE_F16;
+    const bool cudnn = pass == 2;
+    SCOPED_TRACE(cudnn ? "f16 through cuDNN" : dt == TC_DTYPE_F16 ? "f16" : "f32");
+    if (gpu) {
+      setenv("TC_CUDNN_PLAN_AFTER", cudnn ? "1" : "1000000", 1);
+      setenv("TC_CUDNN_PLAN_BACKGROUND", "0", 1);
+    }
+    const std::vector<float> q = randn(B * H * Sq * D), k = randn(B * Hkv * Skv * D), v = randn(B * Hkv * Skv * D);
+    std::vector<float> ks(size_t(B * Hkv * R * D), NAN), vs(size_t(B * Hkv * R * D), NAN);
+    for (int64_t h = 0; h < B * Hkv; ++h)
+      for (int64_t e = 0; e < Skv * D; ++e) ks[size_t(h * R * D + e)] = k[size_t(h * Skv * D + e)],
+                                             vs[size_t(h * R * D + e)] = v[size_t(h * Skv * D + e)];
+    auto put = [&](const std::vector<float>& x) -> void* {
+      if (dt == TC_DTYPE_F32) return dev.put(x);
+      std::vector<uint16_t> h(x.size());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = tc::f32_to_f16(x[i]);
+      return dev.put(h);
+    };
+    auto out = [&](const void* o) {
+      std::vector<float> r(size_t(B * H * Sq * D));
+      if (dt == TC_DTYPE_F32) return dev.get(static_cast<const float*>(o), r.size());
+      const auto h = dev.get(static_cast<const uint16_t*>(o), r.size());
+      for (size_t i = 0; i < r.size(); ++i) r[i] = tc::f16_to_f32(h[i]);
+      return r;
+    };
+    tc::AttentionArgs a;
+    a.info.name = "test.attention_in_place";
+    a.d.batch = B, a.d.heads = H, a.d.kv_heads = Hkv, a.d.seq_q = Sq, a.d.seq_kv = Skv, a.d.head_dim = D;
+    a.d.dtype = dt, a.d.accum = TC_DTYPE_F32, a.d.softmax_scale = 1.0 / std::sqrt(double(D)), a.d.causal = 1;
+    a.q = put(q);
+    const std::vector<float> poison(size_t(B * H * Sq * D), NAN);
+    a.k = put(k), a.v = put(v), a.o = put(poison);
+    ASSERT_EQ(dev.be().attention_forward(a, nullptr), TC_OK);
+    const std::vector<float> packed = out(a.o);
+    a.k = put(ks), a.v = put(vs), a.o = put(poison), a.kv_rows = R;
+    ASSERT_EQ(dev.be().attention_forward(a, nullptr), TC_OK);
+    const std::vector<float> in_place = out(a.o);
+    if (gpu) std::printf("  %s: %s\n", cudnn ? "cudnn pass" : "our kernels", tc_cuda_last_kernel_name());
+    for (size_t i = 0; i < packed.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(packed[i])) << i;
+      if (cudnn) ASSERT_NEAR(in_place[i], packed[i], 4e-3 * (1.0 + std::fabs(packed[i]))) << "element " << i;
+      else ASSERT_EQ(in_place[i], packed[i]) << "element " << i;
+    }
+  }
+  if (gpu) unsetenv("TC_CUDNN_PLAN_AFTER"), unsetenv("TC_CUDNN_PLAN_BACKGROUND");
 }
 
 // Random Q4_0 / Q4_1 / Q8_0 rows (scales and mins of either sign, every

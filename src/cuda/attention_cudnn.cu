@@ -81,6 +81,7 @@ namespace tc {
 namespace cuda {
 bool try_cudnn_forward(StreamState*, const AttentionArgs&, tc_status*) { return false; }
 bool try_cudnn_backward(StreamState*, const AttentionBackwardArgs&, tc_status*) { return false; }
+void drain_cudnn_builds(int) {}
 }  // namespace cuda
 }  // namespace tc
 
@@ -691,33 +692,39 @@ std::unique_ptr<Plan> build_plan(const Key& k) {
 
 // The helper thread that builds queued shapes' plans, one at a time, and
 // puts each in the cache in place of its in-flight entry. Started by the
-// first shape queued; at process exit it finishes the build in flight (if
-// any), drops the rest and is joined, before the CUDA runtime tears down
-// (it is constructed after the runtime started). A child forked from the
-// process has no such thread (nor a usable CUDA context): its exit leaves
-// the thread object alone, and builds in flight at the fork never land
-// there.
+// first shape queued. A device's destruction drains its builds: processes
+// that exited with a build in flight ended in a segmentation fault after
+// their work was done (libraries cuDNN loaded during the build, on this
+// thread, are torn down at exit while it runs). Never destroyed, never
+// joined: at exit the thread waits idle and ends with the process, its own
+// exit never running under torn-down libraries. A child
+// forked from the process has no such thread (nor a usable CUDA context):
+// builds in flight at the fork never land there.
 class PlanBuilder {
  public:
   // state().mu held.
   void enqueue(const Key& k) {
     queue_.push_back(k);
-    if (!thread_) {
+    if (!owner_) {
       owner_ = getpid();
-      thread_ = new std::thread([this] { loop(); });
+      std::thread([this] { loop(); }).detach();
     }
     wake_.notify_one();
   }
-  ~PlanBuilder() {
-    if (!thread_ || getpid() != owner_) return;
-    {
-      std::lock_guard<std::mutex> lock(state().mu);
-      stop_ = true;
-      queue_.clear();
+  // state().mu not held.
+  void drain(int device) {
+    State& S = state();
+    std::unique_lock<std::mutex> lock(S.mu);
+    if (getpid() != owner_) return;  // never started (or not in this process)
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->device != device) {
+        ++it;
+        continue;
+      }
+      S.plans.erase(*it);  // not built: the shape counts its calls again
+      it = queue_.erase(it);
     }
-    wake_.notify_one();
-    thread_->join();
-    delete thread_;
+    idle_.wait(lock, [&] { return building_ != device; });
   }
 
  private:
@@ -725,10 +732,10 @@ class PlanBuilder {
     State& S = state();
     std::unique_lock<std::mutex> lock(S.mu);
     for (;;) {
-      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
+      wake_.wait(lock, [this] { return !queue_.empty(); });
       const Key k = queue_.front();
       queue_.pop_front();
+      building_ = k.device;
       lock.unlock();
       std::unique_ptr<Plan> p;
       if (cudaSetDevice(k.device) != cudaSuccess) {
@@ -742,19 +749,27 @@ class PlanBuilder {
       if (!p->ok) note_unsupported(k, *p);
       lock.lock();
       S.plans[k] = std::move(p);
+      building_ = -1;
+      idle_.notify_all();
     }
   }
-  std::thread* thread_ = nullptr;
-  pid_t owner_ = 0;               // the process that started it
+  pid_t owner_ = 0;               // the process that started the thread (0: none yet)
   std::condition_variable wake_;  // waits on state().mu
+  std::condition_variable idle_;  // a build finished (drain)
+  int building_ = -1;             // the device of the build in flight
   std::deque<Key> queue_;
-  bool stop_ = false;
 };
 
 PlanBuilder& plan_builder() {
-  static PlanBuilder b;
-  return b;
+  static PlanBuilder* b = new PlanBuilder;
+  return *b;
 }
+
+}  // namespace
+
+void drain_cudnn_builds(int device) { plan_builder().drain(device); }
+
+namespace {
 
 // The cached plan for `k`, or null while the shape runs on our kernels:
 // cuDNN does not take it (the reason goes to the TC_CUDNN_DEBUG log once),

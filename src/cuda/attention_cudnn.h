@@ -18,6 +18,12 @@ struct StreamState;
 bool try_cudnn_forward(StreamState* s, const AttentionArgs& a, tc_status* st);
 bool try_cudnn_backward(StreamState* s, const AttentionBackwardArgs& a, tc_status* st);
 
+// Drops the plan builds queued for `device` and waits for the one in flight
+// there, if any. A device's destruction (a context's) calls it, so that no
+// build runs on past the contexts that asked for it: a process exiting in
+// the middle of one would tear cuDNN down under it.
+void drain_cudnn_builds(int device);
+
 // Whether the library was built with cuDNN (TC_HAVE_CUDNN).
 constexpr bool cudnn_in_build() {
 #ifdef TC_HAVE_CUDNN

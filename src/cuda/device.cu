@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "cuda/attention_cudnn.h"
 
 namespace tc {
 namespace cuda {
@@ -81,6 +82,7 @@ Device::Device(int index) : index_(index) {
 }
 
 Device::~Device() {
+  drain_cudnn_builds(index_);
   cudaSetDevice(index_);
   destroy_stream(&default_);
   drop_parked();

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tensorcore as tc
-from conftest import ELEMENT_SIZE, TOLERANCE, np_dtype, poison, random_array, to_f64
+from conftest import ELEMENT_SIZE, TOLERANCE, np_dtype, poison, random_array, run_python, to_f64
 
 H = 4
 SEQ_CASES = {"eq": (29, 29), "lt": (11, 40), "decode": (1, 37), "gt": (33, 14)}
@@ -418,6 +418,33 @@ def test_cudnn_plan_built_in_the_background(actx, rng, monkeypatch):
         close("dQ", dq, rdq, TOLERANCE["f16"], fq)
         close("dK", dk, rdk, TOLERANCE["f16"], fk)
         close("dV", dv, rdv, TOLERANCE["f16"])
+
+
+EXIT_DURING_A_BUILD = """
+import numpy as np, tensorcore as tc
+ctx = tc.Context("cuda")
+shape = dict(batch=3, heads=4, seq_q=96, seq_kv=96, head_dim=64)
+x = np.zeros((3, 4, 96, 64), np.float16)
+Q, K, V, O = (ctx.buffer_from_array(x) for _ in range(4))
+for _ in range(2):  # the second call queues the plan's build; nothing waits for it
+    ctx.attention_forward(Q, K, V, O, **shape, dtype="f16", causal=True)
+ctx.synchronize()
+%s
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["context-closed", "context-left-open"])
+def test_exit_with_a_plan_build_in_flight(actx, close):
+    """A process that ends right after queueing a plan's build: closing the
+    context waits for it (no build runs on past its device's contexts, where
+    exit would tear cuDNN down under it), and one that leaves the context to
+    the end exits cleanly too."""
+    if actx.device != "cuda" or not cudnn_in_build():
+        pytest.skip("cuDNN's plans are the CUDA backend's")
+    r = run_python(EXIT_DURING_A_BUILD % ("ctx.close()" if close else ""),
+                   env={"TC_CUDNN_PLAN_AFTER": "2", "TC_CUDNN_PLAN_BACKGROUND": "1"}, timeout=120)
+    assert r.returncode == 0 and "done" in r.stdout, (r.returncode, r.stderr[-2000:])
 
 
 @pytest.mark.parametrize("dtype,D,hkv,causal,sq,skv", CUDNN_CASES[:3], ids=[cudnn_case_id(c) for c in CUDNN_CASES[:3]])

@@ -656,9 +656,14 @@ void note_unsupported(const Key& k, const Plan& p) {
 
 // Builds k's plan on the device's handle (created at its first build), on
 // whichever thread calls: state().cudnn_mu held, state().mu not needed.
-std::unique_ptr<Plan> build_plan(const Key& k) {
+std::unique_ptr<Plan> build_plan_locked(const Key& k) {
   State& S = state();
   std::unique_ptr<Plan> p(new Plan);
+  if (cudaSetDevice(k.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->why = "cudaSetDevice failed";
+    return p;
+  }
   if (S.handle_failed.count(k.device)) {
     p->why = S.handle_failed[k.device];
     return p;
@@ -687,6 +692,17 @@ std::unique_ptr<Plan> build_plan(const Key& k) {
     finish(g, p.get(), S.handles[k.device], direction(k));
   debug("%s Sq=%lld Skv=%lld: plan built in %.1f ms", direction(k), (long long)k.Sq, (long long)k.Skv,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return p;
+}
+
+// build_plan_locked under the handles' lock, a rejection logged.
+std::unique_ptr<Plan> build_plan(const Key& k) {
+  std::unique_ptr<Plan> p;
+  {
+    std::lock_guard<std::mutex> handles(state().cudnn_mu);
+    p = build_plan_locked(k);
+  }
+  if (!p->ok) note_unsupported(k, *p);
   return p;
 }
 
@@ -737,16 +753,7 @@ class PlanBuilder {
       queue_.pop_front();
       building_ = k.device;
       lock.unlock();
-      std::unique_ptr<Plan> p;
-      if (cudaSetDevice(k.device) != cudaSuccess) {
-        cudaGetLastError();
-        p.reset(new Plan);
-        p->why = "helper thread: cudaSetDevice failed";
-      } else {
-        std::lock_guard<std::mutex> handles(S.cudnn_mu);
-        p = build_plan(k);
-      }
-      if (!p->ok) note_unsupported(k, *p);
+      std::unique_ptr<Plan> p = build_plan(k);
       lock.lock();
       S.plans[k] = std::move(p);
       building_ = -1;
@@ -809,13 +816,7 @@ Plan* plan_for(const Key& k, const tc_attention_desc& d, cudaStream_t stream) {
     plan_builder().enqueue(k);
     return nullptr;
   }
-  std::unique_ptr<Plan> p;
-  {
-    std::lock_guard<std::mutex> handles(S.cudnn_mu);
-    p = build_plan(k);
-  }
-  if (!p->ok) note_unsupported(k, *p);
-  Plan* built = S.plans.emplace(k, std::move(p)).first->second.get();
+  Plan* built = S.plans.emplace(k, build_plan(k)).first->second.get();
   return built->ok ? built : nullptr;
 }
 

@@ -285,8 +285,7 @@ TEST_P(ModelOps, RopeKvAppend) {
   std::vector<float> qt = dev.get(a.qt, H * n * D);
   if (q16) {
     for (float x : qt) ASSERT_TRUE(std::isnan(x)) << "qt written with qt16 given";
-    const auto h = dev.get(a.qt16, size_t(H * n * D));
-    for (size_t e = 0; e < qt.size(); ++e) qt[e] = tc::f16_to_f32(h[e]);
+    qt = cache_values(dev, a.qt16, size_t(H * n * D), TC_DTYPE_F16);
   }
   // An f16 key or query is the f32 rotation rounded: within half an f16 step of the exact one.
   auto key_tol = [&](double x) { return 1e-5 + (cache == TC_DTYPE_F16 ? std::fabs(x) * 0x1p-11 : 0.0); };
@@ -1054,19 +1053,8 @@ TEST_P(ModelOps, AttentionReadsKvHeadsInPlace) {
     for (int64_t h = 0; h < B * Hkv; ++h)
       for (int64_t e = 0; e < Skv * D; ++e) ks[size_t(h * R * D + e)] = k[size_t(h * Skv * D + e)],
                                              vs[size_t(h * R * D + e)] = v[size_t(h * Skv * D + e)];
-    auto put = [&](const std::vector<float>& x) -> void* {
-      if (dt == TC_DTYPE_F32) return dev.put(x);
-      std::vector<uint16_t> h(x.size());
-      for (size_t i = 0; i < x.size(); ++i) h[i] = tc::f32_to_f16(x[i]);
-      return dev.put(h);
-    };
-    auto out = [&](const void* o) {
-      std::vector<float> r(size_t(B * H * Sq * D));
-      if (dt == TC_DTYPE_F32) return dev.get(static_cast<const float*>(o), r.size());
-      const auto h = dev.get(static_cast<const uint16_t*>(o), r.size());
-      for (size_t i = 0; i < r.size(); ++i) r[i] = tc::f16_to_f32(h[i]);
-      return r;
-    };
+    auto put = [&](const std::vector<float>& x) { return put_cache(dev, x, dt); };
+    auto out = [&](const void* o) { return cache_values(dev, o, size_t(B * H * Sq * D), dt); };
     tc::AttentionArgs a;
     a.info.name = "test.attention_in_place";
     a.d.batch = B, a.d.heads = H, a.d.kv_heads = Hkv, a.d.seq_q = Sq, a.d.seq_kv = Skv, a.d.head_dim = D;

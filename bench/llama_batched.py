@@ -6,7 +6,10 @@ as one eval_batch (prefill: forwards of up to 512 rows, each product on all
 of them; beside it each prompt through its own eval(seq=s)), then --ntg (default 128) batch steps of
 one token for each of the B sequences (decode_batch: the weights are read
 once per step for all B rows; one untimed step before them records a GPU's
-step graph). Aggregate tok/s = B * tokens / seconds, as
+step graph), the logits brought back and the next tokens picked by
+NumPy's argmax; then the same steps from the same prompts through
+decode_batch_greedy (the ids picked where the step ran, only they come
+back). Aggregate tok/s = B * tokens / seconds, as
 llama.cpp's llama-batched-bench counts them (S_PP, S_TG).
 
 Models: --model names a GGUF file; random-1.1b (the CPU default,
@@ -102,11 +105,21 @@ def measure(args, path):
             for _ in range(args.ntg):
                 toks = np.argmax(m.decode_batch(seqs, toks), axis=1)
             t_tg = time.perf_counter() - t0
+            # The same steps again from the same prompts, the next tokens
+            # picked where the step ran (decode_batch_greedy: ids only).
             for s in seqs:
                 m.reset(seq=s)
-            res[B] = (B * args.npp / t_pp, B * args.ntg / t_tg, B * args.npp / t_each)
-            print("  B %3d: prefill %8.1f tok/s (%.2f s; each prompt alone %8.1f), decode %8.1f tok/s (%.2f s)" % (
-                B, res[B][0], t_pp, res[B][2], res[B][1], t_tg))
+            last = m.eval_batch(np.repeat(seqs, args.npp), prompts.reshape(-1))
+            toks = m.decode_batch_greedy(seqs, np.argmax(last, axis=1))
+            t0 = time.perf_counter()
+            for _ in range(args.ntg):
+                toks = m.decode_batch_greedy(seqs, toks)
+            t_greedy = time.perf_counter() - t0
+            for s in seqs:
+                m.reset(seq=s)
+            res[B] = (B * args.npp / t_pp, B * args.ntg / t_tg, B * args.npp / t_each, B * args.ntg / t_greedy)
+            print("  B %3d: prefill %8.1f tok/s (%.2f s; each prompt alone %8.1f), decode %8.1f tok/s (%.2f s), "
+                  "greedy on the device %8.1f tok/s" % (B, res[B][0], t_pp, res[B][2], res[B][1], t_tg, res[B][3]))
         info = ctx.device_info()
     return res, info
 
@@ -209,12 +222,12 @@ def main():
     ours, info = measure(args, path)
     peer, notes = run_batched_bench(args, path) if args.llama_batched_bench else ({}, [])
     load_after = os.getloadavg()
-    table = ["| B | prefill tok/s | each prompt alone | decode tok/s |" + (
+    table = ["| B | prefill tok/s | each prompt alone | decode tok/s | decode, greedy ids only |" + (
         " llama.cpp prefill | llama.cpp decode | prefill / llama.cpp | decode / llama.cpp |" if peer else ""),
-             "|---|---|---|---|" + ("---|---|---|---|" if peer else "")]
+             "|---|---|---|---|---|" + ("---|---|---|---|" if peer else "")]
     for B in args.npl:
-        pp, tg, each = ours[B]
-        line = "| %d | %.1f | %.1f | %.1f |" % (B, pp, each, tg)
+        pp, tg, each, greedy = ours[B]
+        line = "| %d | %.1f | %.1f | %.1f | %.1f |" % (B, pp, each, tg, greedy)
         if B in peer:
             lp, lt, fa = peer[B]
             line += " %.1f | %.1f (fa %s) | %.2fx | %.2fx |" % (lp, lt, fa, pp / lp, tg / lt)
@@ -239,7 +252,7 @@ def main():
                 else " (the machine is shared with other builds)"),
             "- Model: %s." % desc,
             "- Per batch size B: B prompts of %d tokens as one `eval_batch` (prefill; beside it the same "
-            "prompts each through its own `eval(seq=s)`), then %d `decode_batch` steps of one token for each of the B sequences (decode); activations %s, %s KV "
+            "prompts each through its own `eval(seq=s)`), then %d `decode_batch` steps of one token for each of the B sequences (decode: the logits back, the next tokens by NumPy's argmax; then again from the same prompts with `decode_batch_greedy`: the ids found where the step ran); activations %s, %s KV "
             "cache. tok/s are aggregate: B * tokens / seconds." % (args.npp, args.ntg, args.activations,
                                                                   args.kv_type),
         ]

@@ -97,6 +97,15 @@ TC_API tc_status tc_llama_seq_n_past(tc_llama model, int32_t seq, int64_t* out);
 TC_API tc_status tc_llama_decode_batch(tc_llama model, const int32_t* seqs, const int32_t* tokens, int64_t n,
                                        float* logits, int64_t capacity);
 
+/* tc_llama_decode_batch for greedy decoding: the same step and refusals,
+ * and next[i] (room for n ids) = the id of sequence seqs[i]'s largest logit
+ * (the lowest id on a tie, a NaN counted largest; taken before a model's
+ * final soft-capping, which is increasing), found where the step ran: on a
+ * GPU only the n ids come back instead of n * n_vocab floats. A null next
+ * is TC_ERR_INVALID_ARG. */
+TC_API tc_status tc_llama_decode_batch_greedy(tc_llama model, const int32_t* seqs, const int32_t* tokens, int64_t n,
+                                              int32_t* next);
+
 /* Rows of any sequences as one batch (llama.cpp's llama_decode): row i
  * appends tokens[i] to sequence seqs[i]; a sequence may have any number of
  * rows, which take its next positions in row order. want: NULL (every row)

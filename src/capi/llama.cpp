@@ -82,6 +82,37 @@ tc_status check_empty(const char* fn, const tc_llama& m) {
   return TC_OK;
 }
 
+// The rows of a batch step (tc_llama_decode_batch and its greedy form):
+// 1 <= n <= max sequences, distinct sequences in range and not full,
+// tokens in the vocabulary. m is resolved in place, as check_llama does.
+tc_status check_batch_step(const char* fn, tc_llama& m, const int32_t* seqs, const int32_t* tokens, int64_t n) {
+  if (tc_status st = check_llama(fn, m)) return st;
+  const tc_llama_config& c = m->impl->config();
+  const int64_t slots = m->impl->max_sequences();
+  if (n < 1 || n > slots)
+    return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld sequences (1 to max_sequences %lld)", fn, (long long)n,
+                (long long)slots);
+  if (!seqs || !tokens) return fail(TC_ERR_INVALID_ARG, "%s: %s is null", fn, seqs ? "tokens" : "seqs");
+  std::vector<int64_t> row_of(size_t(slots), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t s = seqs[i];
+    if (s < 0 || s >= slots)
+      return fail(TC_ERR_INVALID_ARG, "%s: seqs[%lld] is %d, outside [0, %lld)", fn, (long long)i, s,
+                  (long long)slots);
+    if (row_of[size_t(s)] >= 0)
+      return fail(TC_ERR_INVALID_ARG, "%s: sequence %d is in the batch twice (rows %lld and %lld)", fn, s,
+                  (long long)row_of[size_t(s)], (long long)i);
+    row_of[size_t(s)] = i;
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+      return fail(TC_ERR_INVALID_ARG, "%s: tokens[%lld] is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
+                  (long long)c.n_vocab);
+    if (m->impl->n_past(s) >= c.n_ctx)
+      return fail(TC_ERR_INVALID_SHAPE, "%s: sequence %d is full (n_past %lld = n_ctx)", fn, s,
+                  (long long)m->impl->n_past(s));
+  }
+  return TC_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -154,33 +185,11 @@ tc_status tc_llama_decode_batch(tc_llama m, const int32_t* seqs, const int32_t* 
                                 int64_t capacity) {
   const char* fn = "tc_llama_decode_batch";
   return guarded(fn, [&] {
-    if (tc_status st = check_llama(fn, m)) return st;
-    const tc_llama_config& c = m->impl->config();
-    const int64_t slots = m->impl->max_sequences();
-    if (n < 1 || n > slots)
-      return fail(TC_ERR_INVALID_SHAPE, "%s: n = %lld sequences (1 to max_sequences %lld)", fn, (long long)n,
-                  (long long)slots);
-    if (!seqs || !tokens) return fail(TC_ERR_INVALID_ARG, "%s: %s is null", fn, seqs ? "tokens" : "seqs");
-    std::vector<int64_t> row_of(size_t(slots), -1);
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t s = seqs[i];
-      if (s < 0 || s >= slots)
-        return fail(TC_ERR_INVALID_ARG, "%s: seqs[%lld] is %d, outside [0, %lld)", fn, (long long)i, s,
-                    (long long)slots);
-      if (row_of[size_t(s)] >= 0)
-        return fail(TC_ERR_INVALID_ARG, "%s: sequence %d is in the batch twice (rows %lld and %lld)", fn, s,
-                    (long long)row_of[size_t(s)], (long long)i);
-      row_of[size_t(s)] = i;
-      if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
-        return fail(TC_ERR_INVALID_ARG, "%s: tokens[%lld] is %d, outside [0, %lld)", fn, (long long)i, tokens[i],
-                    (long long)c.n_vocab);
-      if (m->impl->n_past(s) >= c.n_ctx)
-        return fail(TC_ERR_INVALID_SHAPE, "%s: sequence %d is full (n_past %lld = n_ctx)", fn, s,
-                    (long long)m->impl->n_past(s));
-    }
+    if (tc_status st = check_batch_step(fn, m, seqs, tokens, n)) return st;
     if (logits) {
       int64_t want;
-      if (!mul_ok(n, c.n_vocab, &want)) return fail(TC_ERR_INVALID_SHAPE, "%s: n * n_vocab overflows", fn);
+      if (!mul_ok(n, m->impl->config().n_vocab, &want))
+        return fail(TC_ERR_INVALID_SHAPE, "%s: n * n_vocab overflows", fn);
       if (capacity < want)
         return fail(TC_ERR_INVALID_ARG, "%s: logits capacity %lld, need n * n_vocab = %lld", fn,
                     (long long)capacity, (long long)want);
@@ -188,6 +197,16 @@ tc_status tc_llama_decode_batch(tc_llama m, const int32_t* seqs, const int32_t* 
       return fail(TC_ERR_INVALID_ARG, "%s: capacity %lld without a logits array", fn, (long long)capacity);
     }
     return m->impl->decode_batch(seqs, tokens, n, logits);
+  });
+}
+
+tc_status tc_llama_decode_batch_greedy(tc_llama m, const int32_t* seqs, const int32_t* tokens, int64_t n,
+                                       int32_t* next) {
+  const char* fn = "tc_llama_decode_batch_greedy";
+  return guarded(fn, [&] {
+    if (tc_status st = check_batch_step(fn, m, seqs, tokens, n)) return st;
+    if (!next) return fail(TC_ERR_INVALID_ARG, "%s: next is null", fn);
+    return m->impl->decode_batch(seqs, tokens, n, nullptr, next);
   });
 }
 

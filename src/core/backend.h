@@ -452,6 +452,16 @@ struct Copy2dArgs {
   void* dst = nullptr;
 };
 
+// out[r] = the first i of the largest x[r * n + i], i < n, for each of the
+// rows (NumPy's argmax of each row: the lowest index on a tie, a NaN counted
+// largest): the next token of greedy decoding, found where the logits are.
+struct ArgmaxRowsArgs {
+  OpInfo info;
+  int64_t rows = 0, n = 0;
+  const float* x = nullptr;  // [rows][n]
+  int32_t* out = nullptr;    // [rows], n < 2^31
+};
+
 // One query row per head against the cache positions j <= *pos (and
 // j > *pos - window when window > 0):
 //   o[h] = softmax(cap(scale * q[h] K_g^T)) V_g,   g = h / (H / Hkv)

@@ -23,6 +23,10 @@
 //                     token i at p = pos[i] in cache slot slots[i]
 //   heads_to_tokens:  [H][n][D] -> [n][H][D]
 //   copy_2d:          cudaMemcpy2DAsync, device to device
+//   argmax_rows:      a block a row: each thread the first index of its largest
+//                     value over a strided pass, then a tree over (value, index)
+//                     pairs: the larger value wins, on a tie (or two NaNs) the
+//                     lower index, a NaN beats any number (NumPy's argmax)
 // Every position and token id comes from device memory, never from the host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -367,6 +371,53 @@ __global__ void glu_rows_kernel(int64_t n, int64_t F, int64_t ld, bool gelu, con
   }
 }
 
+// Whether (v, i) beats (bv, bi) in argmax_rows' order.
+__device__ __forceinline__ bool argmax_beats(float v, int32_t i, float bv, int32_t bi) {
+  const bool vn = v != v, bn = bv != bv;
+  if (vn || bn) return vn && (!bn || i < bi);
+  return v > bv || (v == bv && i < bi);
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_rows_kernel(const float* __restrict__ x, int64_t n, bool vec, int32_t* __restrict__ out) {
+  const float* row = x + int64_t(blockIdx.x) * n;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;  // loses to any value, -inf included
+  auto consider = [&](float v, int64_t i) {
+    if (argmax_beats(v, int32_t(i), bv, bi)) bv = v, bi = int32_t(i);
+  };
+  if (vec) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < n / 4; j += kArgmaxThreads) {
+      const float4 v = __ldcs(r4 + j);
+      consider(v.x, 4 * j), consider(v.y, 4 * j + 1), consider(v.z, 4 * j + 2), consider(v.w, 4 * j + 3);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < n; j += kArgmaxThreads) consider(__ldcs(row + j), j);
+  }
+  auto warp_best = [&] {
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (argmax_beats(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+  };
+  warp_best();
+  __shared__ float wv[kArgmaxThreads / 32];
+  __shared__ int32_t wi[kArgmaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+  __syncthreads();
+  if (warp == 0) {
+    bv = wv[lane], bi = wi[lane];
+    warp_best();
+    if (lane == 0) out[blockIdx.x] = bi;
+  }
+}
+
 }  // namespace
 
 tc_status embed_rows(Device&, StreamState* s, const EmbedRowsArgs& a) {
@@ -474,6 +525,14 @@ tc_status glu_rows(Device&, StreamState* s, const GluRowsArgs& a) {
   else
     glu_rows_kernel<<<grid, 256, 0, s->stream>>>(a.n, a.F, a.ld, a.gelu, a.gu, static_cast<float*>(a.out));
   return check(cudaGetLastError(), "glu_rows: launch");
+}
+
+tc_status argmax_rows(Device&, StreamState* s, const ArgmaxRowsArgs& a) {
+  s->last_kernel = "argmax_rows";
+  if (a.rows == 0) return TC_OK;
+  const bool vec = a.n % 4 == 0 && aligned16(a.x);
+  argmax_rows_kernel<<<unsigned(a.rows), kArgmaxThreads, 0, s->stream>>>(a.x, a.n, vec, a.out);
+  return check(cudaGetLastError(), "argmax_rows: launch");
 }
 
 tc_status copy_2d(Device&, StreamState* s, const Copy2dArgs& a) {

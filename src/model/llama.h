@@ -136,8 +136,11 @@ class Llama {
   // One token of each of n distinct sequences, each at its own n_past
   // (validated by the caller: n <= max_sequences(), every sequence below
   // n_ctx); logits [n, n_vocab] to host memory (may be null). Every
-  // sequence advances by one on success.
-  tc_status decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits);
+  // sequence advances by one on success. With `next`, also each row's
+  // greedy token (argmax_rows of its logits before any soft-capping, found
+  // where the step ran), so that no logits need to travel.
+  tc_status decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits,
+                         int32_t* next = nullptr);
   // Rows of any sequences (llama.cpp's llama_decode of a batch): row i
   // appends tokens[i] to sequence seqs[i], a sequence's rows at its next
   // positions in row order; the logits of the rows with want[i] != 0 (every
@@ -215,7 +218,8 @@ class Llama {
   // else it packs each kv head's prefix, converted, into kpack_ / vpack_.
   bool packs_kv() const { return kv_ != (act_ == TC_DTYPE_F16 && !host_ ? TC_DTYPE_F16 : TC_DTYPE_F32); }
   tc_status replay_or_record(std::unique_ptr<Graph>& graph, int64_t n, bool batch);
-  tc_status step_batch(int64_t n, float* logits);
+  tc_status step_batch(int64_t n, float* logits, int32_t* next);
+  tc_status argmax_rows(const float* logits, int64_t rows, int32_t* out);
   tc_status logits_back(float* logits, int64_t rows, const char* fn);
   tc_status finish(tc_status st);
 
@@ -289,6 +293,10 @@ class Llama {
   // host staging copy (page-locked on a device; the block itself on a host).
   int32_t* params_ = nullptr;
   int32_t* params_host_ = nullptr;
+  // A batch step's greedy tokens on a device (max_batch_ ids); on the host
+  // path the step's logits for them, grown on demand.
+  int32_t* next_ = nullptr;
+  std::vector<float> greedy_logits_;
   bool params_pinned_ = false;
   // Dequantised weights for the GEMM path, one matrix at a time.
   void* wdq_ = nullptr;

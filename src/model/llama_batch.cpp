@@ -27,8 +27,17 @@ tc_status Llama::set_max_sequences(int64_t n) {
   return alloc_kv_cache(kv_, n);
 }
 
-tc_status Llama::step_batch(int64_t n, float* logits) {
-  if (host_) return forward(n, 0, logits, n, 0, true);  // params_host_ is the block itself
+tc_status Llama::step_batch(int64_t n, float* logits, int32_t* next) {
+  if (host_) {  // params_host_ is the block itself
+    if (!next) return forward(n, 0, logits, n, 0, true);
+    float* lg = logits;
+    if (!lg) {
+      greedy_logits_.resize(size_t(n * cfg_.n_vocab));
+      lg = greedy_logits_.data();
+    }
+    TC_TRY(forward(n, 0, lg, n, 0, true));
+    return argmax_rows(lg, n, next);
+  }
 
   Queue* q = queue_.get();
   TC_TRY(be_->copy_async(params_, params_host_, size_t(3 * max_batch_ + 2) * sizeof(int32_t), true, q));
@@ -36,12 +45,24 @@ tc_status Llama::step_batch(int64_t n, float* logits) {
     if (batch_graphs_.size() <= size_t(n)) batch_graphs_.resize(size_t(n) + 1);
     TC_TRY(replay_or_record(batch_graphs_[size_t(n)], n, true));
   } else {
-    TC_TRY(forward(n, 0, logits ? logits_ : nullptr, n, 0, true));
+    TC_TRY(forward(n, 0, logits || next ? logits_ : nullptr, n, 0, true));
+  }
+  if (next) {
+    TC_TRY(argmax_rows(logits_, n, next_));
+    TC_TRY(be_->copy_async(next, next_, size_t(n) * sizeof(int32_t), false, q));
   }
   return logits_back(logits, n, "tc_llama_decode_batch");
 }
 
-tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits) {
+tc_status Llama::argmax_rows(const float* logits, int64_t rows, int32_t* out) {
+  ArgmaxRowsArgs a;
+  a.info.name = "llama.argmax";
+  a.rows = rows, a.n = cfg_.n_vocab;
+  a.x = logits, a.out = out;
+  return be_->argmax_rows(a, queue_.get());
+}
+
+tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_t n, float* logits, int32_t* next) {
   params_host_[0] = 0;
   params_host_[1] = int32_t(n);
   std::memcpy(params_host_ + 2, tokens, size_t(n) * sizeof(int32_t));
@@ -51,7 +72,7 @@ tc_status Llama::decode_batch(const int32_t* seqs, const int32_t* tokens, int64_
     pos[i] = int32_t(n_past_[size_t(seqs[i])]);
     slots[i] = seqs[i];
   }
-  if (tc_status st = finish(step_batch(n, logits))) return st;
+  if (tc_status st = finish(step_batch(n, logits, next))) return st;
   if (logits && arch_.final_softcap > 0.0f) softcap_logits(logits, n * cfg_.n_vocab);
   for (int64_t i = 0; i < n; ++i) ++n_past_[size_t(seqs[i])];
   return TC_OK;

@@ -606,6 +606,7 @@ tc_status Llama::alloc_state() {
   pieces.push_back({reinterpret_cast<void**>(&xh_), std::max(size_t(B * widest_in) * 2, q8_bytes)});
   pieces.push_back({reinterpret_cast<void**>(&yh_), size_t(B * widest_out) * 2});
   pieces.push_back({reinterpret_cast<void**>(&params_), size_t(3 * B + 2) * 4});
+  if (!host_) pieces.push_back({reinterpret_cast<void**>(&next_), size_t(B) * 4});
   size_t total = 0;
   for (auto& p : pieces) total += aligned(p.second);
   void* base_v = nullptr;

@@ -22,6 +22,8 @@
 //                    unquantised ones (within the bound the quantisation allows)
 //   gemv_q8 with RoPE rows: bit for bit the product, then rope_kv_append
 //   add (plain, a bias row, RMS-normed rows), convert, heads_to_tokens, copy_2d
+//   argmax_rows      NumPy's argmax of each row: ties, -inf, NaN, rows of every
+//                    length mod 4, at an offset (the scalar loads)
 //   gemm with an f32 C from f16 / bf16 X and W (the prefill's products)
 #include <gtest/gtest.h>
 
@@ -1028,6 +1030,54 @@ TEST_P(ModelOps, Copy2dPacksCachePrefixes) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t e = 0; e < S * D; ++e) ASSERT_EQ(out[h * S * D + e], cache[h * C * D + e]);
   EXPECT_EQ(out[heads * S * D], -3.0f);  // nothing past the last piece
+}
+
+// The index of the first largest value of a row, a NaN counted largest:
+// what NumPy's argmax returns.
+int32_t argmax_reference(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return int32_t(i);
+    if (x[i] > x[best]) best = i;
+  }
+  return int32_t(best);
+}
+
+TEST_P(ModelOps, ArgmaxRowsIsNumpysArgmax) {
+  Dev dev(GetParam());
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(256), int64_t(1000), int64_t(4099), int64_t(262144)}) {
+    for (int64_t offset : {int64_t(0), int64_t(1)}) {  // 1: the rows not 16-byte aligned
+      const int64_t rows = n > 5000 ? 3 : 9;
+      std::vector<float> x = randn(offset + rows * n);
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      float* r = x.data() + offset;
+      // Row 0 as drawn; 1: the maximum twice, the later one first found by a
+      // strided pass; 2: all -inf; 3: a NaN after the maximum; 4: two NaNs;
+      // 5: every value equal; 6-8 (and the long rows' 1-2): as drawn.
+      if (n > 1) {
+        const int64_t i = at(rng()), j = at(rng()), lo = std::min(i, j), hi = std::max(i, j);
+        r[1 * n + lo] = r[1 * n + hi] = 50.0f;
+        for (int64_t k = 0; k < n; ++k) r[2 * n + k] = -INFINITY;
+      }
+      if (rows > 5) {
+        r[3 * n + at(rng())] = 60.0f, r[3 * n + n - 1] = NAN;
+        r[4 * n + n / 2] = NAN, r[4 * n + n / 3] = NAN;
+        for (int64_t k = 0; k < n; ++k) r[5 * n + k] = 0.25f;
+      }
+      tc::ArgmaxRowsArgs a;
+      a.info.name = "test.argmax_rows";
+      a.rows = rows, a.n = n;
+      const float* xd = dev.put(x);
+      a.x = xd + offset;
+      int32_t* out = dev.put(std::vector<int32_t>(size_t(rows + 1), -7));
+      a.out = out;
+      ASSERT_EQ(dev.be().argmax_rows(a, nullptr), TC_OK);
+      const auto got = dev.get(out, size_t(rows + 1));
+      for (int64_t row = 0; row < rows; ++row)
+        ASSERT_EQ(got[size_t(row)], argmax_reference(r + row * n, n)) << "n " << n << ", offset " << offset << ", row " << row;
+      EXPECT_EQ(got[size_t(rows)], -7);  // nothing past the last row
+    }
+  }
 }
 
 // The chunk attention over a cache in place (AttentionArgs::kv_rows): kv

@@ -2,7 +2,9 @@
 tc_llama_decode_batch): a batch step's logits for every sequence against
 the float64 reference and against that sequence run alone, for sequences
 of different lengths, f16 and f32 caches, every architecture; sequences
-leaving and joining between steps; every refusal with the model unchanged.
+leaving and joining between steps; greedy steps (the ids found where the
+step ran) against the argmax of the logits; every refusal with the model
+unchanged.
 On every device present, and on the CPU also the way a GPU runs
 (TC_LLAMA_DEVICE_PATH: the queue, GEMM products from 32 rows, the decode
 attention on an f32 cache); on a GPU the steps after the first of a row
@@ -232,6 +234,33 @@ def test_every_architecture_in_batch_steps(tmp_path, where, arch, kv_type):
 
 
 
+@pytest.mark.parametrize("activations,fmt", [("f32", "q8_0"), ("f16", "q4_0")])
+def test_greedy_steps_are_the_argmax_of_each_row(tmp_path, where, activations, fmt):
+    """decode_batch_greedy's ids are np.argmax of decode_batch's rows for the
+    same step (a twin model fed the same tokens): 1, 3 and 40 rows (the
+    8-bit products, and on a device the GEMM ones from 32 rows), each row
+    count's later steps replayed from its recorded graph on a GPU; the
+    greedy model's sequences advance as the other's."""
+    rng = np.random.default_rng(83)
+    path = tmp_path / "m.gguf"
+    base.write_model(path, base.make_weights(rng), fmt)
+    S = 40
+    kw = dict(ctx=where, n_ctx=24, activations=activations, kv_type="f16", max_sequences=S)
+    with Llama(path, **kw) as a, Llama(path, **kw) as b:
+        for s in range(S):
+            p = rng.integers(0, V, 1 + s % 5)
+            a.eval(p, seq=s)
+            b.eval(p, seq=s)
+        for seqs in ([3], [0, 7, 2], [int(s) for s in rng.permutation(S)], [5], [1, 4, 9]):
+            toks = rng.integers(0, V, len(seqs))
+            for _ in range(3):
+                want = np.argmax(a.decode_batch(seqs, toks), axis=1)
+                got = b.decode_batch_greedy(seqs, toks)
+                assert got.dtype == np.int32 and got.tolist() == want.tolist()
+                toks = got
+        assert [b.seq_n_past(s) for s in range(S)] == [a.seq_n_past(s) for s in range(S)]
+
+
 def test_refusals_leave_the_model_unchanged(tmp_path, where):
     """Every refused batch step (and sequence call) returns its status with a
     detail, writes nothing to the caller's logits, moves no sequence and
@@ -267,6 +296,14 @@ def test_refusals_leave_the_model_unchanged(tmp_path, where):
         expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1, 1], small, text="capacity")
         assert (small == 7.0).all()
         expect_status(tc.TC_ERR_INVALID_ARG, tc.llama_decode_batch, h, [0, 2], [1], None, text="2 sequences and 1 tokens")
+        for status, seqs, toks, text in bad:  # the greedy step refuses the same batches
+            expect_status(status, tc.llama_decode_batch_greedy, h, seqs, toks, text=text)
+            assert [m.seq_n_past(s) for s in range(3)] == before
+        greedy = tc._api.llama._tc_llama_decode_batch_greedy
+        two = (ctypes.c_int32 * 2)(0, 2)
+        assert greedy(h, two, two, 2, None) == tc.TC_ERR_INVALID_ARG
+        assert "next is null" in tc.last_error_detail()
+        assert [m.seq_n_past(s) for s in range(3)] == before
         raw = tc._api.llama._tc_llama_decode_batch
         assert raw(h, None, None, 1, None, 0) == tc.TC_ERR_INVALID_ARG
         assert "seqs is null" in tc.last_error_detail()

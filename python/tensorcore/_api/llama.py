@@ -16,7 +16,7 @@ __all__ = ["TCLlamaConfig", "llama_load", "llama_free", "llama_get_config", "lla
            "llama_n_past", "llama_tokenizer", "llama_set_activations",
            "llama_set_kv_cache_type", "llama_get_kv_cache_type", "llama_set_max_sequences",
            "llama_get_max_sequences", "llama_seq_eval", "llama_seq_reset", "llama_seq_n_past",
-           "llama_decode_batch", "llama_eval_batch"]
+           "llama_decode_batch", "llama_decode_batch_greedy", "llama_eval_batch"]
 
 TC_ERR_INVALID_ARG = -7
 
@@ -49,6 +49,8 @@ _tc_llama_seq_reset = declare("tc_llama_seq_reset", tc_status, handle, c_int32)
 _tc_llama_seq_n_past = declare("tc_llama_seq_n_past", tc_status, handle, c_int32, POINTER(c_int64))
 _tc_llama_decode_batch = declare("tc_llama_decode_batch", tc_status, handle, POINTER(c_int32), POINTER(c_int32),
                                  c_int64, POINTER(c_float), c_int64)
+_tc_llama_decode_batch_greedy = declare("tc_llama_decode_batch_greedy", tc_status, handle, POINTER(c_int32),
+                                        POINTER(c_int32), c_int64, POINTER(c_int32))
 _tc_llama_eval_batch = declare("tc_llama_eval_batch", tc_status, handle, POINTER(c_int32), POINTER(c_int32), c_int64,
                                POINTER(c_uint8), POINTER(c_float), c_int64)
 
@@ -132,6 +134,20 @@ def llama_decode_batch(model, seqs, tokens, logits=None):
     check(_tc_llama_decode_batch(_model(model), s.ctypes.data_as(POINTER(c_int32)),
                                  t.ctypes.data_as(POINTER(c_int32)), s.size, out, cap))
     return logits
+
+
+def llama_decode_batch_greedy(model, seqs, tokens):
+    """llama_decode_batch's step; an int32 array of each sequence's greedy
+    next token (the id of its largest logit), found where the step ran."""
+    fn = "tc_llama_decode_batch_greedy"
+    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
+    if s.size != t.size:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    nxt = np.empty(s.size, np.int32)
+    check(_tc_llama_decode_batch_greedy(_model(model), s.ctypes.data_as(POINTER(c_int32)),
+                                        t.ctypes.data_as(POINTER(c_int32)), s.size,
+                                        nxt.ctypes.data_as(POINTER(c_int32))))
+    return nxt
 
 
 def llama_eval_batch(model, seqs, tokens, want=None, logits=None):

@@ -36,10 +36,10 @@ import os
 
 import numpy as np
 
-from .._api.llama import (llama_decode_batch, llama_eval, llama_eval_batch, llama_free, llama_get_config,
-                          llama_get_max_sequences, llama_load, llama_n_past, llama_reset, llama_seq_eval, llama_seq_n_past, llama_seq_reset,
-                          llama_set_activations, llama_set_kv_cache_type, llama_set_max_sequences,
-                          llama_tokenizer)
+from .._api.llama import (llama_decode_batch, llama_decode_batch_greedy, llama_eval, llama_eval_batch, llama_free,
+                          llama_get_config, llama_get_max_sequences, llama_load, llama_n_past, llama_reset,
+                          llama_seq_eval, llama_seq_n_past, llama_seq_reset, llama_set_activations,
+                          llama_set_kv_cache_type, llama_set_max_sequences, llama_tokenizer)
 from .._api.tokenizer import Tokenizer
 from .._closing import Closing
 from .._constants import TC_ERR_INVALID_ARG, TC_ERR_UNSUPPORTED
@@ -72,9 +72,9 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None):
     a draw from softmax(logits / temperature) restricted to the top_k most
     likely tokens (0: all) and to the smallest set whose probability reaches
     top_p."""
-    logits = np.asarray(logits, dtype=np.float64)
     if temperature <= 0:
-        return int(np.argmax(logits))
+        return int(np.argmax(logits))  # widening is exact: the same index, without a float64 copy of the row
+    logits = np.asarray(logits, dtype=np.float64)
     z = logits / temperature
     order = np.argsort(-z, kind="stable")
     if top_k and top_k > 0:
@@ -237,6 +237,19 @@ class Llama(Closing):
         for i in np.flatnonzero(s == 0):
             self._ids.append(int(t[i]))
         return out
+
+    def decode_batch_greedy(self, seqs, tokens):
+        """decode_batch's step for greedy decoding: an int32 array whose
+        entry i is sequence seqs[i]'s next token, the id of its largest
+        logit (np.argmax of decode_batch's row, taken before a final
+        soft-capping), found where the step ran; on a GPU only the ids come
+        back, not len(seqs) rows of n_vocab logits."""
+        s = np.asarray(seqs, dtype=np.int64).reshape(-1)
+        t = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        nxt = llama_decode_batch_greedy(self.handle, s, t)
+        for i in np.flatnonzero(s == 0):
+            self._ids.append(int(t[i]))
+        return nxt
 
     def eval_batch(self, seqs, tokens, want="last"):
         """Rows of any sequences as one batch: tokens[i] appended to sequence

@@ -293,11 +293,11 @@ class Llama {
   // host staging copy (page-locked on a device; the block itself on a host).
   int32_t* params_ = nullptr;
   int32_t* params_host_ = nullptr;
+  bool params_pinned_ = false;
   // A batch step's greedy tokens on a device (max_batch_ ids); on the host
   // path the step's logits for them, grown on demand.
   int32_t* next_ = nullptr;
   std::vector<float> greedy_logits_;
-  bool params_pinned_ = false;
   // Dequantised weights for the GEMM path, one matrix at a time.
   void* wdq_ = nullptr;
   size_t wdq_bytes_ = 0;

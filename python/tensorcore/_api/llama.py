@@ -88,6 +88,14 @@ def _int32s(values, fn, what):
     return v.astype(np.int32)
 
 
+def _batch_rows(seqs, tokens, fn):
+    """A batch step's sequences and tokens as int32 arrays of one length."""
+    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
+    if s.size != t.size:
+        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    return s, t
+
+
 def _logits_arg(logits, fn):
     if logits is None:
         return None, 0
@@ -127,9 +135,7 @@ def llama_decode_batch(model, seqs, tokens, logits=None):
     seqs[i]); logits: None, or a C-contiguous float32 array of at least
     len(seqs) * n_vocab (row i: sequence seqs[i])."""
     fn = "tc_llama_decode_batch"
-    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
-    if s.size != t.size:
-        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    s, t = _batch_rows(seqs, tokens, fn)
     out, cap = _logits_arg(logits, fn)
     check(_tc_llama_decode_batch(_model(model), s.ctypes.data_as(POINTER(c_int32)),
                                  t.ctypes.data_as(POINTER(c_int32)), s.size, out, cap))
@@ -139,10 +145,7 @@ def llama_decode_batch(model, seqs, tokens, logits=None):
 def llama_decode_batch_greedy(model, seqs, tokens):
     """llama_decode_batch's step; an int32 array of each sequence's greedy
     next token (the id of its largest logit), found where the step ran."""
-    fn = "tc_llama_decode_batch_greedy"
-    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
-    if s.size != t.size:
-        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    s, t = _batch_rows(seqs, tokens, "tc_llama_decode_batch_greedy")
     nxt = np.empty(s.size, np.int32)
     check(_tc_llama_decode_batch_greedy(_model(model), s.ctypes.data_as(POINTER(c_int32)),
                                         t.ctypes.data_as(POINTER(c_int32)), s.size,
@@ -156,9 +159,7 @@ def llama_eval_batch(model, seqs, tokens, want=None, logits=None):
     row) or n booleans; logits: None, or a C-contiguous float32 array of at
     least (wanted rows) * n_vocab, the wanted rows' logits in row order."""
     fn = "tc_llama_eval_batch"
-    s, t = _int32s(seqs, fn, "sequence"), _int32s(tokens, fn, "token id")
-    if s.size != t.size:
-        raise TensorcoreValueError(TC_ERR_INVALID_ARG, "%s: %d sequences and %d tokens" % (fn, s.size, t.size))
+    s, t = _batch_rows(seqs, tokens, fn)
     w = None
     if want is not None:
         w = np.ascontiguousarray(np.asarray(want, dtype=bool).reshape(-1)).astype(np.uint8)

@@ -234,8 +234,7 @@ class Llama(Closing):
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         out = np.empty((s.size, self.n_vocab), np.float32)
         llama_decode_batch(self.handle, s, t, out)
-        for i in np.flatnonzero(s == 0):
-            self._ids.append(int(t[i]))
+        self._note_sequence0(s, t)
         return out
 
     def decode_batch_greedy(self, seqs, tokens):
@@ -247,9 +246,13 @@ class Llama(Closing):
         s = np.asarray(seqs, dtype=np.int64).reshape(-1)
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         nxt = llama_decode_batch_greedy(self.handle, s, t)
-        for i in np.flatnonzero(s == 0):
-            self._ids.append(int(t[i]))
+        self._note_sequence0(s, t)
         return nxt
+
+    def _note_sequence0(self, seqs, tokens):
+        """Keeps _ids (sequence 0's cached ids, which chat reuses) in step
+        with a batch's rows of sequence 0."""
+        self._ids.extend(int(x) for x in tokens[seqs == 0])
 
     def eval_batch(self, seqs, tokens, want="last"):
         """Rows of any sequences as one batch: tokens[i] appended to sequence
@@ -273,7 +276,7 @@ class Llama(Closing):
         k = s.size if want is None else int(np.count_nonzero(np.asarray(want, dtype=bool).reshape(-1)))
         out = np.empty((k, self.n_vocab), np.float32)
         llama_eval_batch(self.handle, s, t, want, out)
-        self._ids.extend(int(x) for x, q in zip(t, s) if q == 0)
+        self._note_sequence0(s, t)
         return out
 
     def tokenize(self, text, add_bos=None, add_eos=None, special=True):

@@ -262,7 +262,8 @@ def test_prompts_of_a_real_file_as_one_batch(where, name, activations):
     and post-branch norms, GEGLU, sliding-window layers): four prompts of
     different lengths as one batch, every row against the same prompt
     evaluated alone; then one batch step of all four against each
-    sequence's own one-token step. The lone evaluations are the paths
+    sequence's own one-token step, and the greedy step's ids against that
+    step's argmax. The lone evaluations are the paths
     test_llama and bench/llama_logits_vs_llamacpp.py check against the
     float64 forward. f32 activations and cache: the same numbers but for
     the order of sums; the defaults (f16 activations and cache): on a
@@ -295,6 +296,12 @@ def test_prompts_of_a_real_file_as_one_batch(where, name, activations):
         seqs = [s for s, p in enumerate(prompts) for _ in p]
         out = m.eval_batch(seqs, [t for p in prompts for t in p], want="all")
         step = m.decode_batch(list(range(len(prompts))), nxt)
+        # The same prompts and step again, the next tokens picked where the step ran.
+        for s in range(len(prompts)):
+            m.reset(seq=s)
+        m.eval_batch(seqs, [t for p in prompts for t in p])
+        greedy = m.decode_batch_greedy(list(range(len(prompts))), nxt)
+    assert greedy.tolist() == step.argmax(1).tolist()
     got = np.split(out, np.cumsum([len(p) for p in prompts])[:-1])
     for a, b in zip(got, alone):
         assert a.shape == b.shape and np.isfinite(a).all()
